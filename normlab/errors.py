@@ -1,0 +1,39 @@
+"""Error types and exit codes shared by the library and the CLI.
+
+Exit codes (documented in docs/cli.md):
+  0  success
+  2  bad input (unknown key, wrong type, missing file, corrupt checkpoint, ...)
+  3  the training run diverged (a result, recorded in summary.json)
+  130 interrupted by Ctrl-C (state saved, resumable)
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+
+EXIT_OK = 0
+EXIT_BAD_INPUT = 2
+EXIT_DIVERGED = 3
+EXIT_INTERRUPTED = 130
+
+
+class NormlabError(Exception):
+    """A user-facing error: one line naming what is wrong and what is allowed.
+
+    The CLI prints ``error: <message>`` and exits with status 2 (no traceback).
+    """
+
+
+def did_you_mean(name: str, allowed: Iterable[str]) -> str:
+    """Return `` (did you mean 'x'?)`` for the closest allowed name, or an empty string."""
+    close = difflib.get_close_matches(name, list(allowed), n=1, cutoff=0.5)
+    return f" (did you mean '{close[0]}'?)" if close else ""
+
+
+def unknown(kind: str, name: str, allowed: Iterable[str]) -> NormlabError:
+    """Build the standard 'unknown X' error listing the allowed values."""
+    allowed = sorted(allowed)
+    return NormlabError(
+        f"unknown {kind} '{name}'{did_you_mean(name, allowed)}; allowed: {', '.join(allowed)}"
+    )
