@@ -1,0 +1,32 @@
+# normlab: `make demo` runs the main job, `make test` installs what it needs and runs the tests.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+export PIP_DISABLE_PIP_VERSION_CHECK := 1
+
+.PHONY: demo test bench install clean
+
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
+
+# torch first (the local CPU wheel), then the project: a plain torch requirement would pull CUDA packages.
+$(STAMP): $(BIN)/python pyproject.toml
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q -e '.[test]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/python -m normlab.demo
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+bench: $(STAMP)
+	$(BIN)/pip install -q -e '.[bench]'
+	$(BIN)/python benchmarks/train_throughput.py --out docs/benchmarks.md
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache

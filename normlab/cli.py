@@ -1,0 +1,110 @@
+"""``normlab`` command line: thin subcommands over the library.
+
+Every user error is one line on stderr and exit status 2 (``--debug`` shows the traceback); every command that
+prints results takes ``--json`` and then prints exactly one JSON object on stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from normlab.errors import EXIT_BAD_INPUT, NormlabError
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, exit 2 (argparse prints usage + message)
+        print(f"error: {message} (see '{self.prog} --help')", file=sys.stderr)
+        raise SystemExit(EXIT_BAD_INPUT)
+
+
+def _emit(obj: Any, as_json: bool, human: str) -> None:
+    if as_json:
+        print(json.dumps(obj, default=float))
+    else:
+        print(human)
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from normlab.commands.train import run_train
+
+    return run_train(args)
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from normlab.commands.evaluate import run_eval
+
+    return run_eval(args)
+
+
+def cmd_norms(args: argparse.Namespace) -> int:
+    from normlab.norms import list_norms
+
+    rows = list_norms()
+    if args.json:
+        print(json.dumps({"norms": rows}))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table("name", "description", "paper")
+    for r in rows:
+        table.add_row(r["name"], r["description"], r["paper"])
+    Console().print(table)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="normlab", description="Normalization lab for transformer language models.")
+    p.add_argument("--debug", action="store_true", help="show tracebacks for errors")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    t = sub.add_parser("train", help="train a model from a YAML config or preset")
+    t.add_argument("config", nargs="?", help="YAML file or preset name (configs/: tiny, small)")
+    t.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a config key, e.g. --set model.norm=rmsnorm (repeatable)")
+    t.add_argument("--out", help="run directory (default: runs/<config>-<hash>)")
+    t.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its last checkpoint")
+    t.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+    t.set_defaults(func=cmd_train)
+
+    e = sub.add_parser("eval", help="evaluate a run: loss, bits-per-byte, perplexities")
+    e.add_argument("run_dir")
+    e.add_argument("--split", choices=["val", "test"], default="val")
+    e.add_argument("--context", type=int, help="window length (default: the training context)")
+    e.add_argument("--stride", type=int, help="sliding-window stride (default: context = non-overlapping)")
+    e.add_argument("--batch-size", type=int, default=16)
+    e.add_argument("--max-tokens", type=int, default=0, help="score only the first N tokens (0 = all)")
+    e.add_argument("--json", action="store_true")
+    e.set_defaults(func=cmd_eval)
+
+    n = sub.add_parser("norms", help="list the registered norms")
+    n.add_argument("--json", action="store_true")
+    n.set_defaults(func=cmd_norms)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except NormlabError as e:
+        if args.debug:
+            raise
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except BrokenPipeError:
+        return 0
+
+
+def entry() -> None:
+    """Console-script entry point."""
+    sys.exit(main())
+
+
+if __name__ == "__main__":
+    entry()

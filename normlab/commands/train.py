@@ -1,0 +1,83 @@
+"""``normlab train``: new runs and ``--resume``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from normlab.config import RunConfig, config_from_dict, load_config, read_yaml
+from normlab.errors import NormlabError
+from normlab.rundir import open_config
+
+
+def _diff_keys(a: dict, b: dict, prefix: str = "") -> list[str]:
+    keys = []
+    for k in sorted(set(a) | set(b)):
+        va, vb = a.get(k), b.get(k)
+        if isinstance(va, dict) and isinstance(vb, dict):
+            keys += _diff_keys(va, vb, f"{prefix}{k}.")
+        elif va != vb:
+            keys.append(f"{prefix}{k}")
+    return keys
+
+
+def _resume_config(args: argparse.Namespace) -> tuple[RunConfig, Path]:
+    run_dir = Path(args.resume)
+    saved = open_config(run_dir)
+    if args.config or args.overrides:
+        base = load_config(args.config, args.overrides) if args.config else config_from_dict(
+            _with_overrides(read_yaml(run_dir / "config.yaml"), args.overrides))
+        base.model.vocab_size = saved.model.vocab_size
+        changed = _diff_keys(saved.to_dict(), base.to_dict())
+        if changed:
+            raise NormlabError(
+                f"--resume {run_dir}: config differs from the run's config.yaml in {', '.join(changed)}; "
+                "resume with the same config or start a new run with --out"
+            )
+    return saved, run_dir
+
+
+def _with_overrides(data: dict, overrides: list[str]) -> dict:
+    from normlab.config import apply_overrides
+
+    return apply_overrides(data, overrides)
+
+
+def run_train(args: argparse.Namespace) -> int:
+    from normlab.train.loop import STATUS_EXIT, read_summary, train
+
+    if args.resume:
+        if args.out:
+            raise NormlabError("--out cannot be combined with --resume (the run directory is RUN_DIR)")
+        cfg, run_dir = _resume_config(args)
+        summary = read_summary(run_dir)
+        if summary and summary.get("status") == "completed" and (run_dir / "model.safetensors").is_file():
+            pass  # nothing left to do; report the stored summary
+        else:
+            summary = train(cfg, run_dir, resume=True, quiet=False)
+    else:
+        if not args.config:
+            raise NormlabError("train needs a CONFIG (YAML file or preset: tiny, small) or --resume RUN_DIR")
+        cfg = load_config(args.config, args.overrides)
+        run_dir = Path(args.out) if args.out else Path("runs") / f"{Path(args.config).stem}-{cfg.hash()[:8]}"
+        if (run_dir / "config.yaml").exists():
+            raise NormlabError(f"{run_dir} already holds a run; use --resume {run_dir} or choose another --out")
+        if run_dir.exists() and any(run_dir.iterdir()):
+            raise NormlabError(f"--out {run_dir} exists and is not empty; choose a new directory")
+        summary = train(cfg, run_dir, resume=False, quiet=False)
+    if args.json:
+        print(json.dumps(summary))
+    else:
+        _print_summary(summary)
+    return STATUS_EXIT[summary["status"]]
+
+
+def _print_summary(s: dict) -> None:
+    parts = [f"status {s['status']} at step {s['step']}/{s['steps']}"]
+    if s.get("val_bpb") is not None:
+        parts.append(f"val loss {s['val_loss']:.4f} nats/token, val bits/byte {s['val_bpb']:.4f}")
+    if s.get("gap_bpb") is not None:
+        parts.append(f"entropy floor {s['entropy_floor_bpb']:.4f} bits/byte, gap {s['gap_bpb']:.4f}")
+    parts.append(f"{s['tokens_per_s']:,.0f} tokens/s, {s['elapsed_s']:.1f}s")
+    print(f"run {s['run_dir']}: " + "; ".join(parts))

@@ -1,0 +1,241 @@
+"""Run configuration: ``seed`` + ``data`` + ``model`` + ``train`` sections, loaded from YAML with ``--set`` overrides.
+
+Every key is checked: unknown keys get a did-you-mean, values are type-checked against the dataclass annotations,
+and cross-field rules are checked by each section's ``validate()``. All failures are one-line ``NormlabError``s.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import re
+import types
+import typing
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from normlab.errors import NormlabError, did_you_mean
+from normlab.model.config import ModelConfig
+
+_FLOAT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
+CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
+
+
+@dataclass
+class DataConfig:
+    """Corpus and tokenizer. ``source``: see docs/data.md; ``tokenizer``: ``bytes`` or ``bpe:N``."""
+
+    source: str = "pystdlib"
+    tokenizer: str = "bytes"
+    val_fraction: float = 0.05
+    test_fraction: float = 0.05
+    cache_dir: str | None = None
+
+    def validate(self) -> "DataConfig":
+        for name in ("val_fraction", "test_fraction"):
+            v = getattr(self, name)
+            if not 0.0 < v < 0.5:
+                raise NormlabError(f"data.{name} must be in (0, 0.5), got {v}")
+        return self
+
+
+@dataclass
+class TrainConfig:
+    """Optimisation and bookkeeping. ``steps`` counts optimizer steps (each of ``grad_accum`` micro-batches)."""
+
+    steps: int = 200
+    batch_size: int = 16
+    grad_accum: int = 1
+    lr: float = 3e-3
+    min_lr_ratio: float = 0.1
+    warmup_steps: int = 20
+    weight_decay: float = 0.1
+    wd_norm: bool = False
+    wd_embeddings: bool = False
+    beta1: float = 0.9
+    beta2: float = 0.95
+    grad_clip: float = 1.0
+    eval_every: int = 50
+    eval_batches: int = 8
+    log_every: int = 10
+    checkpoint_every: int = 100
+    keep_checkpoints: int = 2
+    loss_ceiling: float | None = None
+    threads: int | None = None
+
+    def validate(self) -> "TrainConfig":
+        for name in ("steps", "batch_size", "grad_accum", "eval_every", "eval_batches", "log_every",
+                     "checkpoint_every", "keep_checkpoints"):
+            if getattr(self, name) < 1:
+                raise NormlabError(f"train.{name} must be >= 1, got {getattr(self, name)}")
+        if self.lr <= 0:
+            raise NormlabError(f"train.lr must be > 0, got {self.lr}")
+        if self.warmup_steps < 0 or self.grad_clip < 0 or self.weight_decay < 0:
+            raise NormlabError("train.warmup_steps, train.grad_clip and train.weight_decay must be >= 0")
+        if not 0.0 <= self.min_lr_ratio <= 1.0:
+            raise NormlabError(f"train.min_lr_ratio must be in [0, 1], got {self.min_lr_ratio}")
+        if self.threads is not None and self.threads < 1:
+            raise NormlabError(f"train.threads must be >= 1, got {self.threads}")
+        return self
+
+
+@dataclass
+class RunConfig:
+    """A whole run. ``seed`` drives model init, data order and dropout."""
+
+    seed: int = 0
+    data: DataConfig = field(default_factory=DataConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+
+    def validate(self) -> "RunConfig":
+        self.data.validate()
+        self.model.validate()
+        self.train.validate()
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def hash(self) -> str:
+        """Stable short hash of the whole config (used to detect a changed config on resume)."""
+        blob = json.dumps(self.to_dict(), sort_keys=True).encode()
+        return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def _type_name(tp: Any) -> str:
+    args = typing.get_args(tp)
+    if args:
+        return " or ".join("null" if a is type(None) else a.__name__ for a in args)
+    return tp.__name__
+
+
+def _coerce(key: str, value: Any, tp: Any) -> Any:
+    """Check ``value`` against annotation ``tp`` (int, float, str, bool, and ``X | None``)."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        errors = []
+        for arg in typing.get_args(tp):
+            if arg is type(None):
+                if value is None:
+                    return None
+                continue
+            try:
+                return _coerce(key, value, arg)
+            except NormlabError as e:
+                errors.append(e)
+        raise NormlabError(f"{key} must be {_type_name(tp)}, got {type(value).__name__} {value!r}")
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+    elif tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    elif tp is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str) and _FLOAT.fullmatch(value.strip()):  # YAML 1.1 reads '1e-3' as a string
+            return float(value)
+    elif tp is str:
+        if isinstance(value, str):
+            return value
+    raise NormlabError(f"{key} must be {_type_name(tp)}, got {type(value).__name__} {value!r}")
+
+
+def _build(cls: type, data: dict[str, Any], prefix: str) -> Any:
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in fields(cls)]
+    kwargs = {}
+    for key, value in data.items():
+        full = f"{prefix}{key}"
+        if key not in hints:
+            allowed = [f"{prefix}{n}" for n in names]
+            raise NormlabError(f"unknown config key '{full}'{did_you_mean(full, allowed)}; allowed: {', '.join(allowed)}")
+        tp = hints[key]
+        if dataclasses.is_dataclass(tp):
+            if not isinstance(value, dict):
+                raise NormlabError(f"config section '{full}' must be a mapping, got {type(value).__name__}")
+            kwargs[key] = _build(tp, value, f"{full}.")
+        else:
+            kwargs[key] = _coerce(full, value, tp)
+    return cls(**kwargs)
+
+
+def _all_keys(cls: type = RunConfig, prefix: str = "") -> list[str]:
+    out = []
+    for f in fields(cls):
+        tp = typing.get_type_hints(cls)[f.name]
+        out += _all_keys(tp, f"{prefix}{f.name}.") if dataclasses.is_dataclass(tp) else [f"{prefix}{f.name}"]
+    return out
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """Apply ``key.sub=value`` strings (values parsed as YAML scalars) to a nested dict, in place."""
+    valid = _all_keys()
+    for item in overrides:
+        if "=" not in item:
+            raise NormlabError(f"--set expects KEY=VALUE, got '{item}'")
+        key, raw = item.split("=", 1)
+        key = key.strip()
+        if key not in valid:
+            raise NormlabError(f"unknown config key '{key}'{did_you_mean(key, valid)}")
+        try:
+            value = yaml.safe_load(raw) if raw != "" else ""
+        except yaml.YAMLError:
+            value = raw
+        node = data
+        *parents, leaf = key.split(".")
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[leaf] = value
+    return data
+
+
+def resolve_config_path(name: str) -> Path:
+    """A YAML path, or the name of a shipped preset in ``configs/`` (e.g. ``tiny``)."""
+    p = Path(name)
+    if p.is_file():
+        return p
+    preset = CONFIG_DIR / f"{name}.yaml"
+    if preset.is_file():
+        return preset
+    presets = sorted(q.stem for q in CONFIG_DIR.glob("*.yaml"))
+    raise NormlabError(f"config '{name}' is neither a file nor a preset; presets: {', '.join(presets)}")
+
+
+def read_yaml(path: Path) -> dict[str, Any]:
+    """Read a YAML mapping; unreadable or non-mapping files are one-line errors."""
+    try:
+        data = yaml.safe_load(path.read_text())
+    except (OSError, UnicodeDecodeError) as e:
+        raise NormlabError(f"cannot read config {path}: {e.__class__.__name__}") from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark else ""
+        raise NormlabError(f"config {path} is not valid YAML{where}") from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise NormlabError(f"config {path} must be a YAML mapping of sections (seed, data, model, train)")
+    return data
+
+
+def config_from_dict(data: dict[str, Any]) -> RunConfig:
+    """Build and validate a RunConfig from a nested dict."""
+    return _build(RunConfig, data, "").validate()
+
+
+def load_config(name: str | Path, overrides: list[str] | None = None) -> RunConfig:
+    """Load a YAML file or preset name, apply ``--set`` overrides, validate."""
+    data = read_yaml(resolve_config_path(str(name)))
+    apply_overrides(data, overrides or [])
+    return config_from_dict(data)
+
+
+def dump_config(cfg: RunConfig) -> str:
+    """YAML text of the full config (every key, defaults included)."""
+    return yaml.safe_dump(cfg.to_dict(), sort_keys=False)

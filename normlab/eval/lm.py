@@ -1,0 +1,109 @@
+"""Language-model evaluation: loss, bits-per-byte and perplexities (EleutherAI lm-evaluation-harness definitions).
+
+    bits_per_byte    = -sum(loglik) / (num_bytes * ln 2)
+    byte_perplexity  = 2 ** bits_per_byte
+    token_perplexity = exp(-sum(loglik) / num_tokens)
+    word_perplexity  = exp(-sum(loglik) / num_words),  words = re.split(r"\\s+", text)
+
+pooled over the scored text. Windows: with ``stride == context`` (default) non-overlapping rolling windows, each
+token scored once with the tokens before it in its window as context (the first token of the split has no context
+and is not scored). With ``stride < context`` a strided sliding window: each token is still scored once, with up to
+``context - stride`` extra tokens of context (the HF perplexity recipe).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Callable
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from normlab.errors import NormlabError
+
+
+def windows(n: int, context: int, stride: int) -> list[tuple[int, int, int]]:
+    """``(begin, end, n_scored)``: model input ``tokens[begin:end]``, targets ``tokens[begin+1:end+1]``, of which
+    the last ``n_scored`` are scored. Every target position ``1..n-1`` is scored exactly once."""
+    if not 1 <= stride <= context:
+        raise NormlabError(f"--stride must be in [1, context={context}], got {stride}")
+    out, prev_end, begin = [], 0, 0
+    last = n - 1  # number of targets
+    while prev_end < last:
+        end = min(begin + context, last)
+        out.append((begin, end, end - prev_end))
+        prev_end = end
+        begin += stride
+    return out
+
+
+@torch.no_grad()
+def score_tokens(model: torch.nn.Module, tokens: np.ndarray, *, context: int, stride: int | None = None,
+                 batch_size: int = 16, max_tokens: int | None = None) -> tuple[float, np.ndarray]:
+    """Sum of negative log-likelihoods (nats, float64) and the array of scored target ids.
+
+    ``tokens``: 1-D ids ``[N]``; ``max_tokens`` truncates the split to its first ``max_tokens + 1`` tokens.
+    """
+    if max_tokens:
+        tokens = tokens[: max_tokens + 1]
+    n = len(tokens)
+    if n < 2:
+        raise NormlabError(f"split has {n} token(s); at least 2 are needed to evaluate")
+    stride = stride or context
+    was_training = model.training
+    model.eval()
+    wins = windows(n, context, stride)
+    total = 0.0
+    scored: list[np.ndarray] = []
+    # batch windows of equal input length together (all but possibly the last one)
+    i = 0
+    while i < len(wins):
+        L = wins[i][1] - wins[i][0]
+        j = i
+        while j < len(wins) and j - i < batch_size and wins[j][1] - wins[j][0] == L:
+            j += 1
+        batch = wins[i:j]
+        x = torch.from_numpy(np.stack([tokens[b:e].astype(np.int64) for b, e, _ in batch]))
+        y = torch.from_numpy(np.stack([tokens[b + 1 : e + 1].astype(np.int64) for b, e, _ in batch]))
+        logits = model(x)
+        nll = F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), y.reshape(-1), reduction="none")
+        nll = nll.view(len(batch), L).double()
+        for r, (_, _, k) in enumerate(batch):
+            total += float(nll[r, L - k :].sum())
+            scored.append(y[r, L - k :].numpy())
+        i = j
+    model.train(was_training)
+    return total, np.concatenate(scored)
+
+
+def lm_metrics(sum_nll: float, n_tokens: int, n_bytes: int, n_words: int) -> dict[str, float]:
+    """The harness metrics from pooled totals."""
+    loss = sum_nll / n_tokens
+    bpb = sum_nll / (n_bytes * math.log(2))
+    return {
+        "loss": loss,
+        "bits_per_byte": bpb,
+        "token_perplexity": math.exp(min(loss, 700.0)),
+        "byte_perplexity": 2.0 ** min(bpb, 1000.0),
+        "word_perplexity": math.exp(min(sum_nll / max(n_words, 1), 700.0)),
+        "tokens": n_tokens,
+        "bytes": n_bytes,
+        "words": n_words,
+    }
+
+
+def count_words(text: bytes) -> int:
+    """Words as the harness counts them: ``len(re.split(r"\\s+", text))``."""
+    return len(re.split(r"\s+", text.decode("utf-8", errors="replace")))
+
+
+def evaluate(model: torch.nn.Module, tokens: np.ndarray, token_bytes: np.ndarray,
+             decode: Callable[[np.ndarray], bytes], *, context: int, stride: int | None = None,
+             batch_size: int = 16, max_tokens: int | None = None) -> dict[str, float]:
+    """Score ``tokens`` and return loss (nats/token), bits_per_byte, token/byte/word perplexity and counts."""
+    total, targets = score_tokens(model, tokens, context=context, stride=stride, batch_size=batch_size,
+                                  max_tokens=max_tokens)
+    n_bytes = int(token_bytes[targets].sum())
+    return lm_metrics(total, len(targets), n_bytes, count_words(decode(targets)))

@@ -1,0 +1,94 @@
+"""Decoder-only GPT (nanoGPT shape): embeddings -> blocks (with injected norms) -> final norm -> LM head.
+
+Reads top to bottom: ``build_model(cfg)`` builds it, ``init_weights`` initialises it, ``GPT.forward`` runs it.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from normlab.attention.positions import RotaryEmbedding
+from normlab.attention.softmax import CausalSelfAttention
+from normlab.model.blocks import MLP, Block
+from normlab.model.config import ModelConfig
+from normlab.model.placements import PLACEMENTS
+from normlab.norms import build_norm
+
+
+class GPT(nn.Module):
+    """``idx [B, T] (int64) -> logits [B, T, vocab]``; with ``targets [B, T]`` also the mean cross-entropy."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        cfg.validate()
+        self.cfg = cfg
+        placement = PLACEMENTS[cfg.placement]
+        self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.width)
+        self.pos_emb = nn.Embedding(cfg.context, cfg.width) if cfg.positions == "learned" else None
+        rope = RotaryEmbedding(cfg.head_dim, cfg.context, cfg.rope_base) if cfg.positions == "rope" else None
+        self.drop = nn.Dropout(cfg.dropout)
+
+        def norm() -> nn.Module:
+            return build_norm(cfg.norm, cfg.width, eps=cfg.norm_eps)
+
+        blocks = []
+        for l in range(cfg.depth):
+            attn = CausalSelfAttention(cfg.width, cfg.heads, bias=cfg.bias, dropout=cfg.dropout, rope=rope)
+            mlp = MLP(cfg.width, cfg.mlp_ratio, cfg.activation, bias=cfg.bias, dropout=cfg.dropout)
+            blocks.append(Block(attn, mlp, {site: norm() for site in placement.sites(l, cfg.depth)}))
+        self.blocks = nn.ModuleList(blocks)
+        use_final = placement.final_norm if cfg.final_norm is None else cfg.final_norm
+        self.final_norm = norm() if use_final else nn.Identity()
+        self.lm_head = nn.Linear(cfg.width, cfg.vocab_size, bias=False)
+        if cfg.tie_embeddings:
+            self.lm_head.weight = self.tok_emb.weight
+        init_weights(self, cfg)
+
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None):
+        B, T = idx.shape
+        if self.pos_emb is not None and T > self.cfg.context:
+            raise ValueError(f"sequence length {T} exceeds the learned position table ({self.cfg.context})")
+        x = self.tok_emb(idx)
+        if self.pos_emb is not None:
+            x = x + self.pos_emb(torch.arange(T, device=idx.device))
+        x = self.drop(x)
+        for block in self.blocks:
+            x = block(x)
+        logits = self.lm_head(self.final_norm(x))
+        if targets is None:
+            return logits
+        loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.reshape(-1))
+        return logits, loss
+
+    def num_params(self, non_embedding: bool = False) -> int:
+        """Parameter count (tied weights counted once)."""
+        n = sum(p.numel() for p in self.parameters())
+        if non_embedding:
+            n -= self.tok_emb.weight.numel()
+            if self.pos_emb is not None:
+                n -= self.pos_emb.weight.numel()
+        return n
+
+
+def init_weights(model: GPT, cfg: ModelConfig) -> None:
+    """The one init function (GPT-2 scheme): N(0, init_std) for linears and embeddings, zero biases, and
+    ``init_std / sqrt(2L)`` for the residual-stream writers (attention and MLP output projections).
+    Norm parameters keep the values their own constructors give them.
+    """
+    for name, m in model.named_modules():
+        if isinstance(m, nn.Linear):
+            std = cfg.init_std / math.sqrt(2 * cfg.depth) if name.endswith(".proj") else cfg.init_std
+            nn.init.normal_(m.weight, 0.0, std)
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)
+        elif isinstance(m, nn.Embedding):
+            nn.init.normal_(m.weight, 0.0, cfg.init_std)
+
+
+def build_model(cfg: ModelConfig) -> GPT:
+    """Validate ``cfg`` and build the model (call under a seeded RNG for reproducible init)."""
+    return GPT(cfg)

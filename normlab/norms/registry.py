@@ -1,0 +1,71 @@
+"""Name -> norm class registry (timm ``create_norm`` style).
+
+Every registered norm has the same constructor shape::
+
+    cls(dim: int, *, eps: float = 1e-5, affine: bool = True, bias: bool = True, **options)
+
+and names its parameters ``weight`` / ``bias`` so optimizers, diagnostics and conversions can treat all norms
+uniformly. Each class carries ``name``, ``paper`` and ``description`` class attributes used by ``normlab norms``.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+from torch import nn
+
+from normlab.errors import NormlabError, unknown
+
+_REGISTRY: dict[str, type[nn.Module]] = {}
+
+
+def register_norm(name: str):
+    """Class decorator: register ``cls`` under ``name`` (must be unique)."""
+
+    def deco(cls: type[nn.Module]) -> type[nn.Module]:
+        if name in _REGISTRY:
+            raise ValueError(f"norm '{name}' registered twice")
+        cls.name = name
+        _REGISTRY[name] = cls
+        return cls
+
+    return deco
+
+
+def norm_names() -> list[str]:
+    """All registered norm names, sorted."""
+    return sorted(_REGISTRY)
+
+
+def get_norm_class(name: str) -> type[nn.Module]:
+    """Look a norm class up by name; unknown names raise a one-line NormlabError."""
+    if name not in _REGISTRY:
+        raise unknown("norm", name, _REGISTRY)
+    return _REGISTRY[name]
+
+
+def build_norm(name: str, dim: int, **kwargs: Any) -> nn.Module:
+    """Instantiate norm ``name`` over the last dimension ``dim``.
+
+    Keyword options a class does not accept are an error (so a typo in a config option is not silently dropped).
+    """
+    cls = get_norm_class(name)
+    params = inspect.signature(cls.__init__).parameters
+    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    if not takes_any:
+        bad = [k for k in kwargs if k not in params]
+        if bad:
+            allowed = [k for k in params if k not in ("self", "dim")]
+            raise NormlabError(
+                f"norm '{name}' does not take option(s) {', '.join(bad)}; allowed: {', '.join(allowed)}"
+            )
+    return cls(dim, **kwargs)
+
+
+def list_norms() -> list[dict[str, str]]:
+    """``[{name, paper, description}]`` for every registered norm (used by ``normlab norms``)."""
+    return [
+        {"name": n, "paper": getattr(c, "paper", ""), "description": getattr(c, "description", "")}
+        for n, c in sorted(_REGISTRY.items())
+    ]

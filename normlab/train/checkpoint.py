@@ -1,0 +1,119 @@
+"""Checkpoints: safetensors for model and optimizer tensors, JSON for step, RNG states, data position, config.
+
+Layout of one checkpoint (written into a temp directory, then renamed into place, so it is whole or absent)::
+
+    RUN_DIR/checkpoints/step_00000100/
+        model.safetensors   model state (tied weights stored once)
+        optim.safetensors   AdamW state per parameter name: '<name>::exp_avg', '::exp_avg_sq', '::step'
+        state.json          {format, step, config_hash, rng: {torch, data}, tokens_seen, elapsed_s, ...}
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from normlab.errors import NormlabError
+from normlab.io import load_tensors, read_json, save_tensors, write_json
+
+FORMAT = "normlab-checkpoint-v1"
+MODEL_FORMAT = "normlab-model-v1"
+
+
+def model_tensors(model: nn.Module) -> dict[str, torch.Tensor]:
+    """State dict with tied (shared) tensors stored once, under their first name."""
+    seen: dict[int, str] = {}
+    out = {}
+    for name, t in model.state_dict().items():
+        key = t.data_ptr() if t.numel() else id(t)
+        if key in seen:
+            continue
+        seen[key] = name
+        out[name] = t
+    return out
+
+
+def save_model(model: nn.Module, path: str | Path, config_hash: str) -> None:
+    """Atomically write ``model`` to ``path`` (safetensors with format metadata)."""
+    save_tensors(path, model_tensors(model), metadata={"format": MODEL_FORMAT, "config_hash": config_hash})
+
+
+def load_model_state(model: nn.Module, path: str | Path) -> None:
+    """Load weights into ``model``; a foreign or mismatched file is a one-line NormlabError."""
+    tensors = load_tensors(path, "model file")
+    expected = model_tensors(model)
+    missing = sorted(set(expected) - set(tensors))
+    unexpected = sorted(set(tensors) - set(expected))
+    if missing or unexpected:
+        what = f"missing {missing[:3]}" if missing else f"unexpected {unexpected[:3]}"
+        raise NormlabError(f"{path} does not match this model's config ({what})")
+    for name, t in tensors.items():
+        if t.shape != expected[name].shape:
+            raise NormlabError(f"{path}: tensor '{name}' has shape {tuple(t.shape)}, config expects {tuple(expected[name].shape)}")
+    model.load_state_dict(tensors, strict=False)
+
+
+def optimizer_tensors(opt: torch.optim.Optimizer, names: dict[int, str]) -> dict[str, torch.Tensor]:
+    """Flatten optimizer state to ``{'<param name>::<key>': tensor}``."""
+    out = {}
+    for p, state in opt.state.items():
+        for k, v in state.items():
+            out[f"{names[id(p)]}::{k}"] = v if torch.is_tensor(v) else torch.tensor(v)
+    return out
+
+
+def load_optimizer_tensors(opt: torch.optim.Optimizer, tensors: dict[str, torch.Tensor], params: dict[str, nn.Parameter]) -> None:
+    """Inverse of :func:`optimizer_tensors`."""
+    for key, v in tensors.items():
+        name, _, k = key.partition("::")
+        if name not in params:
+            raise NormlabError(f"optimizer state names unknown parameter '{name}'")
+        opt.state[params[name]][k] = v
+
+
+def save_checkpoint(run_dir: Path, step: int, model: nn.Module, opt: torch.optim.Optimizer,
+                    state: dict[str, Any], config_hash: str, keep: int) -> Path:
+    """Write ``checkpoints/step_XXXXXXXX`` atomically (temp dir + rename); prune to the newest ``keep``."""
+    ckdir = run_dir / "checkpoints"
+    ckdir.mkdir(parents=True, exist_ok=True)
+    final = ckdir / f"step_{step:08d}"
+    tmp = Path(tempfile.mkdtemp(prefix=f".step_{step:08d}.", dir=ckdir))
+    try:
+        names = {id(p): n for n, p in model.named_parameters()}
+        save_model(model, tmp / "model.safetensors", config_hash)
+        save_tensors(tmp / "optim.safetensors", optimizer_tensors(opt, names), {"format": FORMAT})
+        write_json(tmp / "state.json", {"format": FORMAT, "step": step, "config_hash": config_hash, **state})
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    for old in list_checkpoints(run_dir)[:-keep]:
+        shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def list_checkpoints(run_dir: Path) -> list[Path]:
+    """Complete checkpoint directories, oldest first (temp directories start with '.')."""
+    ckdir = Path(run_dir) / "checkpoints"
+    if not ckdir.is_dir():
+        return []
+    return sorted(p for p in ckdir.iterdir() if p.is_dir() and p.name.startswith("step_"))
+
+
+def load_checkpoint(path: Path, model: nn.Module, opt: torch.optim.Optimizer) -> dict[str, Any]:
+    """Restore model and optimizer from checkpoint dir ``path``; returns its ``state.json``."""
+    state = read_json(path / "state.json", "checkpoint state")
+    if not isinstance(state, dict) or state.get("format") != FORMAT:
+        raise NormlabError(f"{path} is not a normlab checkpoint (format {FORMAT} expected)")
+    load_model_state(model, path / "model.safetensors")
+    tensors = load_tensors(path / "optim.safetensors", "optimizer checkpoint")
+    load_optimizer_tensors(opt, tensors, dict(model.named_parameters()))
+    return state

@@ -1,0 +1,235 @@
+"""The training loop: data -> model -> AdamW -> checkpoints, metrics and a summary in a run directory.
+
+Determinism: ``cfg.seed`` seeds model init (global torch RNG before ``build_model``), data order (a dedicated
+``torch.Generator`` seeded with ``seed``) and dropout (the global RNG afterwards). A checkpoint stores both RNG
+states, the optimizer state and the step, so ``--resume`` reproduces an uninterrupted run bit for bit.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from normlab.config import RunConfig, dump_config
+from normlab.data import PreparedData, prepare_data
+from normlab.errors import EXIT_DIVERGED, EXIT_INTERRUPTED, EXIT_OK, NormlabError
+from normlab.eval.lm import evaluate
+from normlab.io import read_json, write_json, write_text
+from normlab.model import build_model
+from normlab.train.checkpoint import list_checkpoints, load_checkpoint, save_checkpoint, save_model
+from normlab.train.optim import build_optimizer
+from normlab.train.progress import ProgressReporter
+from normlab.train.schedule import lr_at
+
+STATUS_EXIT = {"completed": EXIT_OK, "diverged": EXIT_DIVERGED, "interrupted": EXIT_INTERRUPTED}
+
+
+def load_data(cfg: RunConfig) -> PreparedData:
+    """Prepare (or reuse from the cache) the tokenised splits of ``cfg.data`` and check they fit the context."""
+    d = cfg.data
+    data = prepare_data(d.source, d.tokenizer, cache_dir=d.cache_dir, val_fraction=d.val_fraction,
+                        test_fraction=d.test_fraction)
+    need = cfg.model.context + 1
+    for split in ("train", "val"):
+        n = len(getattr(data, split))
+        if n < need:
+            raise NormlabError(
+                f"corpus '{d.source}' is too short: its {split} split has {n} tokens, one context window needs {need}"
+            )
+    return data
+
+
+def get_batch(tokens: np.ndarray, batch_size: int, context: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """Random windows: ``x, y [batch_size, context]`` int64 with ``y`` shifted by one token."""
+    ix = torch.randint(len(tokens) - context - 1, (batch_size,), generator=gen).tolist()
+    chunk = np.stack([tokens[i : i + context + 1] for i in ix]).astype(np.int64)
+    t = torch.from_numpy(chunk)
+    return t[:, :-1], t[:, 1:]
+
+
+def loss_ceiling(cfg: RunConfig) -> float:
+    """Loss above which a run counts as diverged: ``train.loss_ceiling`` or ``3 ln(vocab)`` (3x uniform)."""
+    return cfg.train.loss_ceiling if cfg.train.loss_ceiling is not None else 3.0 * math.log(cfg.model.vocab_size)
+
+
+class _StopFlag:
+    """SIGINT sets a flag checked between steps, so a checkpoint is never taken mid-update."""
+
+    def __init__(self) -> None:
+        self.stop = False
+        self._old = None
+
+    def __enter__(self) -> "_StopFlag":
+        if threading.current_thread() is threading.main_thread():
+            self._old = signal.signal(signal.SIGINT, self._handle)
+        return self
+
+    def _handle(self, *_: Any) -> None:
+        if self.stop:  # second Ctrl-C: give up immediately
+            raise KeyboardInterrupt
+        self.stop = True
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._old is not None:
+            signal.signal(signal.SIGINT, self._old)
+
+
+def _rng_to_json(state: torch.Tensor) -> list[int]:
+    return state.tolist()
+
+
+def _rng_from_json(values: list[int]) -> torch.Tensor:
+    return torch.tensor(values, dtype=torch.uint8)
+
+
+def _truncate_metrics(path: Path, step: int) -> None:
+    """Keep only records with ``step <= step`` (after a resume from that checkpoint)."""
+    if not path.exists():
+        return
+    keep = []
+    for line in path.read_text().splitlines():
+        try:
+            if json.loads(line).get("step", 0) <= step:
+                keep.append(line)
+        except json.JSONDecodeError:  # a line cut by kill -9
+            continue
+    write_text(path, "".join(k + "\n" for k in keep))
+
+
+def train(cfg: RunConfig, run_dir: str | Path, *, resume: bool = False, quiet: bool = False) -> dict[str, Any]:
+    """Train ``cfg`` into ``run_dir`` (new, or resumed from its last checkpoint). Returns the summary dict.
+
+    The summary's ``status`` is ``completed``, ``diverged`` (non-finite loss or loss above the ceiling; ``step``
+    is the step that diverged) or ``interrupted`` (Ctrl-C; resumable).
+    """
+    run_dir = Path(run_dir)
+    if cfg.train.threads:
+        torch.set_num_threads(cfg.train.threads)
+    data = load_data(cfg)
+    cfg.model.vocab_size = data.vocab_size
+    cfg.validate()
+    tc, mc = cfg.train, cfg.model
+
+    torch.manual_seed(cfg.seed)
+    model = build_model(mc)
+    opt, groups = build_optimizer(model, tc)
+    gen = torch.Generator().manual_seed(cfg.seed)
+    start, tokens_seen, elapsed, best = 0, 0, 0.0, None
+    metrics_path = run_dir / "metrics.jsonl"
+
+    if resume:
+        ckpts = list_checkpoints(run_dir)
+        if ckpts:
+            state = load_checkpoint(ckpts[-1], model, opt)
+            if state.get("config_hash") != cfg.hash():
+                raise NormlabError(f"{ckpts[-1]} was written with another config; cannot resume from it")
+            start, tokens_seen, elapsed, best = state["step"], state["tokens_seen"], state["elapsed_s"], state.get("best_val_bpb")
+            torch.set_rng_state(_rng_from_json(state["rng"]["torch"]))
+            gen.set_state(_rng_from_json(state["rng"]["data"]))
+        _truncate_metrics(metrics_path, start)
+    else:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        write_text(run_dir / "config.yaml", dump_config(cfg))
+        write_json(run_dir / "param_groups.json", groups)
+        write_text(metrics_path, "")
+
+    report = ProgressReporter(tc.steps, start, quiet=quiet)
+    report.message(
+        f"params {model.num_params():,} | weight decay on {len(groups['decay'])} tensors, "
+        f"none on {len(groups['no_decay'])} (norm gains, biases, embeddings) | run {run_dir}"
+    )
+    ceiling = loss_ceiling(cfg)
+    status, last_loss, val = "completed", float("nan"), {}
+    step = start
+    mark_t, mark_tokens = time.time(), tokens_seen
+    t_start = time.time()
+    params = [p for p in model.parameters() if p.requires_grad]
+
+    def checkpoint(at: int) -> None:
+        state = {"tokens_seen": tokens_seen, "elapsed_s": elapsed + time.time() - t_start, "best_val_bpb": best,
+                 "rng": {"torch": _rng_to_json(torch.get_rng_state()), "data": _rng_to_json(gen.get_state())}}
+        save_checkpoint(run_dir, at, model, opt, state, cfg.hash(), tc.keep_checkpoints)
+
+    model.train()
+    with _StopFlag() as flag, metrics_path.open("a") as mlog:
+        while step < tc.steps:
+            if flag.stop:
+                status = "interrupted"
+                checkpoint(step)
+                break
+            lr = lr_at(step, lr=tc.lr, warmup=tc.warmup_steps, total=tc.steps, min_ratio=tc.min_lr_ratio)
+            for g in opt.param_groups:
+                g["lr"] = lr
+            loss_sum = 0.0
+            for _ in range(tc.grad_accum):
+                x, y = get_batch(data.train, tc.batch_size, mc.context, gen)
+                _, loss = model(x, y)
+                (loss / tc.grad_accum).backward()
+                loss_sum += loss.item()
+            last_loss = loss_sum / tc.grad_accum
+            grad_norm = float(torch.nn.utils.clip_grad_norm_(params, tc.grad_clip if tc.grad_clip > 0 else float("inf")))
+            if not math.isfinite(last_loss) or last_loss > ceiling or not math.isfinite(grad_norm):
+                status = "diverged"
+                step += 1
+                report.message(f"diverged at step {step}: loss {last_loss:.4g} (ceiling {ceiling:.3g}), grad norm {grad_norm:.4g}")
+                break
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            step += 1
+            tokens_seen += tc.batch_size * mc.context * tc.grad_accum
+
+            record: dict[str, Any] = {}
+            if step % tc.log_every == 0 or step == tc.steps:
+                now = time.time()
+                tok_s = (tokens_seen - mark_tokens) / max(now - mark_t, 1e-9)
+                record = {"step": step, "loss": last_loss, "lr": lr, "grad_norm": grad_norm,
+                          "tokens_per_s": tok_s, "elapsed_s": elapsed + now - t_start}
+                report.update(step, last_loss, tok_s)
+            if step % tc.eval_every == 0 or step == tc.steps:
+                t_eval = time.time()
+                val = evaluate(model, data.val, data.token_bytes, data.tokenizer.decode, context=mc.context,
+                               batch_size=tc.batch_size, max_tokens=tc.eval_batches * tc.batch_size * mc.context)
+                best = val["bits_per_byte"] if best is None else min(best, val["bits_per_byte"])
+                record.update({"step": step, "val_loss": val["loss"], "val_bpb": val["bits_per_byte"]})
+                if "loss" not in record:
+                    record.update({"loss": last_loss, "lr": lr, "grad_norm": grad_norm})
+                report.message(f"step {step}: val loss {val['loss']:.4f}, val bits/byte {val['bits_per_byte']:.4f}")
+                mark_t += time.time() - t_eval  # keep evaluation time out of tokens/s
+            if record:
+                mlog.write(json.dumps(record) + "\n")
+                mlog.flush()
+                if "tokens_per_s" in record:
+                    mark_t, mark_tokens = time.time(), tokens_seen
+            if step % tc.checkpoint_every == 0 or step == tc.steps:
+                checkpoint(step)
+    report.close()
+
+    total_elapsed = elapsed + time.time() - t_start
+    if status == "completed":
+        save_model(model, run_dir / "model.safetensors", cfg.hash())
+    summary = {
+        "status": status, "step": step, "steps": tc.steps, "train_loss": last_loss,
+        "val_loss": val.get("loss"), "val_bpb": val.get("bits_per_byte"), "best_val_bpb": best,
+        "entropy_floor_bpb": data.entropy_floor_bpb,
+        "gap_bpb": (val["bits_per_byte"] - data.entropy_floor_bpb)
+        if (val and data.entropy_floor_bpb is not None) else None,
+        "tokens_seen": tokens_seen, "tokens_per_s": tokens_seen / max(total_elapsed, 1e-9),
+        "elapsed_s": total_elapsed, "params": model.num_params(), "config_hash": cfg.hash(),
+        "run_dir": str(run_dir),
+    }
+    write_json(run_dir / "summary.json", summary)
+    return summary
+
+
+def read_summary(run_dir: Path) -> dict[str, Any] | None:
+    """The run's summary.json, or None when absent."""
+    path = Path(run_dir) / "summary.json"
+    return read_json(path, "summary") if path.exists() else None

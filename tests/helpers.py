@@ -1,0 +1,39 @@
+"""Shared helpers for the end-to-end tests: run the CLI in a subprocess and read run directories."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from safetensors.torch import load_file
+
+TINY = [
+    "--set", "train.steps=24", "--set", "train.checkpoint_every=4", "--set", "train.eval_every=12",
+    "--set", "train.log_every=4", "--set", "model.dropout=0.1",
+]
+
+
+def cli_env(cache: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update({"NORMLAB_CACHE_DIR": str(cache), "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"})
+    return env
+
+
+def normlab(*args: str, cache: Path, check: bool = False, **kw) -> subprocess.CompletedProcess:
+    """Run ``python -m normlab.cli ARGS`` and capture its output."""
+    proc = subprocess.run([sys.executable, "-m", "normlab.cli", *args], capture_output=True, text=True,
+                          env=cli_env(cache), **kw)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"normlab {' '.join(args)} failed ({proc.returncode}): {proc.stderr[-2000:]}")
+    return proc
+
+
+def weights(run_dir: Path) -> dict:
+    return load_file(str(run_dir / "model.safetensors"))
+
+
+def summary(run_dir: Path) -> dict:
+    return json.loads((run_dir / "summary.json").read_text())

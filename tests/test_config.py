@@ -1,0 +1,55 @@
+"""Config loading and validation: presets, overrides, one-line errors."""
+
+from __future__ import annotations
+
+import pytest
+
+from normlab.config import CONFIG_DIR, config_from_dict, load_config
+from normlab.errors import NormlabError
+
+
+@pytest.mark.parametrize("preset", sorted(p.stem for p in CONFIG_DIR.glob("*.yaml")))
+def test_shipped_presets_validate(preset):
+    cfg = load_config(preset)
+    assert cfg.model.width % cfg.model.heads == 0
+
+
+def test_presets_exist():
+    assert {"tiny", "small"} <= {p.stem for p in CONFIG_DIR.glob("*.yaml")}
+
+
+def test_overrides_are_typed():
+    cfg = load_config("tiny", ["model.norm=rmsnorm", "train.lr=1e-3", "model.depth=3", "seed=7"])
+    assert (cfg.model.norm, cfg.train.lr, cfg.model.depth, cfg.seed) == ("rmsnorm", 1e-3, 3, 7)
+    assert isinstance(cfg.train.lr, float)
+
+
+@pytest.mark.parametrize(
+    "data, fragment",
+    [
+        ({"model": {"widht": 64}}, "did you mean 'model.width'"),
+        ({"model": {"width": "wide"}}, "model.width must be int"),
+        ({"model": {"depth": 2.5}}, "model.depth must be int"),
+        ({"train": {"lr": True}}, "train.lr must be float"),
+        ({"model": {"norm": "batchnorn2"}}, "allowed: "),
+        ({"model": {"placement": "middle"}}, "allowed: post, pre"),
+        ({"model": {"width": 65, "heads": 4}}, "divisible"),
+        ({"model": "big"}, "must be a mapping"),
+        ({"train": {"steps": 0}}, "train.steps must be >= 1"),
+    ],
+)
+def test_bad_config_one_line(data, fragment):
+    with pytest.raises(NormlabError) as e:
+        config_from_dict(data)
+    assert fragment in str(e.value) and "\n" not in str(e.value)
+
+
+def test_unknown_override_key():
+    with pytest.raises(NormlabError, match="did you mean 'train.steps'"):
+        load_config("tiny", ["train.step=5"])
+
+
+def test_hash_changes_with_any_key():
+    a = config_from_dict({})
+    b = config_from_dict({"model": {"norm_eps": 1e-6}})
+    assert a.hash() != b.hash() and a.hash() == config_from_dict({}).hash()

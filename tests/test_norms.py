@@ -1,0 +1,85 @@
+"""Registry-driven norm tests: every registered norm gets the shared tests; references are torch's own layers
+and closed-form formulas."""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+import torch
+
+from normlab.errors import NormlabError
+from normlab.norms import build_norm, get_norm_class, list_norms, norm_names
+
+D = 16
+
+
+@pytest.fixture(params=norm_names())
+def norm_name(request):
+    return request.param
+
+
+def test_constructor_shape_and_param_names(norm_name):
+    sig = inspect.signature(get_norm_class(norm_name).__init__)
+    for kw in ("eps", "affine", "bias"):
+        assert kw in sig.parameters and sig.parameters[kw].kind is inspect.Parameter.KEYWORD_ONLY
+    m = build_norm(norm_name, D, eps=1e-5)
+    assert {n for n, _ in m.named_parameters()} <= {"weight", "bias"}
+    assert build_norm(norm_name, D, affine=False).weight is None
+
+
+def test_shape_preserved_and_finite(norm_name):
+    torch.manual_seed(0)
+    m = build_norm(norm_name, D)
+    x = torch.randn(3, 5, D)
+    y = m(x)
+    assert y.shape == x.shape and torch.isfinite(y).all()
+    y.sum().backward()  # gradients flow to every parameter
+    assert all(p.grad is not None for p in m.parameters())
+
+
+def test_listed_with_paper(norm_name):
+    row = next(r for r in list_norms() if r["name"] == norm_name)
+    assert row["paper"] and row["description"]
+
+
+def test_layernorm_matches_torch():
+    torch.manual_seed(0)
+    m = build_norm("layernorm", D, eps=1e-5)
+    ref = torch.nn.LayerNorm(D, eps=1e-5)
+    with torch.no_grad():
+        m.weight.normal_(), m.bias.normal_()
+        ref.weight.copy_(m.weight), ref.bias.copy_(m.bias)
+    x = torch.randn(4, 7, D) * 3 + 1
+    torch.testing.assert_close(m(x), ref(x))
+
+
+def test_rmsnorm_closed_form_and_unit_offset():
+    torch.manual_seed(0)
+    x = torch.randn(4, 7, D, dtype=torch.float64)
+    m = build_norm("rmsnorm", D, eps=1e-6).double()
+    with torch.no_grad():
+        m.weight.normal_()
+    expect = x / torch.sqrt((x**2).mean(-1, keepdim=True) + 1e-6) * m.weight
+    torch.testing.assert_close(m(x), expect)
+    ref = torch.nn.RMSNorm(D, eps=1e-6).double()
+    with torch.no_grad():
+        ref.weight.copy_(m.weight)
+    torch.testing.assert_close(m(x), ref(x))
+    u = build_norm("rmsnorm", D, eps=1e-6, unit_offset=True).double()
+    assert torch.count_nonzero(u.weight) == 0  # stored as w = 0, applied as 1 + w
+    with torch.no_grad():
+        u.weight.copy_(m.weight - 1.0)
+    torch.testing.assert_close(u(x), m(x))
+
+
+def test_unknown_norm_suggests_and_lists():
+    with pytest.raises(NormlabError) as e:
+        build_norm("lyernorm", D)
+    msg = str(e.value)
+    assert "layernorm" in msg and "did you mean" in msg and "\n" not in msg
+
+
+def test_unknown_option_is_an_error():
+    with pytest.raises(NormlabError, match="does not take option"):
+        build_norm("layernorm", D, unit_offset=True)

@@ -1,0 +1,127 @@
+"""End-to-end training: learning, exact resume after kill -9 and Ctrl-C, divergence as a result."""
+
+from __future__ import annotations
+
+import json
+import re
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from normlab.errors import EXIT_DIVERGED, EXIT_INTERRUPTED
+from tests.helpers import TINY, cli_env, normlab, summary, weights
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    return tmp_path_factory.mktemp("cache")
+
+
+@pytest.fixture(scope="module")
+def reference_run(tmp_path_factory, cache):
+    out = tmp_path_factory.mktemp("ref") / "run"
+    normlab("train", "tiny", *TINY, "--out", str(out), cache=cache, check=True)
+    return out
+
+
+def test_run_directory_contents(reference_run):
+    s = summary(reference_run)
+    assert s["status"] == "completed" and s["step"] == 24
+    records = [json.loads(l) for l in (reference_run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records if "loss" in r and "tokens_per_s" in r] == [4, 8, 12, 16, 20, 24]
+    assert {"step", "loss", "lr", "grad_norm", "tokens_per_s", "elapsed_s"} <= set(records[0])
+    assert [r["step"] for r in records if "val_bpb" in r] == [12, 24]
+    groups = json.loads((reference_run / "param_groups.json").read_text())
+    norm_site = re.compile(r"(attn|mlp)_(in|out|post)\.|final_norm\.")
+    assert groups["no_decay"] and all(norm_site.search(n) or "emb" in n or n.endswith("bias") for n in groups["no_decay"])
+    assert all(n.endswith("weight") and "emb" not in n for n in groups["decay"])
+    ckpts = sorted(p.name for p in (reference_run / "checkpoints").iterdir())
+    assert ckpts == ["step_00000020", "step_00000024"]  # keep_checkpoints=2, no temp dirs left
+    assert s["gap_bpb"] == pytest.approx(s["val_bpb"] - s["entropy_floor_bpb"])
+
+
+def _same_weights(a, b):
+    wa, wb = weights(a), weights(b)
+    assert wa.keys() == wb.keys()
+    for k in wa:
+        assert torch.equal(wa[k], wb[k]), f"{k} differs"
+
+
+def test_resume_after_kill_9_is_bit_exact(reference_run, tmp_path, cache):
+    out = tmp_path / "killed"
+    proc = subprocess.Popen([sys.executable, "-m", "normlab.cli", "train", "tiny", *TINY, "--out", str(out)],
+                            env=cli_env(cache), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    while time.time() < deadline and not (out / "checkpoints" / "step_00000012").exists():
+        if proc.poll() is not None:
+            break
+        time.sleep(0.02)
+    time.sleep(0.05)  # land somewhere between checkpoints
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert not (out / "model.safetensors").exists(), "run finished before it could be killed"
+    r = normlab("train", "--resume", str(out), cache=cache)
+    assert r.returncode == 0, r.stderr
+    _same_weights(reference_run, out)
+    steps = [json.loads(l)["step"] for l in (out / "metrics.jsonl").read_text().splitlines()]
+    assert steps == sorted(set(steps)), "metrics.jsonl has duplicated steps after resume"
+
+
+def test_ctrl_c_then_resume_is_bit_exact(reference_run, tmp_path, cache):
+    out = tmp_path / "interrupted"
+    proc = subprocess.Popen([sys.executable, "-m", "normlab.cli", "train", "tiny", *TINY, "--out", str(out)],
+                            env=cli_env(cache), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    while not (out / "checkpoints").exists() and proc.poll() is None:
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait() == EXIT_INTERRUPTED
+    s = summary(out)
+    assert s["status"] == "interrupted" and 0 < s["step"] < 24
+    r = normlab("train", "--resume", str(out), cache=cache)
+    assert r.returncode == 0, r.stderr
+    _same_weights(reference_run, out)
+
+
+def test_divergence_is_a_result(tmp_path, cache):
+    out = tmp_path / "div"
+    r = normlab("train", "tiny", "--set", "train.loss_ceiling=3.0", "--out", str(out), "--json", cache=cache)
+    assert r.returncode == EXIT_DIVERGED
+    s = json.loads(r.stdout)
+    assert s["status"] == "diverged" and s["step"] == 1 and summary(out)["status"] == "diverged"
+
+
+def test_gradient_accumulation_matches_big_batch(tmp_path, cache):
+    """Two micro-batches of 4 sum to the same gradient as one batch of 8 drawn from the same windows."""
+    from normlab.config import load_config
+    from normlab.model import build_model
+    from normlab.train.loop import get_batch, load_data
+
+    os.environ["NORMLAB_CACHE_DIR"] = str(cache)
+    cfg = load_config("tiny")
+    data = load_data(cfg)
+    cfg.model.vocab_size = data.vocab_size
+    torch.manual_seed(0)
+    m = build_model(cfg.model)
+    x, y = get_batch(data.train, 8, cfg.model.context, torch.Generator().manual_seed(1))
+    m(x, y)[1].backward()
+    full = [p.grad.clone() for p in m.parameters()]
+    m.zero_grad()
+    for i in range(2):
+        (m(x[4 * i : 4 * i + 4], y[4 * i : 4 * i + 4])[1] / 2).backward()
+    for a, b in zip(full, [p.grad for p in m.parameters()]):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
+
+
+def test_gap_to_entropy_floor_shrinks_with_steps(tmp_path, cache):
+    gaps = []
+    for steps in (20, 150):
+        out = tmp_path / f"s{steps}"
+        r = normlab("train", "tiny", "--set", f"train.steps={steps}", "--out", str(out), "--json", cache=cache,
+                    check=True)
+        gaps.append(json.loads(r.stdout)["gap_bpb"])
+    assert gaps[1] < gaps[0] - 0.1 and gaps[1] > 0
