@@ -129,6 +129,10 @@ def _coerce(key: str, value: Any, tp: Any) -> Any:
             except NormlabError as e:
                 errors.append(e)
         raise NormlabError(f"{key} must be {_type_name(tp)}, got {type(value).__name__} {value!r}")
+    if origin is dict:
+        if isinstance(value, dict) and all(isinstance(k, str) for k in value):
+            return dict(value)
+        raise NormlabError(f"{key} must be a mapping of option names to values, got {type(value).__name__}")
     if tp is bool:
         if isinstance(value, bool):
             return value
@@ -173,6 +177,18 @@ def _all_keys(cls: type = RunConfig, prefix: str = "") -> list[str]:
     return out
 
 
+def _mapping_keys(cls: type = RunConfig, prefix: str = "") -> list[str]:
+    """Keys whose value is a free-form mapping (``--set model.norm_options.alpha_init=0.5`` sets one entry)."""
+    out = []
+    for f in fields(cls):
+        tp = typing.get_type_hints(cls)[f.name]
+        if dataclasses.is_dataclass(tp):
+            out += _mapping_keys(tp, f"{prefix}{f.name}.")
+        elif typing.get_origin(tp) is dict:
+            out.append(f"{prefix}{f.name}")
+    return out
+
+
 def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
     """Apply ``key.sub=value`` strings (values parsed as YAML scalars) to a nested dict, in place."""
     valid = _all_keys()
@@ -181,7 +197,8 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
             raise NormlabError(f"--set expects KEY=VALUE, got '{item}'")
         key, raw = item.split("=", 1)
         key = key.strip()
-        if key not in valid:
+        in_mapping = any(key.startswith(f"{m}.") and key.count(".") == m.count(".") + 1 for m in _mapping_keys())
+        if key not in valid and not in_mapping:
             raise NormlabError(f"unknown config key '{key}'{did_you_mean(key, valid)}")
         try:
             value = yaml.safe_load(raw) if raw != "" else ""

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from normlab.errors import NormlabError, unknown
 
 ACTIVATIONS = ("gelu", "swiglu")
 POSITIONS = ("rope", "learned")
+NORM_GROUPS = ("attn", "mlp", "final", "embed")
 
 
 @dataclass
@@ -31,6 +33,7 @@ class ModelConfig:
     bias: bool = False
     norm: str = "layernorm"
     norm_eps: float = 1e-5
+    norm_options: dict[str, Any] = field(default_factory=dict)
     placement: str = "pre"
     final_norm: bool | None = None
     init_std: float = 0.02
@@ -56,11 +59,31 @@ class ModelConfig:
         if self.placement not in PLACEMENTS:
             raise unknown("model.placement", self.placement, PLACEMENTS)
         get_norm_class(self.norm)
+        from normlab.norms import build_norm
+
+        for group in NORM_GROUPS:  # unknown or invalid norm options fail here, not mid-build
+            build_norm(self.norm, self.width, eps=self.norm_eps, **self.norm_kwargs(group))
         if not 0.0 <= self.dropout < 1.0:
             raise NormlabError(f"model.dropout must be in [0, 1), got {self.dropout}")
         if self.mlp_ratio <= 0 or self.norm_eps <= 0 or self.init_std <= 0:
             raise NormlabError("model.mlp_ratio, model.norm_eps and model.init_std must be > 0")
         return self
+
+    def norm_kwargs(self, group: str) -> dict[str, Any]:
+        """Options for a norm at a site of ``group`` (``attn``, ``mlp``, ``final``, ``embed``).
+
+        ``norm_options`` keys apply to every site; ``key@group`` keys apply to one group and win, e.g.
+        ``{alpha_init: 0.5, alpha_init@attn: 0.8}`` (DyT's per-site alpha init).
+        """
+        out = {k: v for k, v in self.norm_options.items() if "@" not in k}
+        for k, v in self.norm_options.items():
+            if "@" in k:
+                name, _, grp = k.partition("@")
+                if grp not in NORM_GROUPS:
+                    raise NormlabError(f"model.norm_options key '{k}': group must be one of {', '.join(NORM_GROUPS)}")
+                if grp == group:
+                    out[name] = v
+        return out
 
     @property
     def head_dim(self) -> int:

@@ -32,17 +32,18 @@ class GPT(nn.Module):
         rope = RotaryEmbedding(cfg.head_dim, cfg.context, cfg.rope_base) if cfg.positions == "rope" else None
         self.drop = nn.Dropout(cfg.dropout)
 
-        def norm() -> nn.Module:
-            return build_norm(cfg.norm, cfg.width, eps=cfg.norm_eps)
+        def norm(site: str) -> nn.Module:
+            group = site.split("_")[0]  # attn_in -> attn, mlp_post -> mlp, final -> final
+            return build_norm(cfg.norm, cfg.width, eps=cfg.norm_eps, **cfg.norm_kwargs(group))
 
         blocks = []
         for l in range(cfg.depth):
             attn = CausalSelfAttention(cfg.width, cfg.heads, bias=cfg.bias, dropout=cfg.dropout, rope=rope)
             mlp = MLP(cfg.width, cfg.mlp_ratio, cfg.activation, bias=cfg.bias, dropout=cfg.dropout)
-            blocks.append(Block(attn, mlp, {site: norm() for site in placement.sites(l, cfg.depth)}))
+            blocks.append(Block(attn, mlp, {site: norm(site) for site in placement.sites(l, cfg.depth)}))
         self.blocks = nn.ModuleList(blocks)
         use_final = placement.final_norm if cfg.final_norm is None else cfg.final_norm
-        self.final_norm = norm() if use_final else nn.Identity()
+        self.final_norm = norm("final") if use_final else nn.Identity()
         self.lm_head = nn.Linear(cfg.width, cfg.vocab_size, bias=False)
         if cfg.tie_embeddings:
             self.lm_head.weight = self.tok_emb.weight
