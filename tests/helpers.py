@@ -31,6 +31,33 @@ def normlab(*args: str, cache: Path, check: bool = False, **kw) -> subprocess.Co
     return proc
 
 
+def run_inproc(*args: str, cache: Path, check: bool = False) -> subprocess.CompletedProcess:
+    """Run the CLI in this process (fast path for error and eval tests); same exit codes and streams."""
+    import contextlib
+    import io
+
+    from normlab.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    old = os.environ.get("NORMLAB_CACHE_DIR")
+    os.environ["NORMLAB_CACHE_DIR"] = str(cache)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = main(list(args))
+            except SystemExit as e:  # argparse errors
+                code = int(e.code or 0)
+    finally:
+        if old is None:
+            os.environ.pop("NORMLAB_CACHE_DIR", None)
+        else:
+            os.environ["NORMLAB_CACHE_DIR"] = old
+    proc = subprocess.CompletedProcess(["normlab", *args], code, out.getvalue(), err.getvalue())
+    if check and code != 0:
+        raise AssertionError(f"normlab {' '.join(args)} failed ({code}): {proc.stderr[-2000:]}")
+    return proc
+
+
 def weights(run_dir: Path) -> dict:
     return load_file(str(run_dir / "model.safetensors"))
 

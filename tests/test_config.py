@@ -32,7 +32,7 @@ def test_overrides_are_typed():
         ({"model": {"depth": 2.5}}, "model.depth must be int"),
         ({"train": {"lr": True}}, "train.lr must be float"),
         ({"model": {"norm": "batchnorn2"}}, "allowed: "),
-        ({"model": {"placement": "middle"}}, "allowed: post, pre"),
+        ({"model": {"placement": "middle"}}, "allowed: mix, output, peri, post, pre"),
         ({"model": {"width": 65, "heads": 4}}, "divisible"),
         ({"model": "big"}, "must be a mapping"),
         ({"train": {"steps": 0}}, "train.steps must be >= 1"),

@@ -12,6 +12,9 @@ from normlab.errors import NormlabError
 from normlab.norms import build_norm, get_norm_class, list_norms, norm_names
 
 D = 16
+# Parameters allowed besides weight/bias, per norm (documented in the norm's docstring): DyT's scalar alpha is
+# the tanh's input scale, not an affine map.
+EXTRA_PARAM_NAMES = {"dyt": {"alpha"}}
 
 
 @pytest.fixture(params=norm_names())
@@ -24,17 +27,18 @@ def test_constructor_shape_and_param_names(norm_name):
     for kw in ("eps", "affine", "bias"):
         assert kw in sig.parameters and sig.parameters[kw].kind is inspect.Parameter.KEYWORD_ONLY
     m = build_norm(norm_name, D, eps=1e-5)
-    assert {n for n, _ in m.named_parameters()} <= {"weight", "bias"}
+    assert {n for n, _ in m.named_parameters()} <= {"weight", "bias"} | EXTRA_PARAM_NAMES.get(norm_name, set())
     assert build_norm(norm_name, D, affine=False).weight is None
 
 
 def test_shape_preserved_and_finite(norm_name):
     torch.manual_seed(0)
     m = build_norm(norm_name, D)
-    x = torch.randn(3, 5, D)
+    x = torch.randn(3, 5, D, requires_grad=True)
     y = m(x)
     assert y.shape == x.shape and torch.isfinite(y).all()
-    y.sum().backward()  # gradients flow to every parameter
+    y.sum().backward()  # gradients flow to the input and to every parameter
+    assert x.grad is not None and torch.isfinite(x.grad).all()
     assert all(p.grad is not None for p in m.parameters())
 
 

@@ -1,0 +1,114 @@
+"""Batch-statistic norms: the shared base (counters, step detection, masks) and BatchNorm over tokens.
+
+PowerNorm (``powernorm.py``) and Unified Normalization (``unified.py``) build on :class:`BatchStatNorm`.
+
+What every batch-statistic norm here guarantees:
+
+- **Training** normalises with statistics taken over every (non-padding) token of the batch, ``B*T`` of them.
+  That mixes positions and sequences: a token's output depends on later tokens and on other sequences of the
+  batch. This is the published method; the causal-LM loss still trains, but train-mode outputs are not causal.
+- **Evaluation** (``module.eval()``) uses running statistics only: a fixed per-channel affine map, so outputs are
+  causal and a sequence's output does not depend on the rest of the batch.
+- Running statistics and counters change only in training mode; all of them are persistent buffers (saved by
+  ``state_dict``/safetensors), counters are int64, so a resumed run continues bit-exactly.
+- **Gradient accumulation**: every training forward is one batch for the statistics (running averages, ring
+  buffers) -- as in torch's BatchNorm. Warm-up lengths count *optimizer steps* (``step`` buffer): a training
+  forward starts a new step when the norm's ``weight.grad`` is None (the state after ``optimizer.zero_grad()``,
+  torch's default ``set_to_none=True``, which normlab's loop uses) or when ``weight`` was changed in place since
+  the previous forward (a non-fused optimizer's update, which also covers ``zero_grad(set_to_none=False)``).
+  The 2nd..k-th micro-batches of a step, which accumulate into an existing gradient of an unchanged weight,
+  do not advance ``step``. Without a weight (``affine=False``) every training forward counts as a step.
+- ``forward(x, mask=None)``: optional ``mask`` of shape ``x.shape[:-1]`` (True = real token, False = padding)
+  restricts the batch statistics to real tokens. normlab's LMs have no padding and never pass one.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from normlab.norms import functional as NF
+from normlab.norms.registry import register_norm
+
+
+class BatchStatNorm(nn.Module):
+    """Base: per-channel ``weight [dim]`` (ones), ``bias [dim]`` (zeros), int64 counters ``num_batches``
+    (training forwards) and ``step`` (optimizer steps, detected as described in the module docstring)."""
+
+    paper = ""
+    description = ""
+
+    def __init__(self, dim: int, *, eps: float = 1e-5, affine: bool = True, bias: bool = True):
+        super().__init__()
+        self.dim, self.eps = dim, eps
+        self.weight = nn.Parameter(torch.ones(dim)) if affine else None
+        self.bias = nn.Parameter(torch.zeros(dim)) if (affine and bias) else None
+        self.register_buffer("num_batches", torch.zeros((), dtype=torch.long))
+        self.register_buffer("step", torch.zeros((), dtype=torch.long))
+        self._seen_version: int | None = None  # weight._version at the last training forward (not state)
+
+    def _advance(self) -> tuple[int, int]:
+        """Count one training forward; returns ``(num_batches, step)`` after counting (both 1-based)."""
+        new_step = True
+        w = self.weight
+        if w is not None:
+            version = w._version
+            new_step = w.grad is None or version != self._seen_version
+            self._seen_version = version
+        with torch.no_grad():
+            self.num_batches.add_(1)
+            if new_step:
+                self.step.add_(1)
+        return int(self.num_batches), int(self.step)
+
+    def _affine(self, z: torch.Tensor) -> torch.Tensor:
+        if self.weight is not None:
+            z = z * self.weight
+        return z + self.bias if self.bias is not None else z
+
+    def extra_repr(self) -> str:
+        return f"{self.dim}, eps={self.eps}, affine={self.weight is not None}, bias={self.bias is not None}"
+
+
+@register_norm("batchnorm")
+class BatchNorm(BatchStatNorm):
+    """BatchNorm over tokens: ``(x - mean) / sqrt(var + eps) * weight + bias`` with per-channel statistics over all
+    ``B*T`` (non-padding) tokens in training and the running statistics in evaluation.
+
+    Paper: Ioffe & Szegedy 2015, "Batch Normalization", arXiv:1502.03167 -- applied to ``[B*T, dim]`` as in
+    ``torch.nn.BatchNorm1d``: biased variance to normalise, unbiased variance for ``running_var``,
+    ``running = (1 - momentum) * running + momentum * batch`` (``momentum`` default 0.1, torch's convention).
+    Buffers ``running_mean [dim]`` (zeros), ``running_var [dim]`` (ones). The naive baseline that PowerNorm and
+    Unified Normalization improve on. Train: batch statistics mix positions and sequences (see module docstring).
+    Shapes: ``[..., dim] -> [..., dim]``.
+    """
+
+    paper = "Ioffe & Szegedy 2015, Batch Normalization (arXiv:1502.03167), statistics over all tokens"
+    description = "subtract the batch mean, divide by the batch std over all tokens; running stats at eval"
+
+    def __init__(self, dim: int, *, eps: float = 1e-5, affine: bool = True, bias: bool = True,
+                 momentum: float = 0.1):
+        super().__init__(dim, eps=eps, affine=affine, bias=bias)
+        self.momentum = float(momentum)
+        self.register_buffer("running_mean", torch.zeros(dim))
+        self.register_buffer("running_var", torch.ones(dim))
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        if not self.training:
+            return F.batch_norm(x.reshape(-1, self.dim), self.running_mean, self.running_var, self.weight,
+                                self.bias, False, 0.0, self.eps).reshape(x.shape)
+        self._advance()
+        if mask is None:
+            return F.batch_norm(x.reshape(-1, self.dim), self.running_mean, self.running_var, self.weight,
+                                self.bias, True, self.momentum, self.eps).reshape(x.shape)
+        mean = NF.token_mean(x, mask)
+        var = NF.token_mean((x - mean) ** 2, mask)
+        with torch.no_grad():
+            n = mask.sum().clamp_min(2).to(var.dtype)
+            self.running_mean.lerp_(mean.detach().to(self.running_mean.dtype), self.momentum)
+            self.running_var.lerp_((var.detach() * n / (n - 1)).to(self.running_var.dtype), self.momentum)
+        return self._affine((x - mean) * torch.rsqrt(var + self.eps))
+
+    def extra_repr(self) -> str:
+        return super().extra_repr() + f", momentum={self.momentum}"

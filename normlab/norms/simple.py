@@ -1,0 +1,110 @@
+"""Per-token norms without batch statistics: ScaleNorm, DyT (Dynamic Tanh) and ``none`` (identity).
+
+All act on the last dimension: input ``[..., dim]`` -> output ``[..., dim]``; train and eval compute the same thing.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from normlab.errors import NormlabError
+from normlab.norms import functional as NF
+from normlab.norms.registry import register_norm
+
+
+@register_norm("scalenorm")
+class ScaleNorm(nn.Module):
+    """ScaleNorm: ``g * x / max(||x||_2, eps)`` with ONE learnable scalar ``g``.
+
+    Paper: Nguyen & Salazar 2019, "Transformers without Tears: Improving the Normalization of Self-Attention",
+    arXiv:1910.05895. The gain is the parameter ``weight`` of shape ``[1]``, initialised to ``sqrt(dim)`` (so the
+    output starts with root-mean-square 1). ``eps`` clamps the norm from below (it is not added under a root).
+    ``affine=False`` keeps ``g`` fixed at ``sqrt(dim)`` (``weight`` is None). ScaleNorm has no bias: ``bias=True``
+    is an error. Shapes: ``[..., dim] -> [..., dim]``.
+    """
+
+    paper = "Nguyen & Salazar 2019, Transformers without Tears (arXiv:1910.05895)"
+    description = "divide by the L2 norm, one learnable scalar gain (init sqrt(d))"
+
+    def __init__(self, dim: int, *, eps: float = 1e-5, affine: bool = True, bias: bool = False):
+        super().__init__()
+        if bias:
+            raise NormlabError("norm 'scalenorm' has no bias (one scalar gain only); set bias: false")
+        self.dim, self.eps = dim, eps
+        self.weight = nn.Parameter(torch.full((1,), math.sqrt(dim))) if affine else None
+        self.bias = None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        g = self.weight if self.weight is not None else math.sqrt(self.dim)
+        return NF.scale_norm(x, g, self.eps)
+
+    def extra_repr(self) -> str:
+        return f"{self.dim}, eps={self.eps}, affine={self.weight is not None}"
+
+
+@register_norm("dyt")
+class DyT(nn.Module):
+    """Dynamic Tanh: ``weight * tanh(alpha * x) + bias``, ``alpha`` one learnable scalar.
+
+    Paper: Zhu, Chen, He, LeCun & Liu 2025, "Transformers without Normalization", arXiv:2503.10622 (code:
+    github.com/jiachenzhu/DyT). Parameters: ``alpha [1]`` (init ``alpha_init``, default 0.5), ``weight [dim]``
+    (ones) and ``bias [dim]`` (zeros). The paper's LLM recipe drops the bias and uses a different alpha init per
+    site; in a config::
+
+        model:
+          norm: dyt
+          norm_options: {bias: false, alpha_init@attn: 0.8, alpha_init@mlp: 0.2, alpha_init@final: 0.2}
+
+    (``configs/dyt.yaml``). ``alpha`` is DyT's only parameter not named ``weight``/``bias``: it is the squashing
+    scale, not an affine map, so it stays learnable with ``affine=False`` (which removes ``weight`` and ``bias``).
+    No statistics: every token is transformed on its own. ``eps`` is accepted for the shared constructor and unused.
+    Shapes: ``[..., dim] -> [..., dim]``.
+    """
+
+    paper = "Zhu et al. 2025, Transformers without Normalization (arXiv:2503.10622)"
+    description = "element-wise tanh(alpha * x) with a learnable scalar alpha, per-channel gain and bias"
+
+    def __init__(self, dim: int, *, eps: float = 1e-5, affine: bool = True, bias: bool = True,
+                 alpha_init: float = 0.5):
+        super().__init__()
+        self.dim, self.eps, self.alpha_init = dim, eps, float(alpha_init)
+        self.alpha = nn.Parameter(torch.full((1,), float(alpha_init)))
+        self.weight = nn.Parameter(torch.ones(dim)) if affine else None
+        self.bias = nn.Parameter(torch.zeros(dim)) if (affine and bias) else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return NF.dyt(x, self.alpha, self.weight, self.bias)
+
+    def extra_repr(self) -> str:
+        return (f"{self.dim}, alpha_init={self.alpha_init}, affine={self.weight is not None}, "
+                f"bias={self.bias is not None}")
+
+
+@register_norm("none")
+class NoNorm(nn.Module):
+    """No normalization: the identity ``y = x``; no parameters (``affine``, ``bias`` and ``eps`` are accepted for
+    the shared constructor and ignored; ``weight`` and ``bias`` are None).
+
+    The baseline for "is a norm needed at all" and the norm of self-normalising networks (Klambauer et al. 2017,
+    "Self-Normalizing Neural Networks", arXiv:1706.02515): those need SELU activations (scale 1.0507, alpha
+    1.67326) and LeCun-normal init in the MLP/init code, chosen with ``model.activation`` -- not here.
+    Shapes: ``[..., dim] -> [..., dim]``.
+    """
+
+    paper = "Klambauer et al. 2017, Self-Normalizing Neural Networks (arXiv:1706.02515): identity baseline"
+    description = "identity (no normalization); pair with SELU activations for a self-normalising network"
+
+    def __init__(self, dim: int, *, eps: float = 1e-5, affine: bool = True, bias: bool = True):
+        super().__init__()
+        self.dim = dim
+        self.weight = None
+        self.bias = None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x
+
+    def extra_repr(self) -> str:
+        return f"{self.dim}"

@@ -1,0 +1,155 @@
+"""CLI contract: --json outputs, and every bad input is one line on stderr, exit 2, no traceback, nothing written."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from tests.helpers import run_inproc as normlab
+from tests.helpers import normlab as normlab_subprocess
+from tests.helpers import summary
+
+SHORT = ["--set", "train.steps=6", "--set", "train.eval_every=3", "--set", "train.checkpoint_every=3"]
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    return tmp_path_factory.mktemp("cache")
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory, cache):
+    out = tmp_path_factory.mktemp("runs") / "tiny"
+    normlab("train", "tiny", *SHORT, "--out", str(out), cache=cache, check=True)
+    return out
+
+
+def assert_bad_input(proc, *fragments):
+    assert proc.returncode == 2, (proc.returncode, proc.stderr)
+    err = proc.stderr.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("error: "), err
+    assert "Traceback" not in proc.stderr
+    for f in fragments:
+        assert f in err, err
+
+
+def test_eval_json_keys_and_floor(run, cache):
+    r = normlab("eval", str(run), "--json", "--max-tokens", "2000", cache=cache, check=True)
+    m = json.loads(r.stdout)
+    for k in ("loss", "bits_per_byte", "token_perplexity", "byte_perplexity", "word_perplexity",
+              "entropy_floor_bpb", "gap_bpb"):
+        assert isinstance(m[k], float), k
+    assert m["gap_bpb"] == pytest.approx(m["bits_per_byte"] - m["entropy_floor_bpb"])
+    assert m["tokens"] == 2000 and json.loads((run / "eval_val.json").read_text())["loss"] == m["loss"]
+    strided = json.loads(normlab("eval", str(run), "--json", "--max-tokens", "2000", "--stride", "16",
+                                 "--split", "test", cache=cache, check=True).stdout)
+    assert strided["stride"] == 16 and strided["tokens"] == 2000
+
+
+def test_train_json_summary(run, cache):
+    s = summary(run)
+    assert s["status"] == "completed" and s["step"] == 6 and (run / "model.safetensors").is_file()
+    r = normlab("train", "--resume", str(run), "--json", cache=cache, check=True)  # already complete: no-op
+    assert json.loads(r.stdout)["step"] == 6
+
+
+def test_norms_json(cache):
+    rows = json.loads(normlab("norms", "--json", cache=cache, check=True).stdout)["norms"]
+    assert {"layernorm", "rmsnorm"} <= {r["name"] for r in rows}
+    assert all(set(r) == {"name", "paper", "description"} for r in rows)
+
+
+@pytest.mark.parametrize(
+    "args, fragments",
+    [
+        (["--set", "model.widht=64"], ["did you mean 'model.width'"]),
+        (["--set", "model.width=wide"], ["model.width must be int"]),
+        (["--set", "model.norm=lyernorm"], ["did you mean 'layernorm'", "allowed:"]),
+        (["--set", "model.placement=middle"], ["model.placement", "allowed:"]),
+        (["--set", "model.width=65"], ["divisible by model.heads"]),
+        (["--set", "data.source=/nonexistent/corpus.txt"], ["/nonexistent/corpus.txt"]),
+        (["--set", "data.source=nosuchkind:abc"], ["nosuchkind"]),
+        (["--set", "model.context=100000"], ["too short"]),
+        (["--set", "train.steps=-1"], ["train.steps"]),
+    ],
+)
+def test_bad_train_input(tmp_path, cache, args, fragments):
+    out = tmp_path / "out"
+    assert_bad_input(normlab("train", "tiny", *args, "--out", str(out), cache=cache), *fragments)
+    assert not out.exists()
+
+
+def test_empty_corpus(tmp_path, cache):
+    empty = tmp_path / "empty.txt"
+    empty.write_text("")
+    assert_bad_input(normlab("train", "tiny", "--set", f"data.source={empty}", "--out", str(tmp_path / "o"),
+                             cache=cache), "empty")
+
+
+def test_missing_config_and_unknown_preset(tmp_path, cache):
+    assert_bad_input(normlab("train", str(tmp_path / "nope.yaml"), cache=cache), "presets:", "tiny")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("model: [1, 2\n")
+    assert_bad_input(normlab("train", str(bad), cache=cache), "not valid YAML")
+
+
+def test_not_a_run(tmp_path, cache):
+    assert_bad_input(normlab("eval", str(tmp_path), cache=cache), "not a normlab run")
+    assert_bad_input(normlab("eval", str(tmp_path / "missing"), cache=cache), "does not exist")
+    assert_bad_input(normlab("train", "--resume", str(tmp_path), cache=cache), "not a normlab run")
+
+
+def test_corrupted_model_file(run, tmp_path, cache):
+    broken = tmp_path / "broken"
+    shutil.copytree(run, broken)
+    data = (broken / "model.safetensors").read_bytes()
+    (broken / "model.safetensors").write_bytes(data[: len(data) // 2])  # truncated
+    assert_bad_input(normlab("eval", str(broken), cache=cache), "truncated or corrupted")
+    (broken / "model.safetensors").write_bytes(b"\x80\x04not a safetensors file")  # e.g. a pickle
+    assert_bad_input(normlab("eval", str(broken), cache=cache), "truncated or corrupted")
+
+
+def test_foreign_weights(run, tmp_path, cache):
+    other = tmp_path / "other"
+    normlab("train", "tiny", *SHORT, "--set", "model.width=32", "--out", str(other), cache=cache, check=True)
+    mixed = tmp_path / "mixed"
+    shutil.copytree(run, mixed)
+    shutil.copy(other / "model.safetensors", mixed / "model.safetensors")
+    assert_bad_input(normlab("eval", str(mixed), cache=cache), "shape")
+
+
+def test_corrupted_checkpoint_on_resume(tmp_path, cache):
+    out = tmp_path / "r"
+    normlab("train", "tiny", *SHORT, "--out", str(out), cache=cache, check=True)
+    (out / "model.safetensors").unlink()
+    (out / "summary.json").unlink()
+    last = sorted((out / "checkpoints").iterdir())[-1]
+    (last / "optim.safetensors").write_bytes(b"garbage")
+    before = (last / "state.json").read_text()
+    assert_bad_input(normlab("train", "--resume", str(out), cache=cache), "truncated or corrupted")
+    assert (last / "state.json").read_text() == before  # nothing overwritten
+
+
+def test_resume_with_changed_config(run, cache):
+    assert_bad_input(normlab("train", "--resume", str(run), "--set", "model.norm=rmsnorm", cache=cache),
+                     "model.norm")
+    assert_bad_input(normlab("train", "tiny", "--out", str(run), cache=cache), "already holds a run")
+
+
+def test_eval_learned_positions_refuse_long_context(tmp_path, cache):
+    out = tmp_path / "learned"
+    normlab("train", "tiny", *SHORT, "--set", "model.positions=learned", "--out", str(out), cache=cache, check=True)
+    assert_bad_input(normlab("eval", str(out), "--context", "128", cache=cache), "learned position")
+
+
+def test_subprocess_exit_status_and_single_line(tmp_path, cache):
+    """The real console entry point: exit 2 and one stderr line, no traceback."""
+    assert_bad_input(normlab_subprocess("train", "tiny", "--set", "model.norm=nope", cache=cache), "allowed:")
+    assert_bad_input(normlab_subprocess("eval", str(tmp_path), cache=cache), "not a normlab run")
+
+
+def test_unknown_command_and_option(cache):
+    assert_bad_input(normlab("frobnicate", cache=cache))
+    assert_bad_input(normlab("eval", "x", "--split", "train", cache=cache), "invalid choice")

@@ -1,0 +1,87 @@
+"""Evaluation metrics against closed forms (lm-evaluation-harness definitions)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from normlab.eval.lm import count_words, evaluate, windows
+
+
+class FixedModel(torch.nn.Module):
+    """Logits that depend only on the previous ``k`` tokens' count (a toy causal model with a known answer)."""
+
+    def __init__(self, vocab: int, logits: torch.Tensor | None = None):
+        super().__init__()
+        self.vocab = vocab
+        self.logits = logits if logits is not None else torch.zeros(vocab)
+
+    def forward(self, idx):
+        return self.logits.expand(*idx.shape, self.vocab).clone()
+
+
+class CountingModel(torch.nn.Module):
+    """Log-prob of the target depends on how much context the position has: logit[0] = position in window."""
+
+    def forward(self, idx):
+        B, T = idx.shape
+        out = torch.zeros(B, T, 4)
+        out[..., 0] = torch.arange(T, dtype=torch.float32)
+        return out
+
+
+@settings(max_examples=200, deadline=None)
+@given(n=st.integers(2, 300), context=st.integers(1, 40), data=st.data())
+def test_windows_score_every_target_once(n, context, data):
+    stride = data.draw(st.integers(1, context))
+    seen = []
+    for b, e, k in windows(n, context, stride):
+        assert 0 <= b < e <= n - 1 and e - b <= context and 1 <= k <= e - b
+        seen += list(range(e - k + 1, e + 1))  # target positions scored (target index = input index + 1)
+    assert seen == list(range(1, n))
+
+
+def test_uniform_model_bits_per_byte_is_log2_vocab():
+    tokens = np.frombuffer(b"hello world, this is a test of the metrics" * 5, dtype=np.uint8).astype(np.uint16)
+    m = evaluate(FixedModel(256), tokens, np.ones(256, dtype=np.int64), lambda ids: bytes(ids.astype(np.uint8).tolist()),
+                 context=16)
+    assert m["loss"] == pytest.approx(math.log(256))
+    assert m["bits_per_byte"] == pytest.approx(8.0)
+    assert m["byte_perplexity"] == pytest.approx(256.0)
+    assert m["token_perplexity"] == pytest.approx(256.0)
+    assert m["tokens"] == len(tokens) - 1
+    text = bytes(tokens[1:].astype(np.uint8).tolist())
+    words = len(text.decode().split(" ")) if " " in text.decode() else 1
+    assert m["words"] == count_words(text) == words
+    assert m["word_perplexity"] == pytest.approx(math.exp(m["loss"] * m["tokens"] / m["words"]))
+
+
+def test_multibyte_tokens_bits_per_byte():
+    """With 2 bytes per token, bits/byte = nats/token / (2 ln 2)."""
+    tokens = np.arange(50, dtype=np.uint16) % 8
+    logits = torch.tensor([2.0, 0, 0, 0, 0, 0, 0, 1.0])
+    m = evaluate(FixedModel(8, logits), tokens, np.full(8, 2), lambda ids: b"x" * (2 * len(ids)), context=7)
+    logp = torch.log_softmax(logits, 0).double()
+    expect = -sum(float(logp[t]) for t in tokens[1:]) / 49
+    assert m["loss"] == pytest.approx(expect, rel=1e-9)
+    assert m["bits_per_byte"] == pytest.approx(expect / (2 * math.log(2)), rel=1e-9)
+
+
+def test_stride_gives_more_context():
+    """Each target is scored once either way; with stride < context later targets see more context."""
+    tokens = np.zeros(101, dtype=np.uint16)
+    kw = dict(token_bytes=np.ones(4, dtype=np.int64), decode=lambda ids: b"a" * len(ids), context=10)
+    plain = evaluate(CountingModel(), tokens, **kw)
+    strided = evaluate(CountingModel(), tokens, stride=2, **kw)
+    assert plain["tokens"] == strided["tokens"] == 100
+    # loss of target at in-window position p: -log_softmax([p, 0, 0, 0])[0]
+    nll = lambda p: -(p - math.log(math.exp(p) + 3))
+    assert plain["loss"] == pytest.approx(sum(nll(p) for p in range(10)) / 10, rel=1e-5)
+    expect_strided = (sum(nll(p) for p in range(10)) + 45 * (nll(8) + nll(9))) / 100
+    assert strided["loss"] == pytest.approx(expect_strided, rel=1e-5)
+    assert strided["loss"] < plain["loss"]
