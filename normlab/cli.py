@@ -40,6 +40,12 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return run_eval(args)
 
 
+def cmd_convert(args: argparse.Namespace) -> int:
+    from normlab.commands.convert import run_convert
+
+    return run_convert(args)
+
+
 def cmd_norms(args: argparse.Namespace) -> int:
     from normlab.norms import list_norms
 
@@ -80,6 +86,16 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--max-tokens", type=int, default=0, help="score only the first N tokens (0 = all)")
     e.add_argument("--json", action="store_true")
     e.set_defaults(func=cmd_eval)
+
+    c = sub.add_parser("convert", help="exact conversion of a Pre-LN run: to Pre-RMSNorm, Pre-CRMSNorm, or folded norms")
+    c.add_argument("run_dir")
+    c.add_argument("--to", required=True, choices=["rmsnorm", "crmsnorm", "folded"],
+                   help="rmsnorm / crmsnorm: Jiang et al. 2023; folded: norm gains (and eval-mode stats) into linears")
+    c.add_argument("--out", help="new run directory (default: RUN_DIR-<to>; must not exist or be empty)")
+    c.add_argument("--max-tokens", type=int, default=4096, help="validation tokens for the bits-per-byte check")
+    c.add_argument("--batch-size", type=int, default=16)
+    c.add_argument("--json", action="store_true")
+    c.set_defaults(func=cmd_convert)
 
     n = sub.add_parser("norms", help="list the registered norms")
     n.add_argument("--json", action="store_true")

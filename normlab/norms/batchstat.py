@@ -67,6 +67,32 @@ class BatchStatNorm(nn.Module):
             z = z * self.weight
         return z + self.bias if self.bias is not None else z
 
+    # --- eval-mode folding protocol (used by ``normlab convert --to folded``) ---
+    _var_buffer = "running_var"  # per-channel second-moment / variance buffer used at eval
+    _mean_buffer: str | None = None  # per-channel mean buffer subtracted at eval (BatchNorm only)
+
+    @torch.no_grad()
+    def eval_affine(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(scale [dim], shift [dim])`` with ``norm(x) == core(x) * scale + shift`` in eval mode
+        (core: identity, or PowerNorm's group scaling)."""
+        var = getattr(self, self._var_buffer)
+        s = torch.rsqrt(var + self.eps)
+        w = self.weight if self.weight is not None else torch.ones_like(s)
+        b = self.bias if self.bias is not None else torch.zeros_like(s)
+        mean = getattr(self, self._mean_buffer) if self._mean_buffer else torch.zeros_like(s)
+        return s * w, b - mean * s * w
+
+    @torch.no_grad()
+    def reset_eval_affine_(self) -> None:
+        """Make the eval-mode norm compute just its core (after its affine was folded elsewhere)."""
+        getattr(self, self._var_buffer).fill_(1.0 - self.eps)
+        if self._mean_buffer:
+            getattr(self, self._mean_buffer).zero_()
+        if self.weight is not None:
+            self.weight.fill_(1.0)
+        if self.bias is not None:
+            self.bias.zero_()
+
     def extra_repr(self) -> str:
         return f"{self.dim}, eps={self.eps}, affine={self.weight is not None}, bias={self.bias is not None}"
 
@@ -86,6 +112,8 @@ class BatchNorm(BatchStatNorm):
 
     paper = "Ioffe & Szegedy 2015, Batch Normalization (arXiv:1502.03167), statistics over all tokens"
     description = "subtract the batch mean, divide by the batch std over all tokens; running stats at eval"
+
+    _mean_buffer = "running_mean"
 
     def __init__(self, dim: int, *, eps: float = 1e-5, affine: bool = True, bias: bool = True,
                  momentum: float = 0.1):

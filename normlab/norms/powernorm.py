@@ -79,6 +79,8 @@ class PowerNorm(BatchStatNorm):
     paper = "Shen et al. 2020, PowerNorm: Rethinking Batch Normalization in Transformers (arXiv:2003.07845)"
     description = "group scaling, then divide by the batch quadratic mean (running after warm-up), approximate backward"
 
+    _var_buffer = "phi"
+
     def __init__(self, dim: int, *, eps: float = 1e-5, affine: bool = True, bias: bool = True,
                  groups: int = 1, warmup: int = 0, alpha_fwd: float = 0.9, alpha_bkw: float = 0.9):
         super().__init__(dim, eps=eps, affine=affine, bias=bias)

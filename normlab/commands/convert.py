@@ -1,0 +1,33 @@
+"""``normlab convert RUN_DIR --to rmsnorm|crmsnorm|folded``: an exact conversion, checked, as a new run directory."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from normlab.errors import NormlabError
+
+
+def run_convert(args: argparse.Namespace) -> int:
+    from normlab.convert import convert_run
+
+    if args.batch_size < 1:
+        raise NormlabError(f"--batch-size must be >= 1, got {args.batch_size}")
+    r = convert_run(args.run_dir, args.to, args.out, max_tokens=args.max_tokens, batch_size=args.batch_size)
+    row = {k: r[k] for k in ("max_abs_logit_diff", "bpb_before", "bpb_after", "out", "kind")}
+    if args.json:
+        print(json.dumps(row))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    title = f"{args.run_dir} -> {r['out']} ({r['norm_from']} -> {r['norm_to']}, {args.to})"
+    table = Table("metric", "value", title=title)
+    table.add_row("max_abs_logit_diff", f"{r['max_abs_logit_diff']:.3g}")
+    table.add_row("bpb_before", f"{r['bpb_before']:.8f}")
+    table.add_row("bpb_after", f"{r['bpb_after']:.8f}")
+    table.add_row("folded sites", str(len(r["folded_sites"])))
+    table.add_row("kept sites", ", ".join(r["kept_sites"]) or "-")
+    table.add_row("params", f"{r['params_before']:,} -> {r['params_after']:,}")
+    Console().print(table)
+    return 0

@@ -1,0 +1,120 @@
+"""Pre-CRMSNorm GPT: the residual stream of width ``d`` stored in its first ``d - 1`` coordinates.
+
+Jiang et al. 2023, "Pre-RMSNorm and Pre-CRMSNorm Transformers" (arXiv:2305.14858). When every residual-stream
+writer is zero-mean over ``d``, a stream vector ``z [d]`` is determined by ``x = z[:d-1]`` (``z[d-1] = -sum(x)``):
+
+- writers (token / position embeddings, attention ``proj``, MLP ``proj``) keep ``d - 1`` output rows;
+- readers (attention ``qkv``, MLP ``fc`` / ``gate``, LM head) read ``x`` with ``W[:, :-1] - W[:, -1:]``;
+- every norm is a ``CRMSNorm(d - 1)`` (normlab.norms.crmsnorm).
+
+``model.width`` in the config stays the logical width ``d`` (heads, head_dim, MLP hidden size unchanged), so a
+converted run's config reads like the Pre-LN model it is equivalent to, with ``norm: crmsnorm``.
+``model.bias`` also gives the LM head a bias here (the final LayerNorm's bias folds into it), as does
+``model.head_bias`` where ModelConfig has it.
+
+Shapes: ``idx [B, T] -> logits [B, T, vocab]``; hidden states ``[B, T, d-1]``; attention internals ``[B, H, T, d/H]``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from normlab.attention.softmax import CausalSelfAttention
+from normlab.errors import NormlabError
+from normlab.model.blocks import MLP
+from normlab.model.config import ModelConfig
+from normlab.model.gpt import GPT, build_model, init_weights
+from normlab.norms.crmsnorm import CRMSNorm
+
+
+class CRMSAttention(CausalSelfAttention):
+    """Causal softmax attention reading and writing the compressed stream.
+
+    ``x [B, T, d-1] -> [B, T, d-1]``: ``qkv`` is ``Linear(d-1, 3d)``, ``proj`` is ``Linear(d, d-1)``; the
+    heads keep ``head_dim = d / heads`` (the base class reshapes to the input width, which is ``d - 1`` here).
+    """
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        B, T, _ = x.shape
+        q, k, v = self.qkv(x).view(B, T, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        if self.rope is not None:
+            q, k = self.rope(q, k)
+        y = F.scaled_dot_product_attention(
+            q, k, v, is_causal=True, dropout_p=self.dropout if self.training else 0.0
+        )
+        y = y.transpose(1, 2).reshape(B, T, self.heads * self.head_dim)
+        return self.resid_drop(self.proj(y))
+
+
+class CRMSGPT(GPT):
+    """GPT with ``model.norm: crmsnorm``: the residual stream is stored in ``width - 1`` coordinates.
+
+    Built as the full-width GPT, then every stream-facing layer is narrowed (fresh modules, re-initialised with
+    the same scheme); works for every placement, since CRMSNorm keeps a zero-mean stream zero-mean.
+    """
+
+    def __init__(self, cfg: ModelConfig):
+        if cfg.norm != "crmsnorm":
+            raise NormlabError(f"CRMSGPT needs model.norm 'crmsnorm', got '{cfg.norm}'")
+        if cfg.width < 2:
+            raise NormlabError("model.norm 'crmsnorm' stores width - 1 coordinates: model.width must be >= 2")
+        super().__init__(cfg)
+        d, s, bias = cfg.width, cfg.width - 1, cfg.bias
+        self.tok_emb = nn.Embedding(cfg.vocab_size, s)
+        if self.pos_emb is not None:
+            self.pos_emb = nn.Embedding(cfg.context, s)
+        for l, block in enumerate(self.blocks):
+            attn, mlp = block.attn, block.mlp
+            if type(attn) is not CausalSelfAttention or type(mlp) is not MLP:
+                raise NormlabError(
+                    f"model.norm 'crmsnorm' supports softmax attention and the standard MLP only "
+                    f"(block {l} has {type(attn).__name__} / {type(mlp).__name__})"
+                )
+            new = CRMSAttention(d, cfg.heads, bias=bias, dropout=cfg.dropout, rope=attn.rope)
+            new.qkv = nn.Linear(s, 3 * d, bias=bias)
+            new.proj = nn.Linear(d, s, bias=bias)
+            block.attn = new
+            hidden = mlp.fc.out_features
+            mlp.fc = nn.Linear(s, hidden, bias=bias)
+            if mlp.activation == "swiglu":
+                mlp.gate = nn.Linear(s, hidden, bias=bias)
+            mlp.proj = nn.Linear(hidden, s, bias=bias)
+        # every norm site (whatever the placement) holds a CRMSNorm built at full width: rebuild it at d - 1
+        for name, m in list(self.named_modules()):
+            if isinstance(m, CRMSNorm):
+                parent, _, attr = name.rpartition(".")
+                setattr(self.get_submodule(parent) if parent else self, attr,
+                        CRMSNorm(s, eps=m.eps, affine=m.weight is not None, bias=m.bias is not None))
+        self.lm_head = nn.Linear(s, cfg.vocab_size, bias=bias or getattr(cfg, "head_bias", False))
+        if cfg.tie_embeddings:
+            self.lm_head.weight = self.tok_emb.weight
+        init_weights(self, cfg)
+
+
+def build_any_model(cfg: ModelConfig) -> GPT:
+    """``build_model`` plus the compressed-stream model: ``CRMSGPT`` when ``cfg.norm == 'crmsnorm'``.
+
+    (Once ``normlab.model.gpt.build_model`` dispatches on ``crmsnorm`` itself this is the same function.)
+    """
+    return CRMSGPT(cfg) if cfg.norm == "crmsnorm" else build_model(cfg)
+
+
+def load_any_run(run_dir: str | Path):
+    """``normlab.rundir.load_run`` for every model this package writes (CRMSGPT included); eval mode."""
+    from normlab.rundir import LoadedRun, open_config
+    from normlab.train.checkpoint import load_model_state
+
+    run_dir = Path(run_dir)
+    cfg = open_config(run_dir)
+    weights = run_dir / "model.safetensors"
+    if not weights.is_file():
+        raise NormlabError(f"{run_dir} has no model.safetensors")
+    torch.manual_seed(cfg.seed)
+    model = build_any_model(cfg.model)
+    load_model_state(model, weights)
+    model.eval()
+    return LoadedRun(cfg, model, weights)

@@ -1,0 +1,125 @@
+"""Convert a run directory, check the result on real validation tokens, write it as a new run directory.
+
+The check runs on the model *loaded back from the written files* (config.yaml + model.safetensors in a temp
+directory), in fp32, against the original run's model:
+
+- ``max_abs_logit_diff``: max |logits_before - logits_after| over ``LOGIT_WINDOWS`` validation windows
+  ``[LOGIT_WINDOWS, context]`` (evenly spaced over the validation split); must be <= ``LOGIT_TOL``;
+- ``bpb_before`` / ``bpb_after``: bits per byte (normlab.eval.lm.evaluate) on the first ``max_tokens`` validation
+  tokens; must agree to ``BPB_TOL``.
+
+Only then is the temp directory renamed to ``--out`` (whole or absent; an existing non-empty ``--out`` is refused).
+Output layout: ``config.yaml``, ``model.safetensors``, ``summary.json`` (status completed + the check's numbers),
+``conversion.json`` (what was done, with the numbers).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from normlab.config import dump_config
+from normlab.convert.crms_model import load_any_run
+from normlab.convert.exact import KINDS, PAPER, convert_model
+from normlab.errors import NormlabError
+from normlab.io import read_json, write_json, write_text
+from normlab.train.checkpoint import save_model
+
+LOGIT_TOL = 1e-4
+BPB_TOL = 1e-6
+LOGIT_WINDOWS = 4
+FORMAT = "normlab-conversion-v1"
+
+
+@torch.no_grad()
+def max_logit_diff(a: torch.nn.Module, b: torch.nn.Module, tokens: np.ndarray, context: int,
+                   n_windows: int = LOGIT_WINDOWS) -> float:
+    """Max |a(x) - b(x)| over ``n_windows`` windows ``x [n_windows, context]`` spread over ``tokens`` (fp32)."""
+    context = min(context, len(tokens))
+    starts = np.linspace(0, len(tokens) - context, n_windows).astype(np.int64)
+    x = torch.from_numpy(np.stack([tokens[s : s + context].astype(np.int64) for s in starts]))
+    a.eval(), b.eval()
+    diff = (a(x).float() - b(x).float()).abs().max().item()
+    return float("inf") if math.isnan(diff) else diff
+
+
+def default_out(run_dir: Path, kind: str) -> Path:
+    """``RUN_DIR-<kind>`` beside the source run."""
+    return run_dir.parent / f"{run_dir.name}-{kind}"
+
+
+def convert_run(run_dir: str | Path, kind: str, out: str | Path | None = None, *, max_tokens: int = 4096,
+                batch_size: int = 16) -> dict[str, Any]:
+    """Convert the run in ``run_dir`` to ``kind`` and write it to ``out``; returns the conversion record.
+
+    Raises a one-line NormlabError (and writes nothing) for unsupported models or a failed check.
+    """
+    from normlab.eval.lm import evaluate
+    from normlab.train.loop import load_data
+
+    if kind not in KINDS:
+        raise NormlabError(f"unknown conversion '{kind}'; allowed: {', '.join(KINDS)}")
+    if max_tokens < 1:
+        raise NormlabError(f"--max-tokens must be >= 1, got {max_tokens}")
+    run_dir = Path(run_dir)
+    out = Path(out) if out else default_out(run_dir, kind)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise NormlabError(f"--out {out} already exists and is not empty")
+    src = load_any_run(run_dir)
+    cfg = src.cfg
+    new_cfg, model, info = convert_model(src.model, cfg, kind)
+
+    data = load_data(cfg)
+    ctx = cfg.model.context
+
+    def bpb(m: torch.nn.Module) -> tuple[float, int]:
+        r = evaluate(m, data.val, data.token_bytes, data.tokenizer.decode, context=ctx, batch_size=batch_size,
+                     max_tokens=max_tokens)
+        return r["bits_per_byte"], r["tokens"]
+
+    bpb_before, n_tokens = bpb(src.model)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        write_text(tmp / "config.yaml", dump_config(new_cfg))
+        save_model(model, tmp / "model.safetensors", new_cfg.hash())
+        back = load_any_run(tmp).model  # check what was written, not the in-memory copy
+        diff = max_logit_diff(src.model, back, data.val, ctx)
+        bpb_after, _ = bpb(back)
+        if not diff <= LOGIT_TOL or not abs(bpb_after - bpb_before) <= BPB_TOL:
+            raise NormlabError(
+                f"conversion to {kind} failed its check (max |logit diff| {diff:.3g}, tolerance {LOGIT_TOL:g}; "
+                f"bits/byte {bpb_before:.8f} -> {bpb_after:.8f}, tolerance {BPB_TOL:g}); nothing written"
+            )
+        record = {
+            "format": FORMAT, "kind": kind, "paper": PAPER, "source": str(run_dir),
+            "source_config_hash": cfg.hash(), "config_hash": new_cfg.hash(), **info,
+            "max_abs_logit_diff": diff, "bpb_before": bpb_before, "bpb_after": bpb_after,
+            "eval_split": "val", "eval_tokens": n_tokens, "logit_windows": [LOGIT_WINDOWS, min(ctx, len(data.val))],
+            "tolerances": {"max_abs_logit_diff": LOGIT_TOL, "bpb": BPB_TOL}, "dtype": "float32",
+            "params_before": src.model.num_params(), "params_after": back.num_params(),
+        }
+        src_summary = read_json(run_dir / "summary.json", "summary") if (run_dir / "summary.json").is_file() else {}
+        summary = {
+            "status": "completed", "step": src_summary.get("step"), "steps": src_summary.get("steps"),
+            "converted_from": str(run_dir), "conversion": kind, "max_abs_logit_diff": diff,
+            "bpb_before": bpb_before, "bpb_after": bpb_after, "eval_tokens": n_tokens,
+            "entropy_floor_bpb": data.entropy_floor_bpb, "params": back.num_params(),
+            "config_hash": new_cfg.hash(), "run_dir": str(out),
+        }
+        write_json(tmp / "conversion.json", record)
+        write_json(tmp / "summary.json", summary)
+        if out.exists():
+            out.rmdir()  # empty (checked above)
+        os.replace(tmp, out)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return {**record, "out": str(out)}
