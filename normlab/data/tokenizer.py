@@ -1,0 +1,275 @@
+"""Tokenizers: raw bytes (vocab 256) and byte-level BPE (Hugging Face ``tokenizers``), both lossless on any bytes.
+
+Byte-level BPE (Radford et al. 2019, GPT-2): every byte is first mapped to one printable unicode character
+(``bytes_to_unicode``), so every vocabulary entry is a string of such characters and stands for exactly
+``len(entry)`` raw bytes; ``token_bytes()[id]`` is that length, which makes bits-per-byte exact.
+
+The ``tokenizers`` library only accepts ``str``, so input bytes are decoded as UTF-8 with ``surrogateescape``:
+valid UTF-8 runs go through the BPE model, and each byte of an invalid run is emitted as its single-byte base
+token. Decoding maps ids back to bytes through the vocabulary, never through UTF-8, so ``decode(encode(b))
+== b`` for every ``b``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Iterator
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+
+from normlab.errors import NormlabError
+
+TOKENIZER_KINDS = ("bytes", "bpe:N")
+MAX_VOCAB = 65536  # token ids are stored as uint16
+_PIECE = 1 << 20  # large documents are encoded in pieces of about 1 MiB (cut after a newline where possible)
+_BATCH_CHARS = 4 << 20  # characters handed to the Rust encoder per call (bounds memory)
+_INVALID = re.compile("[\udc80-\udcff]+")
+
+
+@lru_cache(maxsize=1)
+def bytes_to_unicode() -> dict[int, str]:
+    """GPT-2's reversible map from the 256 byte values to printable unicode characters."""
+    bs = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return {b: chr(c) for b, c in zip(bs, cs, strict=True)}
+
+
+class Tokenizer:
+    """Interface shared by the byte and BPE tokenizers.
+
+    ``encode(data: bytes) -> np.ndarray`` (uint16 ids), ``decode(ids) -> bytes``, ``token_bytes() -> int64
+    [vocab_size]`` raw bytes per id.
+    """
+
+    name: str
+    vocab_size: int
+
+    def encode(self, data: bytes) -> np.ndarray:
+        return self.encode_docs([data])
+
+    def encode_docs(self, docs: Iterable[bytes]) -> np.ndarray:  # concatenated ids of all docs
+        raise NotImplementedError
+
+    def decode(self, ids) -> bytes:
+        raise NotImplementedError
+
+    def token_bytes(self) -> np.ndarray:
+        raise NotImplementedError
+
+    def _check_ids(self, ids) -> np.ndarray:
+        arr = np.asarray(ids).reshape(-1)
+        if arr.size and (not np.issubdtype(arr.dtype, np.integer) or arr.min() < 0 or arr.max() >= self.vocab_size):
+            raise NormlabError(f"token ids must be integers in [0, {self.vocab_size}) for tokenizer '{self.name}'")
+        return arr.astype(np.int64)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(name={self.name!r}, vocab_size={self.vocab_size})"
+
+
+class BytesTokenizer(Tokenizer):
+    """One token per byte: id = byte value, vocab 256, no special tokens."""
+
+    name = "bytes"
+    vocab_size = 256
+
+    def encode_docs(self, docs: Iterable[bytes]) -> np.ndarray:
+        return np.frombuffer(b"".join(docs), dtype=np.uint8).astype(np.uint16)
+
+    def decode(self, ids) -> bytes:
+        return self._check_ids(ids).astype(np.uint8).tobytes()
+
+    def token_bytes(self) -> np.ndarray:
+        return np.ones(256, dtype=np.int64)
+
+
+def _pieces(data: bytes) -> Iterator[bytes]:
+    """Cut ``data`` into pieces of at most ~1 MiB, after the last newline in a window, else on a UTF-8 boundary."""
+    start, n = 0, len(data)
+    while n - start > _PIECE:
+        end = start + _PIECE
+        cut = data.rfind(b"\n", start, end) + 1
+        if cut <= start:
+            cut = end
+            while cut > start + 1 and (data[cut] & 0xC0) == 0x80 and end - cut < 3:
+                cut -= 1
+        yield data[start:cut]
+        start = cut
+    if start < n:
+        yield data[start:]
+
+
+def _segments(data: bytes) -> Iterator[str | bytes]:
+    """Valid UTF-8 runs as ``str`` and invalid runs as ``bytes``, in order."""
+    for piece in _pieces(data):
+        text = piece.decode("utf-8", "surrogateescape")
+        pos = 0
+        for m in _INVALID.finditer(text):
+            if m.start() > pos:
+                yield text[pos:m.start()]
+            yield bytes(ord(ch) - 0xDC00 for ch in m.group())
+            pos = m.end()
+        if pos < len(text):
+            yield text[pos:]
+
+
+def _new_bpe():
+    from tokenizers import Tokenizer as HFTokenizer
+    from tokenizers import decoders, models, pre_tokenizers
+
+    tok = HFTokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    tok.decoder = decoders.ByteLevel()
+    return tok
+
+
+class BPETokenizer(Tokenizer):
+    """Byte-level BPE over a Hugging Face ``tokenizers.Tokenizer`` (no normalizer, no special tokens)."""
+
+    def __init__(self, hf_tokenizer, name: str | None = None):
+        self._tok = hf_tokenizer
+        vocab = hf_tokenizer.get_vocab(with_added_tokens=True)
+        self.vocab_size = len(vocab)
+        if sorted(vocab.values()) != list(range(self.vocab_size)):
+            raise NormlabError("BPE vocabulary ids are not contiguous from 0")
+        if self.vocab_size > MAX_VOCAB:
+            raise NormlabError(f"BPE vocabulary has {self.vocab_size} tokens; allowed: at most {MAX_VOCAB}")
+        u2b = {c: b for b, c in bytes_to_unicode().items()}
+        table: list[bytes] = [b""] * self.vocab_size
+        for tok, i in vocab.items():
+            if not tok or any(ch not in u2b for ch in tok):
+                raise NormlabError(f"BPE token {tok!r} is not made of byte-level characters; not a byte-level BPE")
+            table[i] = bytes(u2b[ch] for ch in tok)
+        self._table = table
+        try:
+            self._byte_id = np.array([vocab[bytes_to_unicode()[b]] for b in range(256)], dtype=np.int64)
+        except KeyError:
+            raise NormlabError("BPE vocabulary lacks some of the 256 single-byte tokens") from None
+        self._token_bytes = np.array([len(t) for t in table], dtype=np.int64)
+        self.name = name or f"bpe:{self.vocab_size}"
+
+    @classmethod
+    def train(cls, docs: Iterable[bytes], vocab_size: int, name: str | None = None) -> BPETokenizer:
+        """Train on ``docs`` (the train split): 256 byte tokens plus up to ``vocab_size - 256`` merges."""
+        from tokenizers import pre_tokenizers, trainers
+
+        tok = _new_bpe()
+        trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=2, show_progress=False,
+                                      special_tokens=[], initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+        texts = (s for d in docs for s in _segments(d) if isinstance(s, str))
+        tok.train_from_iterator(texts, trainer=trainer)
+        return cls(tok, name=name or f"bpe:{vocab_size}")
+
+    @classmethod
+    def from_file(cls, path: str | Path, name: str | None = None) -> BPETokenizer:
+        """Load a saved byte-level BPE ``tokenizer.json``, refusing anything that would not be lossless."""
+        from tokenizers import Tokenizer as HFTokenizer
+
+        path = Path(path)
+        try:
+            spec = json.loads(path.read_text(encoding="utf-8"))
+            hf = HFTokenizer.from_file(str(path))
+        except Exception as e:  # OSError, JSON errors, and the plain Exception tokenizers raises
+            why = (str(e).strip().splitlines() or [type(e).__name__])[0]
+            raise NormlabError(f"cannot read tokenizer file '{path}': {why}") from None
+        pre = spec.get("pre_tokenizer") or {}
+        pres = pre.get("pretokenizers", [pre]) if pre.get("type") == "Sequence" else [pre]
+        byte_level = [p for p in pres if p.get("type") == "ByteLevel"]
+        problems = []
+        if (spec.get("model") or {}).get("type") != "BPE":
+            problems.append("model is not BPE")
+        if (spec.get("model") or {}).get("dropout") not in (None, 0, 0.0):
+            problems.append("BPE dropout is set")
+        if not byte_level or any(p.get("add_prefix_space") for p in byte_level):
+            problems.append("pre-tokenizer is not ByteLevel(add_prefix_space=False)")
+        if spec.get("normalizer") is not None:
+            problems.append("it has a normalizer")
+        if spec.get("added_tokens"):
+            problems.append("it has added/special tokens")
+        if problems:
+            raise NormlabError(f"tokenizer file '{path}' is not a lossless byte-level BPE: {'; '.join(problems)}")
+        return cls(hf, name=name)
+
+    def save(self, path: str | Path) -> None:
+        self._tok.save(str(path))
+
+    def encode_docs(self, docs: Iterable[bytes]) -> np.ndarray:
+        out: list[np.ndarray] = []
+        batch: list[str] = []
+        slots: list[int] = []  # index in `out` of each pending batch item
+        chars = 0
+
+        def flush() -> None:
+            nonlocal chars
+            for slot, enc in zip(slots, self._tok.encode_batch_fast(batch, add_special_tokens=False), strict=True):
+                out[slot] = np.asarray(enc.ids, dtype=np.uint16)
+            batch.clear()
+            slots.clear()
+            chars = 0
+
+        for d in docs:
+            for seg in _segments(d):
+                if isinstance(seg, bytes):
+                    out.append(self._byte_id[np.frombuffer(seg, dtype=np.uint8)].astype(np.uint16))
+                else:
+                    out.append(np.empty(0, dtype=np.uint16))
+                    slots.append(len(out) - 1)
+                    batch.append(seg)
+                    chars += len(seg)
+                    if chars >= _BATCH_CHARS:
+                        flush()
+        if batch:
+            flush()
+        return np.concatenate(out) if out else np.empty(0, dtype=np.uint16)
+
+    def decode(self, ids) -> bytes:
+        table = self._table
+        return b"".join([table[i] for i in self._check_ids(ids).tolist()])
+
+    def token_bytes(self) -> np.ndarray:
+        return self._token_bytes.copy()
+
+
+def parse_tokenizer_spec(spec) -> tuple[str, int | None]:
+    """``"bytes"`` -> ``("bytes", None)``; ``"bpe:N"`` -> ``("bpe:N", N)`` with 256 <= N <= 65536."""
+    if isinstance(spec, str) and spec == "bytes":
+        return "bytes", None
+    if isinstance(spec, str) and spec.startswith("bpe:"):
+        try:
+            n = int(spec[4:])
+        except ValueError:
+            n = None
+        if n is None or not 256 <= n <= MAX_VOCAB:
+            raise NormlabError(f"tokenizer '{spec}': N in bpe:N must be an integer in [256, {MAX_VOCAB}]")
+        return f"bpe:{n}", n
+    raise NormlabError(
+        f"unknown tokenizer {spec!r}; allowed: bytes, bpe:N (256 <= N <= {MAX_VOCAB}), or a tokenizer.json path"
+    )
+
+
+def load_tokenizer(path_or_name) -> Tokenizer:
+    """``"bytes"``, a byte-level BPE ``tokenizer.json`` path, or a cache entry directory holding one."""
+    if isinstance(path_or_name, str) and path_or_name == "bytes":
+        return BytesTokenizer()
+    if isinstance(path_or_name, (str, Path)):
+        p = Path(path_or_name).expanduser()
+        if p.is_dir():
+            p = p / "tokenizer.json"
+        if p.is_file():
+            return BPETokenizer.from_file(p)
+        if isinstance(path_or_name, str) and path_or_name.startswith("bpe:"):
+            raise NormlabError(
+                f"tokenizer '{path_or_name}' must be trained on a corpus: use prepare_data(source, "
+                f"'{path_or_name}') or pass the path of its saved tokenizer.json"
+            )
+        if isinstance(path_or_name, Path) or "/" in path_or_name or path_or_name.endswith(".json"):
+            raise NormlabError(f"tokenizer file '{path_or_name}' does not exist")
+    raise NormlabError(f"unknown tokenizer {path_or_name!r}; allowed: bytes or a tokenizer.json path")
