@@ -46,6 +46,24 @@ def cmd_convert(args: argparse.Namespace) -> int:
     return run_convert(args)
 
 
+def cmd_generate(args: argparse.Namespace) -> int:
+    from normlab.commands.generate import run_generate
+
+    return run_generate(args)
+
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    from normlab.commands.calibrate import run_calibrate
+
+    return run_calibrate(args)
+
+
+def cmd_extrapolate(args: argparse.Namespace) -> int:
+    from normlab.commands.extrapolate import run_extrapolate
+
+    return run_extrapolate(args)
+
+
 def cmd_norms(args: argparse.Namespace) -> int:
     from normlab.norms import list_norms
 
@@ -96,6 +114,39 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--batch-size", type=int, default=16)
     c.add_argument("--json", action="store_true")
     c.set_defaults(func=cmd_convert)
+
+    g = sub.add_parser("generate", help="sample a continuation of a prompt (tokens stream to stdout)")
+    g.add_argument("run_dir")
+    g.add_argument("--prompt", required=True, help="text to continue")
+    g.add_argument("--max-new-tokens", type=int, default=200)
+    g.add_argument("--temperature", type=float, default=1.0, help="0 = greedy")
+    g.add_argument("--top-k", type=int, help="keep the k most likely tokens")
+    g.add_argument("--top-p", type=float, help="nucleus: smallest set with cumulative probability >= p")
+    g.add_argument("--min-p", type=float, help="keep tokens with p >= min_p * p_max")
+    g.add_argument("--top-nsigma", type=float,
+                   help="top-nσ (Tang et al. 2024): keep logits >= max - n*std (1.0 is the paper's default)")
+    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--json", action="store_true", help="no streaming; print one JSON object at the end")
+    g.set_defaults(func=cmd_generate)
+
+    cb = sub.add_parser("calibrate", help="temperature scaling: ECE (15 bins), NLL, Brier before/after")
+    cb.add_argument("run_dir")
+    cb.add_argument("--split", choices=["val", "test"], default="val")
+    cb.add_argument("--max-tokens", type=int, default=0,
+                    help="scored tokens: first half fits T, second half is held out (0 = the whole split)")
+    cb.add_argument("--batch-size", type=int, default=16)
+    cb.add_argument("--json", action="store_true")
+    cb.set_defaults(func=cmd_calibrate)
+
+    x = sub.add_parser("extrapolate", help="loss and bits-per-byte at multiples of the training context")
+    x.add_argument("run_dir")
+    x.add_argument("--factors", default="1,2,4,8,16", help="comma-separated multiples of the training context")
+    x.add_argument("--split", choices=["val", "test"], default="val")
+    x.add_argument("--max-tokens", type=int, default=0, help="use only the first N tokens of the split (0 = all)")
+    x.add_argument("--memory-gb", type=float, default=4.0, help="skip factors whose one window needs more (estimate)")
+    x.add_argument("--batch-size", type=int, default=16, help="windows per forward (lowered to fit --memory-gb)")
+    x.add_argument("--json", action="store_true")
+    x.set_defaults(func=cmd_extrapolate)
 
     n = sub.add_parser("norms", help="list the registered norms")
     n.add_argument("--json", action="store_true")

@@ -1,0 +1,68 @@
+"""``normlab calibrate``: post-hoc temperature scaling (Guo et al. 2017) of a run's next-token probabilities.
+
+The raw logits of the first ``--max-tokens`` scored tokens of a split (non-overlapping windows of the training
+context) are split in two halves: ``T`` is fitted on the first half (NLL), and ECE (15 bins), NLL and Brier are
+reported before (T = 1) and after on the second, held-out half. Writes ``RUN_DIR/calibration.json`` and
+``RUN_DIR/reliability.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from normlab.errors import NormlabError
+from normlab.io import write_json
+
+LOGITS_BUDGET = 1 << 30  # bytes of float32 logits held in memory (caps the token count for large vocabularies)
+
+
+def run_calibrate(args: argparse.Namespace) -> int:
+    from normlab.eval.calibration import calibration_stats, collect_logits, fit_temperature, reliability_diagram
+    from normlab.rundir import load_run
+    from normlab.train.loop import load_data
+
+    if args.max_tokens < 0 or args.batch_size < 1:
+        raise NormlabError("--max-tokens must be >= 0 and --batch-size >= 1")
+    run = load_run(args.run_dir)
+    cfg = run.cfg
+    data = load_data(cfg)
+    tokens = data.split(args.split)
+    avail = len(tokens) - 1
+    cap = max(2, LOGITS_BUDGET // (4 * cfg.model.vocab_size))
+    n = min(args.max_tokens or avail, avail, cap)
+    if n < 2:
+        raise NormlabError(f"--max-tokens {args.max_tokens}: need at least 2 scored tokens (one per half)")
+    z, y = collect_logits(run.model, tokens, context=cfg.model.context, batch_size=args.batch_size, max_tokens=n)
+    half = len(y) // 2
+    temperature = fit_temperature(z[:half], y[:half])
+    before = calibration_stats(z[half:], y[half:], 1.0)
+    after = calibration_stats(z[half:], y[half:], temperature)
+    m = {
+        "ece_before": before["ece"], "ece_after": after["ece"], "temperature": temperature,
+        "nll_before": before["nll"], "nll_after": after["nll"],
+        "brier_before": before["brier"], "brier_after": after["brier"], "accuracy": before["accuracy"],
+        "split": args.split, "context": cfg.model.context, "fit_tokens": half, "eval_tokens": len(y) - half,
+        "bins": 15, "run_dir": str(args.run_dir), "weights": str(run.weights),
+        "reliability_before": before["bins"], "reliability_after": after["bins"],
+    }
+    if n < (args.max_tokens or avail) and n == cap:
+        m["note"] = f"token count capped at {cap} to hold the logits in {LOGITS_BUDGET >> 20} MiB"
+    run_dir = Path(args.run_dir)
+    write_json(run_dir / "calibration.json", m)
+    reliability_diagram(before, after, run_dir / "reliability.png", temperature=temperature,
+                        title=f"{run_dir.name} ({args.split}, {len(y) - half} held-out tokens)")
+    if args.json:
+        print(json.dumps(m))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table("metric", "before (T = 1)", f"after (T = {temperature:.4f})",
+                  title=f"{run_dir} calibration ({args.split}: fit {half}, held-out {len(y) - half} tokens)")
+    for k in ("ece", "nll", "brier"):
+        table.add_row(k, f"{m[k + '_before']:.4f}", f"{m[k + '_after']:.4f}")
+    Console().print(table)
+    print(f"wrote {run_dir / 'calibration.json'} and {run_dir / 'reliability.png'}")
+    return 0

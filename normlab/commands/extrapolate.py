@@ -1,0 +1,55 @@
+"""``normlab extrapolate``: loss and bits-per-byte at ``factor x`` the training context, per position bucket.
+
+Writes ``RUN_DIR/extrapolation.json`` and ``RUN_DIR/extrapolation.png``; ``--json`` prints one object whose
+``results`` key holds the list of ``{factor, context, loss, bits_per_byte, buckets, ...}`` (see
+``normlab.eval.extrapolation``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from normlab.errors import NormlabError
+from normlab.io import write_json
+
+
+def run_extrapolate(args: argparse.Namespace) -> int:
+    from normlab.eval.extrapolation import check_positions, extrapolate, parse_factors, plot_extrapolation
+    from normlab.rundir import load_run, open_config
+    from normlab.train.loop import load_data
+
+    factors = parse_factors(args.factors)
+    if args.max_tokens < 0 or args.batch_size < 1 or not args.memory_gb > 0:
+        raise NormlabError("--max-tokens must be >= 0, --batch-size >= 1 and --memory-gb > 0")
+    cfg = open_config(args.run_dir)
+    check_positions(factors, cfg.model.context, cfg.model.positions)  # before loading anything
+    run = load_run(args.run_dir)
+    mc = run.cfg.model
+    data = load_data(run.cfg)
+    rep = extrapolate(run.model, data.split(args.split), data.token_bytes, train_context=mc.context,
+                      factors=factors, positions=mc.positions, attention=getattr(mc, "attention", "softmax"),
+                      max_tokens=args.max_tokens, memory_gb=args.memory_gb, batch_size=args.batch_size)
+    rep.update({"split": args.split, "positions": mc.positions, "attention": getattr(mc, "attention", "softmax"),
+                "run_dir": str(args.run_dir), "weights": str(run.weights)})
+    run_dir = Path(args.run_dir)
+    write_json(run_dir / "extrapolation.json", rep)
+    plot_extrapolation(rep, run_dir / "extrapolation.png",
+                       title=f"{run_dir.name}: {rep['attention']} attention, {mc.positions} positions")
+    if args.json:
+        print(json.dumps(rep))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table("factor", "context", "loss", "bits/byte", "tokens",
+                  title=f"{run_dir} length extrapolation ({args.split}, training context {mc.context})")
+    for r in rep["results"]:
+        table.add_row(str(r["factor"]), str(r["context"]), f"{r['loss']:.4f}", f"{r['bits_per_byte']:.4f}",
+                      f"{r['tokens']:,}")
+    Console().print(table)
+    for s in rep["skipped"]:
+        print(f"skipped factor {s['factor']} (context {s['context']}): {s['reason']}")
+    print(f"wrote {run_dir / 'extrapolation.json'} and {run_dir / 'extrapolation.png'}")
+    return 0

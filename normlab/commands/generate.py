@@ -1,0 +1,67 @@
+"""``normlab generate``: sample a continuation of a prompt from a run's model, streaming tokens to stdout.
+
+Sampling options are those of ``normlab.eval.sampling.sample_next`` (temperature, top-k, top-p, min-p, top-nσ);
+the model's KV-cache / recurrent-state API (``init_state``/``step``) is used when it has one, else the full forward
+over the last ``context`` tokens is recomputed per token. With ``--json`` nothing streams; one JSON object is
+printed at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import codecs
+import json
+import sys
+import time
+
+import torch
+
+from normlab.errors import NormlabError
+
+MAX_NEW_TOKENS = 100_000
+
+
+def run_generate(args: argparse.Namespace) -> int:
+    from normlab.eval.sampling import check_sampling_args, generate_tokens
+    from normlab.rundir import load_run
+    from normlab.train.loop import load_data
+
+    sampling = {"temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p, "min_p": args.min_p,
+                "top_nsigma": args.top_nsigma}
+    check_sampling_args(**sampling)
+    if not 0 <= args.max_new_tokens <= MAX_NEW_TOKENS:
+        raise NormlabError(f"--max-new-tokens must be in [0, {MAX_NEW_TOKENS}], got {args.max_new_tokens}")
+    if not args.prompt:
+        raise NormlabError("--prompt must be a non-empty string")
+    run = load_run(args.run_dir)
+    tok = load_data(run.cfg).tokenizer
+    prompt_ids = [int(i) for i in tok.encode(args.prompt.encode("utf-8"))]
+    model = run.model
+    use_cache = hasattr(model, "step") and hasattr(model, "init_state")
+    torch.manual_seed(args.seed)  # dropout is off in eval mode; this only pins any other RNG use
+    gen = torch.Generator().manual_seed(args.seed)
+    stream = not args.json
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    if stream:
+        sys.stdout.write(args.prompt)
+        sys.stdout.flush()
+    out: list[int] = []
+    t0 = time.perf_counter()
+    for t in generate_tokens(model, prompt_ids, args.max_new_tokens, context=run.cfg.model.context,
+                             use_cache=use_cache, generator=gen, **sampling):
+        out.append(t)
+        if stream:
+            sys.stdout.write(decoder.decode(tok.decode([t])))
+            sys.stdout.flush()
+    elapsed = time.perf_counter() - t0
+    text = tok.decode(out).decode("utf-8", errors="replace") if out else ""
+    if stream:
+        sys.stdout.write(decoder.decode(b"", final=True) + "\n")
+        sys.stdout.flush()
+        return 0
+    print(json.dumps({
+        "prompt": args.prompt, "text": text, "tokens": out, "prompt_tokens": len(prompt_ids), "seed": args.seed,
+        **sampling, "max_new_tokens": args.max_new_tokens, "cache": use_cache,
+        "tokens_per_second": len(out) / elapsed if elapsed > 0 and out else None, "run_dir": str(args.run_dir),
+    }))
+    return 0
