@@ -1,4 +1,5 @@
-"""Run configuration: ``seed`` + ``data`` + ``model`` + ``train`` sections, loaded from YAML with ``--set`` overrides.
+"""Run configuration: ``seed`` + ``data`` + ``model`` + ``train`` + ``optim`` sections, loaded from YAML with
+``--set`` overrides.
 
 Every key is checked: unknown keys get a did-you-mean, values are type-checked against the dataclass annotations,
 and cross-field rules are checked by each section's ``validate()``. All failures are one-line ``NormlabError``s.
@@ -18,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from normlab.errors import NormlabError, did_you_mean
+from normlab.errors import NormlabError, did_you_mean, unknown
 from normlab.model.config import ModelConfig
 
 _FLOAT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
@@ -83,6 +84,40 @@ class TrainConfig:
         return self
 
 
+OPTIMIZERS = ("adamw", "adamp", "sgdp")
+
+
+@dataclass
+class OptimConfig:
+    """Optimizer choice and norm-aware options (docs/optim.md).
+
+    ``name``: ``adamw`` (torch), ``adamp`` / ``sgdp`` (Heo et al. 2021, the authors' ``adamp`` package; ``delta``,
+    ``wd_ratio``; ``momentum`` is SGDP's). ``nap``: Normalize-and-Project (Lyle et al. 2024) after every step.
+    ``effective_lr_every``: record ``||dW|| / ||W||`` of the weights feeding norms every N steps (0 = off).
+    Learning rate, betas, weight decay and its grouping (``train.wd_norm``) stay in ``train``.
+    """
+
+    name: str = "adamw"
+    nap: bool = False
+    delta: float = 0.1
+    wd_ratio: float = 0.1
+    momentum: float = 0.9
+    effective_lr_every: int = 0
+
+    def validate(self) -> "OptimConfig":
+        if self.name not in OPTIMIZERS:
+            raise unknown("optim.name", self.name, OPTIMIZERS)
+        if self.delta <= 0:
+            raise NormlabError(f"optim.delta must be > 0, got {self.delta}")
+        if not 0.0 <= self.wd_ratio <= 1.0:
+            raise NormlabError(f"optim.wd_ratio must be in [0, 1], got {self.wd_ratio}")
+        if not 0.0 <= self.momentum < 1.0:
+            raise NormlabError(f"optim.momentum must be in [0, 1), got {self.momentum}")
+        if self.effective_lr_every < 0:
+            raise NormlabError(f"optim.effective_lr_every must be >= 0 (0 = off), got {self.effective_lr_every}")
+        return self
+
+
 @dataclass
 class RunConfig:
     """A whole run. ``seed`` drives model init, data order and dropout."""
@@ -91,11 +126,13 @@ class RunConfig:
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
 
     def validate(self) -> "RunConfig":
         self.data.validate()
         self.model.validate()
         self.train.validate()
+        self.optim.validate()
         return self
 
     def to_dict(self) -> dict[str, Any]:
@@ -237,7 +274,7 @@ def read_yaml(path: Path) -> dict[str, Any]:
     if data is None:
         data = {}
     if not isinstance(data, dict):
-        raise NormlabError(f"config {path} must be a YAML mapping of sections (seed, data, model, train)")
+        raise NormlabError(f"config {path} must be a YAML mapping of sections (seed, data, model, train, optim)")
     return data
 
 

@@ -3,8 +3,17 @@
 The placement (``normlab.model.placements``) decides which of the six norm sites hold a norm; the others are
 ``nn.Identity``. One forward covers every placement::
 
-    x = attn_post(x + attn_out(attn(attn_in(x))))
-    x = mlp_post(x + mlp_out(mlp(mlp_in(x))))
+    x = attn_post(x + a_attn * attn_out(attn(s * attn_in(x))))
+    x = mlp_post(x + a_mlp * mlp_out(mlp(s * mlp_in(x))))
+
+Two modifiers, both constants chosen by the model builder:
+
+- ``s`` (``in_scale``): LayerNorm Scaling, Sun et al. 2025, "The Curse of Depth in Large Language Models":
+  ``1/sqrt(l)`` for the block at depth ``l`` (1-based), 1 otherwise.
+- ``a`` (``res_scale``): residual-branch scaling. A fixed float (``1/sqrt(2L)``, "On residual network depth") or,
+  when ``None``, one learnable scalar per branch initialised to 0 (ReZero, Bachlechner et al. 2020; SkipInit,
+  De & Smith 2020), named ``attn_res_scale`` / ``mlp_res_scale``. At ``a = 0`` a block without post norms is the
+  identity.
 """
 
 from __future__ import annotations
@@ -44,10 +53,13 @@ class MLP(nn.Module):
 class Block(nn.Module):
     """One transformer block. ``norms`` maps site name -> module (missing sites become ``nn.Identity``).
 
+    ``in_scale`` multiplies the input-norm outputs (LayerNorm Scaling); ``res_scale`` multiplies each branch
+    output before the residual addition (``None``: a learnable scalar per branch, initialised to 0).
     ``x [B, T, d] -> [B, T, d]``.
     """
 
-    def __init__(self, attn: nn.Module, mlp: nn.Module, norms: dict[str, nn.Module]):
+    def __init__(self, attn: nn.Module, mlp: nn.Module, norms: dict[str, nn.Module], *,
+                 in_scale: float = 1.0, res_scale: float | None = 1.0):
         super().__init__()
         unknown_sites = set(norms) - set(SITES)
         if unknown_sites:
@@ -55,8 +67,23 @@ class Block(nn.Module):
         self.attn, self.mlp = attn, mlp
         for site in SITES:
             setattr(self, site, norms.get(site, nn.Identity()))
+        self.in_scale = in_scale
+        if res_scale is None:
+            self.attn_res_scale = nn.Parameter(torch.zeros(()))
+            self.mlp_res_scale = nn.Parameter(torch.zeros(()))
+        else:
+            self.attn_res_scale = self.mlp_res_scale = res_scale
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = self.attn_post(x + self.attn_out(self.attn(self.attn_in(x))))
-        x = self.mlp_post(x + self.mlp_out(self.mlp(self.mlp_in(x))))
+        x = self.attn_post(x + self.branch(x, self.attn_in, self.attn, self.attn_out, self.attn_res_scale))
+        x = self.mlp_post(x + self.branch(x, self.mlp_in, self.mlp, self.mlp_out, self.mlp_res_scale))
         return x
+
+    def branch(self, x: torch.Tensor, norm_in: nn.Module, f: nn.Module, norm_out: nn.Module,
+               scale: float | torch.Tensor) -> torch.Tensor:
+        """``scale * norm_out(f(in_scale * norm_in(x)))``; factors that are exactly 1.0 are skipped."""
+        h = norm_in(x)
+        if self.in_scale != 1.0:
+            h = h * self.in_scale
+        h = norm_out(f(h))
+        return h if isinstance(scale, float) and scale == 1.0 else h * scale

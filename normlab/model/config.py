@@ -10,6 +10,7 @@ from normlab.errors import NormlabError, unknown
 ACTIVATIONS = ("gelu", "swiglu")
 POSITIONS = ("rope", "learned")
 NORM_GROUPS = ("attn", "mlp", "final", "embed")
+RESIDUAL_SCALES = ("none", "fixed", "learnable")
 
 
 @dataclass
@@ -17,6 +18,10 @@ class ModelConfig:
     """Decoder-only GPT shape and normalization choices.
 
     ``vocab_size`` is normally filled in from the tokenizer; ``context`` is the training sequence length.
+    Placement keys (docs/placements.md): ``placement`` (pre, post, peri, output, mix), ``final_norm`` and
+    ``embed_norm`` (None = the placement's default), ``mix_alpha`` (Mix-LN share of Post-LN blocks),
+    ``layernorm_scaling`` (Curse of Depth, ``1/sqrt(l)`` on input-norm outputs), ``residual_scale``
+    (``none``, ``fixed`` = ``1/sqrt(2L)``, ``learnable`` = one scalar per branch initialised to 0).
     """
 
     vocab_size: int = 256
@@ -36,6 +41,10 @@ class ModelConfig:
     norm_options: dict[str, Any] = field(default_factory=dict)
     placement: str = "pre"
     final_norm: bool | None = None
+    embed_norm: bool | None = None
+    mix_alpha: float = 0.25
+    layernorm_scaling: bool = False
+    residual_scale: str = "none"
     init_std: float = 0.02
 
     def validate(self) -> "ModelConfig":
@@ -58,6 +67,7 @@ class ModelConfig:
             raise unknown("model.positions", self.positions, POSITIONS)
         if self.placement not in PLACEMENTS:
             raise unknown("model.placement", self.placement, PLACEMENTS)
+        self._validate_placement()
         get_norm_class(self.norm)
         from normlab.norms import build_norm
 
@@ -68,6 +78,27 @@ class ModelConfig:
         if self.mlp_ratio <= 0 or self.norm_eps <= 0 or self.init_std <= 0:
             raise NormlabError("model.mlp_ratio, model.norm_eps and model.init_std must be > 0")
         return self
+
+    def _validate_placement(self) -> None:
+        from normlab.model.placements import IN_SITES, OUT_SITES, sites_used
+
+        if not 0.0 <= self.mix_alpha <= 1.0:
+            raise NormlabError(f"model.mix_alpha must be in [0, 1], got {self.mix_alpha}")
+        if self.residual_scale not in RESIDUAL_SCALES:
+            raise unknown("model.residual_scale", self.residual_scale, RESIDUAL_SCALES)
+        used = sites_used(self)
+        if self.layernorm_scaling and not used & set(IN_SITES):
+            raise NormlabError(
+                f"model.layernorm_scaling scales input-norm outputs, but placement '{self.placement}' has no input "
+                "norms (use pre, peri or mix)"
+            )
+        if used & set(OUT_SITES):
+            for group in ("attn", "mlp"):  # Peri-LN: the output-norm gain must stay learnable (Kim et al. 2025)
+                if self.norm_kwargs(group).get("affine") is False:
+                    raise NormlabError(
+                        f"model.norm_options: placement '{self.placement}' needs a learnable output-norm gain; "
+                        "affine=false may only apply to the final and embed groups (affine@final, affine@embed)"
+                    )
 
     def norm_kwargs(self, group: str) -> dict[str, Any]:
         """Options for a norm at a site of ``group`` (``attn``, ``mlp``, ``final``, ``embed``).

@@ -1,6 +1,8 @@
-"""Decoder-only GPT (nanoGPT shape): embeddings -> blocks (with injected norms) -> final norm -> LM head.
+"""Decoder-only GPT (nanoGPT shape): embeddings -> (embedding norm) -> blocks (with injected norms) -> final norm
+-> LM head.
 
 Reads top to bottom: ``build_model(cfg)`` builds it, ``init_weights`` initialises it, ``GPT.forward`` runs it.
+Which norms exist is decided by the placement (``normlab.model.placements``; docs/placements.md).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from normlab.attention.positions import RotaryEmbedding
 from normlab.attention.softmax import CausalSelfAttention
 from normlab.model.blocks import MLP, Block
 from normlab.model.config import ModelConfig
-from normlab.model.placements import PLACEMENTS
+from normlab.model.placements import block_sites, embed_norm_on, final_norm_on, layernorm_scale, residual_scale
 from normlab.norms import build_norm
 
 
@@ -26,24 +28,24 @@ class GPT(nn.Module):
         super().__init__()
         cfg.validate()
         self.cfg = cfg
-        placement = PLACEMENTS[cfg.placement]
         self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.width)
         self.pos_emb = nn.Embedding(cfg.context, cfg.width) if cfg.positions == "learned" else None
         rope = RotaryEmbedding(cfg.head_dim, cfg.context, cfg.rope_base) if cfg.positions == "rope" else None
         self.drop = nn.Dropout(cfg.dropout)
 
         def norm(site: str) -> nn.Module:
-            group = site.split("_")[0]  # attn_in -> attn, mlp_post -> mlp, final -> final
+            group = site.split("_")[0]  # attn_in -> attn, mlp_post -> mlp, final -> final, embed -> embed
             return build_norm(cfg.norm, cfg.width, eps=cfg.norm_eps, **cfg.norm_kwargs(group))
 
+        self.embed_norm = norm("embed") if embed_norm_on(cfg) else nn.Identity()
         blocks = []
         for l in range(cfg.depth):
             attn = CausalSelfAttention(cfg.width, cfg.heads, bias=cfg.bias, dropout=cfg.dropout, rope=rope)
             mlp = MLP(cfg.width, cfg.mlp_ratio, cfg.activation, bias=cfg.bias, dropout=cfg.dropout)
-            blocks.append(Block(attn, mlp, {site: norm(site) for site in placement.sites(l, cfg.depth)}))
+            norms = {site: norm(site) for site in sorted(block_sites(cfg, l))}
+            blocks.append(Block(attn, mlp, norms, in_scale=layernorm_scale(cfg, l), res_scale=residual_scale(cfg)))
         self.blocks = nn.ModuleList(blocks)
-        use_final = placement.final_norm if cfg.final_norm is None else cfg.final_norm
-        self.final_norm = norm("final") if use_final else nn.Identity()
+        self.final_norm = norm("final") if final_norm_on(cfg) else nn.Identity()
         self.lm_head = nn.Linear(cfg.width, cfg.vocab_size, bias=False)
         if cfg.tie_embeddings:
             self.lm_head.weight = self.tok_emb.weight
@@ -56,7 +58,7 @@ class GPT(nn.Module):
         x = self.tok_emb(idx)
         if self.pos_emb is not None:
             x = x + self.pos_emb(torch.arange(T, device=idx.device))
-        x = self.drop(x)
+        x = self.drop(self.embed_norm(x))
         for block in self.blocks:
             x = block(x)
         logits = self.lm_head(self.final_norm(x))

@@ -4,38 +4,118 @@ A block has six optional norm sites around its two sublayers ``F`` (attention, M
 
     h = F(in_norm(x)); h = out_norm(h); x = post_norm(x + h)
 
-- ``pre``  (Pre-LN, Xiong et al. 2020):   ``x = x + F(Norm(x))``; final norm before the LM head.
-- ``post`` (original Transformer, Vaswani et al. 2017): ``x = Norm(x + F(x))``; no final norm.
+- ``pre``    (Pre-LN, Xiong et al. 2020):   ``x = x + F(Norm(x))``; final norm before the LM head.
+- ``post``   (original Transformer, Vaswani et al. 2017): ``x = Norm(x + F(x))``; no final norm.
+- ``peri``   (Peri-LN, Kim et al. 2025; = Gemma 2 "sandwich"): ``x = x + Norm_out(F(Norm_in(x)))``; final norm and
+  an embedding norm by default. The output-norm gain stays learnable (``ModelConfig.validate`` refuses
+  ``affine: false`` for it).
+- ``output`` (OLMo 2, OLMo et al. 2024): ``x = x + Norm(F(x))``, output norm only; final norm.
+- ``mix``    (Mix-LN, Li et al. 2024; repo pixeli99/MixLN): the first ``floor(mix_alpha * L)`` blocks are Post-LN,
+  the rest Pre-LN; final norm by default. As in the authors' code (``NORM_TYPE=post_pre``, ``POST_NUM`` Post-LN
+  layers), the first Pre-LN block reads the post-normalised stream directly (no extra norm at the transition) and
+  the model's final norm is applied whatever the split.
 
-A placement maps the block index ``l`` (0-based) and depth ``L`` to the set of sites that hold a norm; absent sites
-are ``nn.Identity``. Later placements (peri, mix, output, ...) are more entries in ``PLACEMENTS``.
+A placement maps the block index ``l`` (0-based), depth ``L`` and ``mix_alpha`` to the set of sites that hold a
+norm; absent sites are ``nn.Identity``. ``final_norm`` / ``embed_norm`` are the placement's defaults for the two
+model-level norms (``model.final_norm`` / ``model.embed_norm`` override them; ``None`` = default).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
+
+if TYPE_CHECKING:
+    from normlab.model.config import ModelConfig
 
 SITES = ("attn_in", "attn_out", "attn_post", "mlp_in", "mlp_out", "mlp_post")
+IN_SITES = ("attn_in", "mlp_in")
+OUT_SITES = ("attn_out", "mlp_out")
+
+_PRE = frozenset({"attn_in", "mlp_in"})
+_POST = frozenset({"attn_post", "mlp_post"})
+_PERI = frozenset({"attn_in", "attn_out", "mlp_in", "mlp_out"})
+_OUTPUT = frozenset({"attn_out", "mlp_out"})
+
+
+def mix_post_blocks(depth: int, alpha: float) -> int:
+    """Number of leading Post-LN blocks in Mix-LN: ``floor(alpha * L)`` (0.25 * 12 = 3, 0.25 * 24 = 6).
+
+    A tolerance of 1e-9 absorbs binary rounding (``0.29 * 100`` is ``28.999...`` in floating point, meant as 29).
+    """
+    return math.floor(alpha * depth + 1e-9)
 
 
 @dataclass(frozen=True)
 class Placement:
-    """``sites(l, L)`` -> norm sites present in block ``l``; ``final_norm``: default for the final norm."""
+    """``sites(l, L, mix_alpha)`` -> norm sites present in block ``l`` (0-based); model-level norm defaults."""
 
     name: str
-    sites: Callable[[int, int], frozenset[str]]
+    sites: Callable[[int, int, float], frozenset[str]]
     final_norm: bool
+    embed_norm: bool
     paper: str
 
 
 PLACEMENTS: dict[str, Placement] = {
     "pre": Placement(
-        "pre", lambda l, L: frozenset({"attn_in", "mlp_in"}), True,
+        "pre", lambda l, L, a: _PRE, True, False,
         "Xiong et al. 2020, On Layer Normalization in the Transformer Architecture",
     ),
     "post": Placement(
-        "post", lambda l, L: frozenset({"attn_post", "mlp_post"}), False,
+        "post", lambda l, L, a: _POST, False, False,
         "Vaswani et al. 2017, Attention Is All You Need",
     ),
+    "peri": Placement(
+        "peri", lambda l, L, a: _PERI, True, True,
+        "Kim et al. 2025, Peri-LN: Revisiting Normalization Layer in the Transformer Architecture",
+    ),
+    "output": Placement(
+        "output", lambda l, L, a: _OUTPUT, True, False,
+        "OLMo et al. 2024, 2 OLMo 2 Furious (output-norm-only blocks)",
+    ),
+    "mix": Placement(
+        "mix", lambda l, L, a: _POST if l < mix_post_blocks(L, a) else _PRE, True, False,
+        "Li et al. 2024, Mix-LN: Unleashing the Power of Deeper Layers by Combining Pre-LN and Post-LN",
+    ),
 }
+
+
+def block_sites(cfg: "ModelConfig", l: int) -> frozenset[str]:
+    """Norm sites of block ``l`` (0-based) for ``cfg``."""
+    return PLACEMENTS[cfg.placement].sites(l, cfg.depth, cfg.mix_alpha)
+
+
+def final_norm_on(cfg: "ModelConfig") -> bool:
+    """Whether the model has a final norm before the LM head (``model.final_norm``, else the placement default)."""
+    return PLACEMENTS[cfg.placement].final_norm if cfg.final_norm is None else cfg.final_norm
+
+
+def embed_norm_on(cfg: "ModelConfig") -> bool:
+    """Whether the embeddings are normalised before block 0 (``model.embed_norm``, else the placement default)."""
+    return PLACEMENTS[cfg.placement].embed_norm if cfg.embed_norm is None else cfg.embed_norm
+
+
+def sites_used(cfg: "ModelConfig") -> frozenset[str]:
+    """Union of the norm sites over all blocks (e.g. to ask whether a model has input or output norms)."""
+    return frozenset().union(*(block_sites(cfg, l) for l in range(cfg.depth)))
+
+
+def layernorm_scale(cfg: "ModelConfig", l: int) -> float:
+    """LayerNorm Scaling factor for block ``l`` (0-based): ``1/sqrt(l+1)`` when on and the block has input norms.
+
+    Sun et al. 2025, "The Curse of Depth in Large Language Models" (repo lmsdss/LayerNorm-Scaling): each
+    input-norm output of the block at depth ``l' = l + 1`` is multiplied by ``1/sqrt(l')``; residual, embedding
+    and final norms are untouched.
+    """
+    if not cfg.layernorm_scaling or not (block_sites(cfg, l) & set(IN_SITES)):
+        return 1.0
+    return 1.0 / math.sqrt(l + 1)
+
+
+def residual_scale(cfg: "ModelConfig") -> float | None:
+    """Branch-output multiplier: 1 (``none``), ``1/sqrt(2L)`` (``fixed``), or None (``learnable``, init 0)."""
+    if cfg.residual_scale == "fixed":
+        return 1.0 / math.sqrt(2 * cfg.depth)
+    return None if cfg.residual_scale == "learnable" else 1.0

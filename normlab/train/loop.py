@@ -1,4 +1,5 @@
-"""The training loop: data -> model -> AdamW -> checkpoints, metrics and a summary in a run directory.
+"""The training loop: data -> model -> optimizer (AdamW / AdamP / SGDP, optional NaP) -> checkpoints, metrics and a
+summary in a run directory.
 
 Determinism: ``cfg.seed`` seeds model init (global torch RNG before ``build_model``), data order (a dedicated
 ``torch.Generator`` seeded with ``seed``) and dropout (the global RNG afterwards). A checkpoint stores both RNG
@@ -7,6 +8,7 @@ states, the optimizer state and the step, so ``--resume`` reproduces an uninterr
 
 from __future__ import annotations
 
+import inspect
 import json
 import math
 import signal
@@ -24,8 +26,9 @@ from normlab.errors import EXIT_DIVERGED, EXIT_INTERRUPTED, EXIT_OK, NormlabErro
 from normlab.eval.lm import evaluate
 from normlab.io import read_json, write_json, write_text
 from normlab.model import build_model
+from normlab.norms import get_norm_class
 from normlab.train.checkpoint import list_checkpoints, load_checkpoint, save_checkpoint, save_model
-from normlab.train.optim import build_optimizer
+from normlab.train.optim import EffectiveLR, NormalizeAndProject, build_optimizer
 from normlab.train.progress import ProgressReporter
 from normlab.train.schedule import lr_at
 
@@ -53,6 +56,18 @@ def get_batch(tokens: np.ndarray, batch_size: int, context: int, gen: torch.Gene
     chunk = np.stack([tokens[i : i + context + 1] for i in ix]).astype(np.int64)
     t = torch.from_numpy(chunk)
     return t[:, :-1], t[:, 1:]
+
+
+def apply_norm_defaults(cfg: RunConfig) -> None:
+    """Fill run-dependent norm options the user did not set, in place (so config.yaml records them).
+
+    A norm class whose constructor takes ``warmup`` (PowerNorm, Unified Normalization: statistics warm-up) gets
+    ``warmup = train.warmup_steps`` unless ``model.norm_options`` already has a ``warmup`` key.
+    """
+    opts = cfg.model.norm_options
+    params = inspect.signature(get_norm_class(cfg.model.norm).__init__).parameters
+    if "warmup" in params and "warmup" not in opts:
+        opts["warmup"] = cfg.train.warmup_steps
 
 
 def loss_ceiling(cfg: RunConfig) -> float:
@@ -115,12 +130,15 @@ def train(cfg: RunConfig, run_dir: str | Path, *, resume: bool = False, quiet: b
         torch.set_num_threads(cfg.train.threads)
     data = load_data(cfg)
     cfg.model.vocab_size = data.vocab_size
+    apply_norm_defaults(cfg)
     cfg.validate()
-    tc, mc = cfg.train, cfg.model
+    tc, mc, oc = cfg.train, cfg.model, cfg.optim
 
     torch.manual_seed(cfg.seed)
     model = build_model(mc)
-    opt, groups = build_optimizer(model, tc)
+    opt, groups = build_optimizer(model, tc, oc)
+    nap = NormalizeAndProject(model) if oc.nap else None  # init norms of the seeded init, before any resume load
+    eff_lr = EffectiveLR({n: p for n, p in model.named_parameters() if n in groups["feeds_norm"]})
     gen = torch.Generator().manual_seed(cfg.seed)
     start, tokens_seen, elapsed, best = 0, 0, 0.0, None
     metrics_path = run_dir / "metrics.jsonl"
@@ -132,6 +150,8 @@ def train(cfg: RunConfig, run_dir: str | Path, *, resume: bool = False, quiet: b
             if state.get("config_hash") != cfg.hash():
                 raise NormlabError(f"{ckpts[-1]} was written with another config; cannot resume from it")
             start, tokens_seen, elapsed, best = state["step"], state["tokens_seen"], state["elapsed_s"], state.get("best_val_bpb")
+            if nap is not None:
+                nap.check(state.get("nap_init_norms"), str(ckpts[-1]))
             torch.set_rng_state(_rng_from_json(state["rng"]["torch"]))
             gen.set_state(_rng_from_json(state["rng"]["data"]))
         _truncate_metrics(metrics_path, start)
@@ -142,9 +162,10 @@ def train(cfg: RunConfig, run_dir: str | Path, *, resume: bool = False, quiet: b
         write_text(metrics_path, "")
 
     report = ProgressReporter(tc.steps, start, quiet=quiet)
+    nap_note = f" + NaP on {len(nap.params)} weights" if nap else ""
     report.message(
         f"params {model.num_params():,} | weight decay on {len(groups['decay'])} tensors, "
-        f"none on {len(groups['no_decay'])} (norm gains, biases, embeddings) | run {run_dir}"
+        f"none on {len(groups['no_decay'])} (norm gains, biases, embeddings) | {oc.name}{nap_note} | run {run_dir}"
     )
     ceiling = loss_ceiling(cfg)
     status, last_loss, val = "completed", float("nan"), {}
@@ -156,6 +177,8 @@ def train(cfg: RunConfig, run_dir: str | Path, *, resume: bool = False, quiet: b
     def checkpoint(at: int) -> None:
         state = {"tokens_seen": tokens_seen, "elapsed_s": elapsed + time.time() - t_start, "best_val_bpb": best,
                  "rng": {"torch": _rng_to_json(torch.get_rng_state()), "data": _rng_to_json(gen.get_state())}}
+        if nap is not None:
+            state["nap_init_norms"] = nap.to_json()
         save_checkpoint(run_dir, at, model, opt, state, cfg.hash(), tc.keep_checkpoints)
 
     model.train()
@@ -181,17 +204,23 @@ def train(cfg: RunConfig, run_dir: str | Path, *, resume: bool = False, quiet: b
                 step += 1
                 report.message(f"diverged at step {step}: loss {last_loss:.4g} (ceiling {ceiling:.3g}), grad norm {grad_norm:.4g}")
                 break
+            track = oc.effective_lr_every > 0 and (step + 1) % oc.effective_lr_every == 0
+            if track:
+                eff_lr.before()
             opt.step()
+            if nap is not None:
+                nap.project()
             opt.zero_grad(set_to_none=True)
             step += 1
             tokens_seen += tc.batch_size * mc.context * tc.grad_accum
 
-            record: dict[str, Any] = {}
+            eff = eff_lr.after() if track else {}  # {} too when no weight feeds a norm
+            record: dict[str, Any] = {"step": step, **eff} if eff else {}
             if step % tc.log_every == 0 or step == tc.steps:
                 now = time.time()
                 tok_s = (tokens_seen - mark_tokens) / max(now - mark_t, 1e-9)
-                record = {"step": step, "loss": last_loss, "lr": lr, "grad_norm": grad_norm,
-                          "tokens_per_s": tok_s, "elapsed_s": elapsed + now - t_start}
+                record |= {"step": step, "loss": last_loss, "lr": lr, "grad_norm": grad_norm,
+                           "tokens_per_s": tok_s, "elapsed_s": elapsed + now - t_start}
                 report.update(step, last_loss, tok_s)
             if step % tc.eval_every == 0 or step == tc.steps:
                 t_eval = time.time()
