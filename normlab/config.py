@@ -66,6 +66,8 @@ class TrainConfig:
     checkpoint_every: int = 100
     keep_checkpoints: int = 2
     loss_ceiling: float | None = None
+    z_loss: float = 0.0
+    logitnorm_tau: float | None = None
     threads: int | None = None
 
     def validate(self) -> "TrainConfig":
@@ -79,6 +81,10 @@ class TrainConfig:
             raise NormlabError("train.warmup_steps, train.grad_clip and train.weight_decay must be >= 0")
         if not 0.0 <= self.min_lr_ratio <= 1.0:
             raise NormlabError(f"train.min_lr_ratio must be in [0, 1], got {self.min_lr_ratio}")
+        if self.z_loss < 0:
+            raise NormlabError(f"train.z_loss must be >= 0, got {self.z_loss}")
+        if self.logitnorm_tau is not None and self.logitnorm_tau <= 0:
+            raise NormlabError(f"train.logitnorm_tau must be > 0 (or null), got {self.logitnorm_tau}")
         if self.threads is not None and self.threads < 1:
             raise NormlabError(f"train.threads must be >= 1, got {self.threads}")
         return self

@@ -29,6 +29,9 @@ def _resume_config(args: argparse.Namespace) -> tuple[RunConfig, Path]:
         base = load_config(args.config, args.overrides) if args.config else config_from_dict(
             _with_overrides(read_yaml(run_dir / "config.yaml"), args.overrides))
         base.model.vocab_size = saved.model.vocab_size
+        from normlab.train.loop import apply_norm_defaults
+
+        apply_norm_defaults(base)
         changed = _diff_keys(saved.to_dict(), base.to_dict())
         if changed:
             raise NormlabError(
@@ -60,6 +63,9 @@ def run_train(args: argparse.Namespace) -> int:
         if not args.config:
             raise NormlabError("train needs a CONFIG (YAML file or preset: tiny, small) or --resume RUN_DIR")
         cfg = load_config(args.config, args.overrides)
+        from normlab.train.loop import apply_norm_defaults
+
+        apply_norm_defaults(cfg)
         run_dir = Path(args.out) if args.out else Path("runs") / f"{Path(args.config).stem}-{cfg.hash()[:8]}"
         if (run_dir / "config.yaml").exists():
             raise NormlabError(f"{run_dir} already holds a run; use --resume {run_dir} or choose another --out")

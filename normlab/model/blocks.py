@@ -27,7 +27,8 @@ from normlab.model.placements import SITES
 
 class MLP(nn.Module):
     """Feed-forward sublayer. ``gelu``: ``proj(gelu(fc(x)))``; ``swiglu`` (Shazeer 2020):
-    ``proj(silu(fc(x)) * gate(x))`` with hidden size ``2/3`` of the gelu one (equal parameter count).
+    ``proj(silu(fc(x)) * gate(x))`` with hidden size ``2/3`` of the gelu one (equal parameter count);
+    ``selu`` (Klambauer et al. 2017, self-normalizing networks; pair with ``model.norm: none``, LeCun-normal init).
     ``x [B, T, d] -> [B, T, d]``; ``proj`` writes to the residual stream.
     """
 
@@ -46,7 +47,7 @@ class MLP(nn.Module):
         if self.activation == "swiglu":
             h = F.silu(self.fc(x)) * self.gate(x)
         else:
-            h = F.gelu(self.fc(x))
+            h = F.selu(self.fc(x)) if self.activation == "selu" else F.gelu(self.fc(x))
         return self.drop(self.proj(h))
 
 

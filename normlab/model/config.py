@@ -7,7 +7,7 @@ from typing import Any
 
 from normlab.errors import NormlabError, unknown
 
-ACTIVATIONS = ("gelu", "swiglu")
+ACTIVATIONS = ("gelu", "swiglu", "selu")
 POSITIONS = ("rope", "learned")
 NORM_GROUPS = ("attn", "mlp", "final", "embed")
 RESIDUAL_SCALES = ("none", "fixed", "learnable")
@@ -45,6 +45,8 @@ class ModelConfig:
     mix_alpha: float = 0.25
     layernorm_scaling: bool = False
     residual_scale: str = "none"
+    head_bias: bool = False
+    logit_softcap: float | None = None
     init_std: float = 0.02
 
     def validate(self) -> "ModelConfig":
@@ -75,6 +77,8 @@ class ModelConfig:
             build_norm(self.norm, self.width, eps=self.norm_eps, **self.norm_kwargs(group))
         if not 0.0 <= self.dropout < 1.0:
             raise NormlabError(f"model.dropout must be in [0, 1), got {self.dropout}")
+        if self.logit_softcap is not None and self.logit_softcap <= 0:
+            raise NormlabError(f"model.logit_softcap must be > 0 (or null), got {self.logit_softcap}")
         if self.mlp_ratio <= 0 or self.norm_eps <= 0 or self.init_std <= 0:
             raise NormlabError("model.mlp_ratio, model.norm_eps and model.init_std must be > 0")
         return self

@@ -19,6 +19,7 @@ from normlab.model.blocks import MLP, Block
 from normlab.model.config import ModelConfig
 from normlab.model.placements import block_sites, embed_norm_on, final_norm_on, layernorm_scale, residual_scale
 from normlab.norms import build_norm
+from normlab.train.losses import softcap
 
 
 class GPT(nn.Module):
@@ -46,7 +47,7 @@ class GPT(nn.Module):
             blocks.append(Block(attn, mlp, norms, in_scale=layernorm_scale(cfg, l), res_scale=residual_scale(cfg)))
         self.blocks = nn.ModuleList(blocks)
         self.final_norm = norm("final") if final_norm_on(cfg) else nn.Identity()
-        self.lm_head = nn.Linear(cfg.width, cfg.vocab_size, bias=False)
+        self.lm_head = nn.Linear(cfg.width, cfg.vocab_size, bias=cfg.head_bias)
         if cfg.tie_embeddings:
             self.lm_head.weight = self.tok_emb.weight
         init_weights(self, cfg)
@@ -62,6 +63,8 @@ class GPT(nn.Module):
         for block in self.blocks:
             x = block(x)
         logits = self.lm_head(self.final_norm(x))
+        if self.cfg.logit_softcap is not None:  # Gemma 2 final-logit softcap, train and eval
+            logits = softcap(logits, self.cfg.logit_softcap)
         if targets is None:
             return logits
         loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.reshape(-1))
@@ -80,11 +83,15 @@ class GPT(nn.Module):
 def init_weights(model: GPT, cfg: ModelConfig) -> None:
     """The one init function (GPT-2 scheme): N(0, init_std) for linears and embeddings, zero biases, and
     ``init_std / sqrt(2L)`` for the residual-stream writers (attention and MLP output projections).
-    Norm parameters keep the values their own constructors give them.
+    Norm parameters keep the values their own constructors give them. With ``activation: selu`` the linears get
+    LeCun-normal init ``N(0, 1/fan_in)`` instead (Klambauer et al. 2017, self-normalizing networks).
     """
     for name, m in model.named_modules():
         if isinstance(m, nn.Linear):
-            std = cfg.init_std / math.sqrt(2 * cfg.depth) if name.endswith(".proj") else cfg.init_std
+            if cfg.activation == "selu":
+                std = 1.0 / math.sqrt(m.in_features)
+            else:
+                std = cfg.init_std / math.sqrt(2 * cfg.depth) if name.endswith(".proj") else cfg.init_std
             nn.init.normal_(m.weight, 0.0, std)
             if m.bias is not None:
                 nn.init.zeros_(m.bias)
@@ -94,4 +101,8 @@ def init_weights(model: GPT, cfg: ModelConfig) -> None:
 
 def build_model(cfg: ModelConfig) -> GPT:
     """Validate ``cfg`` and build the model (call under a seeded RNG for reproducible init)."""
+    if cfg.norm == "crmsnorm":  # Pre-CRMSNorm: residual stream stored in width - 1 coordinates (docs/convert.md)
+        from normlab.convert.crms_model import CRMSGPT
+
+        return CRMSGPT(cfg)
     return GPT(cfg)

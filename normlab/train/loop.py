@@ -27,6 +27,7 @@ from normlab.eval.lm import evaluate
 from normlab.io import read_json, write_json, write_text
 from normlab.model import build_model
 from normlab.norms import get_norm_class
+from normlab.train.losses import lm_loss
 from normlab.train.checkpoint import list_checkpoints, load_checkpoint, save_checkpoint, save_model
 from normlab.train.optim import EffectiveLR, NormalizeAndProject, build_optimizer
 from normlab.train.progress import ProgressReporter
@@ -191,12 +192,14 @@ def train(cfg: RunConfig, run_dir: str | Path, *, resume: bool = False, quiet: b
             lr = lr_at(step, lr=tc.lr, warmup=tc.warmup_steps, total=tc.steps, min_ratio=tc.min_lr_ratio)
             for g in opt.param_groups:
                 g["lr"] = lr
-            loss_sum = 0.0
+            loss_sum, extra = 0.0, {}
             for _ in range(tc.grad_accum):
                 x, y = get_batch(data.train, tc.batch_size, mc.context, gen)
-                _, loss = model(x, y)
+                loss, parts = lm_loss(model(x), y, z_loss=tc.z_loss, logitnorm_tau=tc.logitnorm_tau)
                 (loss / tc.grad_accum).backward()
-                loss_sum += loss.item()
+                loss_sum += float(parts.pop("ce"))  # raw cross-entropy: what is logged and checked
+                for k, v in parts.items():
+                    extra[k] = extra.get(k, 0.0) + float(v) / tc.grad_accum
             last_loss = loss_sum / tc.grad_accum
             grad_norm = float(torch.nn.utils.clip_grad_norm_(params, tc.grad_clip if tc.grad_clip > 0 else float("inf")))
             if not math.isfinite(last_loss) or last_loss > ceiling or not math.isfinite(grad_norm):
@@ -220,7 +223,7 @@ def train(cfg: RunConfig, run_dir: str | Path, *, resume: bool = False, quiet: b
                 now = time.time()
                 tok_s = (tokens_seen - mark_tokens) / max(now - mark_t, 1e-9)
                 record |= {"step": step, "loss": last_loss, "lr": lr, "grad_norm": grad_norm,
-                           "tokens_per_s": tok_s, "elapsed_s": elapsed + now - t_start}
+                           "tokens_per_s": tok_s, "elapsed_s": elapsed + now - t_start, **extra}
                 report.update(step, last_loss, tok_s)
             if step % tc.eval_every == 0 or step == tc.steps:
                 t_eval = time.time()
