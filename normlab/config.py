@@ -125,6 +125,32 @@ class OptimConfig:
 
 
 @dataclass
+class DiagConfig:
+    """Training-time diagnostics (normlab.diagnostics.training; docs/diagnostics.md).
+
+    ``every``: every N optimizer steps record per-block residual-stream RMS / variance, each norm's output RMS and
+    per-block gradient norms (attention, MLP, norm parameters) as flat ``diag/...`` keys in metrics.jsonl
+    (0 = off: no hooks, nothing recorded). Loss spikes -- a step whose training loss exceeds ``spike_factor`` x
+    the mean of the previous ``spike_window`` step losses -- are counted on every step regardless (one float per
+    step) and listed in summary.json as ``loss_spikes: {count, steps}``. The effective step size of weights
+    feeding norms is ``optim.effective_lr_every`` (``eff_lr/...`` keys), not duplicated here.
+    """
+
+    every: int = 0
+    spike_factor: float = 2.0
+    spike_window: int = 20
+
+    def validate(self) -> "DiagConfig":
+        if self.every < 0:
+            raise NormlabError(f"diag.every must be >= 0 (0 = off), got {self.every}")
+        if self.spike_factor <= 1.0:
+            raise NormlabError(f"diag.spike_factor must be > 1, got {self.spike_factor}")
+        if self.spike_window < 1:
+            raise NormlabError(f"diag.spike_window must be >= 1, got {self.spike_window}")
+        return self
+
+
+@dataclass
 class RunConfig:
     """A whole run. ``seed`` drives model init, data order and dropout."""
 
@@ -133,12 +159,14 @@ class RunConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
+    diag: DiagConfig = field(default_factory=DiagConfig)
 
     def validate(self) -> "RunConfig":
         self.data.validate()
         self.model.validate()
         self.train.validate()
         self.optim.validate()
+        self.diag.validate()
         return self
 
     def to_dict(self) -> dict[str, Any]:
@@ -280,7 +308,7 @@ def read_yaml(path: Path) -> dict[str, Any]:
     if data is None:
         data = {}
     if not isinstance(data, dict):
-        raise NormlabError(f"config {path} must be a YAML mapping of sections (seed, data, model, train, optim)")
+        raise NormlabError(f"config {path} must be a YAML mapping of sections (seed, data, model, train, optim, diag)")
     return data
 
 

@@ -22,6 +22,7 @@ import torch
 
 from normlab.config import RunConfig, dump_config
 from normlab.data import PreparedData, prepare_data
+from normlab.diagnostics.training import TrainDiagnostics
 from normlab.errors import EXIT_DIVERGED, EXIT_INTERRUPTED, EXIT_OK, NormlabError
 from normlab.eval.lm import evaluate
 from normlab.io import read_json, write_json, write_text
@@ -140,6 +141,7 @@ def train(cfg: RunConfig, run_dir: str | Path, *, resume: bool = False, quiet: b
     opt, groups = build_optimizer(model, tc, oc)
     nap = NormalizeAndProject(model) if oc.nap else None  # init norms of the seeded init, before any resume load
     eff_lr = EffectiveLR({n: p for n, p in model.named_parameters() if n in groups["feeds_norm"]})
+    diag = TrainDiagnostics(model, cfg.diag)  # diag: per-block stats every diag.every steps + loss spikes
     gen = torch.Generator().manual_seed(cfg.seed)
     start, tokens_seen, elapsed, best = 0, 0, 0.0, None
     metrics_path = run_dir / "metrics.jsonl"
@@ -153,6 +155,7 @@ def train(cfg: RunConfig, run_dir: str | Path, *, resume: bool = False, quiet: b
             start, tokens_seen, elapsed, best = state["step"], state["tokens_seen"], state["elapsed_s"], state.get("best_val_bpb")
             if nap is not None:
                 nap.check(state.get("nap_init_norms"), str(ckpts[-1]))
+            diag.load_state_dict(state.get("diag"))  # diag: the loss-spike window
             torch.set_rng_state(_rng_from_json(state["rng"]["torch"]))
             gen.set_state(_rng_from_json(state["rng"]["data"]))
         _truncate_metrics(metrics_path, start)
@@ -178,6 +181,7 @@ def train(cfg: RunConfig, run_dir: str | Path, *, resume: bool = False, quiet: b
     def checkpoint(at: int) -> None:
         state = {"tokens_seen": tokens_seen, "elapsed_s": elapsed + time.time() - t_start, "best_val_bpb": best,
                  "rng": {"torch": _rng_to_json(torch.get_rng_state()), "data": _rng_to_json(gen.get_state())}}
+        state["diag"] = diag.state_dict()  # diag
         if nap is not None:
             state["nap_init_norms"] = nap.to_json()
         save_checkpoint(run_dir, at, model, opt, state, cfg.hash(), tc.keep_checkpoints)
@@ -192,6 +196,7 @@ def train(cfg: RunConfig, run_dir: str | Path, *, resume: bool = False, quiet: b
             lr = lr_at(step, lr=tc.lr, warmup=tc.warmup_steps, total=tc.steps, min_ratio=tc.min_lr_ratio)
             for g in opt.param_groups:
                 g["lr"] = lr
+            diag.start_step(step)  # diag: forward hooks on diagnostic steps only
             loss_sum, extra = 0.0, {}
             for _ in range(tc.grad_accum):
                 x, y = get_batch(data.train, tc.batch_size, mc.context, gen)
@@ -201,6 +206,7 @@ def train(cfg: RunConfig, run_dir: str | Path, *, resume: bool = False, quiet: b
                 for k, v in parts.items():
                     extra[k] = extra.get(k, 0.0) + float(v) / tc.grad_accum
             last_loss = loss_sum / tc.grad_accum
+            diag.after_backward(step, last_loss)  # diag: grad norms (before clipping), spike check; hooks removed
             grad_norm = float(torch.nn.utils.clip_grad_norm_(params, tc.grad_clip if tc.grad_clip > 0 else float("inf")))
             if not math.isfinite(last_loss) or last_loss > ceiling or not math.isfinite(grad_norm):
                 status = "diverged"
@@ -219,6 +225,7 @@ def train(cfg: RunConfig, run_dir: str | Path, *, resume: bool = False, quiet: b
 
             eff = eff_lr.after() if track else {}  # {} too when no weight feeds a norm
             record: dict[str, Any] = {"step": step, **eff} if eff else {}
+            record |= diag.collect()  # diag: {} or {"step": step, "diag/...": ...}
             if step % tc.log_every == 0 or step == tc.steps:
                 now = time.time()
                 tok_s = (tokens_seen - mark_tokens) / max(now - mark_t, 1e-9)
@@ -255,7 +262,7 @@ def train(cfg: RunConfig, run_dir: str | Path, *, resume: bool = False, quiet: b
         if (val and data.entropy_floor_bpb is not None) else None,
         "tokens_seen": tokens_seen, "tokens_per_s": tokens_seen / max(total_elapsed, 1e-9),
         "elapsed_s": total_elapsed, "params": model.num_params(), "config_hash": cfg.hash(),
-        "run_dir": str(run_dir),
+        "loss_spikes": diag.summary(), "run_dir": str(run_dir),
     }
     write_json(run_dir / "summary.json", summary)
     return summary

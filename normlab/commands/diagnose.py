@@ -1,0 +1,92 @@
+"""``normlab diagnose RUN_DIR``: post-hoc diagnostics on a fixed sample of a split -> ``RUN_DIR/diagnostics.json``
+and PNG plots in ``RUN_DIR/diagnostics/`` (docs/diagnostics.md)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from normlab.errors import NormlabError
+from normlab.io import read_json, write_json
+
+
+def run_diagnose(args: argparse.Namespace) -> int:
+    import torch
+
+    from normlab.diagnostics.analyze import diagnose_model, sample_sequences, training_records, training_summary
+    from normlab.diagnostics.plots import write_plots
+    from normlab.rundir import load_run
+    from normlab.train.loop import load_data
+
+    run_dir = Path(args.run_dir)
+    run = load_run(run_dir)
+    cfg = run.cfg
+    context = args.context or cfg.model.context
+    if args.sequences < 1 or context < 1:
+        raise NormlabError(f"--sequences and --context must be >= 1, got {args.sequences} and {context}")
+    if cfg.model.positions == "learned" and context > cfg.model.context:
+        raise NormlabError(f"--context {context} exceeds the learned position table ({cfg.model.context})")
+    data = load_data(cfg)
+    tokens = data.val if args.split == "val" else data.test
+    idx, targets, starts = sample_sequences(tokens, args.sequences, context)
+    if cfg.train.threads:
+        torch.set_num_threads(cfg.train.threads)
+    result = diagnose_model(run.model, idx, targets)
+    records = training_records(run_dir)
+    spikes = None
+    if (run_dir / "summary.json").is_file():
+        spikes = read_json(run_dir / "summary.json", "summary").get("loss_spikes")
+    m = cfg.model
+    out = {
+        "run_dir": str(run_dir), "weights": str(run.weights), "split": args.split, "sequences": args.sequences,
+        "context": context, "starts": starts,
+        "model": {"placement": m.placement, "norm": m.norm, "depth": m.depth, "width": m.width, "heads": m.heads,
+                  "positions": m.positions, "attention": getattr(m, "attention", "softmax")},
+        **result,
+        "training": {**training_summary(records), "loss_spikes": spikes},
+    }
+    title = f"{run_dir.name}: {m.placement}-{m.norm}, depth {m.depth}"
+    out["plots"] = [f"diagnostics/{n}" for n in write_plots(result, records, run_dir / "diagnostics", title)]
+    write_json(run_dir / "diagnostics.json", out)
+    if args.json:
+        print(json.dumps(out))
+        return 0
+    _print_headline(out)
+    return 0
+
+
+def _fmt(v: float | None, spec: str = ".4g") -> str:
+    return "n/a" if v is None else format(v, spec)
+
+
+def _print_headline(d: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    v, ms, s, e = d["variance"], d["massive"], d["sinks"], d["layer_effectiveness"]
+    t = Table("block", "resid RMS", "resid var", "top |h|", "median |h|", "ratio", "angular dist", "skip Δloss",
+              title=f"{d['run_dir']} ({d['split']}, {d['sequences']} x {d['context']} tokens)")
+    t.add_row("embed", _fmt(v["rms"][0]), _fmt(v["var"][0]), "", "", "", "", "")
+    for l, (mb, eb) in enumerate(zip(ms["blocks"], e["blocks"])):
+        t.add_row(str(l), _fmt(v["rms"][l + 1]), _fmt(v["var"][l + 1]), _fmt(mb["top"][0]["value"]),
+                  _fmt(mb["median"]), _fmt(mb["ratio"], ".1f") + (" *" if mb["flagged"] else ""),
+                  _fmt(eb["angular_distance"], ".3f"), _fmt(eb["skip_loss_increase"], "+.4f"))
+    con = Console()
+    con.print(t)
+    lines = [f"log-variance slope {_fmt(v['log_var_slope'], '.4f')} per block "
+             f"(x{_fmt(v['var_growth_per_block'], '.3f')} per block; block outputs only: "
+             f"{_fmt(v['log_var_slope_blocks'], '.4f')}); base loss {e['base_loss']:.4f} nats/token",
+             f"massive activations (|h| > 100 and > 1000x median): {'yes' if ms['any_flagged'] else 'none'}; "
+             f"max top1/median {_fmt(ms['max_ratio'], '.1f')}"]
+    if s.get("available"):
+        lines.append(f"attention sinks (T={s['context']}, > {s['epsilon']}): sink rate {s['sink_rate']:.1%}, "
+                     f"mean first-token importance {s['first_token_importance_mean']:.3f}")
+    else:
+        lines.append(f"attention sinks unavailable: {s['reason']}")
+    tr = d["training"]
+    if tr.get("loss_spikes") is not None:
+        lines.append(f"loss spikes during training: {tr['loss_spikes']['count']}")
+    lines.append(f"wrote {Path(d['run_dir']) / 'diagnostics.json'} and {len(d['plots'])} plots")
+    for line in lines:
+        con.print(line)

@@ -1,0 +1,72 @@
+"""Capture the residual stream of a GPT with forward hooks that are always removed afterwards.
+
+``capture_stream(model, idx)`` returns the stream entering block 0 and every block's output,
+``[L + 1]`` tensors of shape ``[B, T, d]`` (index 0 = embeddings after the optional embedding norm, index
+``l + 1`` = output of block ``l``), and the logits ``[B, T, vocab]``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import Callable, Iterator
+
+import torch
+from torch import nn
+
+
+@contextlib.contextmanager
+def hooks(register: list[Callable[[], torch.utils.hooks.RemovableHandle]]) -> Iterator[None]:
+    """Register the given hooks for the ``with`` body and remove every one of them afterwards, even on error."""
+    handles = []
+    try:
+        for reg in register:
+            handles.append(reg())
+        yield
+    finally:
+        for h in handles:
+            h.remove()
+
+
+@contextlib.contextmanager
+def eval_mode(model: nn.Module) -> Iterator[None]:
+    """``model.eval()`` for the body (batch-statistic norms then use running statistics), then restore."""
+    was = model.training
+    model.eval()
+    try:
+        yield
+    finally:
+        model.train(was)
+
+
+@dataclass
+class Stream:
+    """``hidden[0]``: input of block 0; ``hidden[l + 1]``: output of block ``l``; all ``[B, T, d]``."""
+
+    hidden: list[torch.Tensor]
+    logits: torch.Tensor
+
+
+@torch.no_grad()
+def capture_stream(model: nn.Module, idx: torch.Tensor) -> Stream:
+    """One eval-mode forward of ``idx [B, T]`` recording the residual stream before/after every block."""
+    blocks = list(model.blocks)
+    hidden: list[torch.Tensor | None] = [None] * (len(blocks) + 1)
+
+    def pre(i: int):
+        def hook(_m: nn.Module, inp: tuple) -> None:
+            hidden[i] = inp[0].detach()
+        return hook
+
+    def post(i: int):
+        def hook(_m: nn.Module, _inp: tuple, out: torch.Tensor) -> None:
+            hidden[i] = out.detach()
+        return hook
+
+    regs = [lambda: blocks[0].register_forward_pre_hook(pre(0))] if blocks else []
+    regs += [(lambda b=b, l=l: b.register_forward_hook(post(l + 1))) for l, b in enumerate(blocks)]
+    with eval_mode(model), hooks(regs):
+        logits = model(idx)
+    if not blocks:  # a model without blocks: the stream is whatever reaches the final norm (not captured)
+        raise ValueError("model has no blocks")
+    return Stream([h for h in hidden], logits)  # type: ignore[misc]

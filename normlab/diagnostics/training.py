@@ -1,0 +1,265 @@
+"""Training-time diagnostics: cheap per-block statistics every ``diag.every`` steps, and loss-spike detection.
+
+What is recorded (flat numeric keys in ``metrics.jsonl``, one record per diagnostic step; docs/diagnostics.md):
+
+- ``diag/embed_rms``, ``diag/embed_var``: the residual stream entering block 0 (embeddings after the optional
+  embedding norm and dropout);
+- ``diag/resid_rms/<l>``, ``diag/resid_var/<l>``: block ``l``'s output (0-based), pooled over every element of
+  the batch ``[B, T, d]``: ``rms = sqrt(mean(x^2))``, ``var = mean(x^2) - mean(x)^2`` (Curse of Depth, Sun et al.
+  2025; Peri-LN, Kim et al. 2025);
+- ``diag/norm_rms/<module path>``: output RMS of every norm module (e.g. ``blocks.0.attn_in``, ``final_norm``;
+  ``nn.Identity`` sites have none). For LayerNorm Scaling this is before the ``1/sqrt(l)`` factor;
+- ``diag/grad_norm/{attn,mlp,norm}/<l>``: L2 norm of the gradient of block ``l``'s attention, MLP and norm-site
+  parameters (before gradient clipping; Mix-LN, Li et al. 2024), and ``diag/grad_norm/final_norm``,
+  ``diag/grad_norm/embed_norm`` for the model-level norms;
+- ``diag/loss_spike`` (= 1) and ``diag/loss_baseline`` on a step whose loss is a spike (any step, diag step or
+  not): ``loss > spike_factor * mean(previous spike_window losses)``, needing a full window. Non-finite losses
+  count as spikes.
+
+With gradient accumulation the activation statistics pool all micro-batches of the step. A diagnostic step is
+one with ``(step + 1) % every == 0`` (``step`` the 0-based index of the step being run, as the loop's effective-LR
+tracking); its record carries ``step + 1`` like every metrics record. Forward hooks exist only during a
+diagnostic step's forward/backward and are removed in :meth:`TrainDiagnostics.after_backward`, so other steps pay
+one integer modulo.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from typing import Any, Iterable
+
+import torch
+from torch import nn
+
+from normlab.config import DiagConfig
+
+MAX_LISTED_SPIKES = 1000
+
+
+def detect_spikes(losses: Iterable[float], factor: float, window: int) -> list[int]:
+    """Indices ``i`` of ``losses`` with ``losses[i] > factor * mean(losses[i-window:i])`` (full window only) or a
+    non-finite ``losses[i]`` after a full window. Reference implementation of :class:`SpikeDetector`."""
+    losses = list(losses)
+    out = []
+    for i in range(window, len(losses)):
+        base = sum(losses[i - window : i]) / window
+        if not math.isfinite(losses[i]) or losses[i] > factor * base:
+            out.append(i)
+    return out
+
+
+class SpikeDetector:
+    """Online loss-spike detector: the previous ``window`` losses form the baseline (spikes included)."""
+
+    def __init__(self, factor: float, window: int):
+        self.factor, self.window = factor, window
+        self.history: deque[float] = deque(maxlen=window)
+        self.steps: list[int] = []
+        self.count = 0
+
+    def update(self, step: int, loss: float) -> float | None:
+        """Feed the loss of ``step``; returns the baseline when it is a spike, else None."""
+        spike = None
+        if len(self.history) == self.window:
+            base = sum(self.history) / self.window
+            if not math.isfinite(loss) or loss > self.factor * base:
+                spike = base
+                self.count += 1
+                if len(self.steps) < MAX_LISTED_SPIKES:
+                    self.steps.append(step)
+        self.history.append(loss)
+        return spike
+
+    def summary(self) -> dict[str, Any]:
+        """``{count, steps}`` for summary.json (at most ``MAX_LISTED_SPIKES`` steps listed)."""
+        return {"count": self.count, "steps": list(self.steps)}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"history": list(self.history), "steps": list(self.steps), "count": self.count}
+
+    def load_state_dict(self, state: dict[str, Any] | None) -> None:
+        if not state:
+            return
+        self.history = deque((float(v) for v in state["history"]), maxlen=self.window)
+        self.steps = [int(s) for s in state["steps"]]
+        self.count = int(state["count"])
+
+
+class _Moments:
+    """Running ``sum(x)``, ``sum(x^2)`` (0-dim float64 tensors on the activations' device, so a hook never waits
+    for the device) and element count of the tensors seen by a hook; read once per diagnostic step."""
+
+    __slots__ = ("s", "ss", "n")
+
+    def __init__(self) -> None:
+        self.s: torch.Tensor | float = 0.0
+        self.ss: torch.Tensor | float = 0.0
+        self.n = 0
+
+    @torch.no_grad()
+    def add(self, x: torch.Tensor) -> None:
+        x = x.detach()
+        if x.dtype in (torch.float16, torch.bfloat16):
+            x = x.float()
+        # float32 reductions (pairwise summation, ~15x faster than float64 on CPU), accumulated in float64
+        self.s = self.s + x.sum().double()
+        self.ss = self.ss + torch.linalg.vector_norm(x).double().square()
+        self.n += x.numel()
+
+    def rms(self) -> float:
+        return math.sqrt(float(self.ss) / self.n)
+
+    def var(self) -> float:
+        mean = float(self.s) / self.n
+        return max(float(self.ss) / self.n - mean * mean, 0.0)
+
+
+def _is_site(m: nn.Module) -> bool:
+    return not isinstance(m, nn.Identity)
+
+
+def norm_modules(model: nn.Module) -> dict[str, nn.Module]:
+    """``{module path: norm module}`` for every occupied norm site of a GPT (embed, block sites, final)."""
+    from normlab.model.placements import SITES
+
+    out: dict[str, nn.Module] = {}
+    if _is_site(getattr(model, "embed_norm", nn.Identity())):
+        out["embed_norm"] = model.embed_norm
+    for l, blk in enumerate(model.blocks):
+        for site in SITES:
+            m = getattr(blk, site, None)
+            if m is not None and _is_site(m):
+                out[f"blocks.{l}.{site}"] = m
+    if _is_site(getattr(model, "final_norm", nn.Identity())):
+        out["final_norm"] = model.final_norm
+    return out
+
+
+def _grad_norm(params: Iterable[nn.Parameter]) -> float | None:
+    grads = [p.grad.detach() for p in params if p.grad is not None]
+    if not grads:
+        return None
+    return float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g.float()).double() for g in grads])))
+
+
+def grad_norms(model: nn.Module) -> dict[str, float]:
+    """Per-block gradient norms ``diag/grad_norm/{attn,mlp,norm}/<l>`` and of the model-level norms (flat keys).
+    Parameters without a gradient are skipped; a group with none is omitted."""
+    from normlab.model.placements import SITES
+
+    out: dict[str, float] = {}
+    for l, blk in enumerate(model.blocks):
+        groups = {"attn": blk.attn.parameters(), "mlp": blk.mlp.parameters(),
+                  "norm": (p for s in SITES for p in getattr(blk, s).parameters())}
+        for name, ps in groups.items():
+            v = _grad_norm(ps)
+            if v is not None:
+                out[f"diag/grad_norm/{name}/{l}"] = v
+    for name in ("embed_norm", "final_norm"):
+        v = _grad_norm(getattr(model, name).parameters())
+        if v is not None:
+            out[f"diag/grad_norm/{name}"] = v
+    return out
+
+
+class TrainDiagnostics:
+    """The training loop's diagnostics object. Per step the loop calls::
+
+        diag.start_step(step)            # before the forward: registers hooks on diagnostic steps only
+        ...forward / backward (all micro-batches)...
+        diag.after_backward(step, loss)  # grads are complete, before clipping: grad norms, spike check, hooks off
+        record |= diag.collect()         # {} or {"step": step + 1, "diag/...": ...}
+
+    and ``diag.summary()`` for summary.json, ``state_dict`` / ``load_state_dict`` for checkpoints (the spike
+    detector's window, so a resumed run detects the same spikes).
+    """
+
+    def __init__(self, model: nn.Module, cfg: DiagConfig):
+        self.cfg = cfg.validate()
+        self.model = model
+        self.spikes = SpikeDetector(cfg.spike_factor, cfg.spike_window)
+        self._handles: list[torch.utils.hooks.RemovableHandle] = []
+        self._moments: dict[str, _Moments] = {}
+        self._record: dict[str, Any] = {}
+
+    def is_diag_step(self, step: int) -> bool:
+        return self.cfg.every > 0 and (step + 1) % self.cfg.every == 0
+
+    def start_step(self, step: int) -> None:
+        """Register the forward hooks when ``step`` is a diagnostic step (else do nothing)."""
+        self._record = {}
+        if not self.is_diag_step(step):
+            return
+        self.remove_hooks()
+        self._moments = {}
+
+        def stat(key: str):
+            m = self._moments.setdefault(key, _Moments())
+
+            def hook(_mod: nn.Module, _inp: Any, out: torch.Tensor) -> None:
+                m.add(out)
+
+            return hook
+
+        def pre_stat(key: str):
+            m = self._moments.setdefault(key, _Moments())
+
+            def hook(_mod: nn.Module, inp: tuple) -> None:
+                m.add(inp[0])
+
+            return hook
+
+        blocks = self.model.blocks
+        if len(blocks):
+            self._handles.append(blocks[0].register_forward_pre_hook(pre_stat("embed")))
+        for l, blk in enumerate(blocks):
+            self._handles.append(blk.register_forward_hook(stat(f"resid/{l}")))
+        for name, m in norm_modules(self.model).items():
+            self._handles.append(m.register_forward_hook(stat(f"norm/{name}")))
+
+    def remove_hooks(self) -> None:
+        for h in self._handles:
+            h.remove()
+        self._handles = []
+
+    def after_backward(self, step: int, loss: float) -> None:
+        """Spike check on ``loss``; on a diagnostic step also the gradient norms and the activation statistics.
+        Always removes the hooks."""
+        had_hooks = bool(self._handles)
+        self.remove_hooks()
+        rec: dict[str, Any] = {}
+        base = self.spikes.update(step + 1, loss)
+        if base is not None:
+            rec.update({"diag/loss_spike": 1, "diag/loss_baseline": base})
+        if had_hooks:
+            for key, m in self._moments.items():
+                if m.n == 0:
+                    continue
+                if key == "embed":
+                    rec.update({"diag/embed_rms": m.rms(), "diag/embed_var": m.var()})
+                elif key.startswith("resid/"):
+                    l = key.split("/", 1)[1]
+                    rec.update({f"diag/resid_rms/{l}": m.rms(), f"diag/resid_var/{l}": m.var()})
+                else:
+                    rec[f"diag/norm_rms/{key.split('/', 1)[1]}"] = m.rms()
+            rec.update(grad_norms(self.model))
+            self._moments = {}
+        if rec:
+            rec = {"step": step + 1, **rec}
+        self._record = rec
+
+    def collect(self) -> dict[str, Any]:
+        """The record of the step just finished (``{}`` when nothing was recorded)."""
+        rec, self._record = self._record, {}
+        return rec
+
+    def summary(self) -> dict[str, Any]:
+        return self.spikes.summary()
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"spikes": self.spikes.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any] | None) -> None:
+        if state:
+            self.spikes.load_state_dict(state.get("spikes"))
