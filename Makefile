@@ -27,6 +27,8 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/pip install -q -e '.[bench]'
 	$(BIN)/python benchmarks/train_throughput.py --out docs/benchmarks.md
+	$(BIN)/python benchmarks/attention_speed.py --out docs/benchmarks.md
+	$(BIN)/python benchmarks/diag_overhead.py --out docs/benchmarks.md
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

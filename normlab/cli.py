@@ -64,6 +64,36 @@ def cmd_extrapolate(args: argparse.Namespace) -> int:
     return run_extrapolate(args)
 
 
+def cmd_diagnose(args: argparse.Namespace) -> int:
+    from normlab.commands.diagnose import run_diagnose
+
+    return run_diagnose(args)
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from normlab.commands.compare import run_compare
+
+    return run_compare(args)
+
+
+def cmd_runs(args: argparse.Namespace) -> int:
+    from normlab.commands.runs import run_runs
+
+    return run_runs(args)
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from normlab.commands.report import run_report
+
+    return run_report(args)
+
+
+def cmd_claims(args: argparse.Namespace) -> int:
+    from normlab.commands.claims import run_claims
+
+    return run_claims(args)
+
+
 def cmd_norms(args: argparse.Namespace) -> int:
     from normlab.norms import list_norms
 
@@ -96,6 +126,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.set_defaults(func=cmd_train)
 
     e = sub.add_parser("eval", help="evaluate a run: loss, bits-per-byte, perplexities")
+    e.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="evaluation-time key only, e.g. model.lssa_reweight=true")
     e.add_argument("run_dir")
     e.add_argument("--split", choices=["val", "test"], default="val")
     e.add_argument("--context", type=int, help="window length (default: the training context)")
@@ -139,6 +171,8 @@ def build_parser() -> argparse.ArgumentParser:
     cb.set_defaults(func=cmd_calibrate)
 
     x = sub.add_parser("extrapolate", help="loss and bits-per-byte at multiples of the training context")
+    x.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="evaluation-time key only, e.g. model.lssa_reweight=true")
     x.add_argument("run_dir")
     x.add_argument("--factors", default="1,2,4,8,16", help="comma-separated multiples of the training context")
     x.add_argument("--split", choices=["val", "test"], default="val")
@@ -147,6 +181,45 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("--batch-size", type=int, default=16, help="windows per forward (lowered to fit --memory-gb)")
     x.add_argument("--json", action="store_true")
     x.set_defaults(func=cmd_extrapolate)
+
+    dg = sub.add_parser("diagnose", help="diagnostics of a run: variance vs depth, massive activations, attention "
+                        "sinks, layer effectiveness, norm parameters -> RUN_DIR/diagnostics.json + PNGs")
+    dg.add_argument("run_dir")
+    dg.add_argument("--split", choices=["val", "test"], default="val")
+    dg.add_argument("--sequences", type=int, default=16, help="number of sequences in the fixed sample")
+    dg.add_argument("--context", type=int, help="tokens per sequence (default: the training context)")
+    dg.add_argument("--json", action="store_true")
+    dg.set_defaults(func=cmd_diagnose)
+
+    cp = sub.add_parser("compare", help="train many variants in parallel, store the results, write a report")
+    cp.add_argument("sweep", nargs="?", help="sweep YAML file (docs/compare.md); or use --preset")
+    cp.add_argument("--preset", help="a shipped sweep in configs/sweeps/ (quick, depth, attention)")
+    cp.add_argument("--out", help="sweep directory (default: runs/compare-<sweep name>); re-run to resume")
+    cp.add_argument("--workers", type=int, help="parallel worker processes (default: one per core, at most one per run)")
+    cp.add_argument("--json", action="store_true", help="print one JSON object at the end (progress goes to stderr)")
+    cp.set_defaults(func=cmd_compare)
+
+    rn = sub.add_parser("runs", help="list the runs of a sweep directory")
+    rn.add_argument("sweep_dir")
+    rn.add_argument("--format", choices=["table", "csv", "json"], default="table")
+    rn.add_argument("--json", action="store_true", help="same as --format json")
+    rn.set_defaults(func=cmd_runs)
+
+    rp = sub.add_parser("report", help="write SWEEP_DIR/report.html and report.md from a sweep's stored results")
+    rp.add_argument("sweep_dir")
+    rp.add_argument("--json", action="store_true")
+    rp.set_defaults(func=cmd_report)
+
+    cl = sub.add_parser("claims", help="re-measure published normalization claims with seeds and 95% CIs")
+    cl.add_argument("--only", metavar="NAME", help="run only these claims (comma-separated names)")
+    cl.add_argument("--seeds", type=int, help="number of seeds (default: the budget's)")
+    cl.add_argument("--budget", choices=["tiny", "quick", "full"], default="quick",
+                    help="tiny: seconds (tests); quick: < 15 min on 2 cores; full: ~30 min, writes docs/claims.md")
+    cl.add_argument("--out", help="results and runs directory (default: runs/claims-<budget>); re-run to resume")
+    cl.add_argument("--workers", type=int, help="parallel training processes (default: 2, tiny: 1)")
+    cl.add_argument("--docs", action="store_true", help="also write docs/claims.md (always done for --budget full)")
+    cl.add_argument("--json", action="store_true")
+    cl.set_defaults(func=cmd_claims)
 
     n = sub.add_parser("norms", help="list the registered norms")
     n.add_argument("--json", action="store_true")

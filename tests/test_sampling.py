@@ -193,8 +193,6 @@ def _gpt():
     return build_model(ModelConfig(vocab_size=32, context=16, width=32, depth=2, heads=2)).eval()
 
 
-@pytest.mark.skipif(not hasattr(_gpt(), "step"),
-                    reason="GPT has no init_state/step incremental-decoding API yet (attention engineer, issue 4)")
 def test_gpt_cache_path_gives_the_fallback_greedy_tokens():
     model = _gpt()
     prompt = [3, 1, 4, 1, 5]

@@ -1,6 +1,10 @@
-"""Position encodings. RoPE: Su et al. 2021, "RoFormer" (arXiv:2104.09864)."""
+"""Position encodings: RoPE (Su et al. 2021, "RoFormer", arXiv:2104.09864), ALiBi slopes and biases (Press et al.
+2022), and the helpers shared by the attention kinds. Learned absolute positions live in ``GPT`` (an embedding
+table added to the token embeddings); ``none`` (NoPE) adds nothing."""
 
 from __future__ import annotations
+
+import math
 
 import torch
 from torch import nn
@@ -17,22 +21,29 @@ class RotaryEmbedding(nn.Module):
         super().__init__()
         self.head_dim, self.base = head_dim, base
         inv_freq = 1.0 / (base ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim))
-        self.register_buffer("inv_freq", inv_freq.float(), persistent=False)
+        self.register_buffer("inv_freq", inv_freq, persistent=False)
         self._build(context)
 
     def _build(self, length: int) -> None:
-        t = torch.arange(length, dtype=torch.float64)
+        t = torch.arange(length, dtype=torch.float64, device=self.inv_freq.device)
         freqs = torch.outer(t, self.inv_freq.double())  # [T, hd/2]
-        self.register_buffer("cos", freqs.cos().float(), persistent=False)
-        self.register_buffer("sin", freqs.sin().float(), persistent=False)
+        # float64 tables (cast to the input's dtype when used: float32 models see the same rounded values as a
+        # float32 table, float64 models the exact ones); a rebuilt table keeps a dtype set by ``.to()``
+        dtype = self.cos.dtype if hasattr(self, "cos") else torch.float64
+        self.register_buffer("cos", freqs.cos().to(dtype), persistent=False)
+        self.register_buffer("sin", freqs.sin().to(dtype), persistent=False)
+
+    def rotate(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        """Rotate ``x [..., T, head_dim]`` as positions ``offset .. offset+T-1`` (the table grows on demand)."""
+        T = x.shape[-2]
+        if offset + T > self.cos.shape[0]:
+            self._build(max(offset + T, 2 * self.cos.shape[0]))
+        cos = self.cos[offset : offset + T].to(x.dtype)
+        sin = self.sin[offset : offset + T].to(x.dtype)
+        return _rotate(x, cos, sin)
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, offset: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-        T = q.shape[-2]
-        if offset + T > self.cos.shape[0]:
-            self._build(offset + T)
-        cos = self.cos[offset : offset + T].to(q.dtype)
-        sin = self.sin[offset : offset + T].to(q.dtype)
-        return _rotate(q, cos, sin), _rotate(k, cos, sin)
+        return self.rotate(q, offset), self.rotate(k, offset)
 
 
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -40,3 +51,44 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
     x0, x1 = x[..., 0::2], x[..., 1::2]
     out = torch.stack((x0 * cos - x1 * sin, x0 * sin + x1 * cos), dim=-1)
     return out.flatten(-2)
+
+
+# ALiBi: Press et al. 2022, "Train Short, Test Long: Attention with Linear Biases Enables Input Length
+# Extrapolation" (arXiv:2108.12409; repo ofirpress/attention_with_linear_biases). NoPE (``positions: none``):
+# no position signal at all; a causal decoder still infers positions from the mask (Haviv et al. 2022,
+# "Transformer Language Models without Positional Encodings Still Learn Positional Information";
+# Kazemnejad et al. 2023, "The Impact of Positional Encoding on Length Generalization in Transformers").
+
+
+def alibi_slopes(heads: int) -> torch.Tensor:
+    """Per-head ALiBi slopes ``m_h`` (float64 ``[heads]``), Press et al. 2022.
+
+    For ``n`` a power of two: the geometric sequence ``2^(-8/n), 2^(-16/n), ..., 2^(-8)`` (start = ratio =
+    ``2^(-8/n)``). Otherwise, as in the authors' code: the slopes of the closest power of two ``p < n``, then every
+    other slope of ``2p`` for the remaining ``n - p`` heads.
+    """
+
+    def power_of_two(n: int) -> list[float]:
+        start = 2.0 ** (-8.0 / n)
+        return [start ** (i + 1) for i in range(n)]
+
+    if heads < 1:
+        raise ValueError(f"heads must be >= 1, got {heads}")
+    if heads & (heads - 1) == 0:
+        return torch.tensor(power_of_two(heads), dtype=torch.float64)
+    p = 2 ** math.floor(math.log2(heads))
+    return torch.tensor(power_of_two(p) + power_of_two(2 * p)[0::2][: heads - p], dtype=torch.float64)
+
+
+def alibi_bias(slopes: torch.Tensor, t_q: int, t_k: int, offset: int = 0) -> torch.Tensor:
+    """ALiBi score bias ``-m_h * (i - j)`` for queries at positions ``offset .. offset+t_q-1`` and keys
+    ``0 .. t_k-1``: ``[heads, t_q, t_k]`` (dtype and device of ``slopes``).
+
+    Future keys (``j > i``) get a positive bias here; the causal mask removes them. Added to the scores before the
+    softmax (or softplus), so a key ``d`` tokens back is down-weighted by ``exp(-m_h d)`` in softmax attention.
+    The authors' code adds ``m_h * j`` instead, which equals ``-m_h (i - j)`` up to a per-row constant that softmax
+    ignores; the true distance is used here because softplus attention is not shift-invariant.
+    """
+    i = torch.arange(offset, offset + t_q, device=slopes.device, dtype=slopes.dtype)
+    j = torch.arange(t_k, device=slopes.device, dtype=slopes.dtype)
+    return -slopes[:, None, None] * (i[:, None] - j[None, :])

@@ -1,39 +1,84 @@
-"""Causal softmax self-attention through ``torch.nn.functional.scaled_dot_product_attention``.
+"""Causal softmax self-attention (``model.attention: softmax``).
 
-Vaswani et al. 2017, "Attention Is All You Need": ``softmax(q k^T / sqrt(d_head) + causal mask) v``.
+Vaswani et al. 2017, "Attention Is All You Need": ``softmax(q k^T / sqrt(d_head) + causal mask) v``, through
+``torch.nn.functional.scaled_dot_product_attention`` (SDPA) whenever the scores need no elementwise change.
+
+Options:
+
+- ``qk_norm`` (Qwen3 style; Dehghani et al. 2023 "Scaling Vision Transformers to 22B Parameters", Wortsman et al.
+  2023 "Small-scale proxies for large-scale Transformer training instabilities"): RMSNorm over ``head_dim`` with a
+  learnable gain (``q_norm``, ``k_norm``, shared by the heads), applied to q and k before RoPE. Bounds the logits,
+  so attention cannot saturate by weight growth. SDPA path.
+- ``softcap`` ``c`` (Gemma 2, Gemma Team 2024, ``c = 50``): scores ``s = c * tanh(s / c)`` before the mask and
+  softmax. An elementwise change of the scores, so it takes the explicit (non-SDPA) path.
+- ``alibi`` (Press et al. 2022): adds ``-m_h (i - j)`` to the scores; SDPA with an additive float mask (or the
+  explicit path together with a softcap, after the cap as in the score pipeline ``cap -> bias -> mask``).
+
+Incremental decoding: KV cache (``AttentionState.tensors['k'|'v']``, ``[B, H, t, head_dim]``, keys stored after
+QK-norm and RoPE); new queries sit at positions ``state.pos ..``.
 """
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
-from torch import nn
 
-from normlab.attention.positions import RotaryEmbedding
+from normlab.attention.base import AttentionBase, AttentionState, append_kv, causal_mask
+from normlab.attention.positions import RotaryEmbedding, alibi_bias, alibi_slopes
+from normlab.norms.modules import RMSNorm
 
 
-class CausalSelfAttention(nn.Module):
-    """Multi-head causal self-attention. ``x [B, T, d] -> [B, T, d]``.
+class CausalSelfAttention(AttentionBase):
+    """Multi-head causal softmax attention. ``x [B, T, in_width] -> [B, T, out_width]``.
 
-    Parameters: ``qkv`` (``d -> 3d``), ``proj`` (``d -> d``, a residual-stream writer).
+    Parameters: ``qkv`` (``in_width -> 3 width``), ``proj`` (``width -> out_width``), and with ``qk_norm`` the gains
+    ``q_norm.weight`` / ``k_norm.weight`` (``[head_dim]``, ones).
     """
 
-    def __init__(self, width: int, heads: int, *, bias: bool, dropout: float, rope: RotaryEmbedding | None):
-        super().__init__()
-        self.heads, self.head_dim = heads, width // heads
-        self.qkv = nn.Linear(width, 3 * width, bias=bias)
-        self.proj = nn.Linear(width, width, bias=bias)
-        self.dropout = dropout
-        self.resid_drop = nn.Dropout(dropout)
+    def __init__(self, width: int, heads: int, *, in_width: int | None = None, out_width: int | None = None,
+                 bias: bool = False, dropout: float = 0.0, rope: RotaryEmbedding | None = None,
+                 qk_norm: bool = False, norm_eps: float = 1e-6, softcap: float | None = None, alibi: bool = False):
+        super().__init__(width, heads, in_width=in_width, out_width=out_width, bias=bias, dropout=dropout)
         self.rope = rope
+        self.softcap = softcap
+        if qk_norm:
+            self.q_norm = RMSNorm(self.head_dim, eps=norm_eps)
+            self.k_norm = RMSNorm(self.head_dim, eps=norm_eps)
+        else:
+            self.q_norm = self.k_norm = None
+        self.register_buffer("alibi_slopes", alibi_slopes(heads).float() if alibi else None, persistent=False)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        B, T, C = x.shape
-        q, k, v = self.qkv(x).view(B, T, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)
+    def forward(self, x: torch.Tensor, state: AttentionState | None = None) -> torch.Tensor:
+        q, k, v = self.split_heads(x)
+        offset = state.pos if state is not None else 0
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
         if self.rope is not None:
-            q, k = self.rope(q, k)
-        y = F.scaled_dot_product_attention(
-            q, k, v, is_causal=True, dropout_p=self.dropout if self.training else 0.0
-        )
-        y = y.transpose(1, 2).reshape(B, T, C)
-        return self.resid_drop(self.proj(y))
+            q, k = self.rope(q, k, offset)
+        k, v = append_kv(state, k, v)
+        y = self.attend(q, k, v)
+        if state is not None:
+            state.pos += x.shape[1]
+        return self.out(self.merge_heads(y))
+
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """``q [B, H, Tq, hd]`` (the last ``Tq`` positions), ``k, v [B, H, Tk, hd]`` -> ``[B, H, Tq, hd]``."""
+        t_q, t_k = q.shape[-2], k.shape[-2]
+        p = self.dropout if self.training else 0.0
+        if self.softcap is None and self.alibi_slopes is None and t_q == t_k:
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=p)
+        allowed = causal_mask(t_q, t_k, q.device)
+        bias = None
+        if self.alibi_slopes is not None:
+            bias = alibi_bias(self.alibi_slopes, t_q, t_k, offset=t_k - t_q).to(q.dtype)
+        if self.softcap is None:  # SDPA with a boolean or additive float mask
+            mask = allowed if bias is None else bias.masked_fill(~allowed, float("-inf"))
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
+        s = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])
+        s = self.softcap * torch.tanh(s / self.softcap)
+        if bias is not None:
+            s = s + bias
+        a = torch.softmax(s.masked_fill(~allowed, float("-inf")), dim=-1)
+        return F.dropout(a, p, training=p > 0) @ v

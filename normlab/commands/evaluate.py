@@ -1,4 +1,10 @@
-"""``normlab eval``: loss, bits-per-byte, token/byte/word perplexity on a split of a run's corpus."""
+"""``normlab eval``: loss, bits-per-byte, token/byte/word perplexity on a split of a run's corpus.
+
+Evaluation-time overrides (``args.overrides``, ``--set model.KEY=VALUE``): only the keys that change how a trained
+model is evaluated without touching its weights (``normlab.attention.EVAL_TIME_KEYS``: the LSSAR re-weighting of
+softplus attention, ``model.lssa_reweight`` / ``model.lssa_power``). The result then goes to
+``eval_<split>_overrides.json`` with an ``overrides`` list, so the plain evaluation is never overwritten.
+"""
 
 from __future__ import annotations
 
@@ -16,6 +22,8 @@ def run_eval(args: argparse.Namespace) -> int:
     from normlab.train.loop import load_data
 
     run = load_run(args.run_dir)
+    overrides = list(getattr(args, "overrides", None) or [])
+    apply_eval_overrides(run, overrides)
     cfg = run.cfg
     context = args.context or cfg.model.context
     if context < 1:
@@ -25,6 +33,7 @@ def run_eval(args: argparse.Namespace) -> int:
             f"--context {context} exceeds the learned position table ({cfg.model.context}); "
             "learned positions cannot extrapolate"
         )
+    check_static_gate(cfg.model, context)
     if args.batch_size < 1 or args.max_tokens < 0:
         raise NormlabError("--batch-size must be >= 1 and --max-tokens >= 0")
     data = load_data(cfg)
@@ -36,7 +45,9 @@ def run_eval(args: argparse.Namespace) -> int:
     if data.entropy_floor_bpb is not None:
         m["entropy_floor_bpb"] = data.entropy_floor_bpb
         m["gap_bpb"] = m["bits_per_byte"] - data.entropy_floor_bpb
-    write_json(Path(args.run_dir) / f"eval_{args.split}.json", m)
+    if overrides:
+        m["overrides"] = overrides
+    write_json(Path(args.run_dir) / f"eval_{args.split}{'_overrides' if overrides else ''}.json", m)
     if args.json:
         print(json.dumps(m))
         return 0
@@ -51,3 +62,32 @@ def run_eval(args: argparse.Namespace) -> int:
             table.add_row(k, f"{v:,}" if isinstance(v, int) else f"{v:.4f}")
     Console().print(table)
     return 0
+
+
+def apply_eval_overrides(run, overrides: list[str]) -> None:
+    """Apply ``model.KEY=VALUE`` strings for evaluation-time keys to a loaded run (config and model, in place).
+
+    Any other key is a one-line error: it defines the trained model (its weights were trained with it).
+    """
+    if not overrides:
+        return
+    from normlab.attention import EVAL_TIME_KEYS, set_eval_options
+    from normlab.config import apply_overrides, config_from_dict
+
+    allowed = [f"model.{k}" for k in EVAL_TIME_KEYS]
+    for item in overrides:
+        key = item.split("=", 1)[0].strip()
+        if key not in allowed:
+            raise NormlabError(f"--set {key}: only evaluation-time keys can change after training "
+                               f"({', '.join(allowed)}); every other key defines the trained model")
+    data = run.cfg.to_dict()
+    apply_overrides(data, overrides)
+    run.cfg = config_from_dict(data)
+    set_eval_options(run.model, run.cfg.model)
+
+
+def check_static_gate(mc, context: int) -> None:
+    """``model.linear_gate: static`` has one scale per training position: longer contexts are a one-line error."""
+    if getattr(mc, "linear_gate", "none") == "static" and context > mc.context:
+        raise NormlabError(f"context {context} exceeds the static KV-gate table ({mc.context} positions); "
+                           "model.linear_gate 'static' cannot extrapolate")

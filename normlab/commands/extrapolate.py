@@ -2,7 +2,8 @@
 
 Writes ``RUN_DIR/extrapolation.json`` and ``RUN_DIR/extrapolation.png``; ``--json`` prints one object whose
 ``results`` key holds the list of ``{factor, context, loss, bits_per_byte, buckets, ...}`` (see
-``normlab.eval.extrapolation``).
+``normlab.eval.extrapolation``). Evaluation-time overrides (``args.overrides``, e.g. ``model.lssa_reweight=true``;
+see ``normlab.commands.evaluate.apply_eval_overrides``) write ``extrapolation_overrides.json`` / ``.png`` instead.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from normlab.io import write_json
 
 
 def run_extrapolate(args: argparse.Namespace) -> int:
+    from normlab.commands.evaluate import apply_eval_overrides, check_static_gate
     from normlab.eval.extrapolation import check_positions, extrapolate, parse_factors, plot_extrapolation
     from normlab.rundir import load_run, open_config
     from normlab.train.loop import load_data
@@ -25,7 +27,10 @@ def run_extrapolate(args: argparse.Namespace) -> int:
         raise NormlabError("--max-tokens must be >= 0, --batch-size >= 1 and --memory-gb > 0")
     cfg = open_config(args.run_dir)
     check_positions(factors, cfg.model.context, cfg.model.positions)  # before loading anything
+    check_static_gate(cfg.model, max(max(1, round(f * cfg.model.context)) for f in factors))
     run = load_run(args.run_dir)
+    overrides = list(getattr(args, "overrides", None) or [])
+    apply_eval_overrides(run, overrides)
     mc = run.cfg.model
     data = load_data(run.cfg)
     rep = extrapolate(run.model, data.split(args.split), data.token_bytes, train_context=mc.context,
@@ -33,10 +38,14 @@ def run_extrapolate(args: argparse.Namespace) -> int:
                       max_tokens=args.max_tokens, memory_gb=args.memory_gb, batch_size=args.batch_size)
     rep.update({"split": args.split, "positions": mc.positions, "attention": getattr(mc, "attention", "softmax"),
                 "run_dir": str(args.run_dir), "weights": str(run.weights)})
+    if overrides:
+        rep["overrides"] = overrides
     run_dir = Path(args.run_dir)
-    write_json(run_dir / "extrapolation.json", rep)
-    plot_extrapolation(rep, run_dir / "extrapolation.png",
-                       title=f"{run_dir.name}: {rep['attention']} attention, {mc.positions} positions")
+    stem = "extrapolation_overrides" if overrides else "extrapolation"
+    write_json(run_dir / f"{stem}.json", rep)
+    plot_extrapolation(rep, run_dir / f"{stem}.png",
+                       title=f"{run_dir.name}: {rep['attention']} attention, {mc.positions} positions"
+                       + (f" ({', '.join(overrides)})" if overrides else ""))
     if args.json:
         print(json.dumps(rep))
         return 0
@@ -51,5 +60,5 @@ def run_extrapolate(args: argparse.Namespace) -> int:
     Console().print(table)
     for s in rep["skipped"]:
         print(f"skipped factor {s['factor']} (context {s['context']}): {s['reason']}")
-    print(f"wrote {run_dir / 'extrapolation.json'} and {run_dir / 'extrapolation.png'}")
+    print(f"wrote {run_dir / (stem + '.json')} and {run_dir / (stem + '.png')}")
     return 0

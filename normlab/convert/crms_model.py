@@ -4,13 +4,17 @@ Jiang et al. 2023, "Pre-RMSNorm and Pre-CRMSNorm Transformers" (arXiv:2305.14858
 writer is zero-mean over ``d``, a stream vector ``z [d]`` is determined by ``x = z[:d-1]`` (``z[d-1] = -sum(x)``):
 
 - writers (token / position embeddings, attention ``proj``, MLP ``proj``) keep ``d - 1`` output rows;
-- readers (attention ``qkv``, MLP ``fc`` / ``gate``, LM head) read ``x`` with ``W[:, :-1] - W[:, -1:]``;
+- readers (attention ``qkv`` and, per kind, its gates; MLP ``fc`` / ``gate``; LM head) read ``x`` with
+  ``W[:, :-1] - W[:, -1:]``;
 - every norm is a ``CRMSNorm(d - 1)`` (normlab.norms.crmsnorm).
 
 ``model.width`` in the config stays the logical width ``d`` (heads, head_dim, MLP hidden size unchanged), so a
 converted run's config reads like the Pre-LN model it is equivalent to, with ``norm: crmsnorm``.
 ``model.bias`` also gives the LM head a bias here (the final LayerNorm's bias folds into it), as does
 ``model.head_bias`` where ModelConfig has it.
+
+Every attention kind works here: ``build_attention(..., in_width=d-1, out_width=d-1)`` builds it reading and
+writing the compressed stream (heads and head_dim unchanged), so no attention forward is duplicated.
 
 Shapes: ``idx [B, T] -> logits [B, T, vocab]``; hidden states ``[B, T, d-1]``; attention internals ``[B, H, T, d/H]``.
 """
@@ -20,34 +24,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from normlab.attention.softmax import CausalSelfAttention
+from normlab.attention import build_attention
 from normlab.errors import NormlabError
 from normlab.model.blocks import MLP
 from normlab.model.config import ModelConfig
 from normlab.model.gpt import GPT, build_model, init_weights
 from normlab.norms.crmsnorm import CRMSNorm
-
-
-class CRMSAttention(CausalSelfAttention):
-    """Causal softmax attention reading and writing the compressed stream.
-
-    ``x [B, T, d-1] -> [B, T, d-1]``: ``qkv`` is ``Linear(d-1, 3d)``, ``proj`` is ``Linear(d, d-1)``; the
-    heads keep ``head_dim = d / heads`` (the base class reshapes to the input width, which is ``d - 1`` here).
-    """
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        B, T, _ = x.shape
-        q, k, v = self.qkv(x).view(B, T, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)
-        if self.rope is not None:
-            q, k = self.rope(q, k)
-        y = F.scaled_dot_product_attention(
-            q, k, v, is_causal=True, dropout_p=self.dropout if self.training else 0.0
-        )
-        y = y.transpose(1, 2).reshape(B, T, self.heads * self.head_dim)
-        return self.resid_drop(self.proj(y))
 
 
 class CRMSGPT(GPT):
@@ -63,21 +47,17 @@ class CRMSGPT(GPT):
         if cfg.width < 2:
             raise NormlabError("model.norm 'crmsnorm' stores width - 1 coordinates: model.width must be >= 2")
         super().__init__(cfg)
-        d, s, bias = cfg.width, cfg.width - 1, cfg.bias
+        s, bias = cfg.width - 1, cfg.bias
         self.tok_emb = nn.Embedding(cfg.vocab_size, s)
         if self.pos_emb is not None:
             self.pos_emb = nn.Embedding(cfg.context, s)
         for l, block in enumerate(self.blocks):
-            attn, mlp = block.attn, block.mlp
-            if type(attn) is not CausalSelfAttention or type(mlp) is not MLP:
-                raise NormlabError(
-                    f"model.norm 'crmsnorm' supports softmax attention and the standard MLP only "
-                    f"(block {l} has {type(attn).__name__} / {type(mlp).__name__})"
-                )
-            new = CRMSAttention(d, cfg.heads, bias=bias, dropout=cfg.dropout, rope=attn.rope)
-            new.qkv = nn.Linear(s, 3 * d, bias=bias)
-            new.proj = nn.Linear(d, s, bias=bias)
-            block.attn = new
+            mlp = block.mlp
+            if type(mlp) is not MLP:
+                raise NormlabError(f"model.norm 'crmsnorm' supports the standard MLP only (block {l} has "
+                                   f"{type(mlp).__name__})")
+            # every attention kind reads and writes the compressed stream: in/out width d - 1, heads unchanged
+            block.attn = build_attention(cfg, getattr(block.attn, "rope", None), in_width=s, out_width=s)
             hidden = mlp.fc.out_features
             mlp.fc = nn.Linear(s, hidden, bias=bias)
             if mlp.activation == "swiglu":

@@ -21,10 +21,12 @@ Per-channel eval-mode norms (BatchNorm over tokens, PowerNorm, Unified Normaliza
 
 Supported: Pre-LN blocks (``pre``, or ``mix`` without Post-LN blocks), with LayerNorm Scaling (a constant
 ``c`` after the input norm: ``b' = b + c W beta``) and residual-branch scales (a scaled zero-mean branch stays
-zero-mean), rope or learned positions, tied or untied embeddings, dropout (conversion runs in eval mode).
+zero-mean), rope, learned, alibi or no positions, softmax attention (with QK-norm and score softcap: both act
+after ``qkv``), tied or untied embeddings, dropout (conversion runs in eval mode).
 Refused (one-line ``NormlabError``): any block norm other than the two input norms and an embedding norm
 (Post-LN, Peri-LN output norms, OLMo-2 output norms: they write to the residual stream, so no linear follows
 them), DyT (elementwise tanh: no statistic to reproduce, no affine to fold), norms outside the supported set,
+attention kinds other than softmax,
 unknown model components (any parameter or buffer not listed in ``_KNOWN``).
 """
 
@@ -52,6 +54,7 @@ _KNOWN = re.compile(
     r"(tok_emb|pos_emb|lm_head)\.weight|lm_head\.bias|blocks\.\d+\.attn\.(qkv|proj)\.(weight|bias)"
     r"|blocks\.\d+\.mlp\.(fc|gate|proj)\.(weight|bias)|blocks\.\d+\.(attn_in|mlp_in)\..+|final_norm\..+"
     r"|blocks\.\d+\.(attn|mlp)_res_scale"  # residual-branch scalars: a scaled zero-mean branch stays zero-mean
+    r"|blocks\.\d+\.attn\.(q_norm|k_norm)\.weight"  # QK-norm gains act after qkv: untouched by the conversion
 )
 _ZERO_MEAN_RTOL = 1e-5
 
@@ -208,6 +211,10 @@ def convert_model(model: nn.Module, run_cfg: RunConfig, kind: str) -> tuple[RunC
     if kind not in KINDS:
         raise NormlabError(f"unknown conversion '{kind}'; allowed: {', '.join(KINDS)}")
     cfg = run_cfg.model
+    attention = getattr(cfg, "attention", "softmax")
+    if attention != "softmax":
+        raise NormlabError(f"cannot convert model.attention '{attention}': exact conversions are implemented for "
+                           "softmax attention (qkv/proj) only")
     model = model.eval()
     sites = analyse(model, cfg, need_final=kind != "folded")
     norm_cls = type(sites[0].norm)

@@ -18,10 +18,14 @@ Two modifiers, both constants chosen by the model builder:
 
 from __future__ import annotations
 
+from functools import partial
+from typing import Callable
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from normlab.attention.base import AttentionState
 from normlab.model.placements import SITES
 
 
@@ -56,6 +60,7 @@ class Block(nn.Module):
 
     ``in_scale`` multiplies the input-norm outputs (LayerNorm Scaling); ``res_scale`` multiplies each branch
     output before the residual addition (``None``: a learnable scalar per branch, initialised to 0).
+    ``attn`` is any attention kind (normlab.attention): ``attn(x)`` or ``attn(x, state=...)``.
     ``x [B, T, d] -> [B, T, d]``.
     """
 
@@ -75,12 +80,14 @@ class Block(nn.Module):
         else:
             self.attn_res_scale = self.mlp_res_scale = res_scale
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = self.attn_post(x + self.branch(x, self.attn_in, self.attn, self.attn_out, self.attn_res_scale))
+    def forward(self, x: torch.Tensor, state: AttentionState | None = None) -> torch.Tensor:
+        """``state``: this block's attention decoding state (``GPT.step``), updated in place; None = full forward."""
+        attn = self.attn if state is None else partial(self.attn, state=state)
+        x = self.attn_post(x + self.branch(x, self.attn_in, attn, self.attn_out, self.attn_res_scale))
         x = self.mlp_post(x + self.branch(x, self.mlp_in, self.mlp, self.mlp_out, self.mlp_res_scale))
         return x
 
-    def branch(self, x: torch.Tensor, norm_in: nn.Module, f: nn.Module, norm_out: nn.Module,
+    def branch(self, x: torch.Tensor, norm_in: nn.Module, f: Callable, norm_out: nn.Module,
                scale: float | torch.Tensor) -> torch.Tensor:
         """``scale * norm_out(f(in_scale * norm_in(x)))``; factors that are exactly 1.0 are skipped."""
         h = norm_in(x)

@@ -8,7 +8,9 @@ from typing import Any
 from normlab.errors import NormlabError, unknown
 
 ACTIVATIONS = ("gelu", "swiglu", "selu")
-POSITIONS = ("rope", "learned")
+POSITIONS = ("rope", "learned", "alibi", "none")
+ATTENTIONS = ("softmax", "softplus", "linear", "nala")  # = normlab.attention.ATTENTIONS (docs/attention.md)
+LINEAR_GATES = ("none", "static", "sigmoid")
 NORM_GROUPS = ("attn", "mlp", "final", "embed")
 RESIDUAL_SCALES = ("none", "fixed", "learnable")
 
@@ -22,6 +24,11 @@ class ModelConfig:
     ``embed_norm`` (None = the placement's default), ``mix_alpha`` (Mix-LN share of Post-LN blocks),
     ``layernorm_scaling`` (Curse of Depth, ``1/sqrt(l)`` on input-norm outputs), ``residual_scale``
     (``none``, ``fixed`` = ``1/sqrt(2L)``, ``learnable`` = one scalar per branch initialised to 0).
+
+    Attention keys (docs/attention.md): ``attention`` (softmax, softplus, linear, nala), ``positions`` (rope,
+    learned, alibi, none), ``qk_norm`` (softmax, linear), ``attn_softcap`` (softmax), ``lssa_reweight`` /
+    ``lssa_power`` (softplus; evaluation-time switchable), ``linear_conv`` / ``linear_gate`` / ``linear_chunk``
+    (linear, nala). Pairs without a meaning are refused by ``validate``.
     """
 
     vocab_size: int = 256
@@ -32,6 +39,14 @@ class ModelConfig:
     mlp_ratio: float = 4.0
     activation: str = "gelu"
     positions: str = "rope"
+    attention: str = "softmax"
+    qk_norm: bool = False
+    attn_softcap: float | None = None
+    lssa_reweight: bool = False
+    lssa_power: float = 15.0
+    linear_conv: int = 0
+    linear_gate: str = "none"
+    linear_chunk: int = 64
     rope_base: float = 10000.0
     dropout: float = 0.0
     tie_embeddings: bool = True
@@ -69,6 +84,7 @@ class ModelConfig:
             raise unknown("model.positions", self.positions, POSITIONS)
         if self.placement not in PLACEMENTS:
             raise unknown("model.placement", self.placement, PLACEMENTS)
+        self._validate_attention()
         self._validate_placement()
         get_norm_class(self.norm)
         from normlab.norms import build_norm
@@ -82,6 +98,37 @@ class ModelConfig:
         if self.mlp_ratio <= 0 or self.norm_eps <= 0 or self.init_std <= 0:
             raise NormlabError("model.mlp_ratio, model.norm_eps and model.init_std must be > 0")
         return self
+
+    def _validate_attention(self) -> None:
+        """Attention kind, its options and the position encoding: refuse pairs without a meaning (one line)."""
+        att = self.attention
+        if att not in ATTENTIONS:
+            raise unknown("model.attention", att, ATTENTIONS)
+        if self.linear_gate not in LINEAR_GATES:
+            raise unknown("model.linear_gate", self.linear_gate, LINEAR_GATES)
+        if self.positions == "alibi" and att in ("linear", "nala"):
+            raise NormlabError(f"model.positions 'alibi' biases a score matrix, which model.attention '{att}' never "
+                               "forms; use rope, learned or none")
+        if self.attn_softcap is not None:
+            if att != "softmax":
+                raise NormlabError(f"model.attn_softcap caps pre-softmax scores: softmax attention only, not '{att}'")
+            if not self.attn_softcap > 0:
+                raise NormlabError(f"model.attn_softcap must be > 0 (or null), got {self.attn_softcap}")
+        if self.qk_norm and att == "softplus":
+            raise NormlabError("model.qk_norm: softplus attention l2-normalises q and k already; leave qk_norm off")
+        if self.qk_norm and att == "nala":
+            raise NormlabError("model.qk_norm: nala's kernel reads the query norm ||q||, which qk_norm would fix; "
+                               "leave qk_norm off")
+        if (self.lssa_reweight or self.lssa_power != 15.0) and att != "softplus":
+            raise NormlabError(f"model.lssa_reweight / model.lssa_power re-weight softplus attention, not '{att}'")
+        if not self.lssa_power > 0:
+            raise NormlabError(f"model.lssa_power must be > 0, got {self.lssa_power}")
+        if (self.linear_conv or self.linear_gate != "none") and att not in ("linear", "nala"):
+            raise NormlabError(f"model.linear_conv / model.linear_gate apply to linear and nala attention, not '{att}'")
+        if self.linear_conv < 0:
+            raise NormlabError(f"model.linear_conv is a kernel size (0 = off), got {self.linear_conv}")
+        if self.linear_chunk < 1:
+            raise NormlabError(f"model.linear_chunk must be >= 1, got {self.linear_chunk}")
 
     def _validate_placement(self) -> None:
         from normlab.model.placements import IN_SITES, OUT_SITES, sites_used

@@ -1,8 +1,9 @@
 """Decoder-only GPT (nanoGPT shape): embeddings -> (embedding norm) -> blocks (with injected norms) -> final norm
 -> LM head.
 
-Reads top to bottom: ``build_model(cfg)`` builds it, ``init_weights`` initialises it, ``GPT.forward`` runs it.
-Which norms exist is decided by the placement (``normlab.model.placements``; docs/placements.md).
+Reads top to bottom: ``build_model(cfg)`` builds it, ``init_weights`` initialises it, ``GPT.forward`` runs it,
+``GPT.init_state`` / ``GPT.step`` run it incrementally (generation). Which norms exist is decided by the placement
+(``normlab.model.placements``; docs/placements.md); which attention, by ``model.attention`` (docs/attention.md).
 """
 
 from __future__ import annotations
@@ -13,8 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from normlab.attention.positions import RotaryEmbedding
-from normlab.attention.softmax import CausalSelfAttention
+from normlab.attention import AttentionState, RotaryEmbedding, build_attention
 from normlab.model.blocks import MLP, Block
 from normlab.model.config import ModelConfig
 from normlab.model.placements import block_sites, embed_norm_on, final_norm_on, layernorm_scale, residual_scale
@@ -41,7 +41,7 @@ class GPT(nn.Module):
         self.embed_norm = norm("embed") if embed_norm_on(cfg) else nn.Identity()
         blocks = []
         for l in range(cfg.depth):
-            attn = CausalSelfAttention(cfg.width, cfg.heads, bias=cfg.bias, dropout=cfg.dropout, rope=rope)
+            attn = build_attention(cfg, rope)
             mlp = MLP(cfg.width, cfg.mlp_ratio, cfg.activation, bias=cfg.bias, dropout=cfg.dropout)
             norms = {site: norm(site) for site in sorted(block_sites(cfg, l))}
             blocks.append(Block(attn, mlp, norms, in_scale=layernorm_scale(cfg, l), res_scale=residual_scale(cfg)))
@@ -53,22 +53,43 @@ class GPT(nn.Module):
         init_weights(self, cfg)
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None):
-        B, T = idx.shape
-        if self.pos_emb is not None and T > self.cfg.context:
-            raise ValueError(f"sequence length {T} exceeds the learned position table ({self.cfg.context})")
-        x = self.tok_emb(idx)
-        if self.pos_emb is not None:
-            x = x + self.pos_emb(torch.arange(T, device=idx.device))
-        x = self.drop(self.embed_norm(x))
-        for block in self.blocks:
-            x = block(x)
-        logits = self.lm_head(self.final_norm(x))
-        if self.cfg.logit_softcap is not None:  # Gemma 2 final-logit softcap, train and eval
-            logits = softcap(logits, self.cfg.logit_softcap)
+        logits = self.run(idx)
         if targets is None:
             return logits
         loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.reshape(-1))
         return logits, loss
+
+    def run(self, idx: torch.Tensor, state: list[AttentionState] | None = None) -> torch.Tensor:
+        """``idx [B, T] -> logits [B, T, vocab]``. With ``state`` (one per block, see ``step``) the tokens continue
+        the ``state[0].pos`` tokens already seen; the states are updated in place."""
+        B, T = idx.shape
+        offset = state[0].pos if state else 0
+        if self.pos_emb is not None and offset + T > self.cfg.context:
+            raise ValueError(f"sequence length {offset + T} exceeds the learned position table ({self.cfg.context})")
+        x = self.tok_emb(idx)
+        if self.pos_emb is not None:
+            x = x + self.pos_emb(torch.arange(offset, offset + T, device=idx.device))
+        x = self.drop(self.embed_norm(x))
+        for l, block in enumerate(self.blocks):
+            x = block(x, None if state is None else state[l])
+        logits = self.lm_head(self.final_norm(x))
+        if self.cfg.logit_softcap is not None:  # Gemma 2 final-logit softcap, train and eval
+            logits = softcap(logits, self.cfg.logit_softcap)
+        return logits
+
+    def init_state(self, batch_size: int) -> list[AttentionState]:
+        """Empty incremental-decoding state for ``batch_size`` sequences: one ``AttentionState`` per block (KV cache
+        for softmax / softplus attention, ``(S, z)`` and the conv buffer for linear / nala; filled by ``step``)."""
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        return [AttentionState() for _ in self.blocks]
+
+    def step(self, idx: torch.Tensor, state: list[AttentionState]) -> tuple[torch.Tensor, list[AttentionState]]:
+        """Incremental decoding: ``idx [B, t]`` continues the sequence ``state`` has seen -> ``(logits [B, t, V],
+        new state)``. Feeding a sequence in pieces gives the logits of one full forward (same positions); the
+        passed ``state`` is left unchanged (shallow copies; tensors are replaced, never modified)."""
+        state = [s.copy() for s in state]
+        return self.run(idx, state), state
 
     def num_params(self, non_embedding: bool = False) -> int:
         """Parameter count (tied weights counted once)."""
