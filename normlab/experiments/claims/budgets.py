@@ -1,0 +1,59 @@
+"""Budgets of ``normlab claims``: model shapes, steps and seeds.
+
+Costs (measured 2026-11-21, 1 thread per run, 2 workers, width 64, context 64, batch 16, pystdlib bytes, on a
+2-core machine shared with other jobs, load average ~5): 7-9k tokens/s per worker for a 4-block model, 4-6k
+for an 8-block model; ``quick`` (3 seeds x 250 steps, 33 runs, deep = 8 blocks) took about 14 min wall under that
+load, so about 7 min on an idle machine. ``full`` (5 seeds x 500 steps, 55 runs, deep = 12 blocks) scales that
+by 5/3 x 2 (x 1.5 for the deep half): about 60 min under the same load, ~30 min idle (estimate; its first
+12-block runs took 115-270 s each at 2-4.4k tokens/s under load ~5).
+``tiny`` is for the tests: a few seconds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from normlab.errors import NormlabError
+
+
+@dataclass(frozen=True)
+class Budget:
+    name: str
+    source: str
+    seeds: int
+    steps: int
+    batch_size: int
+    context: int
+    width: int
+    heads: int
+    depth: int          # the "shallow" model: norm / attention comparisons
+    deep_depth: int     # depth studies: variance growth, Mix-LN gradients, Post-LN without warm-up
+    warmup_steps: int
+    lr: float
+    eval_batches: int
+    diag_every: int     # training-time per-block gradient norms (Mix-LN claim)
+    sample_sequences: int   # post-hoc diagnostics sample (validation windows)
+    extrap_factors: tuple[float, ...]
+    extrap_windows: int     # windows of the largest factor's context scored by the extrapolation claim
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+BUDGETS: dict[str, Budget] = {
+    "tiny": Budget("tiny", "synthetic:markov?order=2&alphabet=16&length=300000&seed=0", seeds=2, steps=8,
+                   batch_size=4, context=32, width=32, heads=2, depth=2, deep_depth=3, warmup_steps=2, lr=3e-3,
+                   eval_batches=2, diag_every=2, sample_sequences=4, extrap_factors=(1, 4), extrap_windows=2),
+    "quick": Budget("quick", "pystdlib", seeds=3, steps=250, batch_size=16, context=64, width=64, heads=4, depth=4,
+                    deep_depth=8, warmup_steps=25, lr=3e-3, eval_batches=16, diag_every=25, sample_sequences=16,
+                    extrap_factors=(1, 16), extrap_windows=4),
+    "full": Budget("full", "pystdlib", seeds=5, steps=500, batch_size=16, context=64, width=64, heads=4, depth=4,
+                   deep_depth=12, warmup_steps=50, lr=3e-3, eval_batches=32, diag_every=50, sample_sequences=32,
+                   extrap_factors=(1, 2, 4, 8, 16), extrap_windows=8),
+}
+
+
+def get_budget(name: str) -> Budget:
+    if name not in BUDGETS:
+        raise NormlabError(f"unknown budget '{name}'; allowed: {', '.join(BUDGETS)}")
+    return BUDGETS[name]

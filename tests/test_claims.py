@@ -1,0 +1,137 @@
+"""``normlab claims``: t quantiles, verdict logic on synthetic results, the tiny budget end to end through the CLI."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from normlab.experiments.claims.stats import HELD, INCONCLUSIVE, NOT_HELD, mean_ci, t_cdf, t_quantile, verdict
+from tests.helpers import run_inproc
+
+torch.set_num_threads(1)
+
+
+@pytest.mark.parametrize("df, q", [(1, 12.706), (2, 4.303), (3, 3.182), (4, 2.776), (9, 2.262), (29, 2.045),
+                                   (1000, 1.962)])
+def test_t_quantile_known_values(df, q):
+    assert t_quantile(0.975, df) == pytest.approx(q, abs=1e-3)
+    assert t_quantile(0.025, df) == pytest.approx(-q, abs=1e-3)
+    assert t_cdf(t_quantile(0.9, df), df) == pytest.approx(0.9, abs=1e-9)
+
+
+def test_t_quantile_other_levels():
+    assert t_quantile(0.95, 4) == pytest.approx(2.132, abs=1e-3)
+    assert t_quantile(0.995, 4) == pytest.approx(4.604, abs=1e-3)
+    assert t_quantile(0.5, 3) == pytest.approx(0.0, abs=1e-9)
+
+
+def test_mean_ci_matches_formula():
+    xs = [1.0, 2.0, 4.0, 7.0]
+    m, (lo, hi), n = mean_ci(xs)
+    sd = math.sqrt(sum((x - 3.5) ** 2 for x in xs) / 3)
+    half = 3.182446305284263 * sd / 2
+    assert (m, n) == (3.5, 4)
+    assert lo == pytest.approx(3.5 - half, rel=1e-8) and hi == pytest.approx(3.5 + half, rel=1e-8)
+    assert mean_ci([None, float("nan"), 2.0]) == (2.0, None, 1)
+    assert mean_ci([]) == (None, None, 0)
+
+
+@pytest.mark.parametrize("values, direction, expected", [
+    ([1.0, 1.1, 0.9, 1.05], "greater", HELD),
+    ([-1.0, -1.1, -0.9, -1.05], "greater", NOT_HELD),
+    ([-1.0, 1.0, 0.5, -0.3], "greater", INCONCLUSIVE),
+    ([-1.0, -1.1, -0.9, -1.05], "less", HELD),
+    ([1.0, 1.1, 0.9, 1.05], "less", NOT_HELD),
+    ([-1.0, 1.0, 0.5, -0.3], "less", INCONCLUSIVE),
+])
+def test_verdict_directions(values, direction, expected):
+    v = verdict(values, direction)
+    assert v["verdict"] == expected
+    assert v["measured"] == pytest.approx(sum(values) / len(values))
+
+
+def test_verdict_null_value_and_n1():
+    assert verdict([0.01, 0.011, 0.012], "less", null=0.05)["verdict"] == HELD
+    assert verdict([0.10, 0.11, 0.12], "less", null=0.05)["verdict"] == NOT_HELD
+    one = verdict([5.0], "greater")
+    assert one["verdict"] == INCONCLUSIVE and one["ci"] is None and one["n"] == 1
+    assert verdict([5.0, None, float("nan")], "greater")["verdict"] == INCONCLUSIVE  # non-finite values dropped
+    # two identical values: zero-width CI, still decided
+    assert verdict([1.0, 1.0], "greater")["verdict"] == HELD
+
+
+def test_verdict_equivalence_margin():
+    assert verdict([0.01, -0.01, 0.0, 0.005], "within", margin=0.05)["verdict"] == HELD
+    assert verdict([0.30, 0.31, 0.29], "within", margin=0.05)["verdict"] == NOT_HELD
+    assert verdict([-0.30, -0.31, -0.29], "within", margin=0.05)["verdict"] == NOT_HELD
+    assert verdict([0.0, 0.1, -0.05, 0.08], "within", margin=0.05)["verdict"] == INCONCLUSIVE
+
+
+def test_verdict_exactness_tolerance():
+    assert verdict([3e-7, 1e-6], "exact", tolerance=1e-4)["verdict"] == HELD
+    assert verdict([3e-7], "exact", tolerance=1e-4)["verdict"] == HELD  # deterministic: one seed suffices
+    bad = verdict([3e-7, 2e-4], "exact", tolerance=1e-4)
+    assert bad["verdict"] == NOT_HELD and bad["measured"] == 2e-4
+    assert verdict([3e-7, float("inf")], "exact", tolerance=1e-4)["verdict"] == NOT_HELD
+    assert verdict([1e-4], "exact", tolerance=1e-4)["verdict"] == HELD  # boundary counts as within
+
+
+KEYS = {"claim", "paper", "metric", "expected", "measured", "ci", "verdict"}
+
+
+def test_claims_tiny_end_to_end(tmp_path):
+    out = tmp_path / "claims"
+    cache = tmp_path / "cache"
+    p = run_inproc("claims", "--budget", "tiny", "--only", "dyt-vs-ln,exact-conversion", "--out", str(out),
+                   "--json", cache=cache, check=True)
+    rep = json.loads(p.stdout)
+    saved = json.loads((out / "claims.json").read_text())
+    assert saved["claims"] == rep["claims"] and saved["budget"] == "tiny"
+    assert [c["name"] for c in rep["claims"]] == ["exact-conversion", "dyt-vs-ln"]
+    for c in rep["claims"]:
+        assert KEYS <= set(c)
+        assert c["verdict"] in (HELD, NOT_HELD, INCONCLUSIVE)
+    exact, dyt = rep["claims"]
+    assert exact["verdict"] == HELD and exact["measured"] <= 1e-4
+    assert len(dyt["values"]) == rep["seeds"] == 2
+    # the per-seed values are what the runs' own summary.json files say
+    recomputed = []
+    for runs in dyt["runs"]:
+        s_dyt = json.loads((Path(runs["dyt"]) / "summary.json").read_text())
+        s_ln = json.loads((Path(runs["ln"]) / "summary.json").read_text())
+        assert s_dyt["status"] == s_ln["status"] == "completed"
+        recomputed.append(s_dyt["val_bpb"] - s_ln["val_bpb"])
+    assert dyt["values"] == pytest.approx(recomputed, abs=1e-12)
+    assert dyt["measured"] == pytest.approx(sum(recomputed) / 2, abs=1e-12)
+    m, ci, _ = mean_ci(recomputed)
+    assert dyt["ci"] == pytest.approx(list(ci))
+    assert dyt["verdict"] == verdict(recomputed, "within", margin=0.05)["verdict"]
+
+    # resume: everything reused, same numbers; the human table names the verdicts
+    p2 = run_inproc("claims", "--budget", "tiny", "--only", "dyt-vs-ln", "--out", str(out), cache=cache, check=True)
+    text = " ".join(p2.stdout.split())
+    assert "0 trained, 4 reused" in text and "budget tiny" in text
+    rep2 = json.loads((out / "claims.json").read_text())  # --only updates its claim, keeps the others
+    assert [c["name"] for c in rep2["claims"]] == ["exact-conversion", "dyt-vs-ln"]
+    assert rep2["claims"][1]["values"] == dyt["values"] and rep2["claims"][0] == exact
+
+
+def test_claims_unknown_name_is_one_line_error(tmp_path):
+    p = run_inproc("claims", "--budget", "tiny", "--only", "dyt-vs-lm", "--out", str(tmp_path / "x"),
+                   cache=tmp_path / "cache")
+    assert p.returncode == 2
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1
+    assert "unknown claim 'dyt-vs-lm'" in lines[0] and "exact-conversion" in lines[0] and "linear-attention" in lines[0]
+    assert not (tmp_path / "x").exists()
+
+
+def test_claims_bad_budget_and_seeds(tmp_path):
+    p = run_inproc("claims", "--budget", "huge", cache=tmp_path / "cache")
+    assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1
+    p = run_inproc("claims", "--budget", "tiny", "--seeds", "0", "--out", str(tmp_path / "y"), cache=tmp_path / "cache")
+    assert p.returncode == 2 and "--seeds" in p.stderr
