@@ -1,34 +1,29 @@
-"""``make demo``: train the ``small`` preset on the built-in ``pystdlib`` corpus, evaluate it, print the numbers.
+"""``make demo``: the comparison. Runs ``normlab compare --preset quick`` on the built-in ``pystdlib`` corpus
+(seven normalization choices x 2 seeds, in parallel), writes the report and prints its path and the ranking table.
 
-Re-running it resumes (or, when finished, reuses) the same run directory ``runs/demo-small-<config hash>``.
+The sweep directory is ``runs/demo-quick-<sweep hash>``: re-running resumes an interrupted demo and skips finished
+runs; an edited preset gets a fresh directory.
 """
 
 from __future__ import annotations
 
-import json
 import sys
-from pathlib import Path
+import time
 
 from normlab.cli import main as cli
 
 
 def main() -> int:
-    from normlab.config import load_config
+    from normlab.experiments import load_sweep
 
-    cfg = load_config("small")
-    run_dir = Path("runs") / f"demo-small-{cfg.hash()[:8]}"
-    args = ["train", "--resume", str(run_dir)] if (run_dir / "config.yaml").exists() else ["train", "small", "--out", str(run_dir)]
-    code = cli(args)
-    if code != 0:
-        return code
-    code = cli(["eval", str(run_dir), "--split", "val"])
-    if code != 0:
-        return code
-    m = json.loads((run_dir / "eval_val.json").read_text())
-    print(f"\nrun directory: {run_dir}")
-    print(f"validation: {m['loss']:.4f} nats/token, {m['bits_per_byte']:.4f} bits/byte, "
-          f"byte perplexity {m['byte_perplexity']:.3f}, word perplexity {m['word_perplexity']:.1f}")
-    return 0
+    t0 = time.time()
+    sweep = load_sweep(preset="quick")
+    out = f"runs/demo-quick-{sweep.hash[:8]}"
+    code = cli(["compare", "--preset", "quick", "--out", out])
+    if code == 0:
+        print(f"\ndemo finished in {time.time() - t0:.0f}s; open {out}/report.html "
+              f"(or {out}/report.md); TensorBoard: tensorboard --logdir {out}/tb")
+    return code
 
 
 if __name__ == "__main__":

@@ -1,0 +1,63 @@
+"""``normlab compare SWEEP.yaml|--preset NAME``: run a sweep in parallel, store the results, write the report."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from normlab.errors import EXIT_INTERRUPTED
+
+
+def print_ranking(rep: Any, title: str | None = None) -> None:
+    """The ranking table on stdout (rich)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from normlab.report import table_cells
+
+    head, rows = table_cells(rep)
+    table = Table(*head, title=title)
+    for i, col in enumerate(table.columns):
+        col.justify = "left" if i == 1 else "right"
+    for v, cells in zip(rep.variants, rows):
+        table.add_row(*cells, style="bold green" if v.rank == 1 else ("red" if v.ci is None else None))
+    Console(width=max(120, Console().width)).print(table)
+
+
+def run_compare(args: argparse.Namespace) -> int:
+    from normlab.experiments import default_sweep_dir, load_sweep, run_sweep
+    from normlab.report import write_report
+
+    sweep = load_sweep(args.sweep, preset=args.preset)
+    out = Path(args.out) if args.out else default_sweep_dir(sweep)
+    try:
+        outcome = run_sweep(sweep, out, workers=args.workers)
+    except KeyboardInterrupt:  # Ctrl-C before any worker started (data preparation, store setup)
+        print(f"interrupted before training started; re-run the same command to start {out}", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    counts = outcome.counts()
+    base = {"sweep_dir": str(out), "sweep": sweep.name, "sweep_hash": sweep.hash, "status": outcome.status,
+            "counts": counts, "trained": outcome.trained, "skipped": outcome.skipped, "workers": outcome.workers,
+            "threads": outcome.threads, "wall_s": outcome.wall_s}
+    if outcome.status == "interrupted":
+        msg = f"interrupted; finished runs are stored in {out}. Re-run the same command to resume."
+        print(json.dumps(base) if args.json else msg, file=sys.stdout if args.json else sys.stderr)
+        return EXIT_INTERRUPTED
+    rep = write_report(out)
+    failed = [r for r in outcome.runs if r["status"] not in ("completed", "diverged")]
+    if args.json:
+        print(json.dumps({**base, "report_html": rep["html"], "report_md": rep["md"], "ranking": rep["ranking"],
+                          "summary": rep["summary"]}, default=float))
+    else:
+        print(f"\nreport: {rep['html']}\n        {rep['md']}")
+        print_ranking(rep["report"])
+        for line in rep["summary"]:
+            print(f"- {line}")
+    if failed:
+        ids = ", ".join(r["run_id"] for r in failed)
+        print(f"{len(failed)} run(s) did not finish ({ids}); see {out / 'logs'}; re-run to retry them", file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,251 @@
+"""Run a sweep: parallel worker processes on one machine, resumable, Ctrl-C safe.
+
+Layout of a sweep directory::
+
+    SWEEP_DIR/sweep.yaml          the self-contained sweep (base config inlined); its hash is in the store
+    SWEEP_DIR/results.sqlite      the results store (normlab.experiments.store)
+    SWEEP_DIR/runs/<run id>/      one normlab run directory per run (config.yaml, metrics.jsonl, summary.json, ...)
+    SWEEP_DIR/logs/<run id>.log   the worker's stdout/stderr (training progress lines)
+    SWEEP_DIR/tb/<run id>/        TensorBoard scalars (``tensorboard --logdir SWEEP_DIR/tb``)
+    SWEEP_DIR/report.html, report.md, report_*.png   written by normlab.report
+
+Parallelism: ``workers`` processes (default: one per core, at most one per run), each with
+``threads = max(1, cores // workers)`` torch threads (``OMP_NUM_THREADS`` and ``torch.set_num_threads``), so
+``workers * threads <= cores`` unless more workers than cores are asked for. Workers start in their own session, so
+a terminal Ctrl-C reaches only this process, which forwards one SIGINT to each worker (the trainer checkpoints and
+exits 130); a second Ctrl-C forwards a second one (the trainer stops at once, keeping its last checkpoint); a
+third kills the workers. Every result is written by its worker in one SQLite transaction, so an interrupted sweep
+leaves only whole rows; re-running the same command resumes interrupted runs and skips finished ones.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, TextIO
+
+from normlab.errors import NormlabError
+from normlab.experiments.store import FINAL, Store
+from normlab.experiments.sweep import Sweep, dump_spec
+
+
+def available_cores() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def plan_workers(n_runs: int, workers: int | None, cores: int | None = None) -> tuple[int, int]:
+    """``(workers, threads per worker)`` with ``workers * threads <= cores`` (unless ``workers > cores``)."""
+    cores = cores or available_cores()
+    if workers is not None and workers < 1:
+        raise NormlabError(f"--workers must be >= 1, got {workers}")
+    w = max(1, min(workers or cores, max(n_runs, 1)))
+    return w, max(1, cores // w)
+
+
+def default_sweep_dir(sweep: Sweep) -> Path:
+    return Path("runs") / f"compare-{sweep.name}"
+
+
+@dataclass
+class SweepOutcome:
+    """What one ``run_sweep`` call did. ``status``: ``completed`` (nothing left to run) or ``interrupted``."""
+
+    sweep_dir: Path
+    status: str
+    trained: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    workers: int = 0
+    threads: int = 0
+    wall_s: float = 0.0
+    runs: list[dict[str, Any]] = field(default_factory=list)
+
+    def counts(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for r in self.runs:
+            out[r["status"]] = out.get(r["status"], 0) + 1
+        return out
+
+
+def check_sweep_dir(sweep: Sweep, sweep_dir: Path) -> Store | None:
+    """The existing store of ``sweep_dir`` if it belongs to ``sweep``, None for a new/empty dir; else an error."""
+    store = Store(sweep_dir / "results.sqlite")
+    if store.path.is_file():
+        meta = store.meta()
+        if meta.get("sweep_hash") != sweep.hash:
+            raise NormlabError(
+                f"{sweep_dir} holds sweep '{meta.get('sweep_name')}' (hash {meta.get('sweep_hash')}) from another sweep "
+                f"file; this sweep has hash {sweep.hash}: use --out NEW_DIR, or delete {sweep_dir} to start over"
+            )
+        return store
+    if sweep_dir.exists() and (not sweep_dir.is_dir() or any(sweep_dir.iterdir())):
+        raise NormlabError(f"{sweep_dir} exists and is not a sweep directory (no results.sqlite); choose another --out")
+    return None
+
+
+def _prepare_data(configs: list[dict[str, Any]], log: Callable[[str], None]) -> None:
+    """Build every distinct token cache once, here, before workers start (and check each corpus fits its context)."""
+    from normlab.config import config_from_dict
+    from normlab.train.loop import load_data
+
+    seen = set()
+    for c in configs:
+        key = (repr(sorted(c["data"].items())), c["model"]["context"])
+        if key in seen:
+            continue
+        seen.add(key)
+        t0 = time.time()
+        load_data(config_from_dict(c))
+        log(f"data {c['data']['source']} ({c['data']['tokenizer']}) ready in {time.time() - t0:.1f}s")
+
+
+class _Lock:
+    """An exclusive, non-blocking ``flock`` on ``SWEEP_DIR/.compare.lock`` (released when the process exits)."""
+
+    def __init__(self, sweep_dir: Path):
+        self.path = sweep_dir / ".compare.lock"
+        self.f: TextIO | None = None
+
+    def __enter__(self) -> "_Lock":
+        self.f = open(self.path, "a+")
+        try:
+            fcntl.flock(self.f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            self.f.seek(0)
+            pid = self.f.read().strip() or "?"
+            self.f.close()
+            raise NormlabError(f"{self.path.parent} is in use by another normlab compare (pid {pid}); wait for it or stop it")
+        self.f.seek(0)
+        self.f.truncate()
+        self.f.write(str(os.getpid()))
+        self.f.flush()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.f is not None:
+            fcntl.flock(self.f, fcntl.LOCK_UN)
+            self.f.close()
+
+
+def _worker_env(threads: int) -> dict[str, str]:
+    env = dict(os.environ)
+    root = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env.update({"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads), "PYTHONUNBUFFERED": "1"})
+    return env
+
+
+def _describe(row: dict[str, Any]) -> str:
+    st = row["status"]
+    if st == "completed":
+        return (f"completed, val {row['final_val_bpb']:.4f} bits/byte, {row['tokens_per_s'] or 0:,.0f} tok/s, "
+                f"{row['wall_s'] or 0:.0f}s")
+    if st == "diverged":
+        return f"diverged at step {row['step']}"
+    if st == "interrupted":
+        return f"interrupted at step {row['step'] or 0} (resumable)"
+    return f"{st}: {row.get('error') or ''}".strip()
+
+
+def run_sweep(sweep: Sweep, sweep_dir: Path, *, workers: int | None = None,
+              log: Callable[[str], None] | None = None) -> SweepOutcome:
+    """Run every unfinished run of ``sweep`` in ``sweep_dir`` (see the module docstring); returns the outcome."""
+    log = log or (lambda s: print(s, file=sys.stderr, flush=True))
+    if workers is not None and workers < 1:
+        raise NormlabError(f"--workers must be >= 1, got {workers}")
+    t_start = time.time()
+    existing = check_sweep_dir(sweep, sweep_dir)
+    stored = {r["run_id"]: r for r in existing.runs()} if existing else {}
+    todo = [r for r in sweep.runs if stored.get(r.run_id, {}).get("status") not in FINAL]
+    skipped = [r.run_id for r in sweep.runs if r.run_id not in {t.run_id for t in todo}]
+    if todo:
+        _prepare_data([r.config for r in todo], log)
+    sweep_dir.mkdir(parents=True, exist_ok=True)
+    with _Lock(sweep_dir):
+        store = Store(sweep_dir / "results.sqlite")
+        store.create(sweep.name, sweep.hash)
+        if not (sweep_dir / "sweep.yaml").is_file():
+            from normlab.io import write_text
+
+            write_text(sweep_dir / "sweep.yaml", dump_spec(sweep))
+        store.register([{"run_id": r.run_id, "position": i, "variant": r.variant, "seed": r.seed,
+                         "config_hash": r.config_hash, "axes": r.axes, "overrides": r.overrides, "config": r.config}
+                        for i, r in enumerate(sweep.runs)])
+        n_workers, threads = plan_workers(len(todo), workers)
+        outcome = SweepOutcome(sweep_dir, "completed", skipped=skipped, workers=n_workers, threads=threads)
+        how = f"; {n_workers} workers x {threads} threads" if todo else ""
+        log(f"sweep '{sweep.name}': {len(sweep.runs)} runs, {len(todo)} to run, {len(skipped)} already done{how} -> {sweep_dir}")
+        if todo:
+            outcome.status = _execute(store, sweep_dir, [r.run_id for r in todo], n_workers, threads, log, outcome)
+            outcome.wall_s = time.time() - t_start
+            for k, v in (("workers", n_workers), ("threads", threads), ("cores", available_cores()),
+                         ("wall_s", f"{outcome.wall_s:.1f}")):
+                store.set_meta(k, str(v))
+        outcome.runs = store.runs()
+    outcome.wall_s = time.time() - t_start
+    return outcome
+
+
+def _execute(store: Store, sweep_dir: Path, todo: list[str], n_workers: int, threads: int,
+             log: Callable[[str], None], outcome: SweepOutcome) -> str:
+    queue = deque(todo)
+    running: dict[str, tuple[subprocess.Popen, Any]] = {}
+    interrupts = 0
+    (sweep_dir / "logs").mkdir(exist_ok=True)
+    env = _worker_env(threads)
+    done_count = 0
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        nonlocal interrupts
+        interrupts += 1
+        if interrupts == 1:
+            log(f"stopping: {len(running)} running run(s) checkpoint and stop; re-run the same command to resume "
+                "(Ctrl-C again to stop without waiting for checkpoints)")
+        for proc, _ in running.values():
+            try:
+                proc.kill() if interrupts >= 3 else proc.send_signal(signal.SIGINT)
+            except ProcessLookupError:
+                pass
+
+    old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        while running or (queue and not interrupts):
+            while queue and not interrupts and len(running) < n_workers:
+                run_id = queue.popleft()
+                logf = open(sweep_dir / "logs" / f"{run_id}.log", "ab")
+                cmd = [sys.executable, "-m", "normlab.experiments.worker", str(sweep_dir), run_id,
+                       "--threads", str(threads)]
+                proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                        env=env, start_new_session=True)
+                running[run_id] = (proc, logf)
+                outcome.trained.append(run_id)
+            for run_id in list(running):
+                proc, logf = running[run_id]
+                rc = proc.poll()
+                if rc is None:
+                    continue
+                del running[run_id]
+                logf.close()
+                done_count += 1
+                row = store.get(run_id)
+                if row["status"] in ("running", "pending"):  # the worker died without recording
+                    status = "interrupted" if interrupts else "failed"
+                    store.update(run_id, status=status, error=f"worker exited with status {rc}; see logs/{run_id}.log")
+                    row = store.get(run_id)
+                log(f"[{done_count}/{len(todo)}] {run_id}: {_describe(row)}"
+                    + (f" (log: {sweep_dir / 'logs' / (run_id + '.log')})" if row["status"] == "failed" else ""))
+            if running:
+                time.sleep(0.2)
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+    return "interrupted" if interrupts else "completed"

@@ -1,0 +1,202 @@
+"""The results store: ``SWEEP_DIR/results.sqlite`` (WAL mode, busy timeout), written by many worker processes.
+
+Tables::
+
+    meta(key PRIMARY KEY, value)                  schema, sweep_name, sweep_hash, created_at
+    runs(run_id PRIMARY KEY, position, variant, seed, config_hash, axes_json, overrides_json, config_json,
+         status, step, steps, final_val_bpb, best_val_bpb, final_val_loss, train_loss, entropy_floor_bpb,
+         tokens_per_s, wall_s, peak_mem_mb, params, train_calls, error, started_at, finished_at)
+    curves(run_id, step, key, value, PRIMARY KEY (run_id, step, key))   every numeric metrics.jsonl value
+
+``status`` is ``pending`` (not started), ``running``, ``completed``, ``diverged``, ``interrupted`` (resumable) or
+``failed`` (the worker stopped with an error; retried on the next ``compare``). ``train_calls`` counts how often a
+worker invoked the trainer for the run (a resumed run has 2). Every write is one short ``BEGIN IMMEDIATE``
+transaction on its own connection, so concurrent workers serialise on SQLite's lock instead of losing rows; a lock
+held longer than the busy timeout (``NORMLAB_DB_TIMEOUT`` seconds, default 60) is a one-line error.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+from normlab.errors import NormlabError
+
+SCHEMA = 1
+FINAL = ("completed", "diverged")
+RUN_COLUMNS = (
+    "run_id", "position", "variant", "seed", "config_hash", "axes_json", "overrides_json", "config_json", "status",
+    "step", "steps", "final_val_bpb", "best_val_bpb", "final_val_loss", "train_loss", "entropy_floor_bpb",
+    "tokens_per_s", "wall_s", "peak_mem_mb", "params", "train_calls", "error", "started_at", "finished_at",
+)
+_DDL = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
+CREATE TABLE IF NOT EXISTS runs (
+    run_id TEXT PRIMARY KEY, position INTEGER, variant TEXT NOT NULL, seed INTEGER NOT NULL,
+    config_hash TEXT NOT NULL, axes_json TEXT NOT NULL, overrides_json TEXT NOT NULL, config_json TEXT NOT NULL,
+    status TEXT NOT NULL DEFAULT 'pending', step INTEGER, steps INTEGER, final_val_bpb REAL, best_val_bpb REAL,
+    final_val_loss REAL, train_loss REAL, entropy_floor_bpb REAL, tokens_per_s REAL, wall_s REAL,
+    peak_mem_mb REAL, params INTEGER, train_calls INTEGER NOT NULL DEFAULT 0, error TEXT,
+    started_at REAL, finished_at REAL
+);
+CREATE TABLE IF NOT EXISTS curves (
+    run_id TEXT NOT NULL, step INTEGER NOT NULL, key TEXT NOT NULL, value REAL,
+    PRIMARY KEY (run_id, step, key)
+);
+"""
+
+
+def db_timeout() -> float:
+    try:
+        return float(os.environ.get("NORMLAB_DB_TIMEOUT", "60"))
+    except ValueError:
+        return 60.0
+
+
+class Store:
+    """Access to one sweep's ``results.sqlite``. Cheap to construct; every call opens its own connection."""
+
+    def __init__(self, path: str | Path, timeout: float | None = None):
+        self.path = Path(path)
+        self.timeout = db_timeout() if timeout is None else timeout
+
+    # -- connections and errors ------------------------------------------------------------------------------
+    @contextmanager
+    def _connect(self) -> Iterator[sqlite3.Connection]:
+        try:
+            con = sqlite3.connect(str(self.path), timeout=self.timeout, isolation_level=None)
+        except sqlite3.Error as e:
+            raise NormlabError(f"cannot open results store {self.path}: {e}") from None
+        try:
+            con.execute(f"PRAGMA busy_timeout = {int(self.timeout * 1000)}")
+            con.row_factory = sqlite3.Row
+            yield con
+        except sqlite3.OperationalError as e:
+            msg = str(e)
+            if "locked" in msg or "busy" in msg:
+                raise NormlabError(
+                    f"results store {self.path} is locked by another process (waited {self.timeout:g}s); "
+                    "wait for it to finish or stop it, then re-run"
+                ) from None
+            raise NormlabError(f"results store {self.path}: {msg}") from None
+        except sqlite3.DatabaseError as e:
+            raise NormlabError(f"{self.path} is not a normlab results store ({e})") from None
+        finally:
+            con.close()
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        with self._connect() as con:
+            con.execute("BEGIN IMMEDIATE")
+            try:
+                yield con
+            except BaseException:
+                con.execute("ROLLBACK")
+                raise
+            con.execute("COMMIT")
+
+    # -- creation and identity -------------------------------------------------------------------------------
+    def create(self, sweep_name: str, sweep_hash: str) -> None:
+        """Create the schema (idempotent) and record the sweep's identity; WAL mode persists in the file."""
+        with self._connect() as con:
+            mode = con.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+            if str(mode).lower() != "wal":
+                raise NormlabError(f"results store {self.path}: cannot enable WAL mode (got {mode})")
+            con.executescript(_DDL)
+        with self._write() as con:
+            for k, v in (("schema", str(SCHEMA)), ("sweep_name", sweep_name), ("sweep_hash", sweep_hash),
+                         ("created_at", f"{time.time():.3f}")):
+                con.execute("INSERT OR IGNORE INTO meta(key, value) VALUES (?, ?)", (k, v))
+
+    def meta(self) -> dict[str, str]:
+        if not self.path.is_file():
+            raise NormlabError(f"{self.path.parent} is not a sweep directory (no results.sqlite); run normlab compare first")
+        with self._connect() as con:
+            try:
+                rows = con.execute("SELECT key, value FROM meta").fetchall()
+            except sqlite3.OperationalError as e:
+                if "no such table" in str(e):
+                    raise NormlabError(f"{self.path} is not a normlab results store (no meta table)") from None
+                raise
+        return {r["key"]: r["value"] for r in rows}
+
+    def set_meta(self, key: str, value: str) -> None:
+        with self._write() as con:
+            con.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", (key, value))
+
+    # -- runs ------------------------------------------------------------------------------------------------
+    def register(self, runs: list[dict[str, Any]]) -> int:
+        """Insert runs not yet stored (status ``pending``); returns how many were new."""
+        with self._write() as con:
+            before = con.execute("SELECT COUNT(*) FROM runs").fetchone()[0]
+            for r in runs:
+                con.execute(
+                    "INSERT OR IGNORE INTO runs(run_id, position, variant, seed, config_hash, axes_json, overrides_json,"
+                    " config_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    (r["run_id"], r["position"], r["variant"], r["seed"], r["config_hash"], json.dumps(r["axes"]),
+                     json.dumps(r["overrides"]), json.dumps(r["config"])),
+                )
+            return con.execute("SELECT COUNT(*) FROM runs").fetchone()[0] - before
+
+    def runs(self) -> list[dict[str, Any]]:
+        """All runs in sweep order, JSON columns decoded (``axes``, ``overrides``, ``config``)."""
+        self.meta()
+        with self._connect() as con:
+            rows = con.execute("SELECT * FROM runs ORDER BY position, run_id").fetchall()
+        out = []
+        for row in rows:
+            d = dict(row)
+            for col in ("axes", "overrides", "config"):
+                d[col] = json.loads(d.pop(f"{col}_json"))
+            out.append(d)
+        return out
+
+    def get(self, run_id: str) -> dict[str, Any]:
+        for r in self.runs():
+            if r["run_id"] == run_id:
+                return r
+        raise NormlabError(f"run '{run_id}' is not in {self.path}")
+
+    def update(self, run_id: str, **fields: Any) -> None:
+        bad = set(fields) - set(RUN_COLUMNS)
+        if bad:
+            raise ValueError(f"unknown run columns {sorted(bad)}")
+        cols = ", ".join(f"{k} = ?" for k in fields)
+        with self._write() as con:
+            con.execute(f"UPDATE runs SET {cols} WHERE run_id = ?", (*fields.values(), run_id))
+
+    def start(self, run_id: str, *, calls_trainer: bool) -> None:
+        """Mark a run ``running`` (and count one trainer invocation when ``calls_trainer``)."""
+        with self._write() as con:
+            con.execute(
+                "UPDATE runs SET status = 'running', error = NULL, started_at = ?, "
+                "train_calls = train_calls + ? WHERE run_id = ?",
+                (time.time(), 1 if calls_trainer else 0, run_id),
+            )
+
+    def finish(self, run_id: str, result: dict[str, Any], curves: list[tuple[int, str, float]]) -> None:
+        """Record a run's result row and replace its curves, in one transaction."""
+        fields = {k: v for k, v in result.items() if k in RUN_COLUMNS}
+        fields["finished_at"] = time.time()
+        cols = ", ".join(f"{k} = ?" for k in fields)
+        with self._write() as con:
+            con.execute(f"UPDATE runs SET {cols} WHERE run_id = ?", (*fields.values(), run_id))
+            con.execute("DELETE FROM curves WHERE run_id = ?", (run_id,))
+            con.executemany("INSERT OR REPLACE INTO curves(run_id, step, key, value) VALUES (?, ?, ?, ?)",
+                            [(run_id, s, k, v) for s, k, v in curves])
+
+    def curves(self, run_id: str | None = None) -> dict[str, dict[str, list[tuple[int, float]]]]:
+        """``{run_id: {key: [(step, value), ...]}}`` sorted by step."""
+        with self._connect() as con:
+            q = "SELECT run_id, step, key, value FROM curves"
+            rows = con.execute(q + (" WHERE run_id = ?" if run_id else "") + " ORDER BY run_id, key, step",
+                               (run_id,) if run_id else ()).fetchall()
+        out: dict[str, dict[str, list[tuple[int, float]]]] = {}
+        for r in rows:
+            out.setdefault(r["run_id"], {}).setdefault(r["key"], []).append((r["step"], r["value"]))
+        return out

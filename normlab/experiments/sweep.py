@@ -1,0 +1,275 @@
+"""Sweep files: a base config, overrides for every run, axes (cartesian product), named variants, and seeds.
+
+    name: quick                     # names the default sweep dir runs/compare-<name>
+    base: small                     # a config preset, a YAML path (relative to this file, then the cwd), or a mapping
+    set:                            # overrides applied to every run (dotted keys or nested sections)
+      train.steps: 300
+    axes:                           # cartesian product over every axis (any config key)
+      model.depth: [4, 8]
+    variants:                       # named override sets; crossed with the axes when both are given
+      - {name: Post-LN, set: {model.placement: post}}
+      - {name: Pre-LN,  set: {model.placement: pre}}
+    seeds: [0, 1]                   # every (variant, axes point) runs once per seed
+
+Everything is validated before anything is written: unknown keys get a did-you-mean, an empty axis, a seed given as
+an override, two variants that produce the same config, and every expanded config's own checks are one-line
+``NormlabError``s. A sweep's identity (``Sweep.hash``) is the hash of its resolved spec (base config inlined,
+overrides flattened to dotted keys), so the same sweep written differently (key order, nested vs dotted keys, a
+preset name vs the same config inlined) has the same hash.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import itertools
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from normlab.config import (CONFIG_DIR, RunConfig, _all_keys, _mapping_keys, config_from_dict, read_yaml,
+                            resolve_config_path)
+from normlab.errors import NormlabError, did_you_mean
+
+SWEEP_DIR = CONFIG_DIR / "sweeps"
+TOP_KEYS = ("name", "description", "base", "set", "axes", "variants", "seeds")
+SECTIONS = ("data", "model", "train", "optim")
+
+
+@dataclass
+class SweepRun:
+    """One training run of a sweep: ``variant`` label, ``seed``, the axis values that define it, its config."""
+
+    run_id: str
+    variant: str
+    seed: int
+    axes: dict[str, Any]
+    overrides: dict[str, Any]
+    config: dict[str, Any]
+    config_hash: str
+
+
+@dataclass
+class Sweep:
+    """A validated, expanded sweep. ``spec`` is the self-contained form written to ``SWEEP_DIR/sweep.yaml``."""
+
+    name: str
+    spec: dict[str, Any]
+    runs: list[SweepRun]
+    variants: list[str] = field(default_factory=list)
+    description: str = ""
+
+    @property
+    def hash(self) -> str:
+        """Hash of the resolved spec (base inlined, overrides flattened; not the description). Config keys that
+        a newer normlab adds with a default do not change it, so an upgrade does not orphan a sweep dir."""
+        spec = {k: v for k, v in self.spec.items() if k != "description"}
+        return hashlib.sha256(json.dumps(spec, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def list_presets() -> list[str]:
+    return sorted(p.stem for p in SWEEP_DIR.glob("*.yaml"))
+
+
+def preset_path(name: str) -> Path:
+    path = SWEEP_DIR / f"{name}.yaml"
+    if not path.is_file():
+        presets = list_presets()
+        raise NormlabError(f"unknown sweep preset '{name}'{did_you_mean(name, presets)}; presets: {', '.join(presets)}")
+    return path
+
+
+def _check_key(key: str, where: str) -> None:
+    if key == "seed":
+        raise NormlabError(f"{where}: 'seed' is set by the sweep's 'seeds:' list, not as an override")
+    if key in _all_keys():
+        return
+    if any(key.startswith(f"{m}.") and key.count(".") == m.count(".") + 1 for m in _mapping_keys()):
+        return
+    raise NormlabError(f"{where}: unknown config key '{key}'{did_you_mean(key, _all_keys())}")
+
+
+def _flatten(data: Any, where: str, prefix: str = "") -> dict[str, Any]:
+    """``{train: {steps: 3}, 'model.norm': x}`` -> ``{'train.steps': 3, 'model.norm': x}`` (mapping-valued keys kept)."""
+    if not isinstance(data, dict):
+        raise NormlabError(f"{where} must be a mapping of config keys to values, got {type(data).__name__}")
+    out: dict[str, Any] = {}
+    for k, v in data.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict) and not prefix and key in SECTIONS:
+            out.update(_flatten(v, where, f"{key}."))
+        else:
+            _check_key(key, where)
+            out[key] = v
+    return out
+
+
+def _apply(data: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    data = copy.deepcopy(data)
+    for key, value in overrides.items():
+        node = data
+        *parents, leaf = key.split(".")
+        for p in parents:
+            nxt = node.get(p)
+            if not isinstance(nxt, dict):
+                nxt = node[p] = {}
+            node = nxt
+        node[leaf] = copy.deepcopy(value)
+    return data
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, bool):
+        return str(v).lower()
+    if isinstance(v, float):
+        return f"{v:g}"
+    if isinstance(v, (dict, list)):
+        return json.dumps(v, separators=(",", ":"))
+    return str(v)
+
+
+def slug(text: str) -> str:
+    s = re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+    return s[:60] or "run"
+
+
+def _short_keys(keys: list[str]) -> dict[str, str]:
+    """Shortest unambiguous suffix of each dotted key (``model.norm`` -> ``norm``)."""
+    out = {}
+    for k in keys:
+        parts = k.split(".")
+        for n in range(1, len(parts) + 1):
+            cand = ".".join(parts[-n:])
+            if sum(1 for o in keys if o == cand or o.endswith(f".{cand}")) == 1:
+                out[k] = cand
+                break
+        else:
+            out[k] = k
+    return out
+
+
+def _load_base(base: Any, here: Path | None) -> dict[str, Any]:
+    if isinstance(base, dict):
+        return copy.deepcopy(base)
+    if not isinstance(base, str) or not base:
+        raise NormlabError("sweep 'base' must be a config preset name, a YAML path, or a mapping")
+    if here is not None and (here / base).is_file():
+        return read_yaml(here / base)
+    return read_yaml(resolve_config_path(base))
+
+
+def parse_sweep(raw: Any, *, here: Path | None = None, source: str = "sweep") -> Sweep:
+    """Validate and expand a sweep mapping (see the module docstring). ``here``: folder for relative ``base`` paths."""
+    if not isinstance(raw, dict):
+        raise NormlabError(f"{source} must be a YAML mapping with keys {', '.join(TOP_KEYS)}")
+    for k in raw:
+        if k not in TOP_KEYS:
+            raise NormlabError(f"{source}: unknown key '{k}'{did_you_mean(str(k), TOP_KEYS)}; allowed: {', '.join(TOP_KEYS)}")
+    name = raw.get("name") or (Path(source).stem if source.endswith((".yaml", ".yml")) else "sweep")
+    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name):
+        raise NormlabError(f"{source}: name must be letters, digits, '.', '_' or '-', got {name!r}")
+    if "base" not in raw:
+        raise NormlabError(f"{source}: 'base' is required (a config preset such as tiny or small, a YAML path, or a mapping)")
+    base = _load_base(raw["base"], here)
+    if "seed" in base:
+        base.pop("seed")
+    common = _flatten(raw.get("set") or {}, f"{source}: set")
+
+    axes_raw = raw.get("axes") or {}
+    if not isinstance(axes_raw, dict):
+        raise NormlabError(f"{source}: axes must be a mapping of config key -> list of values")
+    axes: dict[str, list[Any]] = {}
+    for key, values in axes_raw.items():
+        _check_key(str(key), f"{source}: axes")
+        if not isinstance(values, list):
+            raise NormlabError(f"{source}: axis '{key}' must be a list of values, got {type(values).__name__}")
+        if not values:
+            raise NormlabError(f"{source}: axis '{key}' is empty; give at least one value")
+        axes[str(key)] = values
+
+    variants_raw = raw.get("variants")
+    variants: list[tuple[str, dict[str, Any]]] = []
+    if variants_raw is not None:
+        if not isinstance(variants_raw, list) or not variants_raw:
+            raise NormlabError(f"{source}: variants must be a non-empty list of {{name: ..., set: {{...}}}}")
+        for i, v in enumerate(variants_raw):
+            if not isinstance(v, dict) or not isinstance(v.get("name"), str) or not v["name"].strip():
+                raise NormlabError(f"{source}: variant #{i + 1} needs a 'name' (string) and a 'set' mapping")
+            extra = set(v) - {"name", "set"}
+            if extra:
+                raise NormlabError(f"{source}: variant '{v['name']}' has unknown key '{sorted(extra)[0]}'; allowed: name, set")
+            if any(v["name"] == n for n, _ in variants):
+                raise NormlabError(f"{source}: two variants are named '{v['name']}'; names must be unique")
+            variants.append((v["name"], _flatten(v.get("set") or {}, f"{source}: variant '{v['name']}'")))
+
+    seeds = raw.get("seeds", [0])
+    if (not isinstance(seeds, list) or not seeds
+            or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds)):
+        raise NormlabError(f"{source}: seeds must be a non-empty list of integers >= 0, got {seeds!r}")
+    if len(set(seeds)) != len(seeds):
+        raise NormlabError(f"{source}: seeds contain a duplicate: {seeds}")
+
+    short = _short_keys(list(axes))
+    points = [dict(zip(axes, combo)) for combo in itertools.product(*axes.values())] if axes else [{}]
+    named = variants or [("", {})]
+    runs: list[SweepRun] = []
+    labels: list[str] = []
+    seen: dict[str, str] = {}
+    for vname, vset in named:
+        for point in points:
+            axis_label = ", ".join(f"{short[k]}={_fmt(v)}" for k, v in point.items())
+            label = " · ".join(p for p in (vname, axis_label) if p) or "base"
+            overrides = {**common, **vset, **point}
+            data = _apply(base, overrides)
+            try:
+                cfg = config_from_dict({**data, "seed": 0})
+            except NormlabError as e:
+                raise NormlabError(f"{source}: variant '{label}': {e}") from None
+            key = RunConfig.hash(cfg)
+            if key in seen:
+                raise NormlabError(f"{source}: variants '{seen[key]}' and '{label}' produce the same config; remove one")
+            seen[key] = label
+            labels.append(label)
+            for seed in seeds:
+                cfg_s = config_from_dict({**data, "seed": seed})
+                run_axes = ({"variant": vname} if vname else {}) | point
+                runs.append(SweepRun("", label, seed, run_axes, overrides, cfg_s.to_dict(), cfg_s.hash()))
+    ids: set[str] = set()
+    for r in runs:
+        rid = f"{slug(r.variant)}-s{r.seed}"
+        if rid in ids:
+            rid = f"{rid}-{r.config_hash[:6]}"
+        ids.add(rid)
+        r.run_id = rid
+    spec = {"name": name, "description": str(raw.get("description") or ""), "base": base,
+            "set": common, "axes": axes,
+            **({"variants": [{"name": n, "set": s} for n, s in variants]} if variants else {}), "seeds": seeds}
+    return Sweep(name, spec, runs, labels, spec["description"])
+
+
+def load_sweep(path: str | Path | None = None, *, preset: str | None = None) -> Sweep:
+    """Load a sweep file, or a shipped preset from ``configs/sweeps/`` by name."""
+    if (path is None) == (preset is None):
+        raise NormlabError("compare needs a SWEEP.yaml or --preset NAME (not both); presets: " + ", ".join(list_presets()))
+    p = preset_path(preset) if preset is not None else Path(path)
+    if not p.is_file():
+        hint = f" (a preset? use --preset {path})" if preset is None and str(path) in list_presets() else ""
+        raise NormlabError(f"sweep file {p} not found{hint}")
+    try:
+        raw = yaml.safe_load(p.read_text())
+    except (OSError, UnicodeDecodeError) as e:
+        raise NormlabError(f"cannot read sweep file {p}: {e.__class__.__name__}") from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        raise NormlabError(f"sweep file {p} is not valid YAML{f' at line {mark.line + 1}' if mark else ''}") from None
+    return parse_sweep(raw, here=p.resolve().parent, source=str(p))
+
+
+def dump_spec(sweep: Sweep) -> str:
+    """The self-contained sweep file (base inlined) stored as ``SWEEP_DIR/sweep.yaml``."""
+    head = f"# sweep '{sweep.name}' (hash {sweep.hash}); re-run: normlab compare <this file> --out <its folder>\n"
+    return head + yaml.safe_dump(sweep.spec, sort_keys=False, allow_unicode=True)

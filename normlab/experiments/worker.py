@@ -1,0 +1,175 @@
+"""One sweep run in its own process: ``python -m normlab.experiments.worker SWEEP_DIR RUN_ID [--threads N]``.
+
+The worker trains (or resumes) ``SWEEP_DIR/runs/RUN_ID`` with the config stored in the results store, then records
+the result row, the per-step curves from ``metrics.jsonl`` and TensorBoard scalars in ``SWEEP_DIR/tb/RUN_ID``.
+A run whose ``summary.json`` already says completed/diverged is only (re-)recorded, not retrained.
+
+Ctrl-C: the trainer's SIGINT handler checkpoints between steps and returns ``status: interrupted``; the worker
+records it and exits 130. Once training has returned, SIGINT is ignored so the store write always completes.
+Exit status: 0 completed, 3 diverged, 130 interrupted, 2 bad input (recorded as ``failed``), 1 unexpected error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import resource
+import shutil
+import signal
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+from normlab.errors import EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_INTERRUPTED, EXIT_OK, NormlabError
+from normlab.experiments.store import Store
+from normlab.experiments.tensorboard import write_scalars
+
+EXIT_FOR = {"completed": EXIT_OK, "diverged": EXIT_DIVERGED, "interrupted": EXIT_INTERRUPTED}
+TB_NAMES = {"loss": "train/loss", "lr": "train/lr", "grad_norm": "train/grad_norm", "val_bpb": "val/bits_per_byte",
+            "val_loss": "val/loss", "tokens_per_s": "perf/tokens_per_s"}
+TB_SKIP = ("elapsed_s",)
+
+
+def read_metrics(path: Path) -> list[tuple[int, str, float]]:
+    """Numeric values of ``metrics.jsonl`` as ``(step, key, value)``; unreadable lines (a kill -9) are skipped."""
+    out: list[tuple[int, str, float]] = []
+    if not path.is_file():
+        return out
+    for line in path.read_text(errors="replace").splitlines():
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if not isinstance(rec, dict) or not isinstance(rec.get("step"), int):
+            continue
+        for k, v in rec.items():
+            if k != "step" and isinstance(v, (int, float)) and not isinstance(v, bool):
+                out.append((rec["step"], str(k), float(v)))
+    return out
+
+
+def tb_scalars(curves: list[tuple[int, str, float]]) -> list[tuple[str, int, float]]:
+    """TensorBoard tags for metrics keys: loss/lr/grad norm under ``train/``, val under ``val/``, others as named."""
+    return [(TB_NAMES.get(k, k), s, v) for s, k, v in curves if k not in TB_SKIP]
+
+
+def _num(v: Any) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
+
+
+def record(store: Store, sweep_dir: Path, run_id: str, summary: dict[str, Any], *, peak_mem_mb: float | None) -> None:
+    """Write a run's result row, its curves and its TensorBoard scalars (idempotent)."""
+    run_dir = sweep_dir / "runs" / run_id
+    curves = read_metrics(run_dir / "metrics.jsonl")
+    write_scalars(sweep_dir / "tb" / run_id, tb_scalars(curves))
+    result = {
+        "status": summary.get("status", "failed"), "step": summary.get("step"), "steps": summary.get("steps"),
+        "final_val_bpb": _num(summary.get("val_bpb")), "best_val_bpb": _num(summary.get("best_val_bpb")),
+        "final_val_loss": _num(summary.get("val_loss")), "train_loss": _num(summary.get("train_loss")),
+        "entropy_floor_bpb": _num(summary.get("entropy_floor_bpb")), "tokens_per_s": _num(summary.get("tokens_per_s")),
+        "wall_s": _num(summary.get("elapsed_s")), "params": summary.get("params"), "peak_mem_mb": peak_mem_mb,
+        "error": None,
+    }
+    store.finish(run_id, result, curves)
+
+
+def _peak_mem_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # Linux: KiB
+
+
+def run_one(sweep_dir: Path, run_id: str, threads: int | None = None) -> int:
+    """Train/resume and record one run; returns the exit status (see the module docstring)."""
+    from normlab.train.loop import read_summary
+
+    store = Store(sweep_dir / "results.sqlite")
+    row = store.get(run_id)
+    run_dir = sweep_dir / "runs" / run_id
+    try:
+        summary = read_summary(run_dir) if run_dir.is_dir() else None
+    except NormlabError:
+        summary = None
+    done = bool(summary) and (summary.get("status") == "diverged" or (
+        summary.get("status") == "completed" and (run_dir / "model.safetensors").is_file()))
+    store.start(run_id, calls_trainer=not done)
+    try:
+        if not done:
+            import torch
+
+            from normlab.config import config_from_dict
+            from normlab.rundir import open_config
+            from normlab.train.loop import train
+
+            if threads:
+                torch.set_num_threads(threads)
+            if (run_dir / "config.yaml").is_file():
+                summary = train(open_config(run_dir), run_dir, resume=True, quiet=False)
+            else:
+                if run_dir.exists():  # a run that died before writing its config: start it afresh
+                    shutil.rmtree(run_dir)
+                summary = train(config_from_dict(row["config"]), run_dir, resume=False, quiet=False)
+    except KeyboardInterrupt:  # SIGINT before the trainer's handler was installed, or a second Ctrl-C
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        store.update(run_id, status="interrupted", error="interrupted before a checkpoint could be taken")
+        return EXIT_INTERRUPTED
+    except NormlabError as e:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        store.update(run_id, status="failed", error=str(e))
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except Exception as e:  # noqa: BLE001 - recorded, the sweep goes on
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        traceback.print_exc()
+        store.update(run_id, status="failed", error=f"{e.__class__.__name__}: {e}"[:500])
+        return 1
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    peak = row.get("peak_mem_mb") if done and row.get("peak_mem_mb") else _peak_mem_mb()
+    record(store, sweep_dir, run_id, summary or {}, peak_mem_mb=peak)
+    return EXIT_FOR.get(summary.get("status", ""), 1) if summary else 1
+
+
+def _die_with_parent() -> None:
+    """Linux: get SIGINT (checkpoint and stop) if the coordinating ``normlab compare`` dies without forwarding it."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGINT)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def _run_lock(sweep_dir: Path, run_id: str):
+    """An exclusive lock on ``logs/<run id>.lock``: two processes never train the same run directory."""
+    import fcntl
+
+    (sweep_dir / "logs").mkdir(exist_ok=True)
+    f = open(sweep_dir / "logs" / f"{run_id}.lock", "a+")
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        f.close()
+        raise NormlabError(f"run {run_id} is being trained by another process") from None
+    return f
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m normlab.experiments.worker")
+    p.add_argument("sweep_dir")
+    p.add_argument("run_id")
+    p.add_argument("--threads", type=int, default=None)
+    args = p.parse_args(argv)
+    _die_with_parent()
+    try:
+        lock = _run_lock(Path(args.sweep_dir), args.run_id)
+        try:
+            return run_one(Path(args.sweep_dir), args.run_id, args.threads)
+        finally:
+            lock.close()
+    except NormlabError as e:  # the store itself failed (locked, missing), or the run is taken
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+
+if __name__ == "__main__":
+    sys.exit(main())

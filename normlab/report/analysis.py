@@ -1,0 +1,361 @@
+"""Numbers for the report, from saved artifacts only: the results store and the run directories.
+
+Ranking: per variant, the mean and 95% t-interval of the final validation bits-per-byte over its completed seeds
+(diverged or unfinished seeds are counted, not averaged). Summary sentences are generated from these numbers
+only: a difference is called "beyond noise" when Welch's t-test gives p < 0.05, and the overlap of the 95%
+intervals is reported alongside.
+
+Optional per-run artifacts are read defensively (a missing, unreadable or differently shaped file is skipped):
+``diagnostics.json`` (``normlab diagnose``), ``extrapolation.json`` (``{"results": [{factor, context, loss,
+bits_per_byte}]}``), ``calibration.json`` (``ece_before``, ``ece_after``, ``temperature``), and training-time
+``diag/...`` metrics in the stored curves.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from statistics import mean
+from typing import Any
+
+from normlab.experiments.store import Store
+from normlab.report.stats import MeanCI, Welch, mean_ci, t_ppf, welch
+
+ALPHA = 0.05
+
+
+@dataclass
+class RunInfo:
+    row: dict[str, Any]
+    curves: dict[str, list[tuple[int, float]]]
+    diagnostics: dict[str, Any] | None = None
+    extrapolation: list[dict[str, Any]] | None = None
+    calibration: dict[str, Any] | None = None
+    summary: dict[str, Any] | None = None
+
+
+@dataclass
+class VariantResult:
+    """One ranking row."""
+
+    name: str
+    runs: list[RunInfo]
+    finals: list[float]
+    ci: MeanCI | None
+    best_ci: MeanCI | None
+    diverged: list[RunInfo]
+    other: list[RunInfo]
+    floor: float | None
+    tokens_per_s: float | None
+    params: int | None
+    rank: int | None = None
+    vs_best: Welch | None = None
+
+    @property
+    def gap(self) -> float | None:
+        return None if self.ci is None or self.floor is None else self.ci.mean - self.floor
+
+    @property
+    def n_seeds(self) -> int:
+        return len(self.runs)
+
+
+@dataclass
+class SweepReport:
+    sweep_dir: Path
+    meta: dict[str, str]
+    runs: list[RunInfo]
+    variants: list[VariantResult]
+    summary: list[str] = field(default_factory=list)
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError, UnicodeDecodeError):
+        return None
+
+
+def _num(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _load_artifacts(run: RunInfo, run_dir: Path) -> None:
+    sm = _read_json(run_dir / "summary.json")
+    run.summary = sm if isinstance(sm, dict) else None
+    d = _read_json(run_dir / "diagnostics.json")
+    run.diagnostics = d if isinstance(d, dict) else None
+    x = _read_json(run_dir / "extrapolation.json")
+    if isinstance(x, dict) and isinstance(x.get("results"), list):
+        rows = [r for r in x["results"] if isinstance(r, dict) and _num(r.get("factor")) and _num(r.get("bits_per_byte"))]
+        run.extrapolation = sorted(rows, key=lambda r: r["factor"]) or None
+    c = _read_json(run_dir / "calibration.json")
+    if isinstance(c, dict) and any(_num(c.get(k)) for k in ("ece_before", "ece_after", "temperature")):
+        run.calibration = c
+
+
+def load(sweep_dir: str | Path) -> SweepReport:
+    """Read the store and the run directories of ``sweep_dir`` and compute the ranking and the summary."""
+    sweep_dir = Path(sweep_dir)
+    store = Store(sweep_dir / "results.sqlite")
+    meta = store.meta()
+    rows = store.runs()
+    curves = store.curves()
+    runs = []
+    for row in rows:
+        info = RunInfo(row, curves.get(row["run_id"], {}))
+        _load_artifacts(info, sweep_dir / "runs" / row["run_id"])
+        runs.append(info)
+    order: list[str] = []
+    for r in runs:
+        if r.row["variant"] not in order:
+            order.append(r.row["variant"])
+    variants = [_variant(name, [r for r in runs if r.row["variant"] == name]) for name in order]
+    _rank(variants)
+    rep = SweepReport(sweep_dir, meta, runs, variants)
+    rep.summary = summarize(rep)
+    return rep
+
+
+def _variant(name: str, runs: list[RunInfo]) -> VariantResult:
+    done = [r for r in runs if r.row["status"] == "completed" and _num(r.row["final_val_bpb"])]
+    finals = [r.row["final_val_bpb"] for r in done]
+    bests = [r.row["best_val_bpb"] for r in done if _num(r.row["best_val_bpb"])]
+    floors = [r.row["entropy_floor_bpb"] for r in runs if _num(r.row["entropy_floor_bpb"])]
+    tps = [r.row["tokens_per_s"] for r in done if _num(r.row["tokens_per_s"])]
+    params = [r.row["params"] for r in runs if r.row["params"]]
+    return VariantResult(
+        name=name, runs=runs, finals=finals, ci=mean_ci(finals) if finals else None,
+        best_ci=mean_ci(bests) if bests else None,
+        diverged=[r for r in runs if r.row["status"] == "diverged"],
+        other=[r for r in runs if r.row["status"] not in ("completed", "diverged")],
+        floor=floors[0] if floors else None, tokens_per_s=mean(tps) if tps else None,
+        params=params[0] if params else None,
+    )
+
+
+def _rank(variants: list[VariantResult]) -> None:
+    variants.sort(key=lambda v: (v.ci is None, v.ci.mean if v.ci else 0.0))
+    for i, v in enumerate(v for v in variants if v.ci is not None):
+        v.rank = i + 1
+    if variants and variants[0].ci is not None:
+        best = variants[0]
+        for v in variants[1:]:
+            if v.ci is not None:
+                v.vs_best = welch(v.finals, best.finals)
+
+
+def _fmt(x: float) -> str:
+    return f"{x:.4f}"
+
+
+def ci_text(ci: MeanCI | None) -> str:
+    if ci is None:
+        return "–"
+    return f"{ci.mean:.4f} ± {ci.half:.4f}" if ci.half is not None else f"{ci.mean:.4f} (n=1)"
+
+
+def overlap(a: MeanCI, b: MeanCI) -> bool | None:
+    if a.half is None or b.half is None:
+        return None
+    return a.low <= b.high and b.low <= a.high
+
+
+def _p(p: float) -> str:
+    return "p < 0.001" if p < 0.001 else f"p = {p:.3f}" if p < 0.1 else f"p = {p:.2f}"
+
+
+def summarize(rep: SweepReport) -> list[str]:
+    """Sentences that state only what the stored numbers show."""
+    out: list[str] = []
+    vs = rep.variants
+    runs = rep.runs
+    counts: dict[str, int] = {}
+    for r in runs:
+        counts[r.row["status"]] = counts.get(r.row["status"], 0) + 1
+    seeds = sorted({r.row["seed"] for r in runs})
+    status_txt = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+    out.append(f"{len(vs)} variants × {len(seeds)} seeds = {len(runs)} runs ({status_txt}).")
+    ranked = [v for v in vs if v.ci is not None]
+    if not ranked:
+        out.append("No run has completed yet, so nothing is ranked.")
+        return out
+    best = ranked[0]
+    ns = sorted({v.ci.n for v in ranked})
+    out.append(f"Lowest mean final validation bits/byte: {best.name}, {ci_text(best.ci)} "
+               f"(mean ± 95% CI half-width over {best.ci.n} seed{'s' if best.ci.n > 1 else ''}).")
+    within, beyond, untested = [], [], []
+    for v in ranked[1:]:
+        delta = v.ci.mean - best.ci.mean
+        w = v.vs_best
+        if w is None:
+            untested.append(f"{v.name} (+{delta:.4f})")
+        elif w.p < ALPHA:
+            beyond.append(f"{v.name} (+{delta:.4f}, {_p(w.p)})")
+        else:
+            ov = overlap(v.ci, best.ci)
+            within.append(f"{v.name} (+{delta:.4f}, {_p(w.p)}{', CIs overlap' if ov else ''})")
+    if within:
+        out.append(f"Within noise of {best.name} (Welch t-test p ≥ {ALPHA}): " + "; ".join(within) + ".")
+    if beyond:
+        out.append(f"Worse than {best.name} beyond noise (Welch p < {ALPHA}): " + "; ".join(beyond) + ".")
+    if untested:
+        out.append(f"Not testable against {best.name} (fewer than 2 completed seeds, or no seed-to-seed variation): "
+                   + "; ".join(untested) + ".")
+    for v in vs:
+        if v.diverged:
+            steps = ", ".join(str(r.row["step"]) for r in v.diverged)
+            at = f"step{'s' if len(v.diverged) > 1 else ''} {steps}"
+            out.append(f"{v.name} diverged in {len(v.diverged)} of {v.n_seeds} seeds (at {at}).")
+    if best.floor is not None:
+        out.append(f"The corpus's entropy floor is {best.floor:.4f} bits/byte; {best.name} is {best.gap:.4f} above it.")
+    if ns and max(ns) >= 2:
+        qs = ", ".join(f"t = {t_ppf(0.975, n - 1):.2f} for n = {n}" for n in ns if n >= 2)
+        out.append(f"Interval half-widths use the Student-t quantile ({qs}); with few seeds they are wide, "
+                   "so add seeds to separate close variants.")
+    tps = [(v.tokens_per_s, v.name) for v in ranked if v.tokens_per_s]
+    if len(tps) >= 2:
+        lo, hi = min(tps), max(tps)
+        workers = rep.meta.get("workers")
+        how = f" with {workers} runs in parallel" if workers else ""
+        out.append(f"Training throughput ranged from {lo[0]:,.0f} tokens/s ({lo[1]}) to {hi[0]:,.0f} tokens/s "
+                   f"({hi[1]}), wall-clock per run{how}; other load on the machine changes these numbers.")
+    return out
+
+
+# -- diagnostics, read defensively ----------------------------------------------------------------------------
+# diagnostics.json layout (normlab diagnose, docs/diagnostics.md): variance{var, rms, log_var_slope},
+# massive{blocks[{ratio}], max_ratio}, sinks{sink_rate, sink_rate_per_layer, first_token_importance_mean},
+# layer_effectiveness{blocks[{angular_distance, skip_loss_increase}]}. Training-time: diag/resid_var/<l>,
+# diag/grad_norm/{attn,mlp,norm}/<l> in metrics.jsonl. Anything missing or oddly shaped is skipped.
+
+
+def _get(obj: Any, *path: str) -> Any:
+    for p in path:
+        if not isinstance(obj, dict):
+            return None
+        obj = obj.get(p)
+    return obj
+
+
+def _numlist(xs: Any) -> list[float] | None:
+    if isinstance(xs, list) and len(xs) >= 2 and all(_num(x) for x in xs):
+        return [float(x) for x in xs]
+    return None
+
+
+def _field_list(blocks: Any, key: str) -> list[float] | None:
+    if isinstance(blocks, list) and blocks and all(isinstance(b, dict) for b in blocks):
+        return _numlist([b.get(key) for b in blocks])
+    return None
+
+
+def _train_series(curves: dict[str, list[tuple[int, float]]], prefixes: list[str]) -> list[float] | None:
+    """Per-block series from ``<prefix><l>`` curve keys (root-sum-square over prefixes), averaged over the last half
+    of the diagnostic steps that every block recorded."""
+    per_prefix = []
+    for prefix in prefixes:
+        keys = {int(k[len(prefix):]): pts for k, pts in curves.items()
+                if k.startswith(prefix) and k[len(prefix):].isdigit()}
+        if len(keys) < 2:
+            continue
+        per_prefix.append([dict(keys[b]) for b in sorted(keys)])
+    if not per_prefix:
+        return None
+    steps = sorted(set.intersection(*(set(m) for ms in per_prefix for m in ms)))
+    if not steps:
+        return None
+    keep = [s for s in steps if s >= steps[-1] / 2] or steps[-1:]
+    depth = min(len(ms) for ms in per_prefix)
+    return [mean(math.sqrt(sum(ms[b][s] ** 2 for ms in per_prefix)) for s in keep) for b in range(depth)]
+
+
+# (title, x label, x offset (0: first value = embeddings), extractor, log scale)
+PROFILES: dict[str, tuple[str, str, int]] = {
+    "variance": ("Residual-stream variance vs depth", "depth (0 = embeddings, l = after block l)", 0),
+    "grad": ("Per-block gradient norm (attention + MLP + norm parameters)", "block", 1),
+    "massive": ("Massive activations: top |h| / median |h| per block", "block", 1),
+    "sink": ("Attention sink rate per layer (first-token importance > threshold)", "layer", 1),
+    "angular": ("Layer effectiveness: angular distance between block input and output", "block", 1),
+    "skip": ("Layer effectiveness: validation loss increase when the block is skipped", "block", 1),
+}
+SCALARS = {
+    "log-variance slope / block": ("variance", "log_var_slope"),
+    "max massive ratio": ("massive", "max_ratio"),
+    "sink rate": ("sinks", "sink_rate"),
+    "first-token importance": ("sinks", "first_token_importance_mean"),
+}
+
+
+def run_profiles(run: RunInfo) -> dict[str, list[tuple[list[float], str]]]:
+    """``{category: [(values, source), ...]}`` for one run, preferred source first (``diagnose``, then ``training``)."""
+    d = run.diagnostics or {}
+    cands: dict[str, list[tuple[list[float] | None, str]]] = {
+        "variance": [(_numlist(_get(d, "variance", "var")), "diagnose")],
+        "massive": [(_field_list(_get(d, "massive", "blocks"), "ratio"), "diagnose")],
+        "sink": [(_numlist(_get(d, "sinks", "sink_rate_per_layer")), "diagnose")],
+        "angular": [(_field_list(_get(d, "layer_effectiveness", "blocks"), "angular_distance"), "diagnose")],
+        "skip": [(_field_list(_get(d, "layer_effectiveness", "blocks"), "skip_loss_increase"), "diagnose")],
+        "grad": [(_train_series(run.curves, ["diag/grad_norm/attn/", "diag/grad_norm/mlp/", "diag/grad_norm/norm/"]),
+                  "training")],
+    }
+    blocks = _train_series(run.curves, ["diag/resid_var/"])
+    embed = run.curves.get("diag/embed_var")
+    if blocks is not None and embed:  # same indexing as diagnose: 0 = embeddings, l = after block l
+        cands["variance"].append(([_last_half_mean(embed)] + blocks, "training"))
+    return {k: [(v, src) for v, src in c if v is not None] for k, c in cands.items() if any(v for v, _ in c)}
+
+
+def _last_half_mean(pts: list[tuple[int, float]]) -> float:
+    last = pts[-1][0]
+    return mean(v for s, v in pts if s >= last / 2)
+
+
+@dataclass
+class DiagSection:
+    """One diagnostics plot: ``series[variant] = mean per-depth values over seeds``."""
+
+    category: str
+    title: str
+    xlabel: str
+    x0: int
+    source: str
+    series: dict[str, list[float]]
+
+
+def diagnostics(rep: SweepReport) -> tuple[list[DiagSection], dict[str, dict[str, float]]]:
+    """Per-depth plots (a category is shown when any run has it) and a table of scalar diagnostics per variant."""
+    sections: list[DiagSection] = []
+    profiles = {r.row["run_id"]: run_profiles(r) for r in rep.runs}
+    for cat, (title, xlabel, x0) in PROFILES.items():
+        series, sources = {}, set()
+        for v in rep.variants:
+            got = [profiles[r.row["run_id"]].get(cat, []) for r in v.runs]
+            avail = [src for g in got for _, src in g]
+            if not avail:
+                continue
+            src = "diagnose" if "diagnose" in avail else avail[0]  # one source per variant: never mix them
+            vals = [x for g in got for x, s in g if s == src]
+            n = min(len(x) for x in vals)
+            series[v.name] = [mean(x[i] for x in vals) for i in range(n)]
+            sources.add(f"{src} ({len(vals)} of {len(v.runs)} runs)" if len(vals) < len(v.runs) else src)
+        if series:
+            sections.append(DiagSection(cat, title, xlabel, x0, "; ".join(sorted(sources)), series))
+    table: dict[str, dict[str, float]] = {}
+    for label, path in SCALARS.items():
+        for v in rep.variants:
+            xs = [_get(r.diagnostics, *path) for r in v.runs if r.diagnostics]
+            xs = [float(x) for x in xs if _num(x)]
+            if xs:
+                table.setdefault(label, {})[v.name] = mean(xs)
+    spikes = {}
+    for v in rep.variants:
+        counts = [_get(r.summary, "loss_spikes", "count") for r in v.runs if r.summary]
+        counts = [c for c in counts if _num(c)]
+        if counts:
+            spikes[v.name] = float(sum(counts))
+    if spikes and any(spikes.values()):
+        table["loss spikes (all seeds)"] = spikes
+    return sections, table

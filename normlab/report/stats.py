@@ -1,0 +1,132 @@
+"""Small-sample statistics for the report, without scipy: Student-t CDF / quantiles, confidence intervals, Welch's t-test.
+
+The t CDF uses the regularized incomplete beta function (continued fraction, Numerical Recipes 6.4):
+``P(T <= t) = 1 - I_x(df/2, 1/2) / 2`` for ``t > 0`` with ``x = df / (df + t^2)``. Quantiles invert it by bisection,
+which is exact to ~1e-10 for any real ``df > 0`` (Welch's df is not an integer). scipy is not a dependency: a
+90 MB install for two functions was not worth it; ``tests/test_report.py`` checks these against tabulated values.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from statistics import mean, stdev
+
+
+def _betacf(a: float, b: float, x: float) -> float:
+    """Continued fraction for the incomplete beta function (modified Lentz)."""
+    tiny, eps = 1e-300, 1e-15
+    qab, qap, qam = a + b, a + 1.0, a - 1.0
+    c, d = 1.0, 1.0 - qab * x / qap
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    h = d
+    for m in range(1, 500):
+        m2 = 2 * m
+        aa = m * (b - m) * x / ((qam + m2) * (a + m2))
+        d = 1.0 + aa * d
+        d = 1.0 / (d if abs(d) > tiny else tiny)
+        c = 1.0 + aa / c if abs(1.0 + aa / c) > tiny else tiny
+        h *= d * c
+        aa = -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))
+        d = 1.0 + aa * d
+        d = 1.0 / (d if abs(d) > tiny else tiny)
+        c = 1.0 + aa / c if abs(1.0 + aa / c) > tiny else tiny
+        delta = d * c
+        h *= delta
+        if abs(delta - 1.0) < eps:
+            break
+    return h
+
+
+def betainc(a: float, b: float, x: float) -> float:
+    """Regularized incomplete beta ``I_x(a, b)`` for ``a, b > 0``, ``0 <= x <= 1``."""
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x))
+    if x < (a + 1.0) / (a + b + 2.0):
+        return front * _betacf(a, b, x) / a
+    return 1.0 - front * _betacf(b, a, 1.0 - x) / b
+
+
+def t_cdf(t: float, df: float) -> float:
+    """Student-t cumulative distribution ``P(T <= t)`` with ``df > 0`` degrees of freedom."""
+    if math.isinf(t):
+        return 1.0 if t > 0 else 0.0
+    tail = 0.5 * betainc(df / 2.0, 0.5, df / (df + t * t))
+    return 1.0 - tail if t > 0 else tail
+
+
+def t_ppf(p: float, df: float) -> float:
+    """Quantile of the Student-t distribution: the ``t`` with ``t_cdf(t, df) = p`` (bisection)."""
+    if not 0.0 < p < 1.0:
+        raise ValueError(f"p must be in (0, 1), got {p}")
+    if p == 0.5:
+        return 0.0
+    if p < 0.5:
+        return -t_ppf(1.0 - p, df)
+    lo, hi = 0.0, 1.0
+    while t_cdf(hi, df) < p:
+        hi *= 2.0
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        if t_cdf(mid, df) < p:
+            lo = mid
+        else:
+            hi = mid
+        if hi - lo < 1e-12 * max(1.0, hi):
+            break
+    return 0.5 * (lo + hi)
+
+
+@dataclass(frozen=True)
+class MeanCI:
+    """Mean of ``n`` values with the half-width of its two-sided ``level`` t-interval (None when ``n < 2``)."""
+
+    mean: float
+    half: float | None
+    n: int
+    sd: float | None
+
+    @property
+    def low(self) -> float | None:
+        return None if self.half is None else self.mean - self.half
+
+    @property
+    def high(self) -> float | None:
+        return None if self.half is None else self.mean + self.half
+
+
+def mean_ci(values: list[float], level: float = 0.95) -> MeanCI:
+    """``mean ± t_{(1+level)/2, n-1} * sd / sqrt(n)`` (sample sd, ``n - 1`` denominator)."""
+    vals = [float(v) for v in values]
+    if not vals:
+        raise ValueError("mean_ci needs at least one value")
+    if len(vals) < 2:
+        return MeanCI(vals[0], None, 1, None)
+    sd = stdev(vals)
+    half = t_ppf(0.5 + level / 2.0, len(vals) - 1) * sd / math.sqrt(len(vals))
+    return MeanCI(mean(vals), half, len(vals), sd)
+
+
+@dataclass(frozen=True)
+class Welch:
+    """Welch's unequal-variance t-test of ``mean(a) - mean(b)``: statistic, Welch–Satterthwaite df, two-sided p."""
+
+    t: float
+    df: float
+    p: float
+
+
+def welch(a: list[float], b: list[float]) -> Welch | None:
+    """Two-sided Welch t-test; None when either sample has fewer than 2 values or both have zero variance."""
+    if len(a) < 2 or len(b) < 2:
+        return None
+    va, vb = stdev(a) ** 2 / len(a), stdev(b) ** 2 / len(b)
+    if va + vb == 0.0:
+        return None
+    t = (mean(a) - mean(b)) / math.sqrt(va + vb)
+    df = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1))
+    p = 2.0 * (1.0 - t_cdf(abs(t), df))
+    return Welch(t, df, min(1.0, max(0.0, p)))

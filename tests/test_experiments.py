@@ -1,0 +1,355 @@
+"""Sweeps: expansion, bad input, the results store under concurrent writers, resume, divergence, Ctrl-C, TensorBoard.
+
+Real trainings are tiny (the ``tiny`` preset, a dozen steps, one thread per worker)."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from normlab.errors import NormlabError
+from normlab.experiments import Store, list_presets, load_sweep, parse_sweep, plan_workers
+from normlab.experiments.tensorboard import read_scalars, write_scalars
+from tests.helpers import cli_env
+from tests.helpers import run_inproc as normlab
+
+FAST = {"train.steps": 12, "train.eval_every": 6, "train.eval_batches": 2, "train.log_every": 3,
+        "train.checkpoint_every": 6, "diag.every": 6}
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    return tmp_path_factory.mktemp("cache")
+
+
+def write_sweep(path: Path, **spec) -> Path:
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return path
+
+
+def assert_bad_input(proc, *fragments):
+    assert proc.returncode == 2, (proc.returncode, proc.stderr)
+    err = proc.stderr.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("error: "), err
+    assert "Traceback" not in proc.stderr
+    for f in fragments:
+        assert f in err, err
+
+
+# -- expansion ---------------------------------------------------------------------------------------------------
+def test_expansion_cartesian_variants_seeds():
+    sweep = parse_sweep({
+        "name": "x", "base": "tiny", "set": {"train.steps": 5},
+        "axes": {"model.depth": [1, 2], "model.norm": ["layernorm", "rmsnorm"]},
+        "variants": [{"name": "Post", "set": {"model.placement": "post"}}, {"name": "Pre", "set": {"model.placement": "pre"}}],
+        "seeds": [0, 1, 7],
+    })
+    assert len(sweep.runs) == 2 * 2 * 2 * 3
+    assert len({r.config_hash for r in sweep.runs}) == 24 and len({r.run_id for r in sweep.runs}) == 24
+    assert len(sweep.variants) == 8 and sweep.variants[0] == "Post · depth=1, norm=layernorm"
+    for r in sweep.runs:
+        c = r.config
+        assert c["train"]["steps"] == 5 and c["seed"] == r.seed
+        assert c["model"]["depth"] == r.axes["model.depth"] and c["model"]["norm"] == r.axes["model.norm"]
+        assert c["model"]["placement"] == {"Post": "post", "Pre": "pre"}[r.axes["variant"]]
+    assert [r.seed for r in sweep.runs[:3]] == [0, 1, 7]
+    # axes only, variants only; nested sections and dotted keys are the same sweep (same hash)
+    only_axes = parse_sweep({"base": "tiny", "axes": {"model.placement": ["pre", "post", "peri"]}})
+    assert [r.variant for r in only_axes.runs] == ["placement=pre", "placement=post", "placement=peri"]
+    a = parse_sweep({"base": "tiny", "set": {"train": {"steps": 3}, "model.width": 32}, "seeds": [0, 1]})
+    b = parse_sweep({"base": "tiny", "set": {"model.width": 32, "train.steps": 3}, "seeds": [0, 1]})
+    assert a.hash == b.hash and len(a.runs) == 2 and a.runs[0].variant == "base"
+
+
+def test_presets_validate():
+    assert {"quick", "depth", "attention"} <= set(list_presets())
+    quick = load_sweep(preset="quick")
+    assert len(quick.variants) >= 6 and sorted({r.seed for r in quick.runs}) == [0, 1]
+    assert {r.config["data"]["source"] for r in quick.runs} == {"pystdlib"}
+    assert len(load_sweep(preset="depth").runs) == 30
+    from normlab.config import _all_keys
+
+    if "model.attention" not in _all_keys():
+        pytest.skip("model.attention is not a config key yet (attention kinds not merged)")
+    att = load_sweep(preset="attention")
+    assert {r.config["model"]["attention"] for r in att.runs} == {"softmax", "softplus", "linear", "nala"}
+
+
+def test_stored_sweep_file_has_the_same_hash(tmp_path):
+    from normlab.experiments.sweep import dump_spec
+
+    s = load_sweep(preset="quick")
+    (tmp_path / "sweep.yaml").write_text(dump_spec(s))
+    again = load_sweep(tmp_path / "sweep.yaml")
+    assert again.hash == s.hash and [r.config for r in again.runs] == [r.config for r in s.runs]
+
+
+def test_plan_workers_never_oversubscribes():
+    for cores in (1, 2, 3, 8, 16):
+        for n_runs in (1, 2, 5, 40):
+            for asked in (None, 1, 2, 4):
+                w, t = plan_workers(n_runs, asked, cores)
+                assert w >= 1 and t >= 1 and w <= max(1, n_runs)
+                if asked is None or asked <= cores:
+                    assert w * t <= cores
+    assert plan_workers(14, None, 2) == (2, 1) and plan_workers(1, None, 2) == (1, 2)
+
+
+@pytest.mark.parametrize(
+    "spec, fragments",
+    [
+        ({"base": "tiny", "axes": {"model.nrom": ["layernorm"]}}, ["model.nrom", "did you mean 'model.norm'"]),
+        ({"base": "tiny", "axes": {"model.norm": []}}, ["axis 'model.norm' is empty"]),
+        ({"base": "tiny", "axes": {"model.norm": "rmsnorm"}}, ["must be a list"]),
+        ({"base": "tiny", "variants": [{"name": "A", "set": {"model.norm": "rmsnorm"}},
+                                       {"name": "B", "set": {"model.norm": "rmsnorm"}}]},
+         ["variants 'A' and 'B' produce the same config"]),
+        ({"base": "tiny", "axes": {"model.depth": [2, 2]}}, ["produce the same config"]),
+        ({"base": "tiny", "variants": [{"name": "A", "set": {}}, {"name": "A", "set": {"model.depth": 3}}]},
+         ["two variants are named 'A'"]),
+        ({"base": "tiny", "variants": [{"name": "A", "set": {"model.norm": "lyernorm"}}]},
+         ["variant 'A'", "did you mean 'layernorm'"]),
+        ({"base": "tiny", "set": {"seed": 3}}, ["'seed' is set by the sweep's 'seeds:' list"]),
+        ({"base": "tiny", "seeds": []}, ["seeds must be a non-empty list"]),
+        ({"base": "tiny", "seeds": [0, 0]}, ["duplicate"]),
+        ({"base": "tiny", "axis": {"model.depth": [2]}}, ["unknown key 'axis'", "did you mean 'axes'"]),
+        ({"axes": {"model.depth": [2]}}, ["'base' is required"]),
+        ({"base": "no-such-config"}, ["no-such-config"]),
+    ],
+)
+def test_bad_sweep_input(tmp_path, cache, spec, fragments):
+    f = write_sweep(tmp_path / "bad.yaml", **spec)
+    out = tmp_path / "out"
+    assert_bad_input(normlab("compare", str(f), "--out", str(out), cache=cache), *fragments)
+    assert not out.exists()
+
+
+def test_bad_compare_arguments(tmp_path, cache):
+    assert_bad_input(normlab("compare", "--preset", "quik", "--out", str(tmp_path / "o"), cache=cache),
+                     "did you mean 'quick'")
+    assert_bad_input(normlab("compare", cache=cache), "--preset")
+    assert_bad_input(normlab("compare", str(tmp_path / "none.yaml"), cache=cache), "not found")
+    (tmp_path / "broken.yaml").write_text("base: tiny\naxes: [\n")
+    assert_bad_input(normlab("compare", str(tmp_path / "broken.yaml"), cache=cache), "not valid YAML")
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "x.txt").write_text("unrelated")
+    f = write_sweep(tmp_path / "ok.yaml", base="tiny")
+    assert_bad_input(normlab("compare", str(f), "--out", str(tmp_path / "full"), cache=cache),
+                     "not a sweep directory")
+    assert_bad_input(normlab("compare", str(f), "--out", str(tmp_path / "w0"), "--workers", "0", cache=cache),
+                     "--workers must be >= 1")
+    assert not (tmp_path / "w0").exists()
+    assert_bad_input(normlab("runs", str(tmp_path / "full"), cache=cache), "no results.sqlite")
+    assert_bad_input(normlab("runs", str(tmp_path / "nope"), cache=cache), "does not exist")
+    (tmp_path / "junk").mkdir()
+    (tmp_path / "junk" / "results.sqlite").write_bytes(b"this is not sqlite" * 100)
+    assert_bad_input(normlab("runs", str(tmp_path / "junk"), cache=cache), "not a normlab results store")
+
+
+# -- a real tiny sweep: divergence, resume, store, TensorBoard ---------------------------------------------------
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory, cache):
+    d = tmp_path_factory.mktemp("sweep")
+    f = write_sweep(d / "s.yaml", name="t", base="tiny", set=FAST, seeds=[0, 1], variants=[
+        {"name": "Post-LN", "set": {"model.placement": "post"}},
+        {"name": "Boom", "set": {"train.loss_ceiling": 0.1}},  # diverges at step 1
+    ])
+    out = d / "out"
+    first = normlab("compare", str(f), "--out", str(out), "--workers", "2", "--json", cache=cache)
+    return f, out, first
+
+
+def test_diverged_run_recorded_while_others_finish(sweep):
+    f, out, first = sweep
+    assert first.returncode == 0, first.stderr
+    res = json.loads(first.stdout)
+    assert res["counts"] == {"completed": 2, "diverged": 2} and res["workers"] * res["threads"] <= 2
+    rows = {r["run_id"]: r for r in Store(out / "results.sqlite").runs()}
+    assert {k: r["status"] for k, r in rows.items()} == {
+        "post-ln-s0": "completed", "post-ln-s1": "completed", "boom-s0": "diverged", "boom-s1": "diverged"}
+    assert rows["boom-s0"]["step"] == 1 and rows["boom-s0"]["final_val_bpb"] is None
+    for r in rows.values():
+        if r["status"] == "completed":
+            s = json.loads((out / "runs" / r["run_id"] / "summary.json").read_text())
+            assert r["final_val_bpb"] == s["val_bpb"] and r["step"] == 12 and r["params"] == s["params"]
+            assert r["tokens_per_s"] > 0 and r["wall_s"] > 0 and r["peak_mem_mb"] > 50 and r["train_calls"] == 1
+    boom = next(x for x in res["ranking"] if x["variant"] == "Boom")
+    assert boom["diverged"] == 2 and boom["rank"] is None
+    assert (out / "report.html").is_file() and (out / "report.md").is_file() and (out / "sweep.yaml").is_file()
+
+
+def test_rerun_skips_finished_runs(sweep, cache):
+    f, out, _ = sweep
+    before = {r["run_id"]: r["train_calls"] for r in Store(out / "results.sqlite").runs()}
+    again = normlab("compare", str(f), "--out", str(out), "--json", cache=cache)
+    assert again.returncode == 0, again.stderr
+    res = json.loads(again.stdout)
+    assert res["trained"] == [] and len(res["skipped"]) == 4
+    assert {r["run_id"]: r["train_calls"] for r in Store(out / "results.sqlite").runs()} == before == {
+        k: 1 for k in before}
+    # the stored, self-contained sweep file is the same sweep
+    assert normlab("compare", str(out / "sweep.yaml"), "--out", str(out), "--json", cache=cache).returncode == 0
+
+
+def test_store_curves_and_tensorboard(sweep):
+    out = sweep[1]
+    store = Store(out / "results.sqlite")
+    curves = store.curves("post-ln-s0")["post-ln-s0"]
+    metrics = [json.loads(line) for line in (out / "runs" / "post-ln-s0" / "metrics.jsonl").read_text().splitlines()]
+    assert curves["val_bpb"] == [(m["step"], m["val_bpb"]) for m in metrics if "val_bpb" in m]
+    assert [s for s, _ in curves["loss"]] == [3, 6, 9, 12]
+    assert any(k.startswith("diag/") for k in curves)  # training-time diagnostics are stored too
+    events = list((out / "tb" / "post-ln-s0").glob("events.out.tfevents.*"))
+    assert len(events) == 1
+    scalars = read_scalars(events[0])
+    tags = {t for t, _, _ in scalars}
+    assert {"train/loss", "train/lr", "train/grad_norm", "val/bits_per_byte"} <= tags
+    assert any(t.startswith("diag/") for t in tags)
+    val = [(s, v) for t, s, v in scalars if t == "val/bits_per_byte"]
+    assert val == [(s, pytest.approx(v, rel=1e-6)) for s, v in curves["val_bpb"]]
+
+
+def test_runs_command_formats(sweep, cache):
+    _, out, _ = sweep
+    js = json.loads(normlab("runs", str(out), "--format", "json", cache=cache, check=True).stdout)
+    assert len(js["runs"]) == 4 and js["sweep"] == "t"
+    assert json.loads(normlab("runs", str(out), "--json", cache=cache, check=True).stdout) == js
+    csv_lines = normlab("runs", str(out), "--format", "csv", cache=cache, check=True).stdout.strip().splitlines()
+    assert csv_lines[0].startswith("run_id,variant,seed,status") and len(csv_lines) == 5
+    table = normlab("runs", str(out), cache=cache, check=True).stdout
+    assert "post-ln-s0" in table and "diverged" in table
+
+
+def test_other_sweep_file_and_locks_are_one_line_errors(sweep, cache, tmp_path, monkeypatch):
+    f, out, _ = sweep
+    before = sorted(p.name for p in out.iterdir())
+    other = write_sweep(tmp_path / "other.yaml", name="t", base="tiny", set=FAST, seeds=[0])
+    assert_bad_input(normlab("compare", str(other), "--out", str(out), cache=cache), "from another sweep file")
+    assert sorted(p.name for p in out.iterdir()) == before
+    # another compare holds the sweep dir
+    with open(out / ".compare.lock", "a+") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        assert_bad_input(normlab("compare", str(f), "--out", str(out), cache=cache), "in use by another normlab compare")
+        fcntl.flock(fh, fcntl.LOCK_UN)
+    # another process holds SQLite's write lock longer than the busy timeout
+    con = sqlite3.connect(str(out / "results.sqlite"), isolation_level=None)
+    con.execute("BEGIN IMMEDIATE")
+    try:
+        monkeypatch.setenv("NORMLAB_DB_TIMEOUT", "0.3")
+        assert_bad_input(normlab("compare", str(f), "--out", str(out), cache=cache), "is locked by another process")
+    finally:
+        con.execute("ROLLBACK")
+        con.close()
+    assert len(Store(out / "results.sqlite").runs()) == 4
+
+
+# -- Ctrl-C and resume -------------------------------------------------------------------------------------------
+def test_ctrl_c_checkpoints_and_rerun_resumes(tmp_path, cache):
+    spec = {**FAST, "train.steps": 100, "train.checkpoint_every": 5, "train.eval_every": 50, "train.log_every": 5}
+    f = write_sweep(tmp_path / "long.yaml", name="long", base="tiny", set=spec, seeds=[0])
+    out = tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, "-m", "normlab.cli", "compare", str(f), "--out", str(out), "--json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli_env(cache))
+    ckpts = out / "runs" / "base-s0" / "checkpoints"
+    deadline = time.time() + 60
+    while time.time() < deadline and not (ckpts.is_dir() and any(ckpts.iterdir())):
+        time.sleep(0.05)
+    assert proc.poll() is None, proc.communicate()
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    assert json.loads(stdout)["status"] == "interrupted"
+    row = Store(out / "results.sqlite").get("base-s0")
+    assert row["status"] == "interrupted" and 0 < row["step"] < 100 and row["train_calls"] == 1
+    stopped_at = row["step"]
+    again = normlab("compare", str(f), "--out", str(out), "--json", cache=cache)
+    assert again.returncode == 0, again.stderr
+    row = Store(out / "results.sqlite").get("base-s0")
+    assert row["status"] == "completed" and row["step"] == 100 and row["train_calls"] == 2
+    steps = [json.loads(line)["step"] for line in (out / "runs" / "base-s0" / "metrics.jsonl").read_text().splitlines()]
+    assert steps == sorted(set(steps)) and steps[-1] == 100 and min(steps) <= stopped_at  # one continuous curve
+
+
+# -- the store under concurrent writers --------------------------------------------------------------------------
+FAKE_WRITER = """
+import json, sys
+from pathlib import Path
+from normlab.experiments.store import Store
+from normlab.experiments.worker import record
+
+d, worker, n = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+store = Store(d / "results.sqlite")
+for i in range(n):
+    rid = f"w{worker}-r{i}"
+    run_dir = d / "runs" / rid
+    run_dir.mkdir(parents=True)
+    (run_dir / "metrics.jsonl").write_text("".join(
+        json.dumps({"step": s, "loss": 3.0 - s / 100, "lr": 1e-3, "grad_norm": 0.5, "val_bpb": 4.0 - s / 50}) + "\\n"
+        for s in range(1, 21)))
+    store.start(rid, calls_trainer=True)
+    record(store, d, rid, {"status": "completed", "step": 20, "steps": 20, "val_bpb": 4.0 - worker / 10 - i / 1000,
+                           "best_val_bpb": 3.5, "tokens_per_s": 1000.0, "elapsed_s": 1.0, "params": 10}, peak_mem_mb=1.0)
+"""
+
+
+def test_concurrent_workers_lose_no_rows(tmp_path):
+    workers, per = 4, 25
+    store = Store(tmp_path / "results.sqlite")
+    store.create("fake", "0" * 16)
+    store.register([{"run_id": f"w{w}-r{i}", "position": w * per + i, "variant": f"v{w}", "seed": i, "config_hash": "h",
+                     "axes": {}, "overrides": {}, "config": {}} for w in range(workers) for i in range(per)])
+    # separate processes (no torch import: the recording path is light), all writing at once
+    procs = [subprocess.Popen([sys.executable, "-c", FAKE_WRITER, str(tmp_path), str(w), str(per)],
+                              stderr=subprocess.PIPE, text=True) for w in range(workers)]
+    errs = [p.communicate(timeout=120)[1] for p in procs]
+    assert [p.returncode for p in procs] == [0] * workers, errs
+    rows = store.runs()
+    assert len(rows) == workers * per and all(r["status"] == "completed" for r in rows)
+    assert all(r["final_val_bpb"] == pytest.approx(4.0 - int(r["run_id"][1]) / 10 - int(r["run_id"].split("r")[-1]) / 1000)
+               for r in rows)
+    curves = store.curves()
+    assert len(curves) == workers * per and all(len(c["loss"]) == 20 and len(c["val_bpb"]) == 20 for c in curves.values())
+    with sqlite3.connect(str(tmp_path / "results.sqlite")) as con:
+        assert con.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert con.execute("SELECT COUNT(*) FROM curves").fetchone()[0] == workers * per * 20 * 4
+
+
+# -- TensorBoard writer ------------------------------------------------------------------------------------------
+def test_tensorboard_writer_roundtrip(tmp_path):
+    rows = [("train/loss", 1, 3.5), ("train/loss", 2, 3.25), ("val/bits_per_byte", 2, 1.5), ("x", 3, float("nan"))]
+    path = write_scalars(tmp_path / "run", rows)
+    assert read_scalars(path) == rows[:3]
+    data = bytearray(path.read_bytes())
+    data[-6] ^= 0xFF
+    (tmp_path / "bad").write_bytes(bytes(data))
+    with pytest.raises(ValueError, match="CRC"):
+        read_scalars(tmp_path / "bad")
+    write_scalars(tmp_path / "run", rows[:1])  # rewriting replaces the old file
+    files = list((tmp_path / "run").glob("events.out.tfevents.*"))
+    assert len(files) == 1 and read_scalars(files[0]) == rows[:1]
+    try:
+        from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    except ImportError:
+        return  # the optional cross-check with TensorBoard's own reader
+    path = write_scalars(tmp_path / "run2", rows)
+    acc = EventAccumulator(str(tmp_path / "run2"))
+    acc.Reload()
+    assert [(e.step, e.value) for e in acc.Scalars("train/loss")] == [(1, 3.5), (2, 3.25)]
+
+
+def test_store_rejects_unknown_columns(tmp_path):
+    store = Store(tmp_path / "results.sqlite")
+    store.create("s", "h")
+    with pytest.raises(ValueError):
+        store.update("x", nonsense=1)
+    with pytest.raises(NormlabError, match="not in"):
+        store.get("missing")

@@ -1,0 +1,229 @@
+"""The sweep report: statistics against independent references, the ranking table against the stored numbers,
+optional sections, self-containment, and a headless-Chromium render."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from normlab.experiments.store import Store
+from normlab.experiments.worker import record
+from normlab.report.stats import mean_ci, t_cdf, t_ppf, welch
+from tests.helpers import run_inproc as normlab
+
+# two-sided 95% Student-t quantiles t_{0.975, df} (standard tables)
+T975 = {1: 12.7062047, 2: 4.3026527, 3: 3.1824463, 4: 2.7764451, 5: 2.5705818, 10: 2.2281389, 30: 2.0422725}
+
+
+def _t_pdf(x: float, df: float) -> float:
+    c = math.exp(math.lgamma((df + 1) / 2) - math.lgamma(df / 2)) / math.sqrt(df * math.pi)
+    return c * (1 + x * x / df) ** (-(df + 1) / 2)
+
+
+def _t_cdf_numeric(t: float, df: float, n: int = 20000) -> float:
+    """Independent reference: 0.5 + Simpson's rule of the density over [0, |t|]."""
+    h = abs(t) / n
+    s = _t_pdf(0, df) + _t_pdf(abs(t), df) + sum((4 if i % 2 else 2) * _t_pdf(i * h, df) for i in range(1, n))
+    half = s * h / 3
+    return 0.5 + half if t >= 0 else 0.5 - half
+
+
+def test_t_quantiles_match_tables():
+    for df, q in T975.items():
+        assert t_ppf(0.975, df) == pytest.approx(q, abs=1e-6)
+    assert t_ppf(0.025, 4) == pytest.approx(-T975[4], abs=1e-6) and t_ppf(0.5, 3) == 0.0
+
+
+@pytest.mark.parametrize("t, df", [(0.3, 1), (1.7, 2.5), (-2.2, 3.8), (4.0, 10), (0.9, 57.3)])
+def test_t_cdf_matches_numeric_integration(t, df):
+    assert t_cdf(t, df) == pytest.approx(_t_cdf_numeric(t, df), abs=1e-7)
+
+
+def test_welch_against_hand_computation():
+    a, b = [1.0, 2.0, 3.0], [4.0, 5.0, 6.5]
+    ma, mb = sum(a) / 3, sum(b) / 3
+    va = sum((x - ma) ** 2 for x in a) / 2 / 3
+    vb = sum((x - mb) ** 2 for x in b) / 2 / 3
+    t = (ma - mb) / math.sqrt(va + vb)
+    df = (va + vb) ** 2 / (va**2 / 2 + vb**2 / 2)
+    w = welch(a, b)
+    assert w.t == pytest.approx(t) and w.df == pytest.approx(df)
+    assert w.p == pytest.approx(2 * (1 - _t_cdf_numeric(abs(t), df)), abs=1e-6)
+    assert welch([1.0], b) is None and welch([1.0, 1.0], [2.0, 2.0]) is None
+    ci = mean_ci([2.0, 2.2])
+    assert ci.mean == pytest.approx(2.1) and ci.half == pytest.approx(T975[1] * math.sqrt(0.02) / math.sqrt(2))
+    assert mean_ci([3.0]).half is None
+
+
+# -- a stored sweep with known numbers ---------------------------------------------------------------------------
+FINALS = {"Alpha": [2.0012, 2.0107, 2.0231], "Beta": [2.5003, 2.5121, 2.5208], "Gamma": [2.0051, 2.1093, None]}
+FLOOR = 1.25
+
+
+def _diagnostics(depth: int, scale: float) -> dict:
+    return {
+        "variance": {"var": [scale * (1.5**b) for b in range(depth + 1)], "rms": [1.0] * (depth + 1), "log_var_slope": 0.4},
+        "massive": {"blocks": [{"block": b, "ratio": 10.0 * scale * (b + 1)} for b in range(depth)],
+                    "max_ratio": 40.0},
+        "sinks": {"sink_rate": 0.25, "sink_rate_per_layer": [0.1 * b for b in range(depth)],
+                  "first_token_importance_mean": 0.2},
+        "layer_effectiveness": {"blocks": [{"block": b, "angular_distance": 0.1 * (b + 1), "skip_loss_increase": 0.01}
+                                           for b in range(depth)]},
+    }
+
+
+def make_sweep(d: Path, *, extras: bool = True) -> Path:
+    """A results store + run dirs with fixed finals: Alpha and Gamma close, Beta far; Gamma seed 2 diverged."""
+    store = Store(d / "results.sqlite")
+    store.create("fake", "f" * 16)
+    runs = []
+    for v, finals in FINALS.items():
+        for seed in range(3):
+            runs.append({"run_id": f"{v.lower()}-s{seed}", "position": len(runs), "variant": v, "seed": seed,
+                         "config_hash": f"{v}{seed}", "axes": {"variant": v}, "overrides": {"model.norm": v.lower()},
+                         "config": {"seed": seed, "data": {"source": "synthetic:markov?order=2", "tokenizer": "bytes"},
+                                    "model": {"width": 64, "depth": 4, "heads": 2, "context": 64, "activation": "gelu",
+                                              "positions": "rope"},
+                                    "train": {"steps": 20, "batch_size": 8, "grad_accum": 1, "lr": 0.003,
+                                              "warmup_steps": 2, "eval_every": 10, "eval_batches": 2}}})
+    store.register(runs)
+    for r in runs:
+        final = FINALS[r["variant"]][r["seed"]]
+        run_dir = d / "runs" / r["run_id"]
+        run_dir.mkdir(parents=True)
+        (run_dir / "config.yaml").write_text(f"seed: {r['seed']}\nmodel:\n  norm: {r['variant'].lower()}\n")
+        recs = [{"step": s, "loss": 3.0 - s / 20, "lr": 1e-3, "grad_norm": 0.5} for s in (5, 10, 15, 20)]
+        if final is not None:
+            recs[1]["val_bpb"], recs[3]["val_bpb"] = final + 0.3, final
+        (run_dir / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in recs))
+        summary = {"status": "completed" if final is not None else "diverged", "step": 20 if final else 7, "steps": 20,
+                   "val_bpb": final, "best_val_bpb": final, "entropy_floor_bpb": FLOOR,
+                   "tokens_per_s": 1000.0 * (1 + r["seed"]), "elapsed_s": 10.0, "params": 1234}
+        (run_dir / "summary.json").write_text(json.dumps(summary))
+        if extras and r["variant"] != "Beta":
+            (run_dir / "diagnostics.json").write_text(json.dumps(_diagnostics(4, 1.0 if r["variant"] == "Alpha" else 2.0)))
+            (run_dir / "extrapolation.json").write_text(json.dumps({"results": [
+                {"factor": f, "context": 64 * f, "loss": 2.0, "bits_per_byte": 2.0 + 0.1 * f} for f in (1, 2, 4)]}))
+            (run_dir / "calibration.json").write_text(json.dumps({"ece_before": 0.05, "ece_after": 0.01,
+                                                                  "temperature": 1.2}))
+        if extras and r["run_id"] == "beta-s0":
+            (run_dir / "diagnostics.json").write_text("{not json")  # unreadable: skipped, not fatal
+        record(store, d, r["run_id"], summary, peak_mem_mb=100.0)
+    return d
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    d = make_sweep(tmp_path_factory.mktemp("fake"))
+    proc = normlab("report", str(d), "--json", cache=d / "cache")
+    assert proc.returncode == 0, proc.stderr
+    return d, json.loads(proc.stdout)
+
+
+def _reference_row(values: list[float]) -> tuple[float, float]:
+    n = len(values)
+    m = sum(values) / n
+    sd = math.sqrt(sum((x - m) ** 2 for x in values) / (n - 1))
+    return m, T975[n - 1] * sd / math.sqrt(n)
+
+
+def test_ranking_table_matches_stored_numbers(report):
+    d, js = report
+    stored = {}
+    for r in Store(d / "results.sqlite").runs():
+        if r["status"] == "completed":
+            stored.setdefault(r["variant"], []).append(r["final_val_bpb"])
+    expected = {v: _reference_row(xs) for v, xs in stored.items()}
+    order = sorted(expected, key=lambda v: expected[v][0])
+    assert [row["variant"] for row in js["ranking"]] == order == ["Alpha", "Gamma", "Beta"]
+    for row in js["ranking"]:
+        m, h = expected[row["variant"]]
+        assert row["val_bpb_mean"] == pytest.approx(m, abs=1e-12) and row["val_bpb_ci95"] == pytest.approx(h, rel=1e-7)
+        assert row["gap_to_floor"] == pytest.approx(m - FLOOR)
+    gamma = next(r for r in js["ranking"] if r["variant"] == "Gamma")
+    assert gamma["completed"] == 2 and gamma["seeds"] == 3 and gamma["diverged"] == 1
+    # the Markdown table shows the same numbers
+    md = (d / "report.md").read_text()
+    rows = [line for line in md.splitlines() if re.match(r"\| \d \| ", line)]
+    assert len(rows) == 3
+    for line, v in zip(rows, order):
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        m, h = expected[v]
+        assert cells[1] == v and cells[2] == f"{m:.4f} ± {h:.4f}" and cells[4] == f"{m - FLOOR:.4f}"
+    assert "| 2 | Gamma |" in md and "| 2/3 | 1 |" in md
+
+
+def test_summary_states_what_the_numbers_show(report):
+    _, js = report
+    text = "\n".join(js["summary"])
+    assert "Lowest mean final validation bits/byte: Alpha" in text
+    assert re.search(r"Within noise of Alpha.*Gamma", text)
+    assert re.search(r"Worse than Alpha beyond noise.*Beta", text)
+    assert "Gamma diverged in 1 of 3 seeds (at step 7)" in text
+    assert f"entropy floor is {FLOOR:.4f}" in text
+
+
+def test_report_sections_and_self_contained_html(report):
+    d, _ = report
+    html = (d / "report.html").read_text()
+    for heading in ("Summary", "Ranking", "Validation curves", "Diagnostics", "Length extrapolation", "Calibration",
+                    "Setup", "Reproduce"):
+        assert f"<h2>{heading}</h2>" in html
+    assert not re.search(r"""(src|href)\s*=\s*["']?\s*(https?:)?//""", html, re.I)
+    assert "<link" not in html and "<script" not in html and "@import" not in html and "url(" not in html
+    imgs = re.findall(r"<img [^>]*src='([^']*)'", html)
+    pngs = sorted(p.name for p in d.glob("report_*.png"))
+    assert len(imgs) == len(pngs) >= 8 and all(s.startswith("data:image/png;base64,") for s in imgs)
+    md = (d / "report.md").read_text()
+    assert sorted(re.findall(r"\]\((report_[^)]+\.png)\)", md)) == pngs
+    for r in Store(d / "results.sqlite").runs():  # a command to reproduce every run
+        assert f"normlab train {d / 'runs' / r['run_id'] / 'config.yaml'}" in html
+    assert f"normlab compare {d / 'sweep.yaml'} --out {d}" in md
+    assert "report_diag_variance.png" in pngs and "report_diag_sink.png" in pngs
+
+
+def test_optional_sections_absent_without_data(tmp_path):
+    d = make_sweep(tmp_path, extras=False)
+    assert normlab("report", str(d), cache=tmp_path / "cache").returncode == 0
+    html = (d / "report.html").read_text()
+    for heading in ("Diagnostics", "Length extrapolation", "Calibration"):
+        assert f"<h2>{heading}</h2>" not in html
+    assert sorted(p.name for p in d.glob("report_*.png")) == ["report_curves.png", "report_ranking.png"]
+
+
+def test_report_bad_input(tmp_path):
+    for args, frag in ((["report", str(tmp_path / "none")], "does not exist"),
+                       (["report", str(tmp_path)], "no results.sqlite")):
+        proc = normlab(*args, cache=tmp_path / "cache")
+        assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and frag in proc.stderr, proc.stderr
+
+
+def _chromium() -> str | None:
+    return shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+@pytest.mark.skipif(_chromium() is None, reason="chromium is not installed (make test installs Debian's chromium)")
+def test_html_renders_in_headless_chromium(report, tmp_path):
+    from matplotlib.image import imread
+
+    d, _ = report
+    shot = tmp_path / "shot.png"
+    cmd = [_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+           "--disable-background-networking", "--disable-component-update", "--disable-sync",
+           f"--user-data-dir={tmp_path / 'profile'}", f"--screenshot={shot}", "--window-size=1200,2000",
+           (d / "report.html").resolve().as_uri()]
+    subprocess.run(cmd, capture_output=True, timeout=120, check=False)
+    assert shot.is_file(), "chromium wrote no screenshot"
+    img = imread(str(shot))
+    assert img.shape[:2] == (2000, 1200)
+    rgb = img[..., :3]
+    non_white = (rgb < 0.9).any(axis=-1).mean()
+    assert non_white > 0.03 and rgb.std() > 0.05, (non_white, rgb.std())
+    colored = ((rgb.max(axis=-1) - rgb.min(axis=-1)) > 0.2).mean()  # the plots' coloured lines and bands
+    assert colored > 0.002, colored
