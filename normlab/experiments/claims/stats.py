@@ -1,8 +1,7 @@
 """Mean, Student-t confidence interval and the verdict of a claim.
 
 The CI is ``mean ± t_{1-a/2, n-1} * sd / sqrt(n)`` over per-seed values (``sd`` with ``n - 1``). The t quantile is
-computed here (no scipy): the Student-t CDF through the regularized incomplete beta function (continued fraction,
-Numerical Recipes ``betacf``), inverted by bisection.
+computed without scipy by ``normlab.report.stats`` (incomplete-beta CDF inverted by bisection).
 
 Verdicts (``direction``):
 
@@ -21,73 +20,17 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
+from normlab.report.stats import t_cdf, t_ppf  # noqa: F401  (t_cdf re-exported)
+
 HELD, NOT_HELD, INCONCLUSIVE = "held", "not held", "inconclusive"
 DIRECTIONS = ("greater", "less", "within", "exact")
 
 
-def _betacf(a: float, b: float, x: float) -> float:
-    tiny, eps = 1e-300, 3e-16
-    qab, qap, qam = a + b, a + 1.0, a - 1.0
-    c, d = 1.0, 1.0 - qab * x / qap
-    d = 1.0 / (d if abs(d) > tiny else tiny)
-    h = d
-    for m in range(1, 1000):
-        m2 = 2 * m
-        aa = m * (b - m) * x / ((qam + m2) * (a + m2))
-        d = 1.0 + aa * d
-        d = 1.0 / (d if abs(d) > tiny else tiny)
-        c = 1.0 + aa / c
-        c = c if abs(c) > tiny else tiny
-        h *= d * c
-        aa = -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))
-        d = 1.0 + aa * d
-        d = 1.0 / (d if abs(d) > tiny else tiny)
-        c = 1.0 + aa / c
-        c = c if abs(c) > tiny else tiny
-        de = d * c
-        h *= de
-        if abs(de - 1.0) < eps:
-            break
-    return h
-
-
-def betainc(a: float, b: float, x: float) -> float:
-    """Regularized incomplete beta ``I_x(a, b)``."""
-    if x <= 0.0:
-        return 0.0
-    if x >= 1.0:
-        return 1.0
-    lbt = math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
-    if x < (a + 1.0) / (a + b + 2.0):
-        return math.exp(lbt) * _betacf(a, b, x) / a
-    return 1.0 - math.exp(lbt) * _betacf(b, a, 1.0 - x) / b
-
-
-def t_cdf(t: float, df: float) -> float:
-    """Student-t CDF with ``df`` degrees of freedom."""
-    x = df / (df + t * t)
-    tail = 0.5 * betainc(df / 2.0, 0.5, x)
-    return 1.0 - tail if t >= 0 else tail
-
-
 def t_quantile(p: float, df: float) -> float:
-    """``t`` with ``t_cdf(t, df) = p`` (bisection; |error| < 1e-10)."""
-    if not 0.0 < p < 1.0 or df <= 0:
-        raise ValueError(f"t_quantile needs 0 < p < 1 and df > 0, got p={p}, df={df}")
-    if p < 0.5:
-        return -t_quantile(1.0 - p, df)
-    lo, hi = 0.0, 1.0
-    while t_cdf(hi, df) < p:
-        hi *= 2.0
-    for _ in range(200):
-        mid = 0.5 * (lo + hi)
-        if t_cdf(mid, df) < p:
-            lo = mid
-        else:
-            hi = mid
-        if hi - lo < 1e-12:
-            break
-    return 0.5 * (lo + hi)
+    """``t`` with ``t_cdf(t, df) = p`` (the report's Student-t implementation, one copy in the project)."""
+    if df <= 0:
+        raise ValueError(f"t_quantile needs df > 0, got {df}")
+    return t_ppf(p, df)
 
 
 def finite(values: Sequence[float | None]) -> list[float]:
