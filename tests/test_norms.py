@@ -87,3 +87,39 @@ def test_unknown_norm_suggests_and_lists():
 def test_unknown_option_is_an_error():
     with pytest.raises(NormlabError, match="does not take option"):
         build_norm("layernorm", D, unit_offset=True)
+
+
+# --- invariances (Hypothesis property tests) ---
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 2**16), shift=st.floats(-50, 50), scale=st.floats(0.05, 50))
+def test_layernorm_shift_and_scale_invariant(seed, shift, scale):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(3, D, generator=g, dtype=torch.float64)
+    m = build_norm("layernorm", D, eps=0.0).double()
+    torch.testing.assert_close(m(x * scale + shift), m(x), atol=1e-9, rtol=1e-9)
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 2**16), scale=st.floats(0.05, 50))
+def test_rmsnorm_scale_invariant_not_shift_invariant(seed, scale):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(3, D, generator=g, dtype=torch.float64)
+    m = build_norm("rmsnorm", D, eps=0.0).double()
+    torch.testing.assert_close(m(x * scale), m(x), atol=1e-9, rtol=1e-9)
+    assert not torch.allclose(m(x + 3.0), m(x))  # no centring: a shift changes the output
+
+
+def test_every_norm_deterministic_and_state_dict_named(norm_name):
+    torch.manual_seed(1)
+    a = build_norm(norm_name, D)
+    torch.manual_seed(1)
+    b = build_norm(norm_name, D)
+    x = torch.randn(4, 6, D)
+    a.train(), b.train()
+    torch.testing.assert_close(a(x), b(x), rtol=0, atol=0)
+    for k in a.state_dict():
+        assert k.split(".")[-1].isidentifier()
