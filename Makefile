@@ -31,6 +31,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/train_throughput.py --out docs/benchmarks.md
 	$(BIN)/python benchmarks/attention_speed.py --out docs/benchmarks.md
 	$(BIN)/python benchmarks/diag_overhead.py --out docs/benchmarks.md
+	$(BIN)/python benchmarks/norm_speed.py --out docs/benchmarks.md
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache
