@@ -310,6 +310,29 @@ def measure(runners: list[Runner], *, warmup: int, rounds: int, window_s: float,
     return {r.label: Timing(r.label, windows[r.label], statistics.median(step_times[r.label])) for r in runners}
 
 
+def spread(timings: dict[str, Timing]) -> float:
+    """Largest fastest/slowest window ratio over the runners (1.0 = perfectly steady)."""
+    return max(max(t.windows) / min(t.windows) for t in timings.values())
+
+
+def measure_steady(runners: list[Runner], *, attempts: int, wait_s: float, label: str,
+                   **kw) -> tuple[dict[str, Timing], float | None]:
+    """``measure`` after waiting for an idle machine; when the windows spread more than ``NOISY`` (other
+    processes took the CPUs meanwhile), wait and measure again, up to ``attempts`` times, and keep the steadiest
+    attempt. Returns the timings and the other processes' CPU use seen just before that attempt."""
+    best: tuple[dict[str, Timing], float | None] | None = None
+    for attempt in range(attempts):
+        if attempt:
+            print(f"{label}: windows spread {spread(best[0]):.2f}x (machine busy); measuring again", file=sys.stderr)
+        busy = wait_idle(wait_s)
+        timings = measure(runners, **kw)
+        if best is None or spread(timings) < spread(best[0]):
+            best = (timings, busy)
+        if spread(best[0]) <= NOISY:
+            break
+    return best
+
+
 GEMM_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::_mkl_linear", "mkldnn::_linear_pointwise")
 ATTENTION_OPS = ("aten::_scaled_dot_product_flash_attention_for_cpu",
                  "aten::_scaled_dot_product_flash_attention_for_cpu_backward")
@@ -453,7 +476,7 @@ def _sdpa_math() -> contextlib.AbstractContextManager:
 
 
 VARIANTS: dict[str, str] = {  # label -> note (what it is, what it changes besides speed)
-    "RoPE as complex multiply": "same interleaved pairs, equal to ~1 ulp; checkpoints unchanged",
+    "RoPE as complex multiply": "same interleaved pairs; bit-identical outputs in fp32/fp64 here; checkpoints unchanged",
     "RoPE half-split (NeoX)": "other pair layout: equivalent only up to a q/k column permutation",
     "GELU tanh approximation": "different activation numerics (max abs diff ~1e-3)",
     "SDPA math backend": "`sdpa_kernel(SDPBackend.MATH)` instead of the CPU flash kernel",
@@ -610,7 +633,9 @@ def render(info: dict, peak: dict[int, float], results: dict, overhead: dict | N
             for n in names:
                 row = variants["shapes"][n][label]
                 extra = f", compile {row['setup_s']:.0f} s" if label == "torch.compile(model)" else ""
-                cells.append(f"{row['ratio']:.2f}x ({fmt_int(row['tokens_s'])} vs {fmt_int(row['base_tokens_s'])}{extra})")
+                noisy = " — noisy" if row["noisy"] else ""
+                cells.append(f"{row['ratio']:.2f}x ({fmt_int(row['tokens_s'])} vs {fmt_int(row['base_tokens_s'])}"
+                             f"{extra}{noisy})")
             lines.append(f"| {label} | " + " | ".join(cells) + f" | {VARIANTS[label]} |")
         lines.append("")
     lines.append(END)
@@ -655,10 +680,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-compile", action="store_true", help="with --variants: skip the torch.compile variant")
     ap.add_argument("--wait-idle", type=float, default=60.0, metavar="S",
                     help="before each measurement, wait up to S seconds for other processes to go idle (default 60)")
+    ap.add_argument("--attempts", type=int, default=None,
+                    help="measure a noisy comparison again up to this many times (default 3, 1 with --quick)")
     args = ap.parse_args(argv)
 
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.attempts is None:
+        args.attempts = 1 if args.quick else 3
     shapes = [SHAPES[s.strip().upper()] for s in args.shapes.split(",") if s.strip()]
     quick = args.quick
     gemm_sizes, gemm_reps = ([1024], 3) if quick else ([1024, 1536, 2048], 5)
@@ -695,15 +724,16 @@ def main(argv: list[str] | None = None) -> int:
 
     results = {}
     for shape in shapes:
-        busy = wait_idle(args.wait_idle)
         update_peak()
         runners = [normlab_runner(shape)] + ([xt_runner(shape)] if xt else [])
-        timings = measure(runners, warmup=warmup, rounds=rounds, window_s=window_s, budget_s=budget_s)
+        timings, busy = measure_steady(runners, attempts=args.attempts, wait_s=args.wait_idle,
+                                       label=f"shape {shape.name}", warmup=warmup, rounds=rounds,
+                                       window_s=window_s, budget_s=budget_s)
         bsteps = max(2, min(8, round(4 * window_s / timings["normlab"].step_s)))
         results[shape.name] = {"shape": shape, "runners": runners, "timings": timings,
                                "ratio": paired_ratio(timings["normlab"], timings["x-transformers"]) if xt else None,
                                "breakdown": {r.label: breakdown(r, bsteps) for r in runners}, "busy": busy,
-                               "noisy": any(max(tm.windows) > NOISY * min(tm.windows) for tm in timings.values())}
+                               "noisy": spread(timings) > NOISY}
         if results[shape.name]["noisy"]:
             print(f"shape {shape.name}: windows differ by more than {NOISY - 1:.0%}: the machine was busy, "
                   "rerun on an idle machine for trustworthy numbers", file=sys.stderr)
@@ -739,17 +769,18 @@ def main(argv: list[str] | None = None) -> int:
         for shape in shapes:
             rows = {}
             for label in labels:
-                wait_idle(min(args.wait_idle, 10.0))
                 base = normlab_runner(shape, "normlab (as is)")
                 t = time.perf_counter()
                 var = variant_runner(shape, label)
                 if label == "torch.compile(model)":
                     var.step()  # the first call compiles forward and backward
                 setup_s = time.perf_counter() - t
-                tm = measure([base, var], warmup=min(warmup, 3), rounds=max(3, rounds - 2), window_s=window_s,
-                             budget_s=budget_s / 2)
+                tm, _ = measure_steady([base, var], attempts=args.attempts, wait_s=args.wait_idle,
+                                       label=f"variant {label}, shape {shape.name}", warmup=min(warmup, 3),
+                                       rounds=max(3, rounds - 2), window_s=window_s, budget_s=budget_s / 2)
                 rows[label] = {"ratio": paired_ratio(tm[label], tm[base.label]), "tokens_s": tm[label].median,
-                               "base_tokens_s": tm[base.label].median, "setup_s": setup_s}
+                               "base_tokens_s": tm[base.label].median, "setup_s": setup_s,
+                               "noisy": spread(tm) > NOISY}
                 print(f"variant shape {shape.name} {label:28s} {tm[label].median:10,.0f} tokens/s vs "
                       f"{tm[base.label].median:10,.0f} as is: {rows[label]['ratio']:.2f}x"
                       + (f" (compile {setup_s:.0f} s)" if label == "torch.compile(model)" else ""), flush=True)
