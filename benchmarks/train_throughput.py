@@ -476,9 +476,10 @@ def _sdpa_math() -> contextlib.AbstractContextManager:
 
 
 VARIANTS: dict[str, str] = {  # label -> note (what it is, what it changes besides speed)
-    "RoPE as complex multiply": "same interleaved pairs; bit-identical outputs in fp32/fp64 here; checkpoints unchanged",
+    "RoPE as complex multiply": ("same interleaved pairs; bit-identical outputs in fp32/fp64 here; "
+                                 "checkpoints unchanged"),
     "RoPE half-split (NeoX)": "other pair layout: equivalent only up to a q/k column permutation",
-    "GELU tanh approximation": "different activation numerics (max abs diff ~1e-3)",
+    "GELU tanh approximation": "different activation numerics (max abs difference 5e-4)",
     "SDPA math backend": "`sdpa_kernel(SDPBackend.MATH)` instead of the CPU flash kernel",
     "AdamW fused=True": "same groups and hyper-parameters",
     "1 thread": "`torch.set_num_threads(1)`",
@@ -514,7 +515,7 @@ def variant_runner(shape: Shape, label: str) -> Runner:
 
 def paired_ratio(a: Timing, b: Timing) -> float:
     """Median over rounds of ``a``'s window / ``b``'s window of the same round (robust to load drifts)."""
-    return statistics.median(x / y for x, y in zip(a.windows, b.windows))
+    return statistics.median([x / y for x, y in zip(a.windows, b.windows, strict=True)])
 
 
 def compile_works() -> tuple[bool, str]:
@@ -544,25 +545,27 @@ def render(info: dict, peak: dict[int, float], results: dict, overhead: dict | N
              f"({info['blas']}, CPU capability {info['capability']}), {info['threads']} intra-op threads, "
              f"Python {info['python']}, x-transformers {info['xt'] or 'not installed'}.",
              f"- **Load average** (1 min) before / after: {info['load_before']:.2f} / {info['load_after']:.2f}"
-             + (" — the machine was busy with other work; absolute numbers are low and noisy, the interleaved "
-                "ratios less so." if max(info['load_before'], info['load_after']) > 0.5 * info['cpus'] + 0.5 else "."),
+             " (the latter includes this benchmark's own threads; the other processes' CPU use is given per shape).",
              f"- **fp32 GEMM peak** (square `torch.mm`, best of {info['gemm_runs']} x {info['gemm_reps']} calls spread"
              " over the run): "
              + ", ".join(f"n={n}: {g:.1f}" for n, g in peak.items())
              + f" GFLOP/s → **{peak_max:.1f} GFLOP/s**, the MFU denominator.",
              "- **Throughput**: tokens/s of one training step (forward, cross-entropy, backward, AdamW step, "
              "`zero_grad(set_to_none=True)`) on a fixed random batch (no data loading, no grad clipping), after "
-             f"{info['warmup']} warm-up steps; median over up to {info['rounds']} windows of ≈{info['window_s']:g} s (at"
-             " least one step), the models alternating window by window (order flipped every round). Range ="
-             " slowest–fastest window. Ratio vs x-transformers = median over rounds of the two windows' ratio.",
-             "- **MFU** = tokens/s × FLOPs/token ÷ GEMM peak, FLOPs/token = 6·N + 12·L·d·T (nanoGPT `estimate_mfu`;"
-             " N = parameters minus the input embedding table, the tied LM head counted; L depth, d width, T context).",
+             f"{info['warmup']} warm-up steps; median over up to {info['rounds']} windows of"
+             f" ≈{info['window_s']:g} s (at least one step), the models alternating window by window (order"
+             " flipped every round). Range = slowest–fastest window. Ratio vs x-transformers = median over rounds"
+             " of the two windows' ratio.",
+             "- **MFU** = tokens/s × FLOPs/token ÷ GEMM peak, FLOPs/token = 6·N + 12·L·d·T"
+             " (nanoGPT `estimate_mfu`; N = parameters minus the input embedding table, the tied LM head counted;"
+             " L depth, d width, T context).",
              "- **normlab**: `build_model(ModelConfig(...))` (pre-LN LayerNorm with gain and bias, RoPE on the full"
              " head dim, GELU MLP, no linear biases, tied embeddings, SDPA causal attention) and"
              " `build_optimizer(model, TrainConfig())` (AdamW lr 3e-3, betas 0.9/0.95, eps 1e-8, weight decay 0.1 on"
              " matrices only, `foreach=True`).",
              f"- **x-transformers**: `{XT_SETTINGS}` — pre-LN LayerNorm (its bias-free variant), loss"
-             " `F.cross_entropy(logits, y)`, and the same AdamW (normlab's `param_groups` and `build_optimizer`'s settings)."
+             " `F.cross_entropy(logits, y)`, and the same AdamW (normlab's `param_groups` and"
+             " `build_optimizer`'s settings)."
              " Remaining differences: separate q/k/v projections (normlab fuses them) and a `dim**-0.5` logit scale"
              " on the tied head.",
              ""]
@@ -606,12 +609,14 @@ def render(info: dict, peak: dict[int, float], results: dict, overhead: dict | N
             b = res["breakdown"]["normlab"]
             bound = shape.batch * shape.context / (b["gemm"] / 1e3) / t["x-transformers"].median
             lines += ["", f"Even with every non-GEMM op free, normlab would reach about {bound:.2f}x x-transformers "
-                      f"here (its GEMM-only bound ÷ x-transformers' median tokens/s)."]
+                      "here (its GEMM-only bound ÷ x-transformers' median tokens/s)"
+                      + (" — from a noisy run, not trustworthy." if res["noisy"] else ".")]
         lines.append("")
     if overhead:
         lines += ["### normlab training-loop overhead per step", "",
                   f"Shape {overhead['shape']}: what `normlab.train.loop.train` adds to each step besides forward/"
-                  "backward/AdamW (best of repeated calls), against the median step time above.", "",
+                  "backward/AdamW (best of repeated calls), against the step time of the fastest window above"
+                  f" ({overhead['step_s'] * 1e3:.1f} ms).", "",
                   "| part | µs/step | % of step |", "|---|---:|---:|"]
         step_us = overhead["step_s"] * 1e6
         for k, v in overhead["parts"].items():
@@ -753,7 +758,8 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as e:  # the loop's module is edited by others; never lose the main results over this part
         print(f"loop overhead not measured: {type(e).__name__}: {e}", file=sys.stderr)
     else:
-        overhead = {"shape": small.name, "parts": parts, "step_s": results[small.name]["timings"]["normlab"].step_s}
+        nl = results[small.name]["timings"]["normlab"]
+        overhead = {"shape": small.name, "parts": parts, "step_s": small.batch * small.context / max(nl.windows)}
         print("loop overhead (µs/step): " + ", ".join(f"{k} {v:.0f}" for k, v in parts.items()), flush=True)
 
     variants = None
@@ -766,26 +772,28 @@ def main(argv: list[str] | None = None) -> int:
         if not ok:
             labels.remove("torch.compile(model)")
         variants = {"compile_error": None if ok else err, "shapes": {}}
-        for shape in shapes:
-            rows = {}
-            for label in labels:
-                base = normlab_runner(shape, "normlab (as is)")
-                t = time.perf_counter()
-                var = variant_runner(shape, label)
-                if label == "torch.compile(model)":
-                    var.step()  # the first call compiles forward and backward
-                setup_s = time.perf_counter() - t
-                tm, _ = measure_steady([base, var], attempts=args.attempts, wait_s=args.wait_idle,
-                                       label=f"variant {label}, shape {shape.name}", warmup=min(warmup, 3),
-                                       rounds=max(3, rounds - 2), window_s=window_s, budget_s=budget_s / 2)
-                rows[label] = {"ratio": paired_ratio(tm[label], tm[base.label]), "tokens_s": tm[label].median,
-                               "base_tokens_s": tm[base.label].median, "setup_s": setup_s,
-                               "noisy": spread(tm) > NOISY}
-                print(f"variant shape {shape.name} {label:28s} {tm[label].median:10,.0f} tokens/s vs "
-                      f"{tm[base.label].median:10,.0f} as is: {rows[label]['ratio']:.2f}x"
-                      + (f" (compile {setup_s:.0f} s)" if label == "torch.compile(model)" else ""), flush=True)
-            variants["shapes"][shape.name] = rows
-        shutil.rmtree(cache, ignore_errors=True)
+        try:
+            for shape in shapes:
+                rows = {}
+                for label in labels:
+                    base = normlab_runner(shape, "normlab (as is)")
+                    t = time.perf_counter()
+                    var = variant_runner(shape, label)
+                    if label == "torch.compile(model)":
+                        var.step()  # the first call compiles forward and backward
+                    setup_s = time.perf_counter() - t
+                    tm, _ = measure_steady([base, var], attempts=args.attempts, wait_s=args.wait_idle,
+                                           label=f"variant {label}, shape {shape.name}", warmup=min(warmup, 3),
+                                           rounds=max(3, rounds - 2), window_s=window_s, budget_s=budget_s / 2)
+                    rows[label] = {"ratio": paired_ratio(tm[label], tm[base.label]), "tokens_s": tm[label].median,
+                                   "base_tokens_s": tm[base.label].median, "setup_s": setup_s,
+                                   "noisy": spread(tm) > NOISY}
+                    print(f"variant shape {shape.name} {label:28s} {tm[label].median:10,.0f} tokens/s vs "
+                          f"{tm[base.label].median:10,.0f} as is: {rows[label]['ratio']:.2f}x"
+                          + (f" (compile {setup_s:.0f} s)" if label == "torch.compile(model)" else ""), flush=True)
+                variants["shapes"][shape.name] = rows
+        finally:
+            shutil.rmtree(cache, ignore_errors=True)
 
     update_peak()
     peak_max = max(peak.values())
