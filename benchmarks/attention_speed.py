@@ -31,7 +31,6 @@ import resource
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -190,25 +189,13 @@ def render(results: list[dict], args: argparse.Namespace) -> str:
 
 
 def write_section(path: Path, section: str) -> None:
-    """Replace the text between the markers (inclusive) in ``path``, or append it; atomic temp file + rename."""
-    old = path.read_text() if path.exists() else "# Benchmarks\n\n"
-    if START in old and END in old and old.index(START) < old.index(END):
-        before, rest = old.split(START, 1)
-        after = rest.split(END, 1)[1].lstrip("\n")
-        new = before + section + ("\n" + after if after else "")
-    else:
-        new = old.rstrip("\n") + "\n\n" + section if old.strip() else section
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(new)
-        os.chmod(tmp, path.stat().st_mode & 0o777 if path.exists() else 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    """Replace this script's marked section of ``path`` atomically (shared helper in benchmarks/sections.py)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from sections import replace_marked
+
+    if START not in section:
+        section = f"{START}\n{section.rstrip()}\n{END}\n"
+    replace_marked(path, START, END, section)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -64,3 +64,30 @@ def weights(run_dir: Path) -> dict:
 
 def summary(run_dir: Path) -> dict:
     return json.loads((run_dir / "summary.json").read_text())
+
+
+def assert_same_weights(a: Path, b: Path) -> None:
+    """Final weights of two run directories are equal bit for bit."""
+    import torch
+
+    wa, wb = weights(a), weights(b)
+    assert wa.keys() == wb.keys()
+    for k in wa:
+        assert torch.equal(wa[k], wb[k]), f"{k} differs"
+
+
+def kill_9_after(args: list[str], out: Path, cache: Path, checkpoint_step: int) -> None:
+    """Start ``normlab ARGS --out OUT``, SIGKILL it just after checkpoint ``checkpoint_step`` exists."""
+    import signal
+    import time
+
+    proc = subprocess.Popen([sys.executable, "-m", "normlab.cli", *args, "--out", str(out)], env=cli_env(cache),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    while time.time() < deadline and not (out / "checkpoints" / f"step_{checkpoint_step:08d}").exists():
+        if proc.poll() is not None:
+            break
+        time.sleep(0.02)
+    time.sleep(0.05)  # land somewhere between checkpoints
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()

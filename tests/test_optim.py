@@ -18,7 +18,7 @@ from normlab.model import ModelConfig, build_model
 from normlab.rundir import open_config
 from normlab.train.checkpoint import load_optimizer_tensors, optimizer_tensors
 from normlab.train.optim import EffectiveLR, NormalizeAndProject, build_optimizer, weights_feeding_norms
-from tests.helpers import TINY, cli_env, normlab, summary, weights
+from tests.helpers import TINY, assert_same_weights, cli_env, kill_9_after, normlab, summary, weights
 
 
 def cfg(**kw) -> ModelConfig:
@@ -301,23 +301,11 @@ def test_nap_run_artifacts(nap_run):
 
 def test_adamp_nap_resume_after_kill_9_is_bit_exact(nap_run, tmp_path, cache):
     out = tmp_path / "killed"
-    proc = subprocess.Popen([sys.executable, "-m", "normlab.cli", "train", "tiny", *NAP, "--out", str(out)],
-                            env=cli_env(cache), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 120
-    while time.time() < deadline and not (out / "checkpoints" / "step_00000012").exists():
-        if proc.poll() is not None:
-            break
-        time.sleep(0.02)
-    time.sleep(0.05)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
+    kill_9_after(["train", "tiny", *NAP], out, cache, 12)
     assert not (out / "model.safetensors").exists(), "run finished before it could be killed"
     r = normlab("train", "--resume", str(out), cache=cache)
     assert r.returncode == 0, r.stderr
-    wa, wb = weights(nap_run), weights(out)
-    assert wa.keys() == wb.keys()
-    for k in wa:
-        assert torch.equal(wa[k], wb[k]), f"{k} differs"
+    assert_same_weights(nap_run, out)
     ra = [json.loads(line) for line in (nap_run / "metrics.jsonl").read_text().splitlines()]
     rb = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     ka = [{k: v for k, v in r.items() if k.startswith("eff_lr")} for r in ra]

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from normlab.errors import EXIT_DIVERGED, EXIT_INTERRUPTED
-from tests.helpers import TINY, cli_env, normlab, summary, weights
+from tests.helpers import TINY, assert_same_weights, cli_env, kill_9_after, normlab, summary, weights
 
 
 @pytest.fixture(scope="module")
@@ -45,29 +45,13 @@ def test_run_directory_contents(reference_run):
     assert s["gap_bpb"] == pytest.approx(s["val_bpb"] - s["entropy_floor_bpb"])
 
 
-def _same_weights(a, b):
-    wa, wb = weights(a), weights(b)
-    assert wa.keys() == wb.keys()
-    for k in wa:
-        assert torch.equal(wa[k], wb[k]), f"{k} differs"
-
-
 def test_resume_after_kill_9_is_bit_exact(reference_run, tmp_path, cache):
     out = tmp_path / "killed"
-    proc = subprocess.Popen([sys.executable, "-m", "normlab.cli", "train", "tiny", *TINY, "--out", str(out)],
-                            env=cli_env(cache), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 120
-    while time.time() < deadline and not (out / "checkpoints" / "step_00000012").exists():
-        if proc.poll() is not None:
-            break
-        time.sleep(0.02)
-    time.sleep(0.05)  # land somewhere between checkpoints
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
+    kill_9_after(["train", "tiny", *TINY], out, cache, 12)
     assert not (out / "model.safetensors").exists(), "run finished before it could be killed"
     r = normlab("train", "--resume", str(out), cache=cache)
     assert r.returncode == 0, r.stderr
-    _same_weights(reference_run, out)
+    assert_same_weights(reference_run, out)
     steps = [json.loads(l)["step"] for l in (out / "metrics.jsonl").read_text().splitlines()]
     assert steps == sorted(set(steps)), "metrics.jsonl has duplicated steps after resume"
 
@@ -84,7 +68,7 @@ def test_ctrl_c_then_resume_is_bit_exact(reference_run, tmp_path, cache):
     assert s["status"] == "interrupted" and 0 < s["step"] < 24
     r = normlab("train", "--resume", str(out), cache=cache)
     assert r.returncode == 0, r.stderr
-    _same_weights(reference_run, out)
+    assert_same_weights(reference_run, out)
 
 
 def test_divergence_is_a_result(tmp_path, cache):
