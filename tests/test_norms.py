@@ -77,6 +77,31 @@ def test_rmsnorm_closed_form_and_unit_offset():
     torch.testing.assert_close(u(x), m(x))
 
 
+@pytest.mark.parametrize("affine", [True, False])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_rmsnorm_fast_path_gradients_match_torch(affine, dtype):
+    """The hand-written backward (LayerNorm's kernel with mean 0 plus rstd * (g @ w) / d) against autograd
+    through torch's ``F.rms_norm``, and gradcheck in float64."""
+    from normlab.norms.functional import _RMSNormFn, rms_norm
+
+    torch.manual_seed(0)
+    x = (torch.randn(3, 5, D, dtype=dtype) * 2 + 0.7).requires_grad_()
+    w = torch.randn(D, dtype=dtype, requires_grad=True) if affine else None
+    g = torch.randn(3, 5, D, dtype=dtype)
+    y = rms_norm(x, w, 1e-5)
+    grads = torch.autograd.grad(y, [x] + ([w] if affine else []), g)
+    x2 = x.detach().clone().requires_grad_()
+    w2 = w.detach().clone().requires_grad_() if affine else None
+    y2 = torch.nn.functional.rms_norm(x2, (D,), w2, 1e-5)
+    ref = torch.autograd.grad(y2, [x2] + ([w2] if affine else []), g)
+    tol = dict(rtol=1e-5, atol=1e-5) if dtype == torch.float32 else {}
+    torch.testing.assert_close(y, y2, **tol)
+    for a, b in zip(grads, ref):
+        torch.testing.assert_close(a, b, **tol)
+    if dtype == torch.float64:
+        assert torch.autograd.gradcheck(lambda x, w: _RMSNormFn.apply(x, w, 1e-5), (x, w))
+
+
 def test_unknown_norm_suggests_and_lists():
     with pytest.raises(NormlabError) as e:
         build_norm("lyernorm", D)

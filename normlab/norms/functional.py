@@ -11,8 +11,51 @@ def layer_norm(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor 
     return F.layer_norm(x, (x.shape[-1],), weight, bias, eps)
 
 
+class _RMSNormFn(torch.autograd.Function):
+    """RMSNorm with a hand-written backward that reuses the fused LayerNorm backward kernel.
+
+    ``F.rms_norm`` on the CPU build we target is a chain of eager ops whose autograd graph costs 5-15x the fused
+    ``F.layer_norm`` (docs/benchmarks.md). Here the forward is one reduction (``vecdot(x, x)``) and two pointwise
+    passes; the backward calls ``native_layer_norm_backward`` with ``mean = 0`` and the RMS ``rstd``, whose
+    ``x_hat = x * rstd`` and ``dw = sum(g * x_hat)`` are exactly RMSNorm's, and adds back the one term LayerNorm has
+    and RMSNorm has not: LayerNorm's ``dx = rstd * (gw - mean(gw) - x_hat * mean(gw * x_hat))`` with ``gw = g * w``,
+    RMSNorm's drops ``- mean(gw)``, so ``dx_rms = dx_ln + rstd * (g @ w) / d`` (a matrix-vector product).
+    Shapes: ``x [..., d]``, ``weight [d]`` or None -> ``[..., d]``. Checked by gradcheck against ``F.rms_norm``.
+    """
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, weight: torch.Tensor | None, eps: float) -> torch.Tensor:
+        d = x.shape[-1]
+        rstd = torch.linalg.vecdot(x, x).unsqueeze_(-1).mul_(1.0 / d).add_(eps).rsqrt_()
+        y = torch.mul(x, rstd)
+        if weight is not None:
+            y.mul_(weight)
+        ctx.save_for_backward(x, rstd, weight)
+        return y
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, g: torch.Tensor):
+        x, rstd, weight = ctx.saved_tensors
+        d = x.shape[-1]
+        g = g.contiguous()
+        need_w = weight is not None and ctx.needs_input_grad[1]
+        dx, dw, _ = torch.ops.aten.native_layer_norm_backward(
+            g, x, [d], torch.zeros_like(rstd), rstd, weight, None, [True, need_w, False])
+        gw_mean = (g @ weight if weight is not None else g.sum(-1)).unsqueeze_(-1).mul_(1.0 / d)
+        dx.addcmul_(rstd, gw_mean)
+        return dx, (dw if need_w else None), None
+
+
 def rms_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float) -> torch.Tensor:
-    """RMSNorm (Zhang & Sennrich 2019): ``x / sqrt(mean(x^2) + eps) * weight``."""
+    """RMSNorm (Zhang & Sennrich 2019): ``x / sqrt(mean(x^2) + eps) * weight``. ``[..., d] -> [..., d]``.
+
+    Contiguous float32/float64 CPU inputs take ``_RMSNormFn`` (the fastest correct path we measured,
+    docs/benchmarks.md; it supports one backward, not double backward); other dtypes and devices use
+    ``F.rms_norm``."""
+    if (x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64) and x.is_contiguous()
+            and (weight is None or weight.dtype == x.dtype)):
+        return _RMSNormFn.apply(x, weight, eps)
     return F.rms_norm(x, (x.shape[-1],), weight, eps)
 
 
