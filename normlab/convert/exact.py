@@ -55,6 +55,7 @@ _KNOWN = re.compile(
     r"|blocks\.\d+\.mlp\.(fc|gate|proj)\.(weight|bias)|blocks\.\d+\.(attn_in|mlp_in)\..+|final_norm\..+"
     r"|blocks\.\d+\.(attn|mlp)_res_scale"  # residual-branch scalars: a scaled zero-mean branch stays zero-mean
     r"|blocks\.\d+\.attn\.(q_norm|k_norm)\.weight"  # QK-norm gains act after qkv: untouched by the conversion
+    r"|embed_scale"  # one scalar on the token embeddings: scaling a recentred embedding keeps it zero-mean
 )
 _ZERO_MEAN_RTOL = 1e-5
 

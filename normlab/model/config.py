@@ -13,6 +13,7 @@ ATTENTIONS = ("softmax", "softplus", "linear", "nala")  # = normlab.attention.AT
 LINEAR_GATES = ("none", "static", "sigmoid")
 NORM_GROUPS = ("attn", "mlp", "final", "embed")
 RESIDUAL_SCALES = ("none", "fixed", "learnable")
+EMBED_SCALES = ("auto", "none", "fixed", "learnable")
 
 
 @dataclass
@@ -24,6 +25,9 @@ class ModelConfig:
     ``embed_norm`` (None = the placement's default), ``mix_alpha`` (Mix-LN share of Post-LN blocks),
     ``layernorm_scaling`` (Curse of Depth, ``1/sqrt(l)`` on input-norm outputs), ``residual_scale``
     (``none``, ``fixed`` = ``1/sqrt(2L)``, ``learnable`` = one scalar per branch initialised to 0).
+    ``embed_scale`` multiplies the token embeddings: ``none``, ``fixed`` (``sqrt(width)``), ``learnable`` (one
+    scalar initialised to ``sqrt(width)``, after the DyT authors' LLaMA recipe) or ``auto`` (``learnable`` from
+    ``1 / init_std`` for ``norm: dyt``, else ``none``); ``embed_scale_init`` sets the (initial) value.
 
     Attention keys (docs/attention.md): ``attention`` (softmax, softplus, linear, nala), ``positions`` (rope,
     learned, alibi, none), ``qk_norm`` (softmax, linear), ``attn_softcap`` (softmax), ``lssa_reweight`` /
@@ -60,6 +64,8 @@ class ModelConfig:
     mix_alpha: float = 0.25
     layernorm_scaling: bool = False
     residual_scale: str = "none"
+    embed_scale: str = "auto"
+    embed_scale_init: float | None = None
     head_bias: bool = False
     logit_softcap: float | None = None
     init_std: float = 0.02
@@ -137,6 +143,11 @@ class ModelConfig:
             raise NormlabError(f"model.mix_alpha must be in [0, 1], got {self.mix_alpha}")
         if self.residual_scale not in RESIDUAL_SCALES:
             raise unknown("model.residual_scale", self.residual_scale, RESIDUAL_SCALES)
+        if self.embed_scale not in EMBED_SCALES:
+            raise unknown("model.embed_scale", self.embed_scale, EMBED_SCALES)
+        if self.embed_scale_init is not None and not self.embed_scale_init > 0:
+            raise NormlabError(f"model.embed_scale_init must be > 0 (or null for sqrt(width)), got "
+                               f"{self.embed_scale_init}")
         used = sites_used(self)
         if self.layernorm_scaling and not used & set(IN_SITES):
             raise NormlabError(
@@ -166,6 +177,14 @@ class ModelConfig:
                 if grp == group:
                     out[name] = v
         return out
+
+    @property
+    def embed_scale_kind(self) -> str:
+        """``embed_scale`` with ``auto`` resolved: ``learnable`` for DyT (Zhu et al. 2025 scale the LLaMA token
+        embeddings by a learnable scalar), ``none`` otherwise."""
+        if self.embed_scale == "auto":
+            return "learnable" if self.norm == "dyt" else "none"
+        return self.embed_scale
 
     @property
     def head_dim(self) -> int:

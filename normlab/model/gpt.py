@@ -30,6 +30,7 @@ class GPT(nn.Module):
         cfg.validate()
         self.cfg = cfg
         self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.width)
+        self.embed_scale = embed_scale(cfg)
         self.pos_emb = nn.Embedding(cfg.context, cfg.width) if cfg.positions == "learned" else None
         rope = RotaryEmbedding(cfg.head_dim, cfg.context, cfg.rope_base) if cfg.positions == "rope" else None
         self.drop = nn.Dropout(cfg.dropout)
@@ -67,6 +68,8 @@ class GPT(nn.Module):
         if self.pos_emb is not None and offset + T > self.cfg.context:
             raise ValueError(f"sequence length {offset + T} exceeds the learned position table ({self.cfg.context})")
         x = self.tok_emb(idx)
+        if self.embed_scale is not None:
+            x = x * self.embed_scale
         if self.pos_emb is not None:
             x = x + self.pos_emb(torch.arange(offset, offset + T, device=idx.device))
         x = self.drop(self.embed_norm(x))
@@ -99,6 +102,28 @@ class GPT(nn.Module):
             if self.pos_emb is not None:
                 n -= self.pos_emb.weight.numel()
         return n
+
+
+def embed_scale(cfg: ModelConfig) -> nn.Parameter | float | None:
+    """Multiplier of the token embeddings (``model.embed_scale``): None, the constant ``sqrt(width)``, or a
+    learnable scalar ``[1]`` initialised to ``sqrt(width)``; ``model.embed_scale_init`` overrides the value.
+
+    ``auto`` (the default) is ``none`` except for ``norm: dyt``, which gets DyT's LLaMA recipe (Zhu et al. 2025,
+    a learnable scalar after the embedding) initialised to ``1 / init_std``: the authors' ``sqrt(d)`` with
+    N(0, 0.02) embeddings gives a unit-scale stream (RMS 1.28) at their d = 4096, but only 0.16 at d = 64,
+    where DyT's tanh then passes almost no signal (measured: docs/norms.md)."""
+    kind = cfg.embed_scale_kind
+    if cfg.embed_scale_init is not None:
+        value = cfg.embed_scale_init
+    elif cfg.embed_scale == "auto":  # DyT: unit-RMS embeddings at init, what sqrt(d) * 0.02 gives at d = 4096
+        value = 1.0 / cfg.init_std
+    else:
+        value = math.sqrt(cfg.width)
+    if kind == "none":
+        return None
+    if kind == "fixed":
+        return float(value)
+    return nn.Parameter(torch.full((1,), float(value)))
 
 
 def init_weights(model: GPT, cfg: ModelConfig) -> None:
