@@ -29,6 +29,7 @@ VARIANTS = {
                                                bias=True, dropout=0.1),
     "lns-learnable-residual": dict(layernorm_scaling=True, residual_scale="learnable"),
     "fixed-residual-mix0": dict(residual_scale="fixed", placement="mix", mix_alpha=0.25),  # 0 Post-LN blocks
+    "learnable-embed-scale": dict(embed_scale="learnable"),
 }
 
 
@@ -44,7 +45,9 @@ def randomise(model: nn.Module, seed: int = 1) -> nn.Module:
     with torch.no_grad():
         for n, p in model.named_parameters():
             r = torch.randn(p.shape, generator=g)
-            if "_in." in n or "final_norm" in n:
+            if n == "embed_scale":
+                p.copy_(2.0 + 0.5 * r.abs())
+            elif "_in." in n or "final_norm" in n:
                 p.copy_(1.0 + 0.5 * r if n.endswith("weight") else 0.3 * r)
             elif "emb" in n or n.endswith("proj.weight"):
                 p.add_(p.std() * (0.3 * r + 0.5))  # a per-row mean the conversion has to remove

@@ -118,3 +118,34 @@ def test_learned_positions_refuse_long_input():
     m = build_model(cfg(positions="learned"))
     with pytest.raises(ValueError, match="learned position table"):
         m(torch.zeros(1, 17, dtype=torch.long))
+
+
+@pytest.mark.parametrize("kind,norm,expect", [
+    ("none", "dyt", None), ("fixed", "layernorm", math.sqrt(32)), ("learnable", "layernorm", math.sqrt(32)),
+    ("auto", "layernorm", None), ("auto", "dyt", 1 / 0.02)])
+def test_embed_scale_multiplies_token_embeddings(kind, norm, expect):
+    """``model.embed_scale``: the block-0 input equals ``scale * tok_emb(idx)`` with the documented scale
+    (``auto`` = DyT's learnable scalar from ``1/init_std``, nothing for other norms)."""
+    torch.manual_seed(0)
+    m = build_model(cfg(norm=norm, embed_scale=kind, init_std=0.02)).eval()
+    x = torch.randint(0, 50, (2, 5))
+    seen = {}
+    m.blocks[0].register_forward_pre_hook(lambda mod, args: seen.setdefault("x", args[0]))
+    m(x)
+    emb = m.tok_emb(x)
+    torch.testing.assert_close(seen["x"], emb * (1.0 if expect is None else expect))
+    learnable = any(n == "embed_scale" for n, _ in m.named_parameters())
+    assert learnable == (kind == "learnable" or (kind == "auto" and norm == "dyt"))
+    custom = build_model(cfg(norm=norm, embed_scale=kind, embed_scale_init=3.0))
+    assert (custom.embed_scale is None) == (expect is None)
+    if expect is not None:
+        assert float(custom.embed_scale) == 3.0
+
+
+def test_embed_scale_rejects_unknown_and_nonpositive():
+    from normlab.errors import NormlabError
+
+    with pytest.raises(NormlabError, match="embed_scale.*allowed|auto"):
+        build_model(cfg(embed_scale="sqrt"))
+    with pytest.raises(NormlabError, match="embed_scale_init must be > 0"):
+        build_model(cfg(embed_scale="fixed", embed_scale_init=0.0))
