@@ -44,9 +44,17 @@ class DataConfig:
         return self
 
 
+EVAL_SAMPLES = ("spread", "head")
+
+
 @dataclass
 class TrainConfig:
-    """Optimisation and bookkeeping. ``steps`` counts optimizer steps (each of ``grad_accum`` micro-batches)."""
+    """Optimisation and bookkeeping. ``steps`` counts optimizer steps (each of ``grad_accum`` micro-batches).
+
+    Periodic validation scores ``eval_batches * batch_size * context`` validation targets, every ``eval_every``
+    steps: ``eval_sample: spread`` (default) in windows spread evenly over the whole split, ``head`` in its first
+    tokens (cheaper to reason about, but one long file at the split's start dominates it).
+    """
 
     steps: int = 200
     batch_size: int = 16
@@ -62,6 +70,7 @@ class TrainConfig:
     grad_clip: float = 1.0
     eval_every: int = 50
     eval_batches: int = 8
+    eval_sample: str = "spread"
     log_every: int = 10
     checkpoint_every: int = 100
     keep_checkpoints: int = 2
@@ -77,6 +86,8 @@ class TrainConfig:
                 raise NormlabError(f"train.{name} must be >= 1, got {getattr(self, name)}")
         if self.lr <= 0:
             raise NormlabError(f"train.lr must be > 0, got {self.lr}")
+        if self.eval_sample not in EVAL_SAMPLES:
+            raise unknown("train.eval_sample", self.eval_sample, EVAL_SAMPLES)
         if self.warmup_steps < 0 or self.grad_clip < 0 or self.weight_decay < 0:
             raise NormlabError("train.warmup_steps, train.grad_clip and train.weight_decay must be >= 0")
         if not 0.0 <= self.min_lr_ratio <= 1.0:

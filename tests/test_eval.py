@@ -85,3 +85,32 @@ def test_stride_gives_more_context():
     expect_strided = (sum(nll(p) for p in range(10)) + 45 * (nll(8) + nll(9))) / 100
     assert strided["loss"] == pytest.approx(expect_strided, rel=1e-5)
     assert strided["loss"] < plain["loss"]
+
+
+def test_spread_windows_sample_the_whole_split_evenly():
+    from normlab.eval.lm import spread_windows, windows
+
+    w = spread_windows(1001, 10, 40)  # 4 windows of 10 targets over 1000 targets
+    assert [b for b, _, _ in w] == [0, 330, 660, 990] and all(e - b == 10 and k == 10 for b, e, k in w)
+    assert w[-1][1] == 1000  # the last window's targets end at the split's last token
+    assert spread_windows(41, 10, 40) == windows(41, 10, 10)  # split no longer than the sample: all of it
+
+
+def test_spread_score_equals_per_window_reference():
+    """The spread score is the sum of each window's own cross-entropy (an independent per-window forward)."""
+    import numpy as np
+    import torch.nn.functional as F
+
+    from normlab.eval.lm import score_tokens, spread_windows
+    from normlab.model import ModelConfig, build_model
+
+    torch.manual_seed(0)
+    m = build_model(ModelConfig(vocab_size=20, context=8, width=16, depth=1, heads=2)).eval()
+    toks = np.random.default_rng(0).integers(0, 20, 500).astype(np.uint16)
+    total, scored = score_tokens(m, toks, context=8, batch_size=3, max_tokens=24, spread=True)
+    ref = 0.0
+    for b, e, _ in spread_windows(500, 8, 24):
+        x = torch.from_numpy(toks[b:e].astype(np.int64))[None]
+        y = torch.from_numpy(toks[b + 1:e + 1].astype(np.int64))
+        ref += float(F.cross_entropy(m(x)[0].double(), y, reduction="sum"))
+    assert len(scored) == 24 and abs(total - ref) < 1e-6

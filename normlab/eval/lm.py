@@ -39,22 +39,40 @@ def windows(n: int, context: int, stride: int) -> list[tuple[int, int, int]]:
     return out
 
 
+def spread_windows(n: int, context: int, max_tokens: int) -> list[tuple[int, int, int]]:
+    """``ceil(max_tokens / context)`` non-overlapping windows of ``context`` targets spread evenly over a split of
+    ``n`` tokens (first at 0, last ending at the split's end), each scored in full: a fixed sample of the whole
+    split rather than its first ``max_tokens`` tokens. Falls back to ``windows(n, context, context)`` when the
+    split is not longer than the sample."""
+    k = -(-max_tokens // context)
+    if n - 1 <= k * context:
+        return windows(n, context, context)
+    starts = np.linspace(0, n - 1 - context, k).round().astype(np.int64)
+    return [(int(b), int(b) + context, context) for b in starts]
+
+
 @torch.no_grad()
 def score_tokens(model: torch.nn.Module, tokens: np.ndarray, *, context: int, stride: int | None = None,
-                 batch_size: int = 16, max_tokens: int | None = None) -> tuple[float, np.ndarray]:
+                 batch_size: int = 16, max_tokens: int | None = None,
+                 spread: bool = False) -> tuple[float, np.ndarray]:
     """Sum of negative log-likelihoods (nats, float64) and the array of scored target ids.
 
-    ``tokens``: 1-D ids ``[N]``; ``max_tokens`` truncates the split to its first ``max_tokens + 1`` tokens.
+    ``tokens``: 1-D ids ``[N]``; ``max_tokens`` truncates the split to its first ``max_tokens + 1`` tokens, or
+    with ``spread`` samples that many targets in windows spread over the whole split (``spread_windows``).
     """
-    if max_tokens:
-        tokens = tokens[: max_tokens + 1]
     n = len(tokens)
     if n < 2:
         raise NormlabError(f"split has {n} token(s); at least 2 are needed to evaluate")
     stride = stride or context
+    if max_tokens and spread:
+        wins = spread_windows(n, context, max_tokens)
+    else:
+        if max_tokens:
+            tokens = tokens[: max_tokens + 1]
+            n = len(tokens)
+        wins = windows(n, context, stride)
     was_training = model.training
     model.eval()
-    wins = windows(n, context, stride)
     total = 0.0
     scored: list[np.ndarray] = []
     # batch windows of equal input length together (all but possibly the last one)
@@ -101,9 +119,9 @@ def count_words(text: bytes) -> int:
 
 def evaluate(model: torch.nn.Module, tokens: np.ndarray, token_bytes: np.ndarray,
              decode: Callable[[np.ndarray], bytes], *, context: int, stride: int | None = None,
-             batch_size: int = 16, max_tokens: int | None = None) -> dict[str, float]:
+             batch_size: int = 16, max_tokens: int | None = None, spread: bool = False) -> dict[str, float]:
     """Score ``tokens`` and return loss (nats/token), bits_per_byte, token/byte/word perplexity and counts."""
     total, targets = score_tokens(model, tokens, context=context, stride=stride, batch_size=batch_size,
-                                  max_tokens=max_tokens)
+                                  max_tokens=max_tokens, spread=spread)
     n_bytes = int(token_bytes[targets].sum())
     return lm_metrics(total, len(targets), n_bytes, count_words(decode(targets)))

@@ -235,7 +235,8 @@ def train(cfg: RunConfig, run_dir: str | Path, *, resume: bool = False, quiet: b
             if step % tc.eval_every == 0 or step == tc.steps:
                 t_eval = time.time()
                 val = evaluate(model, data.val, data.token_bytes, data.tokenizer.decode, context=mc.context,
-                               batch_size=tc.batch_size, max_tokens=tc.eval_batches * tc.batch_size * mc.context)
+                               batch_size=tc.batch_size, max_tokens=tc.eval_batches * tc.batch_size * mc.context,
+                               spread=tc.eval_sample == "spread")
                 best = val["bits_per_byte"] if best is None else min(best, val["bits_per_byte"])
                 record.update({"step": step, "val_loss": val["loss"], "val_bpb": val["bits_per_byte"]})
                 if "loss" not in record:
