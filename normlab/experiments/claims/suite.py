@@ -311,7 +311,8 @@ CLAIMS: list[Claim] = [
           "Zhu et al. 2025, Transformers without Normalization (arXiv:2503.10622)", "val bpb(DyT) - bpb(LayerNorm), "
           "Pre placement", "|Δ| < 0.05", "within", ("ln", "dyt"), m_bpb_diff("dyt", "ln"), margin=0.05,
           meaning="Equivalence test: held when the whole 95% CI of bpb(DyT) - bpb(LN) lies inside ±0.05 bits/byte; "
-                  "not held when it lies entirely outside. DyT with the library defaults (alpha init 0.5)."),
+                  "not held when it lies entirely outside. DyT with the library defaults (alpha init 0.5, learnable "
+                  "embedding scale from 1/init_std; docs/norms.md measures the final DyT as the remaining gap)."),
     Claim("lssar-extrapolation", "Softplus attention with re-weighting keeps loss flatter than softmax up to 16x the "
           "training length", "Gao & Huang 2025, Softplus Attention with Re-weighting (repo iminfine/freeatten)",
           "loss(16x) - loss(1x) [nats/token]: softmax - softplus+LSSAR", "> 0", "greater", ("ln", "softplus"),
