@@ -155,10 +155,11 @@ def write_docs(report: dict, path: Path) -> None:
                  f"**{c['verdict']}**"]
         lines.append("| " + " | ".join(x.replace("|", "\\|") for x in cells) + " |")
     lines += ["", "Caveats: these are tiny byte-level models trained for a few hundred steps (validation bits/byte "
-              "3.5-4.5, far from converged; validation = a fixed sample of windows spread over the split), so every verdict is about this scale and budget; 95% intervals over "
+              "of roughly 3-4, far from converged; validation = a fixed sample of windows spread over the split), "
+              "so every verdict is about this scale and budget; 95% intervals over "
               f"{report['seeds']} seeds are wide, and a claim can flip with more steps. Runs use library defaults "
-              "for every technique (e.g. DyT alpha init 0.5 with the learnable embedding scale `model.embed_scale: auto`, "
-              "Mix-LN alpha 0.25, softplus attention trained without "
+              "for every technique (e.g. DyT alpha init 0.5 with the learnable embedding scale "
+              "`model.embed_scale: auto`, Mix-LN alpha 0.25, softplus attention trained without "
               "re-weighting and LSSAR switched on only at evaluation, as the paper does without fine-tuning). The "
               "per-seed details below show the underlying numbers (e.g. both bits/byte values, both slopes).",
               "", "## What each metric means, and the per-seed values", ""]
