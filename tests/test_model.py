@@ -139,7 +139,7 @@ def test_embed_scale_multiplies_token_embeddings(kind, norm, expect):
     custom = build_model(cfg(norm=norm, embed_scale=kind, embed_scale_init=3.0))
     assert (custom.embed_scale is None) == (expect is None)
     if expect is not None:
-        assert float(custom.embed_scale) == 3.0
+        assert float(torch.as_tensor(custom.embed_scale).detach()) == 3.0
 
 
 def test_embed_scale_rejects_unknown_and_nonpositive():
