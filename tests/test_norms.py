@@ -148,3 +148,16 @@ def test_every_norm_deterministic_and_state_dict_named(norm_name):
     torch.testing.assert_close(a(x), b(x), rtol=0, atol=0)
     for k in a.state_dict():
         assert k.split(".")[-1].isidentifier()
+
+
+def test_auto_embed_scale_is_declared_by_the_norm_class(norm_name):
+    """``model.embed_scale: auto`` resolves through the norm class (no per-norm special case in the model)."""
+    from normlab.model import ModelConfig, build_model
+    from normlab.model.config import EMBED_SCALES
+    from normlab.norms.registry import auto_embed_scale
+
+    kind = auto_embed_scale(norm_name)
+    assert kind in EMBED_SCALES and kind != "auto"
+    assert kind == ("learnable" if norm_name == "dyt" else "none")  # the only norm whose paper scales embeddings
+    m = build_model(ModelConfig(vocab_size=20, context=8, width=16, depth=1, heads=2, norm=norm_name))
+    assert ("embed_scale" in dict(m.named_parameters())) == (kind == "learnable")

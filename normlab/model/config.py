@@ -26,8 +26,9 @@ class ModelConfig:
     ``layernorm_scaling`` (Curse of Depth, ``1/sqrt(l)`` on input-norm outputs), ``residual_scale``
     (``none``, ``fixed`` = ``1/sqrt(2L)``, ``learnable`` = one scalar per branch initialised to 0).
     ``embed_scale`` multiplies the token embeddings: ``none``, ``fixed`` (``sqrt(width)``), ``learnable`` (one
-    scalar initialised to ``sqrt(width)``, after the DyT authors' LLaMA recipe) or ``auto`` (``learnable`` from
-    ``1 / init_std`` for ``norm: dyt``, else ``none``); ``embed_scale_init`` sets the (initial) value.
+    scalar initialised to ``sqrt(width)``, after the DyT authors' LLaMA recipe) or ``auto`` (what the norm class
+    asks for: ``learnable`` from ``1 / init_std`` for ``norm: dyt``, else ``none``); ``embed_scale_init`` sets the
+    (initial) value.
 
     Attention keys (docs/attention.md): ``attention`` (softmax, softplus, linear, nala), ``positions`` (rope,
     learned, alibi, none), ``qk_norm`` (softmax, linear), ``attn_softcap`` (softmax), ``lssa_reweight`` /
@@ -180,10 +181,12 @@ class ModelConfig:
 
     @property
     def embed_scale_kind(self) -> str:
-        """``embed_scale`` with ``auto`` resolved: ``learnable`` for DyT (Zhu et al. 2025 scale the LLaMA token
-        embeddings by a learnable scalar), ``none`` otherwise."""
+        """``embed_scale`` with ``auto`` resolved by the norm class (``auto_embed_scale``: ``learnable`` for DyT,
+        whose authors scale the LLaMA token embeddings by a learnable scalar; ``none`` for the others)."""
         if self.embed_scale == "auto":
-            return "learnable" if self.norm == "dyt" else "none"
+            from normlab.norms.registry import auto_embed_scale
+
+            return auto_embed_scale(self.norm)
         return self.embed_scale
 
     @property

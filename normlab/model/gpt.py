@@ -108,14 +108,14 @@ def embed_scale(cfg: ModelConfig) -> nn.Parameter | float | None:
     """Multiplier of the token embeddings (``model.embed_scale``): None, the constant ``sqrt(width)``, or a
     learnable scalar ``[1]`` initialised to ``sqrt(width)``; ``model.embed_scale_init`` overrides the value.
 
-    ``auto`` (the default) is ``none`` except for ``norm: dyt``, which gets DyT's LLaMA recipe (Zhu et al. 2025,
-    a learnable scalar after the embedding) initialised to ``1 / init_std``: the authors' ``sqrt(d)`` with
-    N(0, 0.02) embeddings gives a unit-scale stream (RMS 1.28) at their d = 4096, but only 0.16 at d = 64,
-    where DyT's tanh then passes almost no signal (measured: docs/norms.md)."""
+    ``auto`` (the default) is what the norm class's ``auto_embed_scale`` says: ``none``, except DyT's LLaMA
+    recipe (Zhu et al. 2025, a learnable scalar after the embedding), initialised to ``1 / init_std``: the
+    authors' ``sqrt(d)`` with N(0, 0.02) embeddings gives a unit-scale stream (RMS 1.28) at their d = 4096, but
+    only 0.16 at d = 64, where DyT's tanh then passes almost no signal (measured: docs/norms.md)."""
     kind = cfg.embed_scale_kind
     if cfg.embed_scale_init is not None:
         value = cfg.embed_scale_init
-    elif cfg.embed_scale == "auto":  # DyT: unit-RMS embeddings at init, what sqrt(d) * 0.02 gives at d = 4096
+    elif cfg.embed_scale == "auto":  # unit-RMS embeddings at init: what sqrt(d) * 0.02 gives DyT at d = 4096
         value = 1.0 / cfg.init_std
     else:
         value = math.sqrt(cfg.width)

@@ -5,7 +5,9 @@ Every registered norm has the same constructor shape::
     cls(dim: int, *, eps: float = 1e-5, affine: bool = True, bias: bool = True, **options)
 
 and names its parameters ``weight`` / ``bias`` so optimizers, diagnostics and conversions can treat all norms
-uniformly. Each class carries ``name``, ``paper`` and ``description`` class attributes used by ``normlab norms``.
+uniformly. Each class carries ``name``, ``paper`` and ``description`` class attributes used by ``normlab norms``,
+and may set ``auto_embed_scale`` (default ``"none"``): what ``model.embed_scale: auto`` means for a model using it
+(DyT sets ``"learnable"``: without statistics its input scale matters).
 """
 
 from __future__ import annotations
@@ -61,6 +63,12 @@ def build_norm(name: str, dim: int, **kwargs: Any) -> nn.Module:
                 f"norm '{name}' does not take option(s) {', '.join(bad)}; allowed: {', '.join(allowed)}"
             )
     return cls(dim, **kwargs)
+
+
+def auto_embed_scale(name: str) -> str:
+    """The token-embedding scale ``model.embed_scale: auto`` resolves to for norm ``name`` (``none`` unless the
+    class sets ``auto_embed_scale``)."""
+    return getattr(get_norm_class(name), "auto_embed_scale", "none")
 
 
 def list_norms() -> list[dict[str, str]]:

@@ -66,6 +66,8 @@ class DyT(nn.Module):
 
     paper = "Zhu et al. 2025, Transformers without Normalization (arXiv:2503.10622)"
     description = "element-wise tanh(alpha * x) with a learnable scalar alpha, per-channel gain and bias"
+    # the authors' LLaMA code puts a learnable scalar after the token embedding (model.embed_scale: auto)
+    auto_embed_scale = "learnable"
 
     def __init__(self, dim: int, *, eps: float = 1e-5, affine: bool = True, bias: bool = True,
                  alpha_init: float = 0.5):
