@@ -76,6 +76,10 @@ def test_presets_validate():
     assert len(quick.variants) >= 6 and sorted({r.seed for r in quick.runs}) == [0, 1]
     assert {r.config["data"]["source"] for r in quick.runs} == {"pystdlib"}
     assert len(load_sweep(preset="depth").runs) == 30
+    dyt = load_sweep(preset="dyt")
+    assert len(dyt.runs) == 14
+    norms = {r.variant: r.config["model"]["norm"] for r in dyt.runs}
+    assert sorted(set(norms.values())) == ["dyt", "layernorm", "none"]
     from normlab.config import _all_keys
 
     if "model.attention" not in _all_keys():
