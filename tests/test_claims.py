@@ -135,3 +135,23 @@ def test_claims_bad_budget_and_seeds(tmp_path):
     assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1
     p = run_inproc("claims", "--budget", "tiny", "--seeds", "0", "--out", str(tmp_path / "y"), cache=tmp_path / "cache")
     assert p.returncode == 2 and "--seeds" in p.stderr
+
+
+def test_run_is_reused_only_when_spec_and_resolved_config_match(tmp_path):
+    """A finished run is reused for the same spec; a changed library default (the resolved config differs) or an
+    old-format spec file makes it train again."""
+    from normlab.experiments.claims.budgets import get_budget
+    from normlab.experiments.claims.suite import is_complete, spec_record, variant_config
+    from normlab.io import write_json
+
+    cfg = variant_config("ln", get_budget("tiny"), 0)
+    write_json(tmp_path / "summary.json", {"status": "completed"})
+    write_json(tmp_path / "claims_spec.json", spec_record(cfg))
+    assert is_complete(tmp_path, cfg)
+    assert not is_complete(tmp_path, {**cfg, "seed": 1})
+    rec = spec_record(cfg)
+    rec["resolved"]["model"]["init_std"] = 0.01  # as if the default had been different when it trained
+    write_json(tmp_path / "claims_spec.json", rec)
+    assert not is_complete(tmp_path, cfg)
+    write_json(tmp_path / "claims_spec.json", cfg)  # the earlier format: the spec alone
+    assert not is_complete(tmp_path, cfg)

@@ -202,6 +202,23 @@ def test_rerun_skips_finished_runs(sweep, cache):
         k: 1 for k in before}
     # the stored, self-contained sweep file is the same sweep
     assert normlab("compare", str(out / "sweep.yaml"), "--out", str(out), "--json", cache=cache).returncode == 0
+    # a finished run whose stored resolved config differs (an upgrade changed a default) is named, not hidden
+    import sqlite3
+
+    con = sqlite3.connect(out / "results.sqlite")
+    (old_hash,) = con.execute("SELECT config_hash FROM runs WHERE run_id = 'post-ln-s0'").fetchone()
+    with con:
+        con.execute("UPDATE runs SET config_hash = '0000' WHERE run_id = 'post-ln-s0'")
+    try:
+        stale = normlab("compare", str(f), "--out", str(out), "--json", cache=cache)
+        assert stale.returncode == 0 and json.loads(stale.stdout)["trained"] == []
+        assert "1 finished run(s) were trained under a different resolved config" in stale.stderr
+        assert "post-ln-s0" in stale.stderr and "--out NEW_DIR" in stale.stderr
+        assert "different resolved config" not in again.stderr
+    finally:
+        with con:
+            con.execute("UPDATE runs SET config_hash = ? WHERE run_id = 'post-ln-s0'", (old_hash,))
+        con.close()
 
 
 def test_store_curves_and_tensorboard(sweep):

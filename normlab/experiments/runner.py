@@ -166,6 +166,12 @@ def run_sweep(sweep: Sweep, sweep_dir: Path, *, workers: int | None = None,
     existing = check_sweep_dir(sweep, sweep_dir)
     stored = {r["run_id"]: r for r in existing.runs()} if existing else {}
     todo = [r for r in sweep.runs if stored.get(r.run_id, {}).get("status") not in FINAL]
+    stale = [r.run_id for r in sweep.runs if stored.get(r.run_id, {}).get("status") in FINAL
+             and stored[r.run_id].get("config_hash") != r.config_hash]
+    if stale:  # the sweep file is the same, but normlab now resolves it to a different full config
+        log(f"note: {len(stale)} finished run(s) were trained under a different resolved config (normlab's defaults "
+            f"changed since): {', '.join(stale[:4])}{' ...' if len(stale) > 4 else ''}; they are reused as they "
+            "are -- use --out NEW_DIR to train them again")
     skipped = [r.run_id for r in sweep.runs if r.run_id not in {t.run_id for t in todo}]
     if todo:
         _prepare_data([r.config for r in todo], log)

@@ -354,12 +354,23 @@ def run_dir_for(out: Path, variant: str, seed: int) -> Path:
     return out / "runs" / variant / f"seed{seed}"
 
 
+def spec_record(cfg: dict) -> dict:
+    """What ``claims_spec.json`` holds: the run's spec and the full config normlab resolves it to now. A run is
+    reused only when both match, so a changed library default (a new config key, a new default value) retrains
+    it instead of silently mixing old and new results."""
+    from normlab.config import config_from_dict
+
+    record = {"spec": cfg, "resolved": config_from_dict(copy.deepcopy(cfg)).to_dict()}
+    return json.loads(json.dumps(record))  # as it reads back from disk (tuples -> lists)
+
+
 def is_complete(run_dir: Path, cfg: dict) -> bool:
     spec, summ = run_dir / "claims_spec.json", run_dir / "summary.json"
     if not (spec.is_file() and summ.is_file()):
         return False
     try:
-        return json.loads(spec.read_text()) == cfg and json.loads(summ.read_text()).get("status") in ("completed", "diverged")
+        return (json.loads(spec.read_text()) == spec_record(cfg)
+                and json.loads(summ.read_text()).get("status") in ("completed", "diverged"))
     except (OSError, json.JSONDecodeError):
         return False
 
@@ -376,7 +387,7 @@ def train_job(cfg: dict, run_dir: str) -> dict:
     if run_dir.exists():
         shutil.rmtree(run_dir)
     run_dir.mkdir(parents=True)
-    write_json(run_dir / "claims_spec.json", cfg)
+    write_json(run_dir / "claims_spec.json", spec_record(cfg))
     t0 = time.time()
     s = train(config_from_dict(copy.deepcopy(cfg)), run_dir, quiet=True)
     return {"status": s["status"], "val_bpb": s.get("val_bpb"), "elapsed_s": time.time() - t0,
