@@ -73,6 +73,9 @@ def test_norms_json(cache):
         (["--set", "data.source=nosuchkind:abc"], ["nosuchkind"]),
         (["--set", "model.context=100000"], ["too short"]),
         (["--set", "train.steps=-1"], ["train.steps"]),
+        (["--set", "train.eval_sample=middle"], ["train.eval_sample", "allowed: head, spread"]),
+        (["--set", "model.embed_scale=sqrt"], ["model.embed_scale", "allowed: auto, fixed, learnable, none"]),
+        (["--set", "model.embed_scale_init=-2"], ["model.embed_scale_init must be > 0"]),
     ],
 )
 def test_bad_train_input(tmp_path, cache, args, fragments):
