@@ -34,6 +34,9 @@ import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from sections import write_section  # noqa: E402
+
 ROOT = Path(__file__).resolve().parent.parent
 START, END = "<!-- attention_speed:start -->", "<!-- attention_speed:end -->"
 KINDS = ("softmax", "softplus", "linear", "nala")
@@ -188,16 +191,6 @@ def render(results: list[dict], args: argparse.Namespace) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_section(path: Path, section: str) -> None:
-    """Replace this script's marked section of ``path`` atomically (shared helper in benchmarks/sections.py)."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from sections import replace_marked
-
-    if START not in section:
-        section = f"{START}\n{section.rstrip()}\n{END}\n"
-    replace_marked(path, START, END, section)
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks.md", help="markdown file to update")
@@ -244,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         print(section)
     else:
-        write_section(args.out, section)
+        write_section(args.out, "attention_speed", section)
         print(f"wrote {args.out}")
     return 0
 

@@ -36,6 +36,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from sections import write_section  # noqa: E402
+
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
@@ -161,16 +164,6 @@ def measure(setups: list[Setup], *, warmup: int, rounds: int) -> dict[str, dict]
     return out
 
 
-def write_section(path: Path, section: str) -> None:
-    """Replace this script's marked section of ``path`` atomically (shared helper in benchmarks/sections.py)."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from sections import replace_marked
-
-    if START not in section:
-        section = f"{START}\n{section.rstrip()}\n{END}\n"
-    replace_marked(path, START, END, section)
-
-
 def render(info: dict, res: dict[str, dict], every: int) -> str:
     cfg = load_config("small")
     m, t = cfg.model, cfg.train
@@ -240,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
     for label, r in res.items():
         print(f"{label:10s} {r['ms']:7.1f} ms/step  overhead {r['overhead']:+.2%} [{r['q25']:+.1%}, {r['q75']:+.1%}]"
               f"  self {r['self_ms']:.3f} ms/step  diag steps {r['diag_steps']}", flush=True)
-    write_section(args.out, render(info, res, args.every))
+    write_section(args.out, "diag_overhead", render(info, res, args.every))
     print(f"wrote {args.out} ({time.perf_counter() - t0:.0f} s)")
     return 0
 

@@ -8,23 +8,15 @@ from pathlib import Path
 
 
 def write_section(path: Path, name: str, body: str) -> None:
-    """Replace the text between ``<!-- name:start -->`` and ``<!-- name:end -->`` (or append it); temp + rename."""
+    """Replace the text between ``<!-- name:start -->`` and ``<!-- name:end -->`` of ``path`` (or append it),
+    atomically; ``body`` may already carry the two markers."""
     start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
-    section = f"{start}\n{body.rstrip()}\n{end}\n"
-    old = path.read_text() if path.exists() else "# Benchmarks\n"
-    if start in old and end in old:
-        before, rest = old.split(start, 1)
-        new = before + section + rest.split(end, 1)[1].lstrip("\n")
-    else:
-        new = old.rstrip("\n") + "\n\n" + section
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        f.write(new)
-    os.replace(tmp, path)
+    replace_marked(path, start, end, body if start in body else f"{start}\n{body.rstrip()}\n{end}\n")
 
 
 def replace_marked(path: Path, start: str, end: str, section: str) -> None:
-    """Like :func:`write_section` for a ``section`` that already carries its ``start``/``end`` markers."""
+    """Replace ``start``...``end`` of ``path`` with ``section`` (which carries both markers), or append it; temp
+    file + rename, so a crash never leaves a half-written file."""
     old = path.read_text() if path.exists() else "# Benchmarks\n"
     if start in old and end in old and old.index(start) < old.index(end):
         before, rest = old.split(start, 1)

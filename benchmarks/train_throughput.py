@@ -44,6 +44,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from sections import write_section  # noqa: E402
+
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run from a checkout without `pip install -e .`
     sys.path.insert(0, str(ROOT))
@@ -647,16 +650,6 @@ def render(info: dict, peak: dict[int, float], results: dict, overhead: dict | N
     return "\n".join(lines) + "\n"
 
 
-def write_section(path: Path, section: str) -> None:
-    """Replace this script's marked section of ``path`` atomically (shared helper in benchmarks/sections.py)."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from sections import replace_marked
-
-    if START not in section:
-        section = f"{START}\n{section.rstrip()}\n{END}\n"
-    replace_marked(path, START, END, section)
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks.md", help="markdown file to update")
@@ -787,7 +780,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"{res['timings'][r.label].median * r.flops_per_token / (peak_max * 1e9):.1%}")
     info["load_after"] = os.getloadavg()[0]
     info["gemm_runs"] = len(shapes) + 2
-    write_section(args.out, render(info, peak, results, overhead, variants))
+    write_section(args.out, "train_throughput", render(info, peak, results, overhead, variants))
     print(f"wrote {args.out} ({time.perf_counter() - t_all:.0f} s)")
     return 0
 

@@ -42,12 +42,7 @@ VARIANTS = {
 W, H, HD, CTX = 32, 4, 8, 16
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def mcfg(**kw) -> ModelConfig:

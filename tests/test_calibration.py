@@ -18,13 +18,7 @@ SHORT = ["--set", "train.steps=4", "--set", "train.eval_every=4", "--set", "trai
 _SHARED: dict[str, tuple[Path, Path]] = {}
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Small tensors: one intra-op thread is faster and immune to other jobs on the machine (restored after)."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def tiny_run(tmp_path_factory) -> tuple[Path, Path]:

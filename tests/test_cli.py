@@ -15,11 +15,6 @@ SHORT = ["--set", "train.steps=6", "--set", "train.eval_every=3", "--set", "trai
 
 
 @pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    return tmp_path_factory.mktemp("cache")
-
-
-@pytest.fixture(scope="module")
 def run(tmp_path_factory, cache):
     out = tmp_path_factory.mktemp("runs") / "tiny"
     normlab("train", "tiny", *SHORT, "--out", str(out), cache=cache, check=True)

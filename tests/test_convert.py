@@ -317,11 +317,6 @@ def test_norm_without_protocol_is_refused(monkeypatch):
 # --- run directories and the CLI -------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    return tmp_path_factory.mktemp("cache")
-
-
-@pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory, cache):
     out = tmp_path_factory.mktemp("runs") / "X"
     normlab("train", "tiny", "--set", "train.steps=10", "--out", str(out), cache=cache, check=True)

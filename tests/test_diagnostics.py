@@ -21,13 +21,7 @@ from normlab.model import ModelConfig, build_model
 from tests.helpers import run_inproc
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Small tensors: one thread is faster and steadier on a shared machine; restored afterwards."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def no_hooks(model: nn.Module) -> bool:
@@ -306,11 +300,6 @@ def test_training_stats_match_a_separate_forward():
 
 
 # ---------------------------------------------------------------------------------------- end to end
-
-
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    return tmp_path_factory.mktemp("cache")
 
 
 STEPS = ["--set", "train.steps=12", "--set", "train.eval_every=12", "--set", "train.log_every=4",

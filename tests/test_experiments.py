@@ -26,11 +26,6 @@ FAST = {"train.steps": 12, "train.eval_every": 6, "train.eval_batches": 2, "trai
         "train.checkpoint_every": 6, "diag.every": 6}
 
 
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    return tmp_path_factory.mktemp("cache")
-
-
 def write_sweep(path: Path, **spec) -> Path:
     path.write_text(yaml.safe_dump(spec, sort_keys=False))
     return path

@@ -16,13 +16,7 @@ from tests.helpers import run_inproc as normlab
 from tests.test_calibration import SHORT, assert_bad_input, tiny_run
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Small tensors: one intra-op thread is faster and immune to other jobs on the machine (restored after)."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 class PositionModel(torch.nn.Module):

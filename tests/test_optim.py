@@ -261,11 +261,6 @@ def test_norm_warmup_defaults_to_lr_warmup(monkeypatch):
 # ---------------------------------------------------------------- end to end
 
 
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    return tmp_path_factory.mktemp("cache")
-
-
 NAP = [*TINY, "--set", "optim.name=adamp", "--set", "optim.nap=true", "--set", "optim.effective_lr_every=3",
        "--set", "model.placement=peri"]
 

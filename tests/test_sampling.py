@@ -20,13 +20,7 @@ from normlab.eval.sampling import (
 )
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Small tensors: one intra-op thread is faster and immune to other jobs on the machine (restored after)."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def kept(filtered: torch.Tensor) -> set[int]:

@@ -18,11 +18,6 @@ from tests.helpers import TINY, assert_same_weights, cli_env, kill_9_after, norm
 
 
 @pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    return tmp_path_factory.mktemp("cache")
-
-
-@pytest.fixture(scope="module")
 def reference_run(tmp_path_factory, cache):
     out = tmp_path_factory.mktemp("ref") / "run"
     normlab("train", "tiny", *TINY, "--out", str(out), cache=cache, check=True)

@@ -5,25 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from normlab.io import atomic_path
-
-
-def _plt():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def _save(fig, path: Path) -> str:
-    plt = _plt()
-    fig.tight_layout()
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, format="png", dpi=100)
-    plt.close(fig)
-    return path.name
+from normlab.plotting import pyplot as _plt
+from normlab.plotting import save_png as _save
 
 
 def plot_variance(v: dict, path: Path, title: str = "") -> str:

@@ -159,13 +159,9 @@ def collect_logits(model: torch.nn.Module, tokens: np.ndarray, *, context: int, 
 
 def reliability_diagram(before: dict, after: dict, path: str | Path, *, temperature: float, title: str = "") -> None:
     """Write a two-panel reliability diagram PNG (before / after temperature scaling) from ``calibration_stats``."""
-    import matplotlib
+    from normlab.plotting import pyplot, save_png
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from normlab.io import atomic_path
-
+    plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(10, 4.6), sharey=True)
     for ax, stats, name in ((axes[0], before, "before (T = 1)"), (axes[1], after, f"after (T = {temperature:.3f})")):
         lo = [b["lo"] for b in stats["bins"]]
@@ -185,7 +181,4 @@ def reliability_diagram(before: dict, after: dict, path: str | Path, *, temperat
     axes[0].set_ylabel("accuracy")
     if title:
         fig.suptitle(title)
-    fig.tight_layout()
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, format="png", dpi=100)
-    plt.close(fig)
+    save_png(fig, path)

@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 
 from normlab.errors import NormlabError
-from normlab.eval.lm import windows
+from normlab.eval.lm import window_batches, windows
 
 LINEAR_ATTENTION = ("linear", "nala")  # no T x T score matrix in memory
 
@@ -92,20 +92,11 @@ def score_positions(model: torch.nn.Module, tokens: np.ndarray, context: int, *,
     """Per-target NLL (nats, float64) and the position in its window, for non-overlapping windows of ``context``
     over 1-D ``tokens [n]`` (all ``n - 1`` targets). Returns ``(nll [n-1], pos [n-1])`` in target order."""
     nll_out, pos_out = [], []
-    wins = windows(len(tokens), context, context)
-    i = 0
-    while i < len(wins):
-        L = wins[i][1] - wins[i][0]
-        j = i
-        while j < len(wins) and j - i < batch_size and wins[j][1] - wins[j][0] == L:
-            j += 1
-        x = torch.from_numpy(np.stack([tokens[b:e].astype(np.int64) for b, e, _ in wins[i:j]]))
-        y = torch.from_numpy(np.stack([tokens[b + 1 : e + 1].astype(np.int64) for b, e, _ in wins[i:j]]))
+    for batch, x, y in window_batches(tokens, windows(len(tokens), context, context), batch_size):
         logits = model(x).float()
         nll = F.cross_entropy(logits.reshape(-1, logits.size(-1)), y.reshape(-1), reduction="none")
         nll_out.append(nll.double().numpy())
-        pos_out.append(np.tile(np.arange(L), j - i))
-        i = j
+        pos_out.append(np.tile(np.arange(x.shape[1]), len(batch)))
     return np.concatenate(nll_out), np.concatenate(pos_out)
 
 
@@ -169,13 +160,10 @@ def extrapolate(model: torch.nn.Module, tokens: np.ndarray, token_bytes: np.ndar
 
 def plot_extrapolation(report: dict, path: str | Path, *, title: str = "") -> None:
     """PNG: loss vs context (left) and loss per position bucket for every factor (right)."""
-    import matplotlib
+    from normlab.plotting import pyplot, save_png
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
     import matplotlib.ticker
-
-    from normlab.io import atomic_path
 
     res = report["results"]
     tc = report["train_context"]
@@ -201,7 +189,4 @@ def plot_extrapolation(report: dict, path: str | Path, *, title: str = "") -> No
     b.legend(fontsize=8)
     if title:
         fig.suptitle(title)
-    fig.tight_layout()
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, format="png", dpi=100)
-    plt.close(fig)
+    save_png(fig, path)

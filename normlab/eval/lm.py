@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Callable
+from typing import Callable, Iterator
 
 import numpy as np
 import torch
@@ -51,6 +51,23 @@ def spread_windows(n: int, context: int, max_tokens: int) -> list[tuple[int, int
     return [(int(b), int(b) + context, context) for b in starts]
 
 
+def window_batches(tokens: np.ndarray, wins: list[tuple[int, int, int]], batch_size: int
+                   ) -> Iterator[tuple[list[tuple[int, int, int]], torch.Tensor, torch.Tensor]]:
+    """Group consecutive ``wins`` of equal input length into batches of at most ``batch_size``; yields
+    ``(windows, x [b, L], y [b, L])`` with inputs ``tokens[begin:end]`` and targets shifted by one (int64)."""
+    i = 0
+    while i < len(wins):
+        L = wins[i][1] - wins[i][0]
+        j = i
+        while j < len(wins) and j - i < batch_size and wins[j][1] - wins[j][0] == L:
+            j += 1
+        batch = wins[i:j]
+        x = torch.from_numpy(np.stack([tokens[b:e].astype(np.int64) for b, e, _ in batch]))
+        y = torch.from_numpy(np.stack([tokens[b + 1 : e + 1].astype(np.int64) for b, e, _ in batch]))
+        yield batch, x, y
+        i = j
+
+
 @torch.no_grad()
 def score_tokens(model: torch.nn.Module, tokens: np.ndarray, *, context: int, stride: int | None = None,
                  batch_size: int = 16, max_tokens: int | None = None,
@@ -75,23 +92,14 @@ def score_tokens(model: torch.nn.Module, tokens: np.ndarray, *, context: int, st
     model.eval()
     total = 0.0
     scored: list[np.ndarray] = []
-    # batch windows of equal input length together (all but possibly the last one)
-    i = 0
-    while i < len(wins):
-        L = wins[i][1] - wins[i][0]
-        j = i
-        while j < len(wins) and j - i < batch_size and wins[j][1] - wins[j][0] == L:
-            j += 1
-        batch = wins[i:j]
-        x = torch.from_numpy(np.stack([tokens[b:e].astype(np.int64) for b, e, _ in batch]))
-        y = torch.from_numpy(np.stack([tokens[b + 1 : e + 1].astype(np.int64) for b, e, _ in batch]))
+    for batch, x, y in window_batches(tokens, wins, batch_size):
+        L = x.shape[1]
         logits = model(x)
         nll = F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), y.reshape(-1), reduction="none")
         nll = nll.view(len(batch), L).double()
         for r, (_, _, k) in enumerate(batch):
             total += float(nll[r, L - k :].sum())
             scored.append(y[r, L - k :].numpy())
-        i = j
     model.train(was_training)
     return total, np.concatenate(scored)
 

@@ -26,24 +26,19 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 from normlab.norms import functional as NF
+from normlab.norms.modules import _AffineNorm
 from normlab.norms.registry import register_norm
 
 
-class BatchStatNorm(nn.Module):
-    """Base: per-channel ``weight [dim]`` (ones), ``bias [dim]`` (zeros), int64 counters ``num_batches``
-    (training forwards) and ``step`` (optimizer steps, detected as described in the module docstring)."""
-
-    paper = ""
-    description = ""
+class BatchStatNorm(_AffineNorm):
+    """Base: per-channel ``weight [dim]`` (ones), ``bias [dim]`` (zeros) from ``_AffineNorm``, plus int64 counters
+    ``num_batches`` (training forwards) and ``step`` (optimizer steps, detected as described in the module
+    docstring)."""
 
     def __init__(self, dim: int, *, eps: float = 1e-5, affine: bool = True, bias: bool = True):
-        super().__init__()
-        self.dim, self.eps = dim, eps
-        self.weight = nn.Parameter(torch.ones(dim)) if affine else None
-        self.bias = nn.Parameter(torch.zeros(dim)) if (affine and bias) else None
+        super().__init__(dim, eps=eps, affine=affine, bias=bias)
         self.register_buffer("num_batches", torch.zeros((), dtype=torch.long))
         self.register_buffer("step", torch.zeros((), dtype=torch.long))
         self._seen_version: int | None = None  # weight._version at the last training forward (not state)
@@ -92,9 +87,6 @@ class BatchStatNorm(nn.Module):
             self.weight.fill_(1.0)
         if self.bias is not None:
             self.bias.zero_()
-
-    def extra_repr(self) -> str:
-        return f"{self.dim}, eps={self.eps}, affine={self.weight is not None}, bias={self.bias is not None}"
 
 
 @register_norm("batchnorm")

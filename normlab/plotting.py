@@ -1,0 +1,28 @@
+"""Matplotlib plumbing shared by every PNG normlab writes: the headless backend and atomic saving."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def pyplot():
+    """``matplotlib.pyplot`` on the Agg backend (no display needed); imported lazily, it is slow to import."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def save_png(fig, path: str | Path) -> str:
+    """Lay out ``fig``, write it to ``path`` as a 100-dpi PNG via a temp file + rename (never half-written), close
+    it; returns the file name."""
+    from normlab.io import atomic_path
+
+    path = Path(path)
+    fig.tight_layout()
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png", dpi=100)
+    pyplot().close(fig)
+    return path.name
