@@ -91,3 +91,14 @@ def kill_9_after(args: list[str], out: Path, cache: Path, checkpoint_step: int) 
     time.sleep(0.05)  # land somewhere between checkpoints
     proc.send_signal(signal.SIGKILL)
     proc.wait()
+
+
+def assert_bad_input(proc: subprocess.CompletedProcess, *fragments: str) -> None:
+    """The bad-input contract: exit status 2, exactly one stderr line starting ``error: `` that contains every
+    fragment, and no traceback anywhere on stderr."""
+    assert proc.returncode == 2, (proc.returncode, proc.stderr)
+    err = proc.stderr.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("error: "), err
+    assert "Traceback" not in proc.stderr
+    for f in fragments:
+        assert f in err, err

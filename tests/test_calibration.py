@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from normlab.eval.calibration import calibration_stats, expected_calibration_error, fit_temperature, reliability_diagram
-from tests.helpers import run_inproc as normlab
+from tests.helpers import assert_bad_input, run_inproc as normlab
 
 SHORT = ["--set", "train.steps=4", "--set", "train.eval_every=4", "--set", "train.checkpoint_every=4",
          "--set", "train.eval_batches=1"]
@@ -29,14 +29,6 @@ def tiny_run(tmp_path_factory) -> tuple[Path, Path]:
         normlab("train", "tiny", *SHORT, "--out", str(out), cache=cache, check=True)
         _SHARED["tiny"] = (out, cache)
     return _SHARED["tiny"]
-
-
-def assert_bad_input(proc, *fragments):
-    assert proc.returncode == 2, (proc.returncode, proc.stderr)
-    err = proc.stderr.strip()
-    assert len(err.splitlines()) == 1 and err.startswith("error: ") and "Traceback" not in err, err
-    for f in fragments:
-        assert f in err, err
 
 
 def hand_example():

@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 
-from tests.helpers import run_inproc as normlab
+from tests.helpers import assert_bad_input, run_inproc as normlab
 from tests.helpers import normlab as normlab_subprocess
 from tests.helpers import summary
 
@@ -19,15 +19,6 @@ def run(tmp_path_factory, cache):
     out = tmp_path_factory.mktemp("runs") / "tiny"
     normlab("train", "tiny", *SHORT, "--out", str(out), cache=cache, check=True)
     return out
-
-
-def assert_bad_input(proc, *fragments):
-    assert proc.returncode == 2, (proc.returncode, proc.stderr)
-    err = proc.stderr.strip()
-    assert len(err.splitlines()) == 1 and err.startswith("error: "), err
-    assert "Traceback" not in proc.stderr
-    for f in fragments:
-        assert f in err, err
 
 
 def test_eval_json_keys_and_floor(run, cache):

@@ -19,7 +19,7 @@ import yaml
 from normlab.errors import NormlabError
 from normlab.experiments import Store, list_presets, load_sweep, parse_sweep, plan_workers
 from normlab.experiments.tensorboard import read_scalars, write_scalars
-from tests.helpers import cli_env
+from tests.helpers import assert_bad_input, cli_env
 from tests.helpers import run_inproc as normlab
 
 FAST = {"train.steps": 12, "train.eval_every": 6, "train.eval_batches": 2, "train.log_every": 3,
@@ -29,15 +29,6 @@ FAST = {"train.steps": 12, "train.eval_every": 6, "train.eval_batches": 2, "trai
 def write_sweep(path: Path, **spec) -> Path:
     path.write_text(yaml.safe_dump(spec, sort_keys=False))
     return path
-
-
-def assert_bad_input(proc, *fragments):
-    assert proc.returncode == 2, (proc.returncode, proc.stderr)
-    err = proc.stderr.strip()
-    assert len(err.splitlines()) == 1 and err.startswith("error: "), err
-    assert "Traceback" not in proc.stderr
-    for f in fragments:
-        assert f in err, err
 
 
 # -- expansion ---------------------------------------------------------------------------------------------------
