@@ -52,8 +52,7 @@ def variant_config(variant: str, budget: Budget, seed: int) -> dict[str, Any]:
         "model": {"context": b.context, "width": b.width, "heads": b.heads,
                   "depth": b.deep_depth if deep else b.depth, "norm": "layernorm", "placement": "pre", **model_o},
         "train": {"steps": b.steps, "batch_size": b.batch_size, "lr": b.lr, "warmup_steps": b.warmup_steps,
-                  "eval_every": b.steps, "eval_batches": b.eval_batches, "eval_sample": "spread",
-                  "log_every": max(1, b.steps // 10),
+                  "eval_every": b.steps, "eval_batches": b.eval_batches, "log_every": max(1, b.steps // 10),
                   "checkpoint_every": b.steps, "keep_checkpoints": 1, "threads": 1, **train_o},
         "diag": {"every": b.diag_every if deep else 0},
     }
