@@ -111,13 +111,25 @@ def cmd_norms(args: argparse.Namespace) -> int:
     return 0
 
 
+class _Version(argparse.Action):
+    """``--version``, computed only when asked (the git lookup costs a subprocess)."""
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        from normlab.provenance import version_string
+
+        print(f"normlab {version_string()}")
+        raise SystemExit(0)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="normlab", description="Normalization lab for transformer language models.")
     p.add_argument("--debug", action="store_true", help="show tracebacks for errors")
+    p.add_argument("--version", action=_Version, nargs=0,
+                   help="print normlab's version (and git commit when run from a checkout) and exit")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     t = sub.add_parser("train", help="train a model from a YAML config or preset")
-    t.add_argument("config", nargs="?", help="YAML file or preset name (configs/: tiny, small)")
+    t.add_argument("config", nargs="?", help="YAML file or preset name (shipped in normlab/configs/: tiny, small, dyt)")
     t.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config key, e.g. --set model.norm=rmsnorm (repeatable)")
     t.add_argument("--out", help="run directory (default: runs/<config>-<hash>)")
@@ -193,7 +205,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     cp = sub.add_parser("compare", help="train many variants in parallel, store the results, write a report")
     cp.add_argument("sweep", nargs="?", help="sweep YAML file (docs/compare.md); or use --preset")
-    cp.add_argument("--preset", help="a shipped sweep in configs/sweeps/ (quick, depth, attention)")
+    cp.add_argument("--preset", help="a shipped sweep in normlab/configs/sweeps/ (quick, depth, attention, dyt)")
     cp.add_argument("--out", help="sweep directory (default: runs/compare-<sweep name>); re-run to resume")
     cp.add_argument("--workers", type=int, help="parallel worker processes (default: one per core, at most one per run)")
     cp.add_argument("--json", action="store_true", help="print one JSON object at the end (progress goes to stderr)")
@@ -210,14 +222,16 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--json", action="store_true")
     rp.set_defaults(func=cmd_report)
 
-    cl = sub.add_parser("claims", help="re-measure published normalization claims with seeds and 95% CIs")
+    cl = sub.add_parser("claims", help="re-measure published normalization claims with seeds and 95%% CIs")
     cl.add_argument("--only", metavar="NAME", help="run only these claims (comma-separated names)")
     cl.add_argument("--seeds", type=int, help="number of seeds (default: the budget's)")
     cl.add_argument("--budget", choices=["tiny", "quick", "full"], default="quick",
                     help="tiny: seconds (tests); quick: < 15 min on 2 cores; full: ~30 min, writes docs/claims.md")
     cl.add_argument("--out", help="results and runs directory (default: runs/claims-<budget>); re-run to resume")
     cl.add_argument("--workers", type=int, help="parallel training processes (default: 2, tiny: 1)")
-    cl.add_argument("--docs", action="store_true", help="also write docs/claims.md (always done for --budget full)")
+    cl.add_argument("--docs", nargs="?", const=True, default=False, metavar="FILE",
+                    help="also write the claims page: FILE, default docs/claims.md under the current directory "
+                    "(always done for --budget full)")
     cl.add_argument("--json", action="store_true")
     cl.set_defaults(func=cmd_claims)
 

@@ -23,7 +23,7 @@ from normlab.errors import NormlabError, did_you_mean, unknown
 from normlab.model.config import ModelConfig
 
 _FLOAT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
-CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
+CONFIG_DIR = Path(__file__).resolve().parent / "configs"  # package data: shipped presets
 
 
 @dataclass
@@ -295,7 +295,7 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
 
 
 def resolve_config_path(name: str) -> Path:
-    """A YAML path, or the name of a shipped preset in ``configs/`` (e.g. ``tiny``)."""
+    """A YAML path, or the name of a shipped preset in ``normlab/configs/`` (e.g. ``tiny``)."""
     p = Path(name)
     if p.is_file():
         return p

@@ -3,7 +3,7 @@
 Prints a table (claim, paper, metric, expected, measured mean ± 95% CI half-width, verdict) or, with ``--json``,
 one object whose ``claims`` list holds ``{claim, paper, metric, expected, measured, ci, verdict, ...}``.
 Results go to ``OUT/claims.json`` (default ``runs/claims-<budget>``); ``--budget full`` (or ``--docs``) also writes
-``docs/claims.md``.
+``docs/claims.md`` under the current directory (``--docs FILE`` names another file).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import platform
 import shlex
 from pathlib import Path
 
-DOCS = Path(__file__).resolve().parent.parent.parent / "docs" / "claims.md"
+DOCS = Path("docs") / "claims.md"  # relative to the current directory (the repo root in a checkout), never the package
 
 
 def _fmt(v: float | None) -> str:
@@ -54,7 +54,7 @@ def run_claims(args: argparse.Namespace) -> int:
 
     saved = save_report(out / "claims.json", report)
     if budget.name == "full" or args.docs:
-        write_docs(saved, DOCS)
+        write_docs(saved, Path(args.docs) if isinstance(args.docs, str) else DOCS)
     if args.json:
         print(json.dumps(report, default=float))
         return 0
@@ -91,7 +91,7 @@ def command_line(args: argparse.Namespace) -> str:
     if args.workers is not None:
         parts += ["--workers", str(args.workers)]
     if args.docs:
-        parts.append("--docs")
+        parts += ["--docs"] + ([args.docs] if isinstance(args.docs, str) and Path(args.docs) != DOCS else [])
     return " ".join(shlex.quote(p) for p in parts)
 
 

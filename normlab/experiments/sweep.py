@@ -252,7 +252,7 @@ def parse_sweep(raw: Any, *, here: Path | None = None, source: str = "sweep") ->
 
 
 def load_sweep(path: str | Path | None = None, *, preset: str | None = None) -> Sweep:
-    """Load a sweep file, or a shipped preset from ``configs/sweeps/`` by name."""
+    """Load a sweep file, or a shipped preset from ``normlab/configs/sweeps/`` by name."""
     if (path is None) == (preset is None):
         raise NormlabError("compare needs a SWEEP.yaml or --preset NAME (not both); presets: " + ", ".join(list_presets()))
     p = preset_path(preset) if preset is not None else Path(path)

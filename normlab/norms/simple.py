@@ -58,7 +58,7 @@ class DyT(nn.Module):
           norm: dyt
           norm_options: {bias: false, alpha_init@attn: 0.8, alpha_init@mlp: 0.2, alpha_init@final: 0.2}
 
-    (``configs/dyt.yaml``). ``alpha`` is DyT's only parameter not named ``weight``/``bias``: it is the squashing
+    (``normlab/configs/dyt.yaml``). ``alpha`` is DyT's only parameter not named ``weight``/``bias``: it is the squashing
     scale, not an affine map, so it stays learnable with ``affine=False`` (which removes ``weight`` and ``bias``).
     No statistics: every token is transformed on its own. ``eps`` is accepted for the shared constructor and unused.
     Shapes: ``[..., dim] -> [..., dim]``.
