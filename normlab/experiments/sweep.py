@@ -10,6 +10,12 @@
       - {name: Post-LN, set: {model.placement: post}}
       - {name: Pre-LN,  set: {model.placement: pre}}
     seeds: [0, 1]                   # every (variant, axes point) runs once per seed
+    lr_grid: {min: 1e-3, max: 1e-1, points: 5}   # optional: train.lr over a log-spaced grid (or a list), crossed
+                                                 # with variants, axes and seeds (normlab.experiments.grid)
+
+With ``lr_grid`` every run's ``axes`` carries ``train.lr`` and ``grid_group``: the label of its variant and other
+axes without the learning rate, which the report uses to draw loss against learning rate per group. ``train.lr``
+may then not be set anywhere else in the sweep (it would be silently overridden).
 
 Everything is validated before anything is written: unknown keys get a did-you-mean, an empty axis, a seed given as
 an override, two variants that produce the same config, and every expanded config's own checks are one-line
@@ -34,9 +40,11 @@ import yaml
 from normlab.config import (CONFIG_DIR, RunConfig, _all_keys, _mapping_keys, config_from_dict, read_yaml,
                             resolve_config_path)
 from normlab.errors import NormlabError, did_you_mean
+from normlab.experiments.grid import expand_grid
 
 SWEEP_DIR = CONFIG_DIR / "sweeps"
-TOP_KEYS = ("name", "description", "base", "set", "axes", "variants", "seeds")
+TOP_KEYS = ("name", "description", "base", "set", "axes", "variants", "seeds", "lr_grid")
+LR_KEY = "train.lr"
 SECTIONS = ("data", "model", "train", "optim")
 
 
@@ -62,6 +70,7 @@ class Sweep:
     runs: list[SweepRun]
     variants: list[str] = field(default_factory=list)
     description: str = ""
+    lr_grid: list[float] | None = None
 
     @property
     def hash(self) -> str:
@@ -213,8 +222,17 @@ def parse_sweep(raw: Any, *, here: Path | None = None, source: str = "sweep") ->
     if len(set(seeds)) != len(seeds):
         raise NormlabError(f"{source}: seeds contain a duplicate: {seeds}")
 
-    short = _short_keys(list(axes))
-    points = [dict(zip(axes, combo)) for combo in itertools.product(*axes.values())] if axes else [{}]
+    lr_grid = None
+    if raw.get("lr_grid") is not None:
+        lr_grid = expand_grid(raw["lr_grid"], name=f"{source}: lr_grid")
+        where = ("set" if LR_KEY in common else "axes" if LR_KEY in axes else
+                 next((f"variant '{n}'" for n, vs in variants if LR_KEY in vs), None))
+        if where:
+            raise NormlabError(f"{source}: {where} sets {LR_KEY}, but lr_grid already sweeps it; remove one")
+    grid_axes = {**axes, LR_KEY: lr_grid} if lr_grid else axes
+    short = _short_keys(list(grid_axes))
+    points = ([dict(zip(grid_axes, combo)) for combo in itertools.product(*grid_axes.values())]
+              if grid_axes else [{}])
     named = variants or [("", {})]
     runs: list[SweepRun] = []
     labels: list[str] = []
@@ -223,6 +241,7 @@ def parse_sweep(raw: Any, *, here: Path | None = None, source: str = "sweep") ->
         for point in points:
             axis_label = ", ".join(f"{short[k]}={_fmt(v)}" for k, v in point.items())
             label = " · ".join(p for p in (vname, axis_label) if p) or "base"
+            group = _group_label(vname, point, short) if lr_grid else None
             overrides = {**common, **vset, **point}
             data = _apply(base, overrides)
             try:
@@ -236,7 +255,7 @@ def parse_sweep(raw: Any, *, here: Path | None = None, source: str = "sweep") ->
             labels.append(label)
             for seed in seeds:
                 cfg_s = config_from_dict({**data, "seed": seed})
-                run_axes = ({"variant": vname} if vname else {}) | point
+                run_axes = ({"variant": vname} if vname else {}) | point | ({"grid_group": group} if group else {})
                 runs.append(SweepRun("", label, seed, run_axes, overrides, cfg_s.to_dict(), cfg_s.hash()))
     ids: set[str] = set()
     for r in runs:
@@ -247,8 +266,15 @@ def parse_sweep(raw: Any, *, here: Path | None = None, source: str = "sweep") ->
         r.run_id = rid
     spec = {"name": name, "description": str(raw.get("description") or ""), "base": base,
             "set": common, "axes": axes,
-            **({"variants": [{"name": n, "set": s} for n, s in variants]} if variants else {}), "seeds": seeds}
-    return Sweep(name, spec, runs, labels, spec["description"])
+            **({"variants": [{"name": n, "set": s} for n, s in variants]} if variants else {}), "seeds": seeds,
+            **({"lr_grid": lr_grid} if lr_grid else {})}
+    return Sweep(name, spec, runs, labels, spec["description"], lr_grid)
+
+
+def _group_label(vname: str, point: dict[str, Any], short: dict[str, str]) -> str:
+    """The label of a run without its grid learning rate: the variant name and the other axes."""
+    rest = ", ".join(f"{short[k]}={_fmt(v)}" for k, v in point.items() if k != LR_KEY)
+    return " · ".join(p for p in (vname, rest) if p) or "base"
 
 
 def load_sweep(path: str | Path | None = None, *, preset: str | None = None) -> Sweep:
