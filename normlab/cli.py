@@ -121,6 +121,12 @@ class _Version(argparse.Action):
         raise SystemExit(0)
 
 
+def _data_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--data", metavar="SOURCE", help="score another corpus (any data.source) with the run's own "
+                   "tokenizer; results go to files suffixed _data-<content hash> (default: the run's corpus, "
+                   "refused if it changed since training)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="normlab", description="Normalization lab for transformer language models.")
     p.add_argument("--debug", action="store_true", help="show tracebacks for errors")
@@ -146,6 +152,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--stride", type=int, help="sliding-window stride (default: context = non-overlapping)")
     e.add_argument("--batch-size", type=int, default=16)
     e.add_argument("--max-tokens", type=int, default=0, help="score only the first N tokens (0 = all)")
+    _data_arg(e)
     e.add_argument("--json", action="store_true")
     e.set_defaults(func=cmd_eval)
 
@@ -178,6 +185,7 @@ def build_parser() -> argparse.ArgumentParser:
     cb.add_argument("--split", choices=["val", "test"], default="val")
     cb.add_argument("--max-tokens", type=int, default=0,
                     help="scored tokens: first half fits T, second half is held out (0 = the whole split)")
+    _data_arg(cb)
     cb.add_argument("--batch-size", type=int, default=16)
     cb.add_argument("--json", action="store_true")
     cb.set_defaults(func=cmd_calibrate)
@@ -189,6 +197,7 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("--factors", default="1,2,4,8,16", help="comma-separated multiples of the training context")
     x.add_argument("--split", choices=["val", "test"], default="val")
     x.add_argument("--max-tokens", type=int, default=0, help="use only the first N tokens of the split (0 = all)")
+    _data_arg(x)
     x.add_argument("--memory-gb", type=float, default=4.0, help="skip factors whose one window needs more (estimate)")
     x.add_argument("--batch-size", type=int, default=16, help="windows per forward (lowered to fit --memory-gb)")
     x.add_argument("--json", action="store_true")
@@ -200,6 +209,7 @@ def build_parser() -> argparse.ArgumentParser:
     dg.add_argument("--split", choices=["val", "test"], default="val")
     dg.add_argument("--sequences", type=int, default=16, help="number of sequences in the fixed sample")
     dg.add_argument("--context", type=int, help="tokens per sequence (default: the training context)")
+    _data_arg(dg)
     dg.add_argument("--json", action="store_true")
     dg.set_defaults(func=cmd_diagnose)
 

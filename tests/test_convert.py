@@ -337,8 +337,8 @@ def test_cli_convert_then_eval_matches(tiny_run, tmp_path, cache):
         assert set(row) == {"max_abs_logit_diff", "bpb_before", "bpb_after", "out", "kind"}
         assert row["kind"] == kind and row["out"] == str(out) and row["max_abs_logit_diff"] <= 1e-4
         assert abs(row["bpb_after"] - row["bpb_before"]) <= 1e-6
-        assert sorted(p.name for p in out.iterdir()) == ["config.yaml", "conversion.json", "model.safetensors",
-                                                         "summary.json"]
+        assert sorted(p.name for p in out.iterdir()) == ["config.yaml", "conversion.json", "data.json",
+                                                         "model.safetensors", "provenance.json", "summary.json"]
         assert json.loads((out / "summary.json").read_text())["status"] == "completed"
         assert json.loads((out / "conversion.json").read_text())["kind"] == kind
         if kind == "crmsnorm" and not build_model_dispatches():

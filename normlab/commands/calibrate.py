@@ -20,14 +20,16 @@ LOGITS_BUDGET = 1 << 30  # bytes of float32 logits held in memory (caps the toke
 
 def run_calibrate(args: argparse.Namespace) -> int:
     from normlab.eval.calibration import calibration_stats, collect_logits, fit_temperature, reliability_diagram
+    from normlab.rundata import data_record, data_suffix, run_data
     from normlab.rundir import load_run
-    from normlab.train.loop import load_data
 
     if args.max_tokens < 0 or args.batch_size < 1:
         raise NormlabError("--max-tokens must be >= 0 and --batch-size >= 1")
     run = load_run(args.run_dir)
     cfg = run.cfg
-    data = load_data(cfg)
+    source = getattr(args, "data", None)
+    data = run_data(args.run_dir, cfg, source=source)
+    sfx = data_suffix(source, data)
     tokens = data.split(args.split)
     avail = len(tokens) - 1
     cap = max(2, LOGITS_BUDGET // (4 * cfg.model.vocab_size))
@@ -45,13 +47,13 @@ def run_calibrate(args: argparse.Namespace) -> int:
         "brier_before": before["brier"], "brier_after": after["brier"], "accuracy": before["accuracy"],
         "split": args.split, "context": cfg.model.context, "fit_tokens": half, "eval_tokens": len(y) - half,
         "bins": 15, "run_dir": str(args.run_dir), "weights": str(run.weights),
-        "reliability_before": before["bins"], "reliability_after": after["bins"],
+        "reliability_before": before["bins"], "reliability_after": after["bins"], **data_record(source, data),
     }
     if n < (args.max_tokens or avail) and n == cap:
         m["note"] = f"token count capped at {cap} to hold the logits in {LOGITS_BUDGET >> 20} MiB"
     run_dir = Path(args.run_dir)
-    write_json(run_dir / "calibration.json", m)
-    reliability_diagram(before, after, run_dir / "reliability.png", temperature=temperature,
+    write_json(run_dir / f"calibration{sfx}.json", m)
+    reliability_diagram(before, after, run_dir / f"reliability{sfx}.png", temperature=temperature,
                         title=f"{run_dir.name} ({args.split}, {len(y) - half} held-out tokens)")
     if args.json:
         print(json.dumps(m))
@@ -64,5 +66,5 @@ def run_calibrate(args: argparse.Namespace) -> int:
     for k in ("ece", "nll", "brier"):
         table.add_row(k, f"{m[k + '_before']:.4f}", f"{m[k + '_after']:.4f}")
     Console().print(table)
-    print(f"wrote {run_dir / 'calibration.json'} and {run_dir / 'reliability.png'}")
+    print(f"wrote {run_dir / f'calibration{sfx}.json'} and {run_dir / f'reliability{sfx}.png'}")
     return 0

@@ -16,8 +16,8 @@ def run_diagnose(args: argparse.Namespace) -> int:
 
     from normlab.diagnostics.analyze import diagnose_model, sample_sequences, training_records, training_summary
     from normlab.diagnostics.plots import write_plots
+    from normlab.rundata import data_record, data_suffix, run_data
     from normlab.rundir import load_run
-    from normlab.train.loop import load_data
 
     run_dir = Path(args.run_dir)
     run = load_run(run_dir)
@@ -27,7 +27,9 @@ def run_diagnose(args: argparse.Namespace) -> int:
         raise NormlabError(f"--sequences and --context must be >= 1, got {args.sequences} and {context}")
     if cfg.model.positions == "learned" and context > cfg.model.context:
         raise NormlabError(f"--context {context} exceeds the learned position table ({cfg.model.context})")
-    data = load_data(cfg)
+    source = getattr(args, "data", None)
+    data = run_data(run_dir, cfg, source=source)
+    sfx = data_suffix(source, data)
     tokens = data.val if args.split == "val" else data.test
     idx, targets, starts = sample_sequences(tokens, args.sequences, context)
     if cfg.train.threads:
@@ -44,11 +46,11 @@ def run_diagnose(args: argparse.Namespace) -> int:
         "model": {"placement": m.placement, "norm": m.norm, "depth": m.depth, "width": m.width, "heads": m.heads,
                   "positions": m.positions, "attention": getattr(m, "attention", "softmax")},
         **result,
-        "training": {**training_summary(records), "loss_spikes": spikes},
+        "training": {**training_summary(records), "loss_spikes": spikes}, **data_record(source, data),
     }
     title = f"{run_dir.name}: {m.placement}-{m.norm}, depth {m.depth}"
-    out["plots"] = [f"diagnostics/{n}" for n in write_plots(result, records, run_dir / "diagnostics", title)]
-    write_json(run_dir / "diagnostics.json", out)
+    out["plots"] = [f"diagnostics{sfx}/{n}" for n in write_plots(result, records, run_dir / f"diagnostics{sfx}", title)]
+    write_json(run_dir / f"diagnostics{sfx}.json", out)
     if args.json:
         print(json.dumps(out))
         return 0
@@ -87,6 +89,7 @@ def _print_headline(d: dict) -> None:
     tr = d["training"]
     if tr.get("loss_spikes") is not None:
         lines.append(f"loss spikes during training: {tr['loss_spikes']['count']}")
-    lines.append(f"wrote {Path(d['run_dir']) / 'diagnostics.json'} and {len(d['plots'])} plots")
+    sfx = f"_data-{d['data']['content_hash'][:12]}" if d.get("data") else ""
+    lines.append(f"wrote {Path(d['run_dir']) / f'diagnostics{sfx}.json'} and {len(d['plots'])} plots")
     for line in lines:
         con.print(line)

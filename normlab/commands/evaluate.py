@@ -18,8 +18,8 @@ from normlab.io import write_json
 
 def run_eval(args: argparse.Namespace) -> int:
     from normlab.eval.lm import evaluate
+    from normlab.rundata import data_record, data_suffix, run_data
     from normlab.rundir import load_run
-    from normlab.train.loop import load_data
 
     run = load_run(args.run_dir)
     overrides = list(getattr(args, "overrides", None) or [])
@@ -36,7 +36,8 @@ def run_eval(args: argparse.Namespace) -> int:
     check_static_gate(cfg.model, context)
     if args.batch_size < 1 or args.max_tokens < 0:
         raise NormlabError("--batch-size must be >= 1 and --max-tokens >= 0")
-    data = load_data(cfg)
+    source = getattr(args, "data", None)
+    data = run_data(args.run_dir, cfg, source=source)
     tokens = data.val if args.split == "val" else data.test
     m = evaluate(run.model, tokens, data.token_bytes, data.tokenizer.decode, context=context, stride=args.stride,
                  batch_size=args.batch_size, max_tokens=args.max_tokens or None)
@@ -47,7 +48,9 @@ def run_eval(args: argparse.Namespace) -> int:
         m["gap_bpb"] = m["bits_per_byte"] - data.entropy_floor_bpb
     if overrides:
         m["overrides"] = overrides
-    write_json(Path(args.run_dir) / f"eval_{args.split}{'_overrides' if overrides else ''}.json", m)
+    m.update(data_record(source, data))
+    write_json(Path(args.run_dir) / f"eval_{args.split}{'_overrides' if overrides else ''}{data_suffix(source, data)}.json",
+               m)
     if args.json:
         print(json.dumps(m))
         return 0

@@ -19,8 +19,8 @@ from normlab.io import write_json
 def run_extrapolate(args: argparse.Namespace) -> int:
     from normlab.commands.evaluate import apply_eval_overrides, check_static_gate
     from normlab.eval.extrapolation import check_positions, extrapolate, parse_factors, plot_extrapolation
+    from normlab.rundata import data_record, data_suffix, run_data
     from normlab.rundir import load_run, open_config
-    from normlab.train.loop import load_data
 
     factors = parse_factors(args.factors)
     if args.max_tokens < 0 or args.batch_size < 1 or not args.memory_gb > 0:
@@ -32,7 +32,8 @@ def run_extrapolate(args: argparse.Namespace) -> int:
     overrides = list(getattr(args, "overrides", None) or [])
     apply_eval_overrides(run, overrides)
     mc = run.cfg.model
-    data = load_data(run.cfg)
+    source = getattr(args, "data", None)
+    data = run_data(args.run_dir, run.cfg, source=source)
     rep = extrapolate(run.model, data.split(args.split), data.token_bytes, train_context=mc.context,
                       factors=factors, positions=mc.positions, attention=getattr(mc, "attention", "softmax"),
                       max_tokens=args.max_tokens, memory_gb=args.memory_gb, batch_size=args.batch_size)
@@ -40,8 +41,9 @@ def run_extrapolate(args: argparse.Namespace) -> int:
                 "run_dir": str(args.run_dir), "weights": str(run.weights)})
     if overrides:
         rep["overrides"] = overrides
+    rep.update(data_record(source, data))
     run_dir = Path(args.run_dir)
-    stem = "extrapolation_overrides" if overrides else "extrapolation"
+    stem = ("extrapolation_overrides" if overrides else "extrapolation") + data_suffix(source, data)
     write_json(run_dir / f"{stem}.json", rep)
     plot_extrapolation(rep, run_dir / f"{stem}.png",
                        title=f"{run_dir.name}: {rep['attention']} attention, {mc.positions} positions"

@@ -23,8 +23,8 @@ MAX_NEW_TOKENS = 100_000
 
 def run_generate(args: argparse.Namespace) -> int:
     from normlab.eval.sampling import check_sampling_args, generate_tokens
+    from normlab.rundata import run_tokenizer
     from normlab.rundir import load_run
-    from normlab.train.loop import load_data
 
     sampling = {"temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p, "min_p": args.min_p,
                 "top_nsigma": args.top_nsigma}
@@ -34,7 +34,7 @@ def run_generate(args: argparse.Namespace) -> int:
     if not args.prompt:
         raise NormlabError("--prompt must be a non-empty string")
     run = load_run(args.run_dir)
-    tok = load_data(run.cfg).tokenizer
+    tok = run_tokenizer(args.run_dir, run.cfg)  # the run's own tokenizer.json: no corpus needed
     prompt_ids = [int(i) for i in tok.encode(args.prompt.encode("utf-8"))]
     model = run.model
     use_cache = hasattr(model, "step") and hasattr(model, "init_state")

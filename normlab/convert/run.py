@@ -62,7 +62,7 @@ def convert_run(run_dir: str | Path, kind: str, out: str | Path | None = None, *
     Raises a one-line NormlabError (and writes nothing) for unsupported models or a failed check.
     """
     from normlab.eval.lm import evaluate
-    from normlab.train.loop import load_data
+    from normlab.rundata import DATA_FILE, PROVENANCE_FILE, TOKENIZER_FILE, run_data
 
     if kind not in KINDS:
         raise NormlabError(f"unknown conversion '{kind}'; allowed: {', '.join(KINDS)}")
@@ -76,7 +76,7 @@ def convert_run(run_dir: str | Path, kind: str, out: str | Path | None = None, *
     cfg = src.cfg
     new_cfg, model, info = convert_model(src.model, cfg, kind)
 
-    data = load_data(cfg)
+    data = run_data(run_dir, cfg)  # the run's own tokenizer; a changed corpus is refused
     ctx = cfg.model.context
 
     def bpb(m: torch.nn.Module) -> tuple[float, int]:
@@ -114,6 +114,9 @@ def convert_run(run_dir: str | Path, kind: str, out: str | Path | None = None, *
             "entropy_floor_bpb": data.entropy_floor_bpb, "params": back.num_params(),
             "config_hash": new_cfg.hash(), "run_dir": str(out),
         }
+        for name in (TOKENIZER_FILE, DATA_FILE, PROVENANCE_FILE):  # the converted run stays self-contained
+            if (run_dir / name).is_file():
+                shutil.copy2(run_dir / name, tmp / name)
         write_json(tmp / "conversion.json", record)
         write_json(tmp / "summary.json", summary)
         if out.exists():

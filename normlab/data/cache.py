@@ -20,6 +20,7 @@ import os
 import re
 import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -218,16 +219,21 @@ def _resolve_tokenizer(tokenizer) -> tuple[str, int | Tokenizer | None]:
     return parse_tokenizer_spec(tokenizer)
 
 
-def prepare_data(source: str, tokenizer: str = "bytes", *, cache_dir: str | Path | None = None,
-                 val_fraction: float = 0.05, test_fraction: float = 0.05) -> PreparedData:
+def prepare_data(source: str, tokenizer: str | Path = "bytes", *, cache_dir: str | Path | None = None,
+                 val_fraction: float = 0.05, test_fraction: float = 0.05,
+                 check: Callable[[Corpus], None] | None = None) -> PreparedData:
     """Load ``source``, split it, tokenize it (training BPE on train only) and cache the token ids.
 
     A second call with the same corpus content, tokenizer and fractions reuses the cache entry; an entry with
-    missing or unreadable files, or sizes that disagree with its ``meta.json``, is rebuilt.
+    missing or unreadable files, or sizes that disagree with its ``meta.json``, is rebuilt. ``tokenizer``: ``bytes``,
+    ``bpe:N`` or the path of a saved ``tokenizer.json`` (a run's own). ``check(corpus)`` runs on the loaded corpus
+    before anything is tokenized (a run directory's identity check raises there).
     """
     tok_spec, tok_arg = _resolve_tokenizer(tokenizer)
     _check_fractions(val_fraction, test_fraction)
     corpus = load_corpus(source)
+    if check is not None:
+        check(corpus)
     key = cache_key(corpus.meta["content_hash"], tok_spec, val_fraction, test_fraction)
     root = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
     try:

@@ -37,17 +37,22 @@ from normlab.train.schedule import lr_at
 STATUS_EXIT = {"completed": EXIT_OK, "diverged": EXIT_DIVERGED, "interrupted": EXIT_INTERRUPTED}
 
 
-def load_data(cfg: RunConfig) -> PreparedData:
-    """Prepare (or reuse from the cache) the tokenised splits of ``cfg.data`` and check they fit the context."""
+def load_data(cfg: RunConfig, *, source: str | None = None, tokenizer: str | Path | None = None,
+              check=None) -> PreparedData:
+    """Prepare (or reuse from the cache) the tokenised splits of ``cfg.data`` and check they fit the context.
+
+    ``source`` / ``tokenizer`` replace ``cfg.data``'s (a run directory's own tokenizer.json, another corpus);
+    ``check``: see ``prepare_data``. Commands on an existing run use ``normlab.rundata.run_data``.
+    """
     d = cfg.data
-    data = prepare_data(d.source, d.tokenizer, cache_dir=d.cache_dir, val_fraction=d.val_fraction,
-                        test_fraction=d.test_fraction)
+    data = prepare_data(source or d.source, tokenizer or d.tokenizer, cache_dir=d.cache_dir,
+                        val_fraction=d.val_fraction, test_fraction=d.test_fraction, check=check)
     need = cfg.model.context + 1
     for split in ("train", "val"):
         n = len(getattr(data, split))
         if n < need:
             raise NormlabError(
-                f"corpus '{d.source}' is too short: its {split} split has {n} tokens, one context window needs {need}"
+                f"corpus '{source or d.source}' is too short: its {split} split has {n} tokens, one context window needs {need}"
             )
     return data
 
@@ -130,7 +135,10 @@ def train(cfg: RunConfig, run_dir: str | Path, *, resume: bool = False, quiet: b
     run_dir = Path(run_dir)
     if cfg.train.threads:
         torch.set_num_threads(cfg.train.threads)
-    data = load_data(cfg)
+    from normlab.rundata import read_data_info, run_data, save_run_identity
+
+    # a resumed run keeps its own tokenizer and refuses a changed corpus (normlab.rundata)
+    data = run_data(run_dir, cfg) if resume and read_data_info(run_dir) is not None else load_data(cfg)
     cfg.model.vocab_size = data.vocab_size
     apply_norm_defaults(cfg)
     cfg.validate()
@@ -163,6 +171,7 @@ def train(cfg: RunConfig, run_dir: str | Path, *, resume: bool = False, quiet: b
         run_dir.mkdir(parents=True, exist_ok=True)
         write_text(run_dir / "config.yaml", dump_config(cfg))
         write_json(run_dir / "param_groups.json", groups)
+        save_run_identity(run_dir, cfg, data)  # tokenizer.json, data.json, provenance.json
         write_text(metrics_path, "")
 
     report = ProgressReporter(tc.steps, start, quiet=quiet)
