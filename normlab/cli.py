@@ -8,22 +8,27 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
 
 from normlab.errors import EXIT_BAD_INPUT, NormlabError
+from normlab.validate import MAX_SEED, float_in, int_in
 
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # one line, exit 2 (argparse prints usage + message)
+        message = re.sub(r"^argument (--[\w-]+)(?:/\S+)?: must", r"\1 must", message)  # a range flag (validate.py)
         print(f"error: {message} (see '{self.prog} --help')", file=sys.stderr)
         raise SystemExit(EXIT_BAD_INPUT)
 
 
 def _emit(obj: Any, as_json: bool, human: str) -> None:
     if as_json:
-        print(json.dumps(obj, default=float))
+        from normlab.io import dumps
+
+        print(dumps(obj, default=float))
     else:
         print(human)
 
@@ -148,10 +153,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="evaluation-time key only, e.g. model.lssa_reweight=true")
     e.add_argument("run_dir")
     e.add_argument("--split", choices=["val", "test"], default="val")
-    e.add_argument("--context", type=int, help="window length (default: the training context)")
-    e.add_argument("--stride", type=int, help="sliding-window stride (default: context = non-overlapping)")
-    e.add_argument("--batch-size", type=int, default=16)
-    e.add_argument("--max-tokens", type=int, default=0, help="score only the first N tokens (0 = all)")
+    e.add_argument("--context", type=int_in(1, 2**20), help="window length (default: the training context)")
+    e.add_argument("--stride", type=int_in(1, 2**20), help="sliding-window stride (default: context = non-overlapping)")
+    e.add_argument("--batch-size", type=int_in(1, 2**16), default=16)
+    e.add_argument("--max-tokens", type=int_in(0, 2**40), default=0, help="score only the first N tokens (0 = all)")
     _data_arg(e)
     e.add_argument("--json", action="store_true")
     e.set_defaults(func=cmd_eval)
@@ -161,32 +166,32 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--to", required=True, choices=["rmsnorm", "crmsnorm", "folded"],
                    help="rmsnorm / crmsnorm: Jiang et al. 2023; folded: norm gains (and eval-mode stats) into linears")
     c.add_argument("--out", help="new run directory (default: RUN_DIR-<to>; must not exist or be empty)")
-    c.add_argument("--max-tokens", type=int, default=4096, help="validation tokens for the bits-per-byte check")
-    c.add_argument("--batch-size", type=int, default=16)
+    c.add_argument("--max-tokens", type=int_in(1, 2**40), default=4096, help="validation tokens for the bits-per-byte check")
+    c.add_argument("--batch-size", type=int_in(1, 2**16), default=16)
     c.add_argument("--json", action="store_true")
     c.set_defaults(func=cmd_convert)
 
     g = sub.add_parser("generate", help="sample a continuation of a prompt (tokens stream to stdout)")
     g.add_argument("run_dir")
     g.add_argument("--prompt", required=True, help="text to continue")
-    g.add_argument("--max-new-tokens", type=int, default=200)
+    g.add_argument("--max-new-tokens", type=int_in(0, 100_000), default=200)
     g.add_argument("--temperature", type=float, default=1.0, help="0 = greedy")
-    g.add_argument("--top-k", type=int, help="keep the k most likely tokens")
+    g.add_argument("--top-k", type=int_in(1, 2**31), help="keep the k most likely tokens")
     g.add_argument("--top-p", type=float, help="nucleus: smallest set with cumulative probability >= p")
     g.add_argument("--min-p", type=float, help="keep tokens with p >= min_p * p_max")
     g.add_argument("--top-nsigma", type=float,
                    help="top-nσ (Tang et al. 2024): keep logits >= max - n*std (1.0 is the paper's default)")
-    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--seed", type=int_in(0, MAX_SEED), default=0)
     g.add_argument("--json", action="store_true", help="no streaming; print one JSON object at the end")
     g.set_defaults(func=cmd_generate)
 
     cb = sub.add_parser("calibrate", help="temperature scaling: ECE (15 bins), NLL, Brier before/after")
     cb.add_argument("run_dir")
     cb.add_argument("--split", choices=["val", "test"], default="val")
-    cb.add_argument("--max-tokens", type=int, default=0,
+    cb.add_argument("--max-tokens", type=int_in(0, 2**40), default=0,
                     help="scored tokens: first half fits T, second half is held out (0 = the whole split)")
     _data_arg(cb)
-    cb.add_argument("--batch-size", type=int, default=16)
+    cb.add_argument("--batch-size", type=int_in(1, 2**16), default=16)
     cb.add_argument("--json", action="store_true")
     cb.set_defaults(func=cmd_calibrate)
 
@@ -196,10 +201,10 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("run_dir")
     x.add_argument("--factors", default="1,2,4,8,16", help="comma-separated multiples of the training context")
     x.add_argument("--split", choices=["val", "test"], default="val")
-    x.add_argument("--max-tokens", type=int, default=0, help="use only the first N tokens of the split (0 = all)")
+    x.add_argument("--max-tokens", type=int_in(0, 2**40), default=0, help="use only the first N tokens of the split (0 = all)")
     _data_arg(x)
-    x.add_argument("--memory-gb", type=float, default=4.0, help="skip factors whose one window needs more (estimate)")
-    x.add_argument("--batch-size", type=int, default=16, help="windows per forward (lowered to fit --memory-gb)")
+    x.add_argument("--memory-gb", type=float_in(0, 2**20, lo_open=True), default=4.0, help="skip factors whose one window needs more (estimate)")
+    x.add_argument("--batch-size", type=int_in(1, 2**16), default=16, help="windows per forward (lowered to fit --memory-gb)")
     x.add_argument("--json", action="store_true")
     x.set_defaults(func=cmd_extrapolate)
 
@@ -207,8 +212,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "sinks, layer effectiveness, norm parameters -> RUN_DIR/diagnostics.json + PNGs")
     dg.add_argument("run_dir")
     dg.add_argument("--split", choices=["val", "test"], default="val")
-    dg.add_argument("--sequences", type=int, default=16, help="number of sequences in the fixed sample")
-    dg.add_argument("--context", type=int, help="tokens per sequence (default: the training context)")
+    dg.add_argument("--sequences", type=int_in(1, 4096), default=16, help="number of sequences in the fixed sample")
+    dg.add_argument("--context", type=int_in(1, 2**20), help="tokens per sequence (default: the training context)")
     _data_arg(dg)
     dg.add_argument("--json", action="store_true")
     dg.set_defaults(func=cmd_diagnose)
@@ -217,7 +222,7 @@ def build_parser() -> argparse.ArgumentParser:
     cp.add_argument("sweep", nargs="?", help="sweep YAML file (docs/compare.md); or use --preset")
     cp.add_argument("--preset", help="a shipped sweep in normlab/configs/sweeps/ (quick, depth, attention, dyt)")
     cp.add_argument("--out", help="sweep directory (default: runs/compare-<sweep name>); re-run to resume")
-    cp.add_argument("--workers", type=int, help="parallel worker processes (default: one per core, at most one per run)")
+    cp.add_argument("--workers", type=int_in(1, 1024), help="parallel worker processes (default: one per core, at most one per run)")
     cp.add_argument("--json", action="store_true", help="print one JSON object at the end (progress goes to stderr)")
     cp.set_defaults(func=cmd_compare)
 
@@ -234,11 +239,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     cl = sub.add_parser("claims", help="re-measure published normalization claims with seeds and 95%% CIs")
     cl.add_argument("--only", metavar="NAME", help="run only these claims (comma-separated names)")
-    cl.add_argument("--seeds", type=int, help="number of seeds (default: the budget's)")
+    cl.add_argument("--seeds", type=int_in(1, 1000), help="number of seeds (default: the budget's)")
     cl.add_argument("--budget", choices=["tiny", "quick", "full"], default="quick",
                     help="tiny: seconds (tests); quick: < 15 min on 2 cores; full: ~30 min, writes docs/claims.md")
     cl.add_argument("--out", help="results and runs directory (default: runs/claims-<budget>); re-run to resume")
-    cl.add_argument("--workers", type=int, help="parallel training processes (default: 2, tiny: 1)")
+    cl.add_argument("--workers", type=int_in(1, 1024), help="parallel training processes (default: 2, tiny: 1)")
     cl.add_argument("--docs", nargs="?", const=True, default=False, metavar="FILE",
                     help="also write the claims page: FILE, default docs/claims.md under the current directory "
                     "(always done for --budget full)")
@@ -252,17 +257,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from normlab.safety import guarded
+
     parser = build_parser()
     args = parser.parse_args(argv)
-    try:
-        return int(args.func(args) or 0)
-    except NormlabError as e:
-        if args.debug:
-            raise
-        print(f"error: {e}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    except BrokenPipeError:
-        return 0
+    return guarded(lambda: int(args.func(args) or 0), debug=args.debug)
 
 
 def entry() -> None:

@@ -20,6 +20,7 @@ from typing import Any
 import yaml
 
 from normlab.errors import NormlabError, did_you_mean, unknown
+from normlab.io import load_yaml
 from normlab.model.config import ModelConfig
 
 _FLOAT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
@@ -283,7 +284,7 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
         if key not in valid and not in_mapping:
             raise NormlabError(f"unknown config key '{key}'{did_you_mean(key, valid)}")
         try:
-            value = yaml.safe_load(raw) if raw != "" else ""
+            value = load_yaml(raw, f"--set {key}") if raw != "" else ""
         except yaml.YAMLError:
             value = raw
         node = data
@@ -309,7 +310,7 @@ def resolve_config_path(name: str) -> Path:
 def read_yaml(path: Path) -> dict[str, Any]:
     """Read a YAML mapping; unreadable or non-mapping files are one-line errors."""
     try:
-        data = yaml.safe_load(path.read_text())
+        data = load_yaml(path.read_text(), f"config {path}")
     except (OSError, UnicodeDecodeError) as e:
         raise NormlabError(f"cannot read config {path}: {e.__class__.__name__}") from None
     except yaml.YAMLError as e:
@@ -324,8 +325,12 @@ def read_yaml(path: Path) -> dict[str, Any]:
 
 
 def config_from_dict(data: dict[str, Any]) -> RunConfig:
-    """Build and validate a RunConfig from a nested dict."""
-    return _build(RunConfig, data, "").validate()
+    """Build and validate a RunConfig from a nested dict (numeric ranges first: normlab.validate)."""
+    from normlab.validate import check_config
+
+    cfg = _build(RunConfig, data, "")
+    check_config(cfg)
+    return cfg.validate()
 
 
 def load_config(name: str | Path, overrides: list[str] | None = None) -> RunConfig:

@@ -6,13 +6,17 @@ Nothing here unpickles: tensors are safetensors, metadata is JSON / YAML.
 from __future__ import annotations
 
 import json
+import math
 import os
+import shutil
+import struct
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
 import torch
+import yaml
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
@@ -42,9 +46,30 @@ def write_text(path: str | Path, text: str) -> None:
         tmp.write_text(text)
 
 
+def strict(obj: Any) -> Any:
+    """``obj`` with every non-finite float (NaN, inf) replaced by None, numpy scalars as Python numbers: what
+    strict JSON can hold (the record's ``status`` says why a value is missing)."""
+    if isinstance(obj, float) or (hasattr(obj, "dtype") and getattr(obj, "shape", None) == ()):
+        try:
+            v = obj.item() if hasattr(obj, "item") else obj
+        except (ValueError, TypeError):
+            return obj
+        return v if not isinstance(v, float) or math.isfinite(v) else None
+    if isinstance(obj, dict):
+        return {k: strict(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [strict(v) for v in obj]
+    return obj
+
+
+def dumps(obj: Any, **kw: Any) -> str:
+    """Strict JSON text (no bare NaN / Infinity): non-finite numbers become null."""
+    return json.dumps(strict(obj), allow_nan=False, **kw)
+
+
 def write_json(path: str | Path, obj: Any) -> None:
-    """Atomically write ``obj`` as indented JSON."""
-    write_text(path, json.dumps(obj, indent=2, sort_keys=False) + "\n")
+    """Atomically write ``obj`` as indented strict JSON (non-finite numbers as null)."""
+    write_text(path, dumps(obj, indent=2, sort_keys=False) + "\n")
 
 
 def read_json(path: str | Path, what: str = "file") -> Any:
@@ -62,7 +87,29 @@ def save_tensors(path: str | Path, tensors: dict[str, torch.Tensor], metadata: d
     """Atomically save a flat dict of tensors as safetensors (contiguous copies, shared storage split)."""
     flat = {k: v.detach().contiguous().clone() for k, v in tensors.items()}
     with atomic_path(path) as tmp:
-        save_file(flat, str(tmp), metadata=metadata)
+        try:
+            save_file(flat, str(tmp), metadata=metadata)
+        except SafetensorError as e:  # e.g. no space left on device; the temp file is removed, the old file kept
+            raise NormlabError(f"cannot write {path}: {str(e).splitlines()[0][:120]}") from None
+        _sort_metadata(tmp)
+
+
+def _sort_metadata(path: Path) -> None:
+    """Rewrite a safetensors header in place with its ``__metadata__`` keys sorted (the writer emits them in
+    hash-map order, so identical runs gave files with different sha256). Same length, same tensors."""
+    with open(path, "r+b") as f:
+        (n,) = struct.unpack("<Q", f.read(8))
+        raw = f.read(n)
+        header = json.loads(raw)
+        meta = header.get("__metadata__")
+        if not meta:
+            return
+        header["__metadata__"] = dict(sorted(meta.items()))
+        new = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode()
+        if len(new) > n or json.loads(new) != json.loads(raw):
+            return
+        f.seek(8)
+        f.write(new + b" " * (n - len(new)))
 
 
 def load_tensors(path: str | Path, what: str = "checkpoint") -> dict[str, torch.Tensor]:
@@ -85,3 +132,89 @@ def safetensors_metadata(path: str | Path) -> dict[str, str]:
             return f.metadata() or {}
     except (SafetensorError, OSError, ValueError):
         raise NormlabError(f"checkpoint {path} is truncated or corrupted") from None
+
+
+def clean_stale_temps(directory: str | Path, patterns: tuple[str, ...]) -> list[Path]:
+    """Remove temporary files/directories a kill -9 left in ``directory`` (names matching ``patterns``)."""
+    directory = Path(directory)
+    removed = []
+    if not directory.is_dir():
+        return removed
+    for pattern in patterns:
+        for p in directory.glob(pattern):
+            if p.is_dir() and not p.is_symlink():
+                shutil.rmtree(p, ignore_errors=True)
+            else:
+                p.unlink(missing_ok=True)
+            removed.append(p)
+    return removed
+
+
+def check_inside(root: str | Path, path: str | Path) -> Path:
+    """``path`` for writing under ``root``: refuse (one line) a path that is, or passes through, a symlink leading
+    outside ``root`` (a ``diagnostics/`` symlink must not make a command write elsewhere)."""
+    root_r = Path(root).resolve()
+    path = Path(path)
+    target = path.resolve()
+    if target != root_r and root_r not in target.parents:
+        raise NormlabError(f"refusing to write {path}: it leads outside {root} (a symlink?)")
+    return path
+
+
+def check_dir(path: str | Path, what: str = "directory") -> Path:
+    """``path`` as a directory to write into (created); a file in its place is a one-line error."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise NormlabError(f"{what} {path} is a file, not a directory; move it away")
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def check_file_slot(path: str | Path, what: str = "output") -> Path:
+    """``path`` as a file to (re)write: a directory in its place is a one-line error."""
+    path = Path(path)
+    if path.is_dir():
+        raise NormlabError(f"{what} {path} is a directory, not a file; move it away")
+    return path
+
+
+class _NoAliasLoader(yaml.SafeLoader):
+    """yaml.SafeLoader that refuses anchors/aliases (an alias bomb expands to gigabytes from a few lines)."""
+
+    where = "YAML"
+
+    def compose_node(self, parent: Any, index: Any) -> Any:  # noqa: D102
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise NormlabError(f"{self.where}: YAML aliases (*{event.anchor}) are not allowed (line "
+                               f"{event.start_mark.line + 1}); write the values out")
+        return super().compose_node(parent, index)
+
+
+MAX_YAML_BYTES = 16 * 1024 * 1024
+
+
+def load_yaml(text: str, where: str = "YAML") -> Any:
+    """``yaml.safe_load`` bounded: aliases refused, at most 16 MiB of text (one-line NormlabError)."""
+    if len(text) > MAX_YAML_BYTES:
+        raise NormlabError(f"{where} is larger than {MAX_YAML_BYTES // 1024 // 1024} MiB; refusing to parse it")
+    loader = _NoAliasLoader(text)
+    loader.where = where
+    try:
+        return loader.get_single_data()
+    finally:
+        loader.dispose()
+
+
+def read_regular_bytes(path: str | Path, what: str = "file") -> bytes:
+    """Bytes of a regular file; a fifo, device or socket (``/dev/zero``, ``mkfifo``) is refused, not read forever."""
+    import stat
+
+    path = Path(path)
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as e:
+        raise NormlabError(f"cannot read {what} {path}: {e.strerror}") from None
+    if not stat.S_ISREG(mode):
+        raise NormlabError(f"{what} {path} is not a regular file (a fifo, device or socket); give a file or directory")
+    return path.read_bytes()

@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 
 from normlab.errors import NormlabError
-from normlab.io import write_json
+from normlab.io import check_file_slot, check_inside, dumps, write_json
 
 LOGITS_BUDGET = 1 << 30  # bytes of float32 logits held in memory (caps the token count for large vocabularies)
 
@@ -30,6 +30,9 @@ def run_calibrate(args: argparse.Namespace) -> int:
     source = getattr(args, "data", None)
     data = run_data(args.run_dir, cfg, source=source)
     sfx = data_suffix(source, data)
+    run_dir = Path(args.run_dir)
+    for name in (f"calibration{sfx}.json", f"reliability{sfx}.png"):  # both slots checked before either is written
+        check_file_slot(check_inside(run_dir, run_dir / name))
     tokens = data.split(args.split)
     avail = len(tokens) - 1
     cap = max(2, LOGITS_BUDGET // (4 * cfg.model.vocab_size))
@@ -51,12 +54,11 @@ def run_calibrate(args: argparse.Namespace) -> int:
     }
     if n < (args.max_tokens or avail) and n == cap:
         m["note"] = f"token count capped at {cap} to hold the logits in {LOGITS_BUDGET >> 20} MiB"
-    run_dir = Path(args.run_dir)
     write_json(run_dir / f"calibration{sfx}.json", m)
     reliability_diagram(before, after, run_dir / f"reliability{sfx}.png", temperature=temperature,
                         title=f"{run_dir.name} ({args.split}, {len(y) - half} held-out tokens)")
     if args.json:
-        print(json.dumps(m))
+        print(dumps(m))
         return 0
     from rich.console import Console
     from rich.table import Table

@@ -38,6 +38,7 @@ def measured_text(c: dict) -> str:
 
 
 def run_claims(args: argparse.Namespace) -> int:
+    from normlab.io import dumps
     from normlab.errors import NormlabError
     from normlab.experiments.claims import get_budget, run_suite, select
 
@@ -56,7 +57,7 @@ def run_claims(args: argparse.Namespace) -> int:
     if budget.name == "full" or args.docs:
         write_docs(saved, Path(args.docs) if isinstance(args.docs, str) else DOCS)
     if args.json:
-        print(json.dumps(report, default=float))
+        print(dumps(report, default=float))
         return 0
     from rich.console import Console
     from rich.table import Table

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from normlab.errors import EXIT_INTERRUPTED
+from normlab.io import dumps
 
 
 def print_ranking(rep: Any, title: str | None = None) -> None:
@@ -44,12 +45,12 @@ def run_compare(args: argparse.Namespace) -> int:
             "threads": outcome.threads, "wall_s": outcome.wall_s}
     if outcome.status == "interrupted":
         msg = f"interrupted; finished runs are stored in {out}. Re-run the same command to resume."
-        print(json.dumps(base) if args.json else msg, file=sys.stdout if args.json else sys.stderr)
+        print(dumps(base) if args.json else msg, file=sys.stdout if args.json else sys.stderr)
         return EXIT_INTERRUPTED
     rep = write_report(out)
     failed = [r for r in outcome.runs if r["status"] not in ("completed", "diverged")]
     if args.json:
-        print(json.dumps({**base, "report_html": rep["html"], "report_md": rep["md"], "ranking": rep["ranking"],
+        print(dumps({**base, "report_html": rep["html"], "report_md": rep["md"], "ranking": rep["ranking"],
                           "summary": rep["summary"]}, default=float))
     else:
         print(f"\nreport: {rep['html']}\n        {rep['md']}")

@@ -6,6 +6,7 @@ import argparse
 import json
 
 from normlab.errors import NormlabError
+from normlab.io import dumps
 
 
 def run_convert(args: argparse.Namespace) -> int:
@@ -16,7 +17,7 @@ def run_convert(args: argparse.Namespace) -> int:
     r = convert_run(args.run_dir, args.to, args.out, max_tokens=args.max_tokens, batch_size=args.batch_size)
     row = {k: r[k] for k in ("max_abs_logit_diff", "bpb_before", "bpb_after", "out", "kind")}
     if args.json:
-        print(json.dumps(row))
+        print(dumps(row))
         return 0
     from rich.console import Console
     from rich.table import Table

@@ -8,7 +8,8 @@ import json
 from pathlib import Path
 
 from normlab.errors import NormlabError
-from normlab.io import read_json, write_json
+from normlab.io import check_dir, check_file_slot, check_inside, dumps, read_json, write_json
+from normlab.validate import check_eval_memory
 
 
 def run_diagnose(args: argparse.Namespace) -> int:
@@ -22,14 +23,17 @@ def run_diagnose(args: argparse.Namespace) -> int:
     run_dir = Path(args.run_dir)
     run = load_run(run_dir)
     cfg = run.cfg
-    context = args.context or cfg.model.context
+    context = args.context if args.context is not None else cfg.model.context
     if args.sequences < 1 or context < 1:
         raise NormlabError(f"--sequences and --context must be >= 1, got {args.sequences} and {context}")
     if cfg.model.positions == "learned" and context > cfg.model.context:
         raise NormlabError(f"--context {context} exceeds the learned position table ({cfg.model.context})")
+    check_eval_memory(cfg.model, args.sequences, context, "diagnose (all activations of the sample are kept)")
     source = getattr(args, "data", None)
     data = run_data(run_dir, cfg, source=source)
     sfx = data_suffix(source, data)
+    plots_dir = check_dir(check_inside(run_dir, run_dir / f"diagnostics{sfx}"), "diagnostics directory")
+    out_json = check_file_slot(check_inside(run_dir, run_dir / f"diagnostics{sfx}.json"))
     tokens = data.val if args.split == "val" else data.test
     idx, targets, starts = sample_sequences(tokens, args.sequences, context)
     if cfg.train.threads:
@@ -49,10 +53,10 @@ def run_diagnose(args: argparse.Namespace) -> int:
         "training": {**training_summary(records), "loss_spikes": spikes}, **data_record(source, data),
     }
     title = f"{run_dir.name}: {m.placement}-{m.norm}, depth {m.depth}"
-    out["plots"] = [f"diagnostics{sfx}/{n}" for n in write_plots(result, records, run_dir / f"diagnostics{sfx}", title)]
-    write_json(run_dir / f"diagnostics{sfx}.json", out)
+    out["plots"] = [f"diagnostics{sfx}/{n}" for n in write_plots(result, records, plots_dir, title)]
+    write_json(out_json, out)
     if args.json:
-        print(json.dumps(out))
+        print(dumps(out))
         return 0
     _print_headline(out)
     return 0

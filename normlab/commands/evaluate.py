@@ -13,7 +13,8 @@ import json
 from pathlib import Path
 
 from normlab.errors import NormlabError
-from normlab.io import write_json
+from normlab.io import check_file_slot, dumps, write_json
+from normlab.validate import check_eval_memory
 
 
 def run_eval(args: argparse.Namespace) -> int:
@@ -25,9 +26,7 @@ def run_eval(args: argparse.Namespace) -> int:
     overrides = list(getattr(args, "overrides", None) or [])
     apply_eval_overrides(run, overrides)
     cfg = run.cfg
-    context = args.context or cfg.model.context
-    if context < 1:
-        raise NormlabError(f"--context must be >= 1, got {context}")
+    context = args.context if args.context is not None else cfg.model.context
     if cfg.model.positions == "learned" and context > cfg.model.context:
         raise NormlabError(
             f"--context {context} exceeds the learned position table ({cfg.model.context}); "
@@ -36,6 +35,7 @@ def run_eval(args: argparse.Namespace) -> int:
     check_static_gate(cfg.model, context)
     if args.batch_size < 1 or args.max_tokens < 0:
         raise NormlabError("--batch-size must be >= 1 and --max-tokens >= 0")
+    check_eval_memory(cfg.model, args.batch_size, context, "eval")
     source = getattr(args, "data", None)
     data = run_data(args.run_dir, cfg, source=source)
     tokens = data.val if args.split == "val" else data.test
@@ -49,10 +49,9 @@ def run_eval(args: argparse.Namespace) -> int:
     if overrides:
         m["overrides"] = overrides
     m.update(data_record(source, data))
-    write_json(Path(args.run_dir) / f"eval_{args.split}{'_overrides' if overrides else ''}{data_suffix(source, data)}.json",
-               m)
+    write_json(check_file_slot(Path(args.run_dir) / f"eval_{args.split}{'_overrides' if overrides else ''}{data_suffix(source, data)}.json"), m)
     if args.json:
-        print(json.dumps(m))
+        print(dumps(m))
         return 0
     from rich.console import Console
     from rich.table import Table

@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 
 from normlab.errors import NormlabError
-from normlab.io import write_json
+from normlab.io import check_file_slot, check_inside, dumps, write_json
 
 
 def run_extrapolate(args: argparse.Namespace) -> int:
@@ -29,6 +29,9 @@ def run_extrapolate(args: argparse.Namespace) -> int:
     check_positions(factors, cfg.model.context, cfg.model.positions)  # before loading anything
     check_static_gate(cfg.model, max(max(1, round(f * cfg.model.context)) for f in factors))
     run = load_run(args.run_dir)
+    stem = "extrapolation_overrides" if getattr(args, "overrides", None) else "extrapolation"
+    for suffix in (".json", ".png"):  # both slots checked before either is written
+        check_file_slot(check_inside(args.run_dir, Path(args.run_dir) / f"{stem}{suffix}"))
     overrides = list(getattr(args, "overrides", None) or [])
     apply_eval_overrides(run, overrides)
     mc = run.cfg.model
@@ -49,7 +52,7 @@ def run_extrapolate(args: argparse.Namespace) -> int:
                        title=f"{run_dir.name}: {rep['attention']} attention, {mc.positions} positions"
                        + (f" ({', '.join(overrides)})" if overrides else ""))
     if args.json:
-        print(json.dumps(rep))
+        print(dumps(rep))
         return 0
     from rich.console import Console
     from rich.table import Table

@@ -17,6 +17,7 @@ import time
 import torch
 
 from normlab.errors import NormlabError
+from normlab.io import dumps
 
 MAX_NEW_TOKENS = 100_000
 
@@ -35,7 +36,9 @@ def run_generate(args: argparse.Namespace) -> int:
         raise NormlabError("--prompt must be a non-empty string")
     run = load_run(args.run_dir)
     tok = run_tokenizer(args.run_dir, run.cfg)  # the run's own tokenizer.json: no corpus needed
-    prompt_ids = [int(i) for i in tok.encode(args.prompt.encode("utf-8"))]
+    prompt_bytes = args.prompt.encode("utf-8", "surrogateescape")  # undecodable argv bytes come back as they were
+    prompt_text = prompt_bytes.decode("utf-8", "replace")
+    prompt_ids = [int(i) for i in tok.encode(prompt_bytes)]
     model = run.model
     use_cache = hasattr(model, "step") and hasattr(model, "init_state")
     torch.manual_seed(args.seed)  # dropout is off in eval mode; this only pins any other RNG use
@@ -43,7 +46,7 @@ def run_generate(args: argparse.Namespace) -> int:
     stream = not args.json
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
     if stream:
-        sys.stdout.write(args.prompt)
+        sys.stdout.write(prompt_text)
         sys.stdout.flush()
     out: list[int] = []
     t0 = time.perf_counter()
@@ -59,8 +62,8 @@ def run_generate(args: argparse.Namespace) -> int:
         sys.stdout.write(decoder.decode(b"", final=True) + "\n")
         sys.stdout.flush()
         return 0
-    print(json.dumps({
-        "prompt": args.prompt, "text": text, "tokens": out, "prompt_tokens": len(prompt_ids), "seed": args.seed,
+    print(dumps({
+        "prompt": prompt_text, "text": text, "tokens": out, "prompt_tokens": len(prompt_ids), "seed": args.seed,
         **sampling, "max_new_tokens": args.max_new_tokens, "cache": use_cache,
         "tokens_per_second": len(out) / elapsed if elapsed > 0 and out else None, "run_dir": str(args.run_dir),
     }))

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from normlab.errors import NormlabError
+from normlab.io import dumps
 
 
 def run_report(args: argparse.Namespace) -> int:
@@ -18,7 +19,7 @@ def run_report(args: argparse.Namespace) -> int:
         raise NormlabError(f"sweep directory {d} does not exist")
     rep = write_report(d)
     if args.json:
-        print(json.dumps({"html": rep["html"], "md": rep["md"], "ranking": rep["ranking"], "summary": rep["summary"]},
+        print(dumps({"html": rep["html"], "md": rep["md"], "ranking": rep["ranking"], "summary": rep["summary"]},
                          default=float))
     else:
         print(f"report: {rep['html']}\n        {rep['md']}")

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from normlab.errors import NormlabError
+from normlab.io import dumps
 
 COLUMNS = ("run_id", "variant", "seed", "status", "step", "steps", "final_val_bpb", "best_val_bpb", "final_val_loss",
            "entropy_floor_bpb", "tokens_per_s", "wall_s", "peak_mem_mb", "params", "train_calls", "config_hash", "error")
@@ -37,7 +38,7 @@ def run_runs(args: argparse.Namespace) -> int:
     rows = store.runs()
     fmt = "json" if args.json else args.format
     if fmt == "json":
-        print(json.dumps({"sweep_dir": str(d), "sweep": meta.get("sweep_name"), "sweep_hash": meta.get("sweep_hash"),
+        print(dumps({"sweep_dir": str(d), "sweep": meta.get("sweep_name"), "sweep_hash": meta.get("sweep_hash"),
                           "runs": rows}))
     elif fmt == "csv":
         w = csv.writer(sys.stdout, lineterminator="\n")

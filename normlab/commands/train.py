@@ -8,6 +8,7 @@ from pathlib import Path
 
 from normlab.config import RunConfig, config_from_dict, load_config, read_yaml
 from normlab.errors import NormlabError
+from normlab.io import dumps
 from normlab.rundir import open_config
 
 
@@ -73,7 +74,7 @@ def run_train(args: argparse.Namespace) -> int:
             raise NormlabError(f"--out {run_dir} exists and is not empty; choose a new directory")
         summary = train(cfg, run_dir, resume=False, quiet=False)
     if args.json:
-        print(json.dumps(summary))
+        print(dumps(summary))
     else:
         _print_summary(summary)
     return STATUS_EXIT[summary["status"]]

@@ -196,6 +196,9 @@ def _load_path(source: str, spec: str) -> Corpus:
             f"corpus path '{path_str}' does not exist; a source is synthetic:markov?..., pystdlib, hf:NAME, "
             f"or a path to a text file, directory or .jsonl file"
         )
+    if not path.is_dir() and not path.is_file():  # a fifo, device or socket would be read forever (/dev/zero)
+        raise NormlabError(f"corpus path '{path_str}' is not a regular file or directory (a fifo, device or socket); "
+                           "give a text file, directory or .jsonl file")
     meta: dict = {"path": str(path.resolve())}
     if path.is_dir():
         q = _parse_query(source, query, ("glob",))

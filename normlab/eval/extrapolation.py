@@ -30,6 +30,9 @@ from normlab.eval.lm import window_batches, windows
 LINEAR_ATTENTION = ("linear", "nala")  # no T x T score matrix in memory
 
 
+MAX_FACTOR = 4096  # x the training context; longer windows are far outside any memory budget
+
+
 def parse_factors(text: str) -> list[float]:
     """``"1,2,4"`` -> ``[1.0, 2.0, 4.0]``; each must be a finite number > 0 (one-line NormlabError otherwise)."""
     out = []
@@ -39,8 +42,8 @@ def parse_factors(text: str) -> list[float]:
             f = float(part)
         except ValueError:
             raise NormlabError(f"--factors must be comma-separated numbers > 0, got '{part}' in '{text}'") from None
-        if not math.isfinite(f) or f <= 0:
-            raise NormlabError(f"--factors must be numbers > 0, got {part}")
+        if not math.isfinite(f) or f <= 0 or f > MAX_FACTOR:
+            raise NormlabError(f"--factors must be numbers > 0 and <= {MAX_FACTOR}, got {part}")
         out.append(f)
     if not out:
         raise NormlabError("--factors needs at least one number")

@@ -41,6 +41,7 @@ from normlab.config import (CONFIG_DIR, RunConfig, _all_keys, _mapping_keys, con
                             resolve_config_path)
 from normlab.errors import NormlabError, did_you_mean
 from normlab.experiments.grid import expand_grid
+from normlab.io import load_yaml
 
 SWEEP_DIR = CONFIG_DIR / "sweeps"
 TOP_KEYS = ("name", "description", "base", "set", "axes", "variants", "seeds", "lr_grid")
@@ -286,7 +287,7 @@ def load_sweep(path: str | Path | None = None, *, preset: str | None = None) -> 
         hint = f" (a preset? use --preset {path})" if preset is None and str(path) in list_presets() else ""
         raise NormlabError(f"sweep file {p} not found{hint}")
     try:
-        raw = yaml.safe_load(p.read_text())
+        raw = load_yaml(p.read_text(), f"sweep file {p}")
     except (OSError, UnicodeDecodeError) as e:
         raise NormlabError(f"cannot read sweep file {p}: {e.__class__.__name__}") from None
     except yaml.YAMLError as e:

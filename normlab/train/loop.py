@@ -33,6 +33,7 @@ from normlab.train.checkpoint import list_checkpoints, load_checkpoint, save_che
 from normlab.train.optim import EffectiveLR, NormalizeAndProject, build_optimizer
 from normlab.train.progress import ProgressReporter
 from normlab.train.schedule import lr_at
+from normlab.validate import check_train_memory
 
 STATUS_EXIT = {"completed": EXIT_OK, "diverged": EXIT_DIVERGED, "interrupted": EXIT_INTERRUPTED}
 
@@ -142,6 +143,7 @@ def train(cfg: RunConfig, run_dir: str | Path, *, resume: bool = False, quiet: b
     cfg.model.vocab_size = data.vocab_size
     apply_norm_defaults(cfg)
     cfg.validate()
+    check_train_memory(cfg)  # before anything is allocated or written
     tc, mc, oc = cfg.train, cfg.model, cfg.optim
 
     torch.manual_seed(cfg.seed)

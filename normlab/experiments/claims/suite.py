@@ -340,6 +340,8 @@ def select(only: str | None) -> list[Claim]:
     if not only:
         return list(CLAIMS)
     names = [n.strip() for n in only.split(",") if n.strip()]
+    if not names:
+        raise NormlabError(f"--only needs at least one claim name, got '{only}'; allowed: {', '.join(CLAIM_NAMES)}")
     for n in names:
         if n not in CLAIM_NAMES:
             from normlab.errors import did_you_mean

@@ -1,0 +1,273 @@
+"""Declared ranges for every numeric config key and command-line flag, and a memory estimate checked before
+anything is allocated.
+
+Every numeric config key (``int``/``float`` annotations of the config dataclasses, also the numeric entries of
+``model.norm_options``) must be finite; the keys in :data:`RANGES` must also lie in their declared range (lower
+bounds where the value must be positive, upper bounds where memory or time follows from the value). A failure is
+one line naming the key, the value and what is allowed, raised before anything is written.
+
+:func:`check_train_memory` estimates the model (weights, gradients, two AdamW moments: 16 bytes per parameter)
+plus one micro-batch's activations (Korthikanti et al. 2022, "Reducing Activation Recomputation in Large
+Transformer Models": ``s*b*h*(34 + 5*a*s/h)`` bytes per layer in 16-bit, doubled for float32, plus the logits and
+their gradient) and refuses, with the estimate, a run that cannot fit the machine's available memory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+import os
+import typing
+from dataclasses import dataclass
+from typing import Any
+
+from normlab.errors import NormlabError
+
+MAX_SEED = 2**63 - 1
+GiB = 1024**3
+
+
+@dataclass(frozen=True)
+class Range:
+    """``lo <= v <= hi`` (``<`` where open); ``None`` = unbounded. ``integer``: the value must be an int."""
+
+    lo: float | None = None
+    hi: float | None = None
+    lo_open: bool = False
+    hi_open: bool = False
+    integer: bool = False
+
+    def contains(self, v: float) -> bool:
+        if isinstance(v, float) and not math.isfinite(v):
+            return False
+        if self.lo is not None and (v <= self.lo if self.lo_open else v < self.lo):
+            return False
+        if self.hi is not None and (v >= self.hi if self.hi_open else v > self.hi):
+            return False
+        return True
+
+    def text(self, value: float | None = None) -> str:
+        """What is allowed: ``> 0 (a finite number)``, ``in [0, 1) (a finite number)``; for an integer, the side
+        ``value`` violates first: ``>= 1 (an integer in [1, 1000000000])``."""
+        kind = "an integer" if self.integer else "a finite number"
+        lo = None if self.lo is None else f"{'>' if self.lo_open else '>='} {_num(self.lo)}"
+        hi = None if self.hi is None else f"{'<' if self.hi_open else '<='} {_num(self.hi)}"
+        if lo and hi:
+            full = f"in {'(' if self.lo_open else '['}{_num(self.lo)}, {_num(self.hi)}{')' if self.hi_open else ']'}"
+            if self.integer and value is not None:
+                side = lo if value <= self.lo else hi
+                return f"{side} ({kind} {full})"
+            return f"{full} ({kind})"
+        if lo or hi:
+            return f"{lo or hi} ({kind})"
+        return kind
+
+
+def _num(v: float) -> str:
+    return str(int(v)) if float(v).is_integer() else f"{v:g}"
+
+
+def R(lo=None, hi=None, *, lo_open=False, hi_open=False) -> Range:  # noqa: N802 - table shorthand
+    return Range(lo, hi, lo_open, hi_open)
+
+
+def I(lo=None, hi=None) -> Range:  # noqa: N802, E743 - table shorthand
+    return Range(lo, hi, integer=True)
+
+
+POS = R(0, lo_open=True)
+NONNEG = R(0)
+UNIT_OPEN_HI = R(0, 1, hi_open=True)
+
+RANGES: dict[str, Range] = {
+    "seed": I(0, MAX_SEED),
+    "data.val_fraction": R(0, 0.5, lo_open=True, hi_open=True),
+    "data.test_fraction": R(0, 0.5, lo_open=True, hi_open=True),
+    # model: sizes are bounded so a typo cannot ask for terabytes; the memory estimate catches the rest
+    "model.vocab_size": I(1, 2**24),
+    "model.context": I(1, 2**20),
+    "model.width": I(1, 2**16),
+    "model.depth": I(1, 4096),
+    "model.heads": I(1, 2**16),
+    "model.mlp_ratio": R(0, 64, lo_open=True),
+    "model.attn_softcap": POS,
+    "model.lssa_power": POS,
+    "model.linear_conv": I(0, 1024),
+    "model.linear_chunk": I(1, 2**20),
+    "model.rope_base": POS,
+    "model.dropout": UNIT_OPEN_HI,
+    "model.norm_eps": POS,
+    "model.mix_alpha": R(0, 1),
+    "model.embed_scale_init": POS,
+    "model.logit_softcap": POS,
+    "model.init_std": POS,
+    # train
+    "train.steps": I(1, 10**9),
+    "train.batch_size": I(1, 2**20),
+    "train.grad_accum": I(1, 2**16),
+    "train.lr": POS,
+    "train.min_lr_ratio": R(0, 1),
+    "train.warmup_steps": I(0, 10**9),
+    "train.weight_decay": NONNEG,
+    "train.beta1": UNIT_OPEN_HI,
+    "train.beta2": UNIT_OPEN_HI,
+    "train.grad_clip": NONNEG,
+    "train.eval_every": I(1, 10**9),
+    "train.eval_batches": I(1, 2**20),
+    "train.log_every": I(1, 10**9),
+    "train.checkpoint_every": I(1, 10**9),
+    "train.keep_checkpoints": I(1, 10**6),
+    "train.loss_ceiling": POS,
+    "train.z_loss": NONNEG,
+    "train.logitnorm_tau": POS,
+    "train.threads": I(1, 4096),
+    # optim
+    "optim.delta": POS,
+    "optim.wd_ratio": R(0, 1),
+    "optim.momentum": UNIT_OPEN_HI,
+    "optim.effective_lr_every": I(0, 10**9),
+    # diag
+    "diag.every": I(0, 10**9),
+    "diag.spike_factor": R(1, lo_open=True),
+    "diag.spike_window": I(1, 10**6),
+}
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def check_value(key: str, value: Any, rng: Range | None = None) -> None:
+    """One-line NormlabError unless ``value`` is finite and inside ``rng`` (or :data:`RANGES` ``[key]``)."""
+    if not _is_number(value):
+        return
+    rng = rng or RANGES.get(key) or R()
+    if not rng.contains(value):
+        raise NormlabError(f"{key} must be {rng.text(value)}, got {value!r}")
+
+
+def _walk(obj: Any, prefix: str = "") -> typing.Iterator[tuple[str, Any]]:
+    for f in dataclasses.fields(obj):
+        v = getattr(obj, f.name)
+        key = f"{prefix}{f.name}"
+        if dataclasses.is_dataclass(v):
+            yield from _walk(v, f"{key}.")
+        elif isinstance(v, dict):
+            for k, sub in v.items():
+                yield f"{key}.{k}", sub
+        else:
+            yield key, v
+
+
+def check_config(cfg: Any) -> None:
+    """Every numeric key of a RunConfig finite and in its declared range (the first failure is raised)."""
+    for key, value in _walk(cfg):
+        check_value(key, value)
+
+
+# ---------------------------------------------------------------------------------------------- memory
+def available_memory() -> int:
+    """Bytes this process may still allocate: ``MemAvailable`` (Linux), else physical memory."""
+    override = os.environ.get("NORMLAB_MEMORY_GB")
+    if override:
+        try:
+            return int(float(override) * GiB)
+        except ValueError:
+            pass
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 1 << 62
+
+
+def param_count(mc: Any) -> int:
+    """Approximate parameter count of a GPT of ``mc`` (embeddings, head, attention and MLP weights)."""
+    w, d, v = mc.width, mc.depth, mc.vocab_size
+    mlp = int(mc.mlp_ratio * w)
+    mlp_mats = 3 if getattr(mc, "activation", "gelu") == "swiglu" else 2
+    per_block = 4 * w * w + mlp_mats * w * mlp + 8 * w
+    emb = v * w * (1 if getattr(mc, "tie_embeddings", True) else 2)
+    pos = mc.context * w if getattr(mc, "positions", "rope") == "learned" else 0
+    return emb + pos + d * per_block
+
+
+def forward_bytes(mc: Any, batch: int, context: int, *, backward: bool) -> int:
+    """Activation bytes of one forward (and backward) over ``[batch, context]`` tokens (float32)."""
+    s, b, h, a = context, batch, mc.width, mc.heads
+    per_layer = s * b * (34 * h + 5 * a * s) * 2  # Korthikanti et al. 2022, x2 for float32
+    logits = b * s * mc.vocab_size * 4 * (3 if backward else 2)
+    if not backward:
+        per_layer //= 4  # only the live layer's tensors, not all saved for backward
+        return per_layer * 2 + logits
+    return mc.depth * per_layer + logits
+
+
+def _gib(n: float) -> str:
+    return f"{n / GiB:.3g} GiB"
+
+
+def check_memory(need: int, parts: str, what: str, fix: str) -> None:
+    have = available_memory()
+    if need > have:
+        raise NormlabError(f"{what} needs an estimated {_gib(need)} ({parts}) but this machine has {_gib(have)} "
+                           f"available; {fix}")
+
+
+def check_train_memory(cfg: Any) -> None:
+    """Refuse a run whose model + one micro-batch cannot fit the available memory (one line with the estimate)."""
+    mc = cfg.model
+    model = 16 * param_count(mc)  # weights, gradients, AdamW exp_avg and exp_avg_sq in float32
+    batch = forward_bytes(mc, cfg.train.batch_size, mc.context, backward=True)
+    check_memory(model + batch, f"model {_gib(model)} + one batch {_gib(batch)}", "training",
+                 "lower model.width, model.depth, model.context or train.batch_size (train.grad_accum keeps the "
+                 "effective batch)")
+
+
+def check_eval_memory(mc: Any, batch: int, context: int, what: str) -> None:
+    model = 4 * param_count(mc)
+    act = forward_bytes(mc, batch, context, backward=False)
+    check_memory(model + act, f"model {_gib(model)} + one batch {_gib(act)}", what,
+                 "lower the batch size, the number of sequences or the context")
+
+
+# ---------------------------------------------------------------------------------------------- CLI flags
+def int_in(lo: int | None = None, hi: int | None = None):
+    """argparse ``type=`` for an integer flag in ``[lo, hi]`` (argparse prints the one-line error)."""
+    rng = I(lo, hi)
+
+    def parse(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be {rng.text()}, got '{text}'") from None
+        if not rng.contains(v):
+            raise argparse.ArgumentTypeError(f"must be {rng.text(v)}, got {text}")
+        return v
+
+    parse.__name__ = "integer"
+    return parse
+
+
+def float_in(lo: float | None = None, hi: float | None = None, *, lo_open: bool = False):
+    """argparse ``type=`` for a finite float flag in its range."""
+    rng = R(lo, hi, lo_open=lo_open)
+
+    def parse(text: str) -> float:
+        try:
+            v = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be {rng.text()}, got '{text}'") from None
+        if not rng.contains(v):
+            raise argparse.ArgumentTypeError(f"must be {rng.text()}, got {text}")
+        return v
+
+    parse.__name__ = "number"
+    return parse

@@ -1,0 +1,176 @@
+"""Hardening (issue 17): every bad input a one-line error with exit 2, faults with their documented status, nothing
+half-written, no data lost. Table-driven: each reproduction of the issue is one row, together with clean cases
+that already passed (so they stay clean).
+
+Rows run the CLI in-process (``run_inproc``) against one tiny finished run shared by the module; each row that
+could write something checks that nothing was written (or that what was there is unchanged).
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import assert_bad_input, run_inproc
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+TINY = ["--set", "train.steps=8", "--set", "train.eval_every=4", "--set", "train.checkpoint_every=4",
+        "--set", "train.log_every=2", "--set", "train.eval_batches=1", "--set", "model.depth=1",
+        "--set", "diag.every=0"]
+
+
+def tree(d: Path) -> dict[str, str]:
+    """``{relative path: sha256}`` of every file under ``d`` (empty when ``d`` does not exist)."""
+    if not d.exists():
+        return {}
+    return {str(p.relative_to(d)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(d.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory, cache):
+    """One finished tiny run (8 steps, checkpoints at 4 and 8)."""
+    out = tmp_path_factory.mktemp("run") / "r"
+    run_inproc("train", "tiny", *TINY, "--out", str(out), cache=cache, check=True)
+    return out
+
+
+@pytest.fixture()
+def run_copy(run, tmp_path):
+    """A private copy of the finished run a row may damage."""
+    dst = tmp_path / "rc"
+    shutil.copytree(run, dst, symlinks=True)
+    return dst
+
+
+# ------------------------------------------------------------------------------------ numbers and limits
+BAD_SET = [  # (--set KEY=VALUE, fragments of the one-line error)
+    ("train.lr=.nan", ["train.lr must be > 0", "nan"]),
+    ("train.lr=.inf", ["train.lr must be > 0", "inf"]),
+    ("train.beta1=-1", ["train.beta1 must be in [0, 1)", "-1"]),
+    ("train.beta2=2", ["train.beta2 must be in [0, 1)", "2"]),
+    ("model.init_std=.nan", ["model.init_std must be > 0"]),
+    ("model.mlp_ratio=.inf", ["model.mlp_ratio must be in (0, 64]"]),
+    ("seed=99999999999999999999999", ["seed must be <= 9223372036854775807", "99999999999999999999999"]),
+    ("seed=-1", ["seed must be >= 0"]),
+    ("model.width=1000000000", ["model.width must be <= 65536"]),
+    ("model.depth=1000000", ["model.depth must be <= 4096"]),
+    ("train.batch_size=1000000000000", ["train.batch_size must be <= 1048576"]),
+    ("model.rope_base=-1", ["model.rope_base must be > 0"]),
+    ("model.rope_base=.nan", ["model.rope_base must be > 0"]),
+    ("model.norm_eps=.nan", ["model.norm_eps must be > 0"]),
+    ("model.logit_softcap=.nan", ["model.logit_softcap must be > 0"]),
+    ("train.grad_clip=.nan", ["train.grad_clip must be >= 0"]),
+    ("train.loss_ceiling=.nan", ["train.loss_ceiling must be > 0"]),
+    ("train.z_loss=.nan", ["train.z_loss must be >= 0"]),
+    ("model.norm_options.alpha_init=.nan", ["model.norm_options.alpha_init must be a finite number"]),
+    ("model.width=8192", ["training needs an estimated", "GiB", "available", "train.batch_size"]),  # memory check
+]
+
+
+@pytest.mark.parametrize("item,fragments", BAD_SET, ids=[b[0] for b in BAD_SET])
+def test_bad_number_is_one_line_and_writes_nothing(item, fragments, tmp_path, cache):
+    extra = ["--set", "model.depth=64"] if item == "model.width=8192" else []
+    out = tmp_path / "out"
+    assert_bad_input(run_inproc("train", "tiny", *extra, "--set", item, "--out", str(out), cache=cache), *fragments)
+    assert not out.exists()
+
+
+def test_memory_estimate_is_checked_against_available_memory(monkeypatch, tmp_path, cache):
+    from normlab.config import load_config
+    from normlab.validate import check_train_memory, param_count
+
+    cfg = load_config("tiny")
+    cfg.model.vocab_size = 256
+    n = param_count(cfg.model)
+    from normlab.model import build_model
+
+    assert abs(n - build_model(cfg.model).num_params()) / n < 0.05  # the estimate's parameter count is close
+    monkeypatch.setenv("NORMLAB_MEMORY_GB", "0.0001")
+    with pytest.raises(Exception, match="needs an estimated"):
+        check_train_memory(cfg)
+    monkeypatch.setenv("NORMLAB_MEMORY_GB", "64")
+    check_train_memory(cfg)
+
+
+BAD_FLAGS = [  # (command line after the run dir is substituted for RUN, fragments)
+    (["eval", "RUN", "--stride", "0"], ["--stride must be >= 1"]),
+    (["eval", "RUN", "--context", "0"], ["--context must be >= 1"]),
+    (["eval", "RUN", "--batch-size", "100000000"], ["--batch-size must be <= 65536"]),
+    (["generate", "RUN", "--prompt", "a", "--seed", "99999999999999999999999"], ["--seed must be <= "]),
+    (["extrapolate", "RUN", "--factors", "1e308"], ["--factors must be numbers > 0 and <= 4096", "1e308"]),
+    (["extrapolate", "RUN", "--memory-gb", "nan"], ["--memory-gb must be in (0, "]),
+    (["diagnose", "RUN", "--sequences", "100000"], ["--sequences must be <= 4096"]),
+    (["calibrate", "RUN", "--max-tokens", "-1"], ["--max-tokens must be >= 0"]),
+    (["claims", "--only", ",", "--out", "OUT"], ["--only needs at least one claim name"]),
+    (["compare", "--preset", "quick", "--workers", "0", "--out", "OUT"], ["--workers must be >= 1"]),
+]
+
+
+@pytest.mark.parametrize("argv,fragments", BAD_FLAGS, ids=[" ".join(a[:1] + a[2:4]) for a, _ in BAD_FLAGS])
+def test_bad_flag_is_one_line_and_writes_nothing(argv, fragments, run_copy, tmp_path, cache):
+    before = tree(run_copy)
+    argv = [str(run_copy) if a == "RUN" else str(tmp_path / "o") if a == "OUT" else a for a in argv]
+    assert_bad_input(run_inproc(*argv, cache=cache), *fragments)
+    assert tree(run_copy) == before and not (tmp_path / "o").exists()
+
+
+CLEAN_FLAGS = [  # valid edge values that already worked
+    (["eval", "RUN", "--stride", "16", "--max-tokens", "256", "--json"], "bits_per_byte"),
+    (["eval", "RUN", "--context", "32", "--max-tokens", "256", "--json"], "bits_per_byte"),
+    (["generate", "RUN", "--prompt", "ab", "--max-new-tokens", "3", "--seed", "9223372036854775807", "--json"],
+     "tokens"),
+    (["generate", "RUN", "--prompt", "\udcff\udcfe", "--max-new-tokens", "2", "--json"], "tokens"),  # $'\xff\xfe'
+]
+
+
+@pytest.mark.parametrize("argv,key", CLEAN_FLAGS, ids=[" ".join(a[:1] + a[2:4]) for a, _ in CLEAN_FLAGS])
+def test_clean_flags_still_work(argv, key, run, cache):
+    proc = run_inproc(*[str(run) if a == "RUN" else a for a in argv], cache=cache)
+    assert proc.returncode == 0, proc.stderr
+    assert key in json.loads(proc.stdout)
+
+
+def test_generate_streams_undecodable_prompt(run, cache):
+    """``generate --prompt $'\\xff\\xfe'`` streams (the prompt shown with U+FFFD), no UnicodeEncodeError."""
+    proc = run_inproc("generate", str(run), "--prompt", "\udcff\udcfe", "--max-new-tokens", "2", cache=cache)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("\ufffd\ufffd")
+
+
+# ------------------------------------------------------------------------------------ inputs that hung or exploded
+def test_fifo_and_device_sources_are_refused(tmp_path, cache):
+    fifo = tmp_path / "f"
+    os.mkfifo(fifo)
+    for src in (str(fifo), "/dev/zero"):
+        out = tmp_path / "o"
+        assert_bad_input(run_inproc("train", "tiny", "--set", f"data.source={src}", "--out", str(out), cache=cache),
+                         "not a regular file or directory", src)
+        assert not out.exists()
+
+
+ALIAS_BOMB = """name: bomb
+base: tiny
+a: &a ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]
+b: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a]
+c: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b]
+description: [*c, *c, *c, *c, *c, *c, *c, *c, *c]
+"""
+
+
+def test_yaml_alias_bomb_is_refused(tmp_path, cache):
+    sweep = tmp_path / "bomb.yaml"
+    sweep.write_text(ALIAS_BOMB)
+    assert_bad_input(run_inproc("compare", str(sweep), "--out", str(tmp_path / "s"), cache=cache),
+                     "YAML aliases", str(sweep))
+    assert not (tmp_path / "s").exists()
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text("seed: 0\nmodel: &m {width: 64}\ndata: *m\n")
+    assert_bad_input(run_inproc("train", str(cfg), "--out", str(tmp_path / "o"), cache=cache), "YAML aliases", "cfg")
