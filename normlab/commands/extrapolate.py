@@ -29,9 +29,6 @@ def run_extrapolate(args: argparse.Namespace) -> int:
     check_positions(factors, cfg.model.context, cfg.model.positions)  # before loading anything
     check_static_gate(cfg.model, max(max(1, round(f * cfg.model.context)) for f in factors))
     run = load_run(args.run_dir)
-    stem = "extrapolation_overrides" if getattr(args, "overrides", None) else "extrapolation"
-    for suffix in (".json", ".png"):  # both slots checked before either is written
-        check_file_slot(check_inside(args.run_dir, Path(args.run_dir) / f"{stem}{suffix}"))
     overrides = list(getattr(args, "overrides", None) or [])
     apply_eval_overrides(run, overrides)
     mc = run.cfg.model
@@ -47,6 +44,8 @@ def run_extrapolate(args: argparse.Namespace) -> int:
     rep.update(data_record(source, data))
     run_dir = Path(args.run_dir)
     stem = ("extrapolation_overrides" if overrides else "extrapolation") + data_suffix(source, data)
+    for suffix in (".json", ".png"):  # both slots checked before either is written
+        check_file_slot(check_inside(run_dir, run_dir / f"{stem}{suffix}"))
     write_json(run_dir / f"{stem}.json", rep)
     plot_extrapolation(rep, run_dir / f"{stem}.png",
                        title=f"{run_dir.name}: {rep['attention']} attention, {mc.positions} positions"
