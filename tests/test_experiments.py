@@ -18,7 +18,7 @@ import yaml
 
 from normlab.errors import NormlabError
 from normlab.experiments import Store, list_presets, load_sweep, parse_sweep, plan_workers
-from normlab.experiments.tensorboard import read_scalars, write_scalars
+from normlab.train.tracking import read_hparams, read_scalars
 from tests.helpers import assert_bad_input, cli_env
 from tests.helpers import run_inproc as normlab
 
@@ -215,14 +215,14 @@ def test_store_curves_and_tensorboard(sweep):
     assert curves["val_bpb"] == [(m["step"], m["val_bpb"]) for m in metrics if "val_bpb" in m]
     assert [s for s, _ in curves["loss"]] == [3, 6, 9, 12]
     assert any(k.startswith("diag/") for k in curves)  # training-time diagnostics are stored too
-    events = list((out / "tb" / "post-ln-s0").glob("events.out.tfevents.*"))
-    assert len(events) == 1
-    scalars = read_scalars(events[0])
+    scalars = read_scalars(out / "tb" / "post-ln-s0")  # written live by the trainer (tensorboardX)
     tags = {t for t, _, _ in scalars}
     assert {"train/loss", "train/lr", "train/grad_norm", "val/bits_per_byte"} <= tags
     assert any(t.startswith("diag/") for t in tags)
     val = [(s, v) for t, s, v in scalars if t == "val/bits_per_byte"]
     assert val == [(s, pytest.approx(v, rel=1e-6)) for s, v in curves["val_bpb"]]
+    hp = read_hparams(out / "tb" / "post-ln-s0")
+    assert hp["model.placement"] == "post" and hp["status"] == "STATUS_SUCCESS"
 
 
 def test_runs_command_formats(sweep, cache):
@@ -328,29 +328,6 @@ def test_concurrent_workers_lose_no_rows(tmp_path):
     with sqlite3.connect(str(tmp_path / "results.sqlite")) as con:
         assert con.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
         assert con.execute("SELECT COUNT(*) FROM curves").fetchone()[0] == workers * per * 20 * 4
-
-
-# -- TensorBoard writer ------------------------------------------------------------------------------------------
-def test_tensorboard_writer_roundtrip(tmp_path):
-    rows = [("train/loss", 1, 3.5), ("train/loss", 2, 3.25), ("val/bits_per_byte", 2, 1.5), ("x", 3, float("nan"))]
-    path = write_scalars(tmp_path / "run", rows)
-    assert read_scalars(path) == rows[:3]
-    data = bytearray(path.read_bytes())
-    data[-6] ^= 0xFF
-    (tmp_path / "bad").write_bytes(bytes(data))
-    with pytest.raises(ValueError, match="CRC"):
-        read_scalars(tmp_path / "bad")
-    write_scalars(tmp_path / "run", rows[:1])  # rewriting replaces the old file
-    files = list((tmp_path / "run").glob("events.out.tfevents.*"))
-    assert len(files) == 1 and read_scalars(files[0]) == rows[:1]
-    try:
-        from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-    except ImportError:
-        return  # the optional cross-check with TensorBoard's own reader
-    path = write_scalars(tmp_path / "run2", rows)
-    acc = EventAccumulator(str(tmp_path / "run2"))
-    acc.Reload()
-    assert [(e.step, e.value) for e in acc.Scalars("train/loss")] == [(1, 3.5), (2, 3.25)]
 
 
 def test_store_rejects_unknown_columns(tmp_path):

@@ -6,7 +6,7 @@ Layout of a sweep directory::
     SWEEP_DIR/results.sqlite      the results store (normlab.experiments.store)
     SWEEP_DIR/runs/<run id>/      one normlab run directory per run (config.yaml, metrics.jsonl, summary.json, ...)
     SWEEP_DIR/logs/<run id>.log   the worker's stdout/stderr (training progress lines)
-    SWEEP_DIR/tb/<run id>/        TensorBoard scalars (``tensorboard --logdir SWEEP_DIR/tb``)
+    SWEEP_DIR/tb/<run id>/        TensorBoard scalars, written live (``tensorboard --logdir SWEEP_DIR/tb``)
     SWEEP_DIR/report.html, report.md, report_*.png   written by normlab.report
 
 Parallelism: ``workers`` processes (default: one per core, at most one per run), each with

@@ -1,7 +1,8 @@
 """One sweep run in its own process: ``python -m normlab.experiments.worker SWEEP_DIR RUN_ID [--threads N]``.
 
 The worker trains (or resumes) ``SWEEP_DIR/runs/RUN_ID`` with the config stored in the results store, then records
-the result row, the per-step curves from ``metrics.jsonl`` and TensorBoard scalars in ``SWEEP_DIR/tb/RUN_ID``.
+the result row and the per-step curves from ``metrics.jsonl``; the trainer writes TensorBoard scalars live to
+``SWEEP_DIR/tb/RUN_ID`` (normlab.train.tracking).
 A run whose ``summary.json`` already says completed/diverged is only (re-)recorded, not retrained.
 
 Ctrl-C: the trainer's SIGINT handler checkpoints between steps and returns ``status: interrupted``; the worker
@@ -24,12 +25,8 @@ from typing import Any
 
 from normlab.errors import EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_INTERRUPTED, EXIT_OK, NormlabError
 from normlab.experiments.store import Store
-from normlab.experiments.tensorboard import write_scalars
 
 EXIT_FOR = {"completed": EXIT_OK, "diverged": EXIT_DIVERGED, "interrupted": EXIT_INTERRUPTED}
-TB_NAMES = {"loss": "train/loss", "lr": "train/lr", "grad_norm": "train/grad_norm", "val_bpb": "val/bits_per_byte",
-            "val_loss": "val/loss", "tokens_per_s": "perf/tokens_per_s"}
-TB_SKIP = ("elapsed_s",)
 
 
 def read_metrics(path: Path) -> list[tuple[int, str, float]]:
@@ -50,20 +47,14 @@ def read_metrics(path: Path) -> list[tuple[int, str, float]]:
     return out
 
 
-def tb_scalars(curves: list[tuple[int, str, float]]) -> list[tuple[str, int, float]]:
-    """TensorBoard tags for metrics keys: loss/lr/grad norm under ``train/``, val under ``val/``, others as named."""
-    return [(TB_NAMES.get(k, k), s, v) for s, k, v in curves if k not in TB_SKIP]
-
-
 def _num(v: Any) -> float | None:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
 
 
 def record(store: Store, sweep_dir: Path, run_id: str, summary: dict[str, Any], *, peak_mem_mb: float | None) -> None:
-    """Write a run's result row, its curves and its TensorBoard scalars (idempotent)."""
+    """Write a run's result row and its curves (idempotent)."""
     run_dir = sweep_dir / "runs" / run_id
     curves = read_metrics(run_dir / "metrics.jsonl")
-    write_scalars(sweep_dir / "tb" / run_id, tb_scalars(curves))
     result = {
         "status": summary.get("status", "failed"), "step": summary.get("step"), "steps": summary.get("steps"),
         "final_val_bpb": _num(summary.get("val_bpb")), "best_val_bpb": _num(summary.get("best_val_bpb")),
@@ -103,12 +94,13 @@ def run_one(sweep_dir: Path, run_id: str, threads: int | None = None) -> int:
 
             if threads:
                 torch.set_num_threads(threads)
+            tb_dir = sweep_dir / "tb" / run_id  # live scalars, one TensorBoard run per sweep run
             if (run_dir / "config.yaml").is_file():
-                summary = train(open_config(run_dir), run_dir, resume=True, quiet=False)
+                summary = train(open_config(run_dir), run_dir, resume=True, quiet=False, tb_dir=tb_dir)
             else:
                 if run_dir.exists():  # a run that died before writing its config: start it afresh
                     shutil.rmtree(run_dir)
-                summary = train(config_from_dict(row["config"]), run_dir, resume=False, quiet=False)
+                summary = train(config_from_dict(row["config"]), run_dir, resume=False, quiet=False, tb_dir=tb_dir)
     except KeyboardInterrupt:  # SIGINT before the trainer's handler was installed, or a second Ctrl-C
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         store.update(run_id, status="interrupted", error="interrupted before a checkpoint could be taken")

@@ -32,6 +32,7 @@ from normlab.train.losses import lm_loss
 from normlab.train.checkpoint import list_checkpoints, load_checkpoint, save_checkpoint, save_model
 from normlab.train.optim import EffectiveLR, NormalizeAndProject, build_optimizer
 from normlab.train.progress import ProgressReporter
+from normlab.train.tracking import Tracker
 from normlab.train.schedule import lr_at
 from normlab.validate import check_train_memory
 
@@ -127,8 +128,11 @@ def _truncate_metrics(path: Path, step: int) -> None:
     write_text(path, "".join(k + "\n" for k in keep))
 
 
-def train(cfg: RunConfig, run_dir: str | Path, *, resume: bool = False, quiet: bool = False) -> dict[str, Any]:
+def train(cfg: RunConfig, run_dir: str | Path, *, resume: bool = False, quiet: bool = False,
+          tb_dir: str | Path | None = None) -> dict[str, Any]:
     """Train ``cfg`` into ``run_dir`` (new, or resumed from its last checkpoint). Returns the summary dict.
+
+    TensorBoard scalars and hparams are written live to ``tb_dir`` (default ``RUN_DIR/tb``; normlab.train.tracking).
 
     The summary's ``status`` is ``completed``, ``diverged`` (non-finite loss or loss above the ceiling; ``step``
     is the step that diverged) or ``interrupted`` (Ctrl-C; resumable).
@@ -177,6 +181,7 @@ def train(cfg: RunConfig, run_dir: str | Path, *, resume: bool = False, quiet: b
         write_text(metrics_path, "")
 
     report = ProgressReporter(tc.steps, start, quiet=quiet)
+    tracker = Tracker(tb_dir if tb_dir is not None else run_dir / "tb", cfg.to_dict(), start_step=start)
     nap_note = f" + NaP on {len(nap.params)} weights" if nap else ""
     report.message(
         f"params {model.num_params():,} | weight decay on {len(groups['decay'])} tensors, "
@@ -257,11 +262,13 @@ def train(cfg: RunConfig, run_dir: str | Path, *, resume: bool = False, quiet: b
             if record:
                 mlog.write(json.dumps(record) + "\n")
                 mlog.flush()
+                tracker.log(record)
                 if "tokens_per_s" in record:
                     mark_t, mark_tokens = time.time(), tokens_seen
             if step % tc.checkpoint_every == 0 or step == tc.steps:
                 checkpoint(step)
     report.close()
+    tracker.close(status)
 
     total_elapsed = elapsed + time.time() - t_start
     if status == "completed":
