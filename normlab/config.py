@@ -46,6 +46,8 @@ class DataConfig:
 
 
 EVAL_SAMPLES = ("spread", "head")
+PRECISIONS = ("auto", "fp32", "bf16")
+DEVICES = ("auto", "cpu", "cuda")
 
 
 @dataclass
@@ -79,6 +81,8 @@ class TrainConfig:
     z_loss: float = 0.0
     logitnorm_tau: float | None = None
     threads: int | None = None
+    precision: str = "auto"
+    compile: bool | str = "auto"
 
     def validate(self) -> "TrainConfig":
         for name in ("steps", "batch_size", "grad_accum", "eval_every", "eval_batches", "log_every",
@@ -99,6 +103,10 @@ class TrainConfig:
             raise NormlabError(f"train.logitnorm_tau must be > 0 (or null), got {self.logitnorm_tau}")
         if self.threads is not None and self.threads < 1:
             raise NormlabError(f"train.threads must be >= 1, got {self.threads}")
+        if self.precision not in PRECISIONS:  # normlab.train.precision: what each value does
+            raise unknown("train.precision", self.precision, PRECISIONS)
+        if self.compile not in (True, False, "auto"):
+            raise NormlabError(f"train.compile must be auto, true or false, got {self.compile!r}")
         return self
 
 
@@ -164,9 +172,11 @@ class DiagConfig:
 
 @dataclass
 class RunConfig:
-    """A whole run. ``seed`` drives model init, data order and dropout."""
+    """A whole run. ``seed`` drives model init, data order and dropout. ``device``: ``auto`` (CUDA when available),
+    ``cpu`` or ``cuda`` (normlab.train.precision resolves it at the start of training)."""
 
     seed: int = 0
+    device: str = "auto"
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
@@ -174,6 +184,8 @@ class RunConfig:
     diag: DiagConfig = field(default_factory=DiagConfig)
 
     def validate(self) -> "RunConfig":
+        if self.device not in DEVICES:
+            raise unknown("device", self.device, DEVICES)
         self.data.validate()
         self.model.validate()
         self.train.validate()
@@ -320,7 +332,7 @@ def read_yaml(path: Path) -> dict[str, Any]:
     if data is None:
         data = {}
     if not isinstance(data, dict):
-        raise NormlabError(f"config {path} must be a YAML mapping of sections (seed, data, model, train, optim, diag)")
+        raise NormlabError(f"config {path} must be a YAML mapping of sections (seed, device, data, model, train, optim, diag)")
     return data
 
 

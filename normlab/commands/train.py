@@ -33,6 +33,9 @@ def _resume_config(args: argparse.Namespace) -> tuple[RunConfig, Path]:
         from normlab.train.loop import apply_norm_defaults
 
         apply_norm_defaults(base)
+        from normlab.train.precision import fill_auto
+
+        fill_auto(base, saved)
         changed = _diff_keys(saved.to_dict(), base.to_dict())
         if changed:
             raise NormlabError(
@@ -87,4 +90,6 @@ def _print_summary(s: dict) -> None:
     if s.get("gap_bpb") is not None:
         parts.append(f"entropy floor {s['entropy_floor_bpb']:.4f} bits/byte, gap {s['gap_bpb']:.4f}")
     parts.append(f"{s['tokens_per_s']:,.0f} tokens/s, {s['elapsed_s']:.1f}s")
+    if s.get("precision"):
+        parts.append(f"{s['device']} {s['precision']}" + (f", compiled in {s['compile_s']:.1f}s" if s.get("compile_s") else ""))
     print(f"run {s['run_dir']}: " + "; ".join(parts))

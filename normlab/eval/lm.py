@@ -92,9 +92,10 @@ def score_tokens(model: torch.nn.Module, tokens: np.ndarray, *, context: int, st
     model.eval()
     total = 0.0
     scored: list[np.ndarray] = []
+    dev = next(model.parameters()).device
     for batch, x, y in window_batches(tokens, wins, batch_size):
         L = x.shape[1]
-        logits = model(x)
+        logits = model(x.to(dev)).cpu()
         nll = F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), y.reshape(-1), reduction="none")
         nll = nll.view(len(batch), L).double()
         for r, (_, _, k) in enumerate(batch):

@@ -74,7 +74,7 @@ def load_optimizer_tensors(opt: torch.optim.Optimizer, tensors: dict[str, torch.
         name, _, k = key.partition("::")
         if name not in params:
             raise NormlabError(f"optimizer state names unknown parameter '{name}'")
-        opt.state[params[name]][k] = v
+        opt.state[params[name]][k] = v if k == "step" else v.to(params[name].device)  # step stays on the CPU
 
 
 def save_checkpoint(run_dir: Path, step: int, model: nn.Module, opt: torch.optim.Optimizer,

@@ -31,6 +31,7 @@ from normlab.norms import get_norm_class
 from normlab.train.losses import lm_loss
 from normlab.train.checkpoint import list_checkpoints, load_checkpoint, save_checkpoint, save_model
 from normlab.train.optim import EffectiveLR, NormalizeAndProject, build_optimizer
+from normlab.train.precision import CompileTimer, autocast, prepare_model, resolve_runtime
 from normlab.train.progress import ProgressReporter
 from normlab.train.tracking import Tracker
 from normlab.train.schedule import lr_at
@@ -148,10 +149,13 @@ def train(cfg: RunConfig, run_dir: str | Path, *, resume: bool = False, quiet: b
     apply_norm_defaults(cfg)
     cfg.validate()
     check_train_memory(cfg)  # before anything is allocated or written
-    tc, mc, oc = cfg.train, cfg.model, cfg.optim
+    runtime = resolve_runtime(cfg)  # device / precision / compile: auto -> what this machine uses (config.yaml)
+    tc, mc, oc, dev = cfg.train, cfg.model, cfg.optim, cfg.device
 
     torch.manual_seed(cfg.seed)
-    model = build_model(mc)
+    model = prepare_model(build_model(mc).to(dev), tc.precision)  # bf16: norm inputs cast to fp32
+    fwd = torch.compile(model) if tc.compile else model  # diagnostic steps run `model` (eager, with hooks)
+    timer = CompileTimer(tc.compile)
     opt, groups = build_optimizer(model, tc, oc)
     nap = NormalizeAndProject(model) if oc.nap else None  # init norms of the seeded init, before any resume load
     eff_lr = EffectiveLR({n: p for n, p in model.named_parameters() if n in groups["feeds_norm"]})
@@ -171,6 +175,8 @@ def train(cfg: RunConfig, run_dir: str | Path, *, resume: bool = False, quiet: b
                 nap.check(state.get("nap_init_norms"), str(ckpts[-1]))
             diag.load_state_dict(state.get("diag"))  # diag: the loss-spike window
             torch.set_rng_state(_rng_from_json(state["rng"]["torch"]))
+            if "cuda" in state["rng"]:
+                torch.cuda.set_rng_state(_rng_from_json(state["rng"]["cuda"]))
             gen.set_state(_rng_from_json(state["rng"]["data"]))
         _truncate_metrics(metrics_path, start)
     else:
@@ -187,6 +193,7 @@ def train(cfg: RunConfig, run_dir: str | Path, *, resume: bool = False, quiet: b
         f"params {model.num_params():,} | weight decay on {len(groups['decay'])} tensors, "
         f"none on {len(groups['no_decay'])} (norm gains, biases, embeddings) | {oc.name}{nap_note} | run {run_dir}"
     )
+    report.message(" | ".join(runtime))
     ceiling = loss_ceiling(cfg)
     status, last_loss, val = "completed", float("nan"), {}
     step = start
@@ -197,6 +204,8 @@ def train(cfg: RunConfig, run_dir: str | Path, *, resume: bool = False, quiet: b
     def checkpoint(at: int) -> None:
         state = {"tokens_seen": tokens_seen, "elapsed_s": elapsed + time.time() - t_start, "best_val_bpb": best,
                  "rng": {"torch": _rng_to_json(torch.get_rng_state()), "data": _rng_to_json(gen.get_state())}}
+        if dev == "cuda":
+            state["rng"]["cuda"] = _rng_to_json(torch.cuda.get_rng_state())
         state["diag"] = diag.state_dict()  # diag
         if nap is not None:
             state["nap_init_norms"] = nap.to_json()
@@ -213,10 +222,13 @@ def train(cfg: RunConfig, run_dir: str | Path, *, resume: bool = False, quiet: b
             for g in opt.param_groups:
                 g["lr"] = lr
             diag.start_step(step)  # diag: forward hooks on diagnostic steps only
-            loss_sum, extra = 0.0, {}
+            loss_sum, extra, t_step = 0.0, {}, time.perf_counter()
+            step_fwd = model if diag.is_diag_step(step) else fwd
             for _ in range(tc.grad_accum):
-                x, y = get_batch(data.train, tc.batch_size, mc.context, gen)
-                loss, parts = lm_loss(model(x), y, z_loss=tc.z_loss, logitnorm_tau=tc.logitnorm_tau)
+                x, y = (t.to(dev) for t in get_batch(data.train, tc.batch_size, mc.context, gen))
+                with autocast(dev, tc.precision):
+                    logits = step_fwd(x)
+                loss, parts = lm_loss(logits.float(), y, z_loss=tc.z_loss, logitnorm_tau=tc.logitnorm_tau)
                 (loss / tc.grad_accum).backward()
                 loss_sum += float(parts.pop("ce"))  # raw cross-entropy: what is logged and checked
                 for k, v in parts.items():
@@ -236,6 +248,7 @@ def train(cfg: RunConfig, run_dir: str | Path, *, resume: bool = False, quiet: b
             if nap is not None:
                 nap.project()
             opt.zero_grad(set_to_none=True)
+            timer.add(time.perf_counter() - t_step)
             step += 1
             tokens_seen += tc.batch_size * mc.context * tc.grad_accum
 
@@ -282,6 +295,7 @@ def train(cfg: RunConfig, run_dir: str | Path, *, resume: bool = False, quiet: b
         "tokens_seen": tokens_seen, "tokens_per_s": tokens_seen / max(total_elapsed, 1e-9),
         "elapsed_s": total_elapsed, "params": model.num_params(), "config_hash": cfg.hash(),
         "loss_spikes": diag.summary(), "run_dir": str(run_dir),
+        "device": dev, "precision": tc.precision, "compile": tc.compile, "compile_s": timer.compile_s,
     }
     write_json(run_dir / "summary.json", summary)
     return summary

@@ -1,0 +1,253 @@
+"""Device, precision and compilation of a training run: ``device``, ``train.precision``, ``train.compile``.
+
+``resolve_runtime(cfg)`` turns every ``auto`` into a concrete value *in place* (so ``config.yaml`` records what the
+run used) and returns one line per decision with its reason, printed at start and stored in ``summary.json``.
+
+- ``device: auto | cpu | cuda`` -- ``auto`` is ``cuda`` when ``torch.cuda.is_available()``, else ``cpu``.
+- ``train.precision: auto | fp32 | bf16`` -- ``bf16`` runs the forward pass under ``torch.autocast(bfloat16)``: the
+  matmuls (linear layers, attention's ``q k^T`` and ``a v``) in bf16, while the weights, gradients and optimizer
+  state stay fp32 (master weights). Kept in fp32: every normalization layer (it runs with autocast off on an fp32
+  copy of its input, so its statistics -- mean, variance, RMS, batch statistics and their running buffers -- are fp32),
+  the loss (the logits are cast to fp32 before the cross-entropy), evaluation (no autocast) and the diagnostics
+  (they cast to fp32). Softmax on bf16 scores accumulates its max and normaliser in fp32 inside torch's kernels
+  (SDPA's flash kernel and ``torch.softmax`` both use an fp32 accumulator). ``auto`` picks bf16 only where the
+  hardware has fast bf16 (a CPU with AMX or AVX512-BF16, a CUDA device with bf16) *and* a probe at the model's
+  shape measures it at least ``BF16_MARGIN`` faster than fp32 (the probe is cached per machine and shape in
+  ``<cache dir>/precision_probe.json``); fp32 otherwise.
+- ``train.compile: auto | true | false`` -- ``torch.compile`` of the model (``nn.Module.compile``: parameter names and
+  checkpoints unchanged). Needs a C++ compiler on CPU; without one the run says so in one line and runs uncompiled.
+  ``auto`` compiles on CUDA only: on CPU the compile time (tens of seconds) exceeds what it saves in the lab's
+  short runs (docs/benchmarks.md). The compile time is measured (the first step minus a normal step) and reported.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import os
+import platform
+import shutil
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+import torch
+from torch import nn
+
+DEVICES = ("auto", "cpu", "cuda")
+PRECISIONS = ("auto", "fp32", "bf16")
+BF16_MARGIN = 0.10  # auto picks bf16 only when its probed step is >= 10% faster than fp32's
+
+
+# ---------------------------------------------------------------------------------------------------- hardware
+def cpu_flags() -> set[str]:
+    """The CPU feature flags of ``/proc/cpuinfo`` (empty where it does not exist)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def fast_bf16(device: str) -> tuple[bool, str]:
+    """Whether ``device`` has bf16 matrix units, and a short reason."""
+    if device == "cuda":
+        ok = torch.cuda.is_bf16_supported()
+        return ok, f"CUDA device {'supports' if ok else 'lacks'} bf16"
+    flags = cpu_flags()
+    units = sorted(flags & {"amx_bf16", "avx512_bf16"})
+    if units:
+        return True, f"CPU has {' and '.join(u.upper() for u in units)}"
+    return False, f"CPU has no bf16 matrix units (no AMX / AVX512-BF16; torch uses {torch.backends.cpu.get_cpu_capability()})"
+
+
+def cxx_compiler() -> str | None:
+    """The C++ compiler inductor would use (``$CXX``, ``c++``, ``g++``, ``clang++``), or None."""
+    for name in (os.environ.get("CXX"), "c++", "g++", "clang++"):
+        if name and shutil.which(name):
+            return name
+    return None
+
+
+# ---------------------------------------------------------------------------------------------------- resolve
+def resolve_device(name: str) -> tuple[str, str]:
+    if name == "auto":
+        dev = "cuda" if torch.cuda.is_available() else "cpu"
+        return dev, "auto: " + ("a CUDA device is available" if dev == "cuda" else "no CUDA device")
+    if name == "cuda" and not torch.cuda.is_available():
+        from normlab.errors import NormlabError
+
+        raise NormlabError("device: cuda was asked for but torch sees no CUDA device; use device: cpu or auto")
+    return name, "set in the config"
+
+
+def _probe_key(cfg: Any, device: str) -> str:
+    m = cfg.model
+    # the shape only (not the norm or placement): every variant of a sweep at one shape gets the same precision
+    shape = {k: getattr(m, k) for k in ("vocab_size", "context", "width", "depth", "heads", "mlp_ratio", "attention")}
+    return json.dumps({"cpu": cpu_name() if device == "cpu" else torch.cuda.get_device_name(), "device": device,
+                       "threads": torch.get_num_threads(), "torch": torch.__version__, "batch": cfg.train.batch_size,
+                       **shape}, sort_keys=True)
+
+
+def probe_step_times(cfg: Any, device: str, reps: int = 3) -> dict[str, float]:
+    """Median seconds of one forward + backward at ``cfg``'s model shape and batch, fp32 and bf16 interleaved.
+    Runs under ``torch.random.fork_rng`` so the run's seeded RNG streams are untouched."""
+    from normlab.model import build_model
+
+    with torch.random.fork_rng(devices=[]):
+        model = build_model(cfg.model).to(device)
+        prepare_model(model, "bf16")
+        idx = torch.randint(cfg.model.vocab_size, (cfg.train.batch_size, cfg.model.context), device=device)
+        times: dict[str, list[float]] = {"fp32": [], "bf16": []}
+        for rep in range(reps + 1):
+            for prec in ("fp32", "bf16"):
+                t = time.perf_counter()
+                with autocast(device, prec):
+                    out = model(idx)
+                out.float().square().mean().backward()
+                if device == "cuda":
+                    torch.cuda.synchronize()
+                if rep:  # the first round warms up
+                    times[prec].append(time.perf_counter() - t)
+                model.zero_grad(set_to_none=True)
+    return {k: sorted(v)[len(v) // 2] for k, v in times.items()}
+
+
+def _cached_probe(cfg: Any, device: str) -> dict[str, float]:
+    """The probe's times for this machine and shape: from the cache, else measured (under a file lock, so the
+    workers of a sweep starting together probe once and agree)."""
+    import fcntl
+
+    from normlab.data.cache import default_cache_dir
+    from normlab.io import write_json
+
+    path = Path(cfg.data.cache_dir or default_cache_dir()) / "precision_probe.json"
+    key = _probe_key(cfg, device)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            cache = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError):
+            cache = {}
+        if key not in cache:
+            cache[key] = probe_step_times(cfg, device)
+            write_json(path, cache)
+    return cache[key]
+
+
+def resolve_precision(cfg: Any, device: str) -> tuple[str, str]:
+    name = cfg.train.precision
+    if name != "auto":
+        return name, "set in the config"
+    ok, why = fast_bf16(device)
+    if not ok:
+        return "fp32", f"auto: {why}"
+    t = _cached_probe(cfg, device)
+    speedup = t["fp32"] / max(t["bf16"], 1e-12)
+    pick = "bf16" if speedup >= 1.0 + BF16_MARGIN else "fp32"
+    return pick, f"auto: {why}; bf16 step measured {speedup:.2f}x fp32's at this shape"
+
+
+def resolve_compile(value: bool | str, device: str) -> tuple[bool, str]:
+    if value == "auto":
+        if device != "cuda":
+            return False, "auto: off on CPU (compile time exceeds its saving in short runs)"
+        value, why = True, "auto: on for CUDA"
+    else:
+        why = "set in the config"
+    if value and device == "cpu" and cxx_compiler() is None:
+        return False, "no C++ compiler found (install g++ or set CXX); running uncompiled"
+    return bool(value), why
+
+
+def resolve_runtime(cfg: Any) -> list[str]:
+    """Replace ``auto`` in ``cfg.device``, ``cfg.train.precision`` and ``cfg.train.compile`` by what this machine
+    uses, in place; returns the decisions as ``key: value (reason)`` lines."""
+    dev, why_dev = resolve_device(cfg.device)
+    prec, why_prec = resolve_precision(cfg, dev)
+    comp, why_comp = resolve_compile(cfg.train.compile, dev)
+    cfg.device, cfg.train.precision, cfg.train.compile = dev, prec, comp
+    return [f"device {dev} ({why_dev})", f"precision {prec} ({why_prec})",
+            f"compile {'on' if comp else 'off'} ({why_comp})"]
+
+
+def fill_auto(cfg: Any, resolved: Any) -> None:
+    """Where ``cfg`` says ``auto``, take ``resolved``'s value (``--resume`` with a config: a run's config.yaml
+    records the resolved values, which an ``auto`` in the same config matches)."""
+    if cfg.device == "auto":
+        cfg.device = resolved.device
+    for key in ("precision", "compile"):
+        if getattr(cfg.train, key) == "auto":
+            setattr(cfg.train, key, getattr(resolved.train, key))
+
+
+# ---------------------------------------------------------------------------------------------------- running
+def autocast(device: str, precision: str) -> contextlib.AbstractContextManager:
+    """The forward pass's context: bf16 autocast for ``bf16``, nothing for ``fp32``."""
+    if precision == "bf16":
+        return torch.autocast(device_type=device, dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def _fp32_forward(forward: Any) -> Any:
+    """``forward`` with autocast off and a bf16 / fp16 input cast to fp32 (the norm computes in fp32)."""
+
+    @functools.wraps(forward)
+    def run(x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+        with torch.autocast(device_type=x.device.type, enabled=False):
+            return forward(x.float() if x.dtype in (torch.bfloat16, torch.float16) else x, *args, **kwargs)
+
+    return run
+
+
+def norm_layers(model: nn.Module) -> Iterator[nn.Module]:
+    """Every module of ``model`` that is a registered norm class (block, embedding, final and QK norms)."""
+    from normlab.norms.registry import _REGISTRY
+
+    classes = tuple(_REGISTRY.values())
+    return (m for m in model.modules() if isinstance(m, classes))
+
+
+def prepare_model(model: nn.Module, precision: str) -> nn.Module:
+    """For ``bf16``: every norm layer runs with autocast off on an fp32 input (its ``forward`` is wrapped), so its
+    statistics and its own reductions (``vecdot``, ``@``) are fp32 under autocast. Weights stay fp32 in every
+    precision."""
+    if precision == "bf16":
+        for m in norm_layers(model):
+            m.forward = _fp32_forward(m.forward)
+    return model
+
+
+class CompileTimer:
+    """Measures ``torch.compile``'s cost: the first step's time minus the median of the next few."""
+
+    def __init__(self, enabled: bool, n: int = 5):
+        self.enabled, self.n, self.times = enabled, n, []
+
+    def add(self, seconds: float) -> None:
+        if self.enabled and len(self.times) <= self.n:
+            self.times.append(seconds)
+
+    @property
+    def compile_s(self) -> float | None:
+        if not self.enabled or len(self.times) < 2:
+            return None
+        rest = sorted(self.times[1:])
+        return max(self.times[0] - rest[len(rest) // 2], 0.0)
