@@ -1,0 +1,196 @@
+"""normlab's Python API: the entry points ``import normlab`` exposes (docs/api.md).
+
+    >>> import normlab
+    >>> cfg = normlab.make_config("tiny", {"model.norm": "rmsnorm", "train.steps": 20})   # doctest: +SKIP
+    >>> model = normlab.build_model(cfg)                        # a GPT (torch.nn.Module), seeded init
+    >>> summary = normlab.train_run(cfg, "runs/api-demo")         # the run directory `normlab train` writes
+    >>> run = normlab.load_run("runs/api-demo")                 # .model (eval mode), .cfg, .tokenizer, .data()
+    >>> normlab.evaluate(run)["bits_per_byte"]                  # as `normlab eval RUN_DIR --json`
+    >>> normlab.generate(run, "def ", max_new_tokens=20, temperature=0)
+    >>> normlab.compare({"base": "tiny", "variants": [...]}, "runs/sweep")   # as `normlab compare`
+
+Everything here is a thin layer over the modules the CLI uses, so results are the CLI's; errors are
+``normlab.NormlabError`` (one line, the CLI's message). The names avoid ``normlab.train`` and ``normlab.config``:
+those are normlab's own modules (a function of that name would be replaced by the module on its first import).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from normlab.config import RunConfig, apply_overrides, config_from_dict, read_yaml, resolve_config_path
+from normlab.errors import NormlabError
+
+
+def make_config(base: str | Path | dict[str, Any] | RunConfig | None = None,
+           overrides: dict[str, Any] | list[str] | None = None) -> RunConfig:
+    """A validated run config: ``base`` is a preset name (``"tiny"``), a YAML path, a nested dict of sections, a
+    RunConfig, or None (all defaults); ``overrides`` are dotted keys (``{"model.norm": "rmsnorm"}``, or the CLI's
+    ``["model.norm=rmsnorm"]``), checked like ``--set``."""
+    if isinstance(base, RunConfig):
+        data = base.to_dict()
+    elif isinstance(base, dict):
+        data = _nested_copy(base)
+    elif base is None:
+        data = {}
+    else:
+        data = read_yaml(resolve_config_path(str(base)))
+    if overrides:
+        items = overrides if isinstance(overrides, list) else [f"{k}={_yaml_scalar(v)}" for k, v in overrides.items()]
+        apply_overrides(data, items)
+    cfg = config_from_dict(data)
+    from normlab.train.loop import apply_norm_defaults
+
+    apply_norm_defaults(cfg)
+    return cfg
+
+
+def _nested_copy(d: dict[str, Any]) -> dict[str, Any]:
+    return {k: _nested_copy(v) if isinstance(v, dict) else v for k, v in d.items()}
+
+
+def _yaml_scalar(v: Any) -> str:
+    import json
+
+    return json.dumps(v) if not isinstance(v, str) else v
+
+
+def _as_config(cfg: str | Path | dict[str, Any] | RunConfig) -> RunConfig:
+    return cfg if isinstance(cfg, RunConfig) else make_config(cfg)
+
+
+def build_model(cfg: str | Path | dict[str, Any] | RunConfig, *, seed: int | None = None):
+    """The untrained model of a config (a ``normlab.model.GPT``), initialised under ``seed`` (default the config's
+    ``seed``), exactly as ``train`` initialises it. ``model.vocab_size`` is the config's (256 for bytes)."""
+    import torch
+
+    from normlab.model import build_model as _build
+
+    cfg = _as_config(cfg)
+    torch.manual_seed(cfg.seed if seed is None else seed)
+    return _build(cfg.model)
+
+
+def train_run(cfg: str | Path | dict[str, Any] | RunConfig, out: str | Path, *, resume: bool = False,
+          quiet: bool = True) -> dict[str, Any]:
+    """Train into the run directory ``out`` (new; or ``resume=True`` to continue it) and return ``summary.json``'s
+    dict (``status``: completed / diverged / interrupted). Same files as ``normlab train``, TensorBoard included."""
+    from normlab.train.loop import train as _train
+
+    out = Path(out)
+    if resume:
+        from normlab.rundir import open_config
+
+        return _train(open_config(out), out, resume=True, quiet=quiet)
+    if (out / "config.yaml").exists():
+        raise NormlabError(f"{out} already holds a run; pass resume=True or another directory")
+    return _train(_as_config(cfg), out, resume=False, quiet=quiet)
+
+
+@dataclass
+class Run:
+    """A trained run: ``model`` (eval mode), ``cfg``, ``run_dir``, ``weights``; ``tokenizer`` and ``data()`` come
+    from the run directory (its own tokenizer.json; the corpus checked against data.json)."""
+
+    run_dir: Path
+    cfg: RunConfig
+    model: Any
+    weights: Path
+
+    @property
+    def tokenizer(self):
+        from normlab.rundata import run_tokenizer
+
+        return run_tokenizer(self.run_dir, self.cfg)
+
+    def data(self, source: str | None = None):
+        """The tokenized splits (``PreparedData``): the run's corpus, or ``source`` with the run's tokenizer."""
+        from normlab.rundata import run_data
+
+        return run_data(self.run_dir, self.cfg, source=source)
+
+
+def load_run(run_dir: str | Path) -> Run:
+    """Open a run directory (final weights, or the last checkpoint of an unfinished run)."""
+    from normlab.rundir import load_run as _load
+
+    r = _load(run_dir)
+    return Run(Path(run_dir), r.cfg, r.model, r.weights)
+
+
+def _as_run(run: Run | str | Path) -> Run:
+    return run if isinstance(run, Run) else load_run(run)
+
+
+def evaluate(run: Run | str | Path, *, split: str = "val", data: str | None = None, context: int | None = None,
+             stride: int | None = None, max_tokens: int | None = None, batch_size: int = 16) -> dict[str, Any]:
+    """Loss (nats/token), ``bits_per_byte``, token/byte/word perplexity and counts, as ``normlab eval --json``
+    (nothing is written). ``data``: score another corpus with the run's tokenizer."""
+    from normlab.commands.evaluate import check_static_gate
+    from normlab.eval.lm import evaluate as _evaluate
+
+    run = _as_run(run)
+    ctx = context or run.cfg.model.context
+    if run.cfg.model.positions == "learned" and ctx > run.cfg.model.context:
+        raise NormlabError(f"context {ctx} exceeds the learned position table ({run.cfg.model.context})")
+    check_static_gate(run.cfg.model, ctx)
+    d = run.data(data)
+    m = _evaluate(run.model, d.split(split), d.token_bytes, d.tokenizer.decode, context=ctx, stride=stride,
+                  batch_size=batch_size, max_tokens=max_tokens)
+    m.update({"split": split, "context": ctx, "stride": stride or ctx})
+    if d.entropy_floor_bpb is not None:
+        m["entropy_floor_bpb"] = d.entropy_floor_bpb
+        m["gap_bpb"] = m["bits_per_byte"] - d.entropy_floor_bpb
+    return m
+
+
+def generate(run: Run | str | Path, prompt: str, *, max_new_tokens: int = 200, temperature: float = 1.0,
+             top_k: int | None = None, top_p: float | None = None, min_p: float | None = None,
+             top_nsigma: float | None = None, seed: int = 0) -> str:
+    """The sampled continuation of ``prompt`` (text, without the prompt), as ``normlab generate`` would stream it.
+    ``temperature=0`` is greedy."""
+    import torch
+
+    from normlab.eval.sampling import check_sampling_args, generate_tokens
+
+    sampling = {"temperature": temperature, "top_k": top_k, "top_p": top_p, "min_p": min_p, "top_nsigma": top_nsigma}
+    check_sampling_args(**sampling)
+    if not prompt:
+        raise NormlabError("prompt must be a non-empty string")
+    run = _as_run(run)
+    tok = run.tokenizer
+    ids = [int(i) for i in tok.encode(prompt.encode("utf-8"))]
+    use_cache = hasattr(run.model, "step") and hasattr(run.model, "init_state")
+    gen = torch.Generator().manual_seed(seed)
+    out = list(generate_tokens(run.model, ids, max_new_tokens, context=run.cfg.model.context, use_cache=use_cache,
+                               generator=gen, **sampling))
+    return tok.decode(out).decode("utf-8", errors="replace") if out else ""
+
+
+def compare(sweep: str | Path | dict[str, Any], out: str | Path | None = None, *, workers: int | None = None,
+            report: bool = True) -> dict[str, Any]:
+    """Run a sweep (a sweep file, a preset name, or a sweep mapping as in docs/compare.md) in parallel worker
+    processes into ``out`` (default ``runs/compare-<name>``) and write its report; returns ``status``, ``counts``,
+    ``runs`` (the stored rows), and with ``report`` the ``ranking`` / ``summary`` / report paths."""
+    from normlab.experiments import default_sweep_dir, list_presets, load_sweep, parse_sweep, run_sweep
+
+    if isinstance(sweep, dict):
+        s = parse_sweep(sweep, here=Path.cwd())
+    elif not Path(sweep).is_file() and str(sweep) in list_presets():
+        s = load_sweep(preset=str(sweep))
+    else:
+        s = load_sweep(sweep)
+    sweep_dir = Path(out) if out else default_sweep_dir(s)
+    outcome = run_sweep(s, sweep_dir, workers=workers)
+    res: dict[str, Any] = {"sweep_dir": str(sweep_dir), "sweep": s.name, "status": outcome.status,
+                           "counts": outcome.counts(), "trained": outcome.trained, "skipped": outcome.skipped,
+                           "runs": outcome.runs}
+    if report and outcome.status != "interrupted":
+        from normlab.report import write_report
+
+        rep = write_report(sweep_dir)
+        res.update({"report_html": rep["html"], "report_md": rep["md"], "ranking": rep["ranking"],
+                    "summary": rep["summary"]})
+    return res
