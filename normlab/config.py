@@ -19,6 +19,7 @@ from typing import Any
 
 import yaml
 
+from normlab.aliases import suggest_key
 from normlab.errors import NormlabError, did_you_mean, unknown
 from normlab.io import load_yaml
 from normlab.model.config import ModelConfig
@@ -253,7 +254,7 @@ def _build(cls: type, data: dict[str, Any], prefix: str) -> Any:
         full = f"{prefix}{key}"
         if key not in hints:
             allowed = [f"{prefix}{n}" for n in names]
-            raise NormlabError(f"unknown config key '{full}'{did_you_mean(full, allowed)}; allowed: {', '.join(allowed)}")
+            raise NormlabError(f"unknown config key '{full}'{suggest_key(full, allowed)}; allowed: {', '.join(allowed)}")
         tp = hints[key]
         if dataclasses.is_dataclass(tp):
             if not isinstance(value, dict):
@@ -294,7 +295,7 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
         key = key.strip()
         in_mapping = any(key.startswith(f"{m}.") and key.count(".") == m.count(".") + 1 for m in _mapping_keys())
         if key not in valid and not in_mapping:
-            raise NormlabError(f"unknown config key '{key}'{did_you_mean(key, valid)}")
+            raise NormlabError(f"unknown config key '{key}'{suggest_key(key, valid)}")
         try:
             value = load_yaml(raw, f"--set {key}") if raw != "" else ""
         except yaml.YAMLError:

@@ -25,9 +25,18 @@ class NormlabError(Exception):
     """
 
 
+def _fold(s: str) -> str:
+    return s.lower().replace("-", "").replace("_", "")
+
+
 def did_you_mean(name: str, allowed: Iterable[str]) -> str:
-    """Return `` (did you mean 'x'?)`` for the closest allowed name, or an empty string."""
-    close = difflib.get_close_matches(name, list(allowed), n=1, cutoff=0.5)
+    """Return `` (did you mean 'x'?)`` for the allowed name equal up to case and ``-``/``_`` (``RMSNorm`` ->
+    ``rmsnorm``, ``Pre-LN`` spellings), else the closest spelling, or an empty string."""
+    allowed = list(allowed)
+    same = [a for a in allowed if _fold(a) == _fold(str(name))]
+    if same:
+        return f" (did you mean '{same[0]}'?)"
+    close = difflib.get_close_matches(name, allowed, n=1, cutoff=0.5)
     return f" (did you mean '{close[0]}'?)" if close else ""
 
 

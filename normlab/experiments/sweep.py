@@ -39,6 +39,7 @@ import yaml
 
 from normlab.config import (CONFIG_DIR, RunConfig, _all_keys, _mapping_keys, config_from_dict, read_yaml,
                             resolve_config_path)
+from normlab.aliases import suggest_key
 from normlab.errors import NormlabError, did_you_mean
 from normlab.experiments.grid import expand_grid
 from normlab.io import load_yaml
@@ -100,7 +101,7 @@ def _check_key(key: str, where: str) -> None:
         return
     if any(key.startswith(f"{m}.") and key.count(".") == m.count(".") + 1 for m in _mapping_keys()):
         return
-    raise NormlabError(f"{where}: unknown config key '{key}'{did_you_mean(key, _all_keys())}")
+    raise NormlabError(f"{where}: unknown config key '{key}'{suggest_key(key, _all_keys())}")
 
 
 def _flatten(data: Any, where: str, prefix: str = "") -> dict[str, Any]:
