@@ -26,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
+from normlab.data.progress import mb, stage
 from normlab.data.sources import Corpus, load_corpus
 from normlab.data.tokenizer import BPETokenizer, BytesTokenizer, Tokenizer, load_tokenizer, parse_tokenizer_spec
 from normlab.errors import NormlabError
@@ -179,8 +180,13 @@ def _build_entry(tmp: Path, corpus: Corpus, tok_spec: str, tok_arg: int | Tokeni
     splits = split_docs(corpus.docs, val_fraction, test_fraction)
     if tok_arg is None:
         tok: Tokenizer = BytesTokenizer()
+    elif isinstance(tok_arg, int):
+        n_train = sum(len(d) for d in splits["train"])
+        with stage(f"training BPE tokenizer (vocab {tok_arg}) on the train split of '{corpus.source}' ({mb(n_train)})"):
+            tok = BPETokenizer.train(splits["train"], tok_arg, name=tok_spec)
+        tok.save(tmp / "tokenizer.json")
     else:
-        tok = BPETokenizer.train(splits["train"], tok_arg, name=tok_spec) if isinstance(tok_arg, int) else tok_arg
+        tok = tok_arg
         tok.save(tmp / "tokenizer.json")
     tb = tok.token_bytes()
     meta: dict = {"cache_version": CACHE_VERSION, "cache_key": key, "tokenizer": tok.name,
@@ -188,8 +194,9 @@ def _build_entry(tmp: Path, corpus: Corpus, tok_spec: str, tok_arg: int | Tokeni
                   "vocab_size": tok.vocab_size, "val_fraction": val_fraction, "test_fraction": test_fraction,
                   "split_tokens": {}, "split_bytes": {}, "split_words": {}, "split_docs": {}}
     for s in SPLITS:
-        ids = tok.encode_docs(splits[s])
         nbytes = sum(len(d) for d in splits[s])
+        with stage(f"tokenizing the {s} split of '{corpus.source}' with {tok_spec} ({mb(nbytes)})"):
+            ids = tok.encode_docs(splits[s])
         if int(tb[ids].sum()) != nbytes:  # cheap end-to-end check of losslessness
             raise NormlabError(f"tokenizer '{tok_spec}' lost bytes on split '{s}'; this is a bug")
         ids.astype("<u2").tofile(tmp / f"{s}.bin")
@@ -231,7 +238,8 @@ def prepare_data(source: str, tokenizer: str | Path = "bytes", *, cache_dir: str
     """
     tok_spec, tok_arg = _resolve_tokenizer(tokenizer)
     _check_fractions(val_fraction, test_fraction)
-    corpus = load_corpus(source)
+    with stage(f"reading corpus '{source}'"):
+        corpus = load_corpus(source)
     if check is not None:
         check(corpus)
     key = cache_key(corpus.meta["content_hash"], tok_spec, val_fraction, test_fraction)

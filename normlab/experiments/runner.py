@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, Callable, TextIO
 
 from normlab.errors import NormlabError
+from normlab.experiments.progress import SweepProgress
 from normlab.experiments.store import FINAL, Store
 from normlab.experiments.sweep import Sweep, dump_spec
 
@@ -209,6 +210,8 @@ def _execute(store: Store, sweep_dir: Path, todo: list[str], n_workers: int, thr
     (sweep_dir / "logs").mkdir(exist_ok=True)
     env = _worker_env(threads)
     done_count = 0
+    progress = SweepProgress(sweep_dir, log)  # per-run step / ETA / log path between completions
+    log(f"worker logs: {sweep_dir / 'logs'}/<run id>.log")
 
     def on_signal(signum: int, _frame: Any) -> None:
         nonlocal interrupts
@@ -234,12 +237,14 @@ def _execute(store: Store, sweep_dir: Path, todo: list[str], n_workers: int, thr
                                         env=env, start_new_session=True)
                 running[run_id] = (proc, logf)
                 outcome.trained.append(run_id)
+                progress.started(run_id, int((store.get(run_id).get("config") or {}).get("train", {}).get("steps", 0)))
             for run_id in list(running):
                 proc, logf = running[run_id]
                 rc = proc.poll()
                 if rc is None:
                     continue
                 del running[run_id]
+                progress.finished(run_id)
                 logf.close()
                 done_count += 1
                 row = store.get(run_id)
@@ -250,6 +255,7 @@ def _execute(store: Store, sweep_dir: Path, todo: list[str], n_workers: int, thr
                 log(f"[{done_count}/{len(todo)}] {run_id}: {_describe(row)}"
                     + (f" (log: {sweep_dir / 'logs' / (run_id + '.log')})" if row["status"] == "failed" else ""))
             if running:
+                progress.tick(list(running))
                 time.sleep(0.2)
     finally:
         for s, h in old.items():

@@ -1,0 +1,89 @@
+"""Progress of a sweep between run completions: every ``NORMLAB_PROGRESS_EVERY`` seconds (default 30; 0 turns it
+off) ``normlab compare`` prints one line per running run with its step, the rate since it started, an ETA and where
+its log is. The step is the last record of the run's ``metrics.jsonl`` (written by the worker as it trains)."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+DEFAULT_EVERY_S = 30.0
+
+
+def report_every() -> float:
+    try:
+        return max(0.0, float(os.environ.get("NORMLAB_PROGRESS_EVERY", DEFAULT_EVERY_S)))
+    except ValueError:
+        return DEFAULT_EVERY_S
+
+
+def last_step(metrics: Path) -> int | None:
+    """The ``step`` of the last complete record of a ``metrics.jsonl`` (reads only its tail), or None."""
+    try:
+        with open(metrics, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - 8192))
+            tail = f.read().decode("utf-8", "replace")
+    except OSError:
+        return None
+    for line in reversed(tail.splitlines()):
+        try:
+            step = json.loads(line).get("step")
+        except (json.JSONDecodeError, AttributeError):
+            continue
+        if isinstance(step, int):
+            return step
+    return None
+
+
+def eta_s(step: int, steps: int, first_step: int, elapsed_s: float) -> float | None:
+    """Seconds left at the rate observed since this process saw ``first_step``: ``(steps - step) * elapsed /
+    (step - first_step)``; None before any progress."""
+    done = step - first_step
+    return (steps - step) * elapsed_s / done if done > 0 and elapsed_s > 0 else None
+
+
+def _fmt_s(s: float) -> str:
+    s = int(round(s))
+    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else (f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s")
+
+
+class SweepProgress:
+    """``started(run_id, steps)`` when a worker starts, ``tick(running_ids)`` in the wait loop (prints at most
+    every ``every`` seconds), ``finished(run_id)``."""
+
+    def __init__(self, sweep_dir: Path, log, every: float | None = None):
+        self.sweep_dir, self.log = sweep_dir, log
+        self.every = report_every() if every is None else every
+        self.runs: dict[str, dict] = {}
+        self.last = time.monotonic()
+
+    def started(self, run_id: str, steps: int) -> None:
+        first = last_step(self.sweep_dir / "runs" / run_id / "metrics.jsonl") or 0  # resumed runs start later
+        self.runs[run_id] = {"steps": steps, "first": first, "t0": time.monotonic(), "t_first": None}
+
+    def finished(self, run_id: str) -> None:
+        self.runs.pop(run_id, None)
+
+    def line(self, run_id: str) -> str:
+        r = self.runs[run_id]
+        logf = self.sweep_dir / "logs" / f"{run_id}.log"
+        step = last_step(self.sweep_dir / "runs" / run_id / "metrics.jsonl")
+        if step is None:
+            return f"  {run_id}: starting ({_fmt_s(time.monotonic() - r['t0'])}; log: {logf})"
+        if r["t_first"] is None or step <= r["first"]:  # rate measured from the first step this process saw
+            r["t_first"], r["first"] = time.monotonic(), step
+        eta = eta_s(step, r["steps"], r["first"], time.monotonic() - r["t_first"])
+        return (f"  {run_id}: step {step}/{r['steps']}, ETA {_fmt_s(eta) if eta is not None else 'n/a'} "
+                f"(log: {logf})")
+
+    def tick(self, running: list[str]) -> None:
+        if not self.every or not running or time.monotonic() - self.last < self.every:
+            return
+        self.last = time.monotonic()
+        for run_id in running:
+            if run_id in self.runs:
+                self.log(self.line(run_id))
