@@ -42,7 +42,8 @@ def run_compare(args: argparse.Namespace) -> int:
     counts = outcome.counts()
     base = {"sweep_dir": str(out), "sweep": sweep.name, "sweep_hash": sweep.hash, "status": outcome.status,
             "counts": counts, "trained": outcome.trained, "skipped": outcome.skipped, "workers": outcome.workers,
-            "threads": outcome.threads, "wall_s": outcome.wall_s}
+            "threads": outcome.threads, "wall_s": outcome.wall_s, "packing": outcome.packing,
+            "sweep_tokens_per_s": outcome.sweep_tokens_per_s}
     if outcome.status == "interrupted":
         msg = f"interrupted; finished runs are stored in {out}. Re-run the same command to resume."
         print(dumps(base) if args.json else msg, file=sys.stdout if args.json else sys.stderr)

@@ -9,7 +9,8 @@ Layout of a sweep directory::
     SWEEP_DIR/tb/<run id>/        TensorBoard scalars, written live (``tensorboard --logdir SWEEP_DIR/tb``)
     SWEEP_DIR/report.html, report.md, report_*.png   written by normlab.report
 
-Parallelism: ``workers`` processes (default: one per core, at most one per run), each with
+Parallelism: without ``--workers`` the packing is measured (normlab.experiments.packing: workers x threads with
+the most summed tokens/s at the sweep's shape, cached). Otherwise ``workers`` processes (at most one per run), each with
 ``threads = max(1, cores // workers)`` torch threads (``OMP_NUM_THREADS`` and ``torch.set_num_threads``), so
 ``workers * threads <= cores`` unless more workers than cores are asked for. Workers start in their own session, so
 a terminal Ctrl-C reaches only this process, which forwards one SIGINT to each worker (the trainer checkpoints and
@@ -21,6 +22,7 @@ leaves only whole rows; re-running the same command resumes interrupted runs and
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import signal
 import subprocess
@@ -69,6 +71,8 @@ class SweepOutcome:
     threads: int = 0
     wall_s: float = 0.0
     runs: list[dict[str, Any]] = field(default_factory=list)
+    packing: dict[str, float] = field(default_factory=dict)  # measured summed tokens/s per "WxT" (packing.py)
+    sweep_tokens_per_s: float | None = None  # tokens trained by this call's runs / its wall time
 
     def counts(self) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -188,18 +192,48 @@ def run_sweep(sweep: Sweep, sweep_dir: Path, *, workers: int | None = None,
                          "config_hash": r.config_hash, "axes": r.axes, "overrides": r.overrides, "config": r.config}
                         for i, r in enumerate(sweep.runs)])
         n_workers, threads = plan_workers(len(todo), workers)
-        outcome = SweepOutcome(sweep_dir, "completed", skipped=skipped, workers=n_workers, threads=threads)
+        packing: dict[str, float] = {}
+        if workers is None and len(todo) > 1 and available_cores() > 1:  # measured: normlab.experiments.packing
+            n_workers, threads, packing = _choose_packing(sweep, todo, log)
+        outcome = SweepOutcome(sweep_dir, "completed", skipped=skipped, workers=n_workers, threads=threads,
+                               packing=packing)
         how = f"; {n_workers} workers x {threads} threads" if todo else ""
         log(f"sweep '{sweep.name}': {len(sweep.runs)} runs, {len(todo)} to run, {len(skipped)} already done{how} -> {sweep_dir}")
         if todo:
+            t_exec = time.time()
             outcome.status = _execute(store, sweep_dir, [r.run_id for r in todo], n_workers, threads, log, outcome)
             outcome.wall_s = time.time() - t_start
+            outcome.sweep_tokens_per_s = _sweep_tokens(store, outcome.trained) / max(time.time() - t_exec, 1e-9)
+            log(f"sweep throughput {outcome.sweep_tokens_per_s:,.0f} tokens/s summed over {n_workers} workers "
+                f"x {threads} threads")
             for k, v in (("workers", n_workers), ("threads", threads), ("cores", available_cores()),
                          ("wall_s", f"{outcome.wall_s:.1f}")):
                 store.set_meta(k, str(v))
         outcome.runs = store.runs()
     outcome.wall_s = time.time() - t_start
     return outcome
+
+
+def _choose_packing(sweep: Sweep, todo: list, log: Callable[[str], None]) -> tuple[int, int, dict[str, float]]:
+    from normlab.data.cache import default_cache_dir
+    from normlab.experiments.packing import choose_packing
+
+    cfg = todo[0].config
+    cache = (cfg.get("data") or {}).get("cache_dir") or default_cache_dir()
+    return choose_packing(cfg, len(todo), available_cores(), Path(cache), log)
+
+
+def _sweep_tokens(store: Store, run_ids: list[str]) -> float:
+    """Tokens trained by ``run_ids`` (steps x batch x context x grad_accum of each, as resolved now)."""
+    from normlab.config import config_from_dict
+
+    total = 0.0
+    for run_id in run_ids:
+        row = store.get(run_id)
+        if row.get("step"):
+            c = config_from_dict(json.loads(json.dumps(row["config"])))
+            total += row["step"] * c.train.batch_size * c.model.context * c.train.grad_accum
+    return total
 
 
 def _execute(store: Store, sweep_dir: Path, todo: list[str], n_workers: int, threads: int,
