@@ -7,6 +7,10 @@ export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
 .PHONY: demo test bench install clean
 
+# A checkout of karpathy/nanoGPT for `make bench` (git clone https://github.com/karpathy/nanoGPT ../nanoGPT);
+# without one the nanoGPT rows are skipped.
+NANOGPT ?= ../nanoGPT
+
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
 
@@ -29,6 +33,8 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/pip install -q -e '.[bench]'
 	$(BIN)/python benchmarks/train_throughput.py --out docs/benchmarks.md
+	$(BIN)/python benchmarks/nanogpt_speed.py $(if $(wildcard $(NANOGPT)/model.py),--nanogpt $(NANOGPT)) --out docs/benchmarks.md
+	$(BIN)/python benchmarks/precision_numerics.py --out docs/benchmarks.md
 	$(BIN)/python benchmarks/attention_speed.py --out docs/benchmarks.md
 	$(BIN)/python benchmarks/diag_overhead.py --out docs/benchmarks.md
 	$(BIN)/python benchmarks/norm_speed.py --out docs/benchmarks.md

@@ -69,14 +69,16 @@ def time_norms(widths: list[int], tokens: int, reps: int) -> dict[int, dict[str,
     return out
 
 
-def time_steps(variants: dict[str, dict], steps: int) -> dict[str, float]:
+def time_steps(variants: dict[str, dict], steps: int, precision: str = "fp32") -> dict[str, float]:
+    from normlab.train.precision import autocast, prepare_model
+
     models = {}
     for name, kw in variants.items():
         torch.manual_seed(0)
         base = dict(vocab_size=256, context=64, width=128, depth=4, heads=4)
         kw = dict(kw)
         rms = torch_rms_norm if kw.pop("torch_rms", False) else NORMLAB_RMS
-        m = build_model(ModelConfig(**{**base, **kw}))
+        m = prepare_model(build_model(ModelConfig(**{**base, **kw})), precision)
         opt, _ = build_optimizer(m, TrainConfig())
         models[name] = (m, opt, rms)
     x = torch.randint(0, 256, (12, 65))
@@ -85,7 +87,8 @@ def time_steps(variants: dict[str, dict], steps: int) -> dict[str, float]:
         for k, (m, opt, rms) in models.items():
             NF.rms_norm = rms   # the reference row swaps in torch's path for its own steps only
             t0 = time.perf_counter()
-            _, loss = m(x[:, :-1], x[:, 1:])
+            with autocast("cpu", precision):
+                _, loss = m(x[:, :-1], x[:, 1:])
             loss.backward()
             opt.step()
             opt.zero_grad(set_to_none=True)
@@ -99,6 +102,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks.md")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
+                    help="bf16: training steps under bf16 autocast (normlab.train.precision), own section")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     reps, steps = (10, 8) if args.quick else (30, 25)
@@ -110,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
                   "pre + residual_scale learnable": {"residual_scale": "learnable"}}
     placements.update({f"pre, {n}": {"norm": n} for n in norm_names() if n != "layernorm"})
     placements[f"pre, rmsnorm via {TORCH_RMS}"] = {"norm": "rmsnorm", "torch_rms": True}
-    step_ms = time_steps(placements, steps)
+    step_ms = time_steps(placements, steps, args.precision)
     NF.rms_norm = NORMLAB_RMS
 
     load = os.getloadavg()[0]
@@ -147,6 +152,17 @@ def main(argv: list[str] | None = None) -> int:
               "run a custom autograd Function with per-channel statistics and buffer updates in Python on every "
               "call, which a fused kernel would avoid; the published methods need those statistics."
               if slow else "none.")]
+    if args.precision == "bf16":  # the step-time table only, in its own section
+        from normlab.train.precision import fast_bf16
+
+        i = next(j for j, l in enumerate(lines) if l.startswith("Training step"))
+        head = [f"## Norm and placement step time under bf16 (`benchmarks/norm_speed.py --precision bf16`)", "",
+                f"{dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC, {args.threads} thread(s), load average "
+                f"{load:.1f}; {fast_bf16('cpu')[1]}.", ""]
+        body = [l for l in lines[i:] if not l.startswith("RMSNorm target")]
+        write_section(args.out, "norm_speed_bf16", "\n".join(head + body))
+        print("\n".join(head + body))
+        return 0
     write_section(args.out, "norm_speed", "\n".join(lines))
     print("\n".join(lines))
     return 0
