@@ -92,7 +92,8 @@ def score_tokens(model: torch.nn.Module, tokens: np.ndarray, *, context: int, st
     model.eval()
     total = 0.0
     scored: list[np.ndarray] = []
-    dev = next(model.parameters()).device
+    first = next(model.parameters(), None)  # a parameterless model (tests' closed-form models) runs on the CPU
+    dev = first.device if first is not None else torch.device("cpu")
     for batch, x, y in window_batches(tokens, wins, batch_size):
         L = x.shape[1]
         logits = model(x.to(dev)).cpu()
