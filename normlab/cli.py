@@ -51,6 +51,18 @@ def cmd_convert(args: argparse.Namespace) -> int:
     return run_convert(args)
 
 
+def cmd_remove_norm(args: argparse.Namespace) -> int:
+    from normlab.commands.surgery import run_remove_norm
+
+    return run_remove_norm(args)
+
+
+def cmd_quantize(args: argparse.Namespace) -> int:
+    from normlab.commands.surgery import run_quantize
+
+    return run_quantize(args)
+
+
 def cmd_generate(args: argparse.Namespace) -> int:
     from normlab.commands.generate import run_generate
 
@@ -145,6 +157,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="override a config key, e.g. --set model.norm=rmsnorm (repeatable)")
     t.add_argument("--out", help="run directory (default: runs/<config>-<hash>)")
     t.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its last checkpoint")
+    t.add_argument("--init-from", metavar="RUN_DIR",
+                   help="start from RUN_DIR's weights (fine-tune / continue with a changed config of equal shapes)")
     t.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     t.set_defaults(func=cmd_train)
 
@@ -158,6 +172,8 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--batch-size", type=int_in(1, 2**16), default=16)
     e.add_argument("--max-tokens", type=int_in(0, 2**40), default=0, help="score only the first N tokens (0 = all)")
     _data_arg(e)
+    e.add_argument("--label-free", action="store_true",
+                   help="also MaNo (Xie et al. 2024) and Matrix Nuclear-Norm (Li et al. 2024) scores, no labels used")
     e.add_argument("--json", action="store_true")
     e.set_defaults(func=cmd_eval)
 
@@ -170,6 +186,38 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--batch-size", type=int_in(1, 2**16), default=16)
     c.add_argument("--json", action="store_true")
     c.set_defaults(func=cmd_convert)
+
+    rm = sub.add_parser("remove-norm", help="remove LayerNorm/RMSNorm by fine-tuning (fixed-scale schedule, "
+                        "Heimersheim 2024) -> a norm-free run directory")
+    rm.add_argument("run_dir")
+    rm.add_argument("--out", required=True, help="new run directory (must not exist or be empty)")
+    rm.add_argument("--steps", type=int, default=100, help="fine-tuning steps after each stage (0 = no fine-tuning)")
+    rm.add_argument("--lr", type=float, help="fine-tuning learning rate (default: the run's train.lr / 10)")
+    rm.add_argument("--schedule", choices=["group", "site"], default="group",
+                    help="group: all MLP-input norms, then all attention-input norms, then the final norm; "
+                         "site: one norm at a time in that order")
+    rm.add_argument("--data", metavar="SOURCE", help="fine-tune on this corpus (data.source) instead of the run's own")
+    rm.add_argument("--control", action="store_true",
+                    help="also fine-tune the original (with its norms) for the same total steps, for comparison")
+    rm.add_argument("--max-tokens", type=int, default=16384, help="validation tokens for the loss of each stage")
+    rm.add_argument("--batch-size", type=int, default=16)
+    rm.add_argument("--json", action="store_true")
+    rm.set_defaults(func=cmd_remove_norm)
+
+    qz = sub.add_parser("quantize", help="simulated RTN quantization of a run (optional Hadamard rotation, QuaRot "
+                        "style) -> a fake-quantized run directory and per-layer statistics")
+    qz.add_argument("run_dir")
+    qz.add_argument("--weights", type=int, required=True, choices=[8, 4, 3], help="weight bits")
+    qz.add_argument("--group", type=int, help="quantize per group of G inputs (default: per output channel)")
+    qz.add_argument("--acts", choices=["8", "none"], default="none", help="per-token activation bits at linear inputs")
+    qz.add_argument("--rotate", choices=["none", "hadamard"], default="none",
+                    help="hadamard: exact conversion to parameter-free RMSNorm, then a randomized Hadamard rotation")
+    qz.add_argument("--out", required=True, help="new run directory (must not exist or be empty)")
+    qz.add_argument("--seed", type=int, default=0, help="seed of the random signs of the rotation")
+    qz.add_argument("--max-tokens", type=int, default=8192, help="validation tokens for the bits/byte change")
+    qz.add_argument("--batch-size", type=int, default=16)
+    qz.add_argument("--json", action="store_true")
+    qz.set_defaults(func=cmd_quantize)
 
     g = sub.add_parser("generate", help="sample a continuation of a prompt (tokens stream to stdout)")
     g.add_argument("run_dir")
@@ -234,6 +282,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     rp = sub.add_parser("report", help="write SWEEP_DIR/report.html and report.md from a sweep's stored results")
     rp.add_argument("sweep_dir")
+    rp.add_argument("--quantize", action="store_true",
+                    help="add bits/byte increase under W4 RTN and W4 + Hadamard per variant (simulated; per run, cached)")
+    rp.add_argument("--label-free", action="store_true",
+                    help="add MaNo / Matrix Nuclear-Norm per variant and their correlation with the loss across runs")
+    rp.add_argument("--max-tokens", type=int, default=8192, help="validation tokens for --quantize / --label-free")
     rp.add_argument("--json", action="store_true")
     rp.set_defaults(func=cmd_report)
 

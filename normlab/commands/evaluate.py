@@ -49,6 +49,11 @@ def run_eval(args: argparse.Namespace) -> int:
     if overrides:
         m["overrides"] = overrides
     m.update(data_record(source, data))
+    if getattr(args, "label_free", False):  # MaNo and Matrix Nuclear-Norm (normlab/surgery/label_free.py)
+        from normlab.surgery.label_free import label_free_scores
+
+        m["label_free"] = label_free_scores(run.model, tokens, context=context, batch_size=args.batch_size,
+                                            max_tokens=args.max_tokens or m["tokens"])
     write_json(check_file_slot(Path(args.run_dir) / f"eval_{args.split}{'_overrides' if overrides else ''}{data_suffix(source, data)}.json"), m)
     if args.json:
         print(dumps(m))
@@ -62,6 +67,9 @@ def run_eval(args: argparse.Namespace) -> int:
         if k in m:
             v = m[k]
             table.add_row(k, f"{v:,}" if isinstance(v, int) else f"{v:.4f}")
+    for k in ("mano", "matrix_nuclear_norm"):
+        if k in m.get("label_free", {}):
+            table.add_row(f"{k} (label-free)", f"{m['label_free'][k]:.6f}")
     Console().print(table)
     return 0
 

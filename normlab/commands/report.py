@@ -17,6 +17,15 @@ def run_report(args: argparse.Namespace) -> int:
     d = Path(args.sweep_dir)
     if not d.is_dir():
         raise NormlabError(f"sweep directory {d} does not exist")
+    if getattr(args, "quantize", False) or getattr(args, "label_free", False):  # issue 13: per-run surgery metrics
+        import sys
+
+        from normlab.surgery.report_columns import measure_sweep
+
+        if args.max_tokens < 1:
+            raise NormlabError(f"--max-tokens must be >= 1, got {args.max_tokens}")
+        measure_sweep(d, quantize=args.quantize, label_free_scores=args.label_free, max_tokens=args.max_tokens,
+                      log=lambda s: print(s, file=sys.stderr, flush=True))
     rep = write_report(d)
     if args.json:
         print(dumps({"html": rep["html"], "md": rep["md"], "ranking": rep["ranking"], "summary": rep["summary"]},

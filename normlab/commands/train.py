@@ -54,7 +54,10 @@ def _with_overrides(data: dict, overrides: list[str]) -> dict:
 def run_train(args: argparse.Namespace) -> int:
     from normlab.train.loop import STATUS_EXIT, read_summary, train
 
+    init_from = getattr(args, "init_from", None)
     if args.resume:
+        if init_from:
+            raise NormlabError("--init-from cannot be combined with --resume (a resumed run reloads its own source)")
         if args.out:
             raise NormlabError("--out cannot be combined with --resume (the run directory is RUN_DIR)")
         cfg, run_dir = _resume_config(args)
@@ -75,7 +78,7 @@ def run_train(args: argparse.Namespace) -> int:
             raise NormlabError(f"{run_dir} already holds a run; use --resume {run_dir} or choose another --out")
         if run_dir.exists() and any(run_dir.iterdir()):
             raise NormlabError(f"--out {run_dir} exists and is not empty; choose a new directory")
-        summary = train(cfg, run_dir, resume=False, quiet=False)
+        summary = train(cfg, run_dir, resume=False, quiet=False, init_from=init_from)
     if args.json:
         print(dumps(summary))
     else:

@@ -350,6 +350,9 @@ def diagnostics(rep: SweepReport) -> tuple[list[DiagSection], dict[str, dict[str
             xs = [float(x) for x in xs if _num(x)]
             if xs:
                 table.setdefault(label, {})[v.name] = mean(xs)
+    from normlab.surgery.report_columns import robustness_rows  # W4 / W4+Hadamard (normlab report --quantize)
+
+    table.update(robustness_rows(rep))
     spikes = {}
     for v in rep.variants:
         counts = [_get(r.summary, "loss_spikes", "count") for r in v.runs if r.summary]

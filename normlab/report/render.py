@@ -210,6 +210,11 @@ def build(rep: SweepReport) -> tuple[str, str, dict[str, bytes]]:
                  "<th>temperature</th><th>runs</th></tr>")
         h += [f"<tr><td class='l'>{e(n)}</td>" + "".join(f"<td>{e(c)}</td>" for c in cs) + "</tr>" for n, *cs in calib]
         h.append("</table>")
+    from normlab.surgery.report_columns import label_free_section  # normlab report --label-free
+
+    label_free = label_free_section(rep)
+    if label_free:
+        h.append(label_free[0])
     h.append("<h2>Setup</h2><table>" + "".join(f"<tr><th class='l'>{e(k)}</th><td class='l'>{e(v)}</td></tr>"
                                                for k, v in _setup(rep)) + "</table>")
     h.append(f"<h2>Reproduce</h2><p>The whole sweep (resumes, skips finished runs):</p><pre>{e(whole)}</pre>"
@@ -244,6 +249,8 @@ def build(rep: SweepReport) -> tuple[str, str, dict[str, bytes]]:
     if calib:
         md += ["## Calibration", "", "| variant | ECE before | ECE after | temperature | runs |", "| :--- | ---: | ---: | ---: | ---: |"]
         md += ["| " + " | ".join([n, *cs]) + " |" for n, *cs in calib] + [""]
+    if label_free:
+        md += [label_free[1]]
     md += ["## Setup", ""] + [f"- **{k}**: {v}" for k, v in _setup(rep)]
     md += ["", "## Reproduce", "", "The whole sweep (resumes, skips finished runs):", "", "```", whole, "```", "",
            "One run:", "", "| variant | command |", "| :--- | :--- |"]

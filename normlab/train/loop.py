@@ -29,6 +29,8 @@ from normlab.io import read_json, write_json, write_text
 from normlab.model import build_model
 from normlab.norms import get_norm_class
 from normlab.train.losses import lm_loss
+from normlab.train.init_from import load_init, resolve_init
+from normlab.train.init_from import write_record as write_init_record
 from normlab.train.checkpoint import list_checkpoints, load_checkpoint, save_checkpoint, save_model
 from normlab.train.optim import EffectiveLR, NormalizeAndProject, build_optimizer
 from normlab.train.precision import CompileTimer, autocast, prepare_model, resolve_runtime
@@ -130,10 +132,12 @@ def _truncate_metrics(path: Path, step: int) -> None:
 
 
 def train(cfg: RunConfig, run_dir: str | Path, *, resume: bool = False, quiet: bool = False,
-          tb_dir: str | Path | None = None) -> dict[str, Any]:
+          tb_dir: str | Path | None = None, init_from: str | Path | None = None) -> dict[str, Any]:
     """Train ``cfg`` into ``run_dir`` (new, or resumed from its last checkpoint). Returns the summary dict.
 
     TensorBoard scalars and hparams are written live to ``tb_dir`` (default ``RUN_DIR/tb``; normlab.train.tracking).
+
+    ``init_from``: a run directory whose weights replace the seeded initialisation (normlab.train.init_from).
 
     The summary's ``status`` is ``completed``, ``diverged`` (non-finite loss or loss above the ceiling; ``step``
     is the step that diverged) or ``interrupted`` (Ctrl-C; resumable).
@@ -153,7 +157,10 @@ def train(cfg: RunConfig, run_dir: str | Path, *, resume: bool = False, quiet: b
     tc, mc, oc, dev = cfg.train, cfg.model, cfg.optim, cfg.device
 
     torch.manual_seed(cfg.seed)
-    model = prepare_model(build_model(mc).to(dev), tc.precision)  # bf16: norm inputs cast to fp32
+    model = build_model(mc)
+    init_src = resolve_init(run_dir, init_from, resume)  # --init-from: another run's weights, names and shapes checked
+    init_weights = load_init(model, init_src) if init_src is not None else None
+    model = prepare_model(model.to(dev), tc.precision)  # bf16: norm inputs cast to fp32
     fwd = torch.compile(model) if tc.compile else model  # diagnostic steps run `model` (eager, with hooks)
     timer = CompileTimer(tc.compile)
     opt, groups = build_optimizer(model, tc, oc)
@@ -185,6 +192,8 @@ def train(cfg: RunConfig, run_dir: str | Path, *, resume: bool = False, quiet: b
         write_json(run_dir / "param_groups.json", groups)
         save_run_identity(run_dir, cfg, data)  # tokenizer.json, data.json, provenance.json
         write_text(metrics_path, "")
+        if init_src is not None:
+            write_init_record(run_dir, init_src, init_weights)
 
     report = ProgressReporter(tc.steps, start, quiet=quiet)
     tracker = Tracker(tb_dir if tb_dir is not None else run_dir / "tb", cfg.to_dict(), start_step=start)
@@ -297,6 +306,8 @@ def train(cfg: RunConfig, run_dir: str | Path, *, resume: bool = False, quiet: b
         "loss_spikes": diag.summary(), "run_dir": str(run_dir),
         "device": dev, "precision": tc.precision, "compile": tc.compile, "compile_s": timer.compile_s,
     }
+    if init_src is not None:
+        summary["init_from"] = str(init_src)
     write_json(run_dir / "summary.json", summary)
     return summary
 

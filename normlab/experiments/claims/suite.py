@@ -333,6 +333,9 @@ CLAIMS: list[Claim] = [
                   "parameters per block, reported); competitive = relative bpb gap below 5%: held when the CI's "
                   "upper end is below 0.05, not held when its lower end is above."),
 ]
+from normlab.experiments.claims.surgery import surgery_claims  # noqa: E402  (issue 13: model surgery)
+
+CLAIMS += surgery_claims(Claim)
 CLAIM_NAMES = [c.name for c in CLAIMS]
 
 

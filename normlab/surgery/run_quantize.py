@@ -1,0 +1,157 @@
+"""``normlab quantize RUN_DIR --weights 8|4|3 [--group G] [--acts 8|none] [--rotate none|hadamard] --out DIR``.
+
+1. load the run; bits/byte of the unquantized model on the first ``max_tokens`` validation tokens;
+2. ``--rotate hadamard``: exact conversion to the parameter-free RMSNorm form (normlab.convert: ``rmsnorm`` for
+   LayerNorm runs, ``folded`` for RMSNorm runs), then the randomized Hadamard rotation fused into the weights
+   (normlab.surgery.rotate); the rotated fp32 model must match the original's logits to ``ROTATE_TOL`` on
+   validation windows, else nothing is written;
+3. input statistics of every linear that will be quantized (the outliers the rotation is meant to spread);
+4. RTN fake-quantization of the weights (normlab.surgery.quantize), optional per-token 8-bit activations;
+5. bits/byte again; the output is a normal run directory (fp32 fake-quantized weights, the possibly converted
+   config) plus ``quantization.json``. Simulated: nothing runs in low precision, and the written run does not
+   carry the activation quantization (``quantization.json`` records it; re-evaluating the run directory scores
+   the weight-only model).
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from normlab.errors import NormlabError
+from normlab.surgery.quantize import ACT_BITS, WEIGHT_BITS, act_quant, activation_stats, quantize_weights
+
+FORMAT = "normlab-quantization-v1"
+ROTATE_TOL = 1e-4
+ROTATIONS = ("none", "hadamard")
+SIMULATED = ("simulated quantization: weights are rounded to the grid and stored in fp32 (fake-quant); "
+             "activation quantization, when on, is applied by forward hooks inside this command only")
+
+
+def _windows(tokens: np.ndarray, context: int, n: int) -> torch.Tensor:
+    context = min(context, len(tokens))
+    starts = np.linspace(0, len(tokens) - context, n).astype(np.int64)
+    return torch.from_numpy(np.stack([tokens[s:s + context].astype(np.int64) for s in starts]))
+
+
+def rotated_copy(model: torch.nn.Module, cfg, tokens: np.ndarray, seed: int = 0):
+    """``(config, model, info)``: the exact parameter-free RMSNorm form of ``model`` with a randomized Hadamard
+    rotation fused in, checked against ``model`` on ``tokens`` (max |logit diff| <= ROTATE_TOL)."""
+    from normlab.convert.exact import convert_model
+    from normlab.convert.run import max_logit_diff
+    from normlab.surgery.rotate import random_rotation, rotate_model
+
+    kinds = {"layernorm": "rmsnorm", "rmsnorm": "folded"}
+    if cfg.model.norm not in kinds:
+        raise NormlabError(f"--rotate hadamard needs a Pre-LN layernorm or rmsnorm model (got norm "
+                           f"'{cfg.model.norm}'): the rotation commutes with a parameter-free RMSNorm only")
+    new_cfg, conv, info = convert_model(copy.deepcopy(model), cfg, kinds[cfg.model.norm])
+    q, kind = random_rotation(new_cfg.model.width, seed)
+    rotate_model(conv, q)
+    diff = max_logit_diff(model, conv, tokens, cfg.model.context)
+    if not diff <= ROTATE_TOL:
+        raise NormlabError(f"--rotate hadamard failed its check (max |logit diff| {diff:.3g} > {ROTATE_TOL:g}); "
+                           "nothing written")
+    return new_cfg, conv.eval(), {"rotation": kind, "conversion": kinds[cfg.model.norm], "seed": seed,
+                                  "max_abs_logit_diff": diff, "tolerance": ROTATE_TOL, **info}
+
+
+def quantize_model(model: torch.nn.Module, cfg, data, *, weights: int, group: int | None = None,
+                   acts: int | None = None, rotate: str = "none", max_tokens: int = 8192, batch_size: int = 16,
+                   seed: int = 0, stat_windows: int = 8) -> tuple[Any, torch.nn.Module, dict[str, Any]]:
+    """Quantize a copy of ``model`` (built from ``cfg``; ``data`` its PreparedData); ``(config, model, record)``."""
+    from normlab.eval.lm import evaluate
+
+    if weights not in WEIGHT_BITS:
+        raise NormlabError(f"--weights {weights} is not supported; allowed: {', '.join(map(str, WEIGHT_BITS))}")
+    if acts is not None and acts not in ACT_BITS:
+        raise NormlabError(f"--acts {acts} is not supported; allowed: 8, none")
+    if rotate not in ROTATIONS:
+        raise NormlabError(f"--rotate {rotate} is not supported; allowed: {', '.join(ROTATIONS)}")
+    if group is not None and (group < 1 or cfg.model.width % group):
+        raise NormlabError(f"--group {group} must be >= 1 and divide the width {cfg.model.width}")
+    ctx = cfg.model.context
+
+    def score(m: torch.nn.Module) -> dict[str, float]:
+        return evaluate(m, data.val, data.token_bytes, data.tokenizer.decode, context=ctx, batch_size=batch_size,
+                        max_tokens=max_tokens)
+
+    before = score(model)
+    rot_info = None
+    if rotate == "hadamard":
+        cfg, work, rot_info = rotated_copy(model, cfg, data.val, seed)
+    else:
+        work = copy.deepcopy(model).eval()
+    sample = _windows(data.val, ctx, stat_windows)
+    acts_before = activation_stats(work, sample)
+    layers = quantize_weights(work, weights, group)
+    with act_quant(work, acts):
+        after = score(work)
+    for n, st in layers.items():
+        st["act"] = acts_before.get(n)
+    record = {
+        "format": FORMAT, "simulated": True, "note": SIMULATED, "weights": weights, "group": group,
+        "acts": acts, "rotate": rotate, "rotation": rot_info, "scheme": "RTN symmetric, per "
+        + (f"group of {group} inputs" if group else "output channel"),
+        "bpb_before": before["bits_per_byte"], "bpb_after": after["bits_per_byte"],
+        "bpb_increase": after["bits_per_byte"] - before["bits_per_byte"],
+        "loss_before": before["loss"], "loss_after": after["loss"], "loss_increase": after["loss"] - before["loss"],
+        "eval_tokens": before["tokens"], "layers": layers,
+        "mean_rel_err": float(np.mean([s["rel_err"] for s in layers.values()])) if layers else 0.0,
+        "max_act_outlier_ratio": max((s["act"]["outlier_ratio"] for s in layers.values() if s["act"]), default=None),
+        "mean_act_kurtosis": float(np.mean([s["act"]["kurtosis"] for s in layers.values() if s["act"]]))
+        if layers else None,
+    }
+    return cfg, work, record
+
+
+def quantize_run(run_dir: str | Path, out: str | Path, *, weights: int, group: int | None = None,
+                 acts: int | None = None, rotate: str = "none", max_tokens: int = 8192, batch_size: int = 16,
+                 seed: int = 0) -> dict[str, Any]:
+    """Quantize the run in ``run_dir`` and write it to ``out`` (whole or absent); returns the record."""
+    from normlab.config import dump_config
+    from normlab.convert.crms_model import load_any_run
+    from normlab.io import read_json, write_json, write_text
+    from normlab.train.checkpoint import save_model
+    from normlab.train.loop import load_data
+
+    if max_tokens < 1 or batch_size < 1:
+        raise NormlabError("--max-tokens and --batch-size must be >= 1")
+    if weights not in WEIGHT_BITS:  # before any work: bad input is refused at once
+        raise NormlabError(f"--weights {weights} is not supported; allowed: {', '.join(map(str, WEIGHT_BITS))}")
+    run_dir, out = Path(run_dir), Path(out)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise NormlabError(f"--out {out} already exists and is not empty")
+    src = load_any_run(run_dir)
+    data = load_data(src.cfg)
+    cfg, model, record = quantize_model(src.model, src.cfg, data, weights=weights, group=group, acts=acts,
+                                        rotate=rotate, max_tokens=max_tokens, batch_size=batch_size, seed=seed)
+    record.update({"source": str(run_dir), "source_config_hash": src.cfg.hash(), "config_hash": cfg.hash()})
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        write_text(tmp / "config.yaml", dump_config(cfg))
+        save_model(model, tmp / "model.safetensors", cfg.hash())
+        src_summary = read_json(run_dir / "summary.json", "summary") if (run_dir / "summary.json").is_file() else {}
+        write_json(tmp / "quantization.json", record)
+        write_json(tmp / "summary.json", {
+            "status": "completed", "step": src_summary.get("step"), "steps": src_summary.get("steps"),
+            "quantized_from": str(run_dir), "val_loss": record["loss_after"], "val_bpb": record["bpb_after"],
+            "bpb_before": record["bpb_before"], "bpb_increase": record["bpb_increase"],
+            "eval_tokens": record["eval_tokens"], "entropy_floor_bpb": data.entropy_floor_bpb,
+            "params": model.num_params(), "config_hash": cfg.hash(), "run_dir": str(out), "simulated": True,
+        })
+        if out.exists():
+            out.rmdir()
+        os.replace(tmp, out)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return {**record, "out": str(out)}

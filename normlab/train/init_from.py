@@ -1,0 +1,82 @@
+"""``normlab train CONFIG --init-from RUN_DIR``: start a new run from another run's weights.
+
+The new config may change anything that leaves every tensor's name and shape alone (learning rate, steps, data
+of the same tokenizer, schedule, optimizer, dropout, ...). Weights come from ``RUN_DIR/model.safetensors`` or,
+when the run has not finished, its last checkpoint. Every model tensor (parameters and buffers, tied weights once)
+must be present with the same shape, and the file may hold nothing else; otherwise one line names the first
+mismatching tensor. Optimizer state and step are NOT carried over (a fine-tune starts a fresh schedule). The
+source is recorded in ``init_from.json`` so ``--resume`` of the new run reloads the same start before its
+checkpoint.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from normlab.errors import NormlabError
+from normlab.io import load_tensors, read_json, write_json
+from normlab.train.checkpoint import list_checkpoints, model_tensors
+
+RECORD = "init_from.json"
+
+
+def init_weights_path(run_dir: str | Path) -> Path:
+    """``RUN_DIR/model.safetensors``, else the last checkpoint's weights; a one-line error when neither exists."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise NormlabError(f"--init-from {run_dir}: run directory does not exist")
+    final = run_dir / "model.safetensors"
+    if final.is_file():
+        return final
+    ckpts = list_checkpoints(run_dir)
+    if not ckpts:
+        raise NormlabError(f"--init-from {run_dir}: no model.safetensors and no checkpoint to start from")
+    return ckpts[-1] / "model.safetensors"
+
+
+def first_mismatch(model: nn.Module, tensors: dict[str, torch.Tensor]) -> str | None:
+    """A sentence naming the first tensor (in the model's order) that is missing or has another shape, or the
+    first extra tensor of the file; None when names and shapes agree."""
+    expected = model_tensors(model)
+    for name, t in expected.items():
+        if name not in tensors:
+            return f"parameter '{name}' {tuple(t.shape)} of this config is not in the source weights"
+        if tuple(tensors[name].shape) != tuple(t.shape):
+            return (f"parameter '{name}' has shape {tuple(tensors[name].shape)} in the source, "
+                    f"{tuple(t.shape)} in this config")
+    extra = [k for k in tensors if k not in expected]
+    if extra:
+        return f"the source has parameter '{extra[0]}' that this config does not build"
+    return None
+
+
+def load_init(model: nn.Module, run_dir: str | Path) -> Path:
+    """Copy the weights of ``run_dir`` into ``model`` (in place); returns the weights file used."""
+    path = init_weights_path(run_dir)
+    tensors = load_tensors(path, "model file")
+    bad = first_mismatch(model, tensors)
+    if bad:
+        raise NormlabError(f"--init-from {run_dir}: {bad}; only keys that keep every shape can change")
+    with torch.no_grad():
+        state = model.state_dict()
+        for name, t in tensors.items():
+            state[name].copy_(t.to(state[name].dtype))
+    return path
+
+
+def resolve_init(run_dir: Path, init_from: str | Path | None, resume: bool) -> Path | None:
+    """The source run of a new run (``init_from``, recorded in ``run_dir/init_from.json``) or of a resumed one
+    (read back from that record); None when the run starts from its seeded initialisation."""
+    record = Path(run_dir) / RECORD
+    if resume:
+        if init_from is not None:
+            raise NormlabError("--init-from cannot be combined with --resume (the run records its source)")
+        return Path(read_json(record, "init record")["init_from"]) if record.is_file() else None
+    return Path(init_from) if init_from is not None else None
+
+
+def write_record(run_dir: Path, source: Path, weights: Path) -> None:
+    write_json(Path(run_dir) / RECORD, {"init_from": str(source), "weights": str(weights)})
