@@ -328,3 +328,17 @@ def test_bad_inputs_are_one_line_errors(trained, tmp_path, cache):
     for args, frags in cases:
         assert_bad_input(run_inproc(*args, cache=cache), *frags)
         assert not out.exists()
+
+
+@pytest.mark.slow
+def test_surgery_claims_tiny(tmp_path, cache):
+    out = tmp_path / "claims"
+    p = run_inproc("claims", "--budget", "tiny", "--only", "ln-removal,hadamard-w4", "--out", str(out), "--json",
+                   cache=cache, check=True)
+    rep = {c["name"]: c for c in json.loads(p.stdout)["claims"]}
+    rem, had = rep["ln-removal"], rep["hadamard-w4"]
+    assert rem["n"] == 2 and all(math.isfinite(v) for v in rem["values"])
+    for v, d in zip(rem["values"], rem["details"]):  # the value is the LN-free loss minus the fine-tuned control's
+        assert v == pytest.approx(d["loss_removed"] - d["loss_control"])
+    for v, d in zip(had["values"], had["details"]):
+        assert v == pytest.approx(d["w4_rtn_bpb_increase"] - d["w4_hadamard_bpb_increase"])

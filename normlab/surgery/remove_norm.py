@@ -168,12 +168,17 @@ def _windows(tokens: np.ndarray, context: int, n: int) -> torch.Tensor:
     return torch.from_numpy(np.stack([tokens[s:s + context].astype(np.int64) for s in starts]))
 
 
-def _write_run(path: Path, cfg, model: nn.Module, summary: dict[str, Any], name: Path | None = None) -> None:
+def _write_run(path: Path, cfg, model: nn.Module, summary: dict[str, Any], name: Path | None = None,
+               source: Path | None = None) -> None:
     from normlab.config import dump_config
     from normlab.io import write_json, write_text
     from normlab.train.checkpoint import save_model
 
+    from normlab.surgery.run_quantize import copy_identity
+
     path.mkdir(parents=True, exist_ok=True)
+    if source is not None:
+        copy_identity(source, path)  # tokenizer.json, data.json, provenance.json of the source run
     write_text(path / "config.yaml", dump_config(cfg))
     save_model(model, path / "model.safetensors", cfg.hash())
     write_json(path / "summary.json", {"status": "completed", **summary, "config_hash": cfg.hash(),
@@ -201,7 +206,8 @@ def remove_norm_run(run_dir: str | Path, out: str | Path, *, steps: int = 100, l
     from normlab.convert.crms_model import load_any_run
     from normlab.eval.lm import evaluate
     from normlab.io import write_json
-    from normlab.train.loop import load_data, train
+    from normlab.rundata import run_data
+    from normlab.train.loop import train
 
     if steps < 0 or max_tokens < 1 or batch_size < 1:
         raise NormlabError("--steps must be >= 0, --max-tokens and --batch-size >= 1")
@@ -214,15 +220,11 @@ def remove_norm_run(run_dir: str | Path, out: str | Path, *, steps: int = 100, l
         raise NormlabError(f"--out {out} already exists and is not empty")
     src = load_any_run(run_dir)
     check_removable(src.cfg, src.model)
-    data = load_data(src.cfg)
+    data = run_data(run_dir, src.cfg)  # the run's own tokenizer; a changed corpus is refused
     ctx = src.cfg.model.context
     lr = lr if lr is not None else src.cfg.train.lr / 10
     if data_source:
-        from normlab.config import config_from_dict
-
-        probe = src.cfg.to_dict()
-        probe["data"]["source"] = data_source
-        load_data(config_from_dict(probe))  # a bad --data fails here, before any work
+        run_data(run_dir, src.cfg, source=data_source)  # a bad --data fails here, before any work
 
     def score(m: nn.Module) -> dict[str, float]:
         r = evaluate(m, data.val, data.token_bytes, data.tokenizer.decode, context=ctx, batch_size=batch_size,
@@ -254,7 +256,8 @@ def remove_norm_run(run_dir: str | Path, out: str | Path, *, steps: int = 100, l
                     mods[n].scale.fill_(s)
             removed_dir = tmp / "stages" / f"{k:02d}-{label}-removed"
             after_removal = score(model)
-            _write_run(removed_dir, cfg, model, {"val_loss": after_removal["loss"], "val_bpb": after_removal["bpb"]})
+            _write_run(removed_dir, cfg, model, {"val_loss": after_removal["loss"], "val_bpb": after_removal["bpb"]},
+                       source=run_dir)
             rec = {"stage": k, "label": label, "sites": names, "scales": scales, "after_removal": after_removal,
                    "removal_delta_nats": after_removal["loss"] - base["loss"],
                    "removal_delta_bpb": after_removal["bpb"] - base["bpb"]}
@@ -300,7 +303,7 @@ def remove_norm_run(run_dir: str | Path, out: str | Path, *, steps: int = 100, l
         }
         _write_run(tmp, cfg, model, {"removed_from": str(run_dir), "val_loss": final["loss"], "val_bpb": final["bpb"],
                                      "delta_nats": record["delta_nats"], "delta_bpb": record["delta_bpb"],
-                                     "entropy_floor_bpb": data.entropy_floor_bpb}, name=out)
+                                     "entropy_floor_bpb": data.entropy_floor_bpb}, name=out, source=run_dir)
         write_json(tmp / "removal.json", record)
         if out.exists():
             out.rmdir()

@@ -41,7 +41,7 @@ def quant_robustness(run_dir: str | Path, *, max_tokens: int = 8192, bits: int =
     """``{bpb, w4_rtn, w4_hadamard, hadamard_error}`` (bits/byte increases) for a completed run; cached."""
     from normlab.convert.crms_model import load_any_run
     from normlab.surgery.run_quantize import quantize_model
-    from normlab.train.loop import load_data
+    from normlab.rundata import run_data
 
     run_dir = Path(run_dir)
     settings = {"format": FORMAT, "max_tokens": max_tokens, "bits": bits}
@@ -49,7 +49,7 @@ def quant_robustness(run_dir: str | Path, *, max_tokens: int = 8192, bits: int =
     if hit:
         return hit
     src = load_any_run(run_dir)
-    data = load_data(src.cfg)
+    data = run_data(run_dir, src.cfg)
     _, _, rtn = quantize_model(src.model, src.cfg, data, weights=bits, max_tokens=max_tokens)
     out: dict[str, Any] = {"settings": settings, "bpb": rtn["bpb_before"], "w4_rtn": rtn["bpb_increase"],
                            "w4_hadamard": None, "hadamard_error": None,
@@ -68,7 +68,7 @@ def label_free(run_dir: str | Path, *, max_tokens: int = 8192, batch_size: int =
     from normlab.convert.crms_model import load_any_run
     from normlab.eval.lm import evaluate
     from normlab.surgery.label_free import label_free_scores
-    from normlab.train.loop import load_data
+    from normlab.rundata import run_data
 
     run_dir = Path(run_dir)
     settings = {"format": FORMAT, "max_tokens": max_tokens}
@@ -76,7 +76,7 @@ def label_free(run_dir: str | Path, *, max_tokens: int = 8192, batch_size: int =
     if hit:
         return hit
     src = load_any_run(run_dir)
-    data = load_data(src.cfg)
+    data = run_data(run_dir, src.cfg)
     ctx = src.cfg.model.context
     ev = evaluate(src.model, data.val, data.token_bytes, data.tokenizer.decode, context=ctx, batch_size=batch_size,
                   max_tokens=max_tokens)

@@ -35,6 +35,15 @@ SIMULATED = ("simulated quantization: weights are rounded to the grid and stored
              "activation quantization, when on, is applied by forward hooks inside this command only")
 
 
+def copy_identity(src: Path, dst: Path) -> None:
+    """Keep a derived run directory self-contained: the source's tokenizer.json, data.json, provenance.json."""
+    from normlab.rundata import DATA_FILE, PROVENANCE_FILE, TOKENIZER_FILE
+
+    for name in (TOKENIZER_FILE, DATA_FILE, PROVENANCE_FILE):
+        if (Path(src) / name).is_file():
+            shutil.copy2(Path(src) / name, Path(dst) / name)
+
+
 def _windows(tokens: np.ndarray, context: int, n: int) -> torch.Tensor:
     context = min(context, len(tokens))
     starts = np.linspace(0, len(tokens) - context, n).astype(np.int64)
@@ -120,7 +129,7 @@ def quantize_run(run_dir: str | Path, out: str | Path, *, weights: int, group: i
     from normlab.convert.crms_model import load_any_run
     from normlab.io import read_json, write_json, write_text
     from normlab.train.checkpoint import save_model
-    from normlab.train.loop import load_data
+    from normlab.rundata import run_data
 
     if max_tokens < 1 or batch_size < 1:
         raise NormlabError("--max-tokens and --batch-size must be >= 1")
@@ -130,7 +139,7 @@ def quantize_run(run_dir: str | Path, out: str | Path, *, weights: int, group: i
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise NormlabError(f"--out {out} already exists and is not empty")
     src = load_any_run(run_dir)
-    data = load_data(src.cfg)
+    data = run_data(run_dir, src.cfg)  # the run's own tokenizer; a changed corpus is refused
     cfg, model, record = quantize_model(src.model, src.cfg, data, weights=weights, group=group, acts=acts,
                                         rotate=rotate, max_tokens=max_tokens, batch_size=batch_size, seed=seed)
     record.update({"source": str(run_dir), "source_config_hash": src.cfg.hash(), "config_hash": cfg.hash()})
@@ -140,6 +149,7 @@ def quantize_run(run_dir: str | Path, out: str | Path, *, weights: int, group: i
         write_text(tmp / "config.yaml", dump_config(cfg))
         save_model(model, tmp / "model.safetensors", cfg.hash())
         src_summary = read_json(run_dir / "summary.json", "summary") if (run_dir / "summary.json").is_file() else {}
+        copy_identity(run_dir, tmp)
         write_json(tmp / "quantization.json", record)
         write_json(tmp / "summary.json", {
             "status": "completed", "step": src_summary.get("step"), "steps": src_summary.get("steps"),

@@ -80,3 +80,14 @@ def resolve_init(run_dir: Path, init_from: str | Path | None, resume: bool) -> P
 
 def write_record(run_dir: Path, source: Path, weights: Path) -> None:
     write_json(Path(run_dir) / RECORD, {"init_from": str(source), "weights": str(weights)})
+
+
+def source_tokenizer(init_from: str | Path | None) -> str | Path | None:
+    """The tokenizer a fine-tune from ``init_from`` must use (its token ids are the source model's): ``"bytes"`` or
+    the source run's ``tokenizer.json``; None when there is no source or it predates recorded tokenizers."""
+    if init_from is None:
+        return None
+    from normlab.rundata import _tokenizer_ref, read_data_info
+
+    info = read_data_info(init_from)
+    return None if info is None else _tokenizer_ref(Path(init_from), info)

@@ -29,7 +29,7 @@ from normlab.io import read_json, write_json, write_text
 from normlab.model import build_model
 from normlab.norms import get_norm_class
 from normlab.train.losses import lm_loss
-from normlab.train.init_from import load_init, resolve_init
+from normlab.train.init_from import load_init, resolve_init, source_tokenizer
 from normlab.train.init_from import write_record as write_init_record
 from normlab.train.checkpoint import list_checkpoints, load_checkpoint, save_checkpoint, save_model
 from normlab.train.optim import EffectiveLR, NormalizeAndProject, build_optimizer
@@ -148,7 +148,8 @@ def train(cfg: RunConfig, run_dir: str | Path, *, resume: bool = False, quiet: b
     from normlab.rundata import read_data_info, run_data, save_run_identity
 
     # a resumed run keeps its own tokenizer and refuses a changed corpus (normlab.rundata)
-    data = run_data(run_dir, cfg) if resume and read_data_info(run_dir) is not None else load_data(cfg)
+    data = (run_data(run_dir, cfg) if resume and read_data_info(run_dir) is not None
+            else load_data(cfg, tokenizer=None if resume else source_tokenizer(init_from)))  # --init-from: its ids
     cfg.model.vocab_size = data.vocab_size
     apply_norm_defaults(cfg)
     cfg.validate()
