@@ -13,7 +13,7 @@ from typing import Any
 
 from normlab.io import read_json
 
-REMOVAL_STEPS = {"tiny": 2, "quick": 30, "full": 60}
+REMOVAL_STEPS = {"tiny": 2, "quick": 10, "full": 30}
 EVAL_TOKENS = {"tiny": 512, "quick": 8192, "full": 16384}
 RANK_VARIANTS = ("ln", "dyt", "powernorm", "deep_pre", "deep_peri")
 
@@ -106,7 +106,7 @@ def surgery_claims(Claim) -> list:
               "less", ("ln",), m_removal, null=0.05,
               meaning="normlab remove-norm on each seed's Pre-LN run (group schedule: MLP-input norms, attention-input "
                       "norms, final norm; each site's scale from the average per-token std on training windows; "
-                      "fine-tuning steps per stage per budget: tiny 2, quick 30, full 60; lr = budget lr / 10), "
+                      "fine-tuning steps per stage per budget: tiny 2, quick 10, full 30; lr = budget lr / 10), "
                       "against the control: the same LayerNorm model fine-tuned alike for 3x the steps. Positive = "
                       "removal costs loss. 'Small' is taken as below 0.05 nats/token; the paper's GPT-2 XL number "
                       "is +0.03."),
