@@ -63,6 +63,18 @@ def cmd_quantize(args: argparse.Namespace) -> int:
     return run_quantize(args)
 
 
+def cmd_export(args: argparse.Namespace) -> int:
+    from normlab.commands.interop import run_export
+
+    return run_export(args)
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    from normlab.commands.interop import run_import
+
+    return run_import(args)
+
+
 def cmd_generate(args: argparse.Namespace) -> int:
     from normlab.commands.generate import run_generate
 
@@ -170,10 +182,16 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--context", type=int_in(1, 2**20), help="window length (default: the training context)")
     e.add_argument("--stride", type=int_in(1, 2**20), help="sliding-window stride (default: context = non-overlapping)")
     e.add_argument("--batch-size", type=int_in(1, 2**16), default=16)
-    e.add_argument("--max-tokens", type=int_in(0, 2**40), default=0, help="score only the first N tokens (0 = all)")
     _data_arg(e)
     e.add_argument("--label-free", action="store_true",
                    help="also MaNo (Xie et al. 2024) and Matrix Nuclear-Norm (Li et al. 2024) scores, no labels used")
+    e.add_argument("--max-tokens", type=int_in(0, 2**40), default=0,
+                   help="score only the first N tokens (0 = all; with --documents: whole documents up to N tokens)")
+    e.add_argument("--documents", action="store_true",
+                   help="harness-exact mode: each document scored separately (lm-eval loglikelihood_rolling)")
+    e.add_argument("--doc-start", type=int_in(0, 2**31), metavar="ID",
+                   help="with --documents: token id that conditions each document's first token "
+                        "(default: an imported model's bos/eos token, else the newline token)")
     e.add_argument("--json", action="store_true")
     e.set_defaults(func=cmd_eval)
 
@@ -218,6 +236,21 @@ def build_parser() -> argparse.ArgumentParser:
     qz.add_argument("--batch-size", type=int_in(1, 2**16), default=16)
     qz.add_argument("--json", action="store_true")
     qz.set_defaults(func=cmd_quantize)
+
+    ex = sub.add_parser("export", help="write a run as a Hugging Face transformers model directory (exact, checked)")
+    ex.add_argument("run_dir")
+    ex.add_argument("--to", required=True, choices=["hf"], help="target format (hf: transformers)")
+    ex.add_argument("--out", required=True, help="output directory (must not exist or be empty)")
+    ex.add_argument("--json", action="store_true")
+    ex.set_defaults(func=cmd_export)
+
+    im = sub.add_parser("import", help="turn a local Hugging Face model directory into a normlab run (exact, checked)")
+    im.add_argument("hf_dir")
+    im.add_argument("--out", required=True, help="new run directory (must not exist or be empty)")
+    im.add_argument("--data", default="pystdlib", help="data.source of the new run (docs/data.md)")
+    im.add_argument("--tokenizer", help="bytes or a tokenizer.json path (default: the HF directory's tokenizer)")
+    im.add_argument("--json", action="store_true")
+    im.set_defaults(func=cmd_import)
 
     g = sub.add_parser("generate", help="sample a continuation of a prompt (tokens stream to stdout)")
     g.add_argument("run_dir")

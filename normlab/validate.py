@@ -91,6 +91,7 @@ RANGES: dict[str, Range] = {
     "model.depth": I(1, 4096),
     "model.heads": I(1, 2**16),
     "model.mlp_ratio": R(0, 64, lo_open=True),
+    "model.mlp_hidden": I(1, 2**24),
     "model.attn_softcap": POS,
     "model.lssa_power": POS,
     "model.linear_conv": I(0, 1024),
@@ -191,7 +192,7 @@ def available_memory() -> int:
 def param_count(mc: Any) -> int:
     """Approximate parameter count of a GPT of ``mc`` (embeddings, head, attention and MLP weights)."""
     w, d, v = mc.width, mc.depth, mc.vocab_size
-    mlp = int(mc.mlp_ratio * w)
+    mlp = getattr(mc, "mlp_hidden", None) or int(mc.mlp_ratio * w)
     mlp_mats = 3 if getattr(mc, "activation", "gelu") == "swiglu" else 2
     per_block = 4 * w * w + mlp_mats * w * mlp + 8 * w
     emb = v * w * (1 if getattr(mc, "tie_embeddings", True) else 2)

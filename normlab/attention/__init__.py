@@ -38,7 +38,7 @@ def build_attention(cfg: "ModelConfig", rope: RotaryEmbedding | None, *, in_widt
     alibi = cfg.positions == "alibi"
     if cfg.attention == "softmax":
         return CausalSelfAttention(cfg.width, cfg.heads, qk_norm=cfg.qk_norm, norm_eps=cfg.norm_eps,
-                                   softcap=cfg.attn_softcap, alibi=alibi, **common)
+                                   qk_norm_scope=cfg.qk_norm_scope, softcap=cfg.attn_softcap, alibi=alibi, **common)
     if cfg.attention == "softplus":
         return SoftplusAttention(cfg.width, cfg.heads, alibi=alibi, reweight=cfg.lssa_reweight,
                                  power=cfg.lssa_power, **common)

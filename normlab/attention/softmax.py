@@ -8,7 +8,8 @@ Options:
 - ``qk_norm`` (Qwen3 style; Dehghani et al. 2023 "Scaling Vision Transformers to 22B Parameters", Wortsman et al.
   2023 "Small-scale proxies for large-scale Transformer training instabilities"): RMSNorm over ``head_dim`` with a
   learnable gain (``q_norm``, ``k_norm``, shared by the heads), applied to q and k before RoPE. Bounds the logits,
-  so attention cannot saturate by weight growth. SDPA path.
+  so attention cannot saturate by weight growth. SDPA path. ``qk_norm_scope='width'`` (OLMo 2, OLMo et al. 2024):
+  one RMSNorm over all heads' concatenated q (and one over k), gains ``[width]``, instead of one per head.
 - ``softcap`` ``c`` (Gemma 2, Gemma Team 2024, ``c = 50``): scores ``s = c * tanh(s / c)`` before the mask and
   softmax. An elementwise change of the scores, so it takes the explicit (non-SDPA) path.
 - ``alibi`` (Press et al. 2022): adds ``-m_h (i - j)`` to the scores; SDPA with an additive float mask (or the
@@ -34,18 +35,21 @@ class CausalSelfAttention(AttentionBase):
     """Multi-head causal softmax attention. ``x [B, T, in_width] -> [B, T, out_width]``.
 
     Parameters: ``qkv`` (``in_width -> 3 width``), ``proj`` (``width -> out_width``), and with ``qk_norm`` the gains
-    ``q_norm.weight`` / ``k_norm.weight`` (``[head_dim]``, ones).
+    ``q_norm.weight`` / ``k_norm.weight`` (``[head_dim]``, or ``[width]`` with ``qk_norm_scope='width'``; ones).
     """
 
     def __init__(self, width: int, heads: int, *, in_width: int | None = None, out_width: int | None = None,
                  bias: bool = False, dropout: float = 0.0, rope: RotaryEmbedding | None = None,
-                 qk_norm: bool = False, norm_eps: float = 1e-6, softcap: float | None = None, alibi: bool = False):
+                 qk_norm: bool = False, norm_eps: float = 1e-6, softcap: float | None = None, alibi: bool = False,
+                 qk_norm_scope: str = "head"):
         super().__init__(width, heads, in_width=in_width, out_width=out_width, bias=bias, dropout=dropout)
         self.rope = rope
         self.softcap = softcap
+        self.qk_norm_scope = qk_norm_scope
         if qk_norm:
-            self.q_norm = RMSNorm(self.head_dim, eps=norm_eps)
-            self.k_norm = RMSNorm(self.head_dim, eps=norm_eps)
+            dim = width if qk_norm_scope == "width" else self.head_dim
+            self.q_norm = RMSNorm(dim, eps=norm_eps)
+            self.k_norm = RMSNorm(dim, eps=norm_eps)
         else:
             self.q_norm = self.k_norm = None
         self.register_buffer("alibi_slopes", alibi_slopes(heads).float() if alibi else None, persistent=False)
@@ -53,7 +57,11 @@ class CausalSelfAttention(AttentionBase):
     def forward(self, x: torch.Tensor, state: AttentionState | None = None) -> torch.Tensor:
         q, k, v = self.split_heads(x)
         offset = state.pos if state is not None else 0
-        if self.q_norm is not None:
+        if self.q_norm is not None and self.qk_norm_scope == "width":  # [B, H, T, hd] -> [B, T, width] and back
+            B, H, T, D = q.shape
+            q = self.q_norm(self.merge_heads(q)).view(B, T, H, D).transpose(1, 2)
+            k = self.k_norm(self.merge_heads(k)).view(B, T, H, D).transpose(1, 2)
+        elif self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
         if self.rope is not None:
             q, k = self.rope(q, k, offset)

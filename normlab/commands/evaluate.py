@@ -4,6 +4,11 @@ Evaluation-time overrides (``args.overrides``, ``--set model.KEY=VALUE``): only 
 model is evaluated without touching its weights (``normlab.attention.EVAL_TIME_KEYS``: the LSSAR re-weighting of
 softplus attention, ``model.lssa_reweight`` / ``model.lssa_power``). The result then goes to
 ``eval_<split>_overrides.json`` with an ``overrides`` list, so the plain evaluation is never overwritten.
+
+Two modes, named in the result's ``mode`` field: ``stream`` (default; the split's documents joined into one token
+stream, rolling or strided windows, ``normlab.eval.lm``) and ``documents`` (``--documents``; each document scored
+separately from a document-start token, lm-evaluation-harness ``loglikelihood_rolling`` exactly,
+``normlab.eval.documents``), written to ``eval_<split>_documents.json``.
 """
 
 from __future__ import annotations
@@ -38,10 +43,14 @@ def run_eval(args: argparse.Namespace) -> int:
     check_eval_memory(cfg.model, args.batch_size, context, "eval")
     source = getattr(args, "data", None)
     data = run_data(args.run_dir, cfg, source=source)
+    if getattr(args, "documents", False):
+        return _eval_documents(args, run, data, context, overrides)
+    if getattr(args, "doc_start", None) is not None:
+        raise NormlabError("--doc-start applies to --documents only")
     tokens = data.val if args.split == "val" else data.test
     m = evaluate(run.model, tokens, data.token_bytes, data.tokenizer.decode, context=context, stride=args.stride,
                  batch_size=args.batch_size, max_tokens=args.max_tokens or None)
-    m.update({"split": args.split, "context": context, "stride": args.stride or context,
+    m.update({"mode": "stream", "split": args.split, "context": context, "stride": args.stride or context,
               "run_dir": str(args.run_dir), "weights": str(run.weights)})
     if data.entropy_floor_bpb is not None:
         m["entropy_floor_bpb"] = data.entropy_floor_bpb
@@ -70,6 +79,59 @@ def run_eval(args: argparse.Namespace) -> int:
     for k in ("mano", "matrix_nuclear_norm"):
         if k in m.get("label_free", {}):
             table.add_row(f"{k} (label-free)", f"{m['label_free'][k]:.6f}")
+    Console().print(table)
+    return 0
+
+
+def _eval_documents(args: argparse.Namespace, run, data, context: int, overrides: list[str]) -> int:
+    """``--documents``: lm-evaluation-harness rolling log-likelihood, one document at a time."""
+    from normlab.eval.documents import evaluate_documents, split_documents
+    from normlab.io import read_json
+
+    if args.stride is not None:
+        raise NormlabError("--stride does not apply to --documents (the harness scores disjoint windows)")
+    docs = split_documents(args.run_dir, run.cfg, data, args.split, source=getattr(args, "data", None))
+    if args.max_tokens:  # whole documents, in split order, until at least N tokens
+        kept, n = [], 0
+        for d in docs:
+            if n >= args.max_tokens:
+                break
+            kept.append(d)
+            n += len(data.tokenizer.encode(d))
+        docs = kept
+    prefix, why = getattr(args, "doc_start", None), "--doc-start"
+    imported = Path(args.run_dir) / "hf_import.json"
+    if prefix is None and imported.is_file():
+        prefix = read_json(imported, "import record").get("doc_start_token")
+        why = "the imported model's bos/eos token"
+    if prefix is None:
+        prefix, why = int(data.tokenizer.encode(b"\n")[0]), "newline (the tokenizer has no document token)"
+    if not 0 <= prefix < run.cfg.model.vocab_size:
+        raise NormlabError(f"--doc-start {prefix} is not a token id of this model (0..{run.cfg.model.vocab_size - 1})")
+    m = evaluate_documents(run.model, docs, data.tokenizer.encode, prefix, context=context,
+                           batch_size=args.batch_size)
+    m.update({"mode": "documents", "split": args.split, "context": context, "doc_start_token": prefix,
+              "doc_start_source": why, "word_count": "per document, len(re.split(r'\\s+', doc))",
+              "run_dir": str(args.run_dir), "weights": str(run.weights)})
+    if overrides:
+        m["overrides"] = overrides
+    from normlab.rundata import data_record, data_suffix
+
+    source = getattr(args, "data", None)
+    m.update(data_record(source, data))
+    write_json(Path(args.run_dir) / f"eval_{args.split}_documents{'_overrides' if overrides else ''}"
+               f"{data_suffix(source, data)}.json", m)
+    if args.json:
+        print(json.dumps(m))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table("metric", "value", title=f"{args.run_dir} ({args.split}, documents, context {context})")
+    for k in ("loss", "bits_per_byte", "token_perplexity", "byte_perplexity", "word_perplexity", "documents",
+              "tokens", "bytes", "words", "doc_start_token"):
+        v = m[k]
+        table.add_row(k, f"{v:,}" if isinstance(v, int) else f"{v:.4f}")
     Console().print(table)
     return 0
 

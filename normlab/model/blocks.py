@@ -30,18 +30,23 @@ from normlab.model.placements import SITES
 
 
 class MLP(nn.Module):
-    """Feed-forward sublayer. ``gelu``: ``proj(gelu(fc(x)))``; ``swiglu`` (Shazeer 2020):
+    """Feed-forward sublayer. ``gelu``: ``proj(gelu(fc(x)))`` (exact, erf); ``gelu_tanh``: the same with the tanh
+    approximation of GELU (Hendrycks & Gimpel 2016; GPT-2's ``gelu_new``); ``swiglu`` (Shazeer 2020):
     ``proj(silu(fc(x)) * gate(x))`` with hidden size ``2/3`` of the gelu one (equal parameter count);
     ``selu`` (Klambauer et al. 2017, self-normalizing networks; pair with ``model.norm: none``, LeCun-normal init).
-    ``x [B, T, d] -> [B, T, d]``; ``proj`` writes to the residual stream.
+    ``hidden`` (``model.mlp_hidden``) sets the hidden size directly instead (e.g. an imported HF model's
+    ``intermediate_size``). ``x [B, T, d] -> [B, T, d]``; ``proj`` writes to the residual stream.
     """
 
-    def __init__(self, width: int, ratio: float, activation: str, *, bias: bool, dropout: float):
+    def __init__(self, width: int, ratio: float, activation: str, *, bias: bool, dropout: float,
+                 hidden: int | None = None):
         super().__init__()
         self.activation = activation
-        hidden = int(ratio * width)
+        if hidden is None:
+            hidden = int(ratio * width)
+            if activation == "swiglu":
+                hidden = int(2 * hidden / 3)
         if activation == "swiglu":
-            hidden = int(2 * hidden / 3)
             self.gate = nn.Linear(width, hidden, bias=bias)
         self.fc = nn.Linear(width, hidden, bias=bias)
         self.proj = nn.Linear(hidden, width, bias=bias)
@@ -51,7 +56,11 @@ class MLP(nn.Module):
         if self.activation == "swiglu":
             h = F.silu(self.fc(x)) * self.gate(x)
         else:
-            h = F.selu(self.fc(x)) if self.activation == "selu" else F.gelu(self.fc(x))
+            h = self.fc(x)
+            if self.activation == "selu":
+                h = F.selu(h)
+            else:
+                h = F.gelu(h, approximate="tanh" if self.activation == "gelu_tanh" else "none")
         return self.drop(self.proj(h))
 
 

@@ -7,7 +7,8 @@ from typing import Any
 
 from normlab.errors import NormlabError, unknown
 
-ACTIVATIONS = ("gelu", "swiglu", "selu")
+ACTIVATIONS = ("gelu", "gelu_tanh", "swiglu", "selu")
+QK_NORM_SCOPES = ("head", "width")
 POSITIONS = ("rope", "learned", "alibi", "none")
 ATTENTIONS = ("softmax", "softplus", "linear", "nala")  # = normlab.attention.ATTENTIONS (docs/attention.md)
 LINEAR_GATES = ("none", "static", "sigmoid")
@@ -21,6 +22,7 @@ class ModelConfig:
     """Decoder-only GPT shape and normalization choices.
 
     ``vocab_size`` is normally filled in from the tokenizer; ``context`` is the training sequence length.
+    ``mlp_hidden`` (None = derived from ``mlp_ratio``) sets the MLP hidden size directly.
     Placement keys (docs/placements.md): ``placement`` (pre, post, peri, output, mix), ``final_norm`` and
     ``embed_norm`` (None = the placement's default), ``mix_alpha`` (Mix-LN share of Post-LN blocks),
     ``layernorm_scaling`` (Curse of Depth, ``1/sqrt(l)`` on input-norm outputs), ``residual_scale``
@@ -31,7 +33,9 @@ class ModelConfig:
     (initial) value.
 
     Attention keys (docs/attention.md): ``attention`` (softmax, softplus, linear, nala), ``positions`` (rope,
-    learned, alibi, none), ``qk_norm`` (softmax, linear), ``attn_softcap`` (softmax), ``lssa_reweight`` /
+    learned, alibi, none), ``qk_norm`` (softmax, linear) and ``qk_norm_scope`` (``head``: one RMSNorm over each
+    head's ``head_dim``, Qwen3 style; ``width``: one over all heads' concatenated q / k, OLMo 2 style; softmax only),
+    ``attn_softcap`` (softmax), ``lssa_reweight`` /
     ``lssa_power`` (softplus; evaluation-time switchable), ``linear_conv`` / ``linear_gate`` / ``linear_chunk``
     (linear, nala). Pairs without a meaning are refused by ``validate``.
     """
@@ -42,10 +46,12 @@ class ModelConfig:
     depth: int = 4
     heads: int = 4
     mlp_ratio: float = 4.0
+    mlp_hidden: int | None = None
     activation: str = "gelu"
     positions: str = "rope"
     attention: str = "softmax"
     qk_norm: bool = False
+    qk_norm_scope: str = "head"
     attn_softcap: float | None = None
     lssa_reweight: bool = False
     lssa_power: float = 15.0
@@ -102,6 +108,8 @@ class ModelConfig:
             raise NormlabError(f"model.dropout must be in [0, 1), got {self.dropout}")
         if self.logit_softcap is not None and self.logit_softcap <= 0:
             raise NormlabError(f"model.logit_softcap must be > 0 (or null), got {self.logit_softcap}")
+        if self.mlp_hidden is not None and self.mlp_hidden < 1:
+            raise NormlabError(f"model.mlp_hidden must be >= 1 (or null for mlp_ratio * width), got {self.mlp_hidden}")
         if self.mlp_ratio <= 0 or self.norm_eps <= 0 or self.init_std <= 0:
             raise NormlabError("model.mlp_ratio, model.norm_eps and model.init_std must be > 0")
         return self
@@ -121,6 +129,10 @@ class ModelConfig:
                 raise NormlabError(f"model.attn_softcap caps pre-softmax scores: softmax attention only, not '{att}'")
             if not self.attn_softcap > 0:
                 raise NormlabError(f"model.attn_softcap must be > 0 (or null), got {self.attn_softcap}")
+        if self.qk_norm_scope not in QK_NORM_SCOPES:
+            raise unknown("model.qk_norm_scope", self.qk_norm_scope, QK_NORM_SCOPES)
+        if self.qk_norm_scope != "head" and not (self.qk_norm and att == "softmax"):
+            raise NormlabError("model.qk_norm_scope 'width' needs model.qk_norm: true and model.attention: softmax")
         if self.qk_norm and att == "softplus":
             raise NormlabError("model.qk_norm: softplus attention l2-normalises q and k already; leave qk_norm off")
         if self.qk_norm and att == "nala":

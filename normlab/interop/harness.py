@@ -1,0 +1,78 @@
+"""Score documents with EleutherAI lm-evaluation-harness itself: its HF model class ``HFLM`` on a local model
+directory, ``loglikelihood_rolling`` per document, and the wikitext task's per-document counts and aggregations
+(``process_results``: words = ``len(re.split(r"\\s+", doc))``, bytes = UTF-8 length; ``weighted_perplexity``,
+``bits_per_byte``). The reference ``normlab eval --documents`` is checked against (tests/test_interop.py,
+``scripts/lm_eval_crosscheck.py``). Needs the optional extra ``lm-eval``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from normlab.errors import NormlabError
+
+
+def harness_document_metrics(hf_dir: str | Path, docs: list[str], *, prefix_token_id: int, max_length: int,
+                             batch_size: int = 4) -> dict[str, float]:
+    """``{bits_per_byte, byte_perplexity, word_perplexity, words, bytes, documents}`` as lm-eval computes them."""
+    try:
+        from lm_eval.api.instance import Instance
+        from lm_eval.api.metrics import bits_per_byte, weighted_perplexity
+        from lm_eval.models.huggingface import HFLM
+        from lm_eval.tasks.wikitext.preprocess_wikitext import process_results
+    except ImportError:
+        raise NormlabError("the harness cross-check needs lm-evaluation-harness: pip install 'normlab[lm-eval]'") from None
+    lm = HFLM(pretrained=str(hf_dir), device="cpu", batch_size=batch_size, max_length=max_length, dtype="float32",
+              prefix_token_id=prefix_token_id)
+    reqs = [Instance("loglikelihood_rolling", {"page": d}, (d,), i) for i, d in enumerate(docs)]
+    lls = lm.loglikelihood_rolling(reqs, disable_tqdm=True)
+    per_doc = [process_results({"page": d}, (ll,)) for d, ll in zip(docs, lls, strict=True)]
+    items = {k: [r[k] for r in per_doc] for k in per_doc[0]}
+
+    def ppl(xs):  # lm-eval's exp overflows past ~1e308 (e.g. one long word); report inf then
+        try:
+            return weighted_perplexity(xs)
+        except OverflowError:
+            return float("inf")
+
+    return {"bits_per_byte": bits_per_byte(items["bits_per_byte"]),
+            "byte_perplexity": ppl(items["byte_perplexity"]),
+            "word_perplexity": ppl(items["word_perplexity"]),
+            "words": sum(w for _, w in items["word_perplexity"]), "bytes": sum(b for _, b in items["bits_per_byte"]),
+            "documents": len(docs)}
+
+
+def crosscheck(run_dir: str | Path, hf_dir: str | Path, split: str = "test", batch_size: int = 4) -> dict:
+    """``normlab eval --documents`` of ``run_dir`` next to lm-eval on its export ``hf_dir`` (same documents)."""
+    import argparse
+    import contextlib
+    import io
+    import json
+
+    from normlab.commands.evaluate import run_eval
+    from normlab.eval.documents import split_documents
+    from normlab.rundata import run_data
+    from normlab.rundir import load_run
+
+    rec = json.loads((Path(hf_dir) / "normlab_export.json").read_text())
+    args = argparse.Namespace(run_dir=str(run_dir), overrides=[], split=split, context=None, stride=None,
+                              batch_size=16, max_tokens=0, documents=True, doc_start=rec["doc_start_token"],
+                              data=None, json=True)
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        run_eval(args)
+    ours = json.loads(buf.getvalue())
+    run = load_run(run_dir)
+    docs = split_documents(run_dir, run.cfg, run_data(run_dir, run.cfg), split)
+    theirs = harness_document_metrics(hf_dir, [d.decode("utf-8") for d in docs], prefix_token_id=ours["doc_start_token"],
+                                      max_length=ours["context"], batch_size=batch_size)
+    keys = ("bits_per_byte", "byte_perplexity", "word_perplexity")
+    return {"normlab": {k: ours[k] for k in (*keys, "words", "bytes", "documents")}, "lm_eval": theirs,
+            "rel_diff": {k: abs(ours[k] - theirs[k]) / abs(theirs[k]) for k in keys}}
+
+
+if __name__ == "__main__":  # python -m normlab.interop.harness RUN_DIR HF_DIR [SPLIT]
+    import json
+    import sys
+
+    print(json.dumps(crosscheck(sys.argv[1], sys.argv[2], *(sys.argv[3:4] or ["test"]))))

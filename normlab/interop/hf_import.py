@@ -1,0 +1,214 @@
+"""``normlab import HF_DIR --out RUN_DIR``: a local ``transformers`` checkpoint as a normlab run directory.
+
+Families: GPT-2, GPT-NeoX (sequential residual, full rotary), Llama, Qwen3, Gemma 2 and OLMo 2 (no grouped-query
+attention, default RoPE). The HF config becomes a normlab ``ModelConfig`` (``model_config``, one-line refusal for
+anything normlab has no exact form of), the tensors go through the inverse of ``mapping.weight_map``, and the
+result is checked like an export (``check.compare_models``: max |logit diff| <= 1e-4 on the data's validation
+tokens, greedy generation equal) before the run directory is renamed into place. Nothing is downloaded: ``HF_DIR``
+is a local directory (``from_pretrained(..., local_files_only=True)``).
+
+Run directory: ``config.yaml`` (``data.source`` = ``--data``, ``data.tokenizer`` = ``bytes`` or the HF
+tokenizer's lossless copy ``RUN_DIR/tokenizer.json``), ``model.safetensors``, ``data.json`` / ``provenance.json``
+(``normlab.rundata``: the run is self-contained like a trained one), ``summary.json`` (status ``completed``,
+``imported_from``) and ``hf_import.json`` (family, check numbers, the document-start token an
+lm-evaluation-harness run of the HF model would use: ``bos_token_id``, else ``eos_token_id``).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from normlab.errors import NormlabError
+from normlab.interop.arch import ARCHS
+from normlab.interop.check import LOGIT_TOL, compare_models, require_transformers
+from normlab.interop.hf_tokenizer import normlab_tokenizer
+from normlab.interop.mapping import weight_map
+from normlab.io import write_json, write_text
+
+FORMAT = "normlab-hf-import-v1"
+GELU = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh"}
+
+
+def _refuse(arch: str, what: str) -> NormlabError:
+    return NormlabError(f"cannot import this {arch} checkpoint exactly: {what}")
+
+
+def _rope_theta(hc, arch: str) -> float:
+    rp = dict(getattr(hc, "rope_parameters", None) or {})
+    if rp.get("rope_type", "default") != "default":
+        raise _refuse(arch, f"RoPE type '{rp.get('rope_type')}' (normlab has the default RoPE only)")
+    if float(rp.get("partial_rotary_factor", 1.0)) != 1.0:
+        raise _refuse(arch, f"partial rotary factor {rp.get('partial_rotary_factor')} (normlab rotates whole heads)")
+    return float(rp.get("rope_theta", 10000.0))
+
+
+def _check_heads(hc, arch: str) -> None:
+    kv = getattr(hc, "num_key_value_heads", None)
+    if kv is not None and kv != hc.num_attention_heads:
+        raise _refuse(arch, f"grouped-query attention ({kv} key/value heads for {hc.num_attention_heads} query heads)")
+    hd = getattr(hc, "head_dim", None)
+    if hd is not None and hd * hc.num_attention_heads != hc.hidden_size:
+        raise _refuse(arch, f"head_dim {hd} x {hc.num_attention_heads} heads != hidden_size {hc.hidden_size}")
+
+
+def model_config(hc) -> tuple[str, dict[str, Any]]:
+    """``(arch, ModelConfig keyword arguments)`` for an HF config ``hc``; one-line NormlabError if not exact."""
+    arch = hc.model_type
+    if arch not in ARCHS:
+        raise NormlabError(f"cannot import HF model type '{arch}'; allowed: {', '.join(ARCHS)}")
+    common = dict(vocab_size=hc.vocab_size, tie_embeddings=bool(hc.tie_word_embeddings), dropout=0.0,
+                  init_std=float(getattr(hc, "initializer_range", 0.02)), final_norm=True, embed_norm=False)
+    if arch == "gpt2":
+        act = GELU.get(hc.activation_function)
+        if act is None:
+            raise _refuse(arch, f"activation '{hc.activation_function}' (gelu, gelu_new, gelu_pytorch_tanh import)")
+        if hc.scale_attn_by_inverse_layer_idx or not hc.scale_attn_weights:
+            raise _refuse(arch, "attention scaling other than 1/sqrt(head_dim)")
+        return arch, dict(common, context=hc.n_positions, width=hc.n_embd, depth=hc.n_layer, heads=hc.n_head,
+                          mlp_hidden=hc.n_inner or 4 * hc.n_embd, activation=act, positions="learned",
+                          norm="layernorm", norm_eps=float(hc.layer_norm_epsilon), bias=True, placement="pre")
+    _check_heads(hc, arch)
+    base = dict(common, context=hc.max_position_embeddings, width=hc.hidden_size, depth=hc.num_hidden_layers,
+                heads=hc.num_attention_heads, mlp_hidden=hc.intermediate_size, positions="rope",
+                rope_base=_rope_theta(hc, arch))
+    if arch == "gpt_neox":
+        if hc.use_parallel_residual:
+            raise _refuse(arch, "use_parallel_residual: true (normlab blocks are sequential)")
+        act = GELU.get(hc.hidden_act)
+        if act is None:
+            raise _refuse(arch, f"activation '{hc.hidden_act}' (gelu, gelu_new, gelu_pytorch_tanh import)")
+        return arch, dict(base, activation=act, norm="layernorm", norm_eps=float(hc.layer_norm_eps), bias=True,
+                          placement="pre")
+    act = getattr(hc, "hidden_activation", None) if arch == "gemma2" else hc.hidden_act
+    if act != "silu":
+        raise _refuse(arch, f"MLP activation '{act}' (normlab's gated MLP is SwiGLU: silu imports)")
+    rms = dict(base, activation="swiglu", norm="rmsnorm", norm_eps=float(hc.rms_norm_eps))
+    bias = bool(getattr(hc, "attention_bias", False))
+    if arch == "llama":
+        if bias != bool(getattr(hc, "mlp_bias", False)):
+            raise _refuse(arch, "attention_bias != mlp_bias (normlab's model.bias covers both)")
+        return arch, dict(rms, bias=bias, placement="pre")
+    if bias:
+        raise _refuse(arch, "attention_bias: true (its MLP has none; normlab's model.bias covers both)")
+    if arch == "qwen3":
+        if getattr(hc, "use_sliding_window", False):
+            raise _refuse(arch, "sliding-window attention")
+        return arch, dict(rms, placement="pre", qk_norm=True, qk_norm_scope="head")
+    if arch == "olmo2":
+        return arch, dict(rms, placement="output", qk_norm=True, qk_norm_scope="width")
+    # gemma2
+    types = list(getattr(hc, "layer_types", None) or [])
+    if any(t != "full_attention" for t in types) and (hc.sliding_window or 0) < hc.max_position_embeddings:
+        raise _refuse(arch, f"sliding-window layers (window {hc.sliding_window} < {hc.max_position_embeddings} "
+                            "positions)")
+    if hc.query_pre_attn_scalar != hc.hidden_size // hc.num_attention_heads:
+        raise _refuse(arch, f"query_pre_attn_scalar {hc.query_pre_attn_scalar} != head_dim (normlab scales scores "
+                            "by 1/sqrt(head_dim))")
+    return arch, dict(rms, placement="peri", norm_options={"unit_offset": True}, embed_scale="fixed",
+                      logit_softcap=hc.final_logit_softcapping, attn_softcap=hc.attn_logit_softcapping)
+
+
+def load_hf_weights(model: torch.nn.Module, cfg, arch: str, hf_state: dict[str, torch.Tensor]) -> None:
+    """Inverse of ``mapping.weight_map``: write ``hf_state`` into the normlab ``model`` (in place)."""
+    state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    for e in weight_map(cfg, arch, state):
+        if e.hf not in hf_state:
+            if e.nl is not None and e.hf.endswith(".bias"):  # HF has no bias here: normlab's stays zero
+                state[e.nl][e.rows if e.rows is not None else slice(None)] = 0.0
+                continue
+            if e.nl is None:
+                continue
+            raise _refuse(arch, f"tensor '{e.hf}' is missing")
+        v = hf_state[e.hf].detach().float()
+        if e.nl is None:
+            if not torch.all(v == e.fill):
+                raise _refuse(arch, f"tensor '{e.hf}' is not the constant {e.fill} normlab's model implies")
+            continue
+        if e.transpose:
+            v = v.t()
+        v = (v - e.add) / e.mul
+        if e.rows is not None:
+            state[e.nl][e.rows] = v
+        else:
+            state[e.nl].copy_(v)
+    if cfg.tie_embeddings:
+        state["lm_head.weight"] = state["tok_emb.weight"]
+    model.load_state_dict(state)
+
+
+def import_hf(hf_dir: str | Path, out: str | Path, *, data: str = "pystdlib", tokenizer: str | None = None
+              ) -> dict[str, Any]:
+    """Import the HF checkpoint in ``hf_dir`` as a run directory ``out``; returns the import record."""
+    from normlab.config import DataConfig, RunConfig, dump_config
+    from normlab.model import ModelConfig, build_model
+    from normlab.rundata import save_run_identity
+    from normlab.train.checkpoint import save_model
+    from normlab.train.loop import load_data
+
+    transformers = require_transformers()
+    hf_dir, out = Path(hf_dir), Path(out)
+    if not (hf_dir / "config.json").is_file():
+        raise NormlabError(f"{hf_dir} is not a local HF model directory (no config.json)")
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise NormlabError(f"--out {out} already exists and is not empty")
+    try:
+        hc = transformers.AutoConfig.from_pretrained(hf_dir, local_files_only=True)
+    except (OSError, ValueError, KeyError) as e:
+        raise NormlabError(f"cannot read {hf_dir}/config.json: {str(e).splitlines()[0]}") from None
+    arch, kw = model_config(hc)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        if tokenizer is None:
+            tokenizer = normlab_tokenizer(hf_dir, tmp / "tokenizer.json")
+            if tokenizer is None:
+                raise NormlabError(f"{hf_dir} has no tokenizer normlab can use losslessly (byte-level BPE or bytes);"
+                                   " pass --tokenizer bytes or --tokenizer PATH/tokenizer.json")
+            if tokenizer.startswith(str(tmp.resolve())):  # the copy's final place
+                tokenizer = str((out / "tokenizer.json").resolve())
+        cfg = RunConfig(data=DataConfig(source=data, tokenizer=tokenizer), model=ModelConfig(**kw))
+        cfg.validate()
+        model = build_model(cfg.model)
+        hf = transformers.AutoModelForCausalLM.from_pretrained(hf_dir, dtype=torch.float32, local_files_only=True)
+        hf.eval()
+        load_hf_weights(model, cfg.model, arch, hf.state_dict())
+        model.eval()
+        write_text(tmp / "config.yaml", dump_config(cfg))
+        save_model(model, tmp / "model.safetensors", cfg.hash())
+        tok_file = tmp / "tokenizer.json"
+        data_cfg = cfg
+        if tok_file.is_file():  # load the data with the copy where it is now; the config names its final place
+            data_cfg = RunConfig(data=DataConfig(source=data, tokenizer=str(tok_file)), model=cfg.model)
+        prepared = load_data(data_cfg)
+        save_run_identity(tmp, cfg, prepared)  # tokenizer.json (BPE), data.json, provenance.json
+        if prepared.vocab_size > cfg.model.vocab_size:
+            raise NormlabError(f"tokenizer has {prepared.vocab_size} tokens but the model only {cfg.model.vocab_size}")
+        check = compare_models(model, hf, prepared.val, cfg.model.context)
+        if not check["max_abs_logit_diff"] <= LOGIT_TOL or not check["greedy_equal"]:
+            raise NormlabError(f"import of {arch} failed its check (max |logit diff| "
+                               f"{check['max_abs_logit_diff']:.3g}, tolerance {LOGIT_TOL:g}; greedy generation "
+                               f"{'equal' if check['greedy_equal'] else 'differs'}); nothing written")
+        doc_start = hc.bos_token_id if hc.bos_token_id is not None else hc.eos_token_id
+        if isinstance(doc_start, list):
+            doc_start = doc_start[0] if doc_start else None
+        record = {"format": FORMAT, "source": str(hf_dir), "arch": arch, "hf_class": type(hf).__name__, **check,
+                  "tolerance": LOGIT_TOL, "dtype": "float32", "eval_split": "val", "doc_start_token": doc_start,
+                  "data": data, "tokenizer": tokenizer}
+        write_json(tmp / "hf_import.json", record)
+        write_json(tmp / "summary.json", {"status": "completed", "step": 0, "imported_from": str(hf_dir),
+                                          "arch": arch, "max_abs_logit_diff": check["max_abs_logit_diff"],
+                                          "params": model.num_params(), "config_hash": cfg.hash(),
+                                          "run_dir": str(out)})
+        if out.exists():
+            out.rmdir()
+        os.replace(tmp, out)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return {**record, "out": str(out)}
