@@ -117,6 +117,12 @@ def cmd_report(args: argparse.Namespace) -> int:
     return run_report(args)
 
 
+def cmd_scaling(args: argparse.Namespace) -> int:
+    from normlab.commands.scaling import run_scaling
+
+    return run_scaling(args)
+
+
 def cmd_claims(args: argparse.Namespace) -> int:
     from normlab.commands.claims import run_claims
 
@@ -301,7 +307,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     cp = sub.add_parser("compare", help="train many variants in parallel, store the results, write a report")
     cp.add_argument("sweep", nargs="?", help="sweep YAML file (docs/compare.md); or use --preset")
-    cp.add_argument("--preset", help="a shipped sweep in normlab/configs/sweeps/ (quick, depth, attention, dyt)")
+    cp.add_argument("--preset", help="a shipped sweep in normlab/configs/sweeps/ (quick, depth, attention, dyt, scaling)")
     cp.add_argument("--out", help="sweep directory (default: runs/compare-<sweep name>); re-run to resume")
     cp.add_argument("--workers", type=int_in(1, 1024), help="parallel worker processes (default: one per core, at most one per run)")
     cp.add_argument("--json", action="store_true", help="print one JSON object at the end (progress goes to stderr)")
@@ -322,6 +328,12 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--max-tokens", type=int_in(1, 2**40), default=8192, help="validation tokens for --quantize / --label-free")
     rp.add_argument("--json", action="store_true")
     rp.set_defaults(func=cmd_report)
+
+    sc = sub.add_parser("scaling", help="fit L(N) = E + A N^-alpha per variant of a size sweep: forecasts, "
+                        "crossovers, signal-to-noise")
+    sc.add_argument("sweep_dir")
+    sc.add_argument("--json", action="store_true")
+    sc.set_defaults(func=cmd_scaling)
 
     cl = sub.add_parser("claims", help="re-measure published normalization claims with seeds and 95%% CIs")
     cl.add_argument("--only", metavar="NAME", help="run only these claims (comma-separated names)")

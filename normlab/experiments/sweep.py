@@ -42,10 +42,11 @@ from normlab.config import (CONFIG_DIR, RunConfig, _all_keys, _mapping_keys, con
 from normlab.aliases import suggest_key
 from normlab.errors import NormlabError, did_you_mean
 from normlab.experiments.grid import expand_grid
+from normlab.experiments.sizes import SIZE_KEYS, SIZE_OWNED, size_points
 from normlab.io import load_yaml
 
 SWEEP_DIR = CONFIG_DIR / "sweeps"
-TOP_KEYS = ("name", "description", "base", "set", "axes", "variants", "seeds", "lr_grid")
+TOP_KEYS = ("name", "description", "base", "set", "axes", "variants", "seeds", "lr_grid", *SIZE_KEYS)
 LR_KEY = "train.lr"
 SECTIONS = ("data", "model", "train", "optim")
 
@@ -236,15 +237,27 @@ def parse_sweep(raw: Any, *, here: Path | None = None, source: str = "sweep") ->
     points = ([dict(zip(grid_axes, combo)) for combo in itertools.product(*grid_axes.values())]
               if grid_axes else [{}])
     named = variants or [("", {})]
+    sizes, size_spec = size_points(raw, base, common, source, _apply)  # the size axis (normlab.experiments.sizes)
+    if sizes:
+        owned = [k for k in SIZE_OWNED if k in axes] + [f"{k} (variant '{n}')" for n, vs in variants
+                                                        for k in SIZE_OWNED if k in vs]
+        if owned:
+            raise NormlabError(f"{source}: {owned[0]} is given by the size axis; remove it")
+        if (LR_KEY in axes or lr_grid) and "lr_transfer" in size_spec:
+            raise NormlabError(f"{source}: give either lr_transfer or a learning-rate grid (lr_grid or a train.lr "
+                               "axis), not both")
+    # largest sizes first, so parallel workers do not end on one long run
+    combos = ([(s, v) for s in reversed(sizes) for v in named] if sizes else [(None, v) for v in named])
     runs: list[SweepRun] = []
     labels: list[str] = []
     seen: dict[str, str] = {}
-    for vname, vset in named:
+    for size, (vname, vset) in combos:
         for point in points:
             axis_label = ", ".join(f"{short[k]}={_fmt(v)}" for k, v in point.items())
-            label = " · ".join(p for p in (vname, axis_label) if p) or "base"
-            group = _group_label(vname, point, short) if lr_grid else None
-            overrides = {**common, **vset, **point}
+            size_label = size.label if size else ""
+            label = " · ".join(p for p in (vname, size_label, axis_label) if p) or "base"
+            group = _group_label(" · ".join(p for p in (vname, size_label) if p), point, short) if lr_grid else None
+            overrides = {**common, **vset, **(size.overrides if size else {}), **point}
             data = _apply(base, overrides)
             try:
                 cfg = config_from_dict({**data, "seed": 0})
@@ -257,7 +270,8 @@ def parse_sweep(raw: Any, *, here: Path | None = None, source: str = "sweep") ->
             labels.append(label)
             for seed in seeds:
                 cfg_s = config_from_dict({**data, "seed": seed})
-                run_axes = ({"variant": vname} if vname else {}) | point | ({"grid_group": group} if group else {})
+                run_axes = (({"variant": vname} if vname else {}) | ({"size": size.label} if size else {}) | point
+                            | ({"grid_group": group} if group else {}))
                 runs.append(SweepRun("", label, seed, run_axes, overrides, cfg_s.to_dict(), cfg_s.hash()))
     ids: set[str] = set()
     for r in runs:
@@ -269,12 +283,12 @@ def parse_sweep(raw: Any, *, here: Path | None = None, source: str = "sweep") ->
     spec = {"name": name, "description": str(raw.get("description") or ""), "base": base,
             "set": common, "axes": axes,
             **({"variants": [{"name": n, "set": s} for n, s in variants]} if variants else {}), "seeds": seeds,
-            **({"lr_grid": lr_grid} if lr_grid else {})}
+            **({"lr_grid": lr_grid} if lr_grid else {}), **size_spec}
     return Sweep(name, spec, runs, labels, spec["description"], lr_grid)
 
 
 def _group_label(vname: str, point: dict[str, Any], short: dict[str, str]) -> str:
-    """The label of a run without its grid learning rate: the variant name and the other axes."""
+    """The label of a run without its grid learning rate: the variant name (and size) and the other axes."""
     rest = ", ".join(f"{short[k]}={_fmt(v)}" for k, v in point.items() if k != LR_KEY)
     return " · ".join(p for p in (vname, rest) if p) or "base"
 

@@ -15,6 +15,7 @@ import yaml
 from normlab.io import atomic_path, write_text
 from normlab.report import plots
 from normlab.report.analysis import SweepReport, VariantResult, ci_text, diagnostics, load
+from normlab.report.scaling_section import section as scaling_section
 
 CSS = """
 body{font-family:-apple-system,"Segoe UI",Roboto,"DejaVu Sans",Helvetica,Arial,sans-serif;margin:0;color:#1d232a;
@@ -166,6 +167,9 @@ def build(rep: SweepReport) -> tuple[str, str, dict[str, bytes]]:
     for s in sections:
         add(f"report_diag_{s.category}.png", plots.diag_png(s, cmap), s.title)
     add("report_extrapolation.png", plots.extrapolation_png(rep, cmap), "Length extrapolation")
+    scaling = scaling_section(rep)  # a sweep over model sizes (docs/scaling.md); None otherwise
+    if scaling:
+        figs.update(scaling.figs)
     calib = _calibration_rows(rep)
     whole, per_run = _commands(rep)
     head, rows = table_cells(rep)
@@ -195,6 +199,8 @@ def build(rep: SweepReport) -> tuple[str, str, dict[str, bytes]]:
     h.append(img("report_ranking.png"))
     if "report_curves.png" in figs:
         h.append("<h2>Validation curves</h2>" + img("report_curves.png"))
+    if scaling:
+        h.append(scaling.html)
     if sections or diag_table:
         h.append("<h2>Diagnostics</h2><div class='note'>Means over seeds; from each run's diagnostics.json "
                  "(normlab diagnose) and training-time diag/ metrics.</div><div class='grid'>")
@@ -238,6 +244,8 @@ def build(rep: SweepReport) -> tuple[str, str, dict[str, bytes]]:
     md += mdimg("report_ranking.png")
     if "report_curves.png" in figs:
         md += ["## Validation curves", ""] + mdimg("report_curves.png")
+    if scaling:
+        md += scaling.md
     if sections or diag_table:
         md += ["## Diagnostics", ""]
         for s in sections:

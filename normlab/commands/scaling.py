@@ -1,0 +1,42 @@
+"""``normlab scaling SWEEP_DIR``: scaling-law fits per variant of a sweep over model sizes, forecasts at 10x and
+100x the largest size, crossovers and signal-to-noise (docs/scaling.md); ``--json`` prints them as one object."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from normlab.errors import NormlabError
+
+
+def run_scaling(args: argparse.Namespace) -> int:
+    from normlab.report.analysis import load
+    from normlab.report.scaling import analyse, is_size_sweep, to_json
+
+    d = Path(args.sweep_dir)
+    if not d.is_dir():
+        raise NormlabError(f"sweep directory {d} does not exist")
+    rep = load(d)
+    if not is_size_sweep(rep):
+        raise NormlabError(f"{d} is not a size sweep: no variant was run at >= 3 model sizes (width, depth); "
+                           "give the sweep 'sizes' or 'size_grid' (docs/scaling.md)")
+    an = analyse(rep)
+    if args.json:
+        print(json.dumps(to_json(an), allow_nan=False))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    from normlab.report.scaling_section import tables
+
+    console = Console(width=max(120, Console().width))
+    for key, title in (("fits", "Fitted L(N) = E + A N^-alpha (bits/byte)"), ("forecast", "Forecasts and crossovers")):
+        head, rows = tables(an)[key]
+        table = Table(*head, title=title)
+        for r in rows:
+            table.add_row(*r)
+        console.print(table)
+    for line in an.summary:
+        print(f"- {line}")
+    return 0

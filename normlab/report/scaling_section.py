@@ -1,0 +1,188 @@
+"""The report's "Scaling" section (HTML + Markdown + one PNG) for a sweep over model sizes: loss vs parameters on
+log-log axes per variant with the fitted ``L(N)`` and its 95% bootstrap band, the fitted parameters, the forecast
+table (differences at 10x and 100x the largest size), crossovers, and the signal-to-noise of every comparison."""
+
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from normlab.report import scaling_fit as sf
+from normlab.report.analysis import SweepReport
+from normlab.report.scaling import FACTORS, NOISE_LAST_N, ScalingAnalysis, analyse, is_size_sweep, to_json
+
+PNG = "report_scaling.png"
+
+
+@dataclass
+class Section:
+    html: str
+    md: list[str]
+    figs: dict[str, bytes] = field(default_factory=dict)
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+def scaling_png(an: ScalingAnalysis) -> bytes | None:
+    from matplotlib.figure import Figure
+
+    from normlab.report.plots import _png, colors
+
+    curves = [c for c in an.curves if any(p.losses for p in c.points)]
+    if not curves:
+        return None
+    cmap = colors([c.name for c in curves])
+    fig = Figure(figsize=(8.5, 5.2))
+    ax = fig.add_subplot()
+    horizon = FACTORS[-1] * an.n_max
+    grid = np.geomspace(an.n_min / 1.5, horizon, 200)
+    for c in curves:
+        col = cmap[c.name]
+        for p in c.points:
+            ax.scatter([p.params] * len(p.losses), list(p.losses.values()), color=col, marker="x", s=16, alpha=0.55)
+        done = [p for p in c.points if p.losses]
+        ax.scatter([p.params for p in done], [p.mean for p in done], color=col, s=30, zorder=3,
+                   label=f"{c.name}" + ("" if c.fit else " (no fit)"))
+        if c.fit is None:
+            continue
+        inside = grid <= an.n_max * 1.0001
+        ax.plot(grid[inside], c.fit.law(grid[inside]), color=col, lw=1.6)
+        ax.plot(grid[~inside], c.fit.law(grid[~inside]), color=col, lw=1.4, ls="--")
+        reps = [r for r in c.fit.replicates if r is not None]
+        if len(reps) >= 10:
+            vals = np.stack([r(grid) for r in reps])
+            lo, hi = np.quantile(vals, [0.025, 0.975], axis=0)
+            ax.fill_between(grid, lo, hi, color=col, alpha=0.15, lw=0)
+    ax.axvline(an.n_max, color="0.6", lw=0.8, ls=":")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("non-embedding parameters N (dotted line: largest trained size; dashed: forecast)")
+    ax.set_ylabel("final validation bits/byte")
+    ax.set_title("Loss vs parameters: seeds (x), means (dots), fitted E + A N^-alpha with 95% bootstrap band",
+                 fontsize=10)
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return _png(fig)
+
+
+def _num(x: float | None, fmt: str = ".4f") -> str:
+    return "–" if x is None else format(x, fmt)
+
+
+def _iv(iv: Any, fmt: str = ".3g") -> str:
+    return "–" if not iv else f"{format(iv[0], fmt)} – {format(iv[1], fmt)}"
+
+
+def _snr(x: float | None) -> str:
+    return "–" if x is None else (f"{x:.1f}" + (" ⚠" if x < 1 else ""))
+
+
+def tables(an: ScalingAnalysis) -> dict[str, tuple[list[str], list[list[str]]]]:
+    """The section's tables as header + string cells (shared by HTML and Markdown)."""
+    out: dict[str, tuple[list[str], list[list[str]]]] = {}
+    rows = []
+    for c in an.curves:
+        if c.fit is None:
+            rows.append([c.name, "–", "–", "–", "–", "–", "–", c.fit_error or ""])
+            continue
+        p = c.fit.law
+        rows.append([c.name, f"{p.E:.4f}", _iv(c.fit.interval("E"), ".4f"), f"{p.A:.4g}", _iv(c.fit.interval("A")),
+                     f"{p.alpha:.4f}", _iv(c.fit.interval("alpha"), ".4f"),
+                     f"{c.fit.n_points} runs, {c.fit.n_sizes} sizes"])
+    out["fits"] = (["variant", "E", "E 95%", "A", "A 95%", "alpha", "alpha 95%", "data"], rows)
+
+    rows = []
+    for c in an.curves:
+        for p in c.points:
+            rows.append([c.name, p.size, f"{p.params:,}", f"{p.tokens:,}", f"{p.lr:g}",
+                         _num(p.mean), str(len(p.losses)), str(p.diverged + p.unfinished)])
+    out["points"] = (["variant", "size", "N (non-emb.)", "tokens", "lr", "mean val bpb", "seeds ok",
+                      "diverged / unfinished"], rows)
+
+    rows = []
+    for cmp in an.comparisons:
+        obs = cmp["observed"][-1] if cmp["observed"] else None
+        cells = [f"{cmp['a']} − {cmp['b']}",
+                 f"{obs['diff']:+.4f} ({obs['size']})" if obs else "–",
+                 _snr(obs["seed_snr"]) if obs else "–", _snr(obs["step_snr"]) if obs else "–"]
+        for f in cmp.get("forecast", [{"diff": None, "ci95": None}] * len(FACTORS)):
+            cells.append("–" if f["diff"] is None else f"{f['diff']:+.3f} [{_iv(f['ci95'], '+.3f')}]")
+        cells.append(cmp["crossover"]["text"] if "crossover" in cmp else "no fit for one of the two")
+        rows.append(cells)
+    out["forecast"] = (["a − b (bits/byte)", "measured at largest size", "seed SNR", "step SNR",
+                        *[f"forecast at {f}x N_max [95%]" for f in FACTORS], "crossover"], rows)
+
+    rows = []
+    for cmp in an.comparisons:
+        for o in cmp["observed"]:
+            rows.append([f"{cmp['a']} − {cmp['b']}", o["size"], f"{o['params']:,}", f"{o['diff']:+.4f}",
+                         _snr(o["seed_snr"]), _snr(o["step_snr"])])
+    out["snr"] = (["comparison", "size", "N", "difference", "seed SNR", "step SNR"], rows)
+    return out
+
+
+NOTES = {
+    "fits": "L(N) = E + A·N^−alpha fitted to the mean over completed seeds at each size by a Huber loss (delta 1e-3) on log loss with L-BFGS "
+            "(Hoffmann et al. 2022); intervals: 95% percentile bootstrap over seeds.",
+    "forecast": "Difference a − b (negative: a has the lower loss) measured at the largest trained size, and "
+                "forecast by the two fits at 10x and 100x it, with paired-bootstrap 95% intervals. A crossover is "
+                "where the fitted curves intersect between the smallest size and 100x the largest; it counts as "
+                "resolved when at least 95% (or at most 5%) of bootstrap fits agree.",
+    "snr": f"Seed SNR: |difference| / pooled seed-to-seed sd. Step SNR (Heineman et al. 2025): relative difference "
+           f"/ mean relative sd of each run's last {NOISE_LAST_N} validation evaluations. ⚠ marks SNR < 1: the "
+           "difference is smaller than the noise, so that small-scale conclusion is not trustworthy.",
+}
+
+
+def section(rep: SweepReport) -> Section | None:
+    """The scaling section for a size sweep; None when the sweep does not span >= 3 sizes."""
+    if not is_size_sweep(rep):
+        return None
+    an = analyse(rep)
+    figs = {}
+    png = scaling_png(an)
+    if png:
+        figs[PNG] = png
+    tabs = tables(an)
+    e = html.escape
+    h = ["<h2>Scaling</h2><ul class='summary'>" + "".join(f"<li>{e(s)}</li>" for s in an.summary) + "</ul>"]
+    if png:
+        import base64
+
+        h.append(f"<img alt='loss vs parameters' src='data:image/png;base64,{base64.b64encode(png).decode()}'>")
+    md = ["## Scaling", ""] + [f"- {s}" for s in an.summary] + [""]
+    if png:
+        md += [f"![loss vs parameters]({PNG})", ""]
+    titles = {"fits": "Fitted scaling laws", "forecast": "Forecasts and crossovers",
+              "snr": "Signal-to-noise per size", "points": "Points"}
+    for key in ("fits", "forecast", "snr", "points"):
+        head, rows = tabs[key]
+        if not rows:
+            continue
+        h.append(f"<h3>{e(titles[key])}</h3><table><tr>" + "".join(
+            f"<th class='{'l' if i == 0 or head[i] == 'crossover' else ''}'>{e(c)}</th>" for i, c in enumerate(head))
+            + "</tr>")
+        h += ["<tr>" + "".join(f"<td class='{'l' if i == 0 or head[i] == 'crossover' else ''}'>{e(c)}</td>"
+                               for i, c in enumerate(r)) + "</tr>" for r in rows]
+        h.append("</table>" + (f"<div class='note'>{e(NOTES[key])}</div>" if key in NOTES else ""))
+        md += [f"### {titles[key]}", "", "| " + " | ".join(head) + " |",
+               "| :--- |" + " ---: |" * (len(head) - 1)]
+        md += ["| " + " | ".join(c.replace("|", "\\|") for c in r) + " |" for r in rows]
+        md += [""] + ([NOTES[key], ""] if key in NOTES else [])
+    for nd in an.nd_fits:
+        if "error" in nd:
+            line = f"L(N, D) for {nd['variant']}: {nd['error']}."
+        else:
+            p = nd["params"]
+            line = (f"L(N, D) for {nd['variant']}: {p['E']:.4f} + {p['A']:.4g} N^-{p['alpha']:.4f} + "
+                    f"{p['B']:.4g} D^-{p['beta']:.4f} (alpha 95% {_iv(nd['ci95']['alpha'], '.4f')}, beta 95% "
+                    f"{_iv(nd['ci95']['beta'], '.4f')}; {nd['n_points']} runs).")
+        h.append(f"<p>{e(line)}</p>")
+        md += [line, ""]
+    return Section("".join(h), md, figs, to_json(an))
+
+
+__all__ = ["Section", "section", "scaling_png", "tables", "sf"]

@@ -1,0 +1,254 @@
+"""Size sweeps and scaling laws: fits recover known parameters, crossovers of known curves, SNR by hand, the size
+axis expands as specified, and the report's scaling section renders from a stored tiny size sweep."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+import yaml
+
+from normlab.config import config_from_dict
+from normlab.errors import NormlabError
+from normlab.experiments import parse_sweep
+from normlab.experiments.store import Store
+from normlab.experiments.sweep import dump_spec
+from normlab.experiments.worker import record
+from normlab.model.gpt import build_model
+from normlab.report import scaling_fit as sf
+from tests.helpers import assert_bad_input
+from tests.helpers import run_inproc as normlab
+
+
+def _cells(law, ns, seeds, noise, rng, d=None):
+    cells = {}
+    for i, n in enumerate(ns):
+        dd = None if d is None else d[i]
+        clean = law(n, dd)
+        cells[i] = sf.Cell(float(n), {s: float(clean * math.exp(rng.normal(0.0, noise))) for s in seeds},
+                           None if dd is None else float(dd))
+    return cells
+
+
+def _fit(cells, replicates=200, with_d=False):
+    draws = sf.seed_draws({k: sorted(c.losses) for k, c in cells.items()}, replicates, np.random.default_rng(1))
+    return sf.fit_cells(cells, draws, with_d=with_d)
+
+
+# -- fits ------------------------------------------------------------------------------------------------------
+def test_fit_recovers_known_parameters_within_the_bootstrap_interval():
+    true = sf.PowerLaw(E=1.7, A=40.0, alpha=0.34)
+    fit = _fit(_cells(true, np.geomspace(1e4, 3e7, 6), range(4), 0.01, np.random.default_rng(0)))
+    for key in ("E", "A", "alpha"):
+        lo, hi = fit.interval(key)
+        assert lo <= getattr(true, key) <= hi, (key, lo, hi)
+    assert fit.law.alpha == pytest.approx(0.34, abs=0.05) and fit.law.E == pytest.approx(1.7, abs=0.1)
+    assert fit.n_points == 24 and fit.n_sizes == 6
+    # noise-free points: the fit is exact
+    exact = sf.fit_law(np.geomspace(1e4, 3e7, 6), true(np.geomspace(1e4, 3e7, 6)))
+    assert exact.params() == pytest.approx(true.params(), rel=1e-3)
+
+
+def test_fit_in_parameters_and_tokens():
+    true = sf.PowerLaw(E=1.5, A=40.0, alpha=0.34, B=300.0, beta=0.28)
+    ns, ds = np.meshgrid(np.geomspace(1e4, 3e6, 4), np.geomspace(1e6, 3e7, 3))
+    ns, ds = ns.ravel(), ds.ravel()
+    exact = sf.fit_law(ns, true(ns, ds), ds)
+    assert exact.params() == pytest.approx(true.params(), rel=2e-3)
+    fit = _fit(_cells(true, ns, range(2), 0.003, np.random.default_rng(2), d=ds), replicates=60, with_d=True)
+    for key in ("alpha", "beta"):
+        lo, hi = fit.interval(key)
+        assert lo <= getattr(true, key) <= hi, (key, lo, hi)
+
+
+def test_huber_is_quadratic_then_linear():
+    r = np.array([0.0, 5e-4, -1e-3, 3e-3, -2e-2])
+    d = 1e-3
+    ref = [0.0, 0.5 * 5e-4**2, 0.5 * 1e-6, d * (3e-3 - d / 2), d * (2e-2 - d / 2)]
+    assert sf.huber(r, d) == pytest.approx(ref, rel=1e-12)
+
+
+# -- crossovers ------------------------------------------------------------------------------------------------
+def test_crossover_of_two_known_curves():
+    a = sf.PowerLaw(E=2.0, A=10.0, alpha=0.2)
+    b = sf.PowerLaw(E=1.5, A=100.0, alpha=0.4)
+    # 2 + 10 x = 1.5 + 100 x^2 with x = N^-0.2  ->  x = (10 + sqrt(300)) / 200
+    x = (10 + math.sqrt(300)) / 200
+    n_star = x ** -5
+    roots = sf.crossings(sf.difference(a, b), 1e2, 1e8)
+    assert len(roots) == 1 and roots[0] == pytest.approx(n_star, rel=1e-8)
+    assert sf.crossings(sf.difference(a, sf.PowerLaw(E=2.1, A=10.0, alpha=0.2)), 1e2, 1e8) == []
+
+    ns = np.geomspace(1e3, 1e6, 6)
+    fa = _fit(_cells(a, ns, range(3), 0.002, np.random.default_rng(3)))
+    fb = _fit(_cells(b, ns, range(3), 0.002, np.random.default_rng(4)))
+    co = sf.crossover(fa, fb, 1e3, 1e6, 1e8)
+    assert co.verdict == "crossover" and co.roots[0] == pytest.approx(n_star, rel=0.15)
+    assert co.interval[0] <= n_star <= co.interval[1]
+    assert "crossover within the fitted range" in co.text()
+    # parallel curves (same exponent, E apart by far more than the noise): no crossover
+    fc = _fit(_cells(sf.PowerLaw(E=2.3, A=10.0, alpha=0.2), ns, range(3), 0.002, np.random.default_rng(5)))
+    far = sf.crossover(fa, fc, 1e3, 1e6, 1e8)
+    assert far.verdict == "no crossover" and far.fraction == 0.0
+    point, iv = sf.forecast(fa, fc, 1e6)  # at the largest fitted size: the difference of the two laws
+    assert point == pytest.approx(-0.3, abs=0.01) and iv[0] <= point <= iv[1] and iv[1] - iv[0] < 0.05
+    assert sf.forecast(fa, fc, 1e8)[0] == pytest.approx(-0.3, abs=0.05)
+
+
+# -- signal-to-noise -------------------------------------------------------------------------------------------
+def test_snr_against_hand_computation():
+    a, b = [3.0, 3.2], [3.5, 3.9]
+    # means 3.1 and 3.7; sample variances 0.02 and 0.08; pooled sd sqrt(0.05)
+    assert sf.seed_snr(a, b) == pytest.approx(0.6 / math.sqrt(0.05))
+    # Heineman et al.: signal = |3.1 - 3.7| / 3.4; noise = mean of the runs' sd/mean (population sd)
+    run1, run2 = [3.0, 3.1, 3.2], [3.6, 3.8]
+    rel1 = math.sqrt(((0.1) ** 2 + 0 + (0.1) ** 2) / 3) / 3.1
+    rel2 = 0.1 / 3.7
+    assert sf.heineman_snr([3.1, 3.7], [run1, run2]) == pytest.approx((0.6 / 3.4) / ((rel1 + rel2) / 2))
+    assert sf.seed_snr([3.0], b) is None and sf.heineman_snr([1.0, 2.0], [[1.0, 1.0]]) is None
+
+
+# -- the size axis ---------------------------------------------------------------------------------------------
+BASE = {"data": {"source": "synthetic:markov?order=1&alphabet=8&length=20000&seed=0"},
+        "model": {"context": 16, "width": 32, "heads": 2, "depth": 1},
+        "train": {"steps": 4, "batch_size": 2, "lr": 0.003, "warmup_steps": 2, "eval_every": 2, "eval_batches": 1,
+                  "log_every": 1, "checkpoint_every": 4}}
+
+
+def _non_embedding(config: dict) -> int:
+    """Independent count: build the model for real on the CPU and sum every parameter but the embeddings."""
+    torch.manual_seed(0)
+    model = build_model(config_from_dict(config).model)
+    return sum(p.numel() for n, p in model.named_parameters() if not n.startswith(("tok_emb", "pos_emb")))
+
+
+def test_size_grid_expands_with_tokens_per_param():
+    sweep = parse_sweep({
+        "name": "sz", "base": BASE, "size_grid": {"widths": [32, 64, 96], "aspect": 32, "head_dim": 16},
+        "tokens_per_param": 0.5, "seeds": [0, 1],
+        "variants": [{"name": "Pre", "set": {"model.placement": "pre"}},
+                     {"name": "Post", "set": {"model.placement": "post"}}]})
+    assert len(sweep.runs) == 3 * 2 * 2
+    shapes = [(r.config["model"]["width"], r.config["model"]["depth"], r.config["model"]["heads"]) for r in sweep.runs]
+    assert shapes[0] == (96, 3, 6) and set(shapes) == {(32, 1, 2), (64, 2, 4), (96, 3, 6)}  # largest first
+    for r in sweep.runs:
+        m = r.config["model"]
+        ref = {**BASE, "model": {**BASE["model"], "width": m["width"], "depth": m["depth"], "heads": m["heads"]}}
+        n = _non_embedding(ref)  # N from the base config at this size, no variant
+        steps = math.ceil(0.5 * n / (2 * 16))
+        assert r.config["train"]["steps"] == steps, (m, n)
+        assert r.config["train"]["eval_every"] == max(1, round(2 * steps / 4))
+        assert r.axes["size"] == f"w{m['width']}-d{m['depth']}" and r.variant.startswith(r.axes["variant"])
+        assert r.config["train"]["lr"] == 0.003
+    assert parse_sweep(yaml.safe_load(dump_spec(sweep))).hash == sweep.hash  # the stored spec round-trips
+
+
+def test_sizes_list_and_lr_transfer():
+    sweep = parse_sweep({"base": BASE, "sizes": [[32, 1], {"width": 48, "depth": 2, "heads": 3}, [64, 2]],
+                         "lr_transfer": {"base_width": 32, "exponent": 1.0}})
+    got = {(r.config["model"]["width"], r.config["model"]["depth"]): r.config for r in sweep.runs}
+    assert set(got) == {(32, 1), (48, 2), (64, 2)}
+    assert got[(48, 2)]["model"]["heads"] == 3 and got[(64, 2)]["model"]["heads"] == 4
+    assert got[(64, 2)]["train"]["lr"] == pytest.approx(0.003 * 32 / 64)
+    assert all(c["train"]["steps"] == 4 for c in got.values())  # tokens fixed without tokens_per_param
+
+
+@pytest.mark.parametrize("extra, fragment", [
+    ({"sizes": [[32, 1]], "size_grid": {"widths": [32], "aspect": 32}}, "either 'sizes' or 'size_grid'"),
+    ({"tokens_per_param": 20}, "needs a size axis"),
+    ({"size_grid": {"widths": [40], "aspect": 32}}, "not a multiple of head_dim"),
+    ({"sizes": [[32, 1]], "variants": [{"name": "w", "set": {"model.width": 64}}]}, "given by the size axis"),
+    ({"sizes": [[32, 1], [32, 1]]}, "same (width, depth)"),
+    ({"size_grid": {"widths": [32]}}, "aspect"),
+    ({"sizes": [[32, 1]], "lr_transfer": {"exponent": 1}}, "base_width"),
+])
+def test_bad_size_axis(tmp_path, extra, fragment):
+    with pytest.raises(NormlabError, match=None) as e:
+        parse_sweep({"base": BASE, **extra})
+    assert fragment in str(e.value)
+    f = tmp_path / "bad.yaml"
+    f.write_text(yaml.safe_dump({"base": BASE, **extra}))
+    assert_bad_input(normlab("compare", str(f), "--out", str(tmp_path / "o"), cache=tmp_path / "c"), fragment)
+    assert not (tmp_path / "o").exists()
+
+
+# -- a stored tiny size sweep and its report section -----------------------------------------------------------
+LAWS = {"Pre": sf.PowerLaw(E=2.0, A=10.0, alpha=0.2), "Post": sf.PowerLaw(E=1.5, A=100.0, alpha=0.4)}
+
+
+def make_size_sweep(d):
+    """A tiny size sweep (4 sizes x 2 variants x 2 seeds) stored without training: finals from known laws."""
+    sweep = parse_sweep({"name": "tiny-sizes", "base": BASE, "seeds": [0, 1],
+                         "sizes": [[16, 1], [32, 1], [48, 2], [64, 3]],
+                         "variants": [{"name": "Pre", "set": {"model.placement": "pre"}},
+                                      {"name": "Post", "set": {"model.placement": "post"}}]})
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "sweep.yaml").write_text(dump_spec(sweep))
+    store = Store(d / "results.sqlite")
+    store.create(sweep.name, sweep.hash)
+    store.register([{"run_id": r.run_id, "position": i, "variant": r.variant, "seed": r.seed,
+                     "config_hash": r.config_hash, "axes": r.axes, "overrides": r.overrides, "config": r.config}
+                    for i, r in enumerate(sweep.runs)])
+    finals = {}
+    for r in sweep.runs:
+        n = _non_embedding(r.config)
+        final = float(LAWS[r.axes["variant"]](n)) * (1.0 + (0.004 if r.seed else -0.004))
+        finals[r.run_id] = (r.axes["variant"], r.axes["size"], r.seed, final, n)
+        run_dir = d / "runs" / r.run_id
+        run_dir.mkdir(parents=True)
+        curve = [final + 0.01 * k for k in (4, 3, 2, 1, 0)]  # the last 5 validation evaluations
+        recs = [{"step": s + 1, "loss": 2.0, "val_bpb": v} for s, v in enumerate(curve)]
+        (run_dir / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in recs))
+        summary = {"status": "completed", "step": 5, "steps": 5, "val_bpb": final, "best_val_bpb": final,
+                   "params": n + 1000, "tokens_per_s": 1000.0, "elapsed_s": 1.0}
+        record(store, d, r.run_id, summary, peak_mem_mb=1.0)
+    return finals
+
+
+def test_scaling_section_renders_from_a_stored_tiny_sweep(tmp_path):
+    d = tmp_path / "sizes"
+    finals = make_size_sweep(d)
+    proc = normlab("scaling", str(d), "--json", cache=tmp_path / "c")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["lr_rule"].startswith("fixed") and out["tokens_rule"].startswith("fixed")
+    by_name = {v["variant"]: v for v in out["variants"]}
+    assert set(by_name) == {"Pre", "Post"}
+    for name, v in by_name.items():
+        assert [p["params"] for p in v["points"]] == sorted(p["params"] for p in v["points"])
+        for p in v["points"]:
+            stored = [f for vn, size, s, f, n in finals.values() if vn == name and size == p["size"]]
+            assert p["mean"] == pytest.approx(sum(stored) / 2) and p["params"] == next(
+                n for vn, size, s, f, n in finals.values() if vn == name and size == p["size"])
+        # +-0.4% around the law at every size: the fit recovers the exponent closely
+        assert v["fit"]["params"]["alpha"] == pytest.approx(LAWS[name].alpha, rel=0.1)
+    cmp = out["comparisons"][0]
+    assert {cmp["a"], cmp["b"]} == {"Pre", "Post"}
+    sign = 1 if cmp["a"] == "Pre" else -1
+    last = cmp["observed"][-1]
+    pre = [f for vn, size, s, f, n in finals.values() if vn == "Pre" and size == last["size"]]
+    post = [f for vn, size, s, f, n in finals.values() if vn == "Post" and size == last["size"]]
+    assert last["diff"] == pytest.approx(sign * (sum(pre) / 2 - sum(post) / 2))
+    assert last["seed_snr"] == pytest.approx(sf.seed_snr(pre, post))
+    assert [f["factor"] for f in cmp["forecast"]] == [10, 100]
+    assert cmp["crossover"]["verdict"] in ("crossover", "forecast crossover", "no crossover", "not resolvable")
+
+    rep = normlab("report", str(d), "--json", cache=tmp_path / "c")
+    assert rep.returncode == 0, rep.stderr
+    md = (d / "report.md").read_text()
+    html = (d / "report.html").read_text()
+    assert "## Scaling" in md and "### Forecasts and crossovers" in md and "![loss vs parameters](report_scaling.png)" in md
+    assert "<h2>Scaling</h2>" in html and "data:image/png;base64," in html
+    assert (d / "report_scaling.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert f"{last['diff']:+.4f}" in md
+
+
+def test_scaling_bad_input(tmp_path):
+    assert_bad_input(normlab("scaling", str(tmp_path / "none"), cache=tmp_path / "c"), "does not exist")
+    from tests.test_report import make_sweep
+
+    make_sweep(tmp_path / "flat", extras=False)
+    assert_bad_input(normlab("scaling", str(tmp_path / "flat"), cache=tmp_path / "c"), "not a size sweep")
