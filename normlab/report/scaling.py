@@ -254,7 +254,7 @@ def _nd_fits(curves: list[Curve], draws: list[dict[Any, list[int]]]) -> list[dic
 def _fit_json(fit: sf.FitResult) -> dict[str, Any]:
     return {"params": fit.law.params(),
             "ci95": {k: fit.interval(k) for k in fit.law.params()},
-            "objective": fit.law.objective, "n_points": fit.n_points, "n_sizes": fit.n_sizes,
+            "objective": fit.law.objective, "huber_delta": fit.delta, "n_points": fit.n_points, "n_sizes": fit.n_sizes,
             "replicates": sum(r is not None for r in fit.replicates)}
 
 
@@ -356,7 +356,7 @@ def to_json(an: ScalingAnalysis) -> dict[str, Any]:
             "fit": _fit_json(c.fit) if c.fit else None, "fit_error": c.fit_error})
     return _clean({
         "sweep_dir": str(an.sweep_dir), "params": "non-embedding", "metric": "final validation bits/byte",
-        "lr_rule": an.lr_rule, "tokens_rule": an.tokens_rule, "fit": "Huber (delta 1e-3) on log loss, L-BFGS",
+        "lr_rule": an.lr_rule, "tokens_rule": an.tokens_rule, "fit": "Huber on log loss (delta: max(1e-3, 1.345 standard errors)), L-BFGS",
         "bootstrap_replicates": REPLICATES, "level": sf.LEVEL, "noise_last_n": NOISE_LAST_N,
         "range": [an.n_min, an.n_max], "variants": curves, "nd_fits": an.nd_fits, "comparisons": an.comparisons,
         "size_snr": an.size_snr, "summary": an.summary})

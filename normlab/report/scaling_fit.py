@@ -3,8 +3,9 @@
 Fits follow Hoffmann et al. 2022 ("Training Compute-Optimal Large Language Models", Appendix D.2): the loss law
 ``L(N) = E + A N^-alpha`` (or ``L(N, D) = E + A N^-alpha + B D^-beta``) is written with ``E = exp(e)``,
 ``A = exp(a)``, ``B = exp(b)`` as ``log L = LSE(a - alpha log N, e)`` and fitted by minimising the Huber loss
-(``delta = 1e-3``) of the log-loss residuals with L-BFGS (scipy) from a grid of initialisations, keeping the best.
-Being robust and in log space, a few outlying runs do not pull the fit and every size counts alike.
+of the log-loss residuals with L-BFGS (scipy) from several starts, keeping the best. Being robust and in log
+space, an outlying size does not pull the fit and every size counts alike. Hoffmann et al.'s ``delta = 1e-3`` is
+raised to Huber's ``1.345`` standard errors of a size's mean when the seeds are noisier than that (``huber_delta``).
 
 The fit is to the mean over seeds at each size. Intervals are percentile bootstraps over seeds (Efron & Tibshirani
 1993): each replicate redraws, at every size, as many seeds as were run, with replacement, and refits the means
@@ -190,6 +191,7 @@ class FitResult:
     n_points: int = 0
     n_sizes: int = 0
     with_d: bool = False
+    delta: float = HUBER_DELTA
 
     def interval(self, key: str, level: float = LEVEL) -> tuple[float, float] | None:
         vals = [getattr(r, key) for r in self.replicates if r is not None]
@@ -206,7 +208,8 @@ def fit_cells(cells: dict[Any, Cell], draws: list[dict[Any, list[int]]], *, with
     apart than ``delta`` leave every curve between them equally good (a flat optimum); the mean is one point per
     size, as each (N, D) was one run in Hoffmann et al."""
     ns, ds, ys = _resample(cells, {k: sorted(c.losses) for k, c in cells.items()})
-    law = fit_law(ns, ys, ds if with_d else None)
+    delta = huber_delta(cells)
+    law = fit_law(ns, ys, ds if with_d else None, delta=delta)
     reps: list[PowerLaw | None] = []
     min_cells = 5 if with_d else 3
     for dr in draws:
@@ -214,8 +217,26 @@ def fit_cells(cells: dict[Any, Cell], draws: list[dict[Any, list[int]]], *, with
         if len(rn) < min_cells:
             reps.append(None)
             continue
-        reps.append(fit_law(rn, ry, rd if with_d else None, start=law))
-    return FitResult(law, reps, sum(len(c.losses) for c in cells.values()), len(ys), with_d)
+        reps.append(fit_law(rn, ry, rd if with_d else None, start=law, delta=delta))
+    return FitResult(law, reps, sum(len(c.losses) for c in cells.values()), len(ys), with_d, delta)
+
+
+def huber_delta(cells: dict[Any, Cell]) -> float:
+    """``max(1e-3, 1.345 * se)``: Huber's classical tuning constant (95% efficiency under Gaussian noise) times the
+    standard error of a size's mean log-loss, from the pooled seed-to-seed sd of log-loss; Hoffmann et al.'s
+    1e-3 when no cell has two seeds. With Hoffmann's fixed 1e-3 and seed noise of ~1%, every residual is in the
+    linear part: the fit is an L1 fit through three of the points, and a bootstrap of it is unreliable."""
+    ss, dof, ks = 0.0, 0, []
+    for c in cells.values():
+        logs = np.log(list(c.losses.values()))
+        if len(logs) >= 2:
+            ss += float(np.sum((logs - logs.mean()) ** 2))
+            dof += len(logs) - 1
+            ks.append(len(logs))
+    if dof == 0 or ss == 0.0:
+        return HUBER_DELTA
+    se = math.sqrt(ss / dof) / math.sqrt(float(np.mean(ks)))
+    return max(HUBER_DELTA, 1.345 * se)
 
 
 # ---------------------------------------------------------------------------------------------- crossovers

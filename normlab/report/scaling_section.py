@@ -125,8 +125,9 @@ def tables(an: ScalingAnalysis) -> dict[str, tuple[list[str], list[list[str]]]]:
 
 
 NOTES = {
-    "fits": "L(N) = E + A·N^−alpha fitted to the mean over completed seeds at each size by a Huber loss (delta 1e-3) on log loss with L-BFGS "
-            "(Hoffmann et al. 2022); intervals: 95% percentile bootstrap over seeds.",
+    "fits": "L(N) = E + A·N^−alpha fitted to the mean over completed seeds at each size by a Huber loss on log loss with L-BFGS "
+            "(Hoffmann et al. 2022; delta = max(1e-3, 1.345 standard errors of a size's mean)); intervals: 95% "
+            "percentile bootstrap over seeds.",
     "forecast": "Difference a − b (negative: a has the lower loss) measured at the largest trained size, and "
                 "forecast by the two fits at 10x and 100x it, with paired-bootstrap 95% intervals. A crossover is "
                 "where the fitted curves intersect between the smallest size and 100x the largest; it counts as "
