@@ -314,7 +314,7 @@ def _snr_word(x: float | None) -> str:
 
 def _summary(an: ScalingAnalysis) -> list[str]:
     out = []
-    sizes = sorted({p.params for c in an.curves for p in c.points if p.losses})
+    sizes = sorted({p.size for c in an.curves for p in c.points if p.losses})
     out.append(f"{len(an.curves)} variants at {len(sizes)} sizes, N = {sf._n(an.n_min)} to {sf._n(an.n_max)} "
                f"non-embedding parameters; learning rate {an.lr_rule}; tokens {an.tokens_rule}.")
     for c in an.curves:
