@@ -319,8 +319,13 @@ def build_parser() -> argparse.ArgumentParser:
     rn.add_argument("--json", action="store_true", help="same as --format json")
     rn.set_defaults(func=cmd_runs)
 
-    rp = sub.add_parser("report", help="write SWEEP_DIR/report.html and report.md from a sweep's stored results")
-    rp.add_argument("sweep_dir")
+    rp = sub.add_parser("report", help="write report.html and report.md from a sweep's stored results, or compare "
+                                       "any run directories (a single run gets its own page)")
+    rp.add_argument("dirs", nargs="+", metavar="DIR", help="a sweep directory, or run / sweep directories to compare")
+    rp.add_argument("--out", help="where the report goes (default: the sweep dir; one run: its own dir; several: "
+                                  "runs/report-<hash>)")
+    rp.add_argument("--baseline", metavar="VARIANT", help="the variant paired differences compare with "
+                                                          "(default: the sweep's baseline:, else the first)")
     rp.add_argument("--quantize", action="store_true",
                     help="add bits/byte increase under W4 RTN and W4 + Hadamard per variant (simulated; per run, cached)")
     rp.add_argument("--label-free", action="store_true",

@@ -75,3 +75,11 @@ def test_lr_grid_crossed_with_variants_and_seeds():
 def test_lr_grid_conflicts_with_a_fixed_lr(extra):
     with pytest.raises(NormlabError, match="lr_grid already sweeps it"):
         parse_sweep({"base": "tiny", "lr_grid": [0.01, 0.1], **extra})
+
+
+def test_baseline_must_name_a_variant():
+    spec = {"base": "tiny", "lr_grid": [0.01, 0.1], "variants": [{"name": "A", "set": {"model.placement": "pre"}},
+                                                                {"name": "B", "set": {"model.placement": "post"}}]}
+    assert parse_sweep({**spec, "baseline": "B"}).spec["baseline"] == "B"
+    with pytest.raises(NormlabError, match="baseline 'C' is not a variant"):
+        parse_sweep({**spec, "baseline": "C"})

@@ -29,7 +29,9 @@ def test_run_directory_contents(reference_run):
     assert s["status"] == "completed" and s["step"] == 24
     records = [json.loads(l) for l in (reference_run / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records if "loss" in r and "tokens_per_s" in r] == [4, 8, 12, 16, 20, 24]
-    assert {"step", "loss", "lr", "grad_norm", "tokens_per_s", "elapsed_s"} <= set(records[0])
+    assert set(records[0]) == {"step", "init_val_loss", "init_val_bpb"} and records[0]["step"] == 0
+    assert s["init_val_bpb"] == records[0]["init_val_bpb"]  # loss at initialisation (LR sensitivity)
+    assert {"step", "loss", "lr", "grad_norm", "tokens_per_s", "elapsed_s"} <= set(records[1])
     assert [r["step"] for r in records if "val_bpb" in r] == [12, 24]
     groups = json.loads((reference_run / "param_groups.json").read_text())
     norm_site = re.compile(r"(attn|mlp)_(in|out|post)\.|final_norm\.")

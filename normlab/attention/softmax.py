@@ -15,6 +15,10 @@ Options:
 - ``alibi`` (Press et al. 2022): adds ``-m_h (i - j)`` to the scores; SDPA with an additive float mask (or the
   explicit path together with a softcap, after the cap as in the score pipeline ``cap -> bias -> mask``).
 
+Instability probe: ``logit_probe`` (None by default) is called as ``logit_probe(q, k)`` with the queries and keys
+that enter the scores (after QK-norm and RoPE; ``[B, H, Tq, hd]``, ``[B, H, Tk, hd]``); the training diagnostics
+set it on diagnostic steps to record the largest pre-softmax logit (attention logit growth, Wortsman et al. 2023).
+
 Incremental decoding: KV cache (``AttentionState.tensors['k'|'v']``, ``[B, H, t, head_dim]``, keys stored after
 QK-norm and RoPE); new queries sit at positions ``state.pos ..``.
 """
@@ -53,6 +57,7 @@ class CausalSelfAttention(AttentionBase):
         else:
             self.q_norm = self.k_norm = None
         self.register_buffer("alibi_slopes", alibi_slopes(heads).float() if alibi else None, persistent=False)
+        self.logit_probe = None
 
     def forward(self, x: torch.Tensor, state: AttentionState | None = None) -> torch.Tensor:
         q, k, v = self.split_heads(x)
@@ -74,6 +79,8 @@ class CausalSelfAttention(AttentionBase):
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         """``q [B, H, Tq, hd]`` (the last ``Tq`` positions), ``k, v [B, H, Tk, hd]`` -> ``[B, H, Tq, hd]``."""
         t_q, t_k = q.shape[-2], k.shape[-2]
+        if self.logit_probe is not None:
+            self.logit_probe(q, k)
         p = self.dropout if self.training else 0.0
         if self.softcap is None and self.alibi_slopes is None and t_q == t_k:
             return F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=p)

@@ -28,6 +28,31 @@ def print_ranking(rep: Any, title: str | None = None) -> None:
     Console(width=max(120, Console().width)).print(table)
 
 
+def print_lr(rep: Any) -> None:
+    """The learning-rate ranking (a grid) and the paired differences, on stdout (rich); nothing without them."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from normlab.report import lrsection
+
+    grid = getattr(rep, "grid", None)
+    if grid is None:
+        return
+    console = Console(width=max(120, Console().width))
+    tables = []
+    if grid.is_grid:
+        tables.append(("LR sensitivity ranking", *lrsection.ranking_cells(grid)))
+    if grid.paired:
+        tables.append((f"Paired differences vs {grid.baseline}", *lrsection.paired_cells(grid)))
+    for title, head, rows in tables:
+        t = Table(*head, title=title)
+        for col in t.columns:
+            col.justify = "left" if col.header in lrsection.LEFT else "right"
+        for r in rows:
+            t.add_row(*r)
+        console.print(t)
+
+
 def run_compare(args: argparse.Namespace) -> int:
     from normlab.experiments import default_sweep_dir, load_sweep, run_sweep
     from normlab.report import write_report
@@ -52,10 +77,12 @@ def run_compare(args: argparse.Namespace) -> int:
     failed = [r for r in outcome.runs if r["status"] not in ("completed", "diverged")]
     if args.json:
         print(dumps({**base, "report_html": rep["html"], "report_md": rep["md"], "ranking": rep["ranking"],
-                          "summary": rep["summary"]}, default=float))
+                     "summary": rep["summary"], "lr": rep["lr"]}, default=float))
     else:
         print(f"\nreport: {rep['html']}\n        {rep['md']}")
-        print_ranking(rep["report"])
+        print_lr(rep["report"])
+        if not (rep["report"].grid and rep["report"].grid.is_grid):
+            print_ranking(rep["report"])
         for line in rep["summary"]:
             print(f"- {line}")
     if failed:

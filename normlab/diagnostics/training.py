@@ -12,6 +12,8 @@ What is recorded (flat numeric keys in ``metrics.jsonl``, one record per diagnos
 - ``diag/grad_norm/{attn,mlp,norm}/<l>``: L2 norm of the gradient of block ``l``'s attention, MLP and norm-site
   parameters (before gradient clipping; Mix-LN, Li et al. 2024), and ``diag/grad_norm/final_norm``,
   ``diag/grad_norm/embed_norm`` for the model-level norms;
+- ``diag/attn_logit_max/<l>``, ``diag/output_lse``: the instability signals of Wortsman et al. 2023 (largest
+  pre-softmax attention logit per block, mean logsumexp of the output logits; normlab.diagnostics.instability);
 - ``diag/loss_spike`` (= 1) and ``diag/loss_baseline`` on a step whose loss is a spike (any step, diag step or
   not): ``loss > spike_factor * mean(previous spike_window losses)``, needing a full window. Non-finite losses
   count as spikes.
@@ -33,6 +35,7 @@ import torch
 from torch import nn
 
 from normlab.config import DiagConfig
+from normlab.diagnostics.instability import InstabilityProbe
 
 MAX_LISTED_SPIKES = 1000
 
@@ -182,6 +185,7 @@ class TrainDiagnostics:
         self._handles: list[torch.utils.hooks.RemovableHandle] = []
         self._moments: dict[str, _Moments] = {}
         self._record: dict[str, Any] = {}
+        self.probe = InstabilityProbe(model)
 
     def is_diag_step(self, step: int) -> bool:
         return self.cfg.every > 0 and (step + 1) % self.cfg.every == 0
@@ -217,11 +221,13 @@ class TrainDiagnostics:
             self._handles.append(blk.register_forward_hook(stat(f"resid/{l}")))
         for name, m in norm_modules(self.model).items():
             self._handles.append(m.register_forward_hook(stat(f"norm/{name}")))
+        self.probe.attach()
 
     def remove_hooks(self) -> None:
         for h in self._handles:
             h.remove()
         self._handles = []
+        self.probe.detach()
 
     def after_backward(self, step: int, loss: float) -> None:
         """Spike check on ``loss``; on a diagnostic step also the gradient norms and the activation statistics.
@@ -244,6 +250,7 @@ class TrainDiagnostics:
                 else:
                     rec[f"diag/norm_rms/{key.split('/', 1)[1]}"] = m.rms()
             rec.update(grad_norms(self.model))
+            rec.update(self.probe.read())
             self._moments = {}
         if rec:
             rec = {"step": step + 1, **rec}

@@ -12,6 +12,8 @@
     seeds: [0, 1]                   # every (variant, axes point) runs once per seed
     lr_grid: {min: 1e-3, max: 1e-1, points: 5}   # optional: train.lr over a log-spaced grid (or a list), crossed
                                                  # with variants, axes and seeds (normlab.experiments.grid)
+    baseline: Pre-LN                # optional: the variant the report's paired differences compare with
+                                    # (default: the first)
 
 With ``lr_grid`` every run's ``axes`` carries ``train.lr`` and ``grid_group``: the label of its variant and other
 axes without the learning rate, which the report uses to draw loss against learning rate per group. ``train.lr``
@@ -46,7 +48,7 @@ from normlab.experiments.sizes import SIZE_KEYS, SIZE_OWNED, size_points
 from normlab.io import load_yaml
 
 SWEEP_DIR = CONFIG_DIR / "sweeps"
-TOP_KEYS = ("name", "description", "base", "set", "axes", "variants", "seeds", "lr_grid", *SIZE_KEYS)
+TOP_KEYS = ("name", "description", "base", "set", "axes", "variants", "seeds", "lr_grid", "baseline", *SIZE_KEYS)
 LR_KEY = "train.lr"
 SECTIONS = ("data", "model", "train", "optim")
 
@@ -273,6 +275,12 @@ def parse_sweep(raw: Any, *, here: Path | None = None, source: str = "sweep") ->
                 run_axes = (({"variant": vname} if vname else {}) | ({"size": size.label} if size else {}) | point
                             | ({"grid_group": group} if group else {}))
                 runs.append(SweepRun("", label, seed, run_axes, overrides, cfg_s.to_dict(), cfg_s.hash()))
+    baseline = raw.get("baseline")
+    if baseline is not None:
+        names = list(dict.fromkeys(r.axes.get("grid_group") or r.variant for r in runs))
+        if baseline not in names:
+            raise NormlabError(f"{source}: baseline {baseline!r} is not a variant{did_you_mean(str(baseline), names)}; "
+                               f"variants: {', '.join(names)}")
     ids: set[str] = set()
     for r in runs:
         rid = f"{slug(r.variant)}-s{r.seed}"
@@ -283,7 +291,8 @@ def parse_sweep(raw: Any, *, here: Path | None = None, source: str = "sweep") ->
     spec = {"name": name, "description": str(raw.get("description") or ""), "base": base,
             "set": common, "axes": axes,
             **({"variants": [{"name": n, "set": s} for n, s in variants]} if variants else {}), "seeds": seeds,
-            **({"lr_grid": lr_grid} if lr_grid else {}), **size_spec}
+            **({"lr_grid": lr_grid} if lr_grid else {}), **size_spec,
+            **({"baseline": baseline} if baseline is not None else {})}
     return Sweep(name, spec, runs, labels, spec["description"], lr_grid)
 
 

@@ -21,6 +21,7 @@ from statistics import mean
 from typing import Any
 
 from normlab.experiments.store import Store
+from normlab.report.lrgrid import GridReport, analyze, grid_runs_from_rows
 from normlab.report.stats import MeanCI, Welch, mean_ci, t_ppf, welch
 
 ALPHA = 0.05
@@ -34,6 +35,7 @@ class RunInfo:
     extrapolation: list[dict[str, Any]] | None = None
     calibration: dict[str, Any] | None = None
     summary: dict[str, Any] | None = None
+    path: Path | None = None  # the run directory when not SWEEP_DIR/runs/<run id> (normlab report RUN_DIR ...)
 
 
 @dataclass
@@ -69,6 +71,7 @@ class SweepReport:
     runs: list[RunInfo]
     variants: list[VariantResult]
     summary: list[str] = field(default_factory=list)
+    grid: GridReport | None = None
 
 
 def _read_json(path: Path) -> Any:
@@ -96,8 +99,9 @@ def _load_artifacts(run: RunInfo, run_dir: Path) -> None:
         run.calibration = c
 
 
-def load(sweep_dir: str | Path) -> SweepReport:
-    """Read the store and the run directories of ``sweep_dir`` and compute the ranking and the summary."""
+def load(sweep_dir: str | Path, baseline: str | None = None) -> SweepReport:
+    """Read the store and the run directories of ``sweep_dir`` and compute the ranking and the summary.
+    ``baseline``: the variant the paired comparisons use (default: the sweep's ``baseline:``, else its first)."""
     sweep_dir = Path(sweep_dir)
     store = Store(sweep_dir / "results.sqlite")
     meta = store.meta()
@@ -108,6 +112,23 @@ def load(sweep_dir: str | Path) -> SweepReport:
         info = RunInfo(row, curves.get(row["run_id"], {}))
         _load_artifacts(info, sweep_dir / "runs" / row["run_id"])
         runs.append(info)
+    if baseline is None:
+        spec = _read_yaml(sweep_dir / "sweep.yaml")
+        baseline = spec.get("baseline") if isinstance(spec, dict) else None
+    return from_runs(sweep_dir, meta, runs, baseline)
+
+
+def _read_yaml(path: Path) -> Any:
+    import yaml
+
+    try:
+        return yaml.safe_load(path.read_text())
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return None
+
+
+def from_runs(sweep_dir: Path, meta: dict[str, str], runs: list[RunInfo], baseline: str | None = None) -> SweepReport:
+    """The report of ``runs`` (from a results store, or from run directories: normlab.report.rundirs)."""
     order: list[str] = []
     for r in runs:
         if r.row["variant"] not in order:
@@ -115,6 +136,8 @@ def load(sweep_dir: str | Path) -> SweepReport:
     variants = [_variant(name, [r for r in runs if r.row["variant"] == name]) for name in order]
     _rank(variants)
     rep = SweepReport(sweep_dir, meta, runs, variants)
+    rep.grid = analyze(grid_runs_from_rows([r.row for r in runs], {r.row["run_id"]: r.curves for r in runs},
+                                           {r.row["run_id"]: r.summary for r in runs}), baseline)
     rep.summary = summarize(rep)
     return rep
 
@@ -168,7 +191,21 @@ def _p(p: float) -> str:
 
 
 def summarize(rep: SweepReport) -> list[str]:
-    """Sentences that state only what the stored numbers show."""
+    """Sentences that state only what the stored numbers show (a learning-rate grid leads with its own)."""
+    from normlab.report import lrsection
+
+    warn = [f"{r.row['run_id']}: {r.summary['eval_mode_warning']['message']}." for r in rep.runs
+            if r.summary and isinstance(r.summary.get("eval_mode_warning"), dict)
+            and isinstance(r.summary["eval_mode_warning"].get("message"), str)]
+    if rep.grid is not None and rep.grid.is_grid:
+        counts: dict[str, int] = {}
+        for r in rep.runs:
+            counts[r.row["status"]] = counts.get(r.row["status"], 0) + 1
+        return lrsection.summary(rep.grid, counts) + warn
+    return _summarize_cells(rep) + (lrsection.paired_summary(rep.grid) if rep.grid else []) + warn
+
+
+def _summarize_cells(rep: SweepReport) -> list[str]:
     out: list[str] = []
     vs = rep.variants
     runs = rep.runs

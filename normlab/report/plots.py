@@ -144,6 +144,28 @@ def extrapolation_png(rep: SweepReport, cmap: dict[str, Any]) -> bytes | None:
     return _png(fig)
 
 
+def run_curves_png(run: Any) -> bytes | None:
+    """One run's full curves: training loss, validation bits/byte, learning rate and gradient norm at every logged
+    step (no zoom, no averaging)."""
+    keys = [("loss", "training loss (nats/token)"), ("val_bpb", "validation bits/byte"), ("lr", "learning rate"),
+            ("grad_norm", "gradient norm (before clipping)")]
+    have = [(k, t) for k, t in keys if run.curves.get(k)]
+    if not have:
+        return None
+    fig = Figure(figsize=(11, 3.4 * ((len(have) + 1) // 2)))
+    axes = fig.subplots((len(have) + 1) // 2, 2, squeeze=False).ravel()
+    for ax, (k, t) in zip(axes, have):
+        pts = run.curves[k]
+        ax.plot([s for s, _ in pts], [v for _, v in pts], marker="." if len(pts) < 60 else None, lw=1.3)
+        ax.set_title(t, fontsize=10)
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+    for ax in axes[len(have):]:
+        ax.set_visible(False)
+    fig.tight_layout()
+    return _png(fig)
+
+
 def variant_order(rep: SweepReport) -> list[str]:
     """Colour order: the sweep's own variant order (stable across reports), not the ranking."""
     seen: list[str] = []

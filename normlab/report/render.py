@@ -13,7 +13,7 @@ from typing import Any
 import yaml
 
 from normlab.io import atomic_path, write_text
-from normlab.report import plots
+from normlab.report import lrsection, plots
 from normlab.report.analysis import SweepReport, VariantResult, ci_text, diagnostics, load
 from normlab.report.scaling_section import section as scaling_section
 
@@ -132,7 +132,7 @@ def _overrides_text(v: VariantResult) -> str:
 
 def _config_yaml(rep: SweepReport, v: VariantResult) -> str:
     r = v.runs[0]
-    path = rep.sweep_dir / "runs" / r.row["run_id"] / "config.yaml"
+    path = (r.path or rep.sweep_dir / "runs" / r.row["run_id"]) / "config.yaml"
     try:
         return path.read_text()
     except OSError:
@@ -141,12 +141,17 @@ def _config_yaml(rep: SweepReport, v: VariantResult) -> str:
 
 def _commands(rep: SweepReport) -> tuple[str, list[tuple[str, str, str]]]:
     d = rep.sweep_dir
-    whole = f"normlab compare {d / 'sweep.yaml'} --out {d}"
+    if rep.meta.get("title"):  # run directories: the report command itself
+        paths = list(dict.fromkeys(str(r.path) for r in rep.runs if r.path))
+        whole = "normlab report " + " ".join(paths) + f" --out {d}"
+    else:
+        whole = f"normlab compare {d / 'sweep.yaml'} --out {d}"
     per_run = []
     for v in rep.variants:
         for r in v.runs:
             rid = r.row["run_id"]
-            per_run.append((v.name, rid, f"normlab train {d / 'runs' / rid / 'config.yaml'} --out runs/repro-{rid}"))
+            cfg = (r.path or d / "runs" / rid) / "config.yaml"
+            per_run.append((v.name, rid, f"normlab train {cfg} --out runs/repro-{rid}"))
     return whole, per_run
 
 
@@ -161,7 +166,15 @@ def build(rep: SweepReport) -> tuple[str, str, dict[str, bytes]]:
             figs[name] = png
             caps[name] = caption
 
+    grid = rep.grid
+    grid_names = [g.name for g in grid.groups] if grid else []
+    gmap = plots.colors(grid_names) if grid and grid.is_grid else cmap
+    for name, (png, cap) in (lrsection.figures(grid, gmap).items() if grid else ()):
+        add(name, png, cap)
     add("report_ranking.png", plots.ranking_png(rep, cmap), "Final validation bits/byte per variant")
+    single = rep.runs[0] if len(rep.runs) == 1 else None
+    if single is not None:
+        add("report_run.png", plots.run_curves_png(single), "Training and validation curves, every logged step")
     add("report_curves.png", plots.curves_png(rep, cmap), "Validation and training curves")
     sections, diag_table = diagnostics(rep)
     for s in sections:
@@ -173,7 +186,7 @@ def build(rep: SweepReport) -> tuple[str, str, dict[str, bytes]]:
     calib = _calibration_rows(rep)
     whole, per_run = _commands(rep)
     head, rows = table_cells(rep)
-    title = f"normlab compare: {rep.meta.get('sweep_name', rep.sweep_dir.name)}"
+    title = rep.meta.get("title") or f"normlab compare: {rep.meta.get('sweep_name', rep.sweep_dir.name)}"
     stamp = time.strftime("%Y-%m-%d %H:%M", time.localtime())
     sub = f"generated {stamp} by normlab report · Python {platform.python_version()}"
 
@@ -182,7 +195,18 @@ def build(rep: SweepReport) -> tuple[str, str, dict[str, bytes]]:
     h: list[str] = [f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{e(title)}</title>"
                     f"<style>{CSS}</style></head><body><main>", f"<h1>{e(title)}</h1><div class='sub'>{e(sub)}</div>"]
     h.append("<h2>Summary</h2><ul class='summary'>" + "".join(f"<li>{e(s)}</li>" for s in rep.summary) + "</ul>")
-    h.append("<h2>Ranking</h2><table><tr>" + "".join(f"<th class='{'l' if i == 1 else ''}'>{e(c)}</th>"
+    def img(n: str) -> str:
+        if n not in figs:
+            return ""
+        return f"<img alt='{e(caps[n])}' src='data:image/png;base64,{base64.b64encode(figs[n]).decode()}'>"
+
+    if single is not None:
+        h.append("<h2>Run</h2>" + img("report_run.png") + "<table>" + "".join(
+            f"<tr><th class='l'>{e(k)}</th><td class='l'>{e(v)}</td></tr>" for k, v in _run_items(single)) + "</table>")
+    if grid:
+        h += lrsection.html_section(grid, img)
+    ranking_title = "Every variant × learning rate" if grid and grid.is_grid else "Ranking"
+    h.append(f"<h2>{ranking_title}</h2><table><tr>" + "".join(f"<th class='{'l' if i == 1 else ''}'>{e(c)}</th>"
                                                     for i, c in enumerate(head)) + "</tr>")
     for v, cells in zip(rep.variants, rows):
         cls = "best" if v.rank == 1 else ("div" if v.ci is None else "")
@@ -191,11 +215,6 @@ def build(rep: SweepReport) -> tuple[str, str, dict[str, bytes]]:
     h.append("</table><div class='note'>Ranked by the mean final validation bits/byte over completed seeds; "
              "± is the half-width of the 95% Student-t interval (n − 1 degrees of freedom). Diverged seeds are "
              "counted, not averaged.</div>")
-    def img(n: str) -> str:
-        if n not in figs:
-            return ""
-        return f"<img alt='{e(caps[n])}' src='data:image/png;base64,{base64.b64encode(figs[n]).decode()}'>"
-
     h.append(img("report_ranking.png"))
     if "report_curves.png" in figs:
         h.append("<h2>Validation curves</h2>" + img("report_curves.png"))
@@ -223,7 +242,9 @@ def build(rep: SweepReport) -> tuple[str, str, dict[str, bytes]]:
         h.append(label_free[0])
     h.append("<h2>Setup</h2><table>" + "".join(f"<tr><th class='l'>{e(k)}</th><td class='l'>{e(v)}</td></tr>"
                                                for k, v in _setup(rep)) + "</table>")
-    h.append(f"<h2>Reproduce</h2><p>The whole sweep (resumes, skips finished runs):</p><pre>{e(whole)}</pre>"
+    whole_note = ("This report (the same runs):" if rep.meta.get("title") else
+                  "The whole sweep (resumes, skips finished runs):")
+    h.append(f"<h2>Reproduce</h2><p>{whole_note}</p><pre>{e(whole)}</pre>"
              "<p>One run (its config.yaml holds every key, defaults included):</p><table>"
              "<tr><th class='l'>variant</th><th class='l'>command</th></tr>")
     h += [f"<tr><td class='l'>{e(n)}</td><td class='l'><code>{e(c)}</code></td></tr>" for n, _, c in per_run]
@@ -235,12 +256,18 @@ def build(rep: SweepReport) -> tuple[str, str, dict[str, bytes]]:
 
     # ---------------------------------------------------------------- Markdown
     md: list[str] = [f"# {title}", "", f"_{sub}_", "", "## Summary", ""] + [f"- {s}" for s in rep.summary]
-    md += ["", "## Ranking", "", markdown_table(rep), "",
-           "Ranked by the mean final validation bits/byte over completed seeds; ± is the half-width of the 95% "
-           "Student-t interval. Diverged seeds are counted, not averaged.", ""]
+
     def mdimg(n: str) -> list[str]:
         return [f"![{caps[n]}]({n})", ""] if n in figs else []
 
+    md.append("")
+    if single is not None:
+        md += ["## Run", ""] + mdimg("report_run.png") + [f"- **{k}**: {v}" for k, v in _run_items(single)] + [""]
+    if grid:
+        md += lrsection.md_section(grid, mdimg)
+    md += [f"## {ranking_title}", "", markdown_table(rep), "",
+           "Ranked by the mean final validation bits/byte over completed seeds; ± is the half-width of the 95% "
+           "Student-t interval. Diverged seeds are counted, not averaged.", ""]
     md += mdimg("report_ranking.png")
     if "report_curves.png" in figs:
         md += ["## Validation curves", ""] + mdimg("report_curves.png")
@@ -260,7 +287,7 @@ def build(rep: SweepReport) -> tuple[str, str, dict[str, bytes]]:
     if label_free:
         md += [label_free[1]]
     md += ["## Setup", ""] + [f"- **{k}**: {v}" for k, v in _setup(rep)]
-    md += ["", "## Reproduce", "", "The whole sweep (resumes, skips finished runs):", "", "```", whole, "```", "",
+    md += ["", "## Reproduce", "", whole_note, "", "```", whole, "```", "",
            "One run:", "", "| variant | command |", "| :--- | :--- |"]
     md += [f"| {n} | `{c}` |" for n, _, c in per_run]
     md += ["", "### Configs", ""]
@@ -268,6 +295,21 @@ def build(rep: SweepReport) -> tuple[str, str, dict[str, bytes]]:
         md += [f"<details><summary>{v.name}: {_overrides_text(v)}</summary>", "", "```yaml",
                _config_yaml(rep, v).rstrip(), "```", "", "</details>", ""]
     return "\n".join(h), "\n".join(md) + "\n", figs
+
+
+def _run_items(run: Any) -> list[tuple[str, str]]:
+    """summary.json of one run as (key, text) pairs (numbers rounded; nested values as compact JSON)."""
+    import json
+
+    out = []
+    for k, v in (run.summary or {}).items():
+        if isinstance(v, float):
+            out.append((k, f"{v:.6g}"))
+        elif isinstance(v, (dict, list)):
+            out.append((k, json.dumps(v, default=str)[:300]))
+        else:
+            out.append((k, str(v)))
+    return out
 
 
 def _calibration_rows(rep: SweepReport) -> list[list[str]]:
@@ -320,9 +362,11 @@ def _chmod_readable(path: Path) -> None:
         pass
 
 
-def write_report(sweep_dir: str | Path) -> dict[str, Any]:
-    """Write report.html, report.md and report_*.png into ``sweep_dir``; return paths and the ranking."""
-    rep = load(sweep_dir)
+def write_report(sweep_dir: str | Path, *, baseline: str | None = None, rep: SweepReport | None = None
+                 ) -> dict[str, Any]:
+    """Write report.html, report.md and report_*.png into ``sweep_dir`` (of ``rep``, default: the sweep's own
+    report); return paths, the ranking and the learning-rate section as plain values."""
+    rep = rep if rep is not None else load(sweep_dir, baseline)
     text_html, text_md, figs = build(rep)
     d = Path(sweep_dir)
     for old in d.glob("report_*.png"):
@@ -336,4 +380,4 @@ def write_report(sweep_dir: str | Path) -> dict[str, Any]:
     for name in ["report.html", "report.md", *figs]:  # shareable files: the usual mode, not mkstemp's 0600
         _chmod_readable(d / name)
     return {"html": str(d / "report.html"), "md": str(d / "report.md"), "ranking": ranking_rows(rep),
-            "summary": rep.summary, "report": rep}
+            "summary": rep.summary, "report": rep, "lr": lrsection.rows_json(rep.grid) if rep.grid else None}

@@ -130,3 +130,78 @@ def welch(a: list[float], b: list[float]) -> Welch | None:
     df = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1))
     p = 2.0 * (1.0 - t_cdf(abs(t), df))
     return Welch(t, df, min(1.0, max(0.0, p)))
+
+
+# -- paired differences, Welch intervals, power -----------------------------------------------------------------
+@dataclass(frozen=True)
+class Diff:
+    """A difference of means ``a - b`` with its two-sided ``level`` interval: ``paired`` (t over the per-pair
+    differences, ``df = n - 1``) or Welch (``paired=False``, Welch–Satterthwaite ``df``). ``sd``: of the
+    differences (paired) or ``sqrt(n * (var_a/n_a + var_b/n_b))`` with ``n = min(n_a, n_b)`` (Welch), the spread
+    the power estimate uses. ``half``/``p`` are None when the interval is undefined (n < 2 or no spread)."""
+
+    mean: float
+    half: float | None
+    n: int
+    sd: float | None
+    df: float | None
+    p: float | None
+    paired: bool
+
+    @property
+    def resolved(self) -> bool:
+        """The interval excludes 0."""
+        return self.half is not None and abs(self.mean) > self.half
+
+
+def _two_sided_p(t: float, df: float) -> float:
+    return min(1.0, max(0.0, 2.0 * (1.0 - t_cdf(abs(t), df))))
+
+
+def paired_diff(a: list[float], b: list[float], level: float = 0.95) -> Diff:
+    """Paired t interval of ``mean(a_i - b_i)``: ``d̄ ± t_{(1+level)/2, n-1} · sd(d) / sqrt(n)`` (``a[i]`` and
+    ``b[i]`` share a seed, or a (seed, learning rate) cell)."""
+    if len(a) != len(b) or not a:
+        raise ValueError("paired_diff needs two equally long, non-empty samples")
+    d = [float(x) - float(y) for x, y in zip(a, b)]
+    n = len(d)
+    if n < 2:
+        return Diff(d[0], None, 1, None, None, None, True)
+    sd = stdev(d)
+    if sd == 0.0:
+        return Diff(mean(d), 0.0, n, 0.0, n - 1, 0.0 if mean(d) else 1.0, True)
+    se = sd / math.sqrt(n)
+    return Diff(mean(d), t_ppf(0.5 + level / 2.0, n - 1) * se, n, sd, n - 1, _two_sided_p(mean(d) / se, n - 1), True)
+
+
+def welch_diff(a: list[float], b: list[float], level: float = 0.95) -> Diff:
+    """Welch interval of ``mean(a) - mean(b)`` for unpaired samples: ``± t_{(1+level)/2, df} · sqrt(va/na + vb/nb)``."""
+    if not a or not b:
+        raise ValueError("welch_diff needs two non-empty samples")
+    m = mean(a) - mean(b)
+    if len(a) < 2 or len(b) < 2:
+        return Diff(m, None, min(len(a), len(b)), None, None, None, False)
+    w = welch(a, b)
+    se2 = stdev(a) ** 2 / len(a) + stdev(b) ** 2 / len(b)
+    n = min(len(a), len(b))
+    if w is None:
+        return Diff(m, 0.0, n, 0.0, None, 0.0 if m else 1.0, False)
+    return Diff(m, t_ppf(0.5 + level / 2.0, w.df) * math.sqrt(se2), n, math.sqrt(n * se2), w.df, w.p, False)
+
+
+def seeds_needed(delta: float, sd: float | None, *, level: float = 0.95, power: float = 0.8,
+                 max_n: int = 1000) -> int | None:
+    """Smallest ``n >= 2`` whose paired t-test resolves a true difference ``delta`` with probability ``power`` when
+    the per-seed differences have standard deviation ``sd``: ``(t_{(1+level)/2, n-1} + t_{power, n-1}) · sd /
+    sqrt(n) <= |delta|`` (the usual normal-theory sample-size rule with t quantiles). 2 when ``sd == 0``; None
+    when ``delta == 0`` or more than ``max_n`` would be needed."""
+    if sd is None or not math.isfinite(sd):
+        return None
+    if sd == 0.0:
+        return 2 if delta else None
+    if delta == 0.0:
+        return None
+    for n in range(2, max_n + 1):
+        if (t_ppf(0.5 + level / 2.0, n - 1) + t_ppf(power, n - 1)) * sd / math.sqrt(n) <= abs(delta):
+            return n
+    return None

@@ -31,6 +31,7 @@ from normlab.norms import get_norm_class
 from normlab.train.losses import lm_loss
 from normlab.train.init_from import load_init, resolve_init, source_tokenizer
 from normlab.train.init_from import write_record as write_init_record
+from normlab.train.init_eval import eval_mode_gap, initial_eval, read_initial
 from normlab.train.checkpoint import list_checkpoints, load_checkpoint, save_checkpoint, save_model
 from normlab.train.optim import EffectiveLR, NormalizeAndProject, build_optimizer
 from normlab.train.precision import CompileTimer, autocast, prepare_model, resolve_runtime
@@ -187,12 +188,14 @@ def train(cfg: RunConfig, run_dir: str | Path, *, resume: bool = False, quiet: b
                 torch.cuda.set_rng_state(_rng_from_json(state["rng"]["cuda"]))
             gen.set_state(_rng_from_json(state["rng"]["data"]))
         _truncate_metrics(metrics_path, start)
+        init = read_initial(metrics_path)
     else:
         run_dir.mkdir(parents=True, exist_ok=True)
         write_text(run_dir / "config.yaml", dump_config(cfg))
         write_json(run_dir / "param_groups.json", groups)
         save_run_identity(run_dir, cfg, data)  # tokenizer.json, data.json, provenance.json
-        write_text(metrics_path, "")
+        init = initial_eval(model, data, cfg)  # loss at initialisation (LR sensitivity); consumes no RNG
+        write_text(metrics_path, json.dumps({"step": 0, **init}) + "\n")
         if init_src is not None:
             write_init_record(run_dir, init_src, init_weights)
 
@@ -304,11 +307,16 @@ def train(cfg: RunConfig, run_dir: str | Path, *, resume: bool = False, quiet: b
         if (val and data.entropy_floor_bpb is not None) else None,
         "tokens_seen": tokens_seen, "tokens_per_s": tokens_seen / max(total_elapsed, 1e-9),
         "elapsed_s": total_elapsed, "params": model.num_params(), "config_hash": cfg.hash(),
-        "loss_spikes": diag.summary(), "run_dir": str(run_dir),
+        "loss_spikes": diag.summary(), "run_dir": str(run_dir), **init,
         "device": dev, "precision": tc.precision, "compile": tc.compile, "compile_s": timer.compile_s,
     }
     if init_src is not None:
         summary["init_from"] = str(init_src)
+    recent = list(diag.spikes.history) or [last_loss]
+    gap = eval_mode_gap(mc.norm, sum(recent) / len(recent), val.get("loss"), val.get("bits_per_byte"))
+    if gap:
+        summary["eval_mode_warning"] = gap
+        report.message(f"warning: {gap['message']}")
     write_json(run_dir / "summary.json", summary)
     return summary
 

@@ -1,0 +1,136 @@
+"""Figures of the learning-rate section (PNG bytes, matplotlib Figure + Agg; see normlab.report.plots)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from matplotlib.figure import Figure
+
+from normlab.report.lrgrid import SIGNALS, GridReport, GridRun, signal_at_end, signal_series
+from normlab.report.plots import _png
+
+
+def loss_vs_lr_png(gr: GridReport, cmap: dict[str, Any]) -> bytes | None:
+    """Final validation bits/byte against the learning rate (log x), per variant: mean over seeds of the capped loss
+    (``min(L, L_init)``), a min–max band over seeds, and red crosses where a run diverged (drawn at its L_init)."""
+    if not gr.is_grid:
+        return None
+    fig = Figure(figsize=(8.5, 4.8))
+    ax = fig.add_subplot()
+    inits, any_div = [], False
+    for g in gr.groups:
+        curve = g.mean_curve()
+        if not curve:
+            continue
+        lrs = sorted(curve)
+        mu = [curve[lr][0] for lr in lrs]
+        n = len(g.seeds)
+        ax.plot(lrs, mu, marker="o", ms=4, lw=1.6, color=cmap.get(g.name), label=f"{g.name} (n={n})")
+        if n > 1:
+            ax.fill_between(lrs, [curve[lr][1] for lr in lrs], [curve[lr][2] for lr in lrs], color=cmap.get(g.name),
+                            alpha=0.15, lw=0)
+        for s in g.seeds:
+            inits.append(s.init)
+            for lr, v in s.losses.items():
+                if v is None:
+                    any_div = True
+                    ax.scatter([lr], [s.init], marker="x", s=46, color="#c0392b", zorder=5)
+    if inits:
+        ax.axhline(sum(inits) / len(inits), color="#888", ls=":", lw=1)
+        ax.text(ax.get_xlim()[0], sum(inits) / len(inits), " loss at initialisation", va="bottom", fontsize=8,
+                color="#666")
+    ax.set_xscale("log")
+    ax.set_xlabel("peak learning rate")
+    ax.set_ylabel("final validation bits/byte, min(L, L_init)")
+    ax.set_title("mean over seeds; band: min–max over seeds" + ("; x: diverged (scored at L_init)" if any_div else ""),
+                 fontsize=9)
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=8, loc="upper left")
+    fig.tight_layout()
+    return _png(fig)
+
+
+def sensitivity_png(gr: GridReport, cmap: dict[str, Any]) -> bytes | None:
+    """LR sensitivity per variant with its 95% interval over seeds (sorted by the ranking)."""
+    ranked = sorted((g for g in gr.groups if g.sensitivity is not None), key=lambda g: g.rank or 0)
+    if not gr.is_grid or not ranked:
+        return None
+    fig = Figure(figsize=(7.5, 0.45 * len(ranked) + 1.3))
+    ax = fig.add_subplot()
+    for i, g in enumerate(ranked):
+        y = len(ranked) - 1 - i
+        h = g.sensitivity.half or 0.0
+        ax.errorbar([g.sensitivity.mean], [y], xerr=[[h], [h]], fmt="o", capsize=4, lw=1.6, color=cmap.get(g.name))
+        ax.scatter([s.sensitivity for s in g.seeds], [y] * len(g.seeds), marker="x", s=18, alpha=0.6,
+                   color=cmap.get(g.name))
+    ax.set_yticks(range(len(ranked)), [g.name for g in reversed(ranked)])
+    ax.set_xlabel("LR sensitivity, bits/byte (dot: mean, bar: 95% CI, x: seeds)")
+    ax.grid(axis="x", alpha=0.3)
+    fig.tight_layout()
+    return _png(fig)
+
+
+def signals_vs_lr_png(gr: GridReport, cmap: dict[str, Any]) -> bytes | None:
+    """Instability signals at the end of training against the learning rate, per variant (mean over seeds)."""
+    runs = [r for g in gr.groups for r in g.runs]
+    have = [k for k in SIGNALS if any(signal_at_end(r, k) is not None for r in runs)]
+    if not gr.is_grid or not have:
+        return None
+    fig = Figure(figsize=(5.4 * len(have), 3.9))
+    axes = fig.subplots(1, len(have), squeeze=False)[0]
+    for ax, key in zip(axes, have):
+        for g in gr.groups:
+            pts = {}
+            for r in g.runs:
+                v = signal_at_end(r, key)
+                if v is not None:
+                    pts.setdefault(r.lr, []).append(v)
+            if pts:
+                lrs = sorted(pts)
+                ax.plot(lrs, [sum(pts[lr]) / len(pts[lr]) for lr in lrs], marker="o", ms=3, color=cmap.get(g.name),
+                        label=g.name, lw=1.4)
+        ax.set_xscale("log")
+        ax.set_xlabel("peak learning rate")
+        ax.set_title(SIGNALS[key] + "\nat the last diagnostic step, mean over seeds", fontsize=9)
+        ax.grid(alpha=0.3, which="both")
+    axes[0].legend(fontsize=7)
+    fig.tight_layout()
+    return _png(fig)
+
+
+def signals_vs_step_png(gr: GridReport, key: str) -> bytes | None:
+    """One panel per variant: the signal against the training step, one line per learning rate (seed 0 of each
+    learning rate, or its first seed), diverged runs dashed."""
+    groups = [g for g in gr.groups if any(signal_series(r.curves).get(key) for r in g.runs)]
+    if not groups:
+        return None
+    import matplotlib
+
+    lrs = sorted({r.lr for g in groups for r in g.runs})
+    cm = matplotlib.colormaps["viridis"]
+    color = {lr: cm(i / max(1, len(lrs) - 1)) for i, lr in enumerate(lrs)}
+    cols = min(4, len(groups))
+    rows = math.ceil(len(groups) / cols)
+    fig = Figure(figsize=(3.6 * cols, 2.8 * rows + 0.4))
+    axes = fig.subplots(rows, cols, squeeze=False)
+    for i, g in enumerate(groups):
+        ax = axes[i // cols][i % cols]
+        first: dict[float, GridRun] = {}
+        for r in sorted(g.runs, key=lambda r: r.seed):
+            first.setdefault(r.lr, r)
+        for lr, r in sorted(first.items()):
+            pts = signal_series(r.curves).get(key)
+            if pts:
+                ax.plot([s for s, _ in pts], [v for _, v in pts], color=color[lr], lw=1.3,
+                        ls="--" if r.diverged else "-", label=f"lr {lr:g}")
+        ax.set_title(g.name, fontsize=9)
+        ax.set_xlabel("step", fontsize=8)
+        ax.tick_params(labelsize=7)
+        ax.grid(alpha=0.3)
+    for j in range(len(groups), rows * cols):
+        axes[j // cols][j % cols].set_visible(False)
+    axes[0][0].legend(fontsize=6)
+    fig.suptitle(SIGNALS[key] + " against step (first seed; dashed: diverged)", fontsize=10)
+    fig.tight_layout()
+    return _png(fig)
