@@ -155,3 +155,35 @@ def test_run_is_reused_only_when_spec_and_resolved_config_match(tmp_path):
     assert not is_complete(tmp_path, cfg)
     write_json(tmp_path / "claims_spec.json", cfg)  # the earlier format: the spec alone
     assert not is_complete(tmp_path, cfg)
+
+
+def test_lr_sweep_claims_tiny_end_to_end(tmp_path):
+    """QK-norm LR sensitivity and the z-loss claim over the tiny grid (1e-3, 1e-2, 30): per-seed values recomputed
+    from the runs' own summary.json / metrics.jsonl with the paper's formula (a diverged run scores L_init)."""
+    from normlab.experiments.claims.budgets import get_budget
+
+    out = tmp_path / "claims"
+    p = run_inproc("claims", "--budget", "tiny", "--only", "qk-lr-sensitivity,zloss-logit-divergence", "--out",
+                   str(out), "--json", cache=tmp_path / "cache", check=True)
+    rep = json.loads(p.stdout)
+    qk, z = rep["claims"]
+    lrs = get_budget("tiny").grid_lrs
+
+    def sens(seed_dir: Path) -> float:
+        capped = []
+        for lr in lrs:
+            s = json.loads((seed_dir / f"lr{lr:g}" / "summary.json").read_text())
+            v = s["val_bpb"] if s["status"] == "completed" else s["init_val_bpb"]
+            capped.append(min(v, s["init_val_bpb"]))
+        return sum(c - min(capped) for c in capped) / len(capped)
+
+    expected = [sens(Path(r["grid_pre"])) - sens(Path(r["grid_pre_qk"])) for r in qk["runs"]]
+    assert qk["values"] == pytest.approx(expected, abs=1e-12) and len(expected) == 2
+    assert qk["verdict"] == verdict(expected, "greater")["verdict"]
+
+    def lse(seed_dir: Path) -> float:
+        recs = [json.loads(l) for l in (seed_dir / f"lr{max(lrs):g}" / "metrics.jsonl").read_text().splitlines()]
+        return [r["diag/output_lse"] for r in recs if "diag/output_lse" in r][-1]
+
+    zexp = [abs(lse(Path(r["grid_pre"]))) - abs(lse(Path(r["grid_pre_z"]))) for r in z["runs"]]
+    assert z["values"] == pytest.approx(zexp, abs=1e-12)

@@ -7,6 +7,11 @@ load, so about 7 min on an idle machine. ``full`` (5 seeds x 500 steps, 55 runs,
 by 5/3 x 2 (x 1.5 for the deep half): about 60 min under the same load, ~30 min idle (estimate; its first
 12-block runs took 115-270 s each at 2-4.4k tokens/s under load ~5).
 ``tiny`` is for the tests: a few seconds.
+
+Learning-rate sweep claims (``grid_*``): 7 variants x ``grid_lrs`` x seeds runs of a ``grid_depth``-block model for
+``grid_steps`` steps. ``quick``: 7 x 3 x 3 = 63 runs of 120 steps (the demo's model shape); ``full``: 7 x 5 x 5 = 175
+runs of 200 steps (an estimate of ~45 min idle from the quick run's CPU time, not measured). The paper's grid is
+3e-4 .. 3e-1 in factors of ~3 over much longer runs; these grids are coarser and shorter to fit a CPU.
 """
 
 from __future__ import annotations
@@ -35,6 +40,11 @@ class Budget:
     sample_sequences: int   # post-hoc diagnostics sample (validation windows)
     extrap_factors: tuple[float, ...]
     extrap_windows: int     # windows of the largest factor's context scored by the extrapolation claim
+    # learning-rate sweep claims (Wortsman et al. 2023): every grid variant runs at each of grid_lrs
+    grid_lrs: tuple[float, ...] = (1e-3, 1e-2, 1e-1)
+    grid_depth: int = 6
+    grid_steps: int = 120
+    grid_warmup: int = 12
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -43,13 +53,15 @@ class Budget:
 BUDGETS: dict[str, Budget] = {
     "tiny": Budget("tiny", "synthetic:markov?order=2&alphabet=16&length=300000&seed=0", seeds=2, steps=8,
                    batch_size=4, context=32, width=32, heads=2, depth=2, deep_depth=3, warmup_steps=2, lr=3e-3,
-                   eval_batches=2, diag_every=2, sample_sequences=4, extrap_factors=(1, 4), extrap_windows=2),
+                   eval_batches=2, diag_every=2, sample_sequences=4, extrap_factors=(1, 4), extrap_windows=2,
+                   grid_lrs=(1e-3, 1e-2, 30.0), grid_depth=2, grid_steps=8, grid_warmup=2),
     "quick": Budget("quick", "pystdlib", seeds=3, steps=250, batch_size=16, context=64, width=64, heads=4, depth=4,
                     deep_depth=8, warmup_steps=25, lr=3e-3, eval_batches=16, diag_every=25, sample_sequences=16,
                     extrap_factors=(1, 16), extrap_windows=4),
     "full": Budget("full", "pystdlib", seeds=5, steps=500, batch_size=16, context=64, width=64, heads=4, depth=4,
                    deep_depth=12, warmup_steps=50, lr=3e-3, eval_batches=32, diag_every=50, sample_sequences=32,
-                   extrap_factors=(1, 2, 4, 8, 16), extrap_windows=8),
+                   extrap_factors=(1, 2, 4, 8, 16), extrap_windows=8,
+                   grid_lrs=(1e-3, 3e-3, 1e-2, 3e-2, 1e-1), grid_depth=6, grid_steps=200, grid_warmup=20),
 }
 
 

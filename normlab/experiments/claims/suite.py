@@ -22,6 +22,7 @@ from typing import Any, Callable
 
 from normlab.errors import NormlabError
 from normlab.experiments.claims.budgets import Budget
+from normlab.experiments.claims.lrclaims import GRID_VARIANTS, grid_claims, grid_config, lr_dir
 from normlab.experiments.claims.stats import verdict
 from normlab.io import read_json, write_json
 
@@ -42,8 +43,11 @@ VARIANTS: dict[str, tuple[bool, dict, dict]] = {
 }
 
 
-def variant_config(variant: str, budget: Budget, seed: int) -> dict[str, Any]:
-    """The full config dict (``normlab.config.config_from_dict`` input) of one run."""
+def variant_config(variant: str, budget: Budget, seed: int, lr: float | None = None) -> dict[str, Any]:
+    """The full config dict (``normlab.config.config_from_dict`` input) of one run (``lr``: a grid variant's
+    learning rate, normlab.experiments.claims.lrclaims)."""
+    if variant in GRID_VARIANTS:
+        return grid_config(variant, budget, seed, lr if lr is not None else budget.lr)
     deep, model_o, train_o = VARIANTS[variant]
     b = budget
     cfg = {
@@ -336,6 +340,7 @@ CLAIMS: list[Claim] = [
 from normlab.experiments.claims.surgery import surgery_claims  # noqa: E402  (issue 13: model surgery)
 
 CLAIMS += surgery_claims(Claim)
+CLAIMS += grid_claims(Claim)
 CLAIM_NAMES = [c.name for c in CLAIMS]
 
 
@@ -354,8 +359,10 @@ def select(only: str | None) -> list[Claim]:
 
 
 # ------------------------------------------------------------------------------------------------------ runs
-def run_dir_for(out: Path, variant: str, seed: int) -> Path:
-    return out / "runs" / variant / f"seed{seed}"
+def run_dir_for(out: Path, variant: str, seed: int, lr: float | None = None) -> Path:
+    """``OUT/runs/<variant>/seed<k>`` (a grid variant's runs are its ``lr<lr>`` subfolders)."""
+    d = out / "runs" / variant / f"seed{seed}"
+    return d if lr is None else lr_dir(d, lr)
 
 
 def spec_record(cfg: dict) -> dict:
@@ -449,12 +456,13 @@ def run_suite(claims: list[Claim], budget: Budget, out: Path, *, seeds: int | No
     jobs, reused = [], 0
     for seed in range(n_seeds):
         for v in needed:
-            cfg = variant_config(v, budget, seed)
-            rd = run_dir_for(out, v, seed)
-            if is_complete(rd, cfg):
-                reused += 1
-            else:
-                jobs.append((v, seed, cfg, rd))
+            for lr in (budget.grid_lrs if v in GRID_VARIANTS else (None,)):
+                cfg = variant_config(v, budget, seed, lr)
+                rd = run_dir_for(out, v, seed, lr)
+                if is_complete(rd, cfg):
+                    reused += 1
+                else:
+                    jobs.append((v if lr is None else f"{v}@lr{lr:g}", seed, cfg, rd))
     log(f"claims ({budget.name}): {len(claims)} claim(s), {n_seeds} seed(s), {len(jobs)} run(s) to train, "
         f"{reused} reused, {workers} worker(s) -> {out}")
     t_train = time.time()
