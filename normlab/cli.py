@@ -347,6 +347,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="tiny: seconds (tests); quick: < 15 min on 2 cores; full: ~30 min, writes docs/claims.md")
     cl.add_argument("--out", help="results and runs directory (default: runs/claims-<budget>); re-run to resume")
     cl.add_argument("--workers", type=int_in(1, 1024), help="parallel training processes (default: 2, tiny: 1)")
+    cl.add_argument("--reuse", metavar="SWEEP_DIR", help="copy runs with exactly the same resolved config from this "
+                                                          "sweep directory (e.g. the demo's) instead of training them")
     cl.add_argument("--docs", nargs="?", const=True, default=False, metavar="FILE",
                     help="also write the claims page: FILE, default docs/claims.md under the current directory "
                     "(always done for --budget full)")

@@ -1,5 +1,7 @@
 """``make demo``: the comparison. Runs ``normlab compare --preset quick`` on the built-in ``pystdlib`` corpus
-(seven normalization choices x 2 seeds, in parallel), writes the report and prints its path and the ranking table.
+(six normalization choices x a learning-rate grid x 2 seeds, in parallel), writes the report and prints its path,
+the LR-sensitivity ranking and the paired differences with Pre-LN. The previous one-learning-rate demo is
+``normlab compare --preset quick-1lr``.
 
 The sweep directory is ``runs/demo-quick-<sweep hash>``: re-running resumes an interrupted demo and skips finished
 runs; an edited preset gets a fresh directory.

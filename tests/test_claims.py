@@ -187,3 +187,26 @@ def test_lr_sweep_claims_tiny_end_to_end(tmp_path):
 
     zexp = [abs(lse(Path(r["grid_pre"]))) - abs(lse(Path(r["grid_pre_z"]))) for r in z["runs"]]
     assert z["values"] == pytest.approx(zexp, abs=1e-12)
+
+
+def test_reuse_finds_a_finished_sweep_run_with_the_same_resolved_config(tmp_path):
+    """``claims --reuse SWEEP_DIR``: a finished sweep run with exactly the claim run's resolved config is found; a
+    run with another lr, or one still pending in a sweep nobody is running, is not (the caller trains it)."""
+    from normlab.experiments import Store
+    from normlab.experiments.claims.budgets import get_budget
+    from normlab.experiments.claims.lrclaims import find_reusable, registered_in
+    from normlab.experiments.claims.suite import variant_config
+
+    b = get_budget("quick")
+    cfg = variant_config("grid_pre_qk", b, 1, b.grid_lrs[2])
+    other = variant_config("grid_pre_qk", b, 1, b.grid_lrs[3])
+    pending = variant_config("grid_pre", b, 0, b.grid_lrs[0])
+    store = Store(tmp_path / "results.sqlite")
+    store.create("s", "h")
+    store.register([{"run_id": rid, "position": i, "variant": rid, "seed": c["seed"], "config_hash": "x", "axes": {},
+                     "overrides": {}, "config": {**c, "train": {**c["train"], "threads": None}}}
+                    for i, (rid, c) in enumerate([("a", cfg), ("b", pending)])])
+    store.update("a", status="completed")
+    assert find_reusable(tmp_path, cfg, wait_s=0) == tmp_path / "runs" / "a"
+    assert find_reusable(tmp_path, other, wait_s=0) is None and not registered_in(tmp_path, other)
+    assert registered_in(tmp_path, pending) and find_reusable(tmp_path, pending, wait_s=0) is None

@@ -48,7 +48,10 @@ def run_claims(args: argparse.Namespace) -> int:
     workers = args.workers if args.workers is not None else (1 if budget.name == "tiny" else min(2, os.cpu_count() or 1))
     if workers < 1:
         raise NormlabError(f"--workers must be >= 1, got {workers}")
-    report = run_suite(claims, budget, out, seeds=args.seeds, workers=workers)
+    reuse = Path(args.reuse) if getattr(args, "reuse", None) else None
+    if reuse is not None and not (reuse / "results.sqlite").is_file():
+        raise NormlabError(f"--reuse {reuse} is not a sweep directory (no results.sqlite)")
+    report = run_suite(claims, budget, out, seeds=args.seeds, workers=workers, reuse=reuse)
     report["command"] = command_line(args)
     report["machine"] = machine()
     from normlab.experiments.claims.suite import save_report
@@ -87,6 +90,8 @@ def command_line(args: argparse.Namespace) -> str:
         parts += ["--only", args.only]
     if args.seeds is not None:
         parts += ["--seeds", str(args.seeds)]
+    if getattr(args, "reuse", None):
+        parts += ["--reuse", str(args.reuse)]
     if args.out:
         parts += ["--out", args.out]
     if args.workers is not None:
@@ -116,8 +121,11 @@ def _flat(d: dict, prefix: str = "") -> dict:
 
 
 def write_docs(report: dict, path: Path) -> None:
+    from normlab.experiments.claims.lrclaims import grid_claim_names
     from normlab.experiments.claims.suite import CLAIMS
     from normlab.io import write_text
+
+    GRID_CLAIMS = grid_claim_names()
 
     meaning = {c.name: c.meaning for c in CLAIMS}
     b = report["budget_spec"]
@@ -142,6 +150,11 @@ def write_docs(report: dict, path: Path) -> None:
         f"{b['batch_size']}, peak LR {b['lr']}, warm-up {b['warmup_steps']} steps (except where a claim says), AdamW. "
         "One run per variant and seed (seeds 0..n-1 drive init and data order); runs are shared between claims.",
         "",
+        *([f"Learning-rate sweep claims (Wortsman et al. 2023, arXiv:2309.14322): every grid variant is trained at "
+           f"each peak LR in {', '.join(f'{x:g}' for x in b['grid_lrs'])}, {b['grid_depth']} blocks, {b['grid_steps']} "
+           f"steps, warm-up {b['grid_warmup']} steps (except where a claim says); LR sensitivity = mean over the "
+           "grid of min(L, L_init) - L* in bits/byte (a diverged run scores its loss at initialisation).", ""]
+          if "grid_lrs" in b and any(c["name"] in GRID_CLAIMS for c in report["claims"]) else []),
         "Measured = mean over seeds ± half-width of the 95% Student-t interval (t quantile with n-1 degrees of "
         "freedom). Verdict: **held** when the CI excludes the no-effect value on the claimed side, **not held** "
         "when it excludes it on the other side, **inconclusive** otherwise (equivalence claims: CI inside / "

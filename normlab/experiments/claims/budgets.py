@@ -9,9 +9,11 @@ by 5/3 x 2 (x 1.5 for the deep half): about 60 min under the same load, ~30 min 
 ``tiny`` is for the tests: a few seconds.
 
 Learning-rate sweep claims (``grid_*``): 7 variants x ``grid_lrs`` x seeds runs of a ``grid_depth``-block model for
-``grid_steps`` steps. ``quick``: 7 x 3 x 3 = 63 runs of 120 steps (the demo's model shape); ``full``: 7 x 5 x 5 = 175
-runs of 200 steps (an estimate of ~45 min idle from the quick run's CPU time, not measured). The paper's grid is
-3e-4 .. 3e-1 in factors of ~3 over much longer runs; these grids are coarser and shorter to fit a CPU.
+``grid_steps`` steps. ``quick``: 7 x 5 x 3 = 105 runs of 120 steps, each exactly a run of the demo preset (same
+model, lr grid 1e-3 .. 3e-1, steps, validation), so ``normlab claims --reuse runs/demo-quick-<hash>`` copies the 50
+runs the demo already trained for seeds 0 and 1 instead of training them; ``full``: 7 x 5 x 5 = 175 runs of 200
+steps (not run yet). The paper's grid is 3e-4 .. 3e-1 in factors of ~3 over much longer runs; these grids are
+coarser and shorter to fit a CPU.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ class Budget:
     grid_depth: int = 6
     grid_steps: int = 120
     grid_warmup: int = 12
+    grid_eval_batches: int = 24
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -54,14 +57,15 @@ BUDGETS: dict[str, Budget] = {
     "tiny": Budget("tiny", "synthetic:markov?order=2&alphabet=16&length=300000&seed=0", seeds=2, steps=8,
                    batch_size=4, context=32, width=32, heads=2, depth=2, deep_depth=3, warmup_steps=2, lr=3e-3,
                    eval_batches=2, diag_every=2, sample_sequences=4, extrap_factors=(1, 4), extrap_windows=2,
-                   grid_lrs=(1e-3, 1e-2, 30.0), grid_depth=2, grid_steps=8, grid_warmup=2),
+                   grid_lrs=(1e-3, 1e-2, 30.0), grid_depth=2, grid_steps=8, grid_warmup=2, grid_eval_batches=2),
     "quick": Budget("quick", "pystdlib", seeds=3, steps=250, batch_size=16, context=64, width=64, heads=4, depth=4,
                     deep_depth=8, warmup_steps=25, lr=3e-3, eval_batches=16, diag_every=25, sample_sequences=16,
-                    extrap_factors=(1, 16), extrap_windows=4),
+                    extrap_factors=(1, 16), extrap_windows=4,
+                    grid_lrs=(0.001, 0.00416, 0.0173, 0.0721, 0.3)),
     "full": Budget("full", "pystdlib", seeds=5, steps=500, batch_size=16, context=64, width=64, heads=4, depth=4,
                    deep_depth=12, warmup_steps=50, lr=3e-3, eval_batches=32, diag_every=50, sample_sequences=32,
                    extrap_factors=(1, 2, 4, 8, 16), extrap_windows=8,
-                   grid_lrs=(1e-3, 3e-3, 1e-2, 3e-2, 1e-1), grid_depth=6, grid_steps=200, grid_warmup=20),
+                   grid_lrs=(0.001, 0.00416, 0.0173, 0.0721, 0.3), grid_depth=6, grid_steps=200, grid_warmup=20),
 }
 
 

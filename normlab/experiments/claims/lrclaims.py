@@ -128,12 +128,20 @@ def grid_claims(Claim: type) -> list:
     ]
 
 
+def grid_claim_names() -> set[str]:
+    from normlab.experiments.claims.suite import CLAIMS
+
+    return {c.name for c in CLAIMS if any(v in GRID_VARIANTS for v in c.variants)}
+
+
 def is_grid(variant: str) -> bool:
     return variant in GRID_VARIANTS
 
 
 def grid_config(variant: str, budget: Any, seed: int, lr: float) -> dict[str, Any]:
-    """The config dict of one grid run (the suite's ``variant_config`` with the grid's depth, steps and lr)."""
+    """The config dict of one grid run (the suite's ``variant_config`` with the grid's depth, steps and lr). With
+    the quick budget it is the config of the demo preset's run of the same variant, lr and seed (``--reuse``); no
+    ``train.threads`` (the claims workers set one thread themselves), as in the demo."""
     model_o, train_o = GRID_VARIANTS[variant]
     b = budget
     steps = b.grid_steps
@@ -143,7 +151,57 @@ def grid_config(variant: str, budget: Any, seed: int, lr: float) -> dict[str, An
         "model": {"context": b.context, "width": b.width, "heads": b.heads, "depth": b.grid_depth,
                   "norm": "layernorm", "placement": "pre", **model_o},
         "train": {"steps": steps, "batch_size": b.batch_size, "lr": lr, "warmup_steps": b.grid_warmup,
-                  "eval_every": steps, "eval_batches": b.eval_batches, "log_every": max(1, steps // 10),
-                  "checkpoint_every": steps, "keep_checkpoints": 1, "threads": 1, **train_o},
+                  "eval_every": steps, "eval_batches": b.grid_eval_batches, "log_every": max(1, steps // 12),
+                  "checkpoint_every": steps, "keep_checkpoints": 1, **train_o},
         "diag": {"every": max(1, steps // 6)},
     }
+
+
+# -- reusing a sweep's runs (normlab claims --reuse SWEEP_DIR) -----------------------------------------------------
+def _resolved_key(cfg: dict[str, Any]) -> str:
+    import copy
+    import json
+
+    from normlab.config import config_from_dict
+
+    return json.dumps(config_from_dict(copy.deepcopy(cfg)).to_dict(), sort_keys=True)
+
+
+def find_reusable(sweep_dir: Path, cfg: dict[str, Any], wait_s: float = 7200.0) -> Path | None:
+    """The run directory in ``sweep_dir`` (a ``normlab compare`` directory) trained from exactly the resolved config
+    of ``cfg`` that finished (completed or diverged), or None. A matching run that is still pending or running in a
+    sweep that is in progress is waited for (polling its store, up to ``wait_s``), so a claims run can share the
+    runs of a demo that has not finished yet instead of training them twice."""
+    import fcntl
+    import time
+
+    from normlab.experiments.store import FINAL, Store
+
+    store = Store(sweep_dir / "results.sqlite")
+    key = _resolved_key(cfg)
+    t0 = time.time()
+    while True:
+        match = [r for r in store.runs() if _resolved_key(r["config"]) == key]
+        if not match:
+            return None
+        done = [r for r in match if r["status"] in FINAL]
+        if done:
+            return sweep_dir / "runs" / done[0]["run_id"]
+        try:  # is a compare still running in that directory?
+            with open(sweep_dir / ".compare.lock", "a+") as f:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fcntl.flock(f, fcntl.LOCK_UN)
+            return None  # nobody is training it: the caller trains
+        except OSError:
+            pass
+        if time.time() - t0 > wait_s:
+            return None
+        time.sleep(10)
+
+
+def registered_in(sweep_dir: Path, cfg: dict[str, Any]) -> bool:
+    """Whether ``sweep_dir``'s store has a run (any status) with the resolved config of ``cfg``."""
+    from normlab.experiments.store import Store
+
+    key = _resolved_key(cfg)
+    return any(_resolved_key(r["config"]) == key for r in Store(sweep_dir / "results.sqlite").runs())

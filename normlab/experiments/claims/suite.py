@@ -386,17 +386,26 @@ def is_complete(run_dir: Path, cfg: dict) -> bool:
         return False
 
 
-def train_job(cfg: dict, run_dir: str) -> dict:
-    """Train one run (fresh directory); top-level so worker processes can pickle it."""
+def train_job(cfg: dict, run_dir: str, reuse: str | None = None) -> dict:
+    """Train one run (fresh directory); top-level so worker processes can pickle it. With ``reuse`` (a sweep
+    directory) a finished run of that sweep with exactly this resolved config is copied instead of trained."""
     import torch
 
     from normlab.config import config_from_dict
+    from normlab.experiments.claims.lrclaims import find_reusable
     from normlab.train.loop import train
 
     torch.set_num_threads(1)
     run_dir = Path(run_dir)
     if run_dir.exists():
         shutil.rmtree(run_dir)
+    src = find_reusable(Path(reuse), cfg) if reuse else None
+    if src is not None:
+        shutil.copytree(src, run_dir, ignore=shutil.ignore_patterns("checkpoints"))
+        write_json(run_dir / "claims_spec.json", spec_record(cfg))
+        s = read_json(run_dir / "summary.json", "summary")
+        return {"status": s["status"], "val_bpb": s.get("val_bpb"), "elapsed_s": 0.0, "tokens_per_s": None,
+                "reused_from": str(src)}
     run_dir.mkdir(parents=True)
     write_json(run_dir / "claims_spec.json", spec_record(cfg))
     t0 = time.time()
@@ -405,31 +414,40 @@ def train_job(cfg: dict, run_dir: str) -> dict:
             "tokens_per_s": s.get("tokens_per_s")}
 
 
-def execute(jobs: list[tuple[str, int, dict, Path]], workers: int, log: Callable[[str], None]) -> None:
-    """Train ``jobs`` ``(variant, seed, cfg, run_dir)`` with ``workers`` processes (1 = in this process)."""
+def execute(jobs: list[tuple[str, int, dict, Path]], workers: int, log: Callable[[str], None],
+            reuse: Path | None = None) -> None:
+    """Train ``jobs`` ``(variant, seed, cfg, run_dir)`` with ``workers`` processes (1 = in this process); with
+    ``reuse`` (a sweep directory) runs it holds are copied (waited for while that sweep trains them), and the
+    jobs it does not hold are trained first."""
     if not jobs:
         return
     n = len(jobs)
+    rd = str(reuse) if reuse else None
+    if reuse is not None:
+        from normlab.experiments.claims.lrclaims import registered_in
+
+        jobs = sorted(jobs, key=lambda j: registered_in(reuse, j[2]))
 
     def done(i: int, job, r: dict) -> None:
         bpb = "n/a" if r.get("val_bpb") is None else f"{r['val_bpb']:.4f}"
-        log(f"[{i}/{n}] {job[0]} seed {job[1]}: {r['status']}, val bpb {bpb}, {r['elapsed_s']:.1f} s, "
-            f"{(r.get('tokens_per_s') or 0):,.0f} tok/s")
+        how = f"copied from {r['reused_from']}" if r.get("reused_from") else (
+            f"{r['elapsed_s']:.1f} s, {(r.get('tokens_per_s') or 0):,.0f} tok/s")
+        log(f"[{i}/{n}] {job[0]} seed {job[1]}: {r['status']}, val bpb {bpb}, {how}")
 
     if workers <= 1:
         for i, job in enumerate(jobs, 1):
-            done(i, job, train_job(job[2], str(job[3])))
+            done(i, job, train_job(job[2], str(job[3]), rd))
         return
     import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
-    # deep runs first: the longest jobs start early so the two workers finish together
-    order = sorted(jobs, key=lambda j: -j[2]["model"]["depth"])
+    # deep runs first: the longest jobs start early so the two workers finish together (stable: keeps reuse order)
+    order = sorted(jobs, key=lambda j: -j[2]["model"]["depth"]) if reuse is None else jobs
     env_old = {k: os.environ.get(k) for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
     os.environ.update({"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"})
     try:
         with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn")) as pool:
-            futs = {pool.submit(train_job, j[2], str(j[3])): j for j in order}
+            futs = {pool.submit(train_job, j[2], str(j[3]), rd): j for j in order}
             for i, f in enumerate(as_completed(futs), 1):
                 done(i, futs[f], f.result())
     finally:
@@ -441,7 +459,8 @@ def execute(jobs: list[tuple[str, int, dict, Path]], workers: int, log: Callable
 
 
 def run_suite(claims: list[Claim], budget: Budget, out: Path, *, seeds: int | None = None, workers: int = 1,
-              log: Callable[[str], None] = lambda s: print(s, file=sys.stderr, flush=True)) -> dict:
+              log: Callable[[str], None] = lambda s: print(s, file=sys.stderr, flush=True),
+              reuse: Path | None = None) -> dict:
     """Train what is missing, measure every claim per seed, return ``{claims: [...], ...}`` (also written to
     ``OUT/claims.json``)."""
     import torch
@@ -466,7 +485,7 @@ def run_suite(claims: list[Claim], budget: Budget, out: Path, *, seeds: int | No
     log(f"claims ({budget.name}): {len(claims)} claim(s), {n_seeds} seed(s), {len(jobs)} run(s) to train, "
         f"{reused} reused, {workers} worker(s) -> {out}")
     t_train = time.time()
-    execute(jobs, workers, log)
+    execute(jobs, workers, log, reuse)
     train_s = time.time() - t_train
     torch.set_num_threads(1)
     ctx = Context(budget)
