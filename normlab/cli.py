@@ -142,7 +142,7 @@ def cmd_norms(args: argparse.Namespace) -> int:
     table = Table("name", "description", "paper")
     for r in rows:
         table.add_row(r["name"], r["description"], r["paper"])
-    Console().print(table)
+    Console(markup=False).print(table)
     return 0
 
 

@@ -218,3 +218,51 @@ def read_regular_bytes(path: str | Path, what: str = "file") -> bytes:
     if not stat.S_ISREG(mode):
         raise NormlabError(f"{what} {path} is not a regular file (a fifo, device or socket); give a file or directory")
     return path.read_bytes()
+
+
+def read_json_object(path: str | Path, what: str = "file") -> dict[str, Any]:
+    """A JSON file that must hold an object (``summary.json``, ``state.json``): anything else is one line."""
+    obj = read_json(path, what)
+    if not isinstance(obj, dict):
+        raise NormlabError(f"{what} {path} must hold a JSON object, got {type(obj).__name__}; the file is damaged")
+    return obj
+
+
+def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
+    """The JSON-object lines of a ``metrics.jsonl``; lines that are cut (kill -9), junk or not UTF-8 are skipped."""
+    path = Path(path)
+    if not path.is_file():
+        return []
+    out = []
+    for raw in path.read_bytes().splitlines():
+        try:
+            rec = json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError):
+            continue
+        if isinstance(rec, dict) and isinstance(rec.get("step", 0), int) and not isinstance(rec.get("step"), bool):
+            out.append(rec)
+    return out
+
+
+@contextmanager
+def exclusive_lock(path: str | Path, what: str) -> Iterator[None]:
+    """A non-blocking ``flock`` on ``path`` for the ``with`` block; taken already = one-line error naming ``what``."""
+    import fcntl
+
+    path = Path(path)
+    f = open(path, "a+")
+    try:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            f.seek(0)
+            pid = f.read().strip() or "?"
+            raise NormlabError(f"{what} is in use by another normlab process (pid {pid}, lock {path}); wait for it "
+                               "or stop it") from None
+        f.seek(0)
+        f.truncate()
+        f.write(str(os.getpid()))
+        f.flush()
+        yield
+    finally:
+        f.close()

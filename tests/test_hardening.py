@@ -174,3 +174,314 @@ def test_yaml_alias_bomb_is_refused(tmp_path, cache):
     cfg = tmp_path / "cfg.yaml"
     cfg.write_text("seed: 0\nmodel: &m {width: 64}\ndata: *m\n")
     assert_bad_input(run_inproc("train", str(cfg), "--out", str(tmp_path / "o"), cache=cache), "YAML aliases", "cfg")
+
+
+# ------------------------------------------------------------------------------------ run-directory readers, OS errors
+def _damage(name: str):
+    """Row helpers: each damages a copy of the finished run as the issue did."""
+    def summary_list(d: Path) -> None:
+        (d / "summary.json").write_text("[1]")
+
+    def touch_diagnostics(d: Path) -> None:
+        (d / "diagnostics").write_text("")
+
+    def mkdir_eval(d: Path) -> None:
+        (d / "eval_val.json").mkdir()
+
+    def mkdir_reliability(d: Path) -> None:
+        (d / "reliability.png").mkdir()
+
+    def symlink_diagnostics(d: Path) -> None:
+        outside = d.parent / "outside"
+        outside.mkdir()
+        (d / "diagnostics").symlink_to(outside)
+
+    return {"summary_list": summary_list, "touch_diagnostics": touch_diagnostics, "mkdir_eval": mkdir_eval,
+            "mkdir_reliability": mkdir_reliability, "symlink_diagnostics": symlink_diagnostics}[name]
+
+
+DAMAGED_RUN = [  # (damage, command after RUN, fragments, files that must not appear)
+    ("summary_list", ["diagnose", "RUN"], ["summary", "must hold a JSON object", "summary.json"], ["diagnostics.json"]),
+    ("summary_list", ["train", "--resume", "RUN"], ["summary", "must hold a JSON object"], []),
+    ("touch_diagnostics", ["diagnose", "RUN"], ["diagnostics", "is a file, not a directory"], ["diagnostics.json"]),
+    ("mkdir_eval", ["eval", "RUN", "--max-tokens", "256"], ["eval_val.json", "is a directory"], []),
+    ("mkdir_reliability", ["calibrate", "RUN", "--max-tokens", "256"], ["reliability.png", "is a directory"],
+     ["calibration.json"]),
+    ("symlink_diagnostics", ["diagnose", "RUN"], ["refusing to write", "outside"], ["diagnostics.json"]),
+]
+
+
+@pytest.mark.parametrize("damage,argv,fragments,absent", DAMAGED_RUN,
+                         ids=[f"{d}-{a[0]}" for d, a, _, _ in DAMAGED_RUN])
+def test_damaged_run_dir_is_one_line(damage, argv, fragments, absent, run_copy, cache):
+    _damage(damage)(run_copy)
+    before = tree(run_copy)
+    outside = tree(run_copy.parent / "outside")
+    argv = [str(run_copy) if a == "RUN" else a for a in argv]
+    assert_bad_input(run_inproc(*argv, cache=cache), *fragments)
+    assert tree(run_copy) == before and tree(run_copy.parent / "outside") == outside  # nothing (half-)written
+    for name in absent:
+        assert not (run_copy / name).exists()
+
+
+def test_junk_and_non_utf8_metrics_lines_are_skipped(run_copy, cache):
+    with open(run_copy / "metrics.jsonl", "ab") as f:
+        f.write(b"junk\n\xff\xfe{\"step\": 3}\n[1, 2]\n")
+    proc = run_inproc("diagnose", str(run_copy), "--sequences", "2", "--json", cache=cache)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["training"]["records"] == 0  # diag.every=0: no diag records, none invented
+    from normlab.experiments.worker import read_metrics
+
+    steps = sorted({s for s, _, _ in read_metrics(run_copy / "metrics.jsonl")})
+    assert steps == [2, 4, 6, 8]  # the good lines, nothing from the junk
+
+
+def test_out_an_existing_file(tmp_path, cache):
+    f = tmp_path / "taken"
+    f.write_text("keep me")
+    assert_bad_input(run_inproc("train", "tiny", *TINY, "--out", str(f), cache=cache), "is a file", str(f))
+    assert f.read_text() == "keep me"
+
+
+@pytest.mark.parametrize("err,fragment", [(errno.EROFS, "Read-only file system"), (errno.ENOSPC, "No space left"),
+                                          (errno.EACCES, "Permission denied")])
+def test_os_errors_are_one_line_naming_the_path(err, fragment, run_copy, monkeypatch, cache):
+    """A read-only file system, a full disk, a permission error while writing eval_val.json: one line with the
+    path, exit 2, the old file untouched and no temp file left."""
+    real = os.replace
+
+    def failing(src, dst, *a, **k):
+        if str(dst).endswith("eval_val.json"):
+            raise OSError(err, os.strerror(err), str(dst))
+        return real(src, dst, *a, **k)
+
+    before = tree(run_copy)
+    monkeypatch.setattr(os, "replace", failing)
+    proc = run_inproc("eval", str(run_copy), "--max-tokens", "256", cache=cache)
+    assert_bad_input(proc, fragment, "eval_val.json")
+    assert tree(run_copy) == before
+
+
+def test_disk_full_during_the_final_checkpoint_stays_resumable(run, tmp_path, monkeypatch, cache):
+    """safetensors' error on a full disk is one line (exit 2); nothing corrupt is left and --resume after freeing
+    space ends with the same weights as an uninterrupted run."""
+    import normlab.io as nio
+    from safetensors import SafetensorError
+
+    from tests.helpers import assert_same_weights
+
+    real = nio.save_file
+
+    def full(tensors, path, metadata=None):
+        if "step_00000008" in str(path):
+            raise SafetensorError("Error while serializing: IoError(Os { code: 28, kind: StorageFull })")
+        return real(tensors, path, metadata=metadata)
+
+    out = tmp_path / "r"
+    monkeypatch.setattr(nio, "save_file", full)
+    proc = run_inproc("train", "tiny", *TINY, "--out", str(out), cache=cache)
+    last = proc.stderr.strip().splitlines()[-1]  # progress lines came first; the error is one line, no traceback
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert last.startswith("error: cannot write") and "step_00000008" in last
+    monkeypatch.setattr(nio, "save_file", real)
+    assert [p.name for p in (out / "checkpoints").iterdir()] == ["step_00000004"]  # no temp dir, no partial one
+    assert not (out / "summary.json").exists()
+    proc = run_inproc("train", "--resume", str(out), "--json", cache=cache)
+    assert proc.returncode == 0, proc.stderr
+    assert_same_weights(out, run)
+
+
+# ------------------------------------------------------------------------------------ kill -9 window, summary, JSON
+def test_kill_9_between_final_checkpoint_and_summary_keeps_metrics(run, tmp_path, cache):
+    """Issue row 1: the final checkpoint carries the final metrics, so a resume restores them (not null)."""
+    x = tmp_path / "x"
+    shutil.copytree(run, x)
+    (x / "model.safetensors").unlink()
+    (x / "summary.json").unlink()
+    proc = run_inproc("train", "--resume", str(x), "--json", cache=cache)
+    assert proc.returncode == 0, proc.stderr
+    got, ref = json.loads(proc.stdout), json.loads((run / "summary.json").read_text())
+    for k in ("val_bpb", "val_loss", "train_loss", "best_val_bpb"):
+        assert got[k] is not None and got[k] == ref[k], k
+    assert (x / "model.safetensors").read_bytes() == (run / "model.safetensors").read_bytes()
+
+
+def test_identical_runs_give_identical_model_files(run, tmp_path, cache):
+    """sha256 of model.safetensors (and of each checkpoint's files) equal between identical runs."""
+    out = tmp_path / "again"
+    run_inproc("train", "tiny", *TINY, "--out", str(out), cache=cache, check=True)
+    for rel in ("model.safetensors", "checkpoints/step_00000008/model.safetensors",
+                "checkpoints/step_00000008/optim.safetensors"):
+        assert hashlib.sha256((out / rel).read_bytes()).digest() == hashlib.sha256((run / rel).read_bytes()).digest()
+    from normlab.io import safetensors_metadata
+
+    meta = safetensors_metadata(out / "model.safetensors")
+    assert list(meta) == sorted(meta)
+
+
+def test_strict_json_everywhere(tmp_path, cache):
+    """A run that diverges on a NaN loss: summary.json, metrics.jsonl and --json hold null, never bare NaN."""
+    from normlab.io import dumps, strict
+
+    assert strict({"a": float("nan"), "b": [float("inf"), 1.0]}) == {"a": None, "b": [None, 1.0]}
+    assert dumps({"x": float("-inf")}) == '{"x": null}'
+    out = tmp_path / "d"
+    proc = run_inproc("train", "tiny", *TINY, "--set", "train.lr=1e30", "--set", "train.grad_clip=0",
+                      "--set", "train.warmup_steps=0", "--out", str(out), "--json", cache=cache)
+    assert proc.returncode == 3, proc.stderr
+
+    def bad(c: str):
+        raise AssertionError(f"bare {c} in JSON")
+
+    s = json.loads(proc.stdout, parse_constant=bad)
+    assert s["status"] == "diverged"
+    json.loads((out / "summary.json").read_text(), parse_constant=bad)
+    for line in (out / "metrics.jsonl").read_text().splitlines():
+        json.loads(line, parse_constant=bad)
+
+
+def test_stale_temp_dirs_are_cleaned_and_resume_is_locked(run_copy, cache):
+    from normlab.io import exclusive_lock
+
+    stale = run_copy / "checkpoints" / ".step_00000012.abcd1234"
+    stale.mkdir()
+    (stale / "model.safetensors").write_bytes(b"partial")
+    tmpfile = run_copy / ".summary.json.x1y2.tmp"
+    tmpfile.write_text("{")
+    (run_copy / "summary.json").unlink()  # so --resume really opens the run
+    with exclusive_lock(run_copy / ".train.lock", "test"):
+        assert_bad_input(run_inproc("train", "--resume", str(run_copy), cache=cache), "in use by another normlab",
+                         str(run_copy))
+    assert stale.exists()  # a refused resume touches nothing
+    proc = run_inproc("train", "--resume", str(run_copy), "--json", cache=cache)
+    assert proc.returncode == 0, proc.stderr
+    assert not stale.exists() and not tmpfile.exists()
+
+
+def test_convert_cleans_its_stale_temp_dir(run, tmp_path, cache):
+    out = tmp_path / "conv"
+    stale = tmp_path / ".conv.k9k9k9k9"
+    stale.mkdir()
+    (stale / "config.yaml").write_text("half")
+    proc = run_inproc("convert", str(run), "--to", "rmsnorm", "--out", str(out), "--max-tokens", "256", cache=cache)
+    assert proc.returncode == 0, proc.stderr
+    assert not stale.exists() and (out / "model.safetensors").is_file()
+
+
+# ------------------------------------------------------------------------------------ sweeps, stores, reports
+HOSTILE = [  # (variant, seed, status, final val bpb): names as an attacker would choose them
+    ("<script>alert(1)</script>", 0, "completed", 1.5), ("<script>alert(1)</script>", 1, "completed", 1.6),
+    ("[/bold]x", 0, "completed", 1.7), ("[/bold]x", 1, "completed", None), ("a|b*_c_", 0, "completed", 1.8),
+]
+
+
+def make_sweep(d: Path, rows=HOSTILE) -> Path:
+    """A sweep directory with a results store holding finished rows (no training needed)."""
+    from normlab.config import load_config
+    from normlab.experiments.store import Store
+
+    d.mkdir()
+    st = Store(d / "results.sqlite")
+    st.create("hostile", "h0")
+    cfg = load_config("tiny").to_dict()
+    st.register([{"run_id": f"r{i}", "position": i, "variant": v, "seed": s, "config_hash": "c", "axes": {},
+                  "overrides": {"model.norm": v}, "config": cfg} for i, (v, s, _, _) in enumerate(rows)])
+    for i, (_, _, status, val) in enumerate(rows):
+        st.finish(f"r{i}", {"status": status, "final_val_bpb": val, "best_val_bpb": val, "step": 8, "steps": 8,
+                            "tokens_per_s": 100.0}, [(4, "val_bpb", 2.0), (8, "val_bpb", 1.5)])
+    return d
+
+
+def test_report_escapes_names_and_prints_them_literally(tmp_path, cache):
+    s = make_sweep(tmp_path / "s")
+    proc = run_inproc("report", str(s), cache=cache)
+    assert proc.returncode == 0, proc.stderr
+    assert "[/bold]x" in proc.stdout  # printed as written, not read as rich markup
+    md, page = (s / "report.md").read_text(), (s / "report.html").read_text()
+    assert "<script>" not in md and "&lt;script&gt;alert(1)&lt;/script&gt;" in md
+    assert "<script>alert" not in page
+    assert "<details><summary>&lt;script&gt;" in md  # also inside the <details> block
+    assert "| a\\|b\\*\\_c\\_ |" in md  # Markdown punctuation of a name cannot break the table or add emphasis
+    # the seed without a final result is named, not silently dropped
+    summary = json.loads(run_inproc("report", str(s), "--json", cache=cache).stdout)["summary"]
+    assert any(line.startswith("[/bold]x: 1 of 2 seeds have no final result (r3") for line in summary), summary
+    proc = run_inproc("runs", str(s), cache=cache)
+    assert proc.returncode == 0 and "[/bold]x" in proc.stdout, proc.stderr
+    assert_bad_input(run_inproc("eval", str(tmp_path / "a[/bold]"), cache=cache), "a[/bold]", "does not exist")
+
+
+CORRUPT_STORE = [  # (SQL, command, fragments)
+    ("UPDATE runs SET config_json='{bad'", "runs", ["results.sqlite", "is damaged", "config_json"]),
+    ("UPDATE runs SET config_json='{bad'", "report", ["results.sqlite", "is damaged", "config_json"]),
+    ("UPDATE curves SET value='abc'", "report", ["results.sqlite", "is damaged", "'abc'"]),
+    ("UPDATE runs SET final_val_bpb='x'", "runs", ["results.sqlite", "final_val_bpb", "not a number"]),
+]
+
+
+@pytest.mark.parametrize("sql,cmd,fragments", CORRUPT_STORE, ids=[f"{c}: {q[:30]}" for q, c, _ in CORRUPT_STORE])
+def test_corrupted_store_is_one_line(sql, cmd, fragments, tmp_path, cache):
+    import sqlite3
+
+    s = make_sweep(tmp_path / "s", HOSTILE[:2])
+    con = sqlite3.connect(s / "results.sqlite")
+    con.execute(sql)
+    con.commit()
+    con.close()
+    assert_bad_input(run_inproc(cmd, str(s), cache=cache), *fragments)
+    assert not (s / "report.md").exists()
+
+
+def test_sweep_never_dies_on_a_missing_metric(tmp_path):
+    """Issue row 1 in a sweep: a completed summary without val_bpb is recorded as failed (so the next compare
+    re-runs it), the coordinator's progress line does not crash on it, and the worker does not treat it as done."""
+    from normlab.experiments.runner import _describe
+    from normlab.experiments.store import FINAL, Store
+    from normlab.experiments.worker import record
+
+    s = make_sweep(tmp_path / "s", HOSTILE[:1])
+    (s / "runs" / "r0").mkdir(parents=True)
+    record(Store(s / "results.sqlite"), s, "r0", {"status": "completed", "step": 8, "steps": 8, "val_bpb": None},
+           peak_mem_mb=1.0)
+    row = Store(s / "results.sqlite").get("r0")
+    assert row["status"] == "failed" and row["status"] not in FINAL and "val_bpb" in row["error"]
+    assert "n/a" in _describe({**row, "status": "completed"})
+
+
+def _popen_train(args: list[str], cache: Path):
+    import subprocess
+    import sys
+
+    from tests.helpers import cli_env
+
+    return subprocess.Popen([sys.executable, "-m", "normlab.cli", *args], env=cli_env(cache),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_ctrl_c_twice_before_the_loop_writes_summary(tmp_path, cache):
+    import signal
+    import time
+
+    out = tmp_path / "r"
+    proc = _popen_train(["train", "tiny", *TINY, "--set", "train.steps=400", "--out", str(out)], cache)
+    deadline = time.time() + 120
+    while not (out / "config.yaml").exists() and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGINT)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err
+    s = json.loads((out / "summary.json").read_text())
+    assert s["status"] == "interrupted" and s["steps"] == 400
+
+
+def test_ctrl_c_during_startup_is_one_line(tmp_path, cache):
+    import signal
+    import time
+
+    proc = _popen_train(["train", "tiny", *TINY, "--out", str(tmp_path / "r")], cache)
+    time.sleep(0.6)  # inside the imports / data preparation
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err

@@ -67,6 +67,6 @@ def run_calibrate(args: argparse.Namespace) -> int:
                   title=f"{run_dir} calibration ({args.split}: fit {half}, held-out {len(y) - half} tokens)")
     for k in ("ece", "nll", "brier"):
         table.add_row(k, f"{m[k + '_before']:.4f}", f"{m[k + '_after']:.4f}")
-    Console().print(table)
+    Console(markup=False).print(table)
     print(f"wrote {run_dir / f'calibration{sfx}.json'} and {run_dir / f'reliability{sfx}.png'}")
     return 0

@@ -25,7 +25,7 @@ def print_ranking(rep: Any, title: str | None = None) -> None:
         col.justify = "left" if i == 1 else "right"
     for v, cells in zip(rep.variants, rows):
         table.add_row(*cells, style="bold green" if v.rank == 1 else ("red" if v.ci is None else None))
-    Console(width=max(120, Console().width)).print(table)
+    Console(width=max(120, Console().width), markup=False).print(table)
 
 
 def print_lr(rep: Any) -> None:

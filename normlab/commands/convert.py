@@ -30,5 +30,5 @@ def run_convert(args: argparse.Namespace) -> int:
     table.add_row("folded sites", str(len(r["folded_sites"])))
     table.add_row("kept sites", ", ".join(r["kept_sites"]) or "-")
     table.add_row("params", f"{r['params_before']:,} -> {r['params_after']:,}")
-    Console().print(table)
+    Console(markup=False).print(table)
     return 0

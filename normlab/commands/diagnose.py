@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 from normlab.errors import NormlabError
-from normlab.io import check_dir, check_file_slot, check_inside, dumps, read_json, write_json
+from normlab.io import check_dir, check_file_slot, check_inside, dumps, read_json_object, write_json
 from normlab.validate import check_eval_memory
 
 
@@ -42,7 +42,7 @@ def run_diagnose(args: argparse.Namespace) -> int:
     records = training_records(run_dir)
     spikes = None
     if (run_dir / "summary.json").is_file():
-        spikes = read_json(run_dir / "summary.json", "summary").get("loss_spikes")
+        spikes = read_json_object(run_dir / "summary.json", "summary").get("loss_spikes")
     m = cfg.model
     out = {
         "run_dir": str(run_dir), "weights": str(run.weights), "split": args.split, "sequences": args.sequences,
@@ -78,7 +78,7 @@ def _print_headline(d: dict) -> None:
         t.add_row(str(l), _fmt(v["rms"][l + 1]), _fmt(v["var"][l + 1]), _fmt(mb["top"][0]["value"]),
                   _fmt(mb["median"]), _fmt(mb["ratio"], ".1f") + (" *" if mb["flagged"] else ""),
                   _fmt(eb["angular_distance"], ".3f"), _fmt(eb["skip_loss_increase"], "+.4f"))
-    con = Console()
+    con = Console(markup=False)
     con.print(t)
     lines = [f"log-variance slope {_fmt(v['log_var_slope'], '.4f')} per block "
              f"(x{_fmt(v['var_growth_per_block'], '.3f')} per block; block outputs only: "

@@ -79,7 +79,7 @@ def run_eval(args: argparse.Namespace) -> int:
     for k in ("mano", "matrix_nuclear_norm"):
         if k in m.get("label_free", {}):
             table.add_row(f"{k} (label-free)", f"{m['label_free'][k]:.6f}")
-    Console().print(table)
+    Console(markup=False).print(table)
     return 0
 
 

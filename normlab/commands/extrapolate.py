@@ -61,7 +61,7 @@ def run_extrapolate(args: argparse.Namespace) -> int:
     for r in rep["results"]:
         table.add_row(str(r["factor"]), str(r["context"]), f"{r['loss']:.4f}", f"{r['bits_per_byte']:.4f}",
                       f"{r['tokens']:,}")
-    Console().print(table)
+    Console(markup=False).print(table)
     for s in rep["skipped"]:
         print(f"skipped factor {s['factor']} (context {s['context']}): {s['reason']}")
     print(f"wrote {run_dir / (stem + '.json')} and {run_dir / (stem + '.png')}")

@@ -57,5 +57,5 @@ def run_runs(args: argparse.Namespace) -> int:
         for r in rows:
             step = f"{r['step']}/{r['steps']}" if r["step"] is not None else "–"
             table.add_row(*[step if c == "step" else _fmt(r[c], c) for c in cols])
-        Console(width=max(140, Console().width)).print(table)
+        Console(width=max(140, Console().width), markup=False).print(table)
     return 0

@@ -74,6 +74,8 @@ def run_train(args: argparse.Namespace) -> int:
 
         apply_norm_defaults(cfg)
         run_dir = Path(args.out) if args.out else Path("runs") / f"{Path(args.config).stem}-{cfg.hash()[:8]}"
+        if run_dir.exists() and not run_dir.is_dir():
+            raise NormlabError(f"--out {run_dir} is a file, not a directory; choose a new directory")
         if (run_dir / "config.yaml").exists():
             raise NormlabError(f"{run_dir} already holds a run; use --resume {run_dir} or choose another --out")
         if run_dir.exists() and any(run_dir.iterdir()):

@@ -15,6 +15,7 @@ Output layout: ``config.yaml``, ``model.safetensors``, ``summary.json`` (status 
 
 from __future__ import annotations
 
+import glob
 import math
 import os
 import shutil
@@ -29,7 +30,7 @@ from normlab.config import dump_config
 from normlab.convert.crms_model import load_any_run
 from normlab.convert.exact import KINDS, PAPER, convert_model
 from normlab.errors import NormlabError
-from normlab.io import read_json, write_json, write_text
+from normlab.io import clean_stale_temps, read_json_object, write_json, write_text
 from normlab.train.checkpoint import save_model
 
 LOGIT_TOL = 1e-4
@@ -86,6 +87,7 @@ def convert_run(run_dir: str | Path, kind: str, out: str | Path | None = None, *
 
     bpb_before, n_tokens = bpb(src.model)
     out.parent.mkdir(parents=True, exist_ok=True)
+    clean_stale_temps(out.parent, (f"{glob.escape('.' + out.name)}.????????",))  # left by a killed convert
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
         write_text(tmp / "config.yaml", dump_config(new_cfg))
@@ -106,7 +108,7 @@ def convert_run(run_dir: str | Path, kind: str, out: str | Path | None = None, *
             "tolerances": {"max_abs_logit_diff": LOGIT_TOL, "bpb": BPB_TOL}, "dtype": "float32",
             "params_before": src.model.num_params(), "params_after": back.num_params(),
         }
-        src_summary = read_json(run_dir / "summary.json", "summary") if (run_dir / "summary.json").is_file() else {}
+        src_summary = read_json_object(run_dir / "summary.json", "summary") if (run_dir / "summary.json").is_file() else {}
         summary = {
             "status": "completed", "step": src_summary.get("step"), "steps": src_summary.get("steps"),
             "converted_from": str(run_dir), "conversion": kind, "max_abs_logit_diff": diff,

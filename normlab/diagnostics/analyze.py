@@ -63,18 +63,9 @@ def diagnose_model(model: nn.Module, idx: torch.Tensor, targets: torch.Tensor, *
 
 def training_records(run_dir: str | Path) -> list[dict]:
     """Records of ``RUN_DIR/metrics.jsonl`` that carry ``diag/...`` keys (skipping lines cut by a kill)."""
-    path = Path(run_dir) / "metrics.jsonl"
-    if not path.is_file():
-        return []
-    out = []
-    for line in path.read_text().splitlines():
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if any(k.startswith("diag/") for k in rec):
-            out.append(rec)
-    return out
+    from normlab.io import read_jsonl  # cut, junk and non-UTF-8 lines are skipped
+
+    return [rec for rec in read_jsonl(Path(run_dir) / "metrics.jsonl") if any(k.startswith("diag/") for k in rec)]
 
 
 def training_summary(records: list[dict]) -> dict:

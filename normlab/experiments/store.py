@@ -34,6 +34,9 @@ RUN_COLUMNS = (
     "step", "steps", "final_val_bpb", "best_val_bpb", "final_val_loss", "train_loss", "entropy_floor_bpb",
     "tokens_per_s", "wall_s", "peak_mem_mb", "params", "train_calls", "error", "started_at", "finished_at",
 )
+NUMERIC_COLUMNS = ("position", "seed", "step", "steps", "final_val_bpb", "best_val_bpb", "final_val_loss", "train_loss",
+                   "entropy_floor_bpb", "tokens_per_s", "wall_s", "peak_mem_mb", "params", "train_calls",
+                   "started_at", "finished_at")
 _DDL = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
 CREATE TABLE IF NOT EXISTS runs (
@@ -148,13 +151,30 @@ class Store:
         self.meta()
         with self._connect() as con:
             rows = con.execute("SELECT * FROM runs ORDER BY position, run_id").fetchall()
-        out = []
-        for row in rows:
-            d = dict(row)
-            for col in ("axes", "overrides", "config"):
-                d[col] = json.loads(d.pop(f"{col}_json"))
-            out.append(d)
-        return out
+        return [self._checked_row(dict(row)) for row in rows]
+
+    def _checked_row(self, d: dict[str, Any]) -> dict[str, Any]:
+        """Decode the JSON columns and check every column's type; a damaged row is a one-line error."""
+        rid = d.get("run_id")
+        for col in ("axes", "overrides", "config"):
+            raw = d.pop(f"{col}_json")
+            try:
+                d[col] = json.loads(raw)
+            except (TypeError, ValueError):
+                raise NormlabError(f"results store {self.path} is damaged: run {rid!r} has invalid JSON in "
+                                   f"{col}_json ({str(raw)[:40]!r})") from None
+            if not isinstance(d[col], dict if col == "config" else (dict, list)):
+                raise NormlabError(f"results store {self.path} is damaged: run {rid!r} {col}_json is not a mapping")
+        for col in NUMERIC_COLUMNS:
+            v = d.get(col)
+            if v is not None and (not isinstance(v, (int, float)) or isinstance(v, bool)):
+                raise NormlabError(f"results store {self.path} is damaged: run {rid!r} column {col} holds {v!r}, "
+                                   "not a number")
+        for col in ("run_id", "variant", "status"):
+            if not isinstance(d.get(col), str):
+                raise NormlabError(f"results store {self.path} is damaged: run {rid!r} column {col} holds "
+                                   f"{d.get(col)!r}, not text")
+        return d
 
     def get(self, run_id: str) -> dict[str, Any]:
         for r in self.runs():
@@ -198,5 +218,9 @@ class Store:
                                (run_id,) if run_id else ()).fetchall()
         out: dict[str, dict[str, list[tuple[int, float]]]] = {}
         for r in rows:
-            out.setdefault(r["run_id"], {}).setdefault(r["key"], []).append((r["step"], r["value"]))
+            v, step = r["value"], r["step"]
+            if (v is not None and (not isinstance(v, (int, float)) or isinstance(v, bool))) or not isinstance(step, int):
+                raise NormlabError(f"results store {self.path} is damaged: curve {r['key']!r} of run {r['run_id']!r} "
+                                   f"holds step {step!r}, value {v!r}, not numbers")
+            out.setdefault(r["run_id"], {}).setdefault(r["key"], []).append((step, v))
         return out

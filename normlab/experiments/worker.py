@@ -31,15 +31,11 @@ EXIT_FOR = {"completed": EXIT_OK, "diverged": EXIT_DIVERGED, "interrupted": EXIT
 
 def read_metrics(path: Path) -> list[tuple[int, str, float]]:
     """Numeric values of ``metrics.jsonl`` as ``(step, key, value)``; unreadable lines (a kill -9) are skipped."""
+    from normlab.io import read_jsonl
+
     out: list[tuple[int, str, float]] = []
-    if not path.is_file():
-        return out
-    for line in path.read_text(errors="replace").splitlines():
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if not isinstance(rec, dict) or not isinstance(rec.get("step"), int):
+    for rec in read_jsonl(path):
+        if not isinstance(rec.get("step"), int):
             continue
         for k, v in rec.items():
             if k != "step" and isinstance(v, (int, float)) and not isinstance(v, bool):
@@ -63,6 +59,9 @@ def record(store: Store, sweep_dir: Path, run_id: str, summary: dict[str, Any], 
         "wall_s": _num(summary.get("elapsed_s")), "params": summary.get("params"), "peak_mem_mb": peak_mem_mb,
         "error": None,
     }
+    if result["status"] == "completed" and result["final_val_bpb"] is None:  # never a completed row without its metric
+        result["status"] = "failed"
+        result["error"] = "summary.json has no final val_bpb (stopped between its last checkpoint and summary?); re-run"
     store.finish(run_id, result, curves)
 
 
@@ -82,7 +81,8 @@ def run_one(sweep_dir: Path, run_id: str, threads: int | None = None) -> int:
     except NormlabError:
         summary = None
     done = bool(summary) and (summary.get("status") == "diverged" or (
-        summary.get("status") == "completed" and (run_dir / "model.safetensors").is_file()))
+        summary.get("status") == "completed" and (run_dir / "model.safetensors").is_file()
+        and summary.get("val_bpb") is not None))  # a completed summary without its metric is resumed (restored)
     store.start(run_id, calls_trainer=not done)
     try:
         if not done:

@@ -153,7 +153,7 @@ def _variant(name: str, runs: list[RunInfo]) -> VariantResult:
         name=name, runs=runs, finals=finals, ci=mean_ci(finals) if finals else None,
         best_ci=mean_ci(bests) if bests else None,
         diverged=[r for r in runs if r.row["status"] == "diverged"],
-        other=[r for r in runs if r.row["status"] not in ("completed", "diverged")],
+        other=[r for r in runs if r not in done and r.row["status"] != "diverged"],  # no final result: reported
         floor=floors[0] if floors else None, tokens_per_s=mean(tps) if tps else None,
         params=params[0] if params else None,
     )
@@ -242,6 +242,10 @@ def _summarize_cells(rep: SweepReport) -> list[str]:
         out.append(f"Not testable against {best.name} (fewer than 2 completed seeds, or no seed-to-seed variation): "
                    + "; ".join(untested) + ".")
     for v in vs:
+        if v.other:  # never drop a seed silently: say which runs have no final result
+            ids = ", ".join(f"{r.row['run_id']} ({r.row['status']})" for r in v.other)
+            out.append(f"{v.name}: {len(v.other)} of {v.n_seeds} seeds have no final result ({ids}); its row uses "
+                       "the others; re-run the same compare command to finish them.")
         if v.diverged:
             steps = ", ".join(str(r.row["step"]) for r in v.diverged)
             at = f"step{'s' if len(v.diverged) > 1 else ''} {steps}"

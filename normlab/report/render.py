@@ -78,11 +78,26 @@ def table_cells(rep: SweepReport) -> tuple[list[str], list[list[str]]]:
     return head, rows
 
 
+_MD_SPECIAL = str.maketrans({c: "\\" + c for c in "\\`*_[]|#"})
+
+
+def md_escape(text: object) -> str:
+    """User text (variant names, paths, sentences that quote them) for Markdown, escaped as HTML is: ``<&>`` as
+    entities (a viewer that passes inline HTML shows ``<script>`` as text) and Markdown punctuation backslashed
+    (no emphasis, links or table breaks)."""
+    return html.escape(str(text), quote=False).translate(_MD_SPECIAL)
+
+
+def _md_code(text: str) -> str:
+    """A code span that a backtick inside ``text`` cannot close."""
+    return f"`` {text} ``" if "`" in text else f"`{text}`"
+
+
 def markdown_table(rep: SweepReport) -> str:
     head, rows = table_cells(rep)
     align = ["---:" if i != 1 else ":---" for i in range(len(head))]
     lines = ["| " + " | ".join(head) + " |", "| " + " | ".join(align) + " |"]
-    lines += ["| " + " | ".join(c.replace("|", "\\|") for c in r) + " |" for r in rows]
+    lines += ["| " + " | ".join(md_escape(c) for c in r) + " |" for r in rows]
     return "\n".join(lines)
 
 
@@ -255,7 +270,8 @@ def build(rep: SweepReport) -> tuple[str, str, dict[str, bytes]]:
     h.append("</main></body></html>")
 
     # ---------------------------------------------------------------- Markdown
-    md: list[str] = [f"# {title}", "", f"_{sub}_", "", "## Summary", ""] + [f"- {s}" for s in rep.summary]
+    md: list[str] = [f"# {md_escape(title)}", "", f"_{md_escape(sub)}_", "", "## Summary", ""] + [
+        f"- {md_escape(s)}" for s in rep.summary]
 
     def mdimg(n: str) -> list[str]:
         return [f"![{caps[n]}]({n})", ""] if n in figs else []
@@ -283,16 +299,16 @@ def build(rep: SweepReport) -> tuple[str, str, dict[str, bytes]]:
         md += ["## Length extrapolation", ""] + mdimg("report_extrapolation.png")
     if calib:
         md += ["## Calibration", "", "| variant | ECE before | ECE after | temperature | runs |", "| :--- | ---: | ---: | ---: | ---: |"]
-        md += ["| " + " | ".join([n, *cs]) + " |" for n, *cs in calib] + [""]
+        md += ["| " + " | ".join(md_escape(c) for c in [n, *cs]) + " |" for n, *cs in calib] + [""]
     if label_free:
         md += [label_free[1]]
-    md += ["## Setup", ""] + [f"- **{k}**: {v}" for k, v in _setup(rep)]
+    md += ["## Setup", ""] + [f"- **{k}**: {md_escape(v)}" for k, v in _setup(rep)]
     md += ["", "## Reproduce", "", whole_note, "", "```", whole, "```", "",
            "One run:", "", "| variant | command |", "| :--- | :--- |"]
-    md += [f"| {n} | `{c}` |" for n, _, c in per_run]
+    md += [f"| {md_escape(n)} | {_md_code(c).replace('|', chr(92) + '|')} |" for n, _, c in per_run]
     md += ["", "### Configs", ""]
     for v in rep.variants:
-        md += [f"<details><summary>{v.name}: {_overrides_text(v)}</summary>", "", "```yaml",
+        md += [f"<details><summary>{md_escape(v.name)}: {md_escape(_overrides_text(v))}</summary>", "", "```yaml",
                _config_yaml(rep, v).rstrip(), "```", "", "</details>", ""]
     return "\n".join(h), "\n".join(md) + "\n", figs
 
@@ -347,7 +363,7 @@ def _md_matrix(table: dict[str, dict[str, float]], rep: SweepReport) -> str:
     cols, names = _matrix_cols(table, rep)
     lines = ["| variant | " + " | ".join(cols) + " |", "| :--- |" + " ---: |" * len(cols)]
     for n in names:
-        lines.append(f"| {n} | " + " | ".join(f"{table[c][n]:.4g}" if n in table[c] else "–" for c in cols) + " |")
+        lines.append(f"| {md_escape(n)} | " + " | ".join(f"{table[c][n]:.4g}" if n in table[c] else "–" for c in cols) + " |")
     return "\n".join(lines)
 
 

@@ -8,6 +8,7 @@ states, the optimizer state and the step, so ``--resume`` reproduces an uninterr
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import json
 import math
@@ -25,7 +26,8 @@ from normlab.data import PreparedData, prepare_data
 from normlab.diagnostics.training import TrainDiagnostics
 from normlab.errors import EXIT_DIVERGED, EXIT_INTERRUPTED, EXIT_OK, NormlabError
 from normlab.eval.lm import evaluate
-from normlab.io import read_json, write_json, write_text
+from normlab.io import (clean_stale_temps, dumps, exclusive_lock, read_json_object, read_jsonl, write_json,
+                        write_text)
 from normlab.model import build_model
 from normlab.norms import get_norm_class
 from normlab.train.losses import lm_loss
@@ -122,14 +124,8 @@ def _truncate_metrics(path: Path, step: int) -> None:
     """Keep only records with ``step <= step`` (after a resume from that checkpoint)."""
     if not path.exists():
         return
-    keep = []
-    for line in path.read_text().splitlines():
-        try:
-            if json.loads(line).get("step", 0) <= step:
-                keep.append(line)
-        except json.JSONDecodeError:  # a line cut by kill -9
-            continue
-    write_text(path, "".join(k + "\n" for k in keep))
+    keep = [rec for rec in read_jsonl(path) if rec.get("step", 0) <= step]  # cut / junk / non-UTF-8 lines dropped
+    write_text(path, "".join(dumps(rec) + "\n" for rec in keep))
 
 
 def train(cfg: RunConfig, run_dir: str | Path, *, resume: bool = False, quiet: bool = False,
@@ -141,9 +137,42 @@ def train(cfg: RunConfig, run_dir: str | Path, *, resume: bool = False, quiet: b
     ``init_from``: a run directory whose weights replace the seeded initialisation (normlab.train.init_from).
 
     The summary's ``status`` is ``completed``, ``diverged`` (non-finite loss or loss above the ceiling; ``step``
-    is the step that diverged) or ``interrupted`` (Ctrl-C; resumable).
+    is the step that diverged) or ``interrupted`` (Ctrl-C; resumable). Ctrl-C is handled from the first line (a
+    first one checkpoints at the next step boundary, also before the first step; a second one stops at once and
+    still writes ``summary.json``); ``--resume`` holds ``RUN_DIR/.train.lock`` and first removes the temporary
+    files a kill -9 left (``checkpoints/.step_*``, ``.*.tmp``).
     """
     run_dir = Path(run_dir)
+    with _StopFlag() as flag, (exclusive_lock(run_dir / ".train.lock", f"run {run_dir}") if resume
+                               else contextlib.nullcontext()):
+        if resume:
+            clean_stale_temps(run_dir / "checkpoints", (".step_*",))
+            clean_stale_temps(run_dir, (".*.tmp",))
+        try:
+            return _train(cfg, run_dir, resume=resume, quiet=quiet, flag=flag)
+        except KeyboardInterrupt:  # a second Ctrl-C: stop now, keep the last checkpoint, still write the summary
+            if not (run_dir / "config.yaml").is_file():
+                raise
+            return _interrupted_summary(cfg, run_dir)
+
+
+def _interrupted_summary(cfg: RunConfig, run_dir: Path) -> dict[str, Any]:
+    """``summary.json`` of a run stopped at once: the last checkpoint's step and metrics (resumable from there)."""
+    ckpts = list_checkpoints(run_dir)
+    state = read_json_object(ckpts[-1] / "state.json", "checkpoint state") if ckpts else {}
+    last = state.get("final") or {}
+    summary = {
+        "status": "interrupted", "step": state.get("step", 0), "steps": cfg.train.steps,
+        "train_loss": last.get("train_loss"), "val_loss": last.get("val_loss"), "val_bpb": last.get("val_bpb"),
+        "best_val_bpb": state.get("best_val_bpb"), "entropy_floor_bpb": None, "gap_bpb": None,
+        "tokens_seen": state.get("tokens_seen", 0), "tokens_per_s": 0.0, "elapsed_s": state.get("elapsed_s", 0.0),
+        "params": None, "config_hash": cfg.hash(), "loss_spikes": None, "run_dir": str(run_dir),
+    }
+    write_json(run_dir / "summary.json", summary)
+    return summary
+
+
+def _train(cfg: RunConfig, run_dir: Path, *, resume: bool, quiet: bool, flag: "_StopFlag") -> dict[str, Any]:
     if cfg.train.threads:
         torch.set_num_threads(cfg.train.threads)
     from normlab.rundata import read_data_info, run_data, save_run_identity
@@ -170,7 +199,7 @@ def train(cfg: RunConfig, run_dir: str | Path, *, resume: bool = False, quiet: b
     eff_lr = EffectiveLR({n: p for n, p in model.named_parameters() if n in groups["feeds_norm"]})
     diag = TrainDiagnostics(model, cfg.diag)  # diag: per-block stats every diag.every steps + loss spikes
     gen = torch.Generator().manual_seed(cfg.seed)
-    start, tokens_seen, elapsed, best = 0, 0, 0.0, None
+    start, tokens_seen, elapsed, best, final = 0, 0, 0.0, None, {}
     metrics_path = run_dir / "metrics.jsonl"
 
     if resume:
@@ -187,6 +216,7 @@ def train(cfg: RunConfig, run_dir: str | Path, *, resume: bool = False, quiet: b
             if "cuda" in state["rng"]:
                 torch.cuda.set_rng_state(_rng_from_json(state["rng"]["cuda"]))
             gen.set_state(_rng_from_json(state["rng"]["data"]))
+            final = state.get("final") or {}  # the metrics as of that checkpoint (closes the kill -9 window)
         _truncate_metrics(metrics_path, start)
         init = read_initial(metrics_path)
     else:
@@ -209,6 +239,9 @@ def train(cfg: RunConfig, run_dir: str | Path, *, resume: bool = False, quiet: b
     report.message(" | ".join(runtime))
     ceiling = loss_ceiling(cfg)
     status, last_loss, val = "completed", float("nan"), {}
+    if final:
+        last_loss = final["train_loss"] if final.get("train_loss") is not None else float("nan")
+        val = {"loss": final["val_loss"], "bits_per_byte": final["val_bpb"]} if final.get("val_bpb") is not None else {}
     step = start
     mark_t, mark_tokens = time.time(), tokens_seen
     t_start = time.time()
@@ -220,12 +253,13 @@ def train(cfg: RunConfig, run_dir: str | Path, *, resume: bool = False, quiet: b
         if dev == "cuda":
             state["rng"]["cuda"] = _rng_to_json(torch.cuda.get_rng_state())
         state["diag"] = diag.state_dict()  # diag
+        state["final"] = {"train_loss": last_loss, "val_loss": val.get("loss"), "val_bpb": val.get("bits_per_byte")}
         if nap is not None:
             state["nap_init_norms"] = nap.to_json()
         save_checkpoint(run_dir, at, model, opt, state, cfg.hash(), tc.keep_checkpoints)
 
     model.train()
-    with _StopFlag() as flag, metrics_path.open("a") as mlog:
+    with metrics_path.open("a") as mlog:
         while step < tc.steps:
             if flag.stop:
                 status = "interrupted"
@@ -286,7 +320,7 @@ def train(cfg: RunConfig, run_dir: str | Path, *, resume: bool = False, quiet: b
                 report.message(f"step {step}: val loss {val['loss']:.4f}, val bits/byte {val['bits_per_byte']:.4f}")
                 mark_t += time.time() - t_eval  # keep evaluation time out of tokens/s
             if record:
-                mlog.write(json.dumps(record) + "\n")
+                mlog.write(dumps(record) + "\n")
                 mlog.flush()
                 tracker.log(record)
                 if "tokens_per_s" in record:
@@ -322,6 +356,6 @@ def train(cfg: RunConfig, run_dir: str | Path, *, resume: bool = False, quiet: b
 
 
 def read_summary(run_dir: Path) -> dict[str, Any] | None:
-    """The run's summary.json, or None when absent."""
+    """The run's summary.json, or None when absent (not a JSON object: a one-line error naming the file)."""
     path = Path(run_dir) / "summary.json"
-    return read_json(path, "summary") if path.exists() else None
+    return read_json_object(path, "summary") if path.exists() else None

@@ -39,7 +39,7 @@ class ProgressReporter:
         if self.quiet:
             return
         if self.progress is not None:
-            self.progress.console.print(text)
+            self.progress.console.print(text, markup=False)  # run dirs and names print literally
         else:
             print(text, file=sys.stderr, flush=True)
 
