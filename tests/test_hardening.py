@@ -183,17 +183,21 @@ def _damage(name: str):
         (d / "summary.json").write_text("[1]")
 
     def touch_diagnostics(d: Path) -> None:
+        shutil.rmtree(d / "diagnostics", ignore_errors=True)
         (d / "diagnostics").write_text("")
 
     def mkdir_eval(d: Path) -> None:
+        (d / "eval_val.json").unlink(missing_ok=True)
         (d / "eval_val.json").mkdir()
 
     def mkdir_reliability(d: Path) -> None:
+        (d / "reliability.png").unlink(missing_ok=True)
         (d / "reliability.png").mkdir()
 
     def symlink_diagnostics(d: Path) -> None:
         outside = d.parent / "outside"
         outside.mkdir()
+        shutil.rmtree(d / "diagnostics", ignore_errors=True)
         (d / "diagnostics").symlink_to(outside)
 
     return {"summary_list": summary_list, "touch_diagnostics": touch_diagnostics, "mkdir_eval": mkdir_eval,
@@ -485,3 +489,27 @@ def test_ctrl_c_during_startup_is_one_line(tmp_path, cache):
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("poison,fragment", [("nan", "contains NaN or inf"), ("int64", "has dtype torch.int64")])
+def test_poisoned_weights_are_refused(poison, fragment, run_copy, cache):
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    path = run_copy / "model.safetensors"
+    t = load_file(str(path))
+    name = sorted(t)[0]
+    t[name] = torch.full_like(t[name], float("nan")) if poison == "nan" else t[name].to(torch.int64)
+    save_file(t, str(path))
+    before = tree(run_copy)
+    assert_bad_input(run_inproc("eval", str(run_copy), "--max-tokens", "256", cache=cache), fragment, name)
+    assert tree(run_copy) == before
+
+
+def test_report_never_writes_through_a_symlink_out_of_the_sweep_dir(tmp_path, cache):
+    s = make_sweep(tmp_path / "s", HOSTILE[:2])
+    victim = tmp_path / "victim.md"
+    victim.write_text("precious")
+    (s / "report.md").symlink_to(victim)
+    assert_bad_input(run_inproc("report", str(s), cache=cache), "refusing to write", "report.md")
+    assert victim.read_text() == "precious" and not (s / "report.html").exists()

@@ -12,7 +12,7 @@ from typing import Any
 
 import yaml
 
-from normlab.io import atomic_path, write_text
+from normlab.io import atomic_path, check_file_slot, check_inside, write_text
 from normlab.report import lrsection, plots
 from normlab.report.analysis import SweepReport, VariantResult, ci_text, diagnostics, load
 from normlab.report.scaling_section import section as scaling_section
@@ -385,6 +385,8 @@ def write_report(sweep_dir: str | Path, *, baseline: str | None = None, rep: Swe
     rep = rep if rep is not None else load(sweep_dir, baseline)
     text_html, text_md, figs = build(rep)
     d = Path(sweep_dir)
+    for name in ["report.html", "report.md", *figs]:  # every slot checked before anything is written
+        check_file_slot(check_inside(d, d / name))
     for old in d.glob("report_*.png"):
         if old.name not in figs:
             old.unlink(missing_ok=True)

@@ -56,6 +56,10 @@ def load_model_state(model: nn.Module, path: str | Path) -> None:
     for name, t in tensors.items():
         if t.shape != expected[name].shape:
             raise NormlabError(f"{path}: tensor '{name}' has shape {tuple(t.shape)}, config expects {tuple(expected[name].shape)}")
+        if expected[name].is_floating_point() and not t.is_floating_point():
+            raise NormlabError(f"{path}: tensor '{name}' has dtype {t.dtype}, the model needs a floating-point tensor")
+        if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+            raise NormlabError(f"{path}: tensor '{name}' contains NaN or inf; these weights cannot be evaluated or resumed")
     model.load_state_dict(tensors, strict=False)
 
 
