@@ -21,6 +21,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from normlab.errors import NormlabError
+from normlab.safety import read_jsonl  # noqa: F401 - torch-free, re-exported
 
 
 @contextmanager
@@ -226,22 +227,6 @@ def read_json_object(path: str | Path, what: str = "file") -> dict[str, Any]:
     if not isinstance(obj, dict):
         raise NormlabError(f"{what} {path} must hold a JSON object, got {type(obj).__name__}; the file is damaged")
     return obj
-
-
-def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
-    """The JSON-object lines of a ``metrics.jsonl``; lines that are cut (kill -9), junk or not UTF-8 are skipped."""
-    path = Path(path)
-    if not path.is_file():
-        return []
-    out = []
-    for raw in path.read_bytes().splitlines():
-        try:
-            rec = json.loads(raw.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError):
-            continue
-        if isinstance(rec, dict) and isinstance(rec.get("step", 0), int) and not isinstance(rec.get("step"), bool):
-            out.append(rec)
-    return out
 
 
 @contextmanager

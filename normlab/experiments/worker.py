@@ -31,7 +31,7 @@ EXIT_FOR = {"completed": EXIT_OK, "diverged": EXIT_DIVERGED, "interrupted": EXIT
 
 def read_metrics(path: Path) -> list[tuple[int, str, float]]:
     """Numeric values of ``metrics.jsonl`` as ``(step, key, value)``; unreadable lines (a kill -9) are skipped."""
-    from normlab.io import read_jsonl
+    from normlab.safety import read_jsonl  # torch-free: workers record results without importing torch
 
     out: list[tuple[int, str, float]] = []
     for rec in read_jsonl(path):
