@@ -149,7 +149,7 @@ def train(cfg: RunConfig, run_dir: str | Path, *, resume: bool = False, quiet: b
             clean_stale_temps(run_dir / "checkpoints", (".step_*",))
             clean_stale_temps(run_dir, (".*.tmp",))
         try:
-            return _train(cfg, run_dir, resume=resume, quiet=quiet, flag=flag, tb_dir=tb_dir)
+            return _train(cfg, run_dir, resume=resume, quiet=quiet, flag=flag, tb_dir=tb_dir, init_from=init_from)
         except KeyboardInterrupt:  # a second Ctrl-C: stop now, keep the last checkpoint, still write the summary
             if not (run_dir / "config.yaml").is_file():
                 raise
@@ -173,7 +173,7 @@ def _interrupted_summary(cfg: RunConfig, run_dir: Path) -> dict[str, Any]:
 
 
 def _train(cfg: RunConfig, run_dir: Path, *, resume: bool, quiet: bool, flag: "_StopFlag",
-           tb_dir: str | Path | None = None) -> dict[str, Any]:
+           tb_dir: str | Path | None = None, init_from: str | Path | None = None) -> dict[str, Any]:
     if cfg.train.threads:
         torch.set_num_threads(cfg.train.threads)
     from normlab.rundata import read_data_info, run_data, save_run_identity
