@@ -124,16 +124,19 @@ def _probe(spec: dict[str, Any]) -> float:
     model = P.prepare_model(build_model(mc), prec)
     opt, _ = build_optimizer(model, TrainConfig())
     x = torch.randint(mc.vocab_size, (spec["batch_size"], mc.context + 1))
-    n, t0 = 0, None
+    n, t0, warmup = 0, None, 2
     while t0 is None or time.perf_counter() - t0 < spec["seconds"]:
         with P.autocast("cpu", prec):
             logits = model(x[:, :-1])
         F.cross_entropy(logits.float().flatten(0, 1), x[:, 1:].flatten()).backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
-        n += 1
-        if n == 2:
-            n, t0 = 0, time.perf_counter()
+        if t0 is None:  # warm-up steps are not timed; the clock starts once, after them
+            warmup -= 1
+            if warmup == 0:
+                t0 = time.perf_counter()
+        else:
+            n += 1
     return n * x.shape[0] * mc.context / (time.perf_counter() - t0)
 
 
