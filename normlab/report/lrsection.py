@@ -80,15 +80,18 @@ def summary(gr: GridReport, counts: dict[str, int]) -> list[str]:
                f"{_ci(hi.sensitivity)} (mean ± 95% CI over seeds of mean_lr[min(L, L_init) − L*]).")
     best = min(ranked, key=lambda g: g.best.mean)
     out.append(f"Lowest best-of-grid loss: {best.name}, {_ci(best.best)} bits/byte at lr {_lr_ci(best.log10_best_lr)}.")
-    for metric in ("LR sensitivity", "best loss"):
+    for metric in ("LR sensitivity", "best loss", "loss at each (seed, lr)"):
         cap = metric[0].upper() + metric[1:]
         rows = [r for r in gr.paired if r.metric == metric]
+        if not rows:
+            continue
         lower = [f"{r.variant} ({r.diff.mean:+.3f} ± {r.diff.half:.3f})" for r in rows if r.verdict == "lower"]
         higher = [f"{r.variant} ({r.diff.mean:+.3f} ± {r.diff.half:.3f})" for r in rows if r.verdict == "higher"]
         noise = [f"{r.variant} ({r.diff.mean:+.3f} ± {r.diff.half:.3f}"
                  + (f", ~{r.seeds_needed} seeds to resolve" if r.seeds_needed else "") + ")"
                  for r in rows if r.verdict == "within noise"]
-        how = "paired over seeds" if all(r.diff.paired for r in rows) else "paired over seeds where possible, else Welch"
+        unit = "(seed, lr) cells" if metric.startswith("loss at each") else "seeds"
+        how = f"paired over {unit}" if all(r.diff.paired for r in rows) else f"paired over {unit} where possible, else Welch"
         if lower:
             out.append(f"{cap} lower than {gr.baseline} beyond noise ({how}): " + "; ".join(lower) + ".")
         if higher:
