@@ -106,6 +106,85 @@ def test_crossover_of_two_known_curves():
     assert sf.forecast(fa, fc, 1e8)[0] == pytest.approx(-0.3, abs=0.05)
 
 
+# -- degenerate fits: parameters at their bounds ----------------------------------------------------------------
+def _pure_power_cells(E=0.0, A=8.0, alpha=0.074, ns=(1.2e4, 1e5, 3.3e5, 7.9e5, 2.7e6)):
+    """Two seeds per size, mirrored +-0.5% around E + A N^-alpha: each size's mean lies exactly on the law."""
+    return {i: sf.Cell(float(n), {0: (E + A * n ** -alpha) * 0.995, 1: (E + A * n ** -alpha) * 1.005})
+            for i, n in enumerate(ns)}
+
+
+def test_fit_at_the_E_bound_is_flagged_and_blocks_forecasts():
+    # true E = 0: a pure power law, no flattening; the best fit must sit on the E >= 0 bound
+    post = _fit(_pure_power_cells())
+    assert post.law.E < 1e-3 * 3.0 and post.law.alpha == pytest.approx(0.074, rel=0.02)
+    issues = post.issues()
+    assert any("E >= 0 bound" in i for i in issues), issues
+    # a well-posed law (clear flattening towards E = 2.9) is not flagged
+    pre = _fit(_pure_power_cells(E=2.9, A=40.0, alpha=0.4))
+    assert pre.issues() == [] and pre.law.E == pytest.approx(2.9, rel=0.01)
+    # the fitted curves cross (the pure power law keeps falling), but no verdict may come from the bound
+    co = sf.crossover(pre, post, 1.2e4, 2.7e6, 2.7e8, names=("Pre-LN", "Post-LN"))
+    assert co.roots and co.verdict == "not resolvable"
+    assert co.text().startswith("not resolvable: Post-LN's fit is degenerate: E is at the E >= 0 bound")
+    # measured differences of opposite sign, each decisive, still show a crossover between those two sizes
+    meas = [sf.Measured(1.2e4, -0.3, 8.0, 0.01, "s"), sf.Measured(1e5, -0.05, 0.4, 0.7, "m"),
+            sf.Measured(2.7e6, +0.3, 9.0, 0.02, "l")]
+    co = sf.crossover(pre, post, 1.2e4, 2.7e6, 2.7e8, names=("Pre-LN", "Post-LN"), measured=meas)
+    assert co.verdict == "measured crossover"
+    assert co.text().startswith("measured crossover between N = 12k and 2.7M") and "not resolvable from the fits" in co.text()
+
+
+def test_exponent_at_its_bound_and_zero_width_intervals_are_flagged():
+    # loss that rises with N: the best law in the box is flat (A N^-alpha -> 0, E = the mean level)
+    rising = _fit(_pure_power_cells(E=0.0, A=1.0, alpha=-0.05))
+    assert rising.law.A * 1.2e4 ** -rising.law.alpha < 1e-3 * 1.5
+    assert any("negligible at every trained size" in i for i in rising.issues()), rising.issues()
+    flat = sf.FitResult(sf.PowerLaw(E=2.0, A=3.0, alpha=0.0), [], 10, 5, loss_min=4.9, n_min=1e4)
+    assert flat.issues() == ["alpha is at its lower bound 0 (the loss does not fall with N in the fit)"]
+    # a too-steep law (true alpha 4 > the box's 3): alpha at its upper bound
+    steep = _fit(_pure_power_cells(E=2.0, A=1e16, alpha=4.0, ns=(1e3, 2e3, 4e3, 8e3)))
+    assert steep.law.alpha >= sf.BOUNDS_EXP[1] - sf.EXP_TOL and any("upper bound 3" in i for i in steep.issues())
+    # zero-width interval: every replicate at one value
+    law = sf.PowerLaw(E=2.0, A=10.0, alpha=0.3)
+    stuck = sf.FitResult(law, [law] * 20, 10, 5, loss_min=2.5, n_min=1e4)
+    assert stuck.issues() == ["the bootstrap interval of E, A, alpha has zero width"]
+    assert sf.FitResult(law, [sf.PowerLaw(2.0 + 0.01 * k, 10.0, 0.3) for k in range(20)], 10, 5,
+                        loss_min=2.5, n_min=1e4).issues() == ["the bootstrap interval of A, alpha has zero width"]
+
+
+def test_crossover_needs_decisive_measurements_on_both_sides():
+    a = sf.PowerLaw(E=2.0, A=10.0, alpha=0.2)
+    b = sf.PowerLaw(E=1.5, A=100.0, alpha=0.4)
+    n_star = ((10 + math.sqrt(300)) / 200) ** -5
+    ns = np.geomspace(1e3, 1e6, 6)
+    fa = _fit(_cells(a, ns, range(3), 0.002, np.random.default_rng(3)))
+    fb = _fit(_cells(b, ns, range(3), 0.002, np.random.default_rng(4)))
+    diffs = [float(a(n) - b(n)) for n in ns]
+    assert diffs[0] < 0 < diffs[-1] and ns[0] < n_star < ns[-1]
+    decisive = [sf.Measured(float(n), d, 10.0, 1e-4) for n, d in zip(ns, diffs)]
+    assert sf.crossover(fa, fb, 1e3, 1e6, 1e8, measured=decisive).verdict == "crossover"
+    # the same fits, but every measured difference noise-dominated (p >= 0.05): not decisive
+    noise = [sf.Measured(float(n), d, 0.9, 0.5) for n, d in zip(ns, diffs)]
+    co = sf.crossover(fa, fb, 1e3, 1e6, 1e8, measured=noise)
+    assert co.verdict == "not resolvable" and "significant at no size" in co.text()
+    # decisive only on one side of the crossing: still not resolvable
+    one_side = [sf.Measured(float(n), d, 10.0, 1e-4 if n < n_star else 0.5) for n, d in zip(ns, diffs)]
+    assert sf.crossover(fa, fb, 1e3, 1e6, 1e8, measured=one_side).verdict == "not resolvable"
+    # no crossing of the fits and no decisive difference: "no crossover", said to leave the ordering open
+    fc = _fit(_cells(sf.PowerLaw(E=2.3, A=10.0, alpha=0.2), ns, range(3), 0.002, np.random.default_rng(5)))
+    far = sf.crossover(fa, fc, 1e3, 1e6, 1e8, measured=[sf.Measured(1e3, -0.3, 0.5, 0.6)])
+    assert far.verdict == "no crossover" and "which is better is not resolved" in far.text()
+
+
+def test_welch_p_against_the_closed_form():
+    # equal variances and 2 seeds each: Welch's df = 2, where the t distribution's two-sided p = 1 - t/sqrt(2+t^2)
+    a, b = [3.0, 3.2], [3.5, 3.7]
+    t = 0.5 / math.sqrt(0.02 / 2 + 0.02 / 2)
+    assert sf.welch_p(a, b) == pytest.approx(1 - t / math.sqrt(2 + t * t), rel=1e-9)
+    assert sf.welch_p([3.0], b) is None
+    assert sf.Measured(1.0, 0.5, 5.0, 0.04).decisive and not sf.Measured(1.0, 0.5, 5.0, 0.06).decisive
+
+
 # -- signal-to-noise -------------------------------------------------------------------------------------------
 def test_snr_against_hand_computation():
     a, b = [3.0, 3.2], [3.5, 3.9]
@@ -242,7 +321,14 @@ def test_scaling_section_renders_from_a_stored_tiny_sweep(tmp_path):
     assert last["diff"] == pytest.approx(sign * (sum(pre) / 2 - sum(post) / 2))
     assert last["seed_snr"] == pytest.approx(sf.seed_snr(pre, post))
     assert [f["factor"] for f in cmp["forecast"]] == [10, 100]
-    assert cmp["crossover"]["verdict"] in ("crossover", "forecast crossover", "no crossover", "not resolvable")
+    assert cmp["crossover"]["verdict"] in ("crossover", "forecast crossover", "measured crossover", "no crossover",
+                                           "not resolvable")
+    assert all(v["fit"]["issues"] == [] and not v["fit"]["degenerate"] for v in out["variants"])
+    assert all(f["resolvable"] for f in cmp["forecast"])
+    for o in cmp["observed"]:  # the stored seeds are +-0.4% around the laws: Welch's p from them
+        pre = [f for vn, size, s, f, n in finals.values() if vn == "Pre" and size == o["size"]]
+        post = [f for vn, size, s, f, n in finals.values() if vn == "Post" and size == o["size"]]
+        assert o["welch_p"] == pytest.approx(sf.welch_p(pre, post)) and o["decisive"] == (o["welch_p"] < 0.05)
 
     rep = normlab("report", str(d), "--json", cache=tmp_path / "c")
     assert rep.returncode == 0, rep.stderr

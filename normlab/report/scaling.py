@@ -252,7 +252,7 @@ def _nd_fits(curves: list[Curve], draws: list[dict[Any, list[int]]]) -> list[dic
 
 
 def _fit_json(fit: sf.FitResult) -> dict[str, Any]:
-    return {"params": fit.law.params(),
+    return {"params": fit.law.params(), "degenerate": bool(fit.issues()), "issues": fit.issues(),
             "ci95": {k: fit.interval(k) for k in fit.law.params()},
             "objective": fit.law.objective, "huber_delta": fit.delta, "n_points": fit.n_points, "n_sizes": fit.n_sizes,
             "replicates": sum(r is not None for r in fit.replicates)}
@@ -267,14 +267,23 @@ def _compare(an: ScalingAnalysis) -> None:
         if ca in fitted and cb in fitted:
             lo = max(min(p.params for p in c.points if p.losses) for c in (ca, cb))
             hi = an.n_max
+            blocked = sf.fit_blocks((a, b), (ca.fit, cb.fit))
             entry["forecast"] = []
             for f in FACTORS:
                 d, iv = sf.forecast(ca.fit, cb.fit, f * hi)
-                entry["forecast"].append({"factor": f, "params": f * hi, "diff": d, "ci95": iv})
-            co = sf.crossover(ca.fit, cb.fit, float(lo), hi, FACTORS[-1] * hi)
+                entry["forecast"].append({"factor": f, "params": f * hi, "diff": d, "ci95": iv,
+                                          "resolvable": not blocked,
+                                          "reason": "; ".join(blocked) if blocked else None})
+            measured = [sf.Measured(float(o["params"]), o["diff"], o["seed_snr"], o["welch_p"], o["size"])
+                        for o in entry["observed"]]
+            co = sf.crossover(ca.fit, cb.fit, float(lo), hi, FACTORS[-1] * hi, names=(a, b), measured=measured)
+            flip = sf.measured_flip(measured)
             entry["crossover"] = {"verdict": co.verdict, "text": co.text(), "roots": co.roots,
                                   "bootstrap_fraction": co.fraction, "ci95": co.interval,
-                                  "range": [co.n_min, co.n_max], "horizon": co.horizon}
+                                  "range": [co.n_min, co.n_max], "horizon": co.horizon,
+                                  "fit_issues": co.blocked,
+                                  "measured_flip": [flip[0].size, flip[1].size] if flip else None,
+                                  "decisive_sizes": [m.size for m in measured if m.decisive]}
         an.comparisons.append(entry)
     sizes = sorted({p.size for c in an.curves for p in c.points})
     for size in sizes:
@@ -295,10 +304,12 @@ def _observed(a: Curve, b: Curve) -> list[dict[str, Any]]:
         q = pb.get((p.size, p.tokens))
         if q is None or not p.losses or not q.losses:
             continue
+        pv = sf.welch_p(list(p.losses.values()), list(q.losses.values()))
         out.append({"size": p.size, "params": p.params, "tokens": p.tokens, "diff": p.mean - q.mean,
                     "seeds": [len(p.losses), len(q.losses)],
                     "seed_snr": sf.seed_snr(list(p.losses.values()), list(q.losses.values())),
-                    "step_snr": sf.heineman_snr([p.mean, q.mean], [*p.last.values(), *q.last.values()])})
+                    "step_snr": sf.heineman_snr([p.mean, q.mean], [*p.last.values(), *q.last.values()]),
+                    "welch_p": pv, "decisive": pv is not None and pv < sf.SIGNIFICANCE})
     return out
 
 
@@ -324,8 +335,14 @@ def _summary(an: ScalingAnalysis) -> list[str]:
         p = c.fit.law
         ia = c.fit.interval("alpha")
         ie = c.fit.interval("E")
-        out.append(f"{c.name}: L(N) = {p.E:.3f} + {p.A:.3g} N^-{p.alpha:.3f} bits/byte (alpha 95% interval "
-                   f"{f'{ia[0]:.3f}-{ia[1]:.3f}' if ia else 'n/a'}, E {f'{ie[0]:.3f}-{ie[1]:.3f}' if ie else 'n/a'}).")
+        line = (f"{c.name}: L(N) = {p.E:.3f} + {p.A:.3g} N^-{p.alpha:.3f} bits/byte (alpha 95% interval "
+                f"{f'{ia[0]:.3f}-{ia[1]:.3f}' if ia else 'n/a'}, E {f'{ie[0]:.3f}-{ie[1]:.3f}' if ie else 'n/a'})")
+        issues = c.fit.issues()
+        if issues:
+            line += (f" — DEGENERATE FIT: {'; '.join(issues)}. The data do not pin this law down (for E at 0: "
+                     "the loss shows no flattening over the trained sizes, so the irreducible loss is not "
+                     "identified); forecasts and crossovers from it are not resolvable")
+        out.append(line + ".")
     for cmp in an.comparisons:
         obs = cmp["observed"]
         if not obs:
@@ -337,9 +354,17 @@ def _summary(an: ScalingAnalysis) -> list[str]:
                 f"{_snr_word(last['step_snr'])}")
         if "forecast" in cmp:
             f100 = cmp["forecast"][-1]
-            line += (f"; forecast {cmp['a']} − {cmp['b']} at 100x ({sf._n(f100['params'])}): {f100['diff']:+.3f} "
-                     f"{_fmt_ci(f100['ci95'])}; {cmp['crossover']['text']}")
+            if f100["resolvable"]:
+                line += (f"; forecast {cmp['a']} − {cmp['b']} at 100x ({sf._n(f100['params'])}): "
+                         f"{f100['diff']:+.3f} {_fmt_ci(f100['ci95'])}")
+            else:
+                line += f"; forecast at 100x not resolvable ({f100['reason']})"
+            line += f"; crossover: {cmp['crossover']['text']}"
         out.append(line + ".")
+    out.append(f"A measured difference is decisive at a size when Welch's t-test over the seeds gives p < "
+               f"{sf.SIGNIFICANCE:g} (with 2 seeds per variant: seed SNR above about 4.3); a crossover within the "
+               "trained range counts only when decisive differences of opposite sign bracket it, and forecasts "
+               "and crossovers from a degenerate fit (a parameter at its bound) are not resolvable.")
     out.append("Intervals are 95% percentile bootstraps over seeds; with 2 seeds per size they are coarse, and "
                "forecasts 100x beyond the largest trained size extrapolate far outside the data.")
     return out
@@ -353,7 +378,8 @@ def to_json(an: ScalingAnalysis) -> dict[str, Any]:
             "points": [{"size": p.size, "width": p.width, "depth": p.depth, "params": p.params, "tokens": p.tokens,
                         "lr": p.lr, "lrs_tried": p.lrs_tried, "losses": {str(s): v for s, v in p.losses.items()},
                         "mean": p.mean, "diverged": p.diverged, "unfinished": p.unfinished} for p in c.points],
-            "fit": _fit_json(c.fit) if c.fit else None, "fit_error": c.fit_error})
+            "fit": _fit_json(c.fit) if c.fit else None, "fit_error": c.fit_error,
+            "fit_issues": c.fit.issues() if c.fit else None})
     return _clean({
         "sweep_dir": str(an.sweep_dir), "params": "non-embedding", "metric": "final validation bits/byte",
         "lr_rule": an.lr_rule, "tokens_rule": an.tokens_rule, "fit": "Huber on log loss (delta: max(1e-3, 1.345 standard errors)), L-BFGS",

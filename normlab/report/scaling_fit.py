@@ -34,6 +34,15 @@ HUBER_DELTA = 1e-3
 LEVEL = 0.95
 INIT_EXPONENTS = np.concatenate([np.linspace(0.02, 0.3, 8), np.linspace(0.35, 2.0, 12)])
 BOUNDS_EXP = (0.0, 3.0)  # alpha, beta: a loss law that rises with size is reported at the bound, not fitted
+BOUNDS_LOG_E = (-20.0, 10.0)  # e = log E: E >= 0 in effect
+BOUNDS_LOG_A = (-50.0, 80.0)
+# A parameter within these tolerances of its bound is "at the bound" (the optimiser stops short of the box edge when
+# the objective is flat there: for E -> 0 the gradient in e = log E vanishes like E / L)
+E_REL_TOL = 1e-3        # E below 1e-3 of the smallest fitted loss: the E >= 0 bound
+EXP_TOL = 1e-3          # alpha or beta within 1e-3 of 0 or 3
+LOG_TOL = 1e-3          # log A, log B within 1e-3 of their box
+ZERO_WIDTH_REL = 1e-6   # a bootstrap interval narrower than 1e-6 of the value: every replicate stuck at one value
+SIGNIFICANCE = 0.05     # Welch's t-test level for "a measured difference is decisive at this size"
 
 
 def huber(r: np.ndarray, delta: float = HUBER_DELTA) -> np.ndarray:
@@ -92,7 +101,7 @@ def _minimise(feats: np.ndarray, y: np.ndarray, inits: list[np.ndarray], delta: 
     from scipy.optimize import minimize
 
     k = feats.shape[1]
-    bounds = [(-20.0, 10.0)] + [(-50.0, 80.0), BOUNDS_EXP] * k
+    bounds = [BOUNDS_LOG_E] + [BOUNDS_LOG_A, BOUNDS_EXP] * k
     best_x, best_f = None, math.inf
     for x0 in inits:
         x0 = np.clip(x0, [b[0] for b in bounds], [b[1] for b in bounds])
@@ -192,6 +201,14 @@ class FitResult:
     n_sizes: int = 0
     with_d: bool = False
     delta: float = HUBER_DELTA
+    loss_min: float = 0.0  # the smallest fitted point (mean loss at a size): the scale for "E is at 0"
+    n_min: float = 0.0     # the smallest fitted size: where the N term is largest
+
+    def issues(self) -> list[str]:
+        """Why this fit is degenerate, one phrase each (empty when it is not): a parameter at (or within numerical
+        tolerance of) its bound, or a bootstrap interval of zero width. Forecasts and crossovers from a degenerate
+        fit are a property of the bound, not of the data, and are reported as not resolvable."""
+        return fit_issues(self)
 
     def interval(self, key: str, level: float = LEVEL) -> tuple[float, float] | None:
         vals = [getattr(r, key) for r in self.replicates if r is not None]
@@ -218,7 +235,44 @@ def fit_cells(cells: dict[Any, Cell], draws: list[dict[Any, list[int]]], *, with
             reps.append(None)
             continue
         reps.append(fit_law(rn, ry, rd if with_d else None, start=law, delta=delta))
-    return FitResult(law, reps, sum(len(c.losses) for c in cells.values()), len(ys), with_d, delta)
+    return FitResult(law, reps, sum(len(c.losses) for c in cells.values()), len(ys), with_d, delta, float(min(ys)),
+                     float(min(ns)))
+
+
+def fit_issues(fit: FitResult) -> list[str]:
+    """See ``FitResult.issues``. Checked: ``E >= 0`` (E below ``E_REL_TOL`` of the smallest fitted loss: no
+    flattening in the data, so the irreducible loss is not identified and the law is a pure power law by the
+    bound), the exponents' box ``[0, 3]``, the box of ``log A``/``log B`` and zero-width bootstrap intervals."""
+    law, out = fit.law, []
+    scale = fit.loss_min if fit.loss_min > 0 else 1.0
+    if law.E <= E_REL_TOL * scale:
+        out.append(f"E is at the E >= 0 bound (E = {law.E:.2g})")
+    elif math.log(law.E) >= BOUNDS_LOG_E[1] - LOG_TOL:
+        out.append(f"E is at its upper bound (E = {law.E:.3g})")
+    for key in ("alpha", "beta"):
+        v = getattr(law, key)
+        if v is None:
+            continue
+        if v <= BOUNDS_EXP[0] + EXP_TOL:
+            out.append(f"{key} is at its lower bound 0 (the loss does not fall with "
+                       f"{'N' if key == 'alpha' else 'D'} in the fit)")
+        elif v >= BOUNDS_EXP[1] - EXP_TOL:
+            out.append(f"{key} is at its upper bound {BOUNDS_EXP[1]:g}")
+    if fit.n_min > 0 and law.A * fit.n_min ** -law.alpha <= E_REL_TOL * scale:
+        out.append("the N term A N^-alpha is negligible at every trained size (a flat law: the loss does not "
+                   "fall with N in the fit, so A and alpha are not identified)")
+    for key in ("A", "B"):
+        v = getattr(law, key)
+        if v is not None and not (BOUNDS_LOG_A[0] + LOG_TOL < math.log(v) < BOUNDS_LOG_A[1] - LOG_TOL):
+            out.append(f"{key} is at its bound ({key} = {v:.3g})")
+    stuck = []
+    for key, v in law.params().items():
+        iv = fit.interval(key)
+        if iv is not None and iv[1] - iv[0] <= ZERO_WIDTH_REL * max(abs(v), 1e-300):
+            stuck.append(key)
+    if stuck:
+        out.append(f"the bootstrap interval of {', '.join(stuck)} has zero width")
+    return out
 
 
 def huber_delta(cells: dict[Any, Cell]) -> float:
@@ -266,9 +320,59 @@ def difference(a: PowerLaw, b: PowerLaw, d_of_n: Callable[[np.ndarray], np.ndarr
     return f
 
 
+@dataclass(frozen=True)
+class Measured:
+    """The measured difference ``a - b`` at one size: mean over seeds, seed SNR and Welch's t-test p-value."""
+
+    params: float
+    diff: float
+    seed_snr: float | None = None
+    p: float | None = None
+    size: str = ""
+
+    @property
+    def decisive(self) -> bool:
+        """Significant at ``SIGNIFICANCE`` by Welch's t-test (needs >= 2 seeds per variant)."""
+        return self.p is not None and self.p < SIGNIFICANCE
+
+    def text(self) -> str:
+        snr = f"seed SNR {self.seed_snr:.1f}" if self.seed_snr is not None else "one seed"
+        p = f", p = {self.p:.2g}" if self.p is not None else ""
+        return f"{self.diff:+.3f} at {self.size or _n(self.params)} ({snr}{p})"
+
+
+def fit_blocks(names: Sequence[str], fits: Sequence[FitResult]) -> list[str]:
+    """One phrase per degenerate fit among ``fits``, e.g. ``"Post-LN's fit is degenerate: E is at the E >= 0
+    bound (E = 8.7e-09)"``: what makes forecasts and crossovers from them not resolvable."""
+    return [f"{name}'s fit is degenerate: {', '.join(fit.issues())}" for name, fit in zip(names, fits)
+            if fit.issues()]
+
+
+def welch_p(a: Sequence[float], b: Sequence[float]) -> float | None:
+    """Two-sided p-value of Welch's t-test for ``mean(a) != mean(b)`` (scipy); None with < 2 values per side or
+    no spread at all."""
+    if len(a) < 2 or len(b) < 2:
+        return None
+    from scipy.stats import ttest_ind
+
+    p = float(ttest_ind(list(a), list(b), equal_var=False).pvalue)
+    return p if math.isfinite(p) else None
+
+
+def measured_flip(measured: Sequence[Measured]) -> tuple[Measured, Measured] | None:
+    """The first pair of sizes (ordered by N) whose differences are both decisive and of opposite sign, taking
+    consecutive decisive sizes: the measurements alone then show a crossover between them."""
+    dec = [m for m in sorted(measured, key=lambda m: m.params) if m.decisive and m.diff != 0.0]
+    for lo, hi in zip(dec, dec[1:]):
+        if (lo.diff > 0) != (hi.diff > 0):
+            return lo, hi
+    return None
+
+
 @dataclass
 class Crossover:
-    """Where two fitted curves cross in ``[n_min, horizon]``, with the bootstrap's view of it."""
+    """Where two fitted curves cross in ``[n_min, horizon]``, with the bootstrap's view of it, checked against the
+    fits' degeneracy (``blocked``: a fit at a bound) and the measured differences (``measured``)."""
 
     roots: list[float]
     fraction: float | None            # share of bootstrap replicates with a crossing in range
@@ -276,30 +380,70 @@ class Crossover:
     n_min: float
     n_max: float
     horizon: float
+    blocked: list[str] = field(default_factory=list)    # e.g. "Post-LN's fit is at the E >= 0 bound"
+    measured: list[Measured] | None = None              # None: judge the fits alone
+
+    def _support(self, root: float) -> bool:
+        """A decisive measured difference on each side of ``root``, of opposite signs."""
+        ms = [m for m in self.measured or [] if m.decisive]
+        return any((lo.diff > 0) != (hi.diff > 0) for lo in ms if lo.params < root for hi in ms if hi.params > root)
 
     @property
     def verdict(self) -> str:
-        """``crossover``, ``forecast crossover``, ``no crossover`` or ``not resolvable``."""
+        """``crossover`` / ``forecast crossover`` (fits and bootstrap agree, and the measurements back it),
+        ``measured crossover`` (the measured sign flips between two sizes, each decisive; the fits cannot place
+        it), ``no crossover`` or ``not resolvable``."""
+        flip = measured_flip(self.measured) if self.measured is not None else None
+        if self.blocked:
+            return "measured crossover" if flip else "not resolvable"
         f = self.fraction
-        if self.roots and (f is None or f >= LEVEL):
-            return "crossover" if self.roots[0] <= self.n_max else "forecast crossover"
-        if not self.roots and (f is None or f <= 1 - LEVEL):
-            return "no crossover"
-        return "not resolvable"
+        fits_cross = bool(self.roots) and (f is None or f >= LEVEL)
+        fits_none = not self.roots and (f is None or f <= 1 - LEVEL)
+        if fits_cross:
+            root = self.roots[0]
+            if self.measured is None:
+                return "crossover" if root <= self.n_max else "forecast crossover"
+            if root <= self.n_max:
+                return "crossover" if self._support(root) else "measured crossover" if flip else "not resolvable"
+            if flip:
+                return "measured crossover"
+            return "forecast crossover" if any(m.decisive for m in self.measured) else "not resolvable"
+        if fits_none:
+            return "measured crossover" if flip else "no crossover"
+        return "measured crossover" if flip else "not resolvable"
 
     def text(self) -> str:
         v = self.verdict
         span = f"{_n(self.n_min)}-{_n(self.horizon)}"
         frac = f"{self.fraction:.0%} of bootstrap fits cross" if self.fraction is not None else "no bootstrap"
         iv = f" (95% interval {_n(self.interval[0])}-{_n(self.interval[1])})" if self.interval else ""
+        fit_says = f"the fits cross at N = {_n(self.roots[0])}" if self.roots else "the fits do not cross"
+        meas = self.measured or []
+        if v == "measured crossover":
+            lo, hi = measured_flip(meas)  # type: ignore[misc]
+            why = ("its place is not resolvable from the fits: " + "; ".join(self.blocked) if self.blocked
+                   else f"{fit_says}, {frac}")
+            return (f"measured crossover between N = {_n(lo.params)} and {_n(hi.params)}: {lo.text()} vs "
+                    f"{hi.text()}; {why}")
+        if self.blocked:
+            return f"not resolvable: {'; '.join(self.blocked)} ({fit_says})"
         if v == "crossover":
             return f"crossover within the fitted range at N = {_n(self.roots[0])}{iv}; {frac}"
         if v == "forecast crossover":
             return f"crossover forecast beyond the fitted range at N = {_n(self.roots[0])}{iv}; {frac}"
         if v == "no crossover":
-            return f"no crossover within N = {span} (the fitted range and up to 100x beyond); {frac}"
-        where = f"the fit crosses at N = {_n(self.roots[0])}" if self.roots else "the fit does not cross"
-        return f"not resolvable: {where} but {frac} in N = {span}"
+            out = f"no crossover within N = {span} (the fitted range and up to 100x beyond); {frac}"
+            if self.measured is not None and not any(m.decisive for m in meas):
+                out += ("; but the measured difference is significant at no size, so which is better is not "
+                        "resolved either")
+            return out
+        if self.roots and (self.fraction is None or self.fraction >= LEVEL) and self.measured is not None:
+            best = max((m for m in meas if m.seed_snr is not None), key=lambda m: m.seed_snr, default=None)
+            noise = ("the measured difference is significant at no size" if not any(m.decisive for m in meas)
+                     else "no decisive measured difference of each sign brackets it")
+            top = f" (largest seed SNR {best.seed_snr:.1f})" if best is not None else ""
+            return f"not resolvable: {fit_says}{iv} and {frac}, but {noise}{top}"
+        return f"not resolvable: {fit_says} but {frac} in N = {span}"
 
 
 def _n(x: float) -> str:
@@ -310,7 +454,11 @@ def _n(x: float) -> str:
 
 
 def crossover(a: FitResult, b: FitResult, n_min: float, n_max: float, horizon: float,
-              d_of_n: Callable[[np.ndarray], np.ndarray] | None = None) -> Crossover:
+              d_of_n: Callable[[np.ndarray], np.ndarray] | None = None, *, names: tuple[str, str] = ("a", "b"),
+              measured: Sequence[Measured] | None = None) -> Crossover:
+    """The crossover of the fitted curves of ``a`` and ``b`` (named ``names``) in ``[n_min, horizon]``; with
+    ``measured`` (the measured differences per size) the verdict is also checked against the data."""
+    blocked = fit_blocks(names, (a, b))
     roots = crossings(difference(a.law, b.law, d_of_n), n_min, horizon)
     firsts, total = [], 0
     for ra, rb in zip(a.replicates, b.replicates):
@@ -325,7 +473,8 @@ def crossover(a: FitResult, b: FitResult, n_min: float, n_max: float, horizon: f
     if len(firsts) >= 10:
         lo, hi = np.quantile(np.log(firsts), [(1 - LEVEL) / 2, (1 + LEVEL) / 2])
         interval = (float(math.exp(lo)), float(math.exp(hi)))
-    return Crossover(roots, frac, interval, n_min, n_max, horizon)
+    return Crossover(roots, frac, interval, n_min, n_max, horizon, blocked,
+                     list(measured) if measured is not None else None)
 
 
 def forecast(a: FitResult, b: FitResult, n: float, d: float | None = None) -> tuple[float, tuple[float, float] | None]:

@@ -44,11 +44,14 @@ def scaling_png(an: ScalingAnalysis) -> bytes | None:
             ax.scatter([p.params] * len(p.losses), list(p.losses.values()), color=col, marker="x", s=16, alpha=0.55)
         done = [p for p in c.points if p.losses]
         ax.scatter([p.params for p in done], [p.mean for p in done], color=col, s=30, zorder=3,
-                   label=f"{c.name}" + ("" if c.fit else " (no fit)"))
+                   label=f"{c.name}" + ("" if c.fit and not c.fit.issues() else " (degenerate fit: not extrapolated)"
+                                        if c.fit else " (no fit)"))
         if c.fit is None:
             continue
         inside = grid <= an.n_max * 1.0001
         ax.plot(grid[inside], c.fit.law(grid[inside]), color=col, lw=1.6)
+        if c.fit.issues():  # a degenerate fit forecasts nothing: no extrapolation, no band
+            continue
         ax.plot(grid[~inside], c.fit.law(grid[~inside]), color=col, lw=1.4, ls="--")
         reps = [r for r in c.fit.replicates if r is not None]
         if len(reps) >= 10:
@@ -86,13 +89,15 @@ def tables(an: ScalingAnalysis) -> dict[str, tuple[list[str], list[list[str]]]]:
     rows = []
     for c in an.curves:
         if c.fit is None:
-            rows.append([c.name, "–", "–", "–", "–", "–", "–", c.fit_error or ""])
+            rows.append([c.name, "–", "–", "–", "–", "–", "–", c.fit_error or "", "no fit"])
             continue
         p = c.fit.law
-        rows.append([c.name, f"{p.E:.4f}", _iv(c.fit.interval("E"), ".4f"), f"{p.A:.4g}", _iv(c.fit.interval("A")),
-                     f"{p.alpha:.4f}", _iv(c.fit.interval("alpha"), ".4f"),
-                     f"{c.fit.n_points} runs, {c.fit.n_sizes} sizes"])
-    out["fits"] = (["variant", "E", "E 95%", "A", "A 95%", "alpha", "alpha 95%", "data"], rows)
+        issues = c.fit.issues()
+        rows.append([c.name, f"{p.E:.4f}" if p.E >= 1e-4 else f"{p.E:.2g}", _iv(c.fit.interval("E"), ".4f"),
+                     f"{p.A:.4g}", _iv(c.fit.interval("A")), f"{p.alpha:.4f}", _iv(c.fit.interval("alpha"), ".4f"),
+                     f"{c.fit.n_points} runs, {c.fit.n_sizes} sizes",
+                     ("⚠ degenerate: " + "; ".join(issues)) if issues else "ok"])
+    out["fits"] = (["variant", "E", "E 95%", "A", "A 95%", "alpha", "alpha 95%", "data", "fit"], rows)
 
     rows = []
     for c in an.curves:
@@ -108,8 +113,13 @@ def tables(an: ScalingAnalysis) -> dict[str, tuple[list[str], list[list[str]]]]:
         cells = [f"{cmp['a']} − {cmp['b']}",
                  f"{obs['diff']:+.4f} ({obs['size']})" if obs else "–",
                  _snr(obs["seed_snr"]) if obs else "–", _snr(obs["step_snr"]) if obs else "–"]
-        for f in cmp.get("forecast", [{"diff": None, "ci95": None}] * len(FACTORS)):
-            cells.append("–" if f["diff"] is None else f"{f['diff']:+.3f} [{_iv(f['ci95'], '+.3f')}]")
+        for f in cmp.get("forecast", [{"diff": None, "ci95": None, "resolvable": True}] * len(FACTORS)):
+            if f["diff"] is None:
+                cells.append("–")
+            elif not f["resolvable"]:
+                cells.append(f"not resolvable (degenerate fit; it gives {f['diff']:+.3f})")
+            else:
+                cells.append(f"{f['diff']:+.3f} [{_iv(f['ci95'], '+.3f')}]")
         cells.append(cmp["crossover"]["text"] if "crossover" in cmp else "no fit for one of the two")
         rows.append(cells)
     out["forecast"] = (["a − b (bits/byte)", "measured at largest size", "seed SNR", "step SNR",
@@ -119,8 +129,9 @@ def tables(an: ScalingAnalysis) -> dict[str, tuple[list[str], list[list[str]]]]:
     for cmp in an.comparisons:
         for o in cmp["observed"]:
             rows.append([f"{cmp['a']} − {cmp['b']}", o["size"], f"{o['params']:,}", f"{o['diff']:+.4f}",
-                         _snr(o["seed_snr"]), _snr(o["step_snr"])])
-    out["snr"] = (["comparison", "size", "N", "difference", "seed SNR", "step SNR"], rows)
+                         _snr(o["seed_snr"]), _snr(o["step_snr"]),
+                         "–" if o["welch_p"] is None else f"{o['welch_p']:.2g}" + (" ✓" if o["decisive"] else "")])
+    out["snr"] = (["comparison", "size", "N", "difference", "seed SNR", "step SNR", "Welch p"], rows)
     return out
 
 
@@ -131,10 +142,15 @@ NOTES = {
     "forecast": "Difference a − b (negative: a has the lower loss) measured at the largest trained size, and "
                 "forecast by the two fits at 10x and 100x it, with paired-bootstrap 95% intervals. A crossover is "
                 "where the fitted curves intersect between the smallest size and 100x the largest; it counts as "
-                "resolved when at least 95% (or at most 5%) of bootstrap fits agree.",
+                "resolved when at least 95% (or at most 5%) of bootstrap fits agree and, within the trained range, "
+                "when measured differences of opposite sign that are decisive (Welch p < 0.05) bracket it; "
+                "'measured crossover' means the measured sign flips between two decisive sizes. Forecasts and "
+                "crossovers from a degenerate fit (a parameter at its bound, or a zero-width bootstrap interval) "
+                "are not resolvable.",
     "snr": f"Seed SNR: |difference| / pooled seed-to-seed sd. Step SNR (Heineman et al. 2025): relative difference "
            f"/ mean relative sd of each run's last {NOISE_LAST_N} validation evaluations. ⚠ marks SNR < 1: the "
-           "difference is smaller than the noise, so that small-scale conclusion is not trustworthy.",
+           "difference is smaller than the noise, so that small-scale conclusion is not trustworthy. Welch p: "
+           "Welch's t-test over seeds; ✓: decisive (p < 0.05).",
 }
 
 
