@@ -370,8 +370,15 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def entry() -> None:
-    """Console-script entry point."""
-    sys.exit(main())
+    """Console-script entry point. A Ctrl-C while the parser is built (outside ``guarded``) is exit 130 too."""
+    try:
+        code = main()
+    except KeyboardInterrupt:
+        from normlab.errors import EXIT_INTERRUPTED
+
+        print("interrupted (Ctrl-C); nothing was written", file=sys.stderr)
+        code = EXIT_INTERRUPTED
+    sys.exit(code)
 
 
 if __name__ == "__main__":

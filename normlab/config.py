@@ -296,16 +296,25 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
         in_mapping = any(key.startswith(f"{m}.") and key.count(".") == m.count(".") + 1 for m in _mapping_keys())
         if key not in valid and not in_mapping:
             raise NormlabError(f"unknown config key '{key}'{suggest_key(key, valid)}")
-        try:
-            value = load_yaml(raw, f"--set {key}") if raw != "" else ""
-        except yaml.YAMLError:
-            value = raw
+        value = _override_value(raw, key)
         node = data
         *parents, leaf = key.split(".")
         for p in parents:
             node = node.setdefault(p, {})
         node[leaf] = value
     return data
+
+
+def _override_value(raw: str, key: str) -> Any:
+    """A ``--set`` value as a YAML scalar; text YAML cannot read stays text. A value that starts with ``*`` is text
+    too (``data.source=*foo``, a glob): as YAML it would be an alias, and a one-value document has no anchor it
+    could refer to. Aliases after an anchor inside a value (``{a: &x [..], b: *x}``) are still refused."""
+    if raw == "" or raw.lstrip().startswith("*"):
+        return raw
+    try:
+        return load_yaml(raw, f"--set {key}")
+    except yaml.YAMLError:
+        return raw
 
 
 def resolve_config_path(name: str) -> Path:

@@ -1,10 +1,13 @@
-"""Atomic file writing (temp file in the same directory, fsync, then ``os.replace``) and safe loading.
+"""Atomic file writing (temp file in the same directory, fsync, then ``os.replace``), atomic publishing of a
+whole output directory (``publish_dir``) and safe loading.
 
-Nothing here unpickles: tensors are safetensors, metadata is JSON / YAML.
+Nothing here unpickles: tensors are safetensors, metadata is JSON / YAML. Importing this module does not import
+torch (sweep workers and the CLI's light commands use it); the safetensors-torch functions load it on first use.
 """
 
 from __future__ import annotations
 
+import glob
 import json
 import math
 import os
@@ -15,10 +18,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
-import torch
 import yaml
 from safetensors import SafetensorError
-from safetensors.torch import load_file, save_file
 
 from normlab.errors import NormlabError
 from normlab.safety import read_jsonl  # noqa: F401 - torch-free, re-exported
@@ -39,6 +40,34 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+def check_new_dir(out: str | Path, flag: str = "--out") -> Path:
+    """``out`` as a directory a command will create: an existing file or non-empty directory is a one-line error."""
+    out = Path(out)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise NormlabError(f"{flag} {out} already exists and is not empty")
+    return out
+
+
+@contextmanager
+def publish_dir(out: str | Path) -> Iterator[Path]:
+    """Build a whole output directory atomically: yield a fresh temp directory beside ``out``
+    (``.NAME.XXXXXXXX``); when the block ends without error it is renamed to ``out`` (an empty ``out`` is
+    replaced), on error it is removed, so ``out`` is either absent/empty or complete. Temp directories of this
+    name that a killed earlier command left behind are removed first."""
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    clean_stale_temps(out.parent, (f"{glob.escape('.' + out.name)}.????????",))
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        yield tmp
+        if out.exists():
+            out.rmdir()  # empty (check_new_dir); a non-empty one is an OSError naming the path
+        os.replace(tmp, out)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def write_text(path: str | Path, text: str) -> None:
@@ -84,7 +113,21 @@ def read_json(path: str | Path, what: str = "file") -> Any:
         raise NormlabError(f"{what} {path} is truncated or corrupted (not valid JSON)") from None
 
 
-def save_tensors(path: str | Path, tensors: dict[str, torch.Tensor], metadata: dict[str, str] | None = None) -> None:
+def save_file(tensors: dict[str, Any], path: str, metadata: dict[str, str] | None = None) -> None:
+    """``safetensors.torch.save_file`` (imported on first use: this module stays torch-free)."""
+    from safetensors.torch import save_file as _save
+
+    _save(tensors, path, metadata=metadata)
+
+
+def load_file(path: str) -> dict[str, Any]:
+    """``safetensors.torch.load_file`` (imported on first use)."""
+    from safetensors.torch import load_file as _load
+
+    return _load(path)
+
+
+def save_tensors(path: str | Path, tensors: dict[str, Any], metadata: dict[str, str] | None = None) -> None:
     """Atomically save a flat dict of tensors as safetensors (contiguous copies, shared storage split)."""
     flat = {k: v.detach().contiguous().clone() for k, v in tensors.items()}
     with atomic_path(path) as tmp:
@@ -113,7 +156,7 @@ def _sort_metadata(path: Path) -> None:
         f.write(new + b" " * (n - len(new)))
 
 
-def load_tensors(path: str | Path, what: str = "checkpoint") -> dict[str, torch.Tensor]:
+def load_tensors(path: str | Path, what: str = "checkpoint") -> dict[str, Any]:
     """Load a safetensors file; missing, truncated or foreign files are one-line NormlabErrors."""
     path = Path(path)
     if not path.is_file():

@@ -240,35 +240,27 @@ def check_eval_memory(mc: Any, batch: int, context: int, what: str) -> None:
 
 
 # ---------------------------------------------------------------------------------------------- CLI flags
-def int_in(lo: int | None = None, hi: int | None = None):
-    """argparse ``type=`` for an integer flag in ``[lo, hi]`` (argparse prints the one-line error)."""
-    rng = I(lo, hi)
+def _flag_type(cast, rng: Range, name: str):
+    """argparse ``type=``: ``cast(text)`` must succeed and lie in ``rng`` (argparse prints the one-line error)."""
 
-    def parse(text: str) -> int:
+    def parse(text: str):
         try:
-            v = int(text)
+            v = cast(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"must be {rng.text()}, got '{text}'") from None
         if not rng.contains(v):
             raise argparse.ArgumentTypeError(f"must be {rng.text(v)}, got {text}")
         return v
 
-    parse.__name__ = "integer"
+    parse.__name__ = name
     return parse
+
+
+def int_in(lo: int | None = None, hi: int | None = None):
+    """argparse ``type=`` for an integer flag in ``[lo, hi]``."""
+    return _flag_type(int, I(lo, hi), "integer")
 
 
 def float_in(lo: float | None = None, hi: float | None = None, *, lo_open: bool = False):
     """argparse ``type=`` for a finite float flag in its range."""
-    rng = R(lo, hi, lo_open=lo_open)
-
-    def parse(text: str) -> float:
-        try:
-            v = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"must be {rng.text()}, got '{text}'") from None
-        if not rng.contains(v):
-            raise argparse.ArgumentTypeError(f"must be {rng.text()}, got {text}")
-        return v
-
-    parse.__name__ = "number"
-    return parse
+    return _flag_type(float, R(lo, hi, lo_open=lo_open), "number")

@@ -72,6 +72,10 @@ BAD_SET = [  # (--set KEY=VALUE, fragments of the one-line error)
     ("train.z_loss=.nan", ["train.z_loss must be >= 0"]),
     ("model.norm_options.alpha_init=.nan", ["model.norm_options.alpha_init must be a finite number"]),
     ("model.width=8192", ["training needs an estimated", "GiB", "available", "train.batch_size"]),  # memory check
+    # a value starting with '*' is text (no anchor can precede it), checked like any other value of its key
+    ("data.source=*foo", ["corpus path '*foo' does not exist"]),
+    ("model.norm=*foo", ["unknown norm '*foo'", "allowed: batchnorm"]),
+    ("model.norm_options={a: &x [1], b: *x}", ["--set model.norm_options", "YAML aliases (*x) are not allowed"]),
 ]
 
 
@@ -417,6 +421,32 @@ def test_report_escapes_names_and_prints_them_literally(tmp_path, cache):
     assert_bad_input(run_inproc("eval", str(tmp_path / "a[/bold]"), cache=cache), "a[/bold]", "does not exist")
 
 
+def test_report_surgery_sections_escape_names(tmp_path, cache):
+    """report --quantize --label-free: the W4 rows and the label-free section carry hostile variant names escaped
+    in report.md (entities + backslashed Markdown) and report.html, as the rest of the report does."""
+    from normlab.surgery.robustness import FORMAT
+
+    rows = [(v, s, "completed", 1.5 + i / 10) for i, (v, s, _, _) in enumerate(HOSTILE)]
+    s = make_sweep(tmp_path / "s", rows)
+    for i in range(len(rows)):
+        r = s / "runs" / f"r{i}"
+        r.mkdir(parents=True)
+        (r / "quant_robustness.json").write_text(json.dumps({
+            "settings": {"format": FORMAT, "max_tokens": 8192, "bits": 4}, "bpb": 2.0, "w4_rtn": 0.01 + i / 100,
+            "w4_hadamard": 0.005, "hadamard_error": None, "max_act_outlier_ratio": 3.0}))
+        (r / "label_free.json").write_text(json.dumps({
+            "settings": {"format": FORMAT, "max_tokens": 8192}, "mano": 0.5 - i / 100,
+            "matrix_nuclear_norm": 1.0 + i, "loss": 2.0 + i / 10, "bpb": 3.0}))
+    proc = run_inproc("report", str(s), "--quantize", "--label-free", cache=cache)
+    assert proc.returncode == 0, proc.stderr
+    md, page = (s / "report.md").read_text(), (s / "report.html").read_text()
+    block = md[md.index("## Label-free metrics"):].split("\n## ")[0]
+    assert "| &lt;script&gt;alert(1)&lt;/script&gt; | " in block and "| \\[/bold\\]x | " in block
+    assert "| a\\|b\\*\\_c\\_ | " in block  # a name cannot break the table or add emphasis
+    assert "<script>" not in md and "<script>alert" not in page
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;</td>" in page[page.index("Label-free metrics"):]
+
+
 CORRUPT_STORE = [  # (SQL, command, fragments)
     ("UPDATE runs SET config_json='{bad'", "runs", ["results.sqlite", "is damaged", "config_json"]),
     ("UPDATE runs SET config_json='{bad'", "report", ["results.sqlite", "is damaged", "config_json"]),
@@ -505,3 +535,113 @@ def test_report_never_writes_through_a_symlink_out_of_the_sweep_dir(tmp_path, ca
     (s / "report.md").symlink_to(victim)
     assert_bad_input(run_inproc("report", str(s), cache=cache), "refusing to write", "report.md")
     assert victim.read_text() == "precious" and not (s / "report.html").exists()
+
+
+# ------------------------------------------------------------------------ Ctrl-C during start-up (deterministic)
+# The child parks itself at a chosen point of start-up (a wrapper writes a readiness marker there and waits), the
+# test sends SIGINT only once that marker exists, so where the signal lands does not depend on the machine's load.
+# The child starts with SIGINT at its default (as from a terminal; a background pytest would hand down SIG_IGN).
+_CHILD = r'''
+import signal, sys, time
+from pathlib import Path
+ready, phase, argv = Path(sys.argv[1]), sys.argv[2], sys.argv[3:]
+
+def park(until, n="1"):
+    ready.write_text(n)  # the n-th readiness marker: the parent sends its n-th SIGINT now
+    t = time.time() + 120  # never hang the suite
+    while not until() and time.time() < t:
+        time.sleep(0.01)
+
+def handled():  # the first Ctrl-C reached normlab's handler (train()'s stop flag)
+    h = signal.getsignal(signal.SIGINT)
+    return bool(getattr(getattr(h, "__self__", None), "stop", False))
+
+if phase == "imports":  # park inside `import torch`, which the train command does inside the CLI's guard
+    class Park:
+        def find_spec(self, name, path=None, target=None):
+            if name == "torch":
+                sys.meta_path.remove(self)
+                park(lambda: False)  # only the KeyboardInterrupt ends this
+            return None
+    sys.meta_path.insert(0, Park())
+elif phase == "data":  # park in data preparation, after train() installed its handler
+    import normlab.train.loop as loop
+    real = loop.load_data
+    def load_data(*a, **k):
+        park(handled)
+        return real(*a, **k)
+    loop.load_data = load_data
+elif phase == "loop":  # park in the training loop after the first metrics record: Ctrl-C twice there
+    from normlab.train.tracking import Tracker
+    real_log = Tracker.log
+    def log(self, record):
+        real_log(self, record)
+        if not handled():
+            park(handled, "1")
+            park(lambda: False, "2")  # only the second Ctrl-C (KeyboardInterrupt) ends this
+    Tracker.log = log
+from normlab.cli import entry
+sys.argv = ["normlab", *argv]
+entry()
+'''
+
+
+def _parked_child(tmp_path: Path, phase: str, args: list[str], cache: Path, signals: int = 1):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tests.helpers import cli_env
+
+    ready = tmp_path / f"ready-{phase}"
+    proc = subprocess.Popen([sys.executable, "-c", _CHILD, str(ready), phase, *args], env=cli_env(cache),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    for n in range(1, signals + 1):
+        deadline = time.time() + 300
+        while not (ready.exists() and ready.read_text() == str(n)) and proc.poll() is None and time.time() < deadline:
+            time.sleep(0.01)
+        assert ready.exists() and ready.read_text() == str(n), \
+            f"child never reached {phase} ({n}): {proc.communicate(timeout=60)[1][-2000:]}"
+        proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=300)
+    return proc.returncode, out, err
+
+
+def test_ctrl_c_during_imports_exits_130_and_writes_nothing(tmp_path, cache):
+    out = tmp_path / "r"
+    code, _, err = _parked_child(tmp_path, "imports", ["train", "tiny", *TINY, "--out", str(out)], cache)
+    assert code == 130 and "Traceback" not in err, err
+    assert err.strip().splitlines()[-1].startswith("interrupted (Ctrl-C)"), err
+    assert not out.exists()
+
+
+def test_ctrl_c_during_data_preparation_checkpoints_step_0_and_resumes_exactly(run, tmp_path, cache):
+    """Documented: Ctrl-C once before the loop = checkpoint at step 0, summary status interrupted, exit 130; all
+    files complete (no temporaries) and --resume ends with the weights of the uninterrupted run."""
+    from tests.helpers import assert_same_weights, normlab
+
+    out = tmp_path / "r"
+    code, _, err = _parked_child(tmp_path, "data", ["train", "tiny", *TINY, "--out", str(out)], cache)
+    assert code == 130 and "Traceback" not in err, err
+    s = json.loads((out / "summary.json").read_text())
+    assert s["status"] == "interrupted" and s["step"] == 0, s
+    assert [p.name for p in (out / "checkpoints").iterdir()] == ["step_00000000"]
+    assert not [p for p in out.rglob(".*") if p.name != ".train.lock"], "temporary files left"
+    r = normlab("train", "--resume", str(out), cache=cache)
+    assert r.returncode == 0, r.stderr
+    assert_same_weights(run, out)
+
+
+def test_ctrl_c_twice_in_the_loop_closes_the_tensorboard_session(tmp_path, cache):
+    """A second Ctrl-C stops at once: summary.json still written (interrupted), and the TensorBoard events end with
+    the HParams session end (status unknown = interrupted), as when the loop ends by itself."""
+    from normlab.train.tracking import read_hparams, read_scalars
+
+    out = tmp_path / "r"
+    code, _, err = _parked_child(tmp_path, "loop", ["train", "tiny", *TINY, "--out", str(out)], cache, signals=2)
+    assert code == 130 and "Traceback" not in err, err
+    assert json.loads((out / "summary.json").read_text())["status"] == "interrupted"
+    assert read_hparams(out / "tb")["status"] == "STATUS_UNKNOWN"
+    assert ("train/loss", 2) in {(t, s) for t, s, _ in read_scalars(out / "tb")}

@@ -15,11 +15,8 @@ Output layout: ``config.yaml``, ``model.safetensors``, ``summary.json`` (status 
 
 from __future__ import annotations
 
-import glob
 import math
-import os
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +27,7 @@ from normlab.config import dump_config
 from normlab.convert.crms_model import load_any_run
 from normlab.convert.exact import KINDS, PAPER, convert_model
 from normlab.errors import NormlabError
-from normlab.io import clean_stale_temps, read_json_object, write_json, write_text
+from normlab.io import check_new_dir, publish_dir, read_json_object, write_json, write_text
 from normlab.train.checkpoint import save_model
 
 LOGIT_TOL = 1e-4
@@ -71,8 +68,7 @@ def convert_run(run_dir: str | Path, kind: str, out: str | Path | None = None, *
         raise NormlabError(f"--max-tokens must be >= 1, got {max_tokens}")
     run_dir = Path(run_dir)
     out = Path(out) if out else default_out(run_dir, kind)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise NormlabError(f"--out {out} already exists and is not empty")
+    check_new_dir(out)
     src = load_any_run(run_dir)
     cfg = src.cfg
     new_cfg, model, info = convert_model(src.model, cfg, kind)
@@ -86,10 +82,7 @@ def convert_run(run_dir: str | Path, kind: str, out: str | Path | None = None, *
         return r["bits_per_byte"], r["tokens"]
 
     bpb_before, n_tokens = bpb(src.model)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    clean_stale_temps(out.parent, (f"{glob.escape('.' + out.name)}.????????",))  # left by a killed convert
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
+    with publish_dir(out) as tmp:
         write_text(tmp / "config.yaml", dump_config(new_cfg))
         save_model(model, tmp / "model.safetensors", new_cfg.hash())
         back = load_any_run(tmp).model  # check what was written, not the in-memory copy
@@ -121,10 +114,4 @@ def convert_run(run_dir: str | Path, kind: str, out: str | Path | None = None, *
                 shutil.copy2(run_dir / name, tmp / name)
         write_json(tmp / "conversion.json", record)
         write_json(tmp / "summary.json", summary)
-        if out.exists():
-            out.rmdir()  # empty (checked above)
-        os.replace(tmp, out)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
     return {**record, "out": str(out)}

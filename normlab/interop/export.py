@@ -15,9 +15,6 @@ Only then is the directory renamed to ``--out`` (whole or absent). ``normlab_exp
 from __future__ import annotations
 
 import math
-import os
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +25,7 @@ from normlab.interop.arch import hf_arch
 from normlab.interop.check import LOGIT_TOL, compare_models, require_transformers
 from normlab.interop.hf_tokenizer import write_hf_tokenizer
 from normlab.interop.mapping import gemma_embed_mul, hf_config, weight_map
-from normlab.io import write_json
+from normlab.io import check_new_dir, publish_dir, write_json
 
 FORMAT = "normlab-hf-export-v1"
 HF_CLASSES = {"gpt2": "GPT2Config", "gpt_neox": "GPTNeoXConfig", "llama": "LlamaConfig", "qwen3": "Qwen3Config",
@@ -101,8 +98,7 @@ def export_run(run_dir: str | Path, out: str | Path) -> dict[str, Any]:
 
     require_transformers()
     run_dir, out = Path(run_dir), Path(out)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise NormlabError(f"--out {out} already exists and is not empty")
+    check_new_dir(out)
     run = load_run(run_dir)
     cfg = run.cfg.model
     arch = hf_arch(cfg)
@@ -110,9 +106,7 @@ def export_run(run_dir: str | Path, out: str | Path) -> dict[str, Any]:
     if data.vocab_size > cfg.vocab_size:
         raise NormlabError(f"tokenizer has {data.vocab_size} tokens but the model only {cfg.vocab_size}")
     hf = build_hf_model(cfg, arch, hf_state_dict(run.model, cfg, arch))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
+    with publish_dir(out) as tmp:
         hf.save_pretrained(tmp)
         write_hf_tokenizer(data.tokenizer, tmp, cfg.context)
         from transformers import AutoModelForCausalLM
@@ -129,10 +123,4 @@ def export_run(run_dir: str | Path, out: str | Path) -> dict[str, Any]:
                                f"{check['max_abs_logit_diff']:.3g}, tolerance {LOGIT_TOL:g}; greedy generation "
                                f"{'equal' if check['greedy_equal'] else 'differs'}); nothing written")
         write_json(tmp / "normlab_export.json", record)
-        if out.exists():
-            out.rmdir()
-        os.replace(tmp, out)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
     return {**record, "out": str(out)}

@@ -16,9 +16,6 @@ lm-evaluation-harness run of the HF model would use: ``bos_token_id``, else ``eo
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +26,7 @@ from normlab.interop.arch import ARCHS
 from normlab.interop.check import LOGIT_TOL, compare_models, require_transformers
 from normlab.interop.hf_tokenizer import normlab_tokenizer
 from normlab.interop.mapping import weight_map
-from normlab.io import write_json, write_text
+from normlab.io import check_new_dir, publish_dir, write_json, write_text
 
 FORMAT = "normlab-hf-import-v1"
 GELU = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh"}
@@ -155,16 +152,13 @@ def import_hf(hf_dir: str | Path, out: str | Path, *, data: str = "pystdlib", to
     hf_dir, out = Path(hf_dir), Path(out)
     if not (hf_dir / "config.json").is_file():
         raise NormlabError(f"{hf_dir} is not a local HF model directory (no config.json)")
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise NormlabError(f"--out {out} already exists and is not empty")
+    check_new_dir(out)
     try:
         hc = transformers.AutoConfig.from_pretrained(hf_dir, local_files_only=True)
     except (OSError, ValueError, KeyError) as e:
         raise NormlabError(f"cannot read {hf_dir}/config.json: {str(e).splitlines()[0]}") from None
     arch, kw = model_config(hc)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
+    with publish_dir(out) as tmp:
         if tokenizer is None:
             tokenizer = normlab_tokenizer(hf_dir, tmp / "tokenizer.json")
             if tokenizer is None:
@@ -205,10 +199,4 @@ def import_hf(hf_dir: str | Path, out: str | Path, *, data: str = "pystdlib", to
                                           "arch": arch, "max_abs_logit_diff": check["max_abs_logit_diff"],
                                           "params": model.num_params(), "config_hash": cfg.hash(),
                                           "run_dir": str(out)})
-        if out.exists():
-            out.rmdir()
-        os.replace(tmp, out)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
     return {**record, "out": str(out)}

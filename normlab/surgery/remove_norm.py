@@ -29,10 +29,7 @@ kind; refused with one line otherwise.
 from __future__ import annotations
 
 import copy
-import os
-import shutil
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +38,7 @@ import torch
 from torch import nn
 
 from normlab.errors import NormlabError
+from normlab.io import check_new_dir, publish_dir
 from normlab.model.placements import IN_SITES, block_sites
 from normlab.norms.fixedscale import FixedScaleNorm
 
@@ -216,8 +214,7 @@ def remove_norm_run(run_dir: str | Path, out: str | Path, *, steps: int = 100, l
     if schedule not in SCHEDULES:
         raise NormlabError(f"--schedule {schedule} is not supported; allowed: {', '.join(SCHEDULES)}")
     run_dir, out = Path(run_dir), Path(out)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise NormlabError(f"--out {out} already exists and is not empty")
+    check_new_dir(out)
     src = load_any_run(run_dir)
     check_removable(src.cfg, src.model)
     data = run_data(run_dir, src.cfg)  # the run's own tokenizer; a changed corpus is refused
@@ -244,10 +241,8 @@ def remove_norm_run(run_dir: str | Path, out: str | Path, *, steps: int = 100, l
         raise NormlabError(f"internal: the fixedscale copy differs from the source by {equiv:.3g}")
     plan = stages(model, schedule)
     measure_x = _windows(data.train, ctx, measure_windows)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     records = []
-    try:
+    with publish_dir(out) as tmp:
         for k, (label, names) in enumerate(plan, 1):
             scales = measure_scales(model, names, measure_x)
             mods = dict(model.named_modules())
@@ -305,10 +300,4 @@ def remove_norm_run(run_dir: str | Path, out: str | Path, *, steps: int = 100, l
                                      "delta_nats": record["delta_nats"], "delta_bpb": record["delta_bpb"],
                                      "entropy_floor_bpb": data.entropy_floor_bpb}, name=out, source=run_dir)
         write_json(tmp / "removal.json", record)
-        if out.exists():
-            out.rmdir()
-        os.replace(tmp, out)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
     return {**record, "out": str(out)}

@@ -100,6 +100,8 @@ NOTE = ("MaNo (Xie et al. 2024; softmax-normalised logits, p = 4) and the Matrix
 
 def label_free_section(rep) -> tuple[str, str] | None:
     """``(html, markdown)`` of the label-free section, or None."""
+    from normlab.report.render import md_escape  # user strings escaped as in the rest of report.md
+
     d = label_free_data(rep)
     if d is None:
         return None
@@ -115,7 +117,7 @@ def label_free_section(rep) -> tuple[str, str] | None:
     for r in d["rows"]:
         cells = [f"{r['mano']:.5f}", f"{r['matrix_nuclear_norm']:.4f}", f"{r['loss']:.4f}", str(r["runs"])]
         h.append(f"<tr><td class='l'>{e(r['variant'])}</td>" + "".join(f"<td>{x}</td>" for x in cells) + "</tr>")
-        md.append(f"| {r['variant']} | " + " | ".join(cells) + " |")
+        md.append(f"| {md_escape(r['variant'])} | " + " | ".join(cells) + " |")
     h.append(f"</table><p>{e(corr_line)}</p><div class='note'>{e(NOTE)}</div>")
     md += ["", corr_line, "", NOTE, ""]
     return "".join(h), "\n".join(md)

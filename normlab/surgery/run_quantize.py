@@ -16,9 +16,7 @@
 from __future__ import annotations
 
 import copy
-import os
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +24,7 @@ import numpy as np
 import torch
 
 from normlab.errors import NormlabError
+from normlab.io import check_new_dir, publish_dir
 from normlab.surgery.quantize import ACT_BITS, WEIGHT_BITS, act_quant, activation_stats, quantize_weights
 
 FORMAT = "normlab-quantization-v1"
@@ -136,16 +135,13 @@ def quantize_run(run_dir: str | Path, out: str | Path, *, weights: int, group: i
     if weights not in WEIGHT_BITS:  # before any work: bad input is refused at once
         raise NormlabError(f"--weights {weights} is not supported; allowed: {', '.join(map(str, WEIGHT_BITS))}")
     run_dir, out = Path(run_dir), Path(out)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise NormlabError(f"--out {out} already exists and is not empty")
+    check_new_dir(out)
     src = load_any_run(run_dir)
     data = run_data(run_dir, src.cfg)  # the run's own tokenizer; a changed corpus is refused
     cfg, model, record = quantize_model(src.model, src.cfg, data, weights=weights, group=group, acts=acts,
                                         rotate=rotate, max_tokens=max_tokens, batch_size=batch_size, seed=seed)
     record.update({"source": str(run_dir), "source_config_hash": src.cfg.hash(), "config_hash": cfg.hash()})
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
+    with publish_dir(out) as tmp:
         write_text(tmp / "config.yaml", dump_config(cfg))
         save_model(model, tmp / "model.safetensors", cfg.hash())
         src_summary = read_json(run_dir / "summary.json", "summary") if (run_dir / "summary.json").is_file() else {}
@@ -158,10 +154,4 @@ def quantize_run(run_dir: str | Path, out: str | Path, *, weights: int, group: i
             "eval_tokens": record["eval_tokens"], "entropy_floor_bpb": data.entropy_floor_bpb,
             "params": model.num_params(), "config_hash": cfg.hash(), "run_dir": str(out), "simulated": True,
         })
-        if out.exists():
-            out.rmdir()
-        os.replace(tmp, out)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
     return {**record, "out": str(out)}

@@ -96,6 +96,7 @@ class _StopFlag:
     def __init__(self) -> None:
         self.stop = False
         self._old = None
+        self.tracker: Tracker | None = None  # closed by train() when a second Ctrl-C ends the loop at once
 
     def __enter__(self) -> "_StopFlag":
         if threading.current_thread() is threading.main_thread():
@@ -151,6 +152,8 @@ def train(cfg: RunConfig, run_dir: str | Path, *, resume: bool = False, quiet: b
         try:
             return _train(cfg, run_dir, resume=resume, quiet=quiet, flag=flag, tb_dir=tb_dir, init_from=init_from)
         except KeyboardInterrupt:  # a second Ctrl-C: stop now, keep the last checkpoint, still write the summary
+            if flag.tracker is not None:
+                flag.tracker.close("interrupted")  # the TensorBoard events end with the session's status
             if not (run_dir / "config.yaml").is_file():
                 raise
             return _interrupted_summary(cfg, run_dir)
@@ -231,7 +234,7 @@ def _train(cfg: RunConfig, run_dir: Path, *, resume: bool, quiet: bool, flag: "_
             write_init_record(run_dir, init_src, init_weights)
 
     report = ProgressReporter(tc.steps, start, quiet=quiet)
-    tracker = Tracker(tb_dir if tb_dir is not None else run_dir / "tb", cfg.to_dict(), start_step=start)
+    tracker = flag.tracker = Tracker(tb_dir if tb_dir is not None else run_dir / "tb", cfg.to_dict(), start_step=start)
     nap_note = f" + NaP on {len(nap.params)} weights" if nap else ""
     report.message(
         f"params {model.num_params():,} | weight decay on {len(groups['decay'])} tensors, "

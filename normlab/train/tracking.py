@@ -65,6 +65,9 @@ class Tracker:
         self.writer.flush()  # live: visible to TensorBoard now, not at the next 10 s flush
 
     def close(self, status: str) -> None:
+        """Write the HParams session end (``status``) and close the writer; a second call does nothing."""
+        if self.writer is None:
+            return
         from tensorboardX.proto.api_pb2 import Status
         from tensorboardX.proto.plugin_hparams_pb2 import HParamsPluginData, SessionEndInfo
         from tensorboardX.proto.summary_pb2 import Summary, SummaryMetadata
@@ -76,6 +79,7 @@ class Tracker:
         self.writer.file_writer.add_summary(Summary(value=[Summary.Value(tag="_hparams_/session_end_info",
                                                                          metadata=meta)]))
         self.writer.close()
+        self.writer = None
 
 
 def _records(path: Path):
