@@ -226,3 +226,19 @@ def test_report_on_run_directories(grid_sweep, tmp_path, cache):
     assert_bad_input(normlab("report", str(tmp_path / "empty"), cache=cache), "neither a normlab run directory")
     assert_bad_input(normlab("report", *paths[:2], "--baseline", "X", "--out", str(tmp_path / "r2"), cache=cache),
                      "--baseline 'X' is not a variant")
+
+
+def test_eval_mode_gap_flags_batch_statistic_norms_only():
+    """Closed form: train 2.0 nats/token at val 4.5 bits/byte per 3.0 nats/token -> train 3.0 bits/byte, gap 1.5."""
+    from normlab.train.init_eval import EVAL_GAP_BPB, eval_mode_gap
+
+    g = eval_mode_gap("batchnorm", 2.0, 3.0, 4.5)
+    assert g is not None and g["train_bpb"] == pytest.approx(3.0) and g["gap_bpb"] == pytest.approx(1.5)
+    assert "batchnorm scores 4.50 bits/byte in eval mode" in g["message"] and "3.00 bits/byte" in g["message"]
+    assert eval_mode_gap("powernorm", 2.0, 3.0, 4.5) is not None
+    assert eval_mode_gap("layernorm", 2.0, 3.0, 4.5) is None  # running statistics only exist for batch norms
+    # at the threshold (gap == EVAL_GAP_BPB; val_loss == val_bpb so train_bpb == train_loss) nothing is flagged
+    at = 2.0 + EVAL_GAP_BPB
+    assert eval_mode_gap("batchnorm", 2.0, at, at) is None
+    assert eval_mode_gap("batchnorm", 2.0, at + 1e-6, at + 1e-6) is not None
+    assert eval_mode_gap("batchnorm", None, 3.0, 4.5) is None
