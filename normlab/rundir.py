@@ -6,6 +6,8 @@
     RUN_DIR/checkpoints/       resumable checkpoints (see normlab.train.checkpoint)
     RUN_DIR/model.safetensors  final weights
     RUN_DIR/summary.json       {status: completed|diverged|interrupted, step, final metrics}
+    RUN_DIR/fingerprint.json   what determines the numbers: sha256 of resolved config + parameter names/shapes/order
+                               + normlab and torch versions (normlab.fingerprint; caches check it)
 """
 
 from __future__ import annotations

@@ -102,7 +102,7 @@ def test_claims_tiny_end_to_end(tmp_path):
     recomputed = []
     for runs in dyt["runs"]:
         s_dyt = json.loads((Path(runs["dyt"]) / "summary.json").read_text())
-        s_ln = json.loads((Path(runs["ln"]) / "summary.json").read_text())
+        s_ln = json.loads((Path(runs["ln_untied"]) / "summary.json").read_text())
         assert s_dyt["status"] == s_ln["status"] == "completed"
         recomputed.append(s_dyt["val_bpb"] - s_ln["val_bpb"])
     assert dyt["values"] == pytest.approx(recomputed, abs=1e-12)
@@ -137,6 +137,20 @@ def test_claims_bad_budget_and_seeds(tmp_path):
     assert p.returncode == 2 and "--seeds" in p.stderr
 
 
+def fingerprinted(run_dir: Path, cfg: dict) -> None:
+    """Give ``run_dir`` the config.yaml and fingerprint.json a training of ``cfg`` by the current code writes."""
+    import copy
+
+    from normlab.config import config_from_dict, dump_config
+    from normlab.fingerprint import FILE, current_fingerprint
+    from normlab.io import write_json, write_text
+
+    rc = config_from_dict(copy.deepcopy(cfg))
+    run_dir.mkdir(parents=True, exist_ok=True)
+    write_text(run_dir / "config.yaml", dump_config(rc))
+    write_json(run_dir / FILE, current_fingerprint(rc))
+
+
 def test_run_is_reused_only_when_spec_and_resolved_config_match(tmp_path):
     """A finished run is reused for the same spec; a changed library default (the resolved config differs) or an
     old-format spec file makes it train again."""
@@ -147,6 +161,8 @@ def test_run_is_reused_only_when_spec_and_resolved_config_match(tmp_path):
     cfg = variant_config("ln", get_budget("tiny"), 0)
     write_json(tmp_path / "summary.json", {"status": "completed"})
     write_json(tmp_path / "claims_spec.json", spec_record(cfg))
+    assert not is_complete(tmp_path, cfg)  # no fingerprint.json: trained before fingerprints, train again
+    fingerprinted(tmp_path, cfg)
     assert is_complete(tmp_path, cfg)
     assert not is_complete(tmp_path, {**cfg, "seed": 1})
     rec = spec_record(cfg)
@@ -207,6 +223,8 @@ def test_reuse_finds_a_finished_sweep_run_with_the_same_resolved_config(tmp_path
                      "overrides": {}, "config": {**c, "train": {**c["train"], "threads": None}}}
                     for i, (rid, c) in enumerate([("a", cfg), ("b", pending)])])
     store.update("a", status="completed")
+    assert find_reusable(tmp_path, cfg, wait_s=0) is None  # no fingerprint: the current code may not reproduce it
+    fingerprinted(tmp_path / "runs" / "a", cfg)
     assert find_reusable(tmp_path, cfg, wait_s=0) == tmp_path / "runs" / "a"
     assert find_reusable(tmp_path, other, wait_s=0) is None and not registered_in(tmp_path, other)
     assert registered_in(tmp_path, pending) and find_reusable(tmp_path, pending, wait_s=0) is None

@@ -43,7 +43,8 @@ def build_attention(cfg: "ModelConfig", rope: RotaryEmbedding | None, *, in_widt
         return SoftplusAttention(cfg.width, cfg.heads, alibi=alibi, reweight=cfg.lssa_reweight,
                                  power=cfg.lssa_power, **common)
     cls = LinearAttention if cfg.attention == "linear" else NaLaAttention
-    return cls(cfg.width, cfg.heads, context=cfg.context, conv=cfg.linear_conv, gate=cfg.linear_gate,
+    return cls(cfg.width, cfg.heads, context=cfg.context, conv=cfg.linear_conv, conv_source=cfg.linear_conv_source,
+               gate=cfg.linear_gate,
                chunk=cfg.linear_chunk, qk_norm=cfg.qk_norm, norm_eps=cfg.norm_eps, **common)
 
 

@@ -18,8 +18,15 @@ features with RoPE in the numerator only (normlab.attention.nala).
 
 Options of the module (LINA's released variants):
 
-- ``conv`` ``K > 0``: a causal depthwise 1-D convolution over the values (kernel ``K``, e.g. 4; their 5x5 2-D
-  "dwc" branch made causal and 1-D) added to the attention output before the output projection.
+- ``conv`` ``K > 0``: a causal depthwise 1-D convolution (kernel ``K``, e.g. 4) added to the attention output
+  before the output projection. ``conv_source`` says what it convolves:
+
+  * ``input`` -- LINA's locality branch (Wang et al. 2026, repo techmonsterwang/LINA,
+    ``LinearAttentionDecoder.dw_conv``: ``nn.Conv2d(dim, dim, 5, padding=2, groups=dim)`` applied to the block's
+    attention input ``x``, with a bias, then ``x = attn_out + conv_out; proj(x)``), made causal and 1-D here:
+    ``conv(x) [B, T, width]`` from ``x [B, T, width]`` (needs ``in_width == width``); the bias is always on, as theirs.
+  * ``value`` -- NaLaFormer's locality branch (Meng et al. 2025, repo ZacharyMeng/NaLaFormer, the ``lepe``
+    depthwise conv on the values ``v``), made causal and 1-D: ``conv(v)`` per channel; bias as ``model.bias``.
 - ``gate``: the KV gate. ``static``: learnable data-independent scales per head and position (ones init; their
   ``key_scale`` / ``value_scale`` of shape ``[1, H, N, 1]``) on ``phi(k)`` and ``v``; positions past ``context`` have
   no scale (refused). ``sigmoid``: data-dependent per token and head, ``exp(log(sigmoid(W x)) / 16)`` in ``(0, 1]``
@@ -30,7 +37,7 @@ feature magnitudes.
 
 Positions: RoPE rotates q and k before the kernel (as LINA's ``pe_func``); learned / none need nothing here; ALiBi is
 refused (no score matrix to bias). Incremental decoding state: ``S [B, H, dk, dv]``, ``z [B, H, dk]`` and the last
-``K - 1`` values for the convolution.
+``K - 1`` convolution inputs (values or attention inputs).
 """
 
 from __future__ import annotations
@@ -47,6 +54,7 @@ KERNEL_EPS = 1e-6  # phi(x) = relu(x) + KERNEL_EPS
 DEN_EPS = 1e-6  # out = num / (den + DEN_EPS)
 GATE_NORM = 16.0  # sigmoid gate: exp(log(sigmoid(W x)) / GATE_NORM)
 GATES = ("none", "static", "sigmoid")
+CONV_SOURCES = ("value", "input")  # NaLaFormer's value conv / LINA's input conv (see the module docstring)
 
 
 def relu_kernel(x: torch.Tensor) -> torch.Tensor:
@@ -134,7 +142,7 @@ class LinearAttention(AttentionBase):
     """Causal linear attention. ``x [B, T, in_width] -> [B, T, out_width]``.
 
     Parameters: ``qkv``, ``proj``; with ``qk_norm`` ``q_norm.weight`` / ``k_norm.weight``; with ``conv``
-    ``conv.weight [width, 1, K]`` (+ bias); with ``gate='static'``
+    ``conv.weight [width, 1, K]`` (+ ``conv.bias [width]``: always with ``conv_source='input'``, as LINA); with ``gate='static'``
     ``key_scale`` / ``value_scale`` (flat ``[heads * context]``, ones: 1-D, so the optimizer groups them with the
     biases: no weight decay); with ``gate='sigmoid'`` ``key_gate`` / ``value_gate`` (``Linear(in_width, H)``).
     Subclasses change the features (:meth:`features`) and the output transform (:meth:`finish`).
@@ -142,12 +150,20 @@ class LinearAttention(AttentionBase):
 
     def __init__(self, width: int, heads: int, *, in_width: int | None = None, out_width: int | None = None,
                  bias: bool = False, dropout: float = 0.0, rope: RotaryEmbedding | None = None, context: int = 0,
-                 conv: int = 0, gate: str = "none", chunk: int = 64, qk_norm: bool = False, norm_eps: float = 1e-6):
+                 conv: int = 0, conv_source: str = "value", gate: str = "none", chunk: int = 64,
+                 qk_norm: bool = False, norm_eps: float = 1e-6):
         super().__init__(width, heads, in_width=in_width, out_width=out_width, bias=bias, dropout=dropout)
         if gate not in GATES:
             raise ValueError(f"gate must be one of {GATES}, got {gate!r}")
+        if conv_source not in CONV_SOURCES:
+            raise ValueError(f"conv_source must be one of {CONV_SOURCES}, got {conv_source!r}")
+        if conv > 0 and conv_source == "input" and self.in_width != width:
+            raise ValueError(f"conv_source 'input' convolves the attention input channel by channel: it needs "
+                             f"in_width == width, got {self.in_width} and {width}")
         self.rope, self.chunk, self.gate_kind, self.context = rope, chunk, gate, context
-        self.conv = nn.Conv1d(width, width, conv, groups=width, bias=bias) if conv > 0 else None
+        self.conv_source = conv_source
+        conv_bias = True if conv_source == "input" else bias  # LINA's dw_conv has a bias (nn.Conv2d default)
+        self.conv = nn.Conv1d(width, width, conv, groups=width, bias=conv_bias) if conv > 0 else None
         if qk_norm:  # as in softmax attention: RMSNorm over head_dim (learnable gain) before RoPE and the kernel
             self.q_norm = RMSNorm(self.head_dim, eps=norm_eps)
             self.k_norm = RMSNorm(self.head_dim, eps=norm_eps)
@@ -193,8 +209,8 @@ class LinearAttention(AttentionBase):
         return None, None
 
     def local(self, v: torch.Tensor, state: AttentionState | None) -> torch.Tensor:
-        """Causal depthwise conv over the values ``v [B, T, width]`` (left context: zeros, or the cached last
-        ``K - 1`` values when decoding)."""
+        """Causal depthwise conv over ``v [B, T, width]`` (the values, or the attention input with
+        ``conv_source='input'``); left context: zeros, or the cached last ``K - 1`` inputs when decoding."""
         K = self.conv.kernel_size[0]
         prev = state.tensors.get("conv") if state is not None else None
         if prev is None:
@@ -223,7 +239,7 @@ class LinearAttention(AttentionBase):
         y, (S, z) = linear_attention_chunked(qn, kn, v, qd, kd, chunk=self.chunk, state=prev)
         y = self.merge_heads(y.to(q.dtype))
         if self.conv is not None:
-            y = y + self.local(self.merge_heads(v_raw), state)
+            y = y + self.local(x if self.conv_source == "input" else self.merge_heads(v_raw), state)
         if state is not None:
             state.tensors["S"], state.tensors["z"] = S, z
             state.pos += T

@@ -20,7 +20,8 @@ authors fuse it into one ``qkvg`` projection). As in their code the features are
 Positions: with RoPE the authors rotate the features (each half ``q+`` / ``q-`` with the head_dim rotation) in the
 numerator only; the denominator uses the unrotated features, so it stays positive. ALiBi is refused, and so is
 ``qk_norm``: it would fix ``||q||``, the very signal the kernel reads. The LINA options (``linear_conv``,
-``linear_gate``) apply here too (their conv is the authors' ``lepe`` branch on the values, made causal and 1-D).
+``linear_conv_source``, ``linear_gate``) apply here too; NaLaFormer's own conv is the authors' ``lepe`` branch on the
+values (``linear_conv_source: value``, the default), made causal and 1-D.
 """
 
 from __future__ import annotations

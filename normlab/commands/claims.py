@@ -128,6 +128,8 @@ def write_docs(report: dict, path: Path) -> None:
     GRID_CLAIMS = grid_claim_names()
 
     meaning = {c.name: c.meaning for c in CLAIMS}
+    provenance = {c.name: ([f"Source: {c.source}."] if getattr(c, "source", "") else [])
+                  + ([f"Deviations: {c.deviations}"] if getattr(c, "deviations", "") else []) for c in CLAIMS}
     b = report["budget_spec"]
     m = report["machine"]
     date = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
@@ -171,16 +173,17 @@ def write_docs(report: dict, path: Path) -> None:
     lines += ["", "Caveats: these are tiny byte-level models trained for a few hundred steps (validation bits/byte "
               "of roughly 3-4, far from converged; validation = a fixed sample of windows spread over the split), "
               "so every verdict is about this scale and budget; 95% intervals over "
-              f"{report['seeds']} seeds are wide, and a claim can flip with more steps. Runs use library defaults "
-              "for every technique (e.g. DyT alpha init 0.5 with the learnable embedding scale "
-              "`model.embed_scale: auto`, Mix-LN alpha 0.25, softplus attention trained without "
-              "re-weighting and LSSAR switched on only at evaluation, as the paper does without fine-tuning). The "
-              "per-seed details below show the underlying numbers (e.g. both bits/byte values, both slopes).",
+              f"{report['seeds']} seeds are wide, and a claim can flip with more steps. Each claim follows its "
+              "paper's recipe where the scale allows (DyT: the authors' LLaMA recipe with an untied head; LSSAR "
+              "trained with re-weighting, the eval-only switch a separate measurement; PowerNorm groups = heads; "
+              "LINA's input convolution); each section below names its source and its deviations. The per-seed "
+              "details show the underlying numbers (e.g. both bits/byte values, both slopes).",
               "", "## What each metric means, and the per-seed values", ""]
     for c in report["claims"]:
         vals = ", ".join(_fmt(v) for v in c["values"]) if c["values"] else "none"
         ci = f"[{_fmt(c['ci'][0])}, {_fmt(c['ci'][1])}]" if c["ci"] else "n/a"
         lines += [f"### `{c['name']}` — {c['verdict']}", "", meaning.get(c["name"], ""), "",
+                  *(sum(([x, ""] for x in provenance.get(c["name"], [])), [])),
                   f"Per-seed values: {vals}; 95% CI {ci}; {c['reason']}.", ""]
         details = [_flat(d) for d in c.get("details") or []]
         c = {**c, "details": details}

@@ -178,6 +178,7 @@ def run_sweep(sweep: Sweep, sweep_dir: Path, *, workers: int | None = None,
         log(f"note: {len(stale)} finished run(s) were trained under a different resolved config (normlab's defaults "
             f"changed since): {', '.join(stale[:4])}{' ...' if len(stale) > 4 else ''}; they are reused as they "
             "are -- use --out NEW_DIR to train them again")
+    todo += _refingerprint(sweep, sweep_dir, stored, log)  # finished runs this code would not reproduce
     skipped = [r.run_id for r in sweep.runs if r.run_id not in {t.run_id for t in todo}]
     if todo:
         _prepare_data([r.config for r in todo], log)
@@ -213,6 +214,40 @@ def run_sweep(sweep: Sweep, sweep_dir: Path, *, workers: int | None = None,
         outcome.runs = store.runs()
     outcome.wall_s = time.time() - t_start
     return outcome
+
+
+def _refingerprint(sweep: Sweep, sweep_dir: Path, stored: dict, log: Callable[[str], None]) -> list:
+    """Finished runs whose ``fingerprint.json`` (normlab.fingerprint: resolved config, parameter names/shapes/order,
+    normlab and torch versions) no longer matches what the current code builds: each is moved aside to
+    ``SWEEP_DIR/stale/RUN_ID-<n>`` (kept, not deleted) and returned to be trained again, with the reason logged.
+    Runs trained before fingerprints existed cannot be checked: they are reused, and the log says so."""
+    from normlab.fingerprint import FILE, check_run
+
+    again, legacy, why_all = [], [], {}
+    for r in sweep.runs:
+        if stored.get(r.run_id, {}).get("status") not in FINAL:
+            continue
+        rd = sweep_dir / "runs" / r.run_id
+        if not (rd / FILE).is_file():
+            legacy.append(r.run_id) if rd.is_dir() else None
+            continue
+        why = check_run(rd)
+        if why is None:
+            continue
+        n = 0
+        while (sweep_dir / "stale" / f"{r.run_id}-{n}").exists():
+            n += 1
+        (sweep_dir / "stale").mkdir(exist_ok=True)
+        rd.rename(sweep_dir / "stale" / f"{r.run_id}-{n}")
+        why_all.setdefault(why, []).append(r.run_id)
+        again.append(r)
+    for why, ids in why_all.items():
+        log(f"retraining {len(ids)} finished run(s) the current code would not reproduce ({why}; old run dirs kept "
+            f"in {sweep_dir / 'stale'}): {', '.join(ids[:4])}{' ...' if len(ids) > 4 else ''}")
+    if legacy:
+        log(f"note: {len(legacy)} finished run(s) were trained before run fingerprints (no fingerprint.json), so "
+            "whether the current code reproduces them cannot be checked; they are reused as they are")
+    return again
 
 
 def _choose_packing(sweep: Sweep, todo: list, log: Callable[[str], None]) -> tuple[int, int, dict[str, float]]:

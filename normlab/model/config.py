@@ -12,6 +12,7 @@ QK_NORM_SCOPES = ("head", "width")
 POSITIONS = ("rope", "learned", "alibi", "none")
 ATTENTIONS = ("softmax", "softplus", "linear", "nala")  # = normlab.attention.ATTENTIONS (docs/attention.md)
 LINEAR_GATES = ("none", "static", "sigmoid")
+LINEAR_CONV_SOURCES = ("value", "input")  # NaLaFormer's conv of v / LINA's conv of the attention input x
 NORM_GROUPS = ("attn", "mlp", "final", "embed")
 RESIDUAL_SCALES = ("none", "fixed", "learnable")
 EMBED_SCALES = ("auto", "none", "fixed", "learnable")
@@ -36,8 +37,9 @@ class ModelConfig:
     learned, alibi, none), ``qk_norm`` (softmax, linear) and ``qk_norm_scope`` (``head``: one RMSNorm over each
     head's ``head_dim``, Qwen3 style; ``width``: one over all heads' concatenated q / k, OLMo 2 style; softmax only),
     ``attn_softcap`` (softmax), ``lssa_reweight`` /
-    ``lssa_power`` (softplus; evaluation-time switchable), ``linear_conv`` / ``linear_gate`` / ``linear_chunk``
-    (linear, nala). Pairs without a meaning are refused by ``validate``.
+    ``lssa_power`` (softplus; evaluation-time switchable), ``linear_conv`` / ``linear_conv_source`` (``value``:
+    NaLaFormer's causal depthwise conv of the values; ``input``: LINA's, of the attention input) / ``linear_gate`` /
+    ``linear_chunk`` (linear, nala). Pairs without a meaning are refused by ``validate``.
     """
 
     vocab_size: int = 256
@@ -56,6 +58,7 @@ class ModelConfig:
     lssa_reweight: bool = False
     lssa_power: float = 15.0
     linear_conv: int = 0
+    linear_conv_source: str = "value"
     linear_gate: str = "none"
     linear_chunk: int = 64
     rope_base: float = 10000.0
@@ -144,6 +147,11 @@ class ModelConfig:
             raise NormlabError(f"model.lssa_power must be > 0, got {self.lssa_power}")
         if (self.linear_conv or self.linear_gate != "none") and att not in ("linear", "nala"):
             raise NormlabError(f"model.linear_conv / model.linear_gate apply to linear and nala attention, not '{att}'")
+        if self.linear_conv_source not in LINEAR_CONV_SOURCES:
+            raise unknown("model.linear_conv_source", self.linear_conv_source, LINEAR_CONV_SOURCES)
+        if self.linear_conv_source != "value" and not self.linear_conv:
+            raise NormlabError("model.linear_conv_source picks what model.linear_conv convolves; set model.linear_conv "
+                               "(a kernel size, e.g. 4) too")
         if self.linear_conv < 0:
             raise NormlabError(f"model.linear_conv is a kernel size (0 = off), got {self.linear_conv}")
         if self.linear_chunk < 1:

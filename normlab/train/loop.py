@@ -28,6 +28,7 @@ from normlab.errors import EXIT_DIVERGED, EXIT_INTERRUPTED, EXIT_OK, NormlabErro
 from normlab.eval.lm import evaluate
 from normlab.io import (clean_stale_temps, dumps, exclusive_lock, read_json_object, read_jsonl, write_json,
                         write_text)
+from normlab.fingerprint import write_fingerprint
 from normlab.model import build_model
 from normlab.norms import get_norm_class
 from normlab.train.losses import lm_loss
@@ -228,6 +229,7 @@ def _train(cfg: RunConfig, run_dir: Path, *, resume: bool, quiet: bool, flag: "_
         write_text(run_dir / "config.yaml", dump_config(cfg))
         write_json(run_dir / "param_groups.json", groups)
         save_run_identity(run_dir, cfg, data)  # tokenizer.json, data.json, provenance.json
+        write_fingerprint(run_dir, cfg, model)  # fingerprint.json: config + parameter layout + versions
         init = initial_eval(model, data, cfg)  # loss at initialisation (LR sensitivity); consumes no RNG
         write_text(metrics_path, json.dumps({"step": 0, **init}) + "\n")
         if init_src is not None:

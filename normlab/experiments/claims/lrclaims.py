@@ -186,7 +186,10 @@ def find_reusable(sweep_dir: Path, cfg: dict[str, Any], wait_s: float = 7200.0) 
             return None
         done = [r for r in match if r["status"] in FINAL]
         if done:
-            return sweep_dir / "runs" / done[0]["run_id"]
+            from normlab.fingerprint import check_run
+
+            src = sweep_dir / "runs" / done[0]["run_id"]
+            return src if check_run(src) is None else None  # the current code would not reproduce it: train
         try:  # is a compare still running in that directory?
             with open(sweep_dir / ".compare.lock", "a+") as f:
                 fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
