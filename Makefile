@@ -17,7 +17,7 @@ $(BIN)/python:
 # torch first (the local CPU wheel), then the project: a plain torch requirement would pull CUDA packages.
 $(STAMP): $(BIN)/python pyproject.toml
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e '.[test,hf,interop,lm-eval]'
+	$(BIN)/pip install -q -e '.[test,hf,interop,lm-eval,ray]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -38,6 +38,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/attention_speed.py --out docs/benchmarks.md
 	$(BIN)/python benchmarks/diag_overhead.py --out docs/benchmarks.md
 	$(BIN)/python benchmarks/norm_speed.py --out docs/benchmarks.md
+	$(BIN)/python benchmarks/ddp_throughput.py --out docs/benchmarks.md
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

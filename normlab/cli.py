@@ -177,6 +177,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its last checkpoint")
     t.add_argument("--init-from", metavar="RUN_DIR",
                    help="start from RUN_DIR's weights (fine-tune / continue with a changed config of equal shapes)")
+    t.add_argument("--nproc", type=int_in(1, 4096), metavar="N",
+                   help="data-parallel on N local processes (torchrun + DDP; docs/distributed.md)")
     t.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     t.set_defaults(func=cmd_train)
 
@@ -310,6 +312,10 @@ def build_parser() -> argparse.ArgumentParser:
     cp.add_argument("--preset", help="a shipped sweep in normlab/configs/sweeps/ (quick, depth, attention, dyt, scaling)")
     cp.add_argument("--out", help="sweep directory (default: runs/compare-<sweep name>); re-run to resume")
     cp.add_argument("--workers", type=int_in(1, 1024), help="parallel worker processes (default: one per core, at most one per run)")
+    cp.add_argument("--executor", choices=["local", "ray"], default="local",
+                    help="local worker processes (default) or Ray tasks on a cluster (docs/distributed.md)")
+    cp.add_argument("--address", metavar="HOST:PORT", help="the Ray cluster (with --executor ray; default: "
+                    "RAY_ADDRESS or a new one-machine cluster)")
     cp.add_argument("--json", action="store_true", help="print one JSON object at the end (progress goes to stderr)")
     cp.set_defaults(func=cmd_compare)
 
@@ -349,6 +355,9 @@ def build_parser() -> argparse.ArgumentParser:
     cl.add_argument("--workers", type=int_in(1, 1024), help="parallel training processes (default: 2, tiny: 1)")
     cl.add_argument("--reuse", metavar="SWEEP_DIR", help="copy runs with exactly the same resolved config from this "
                                                           "sweep directory (e.g. the demo's) instead of training them")
+    cl.add_argument("--executor", choices=["local", "ray"], default="local",
+                    help="local processes (default) or Ray tasks on a cluster (docs/distributed.md)")
+    cl.add_argument("--address", metavar="HOST:PORT", help="the Ray cluster (with --executor ray)")
     cl.add_argument("--docs", nargs="?", const=True, default=False, metavar="FILE",
                     help="also write the claims page: FILE, default docs/claims.md under the current directory "
                     "(always done for --budget full)")

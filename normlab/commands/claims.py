@@ -51,7 +51,11 @@ def run_claims(args: argparse.Namespace) -> int:
     reuse = Path(args.reuse) if getattr(args, "reuse", None) else None
     if reuse is not None and not (reuse / "results.sqlite").is_file():
         raise NormlabError(f"--reuse {reuse} is not a sweep directory (no results.sqlite)")
-    report = run_suite(claims, budget, out, seeds=args.seeds, workers=workers, reuse=reuse)
+    from normlab.experiments.executors import check_executor
+
+    check_executor(args.executor, args.address)
+    report = run_suite(claims, budget, out, seeds=args.seeds, workers=workers, reuse=reuse, executor=args.executor,
+                       address=args.address)
     report["command"] = command_line(args)
     report["machine"] = machine()
     from normlab.experiments.claims.suite import save_report
@@ -98,6 +102,8 @@ def command_line(args: argparse.Namespace) -> str:
         parts += ["--workers", str(args.workers)]
     if args.docs:
         parts += ["--docs"] + ([args.docs] if isinstance(args.docs, str) and Path(args.docs) != DOCS else [])
+    if getattr(args, "executor", "local") != "local":
+        parts += ["--executor", args.executor] + (["--address", args.address] if args.address else [])
     return " ".join(shlex.quote(p) for p in parts)
 
 

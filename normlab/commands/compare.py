@@ -60,15 +60,15 @@ def run_compare(args: argparse.Namespace) -> int:
     sweep = load_sweep(args.sweep, preset=args.preset)
     out = Path(args.out) if args.out else default_sweep_dir(sweep)
     try:
-        outcome = run_sweep(sweep, out, workers=args.workers)
+        outcome = run_sweep(sweep, out, workers=args.workers, executor=args.executor, address=args.address)
     except KeyboardInterrupt:  # Ctrl-C before any worker started (data preparation, store setup)
         print(f"interrupted before training started; re-run the same command to start {out}", file=sys.stderr)
         return EXIT_INTERRUPTED
     counts = outcome.counts()
     base = {"sweep_dir": str(out), "sweep": sweep.name, "sweep_hash": sweep.hash, "status": outcome.status,
             "counts": counts, "trained": outcome.trained, "skipped": outcome.skipped, "workers": outcome.workers,
-            "threads": outcome.threads, "wall_s": outcome.wall_s, "packing": outcome.packing,
-            "sweep_tokens_per_s": outcome.sweep_tokens_per_s}
+            "threads": outcome.threads, "executor": args.executor, "wall_s": outcome.wall_s,
+            "packing": outcome.packing, "sweep_tokens_per_s": outcome.sweep_tokens_per_s}
     if outcome.status == "interrupted":
         msg = f"interrupted; finished runs are stored in {out}. Re-run the same command to resume."
         print(dumps(base) if args.json else msg, file=sys.stdout if args.json else sys.stderr)

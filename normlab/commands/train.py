@@ -52,43 +52,65 @@ def _with_overrides(data: dict, overrides: list[str]) -> dict:
 
 
 def run_train(args: argparse.Namespace) -> int:
-    from normlab.train.loop import STATUS_EXIT, read_summary, train
+    from normlab.train.distributed import from_env
 
-    init_from = getattr(args, "init_from", None)
+    if getattr(args, "nproc", None) is not None:
+        from normlab.commands.train_ddp import launch_train
+
+        return launch_train(args)
+    ctx = from_env()  # a torchrun rank joins its process group; one process otherwise
+    try:
+        return _run_train(args, ctx)
+    finally:
+        ctx.close()
+
+
+def plan_run(args: argparse.Namespace) -> tuple[RunConfig, Path, bool, dict | None]:
+    """Check the arguments and the run directory: ``(config, run_dir, resume, summary)``, where ``summary`` is the
+    stored summary of a run that is already complete (nothing left to train), else None."""
+    from normlab.train.loop import apply_norm_defaults, read_summary
+
     if args.resume:
-        if init_from:
+        if getattr(args, "init_from", None):
             raise NormlabError("--init-from cannot be combined with --resume (a resumed run reloads its own source)")
         if args.out:
             raise NormlabError("--out cannot be combined with --resume (the run directory is RUN_DIR)")
         cfg, run_dir = _resume_config(args)
         summary = read_summary(run_dir)
-        if summary and summary.get("status") == "completed" and (run_dir / "model.safetensors").is_file():
-            pass  # nothing left to do; report the stored summary
-        else:
-            summary = train(cfg, run_dir, resume=True, quiet=False)
-    else:
-        if not args.config:
-            raise NormlabError("train needs a CONFIG (YAML file or preset: tiny, small) or --resume RUN_DIR")
-        cfg = load_config(args.config, args.overrides)
-        from normlab.train.loop import apply_norm_defaults
+        done = summary and summary.get("status") == "completed" and (run_dir / "model.safetensors").is_file()
+        return cfg, run_dir, True, summary if done else None
+    if not args.config:
+        raise NormlabError("train needs a CONFIG (YAML file or preset: tiny, small) or --resume RUN_DIR")
+    cfg = load_config(args.config, args.overrides)
+    apply_norm_defaults(cfg)
+    run_dir = Path(args.out) if args.out else Path("runs") / f"{Path(args.config).stem}-{cfg.hash()[:8]}"
+    if run_dir.exists() and not run_dir.is_dir():
+        raise NormlabError(f"--out {run_dir} is a file, not a directory; choose a new directory")
+    if (run_dir / "config.yaml").exists():
+        raise NormlabError(f"{run_dir} already holds a run; use --resume {run_dir} or choose another --out")
+    if run_dir.exists() and any(run_dir.iterdir()):
+        raise NormlabError(f"--out {run_dir} exists and is not empty; choose a new directory")
+    return cfg, run_dir, False, None
 
-        apply_norm_defaults(cfg)
-        run_dir = Path(args.out) if args.out else Path("runs") / f"{Path(args.config).stem}-{cfg.hash()[:8]}"
-        if run_dir.exists() and not run_dir.is_dir():
-            raise NormlabError(f"--out {run_dir} is a file, not a directory; choose a new directory")
-        if (run_dir / "config.yaml").exists():
-            raise NormlabError(f"{run_dir} already holds a run; use --resume {run_dir} or choose another --out")
-        if run_dir.exists() and any(run_dir.iterdir()):
-            raise NormlabError(f"--out {run_dir} exists and is not empty; choose a new directory")
-        summary = train(cfg, run_dir, resume=False, quiet=False, init_from=init_from)
+
+def _run_train(args: argparse.Namespace, ctx) -> int:
+    from normlab.train.loop import STATUS_EXIT, train
+
+    cfg, run_dir, resume, summary = plan_run(args)
+    if summary is None:  # (a complete run: nothing left to do; report the stored summary)
+        ctx.barrier()  # every rank has checked the run directory before rank 0 writes to it
+        summary = train(cfg, run_dir, resume=resume, quiet=False, dist=ctx,
+                        init_from=None if resume else getattr(args, "init_from", None))
+    if not ctx.is_main:
+        return STATUS_EXIT[summary["status"]]
     if args.json:
         print(dumps(summary))
     else:
-        _print_summary(summary)
+        print_summary(summary)
     return STATUS_EXIT[summary["status"]]
 
 
-def _print_summary(s: dict) -> None:
+def print_summary(s: dict) -> None:
     parts = [f"status {s['status']} at step {s['step']}/{s['steps']}"]
     if s.get("val_bpb") is not None:
         parts.append(f"val loss {s['val_loss']:.4f} nats/token, val bits/byte {s['val_bpb']:.4f}")

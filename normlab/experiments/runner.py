@@ -163,11 +163,17 @@ def _describe(row: dict[str, Any]) -> str:
 
 
 def run_sweep(sweep: Sweep, sweep_dir: Path, *, workers: int | None = None,
-              log: Callable[[str], None] | None = None) -> SweepOutcome:
-    """Run every unfinished run of ``sweep`` in ``sweep_dir`` (see the module docstring); returns the outcome."""
+              log: Callable[[str], None] | None = None, executor: str = "local",
+              address: str | None = None) -> SweepOutcome:
+    """Run every unfinished run of ``sweep`` in ``sweep_dir`` (see the module docstring); returns the outcome.
+    ``executor``: ``local`` worker processes, or ``ray`` tasks on the cluster at ``address``
+    (``normlab.experiments.executors``)."""
+    from normlab.experiments.executors import check_executor
+
     log = log or (lambda s: print(s, file=sys.stderr, flush=True))
     if workers is not None and workers < 1:
         raise NormlabError(f"--workers must be >= 1, got {workers}")
+    check_executor(executor, address)
     t_start = time.time()
     existing = check_sweep_dir(sweep, sweep_dir)
     stored = {r["run_id"]: r for r in existing.runs()} if existing else {}
@@ -193,9 +199,14 @@ def run_sweep(sweep: Sweep, sweep_dir: Path, *, workers: int | None = None,
         store.register([{"run_id": r.run_id, "position": i, "variant": r.variant, "seed": r.seed,
                          "config_hash": r.config_hash, "axes": r.axes, "overrides": r.overrides, "config": r.config}
                         for i, r in enumerate(sweep.runs)])
-        n_workers, threads = plan_workers(len(todo), workers)
+        ray = None
+        if executor == "ray" and todo:
+            from normlab.experiments.executors import cluster_cpus, connect
+
+            ray = connect(address)
+        n_workers, threads = plan_workers(len(todo), workers, cluster_cpus(ray) if ray else None)
         packing: dict[str, float] = {}
-        if workers is None and len(todo) > 1 and available_cores() > 1:  # measured: normlab.experiments.packing
+        if ray is None and workers is None and len(todo) > 1 and available_cores() > 1:  # measured: .packing
             n_workers, threads, packing = _choose_packing(sweep, todo, log)
         outcome = SweepOutcome(sweep_dir, "completed", skipped=skipped, workers=n_workers, threads=threads,
                                packing=packing)
@@ -203,12 +214,20 @@ def run_sweep(sweep: Sweep, sweep_dir: Path, *, workers: int | None = None,
         log(f"sweep '{sweep.name}': {len(sweep.runs)} runs, {len(todo)} to run, {len(skipped)} already done{how} -> {sweep_dir}")
         if todo:
             t_exec = time.time()
-            outcome.status = _execute(store, sweep_dir, [r.run_id for r in todo], n_workers, threads, log, outcome)
+            if ray is not None:
+                from normlab.experiments.executors import run_ray_sweep
+
+                outcome.status = run_ray_sweep(ray, store, sweep_dir, [r.run_id for r in todo], n_workers, threads,
+                                               log, outcome)
+            else:
+                outcome.status = _execute(store, sweep_dir, [r.run_id for r in todo], n_workers, threads, log,
+                                          outcome)
             outcome.wall_s = time.time() - t_start
             outcome.sweep_tokens_per_s = _sweep_tokens(store, outcome.trained) / max(time.time() - t_exec, 1e-9)
             log(f"sweep throughput {outcome.sweep_tokens_per_s:,.0f} tokens/s summed over {n_workers} workers "
                 f"x {threads} threads")
-            for k, v in (("workers", n_workers), ("threads", threads), ("cores", available_cores()),
+            for k, v in (("workers", n_workers), ("threads", threads), ("executor", executor),
+                         ("cores", cluster_cpus(ray) if ray else available_cores()),
                          ("wall_s", f"{outcome.wall_s:.1f}")):
                 store.set_meta(k, str(v))
         outcome.runs = store.runs()

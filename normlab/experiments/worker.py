@@ -69,38 +69,50 @@ def _peak_mem_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # Linux: KiB
 
 
-def run_one(sweep_dir: Path, run_id: str, threads: int | None = None) -> int:
-    """Train/resume and record one run; returns the exit status (see the module docstring)."""
+def train_run(run_dir: Path, config: dict[str, Any], threads: int | None = None,
+              tb_dir: Path | None = None) -> dict[str, Any]:
+    """Train ``config`` into ``run_dir``, or resume it when it holds a run; returns the summary (no store writes).
+    ``tb_dir``: live TensorBoard scalars (default ``RUN_DIR/tb``)."""
+    import torch
+
+    from normlab.config import config_from_dict
+    from normlab.rundir import open_config
+    from normlab.train.loop import train
+
+    if threads:
+        torch.set_num_threads(threads)
+    if (run_dir / "config.yaml").is_file():
+        return train(open_config(run_dir), run_dir, resume=True, quiet=False, tb_dir=tb_dir)
+    if run_dir.exists():  # a run that died before writing its config: start it afresh
+        shutil.rmtree(run_dir)
+    return train(config_from_dict(config), run_dir, resume=False, quiet=False, tb_dir=tb_dir)
+
+
+def finished_summary(run_dir: Path) -> dict[str, Any] | None:
+    """The summary of a run that needs no more training (completed with its model, or diverged), else None."""
     from normlab.train.loop import read_summary
 
-    store = Store(sweep_dir / "results.sqlite")
-    row = store.get(run_id)
-    run_dir = sweep_dir / "runs" / run_id
     try:
         summary = read_summary(run_dir) if run_dir.is_dir() else None
     except NormlabError:
-        summary = None
+        return None
     done = bool(summary) and (summary.get("status") == "diverged" or (
         summary.get("status") == "completed" and (run_dir / "model.safetensors").is_file()
         and summary.get("val_bpb") is not None))  # a completed summary without its metric is resumed (restored)
+    return summary if done else None
+
+
+def run_one(sweep_dir: Path, run_id: str, threads: int | None = None) -> int:
+    """Train/resume and record one run; returns the exit status (see the module docstring)."""
+    store = Store(sweep_dir / "results.sqlite")
+    row = store.get(run_id)
+    run_dir = sweep_dir / "runs" / run_id
+    summary = finished_summary(run_dir)
+    done = summary is not None
     store.start(run_id, calls_trainer=not done)
     try:
         if not done:
-            import torch
-
-            from normlab.config import config_from_dict
-            from normlab.rundir import open_config
-            from normlab.train.loop import train
-
-            if threads:
-                torch.set_num_threads(threads)
-            tb_dir = sweep_dir / "tb" / run_id  # live scalars, one TensorBoard run per sweep run
-            if (run_dir / "config.yaml").is_file():
-                summary = train(open_config(run_dir), run_dir, resume=True, quiet=False, tb_dir=tb_dir)
-            else:
-                if run_dir.exists():  # a run that died before writing its config: start it afresh
-                    shutil.rmtree(run_dir)
-                summary = train(config_from_dict(row["config"]), run_dir, resume=False, quiet=False, tb_dir=tb_dir)
+            summary = train_run(run_dir, row["config"], threads, tb_dir=sweep_dir / "tb" / run_id)
     except KeyboardInterrupt:  # SIGINT before the trainer's handler was installed, or a second Ctrl-C
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         store.update(run_id, status="interrupted", error="interrupted before a checkpoint could be taken")

@@ -20,6 +20,11 @@ What every batch-statistic norm here guarantees:
   do not advance ``step``. Without a weight (``affine=False``) every training forward counts as a step.
 - ``forward(x, mask=None)``: optional ``mask`` of shape ``x.shape[:-1]`` (True = real token, False = padding)
   restricts the batch statistics to real tokens. normlab's LMs have no padding and never pass one.
+- **Data-parallel training** (``normlab.train.distributed``): after :func:`set_sync_group` every statistic over the
+  batch's tokens -- forward (mean, variance, quadratic mean) and the token means inside PowerNorm's and Unified
+  Norm's backward -- is taken over the *global* batch of all processes by all-reducing sums and counts, as
+  ``torch.nn.SyncBatchNorm`` (Ioffe & Szegedy's statistics over the whole mini-batch). The function the model
+  computes is then the same whatever the number of processes. Without a group (one process) nothing changes.
 """
 
 from __future__ import annotations
@@ -30,6 +35,56 @@ import torch.nn.functional as F
 from normlab.norms import functional as NF
 from normlab.norms.modules import _AffineNorm
 from normlab.norms.registry import register_norm
+
+_SYNC_GROUP = None  # torch.distributed process group for global batch statistics (None: this process's batch)
+
+
+def set_sync_group(group) -> None:
+    """Take batch statistics over every process of ``group`` (a ``torch.distributed`` process group), or over this
+    process's batch only (``None``, the default). Called by ``normlab.train.distributed``."""
+    global _SYNC_GROUP
+    _SYNC_GROUP = group
+
+
+def sync_group():
+    """The current process group of the batch statistics, or None."""
+    return _SYNC_GROUP
+
+
+def _all_sum(t: torch.Tensor) -> torch.Tensor:
+    """Sum of ``t`` over the sync group (in place, no autograd)."""
+    import torch.distributed as dist
+
+    dist.all_reduce(t, group=_SYNC_GROUP)
+    return t
+
+
+def global_token_mean(x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    """``NF.token_mean`` over the global batch (no gradient): per-channel mean of ``x [..., d]`` over every
+    (real) token of every process of the sync group -> ``[d]``."""
+    if _SYNC_GROUP is None:
+        return NF.token_mean(x, mask)
+    flat = x.reshape(-1, x.shape[-1])
+    if mask is None:
+        s, n = flat.sum(0), flat.new_full((1,), flat.shape[0])
+    else:
+        m = mask.reshape(-1, 1).to(flat.dtype)
+        s, n = (flat * m).sum(0), m.sum().reshape(1)
+    both = _all_sum(torch.cat([s, n]))
+    return both[:-1] / both[-1].clamp_min(1.0)
+
+
+def global_count(n: int, ref: torch.Tensor) -> float:
+    """Number of tokens ``n`` summed over the sync group (``n`` itself without one)."""
+    if _SYNC_GROUP is None:
+        return float(n)
+    return float(_all_sum(ref.new_full((1,), float(n), dtype=torch.float64)))
+
+
+def global_sum0(t: torch.Tensor) -> torch.Tensor:
+    """``t.sum(0)`` summed over the sync group (no autograd; used inside custom backward passes)."""
+    s = t.sum(0)
+    return _all_sum(s) if _SYNC_GROUP is not None else s
 
 
 class BatchStatNorm(_AffineNorm):
@@ -119,6 +174,8 @@ class BatchNorm(BatchStatNorm):
             return F.batch_norm(x.reshape(-1, self.dim), self.running_mean, self.running_var, self.weight,
                                 self.bias, False, 0.0, self.eps).reshape(x.shape)
         self._advance()
+        if _SYNC_GROUP is not None:
+            return self._forward_sync(x, mask)
         if mask is None:
             return F.batch_norm(x.reshape(-1, self.dim), self.running_mean, self.running_var, self.weight,
                                 self.bias, True, self.momentum, self.eps).reshape(x.shape)
@@ -129,6 +186,23 @@ class BatchNorm(BatchStatNorm):
             self.running_mean.lerp_(mean.detach().to(self.running_mean.dtype), self.momentum)
             self.running_var.lerp_((var.detach() * n / (n - 1)).to(self.running_var.dtype), self.momentum)
         return self._affine((x - mean) * torch.rsqrt(var + self.eps))
+
+    def _forward_sync(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        """Training forward with statistics over the global batch: sums and counts go through the differentiable
+        ``torch.distributed.nn.all_reduce`` (its backward all-reduces the gradients, as SyncBatchNorm's does)."""
+        from torch.distributed.nn.functional import all_reduce
+
+        flat = x.reshape(-1, self.dim)
+        m = (torch.ones(flat.shape[0], 1, dtype=flat.dtype, device=flat.device) if mask is None
+             else mask.reshape(-1, 1).to(flat.dtype))
+        n = all_reduce(m.sum().reshape(1).detach(), group=_SYNC_GROUP)
+        mean = all_reduce((flat * m).sum(0), group=_SYNC_GROUP) / n
+        var = all_reduce((((flat - mean) ** 2) * m).sum(0), group=_SYNC_GROUP) / n
+        with torch.no_grad():
+            nn_ = n.clamp_min(2)
+            self.running_mean.lerp_(mean.detach().to(self.running_mean.dtype), self.momentum)
+            self.running_var.lerp_((var.detach() * nn_ / (nn_ - 1)).to(self.running_var.dtype), self.momentum)
+        return self._affine((flat - mean) * torch.rsqrt(var + self.eps)).reshape(x.shape)
 
     def extra_repr(self) -> str:
         return super().extra_repr() + f", momentum={self.momentum}"

@@ -8,7 +8,7 @@ import torch
 
 from normlab.errors import NormlabError
 from normlab.norms import functional as NF
-from normlab.norms.batchstat import BatchStatNorm
+from normlab.norms.batchstat import BatchStatNorm, global_count, global_sum0, global_token_mean, sync_group
 from normlab.norms.registry import register_norm
 
 GROUP_EPS = 1e-5  # the authors' GroupScaling1D eps, independent of the norm's eps
@@ -28,10 +28,11 @@ class PowerFunction(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, z_in, weight, bias, scale, var, ema_gz, eps, alpha_bkw):
+    def forward(ctx, z_in, weight, bias, scale, var, ema_gz, eps, alpha_bkw, n_global=None):
         z = z_in * torch.rsqrt(scale + eps)
         ctx.save_for_backward(z, var, weight, ema_gz)
         ctx.eps, ctx.alpha_bkw, ctx.has_bias = eps, alpha_bkw, bias is not None
+        ctx.n_global = n_global  # tokens of the global batch (data-parallel: token means over all processes)
         y = z * weight if weight is not None else z.clone()
         return y + bias if bias is not None else y
 
@@ -41,11 +42,12 @@ class PowerFunction(torch.autograd.Function):
         g = dy * weight if weight is not None else dy
         approx = g - (1.0 - ctx.alpha_bkw) * ema_gz * z
         with torch.no_grad():
-            ema_gz.add_((approx * z).mean(0).to(ema_gz.dtype))
+            gz = (approx * z).mean(0) if ctx.n_global is None else global_sum0(approx * z) / ctx.n_global
+            ema_gz.add_(gz.to(ema_gz.dtype))
         dx = approx * torch.rsqrt(var + ctx.eps)
         dw = (dy * z).sum(0) if weight is not None else None
         db = dy.sum(0) if ctx.has_bias else None
-        return dx, dw, db, None, None, None, None, None
+        return dx, dw, db, None, None, None, None, None, None
 
 
 @register_norm("powernorm")
@@ -100,13 +102,15 @@ class PowerNorm(BatchStatNorm):
         n, t = self._advance()
         flat = xs.reshape(-1, self.dim)
         with torch.no_grad():
-            var = NF.token_mean(flat.detach().pow(2), None if mask is None else mask.reshape(-1))
+            var = global_token_mean(flat.detach().pow(2), None if mask is None else mask.reshape(-1))
             scale = var if t <= self.warmup else self.phi.to(var.dtype).clone()
             phi = self.phi
             if t < self.warmup:
                 phi.copy_(phi * ((n - 1) / n) + var.to(phi.dtype) / n)
             phi.copy_(self.alpha_fwd * phi + (1.0 - self.alpha_fwd) * var.to(phi.dtype))
-        y = PowerFunction.apply(flat, self.weight, self.bias, scale, var, self.ema_gz, self.eps, self.alpha_bkw)
+        n_global = global_count(flat.shape[0], flat) if sync_group() is not None else None
+        y = PowerFunction.apply(flat, self.weight, self.bias, scale, var, self.ema_gz, self.eps, self.alpha_bkw,
+                                n_global)
         return y.reshape(x.shape)
 
     def extra_repr(self) -> str:

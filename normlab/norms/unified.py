@@ -9,7 +9,7 @@ import torch
 
 from normlab.errors import NormlabError
 from normlab.norms import functional as NF
-from normlab.norms.batchstat import BatchStatNorm
+from normlab.norms.batchstat import BatchStatNorm, global_count, global_sum0, global_token_mean, sync_group
 from normlab.norms.registry import register_norm
 
 RATIO_MIN, RATIO_MAX = 1.0 / 5.0, 5.0  # gradient-compensation ratio clamp
@@ -29,8 +29,10 @@ class UNFunction(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, x, weight, bias, var, r, ema_gz, buffer_gz, eps, momentum, slot, use_window, skip):
+    def forward(ctx, x, weight, bias, var, r, ema_gz, buffer_gz, eps, momentum, slot, use_window, skip,
+                n_global=None):
         z = x * torch.rsqrt(var + eps)
+        ctx.n_global = n_global  # tokens of the global batch (data-parallel: token means over all processes)
         ctx.save_for_backward(z, var, r, weight, ema_gz, buffer_gz)
         ctx.eps, ctx.momentum, ctx.slot, ctx.use_window, ctx.skip = eps, momentum, slot, use_window, skip
         ctx.has_bias = bias is not None
@@ -41,7 +43,7 @@ class UNFunction(torch.autograd.Function):
     def backward(ctx, dy):
         z, var, r, weight, ema_gz, buffer_gz = ctx.saved_tensors
         g = (dy * weight if weight is not None else dy) * r
-        gz = (g * z).mean(0)
+        gz = (g * z).mean(0) if ctx.n_global is None else global_sum0(g * z) / ctx.n_global
         with torch.no_grad():
             buffer_gz[ctx.slot].copy_(ema_gz if ctx.skip else gz.to(buffer_gz.dtype))
             mean_gz = buffer_gz.mean(0).to(gz.dtype) if ctx.use_window else gz
@@ -50,7 +52,7 @@ class UNFunction(torch.autograd.Function):
         dx = approx * torch.rsqrt(var + ctx.eps)
         dw = (dy * r * z).sum(0) if weight is not None else None
         db = dy.sum(0) if ctx.has_bias else None
-        return dx, dw, db, None, None, None, None, None, None, None, None, None
+        return dx, dw, db, None, None, None, None, None, None, None, None, None, None
 
 
 @register_norm("unified")
@@ -115,7 +117,7 @@ class UnifiedNorm(BatchStatNorm):
         flat = x.reshape(-1, self.dim)
         slot = n % self.window
         with torch.no_grad():
-            x2 = NF.token_mean(flat.detach().pow(2), None if mask is None else mask.reshape(-1))
+            x2 = global_token_mean(flat.detach().pow(2), None if mask is None else mask.reshape(-1))
             buf = self.buffer_x2
             skip = self.window <= 1
             check = self.outlier_filtration and not skip and t >= self.warmup and n > self.window
@@ -136,8 +138,9 @@ class UnifiedNorm(BatchStatNorm):
             else:
                 r = r.clamp(RATIO_MIN, RATIO_MAX)
             self.running_var.copy_(self.momentum * self.running_var + (1.0 - self.momentum) * var.to(rv.dtype))
+        n_global = global_count(flat.shape[0], flat) if sync_group() is not None else None
         y = UNFunction.apply(flat, self.weight, self.bias, var, r, self.ema_gz, self.buffer_gz, self.eps,
-                             self.momentum, slot, use_window, skip)
+                             self.momentum, slot, use_window, skip, n_global)
         return y.reshape(x.shape)
 
     def extra_repr(self) -> str:

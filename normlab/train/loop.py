@@ -12,6 +12,7 @@ import contextlib
 import inspect
 import json
 import math
+import os
 import signal
 import threading
 import time
@@ -36,6 +37,7 @@ from normlab.train.init_from import load_init, resolve_init, source_tokenizer
 from normlab.train.init_from import write_record as write_init_record
 from normlab.train.init_eval import eval_mode_gap, initial_eval, read_initial
 from normlab.train.checkpoint import list_checkpoints, load_checkpoint, save_checkpoint, save_model
+from normlab.train.distributed import SINGLE, DistContext, StopSignals
 from normlab.train.optim import EffectiveLR, NormalizeAndProject, build_optimizer
 from normlab.train.precision import CompileTimer, autocast, prepare_model, resolve_runtime
 from normlab.train.progress import ProgressReporter
@@ -66,9 +68,12 @@ def load_data(cfg: RunConfig, *, source: str | None = None, tokenizer: str | Pat
     return data
 
 
-def get_batch(tokens: np.ndarray, batch_size: int, context: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-    """Random windows: ``x, y [batch_size, context]`` int64 with ``y`` shifted by one token."""
+def get_batch(tokens: np.ndarray, batch_size: int, context: int, gen: torch.Generator,
+              rows: slice | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Random windows: ``x, y [batch_size, context]`` int64 with ``y`` shifted by one token. ``rows``: keep only
+    these rows of the batch (a data-parallel rank's share; the generator advances by the whole batch)."""
     ix = torch.randint(len(tokens) - context - 1, (batch_size,), generator=gen).tolist()
+    ix = ix[rows] if rows is not None else ix
     chunk = np.stack([tokens[i : i + context + 1] for i in ix]).astype(np.int64)
     t = torch.from_numpy(chunk)
     return t[:, :-1], t[:, 1:]
@@ -89,6 +94,16 @@ def apply_norm_defaults(cfg: RunConfig) -> None:
 def loss_ceiling(cfg: RunConfig) -> float:
     """Loss above which a run counts as diverged: ``train.loss_ceiling`` or ``3 ln(vocab)`` (3x uniform)."""
     return cfg.train.loss_ceiling if cfg.train.loss_ceiling is not None else 3.0 * math.log(cfg.model.vocab_size)
+
+
+class NullTracker:
+    """What a data-parallel rank other than 0 tracks: nothing."""
+
+    def log(self, record: dict[str, Any]) -> None:
+        pass
+
+    def close(self, status: str) -> None:
+        pass
 
 
 class _StopFlag:
@@ -131,7 +146,8 @@ def _truncate_metrics(path: Path, step: int) -> None:
 
 
 def train(cfg: RunConfig, run_dir: str | Path, *, resume: bool = False, quiet: bool = False,
-          tb_dir: str | Path | None = None, init_from: str | Path | None = None) -> dict[str, Any]:
+          tb_dir: str | Path | None = None, init_from: str | Path | None = None,
+          dist: DistContext | None = None) -> dict[str, Any]:
     """Train ``cfg`` into ``run_dir`` (new, or resumed from its last checkpoint). Returns the summary dict.
 
     TensorBoard scalars and hparams are written live to ``tb_dir`` (default ``RUN_DIR/tb``; normlab.train.tracking).
@@ -143,19 +159,25 @@ def train(cfg: RunConfig, run_dir: str | Path, *, resume: bool = False, quiet: b
     first one checkpoints at the next step boundary, also before the first step; a second one stops at once and
     still writes ``summary.json``); ``--resume`` holds ``RUN_DIR/.train.lock`` and first removes the temporary
     files a kill -9 left (``checkpoints/.step_*``, ``.*.tmp``).
+
+    ``dist``: this process's rank in a data-parallel run (``normlab.train.distributed``; only rank 0 writes
+    ``run_dir``; SIGINT/SIGTERM on any rank stop all ranks at the same step).
     """
     run_dir = Path(run_dir)
-    with _StopFlag() as flag, (exclusive_lock(run_dir / ".train.lock", f"run {run_dir}") if resume
-                               else contextlib.nullcontext()):
-        if resume:
+    ctx = dist or SINGLE
+    owner = resume and ctx.is_main
+    with (StopSignals() if ctx.active else _StopFlag()) as flag, (
+            exclusive_lock(run_dir / ".train.lock", f"run {run_dir}") if owner else contextlib.nullcontext()):
+        if owner:
             clean_stale_temps(run_dir / "checkpoints", (".step_*",))
             clean_stale_temps(run_dir, (".*.tmp",))
         try:
-            return _train(cfg, run_dir, resume=resume, quiet=quiet, flag=flag, tb_dir=tb_dir, init_from=init_from)
+            return _train(cfg, run_dir, resume=resume, quiet=quiet or not ctx.is_main, flag=flag, tb_dir=tb_dir,
+                          init_from=init_from, ctx=ctx)
         except KeyboardInterrupt:  # a second Ctrl-C: stop now, keep the last checkpoint, still write the summary
-            if flag.tracker is not None:
+            if getattr(flag, "tracker", None) is not None:
                 flag.tracker.close("interrupted")  # the TensorBoard events end with the session's status
-            if not (run_dir / "config.yaml").is_file():
+            if not ctx.is_main or not (run_dir / "config.yaml").is_file():
                 raise
             return _interrupted_summary(cfg, run_dir)
 
@@ -176,8 +198,9 @@ def _interrupted_summary(cfg: RunConfig, run_dir: Path) -> dict[str, Any]:
     return summary
 
 
-def _train(cfg: RunConfig, run_dir: Path, *, resume: bool, quiet: bool, flag: "_StopFlag",
-           tb_dir: str | Path | None = None, init_from: str | Path | None = None) -> dict[str, Any]:
+def _train(cfg: RunConfig, run_dir: Path, *, resume: bool, quiet: bool, flag: Any,
+           tb_dir: str | Path | None = None, init_from: str | Path | None = None,
+           ctx: DistContext = SINGLE) -> dict[str, Any]:
     if cfg.train.threads:
         torch.set_num_threads(cfg.train.threads)
     from normlab.rundata import read_data_info, run_data, save_run_identity
@@ -197,9 +220,11 @@ def _train(cfg: RunConfig, run_dir: Path, *, resume: bool, quiet: bool, flag: "_
     init_src = resolve_init(run_dir, init_from, resume)  # --init-from: another run's weights, names and shapes checked
     init_weights = load_init(model, init_src) if init_src is not None else None
     model = prepare_model(model.to(dev), tc.precision)  # bf16: norm inputs cast to fp32
-    fwd = torch.compile(model) if tc.compile else model  # diagnostic steps run `model` (eager, with hooks)
+    ddp = ctx.wrap(model)  # DDP (summed gradients) on more than one process, else the model
+    fwd = torch.compile(ddp) if tc.compile else ddp  # diagnostic steps run `ddp` (eager, with hooks)
     timer = CompileTimer(tc.compile)
     opt, groups = build_optimizer(model, tc, oc)
+    rows, share = ctx.rows(tc.batch_size), ctx.weight(tc.batch_size)
     nap = NormalizeAndProject(model) if oc.nap else None  # init norms of the seeded init, before any resume load
     eff_lr = EffectiveLR({n: p for n, p in model.named_parameters() if n in groups["feeds_norm"]})
     diag = TrainDiagnostics(model, cfg.diag)  # diag: per-block stats every diag.every steps + loss spikes
@@ -222,9 +247,10 @@ def _train(cfg: RunConfig, run_dir: Path, *, resume: bool, quiet: bool, flag: "_
                 torch.cuda.set_rng_state(_rng_from_json(state["rng"]["cuda"]))
             gen.set_state(_rng_from_json(state["rng"]["data"]))
             final = state.get("final") or {}  # the metrics as of that checkpoint (closes the kill -9 window)
-        _truncate_metrics(metrics_path, start)
+        if ctx.is_main:
+            _truncate_metrics(metrics_path, start)
         init = read_initial(metrics_path)
-    else:
+    elif ctx.is_main:
         run_dir.mkdir(parents=True, exist_ok=True)
         write_text(run_dir / "config.yaml", dump_config(cfg))
         write_json(run_dir / "param_groups.json", groups)
@@ -234,9 +260,13 @@ def _train(cfg: RunConfig, run_dir: Path, *, resume: bool, quiet: bool, flag: "_
         write_text(metrics_path, json.dumps({"step": 0, **init}) + "\n")
         if init_src is not None:
             write_init_record(run_dir, init_src, init_weights)
+    else:
+        init = {}  # (other ranks: rank 0 alone evaluates and records the loss at initialisation)
 
     report = ProgressReporter(tc.steps, start, quiet=quiet)
-    tracker = flag.tracker = Tracker(tb_dir if tb_dir is not None else run_dir / "tb", cfg.to_dict(), start_step=start)
+    tracker = flag.tracker = (Tracker(tb_dir if tb_dir is not None else run_dir / "tb", cfg.to_dict(),
+                                      start_step=start)
+                              if ctx.is_main else NullTracker())  # rank 0 alone writes TensorBoard
     nap_note = f" + NaP on {len(nap.params)} weights" if nap else ""
     report.message(
         f"params {model.num_params():,} | weight decay on {len(groups['decay'])} tensors, "
@@ -254,6 +284,8 @@ def _train(cfg: RunConfig, run_dir: Path, *, resume: bool, quiet: bool, flag: "_
     params = [p for p in model.parameters() if p.requires_grad]
 
     def checkpoint(at: int) -> None:
+        if not ctx.is_main:
+            return
         state = {"tokens_seen": tokens_seen, "elapsed_s": elapsed + time.time() - t_start, "best_val_bpb": best,
                  "rng": {"torch": _rng_to_json(torch.get_rng_state()), "data": _rng_to_json(gen.get_state())}}
         if dev == "cuda":
@@ -265,9 +297,9 @@ def _train(cfg: RunConfig, run_dir: Path, *, resume: bool, quiet: bool, flag: "_
         save_checkpoint(run_dir, at, model, opt, state, cfg.hash(), tc.keep_checkpoints)
 
     model.train()
-    with metrics_path.open("a") as mlog:
+    with (metrics_path.open("a") if ctx.is_main else open(os.devnull, "w")) as mlog:
         while step < tc.steps:
-            if flag.stop:
+            if ctx.any(flag.stop):  # one all-reduce per step on more than one process: all ranks stop together
                 status = "interrupted"
                 checkpoint(step)
                 break
@@ -276,16 +308,20 @@ def _train(cfg: RunConfig, run_dir: Path, *, resume: bool, quiet: bool, flag: "_
                 g["lr"] = lr
             diag.start_step(step)  # diag: forward hooks on diagnostic steps only
             loss_sum, extra, t_step = 0.0, {}, time.perf_counter()
-            step_fwd = model if diag.is_diag_step(step) else fwd
-            for _ in range(tc.grad_accum):
-                x, y = (t.to(dev) for t in get_batch(data.train, tc.batch_size, mc.context, gen))
-                with autocast(dev, tc.precision):
-                    logits = step_fwd(x)
-                loss, parts = lm_loss(logits.float(), y, z_loss=tc.z_loss, logitnorm_tau=tc.logitnorm_tau)
-                (loss / tc.grad_accum).backward()
-                loss_sum += float(parts.pop("ce"))  # raw cross-entropy: what is logged and checked
+            step_fwd = ddp if diag.is_diag_step(step) else fwd
+            for micro in range(tc.grad_accum):
+                x, y = (t.to(dev) for t in get_batch(data.train, tc.batch_size, mc.context, gen, rows))
+                with ctx.no_sync(ddp, micro == tc.grad_accum - 1):
+                    with autocast(dev, tc.precision):
+                        logits = step_fwd(x)
+                    loss, parts = lm_loss(logits.float(), y, z_loss=tc.z_loss, logitnorm_tau=tc.logitnorm_tau)
+                    (loss * share / tc.grad_accum).backward()  # share: this rank's part of the global batch
+                loss_sum += float(parts.pop("ce")) * share  # raw cross-entropy: what is logged and checked
                 for k, v in parts.items():
-                    extra[k] = extra.get(k, 0.0) + float(v) / tc.grad_accum
+                    extra[k] = extra.get(k, 0.0) + float(v) * share / tc.grad_accum
+            if ctx.active:  # global-batch means, identical on every rank
+                sums = ctx.all_sum([loss_sum, *extra.values()])
+                loss_sum, extra = sums[0], dict(zip(extra, sums[1:]))
             last_loss = loss_sum / tc.grad_accum
             diag.after_backward(step, last_loss)  # diag: grad norms (before clipping), spike check; hooks removed
             grad_norm = float(torch.nn.utils.clip_grad_norm_(params, tc.grad_clip if tc.grad_clip > 0 else float("inf")))
@@ -314,7 +350,7 @@ def _train(cfg: RunConfig, run_dir: Path, *, resume: bool, quiet: bool, flag: "_
                 record |= {"step": step, "loss": last_loss, "lr": lr, "grad_norm": grad_norm,
                            "tokens_per_s": tok_s, "elapsed_s": elapsed + now - t_start, **extra}
                 report.update(step, last_loss, tok_s)
-            if step % tc.eval_every == 0 or step == tc.steps:
+            if ctx.is_main and (step % tc.eval_every == 0 or step == tc.steps):
                 t_eval = time.time()
                 val = evaluate(model, data.val, data.token_bytes, data.tokenizer.decode, context=mc.context,
                                batch_size=tc.batch_size, max_tokens=tc.eval_batches * tc.batch_size * mc.context,
@@ -337,7 +373,7 @@ def _train(cfg: RunConfig, run_dir: Path, *, resume: bool, quiet: bool, flag: "_
     tracker.close(status)
 
     total_elapsed = elapsed + time.time() - t_start
-    if status == "completed":
+    if status == "completed" and ctx.is_main:
         save_model(model, run_dir / "model.safetensors", cfg.hash())
     summary = {
         "status": status, "step": step, "steps": tc.steps, "train_loss": last_loss,
@@ -357,7 +393,9 @@ def _train(cfg: RunConfig, run_dir: Path, *, resume: bool, quiet: bool, flag: "_
     if gap:
         summary["eval_mode_warning"] = gap
         report.message(f"warning: {gap['message']}")
-    write_json(run_dir / "summary.json", summary)
+    if ctx.is_main:
+        write_json(run_dir / "summary.json", summary)
+    ctx.barrier()  # the other ranks exit only after rank 0 recorded the status
     return summary
 
 

@@ -587,10 +587,11 @@ def train_job(cfg: dict, run_dir: str, reuse: str | None = None) -> dict:
 
 
 def execute(jobs: list[tuple[str, int, dict, Path]], workers: int, log: Callable[[str], None],
-            reuse: Path | None = None) -> None:
-    """Train ``jobs`` ``(variant, seed, cfg, run_dir)`` with ``workers`` processes (1 = in this process); with
-    ``reuse`` (a sweep directory) runs it holds are copied (waited for while that sweep trains them), and the
-    jobs it does not hold are trained first."""
+            reuse: Path | None = None, ray: Any = None, out: Path | None = None) -> None:
+    """Train ``jobs`` ``(variant, seed, cfg, run_dir)`` with ``workers`` processes (1 = in this process), or as
+    Ray tasks when ``ray`` is a connected ``ray`` module (run directories under ``out``); with ``reuse`` (a sweep
+    directory) runs it holds are copied (waited for while that sweep trains them), and the jobs it does not hold are
+    trained first."""
     if not jobs:
         return
     n = len(jobs)
@@ -605,6 +606,17 @@ def execute(jobs: list[tuple[str, int, dict, Path]], workers: int, log: Callable
         how = f"copied from {r['reused_from']}" if r.get("reused_from") else (
             f"{r['elapsed_s']:.1f} s, {(r.get('tokens_per_s') or 0):,.0f} tok/s")
         log(f"[{i}/{n}] {job[0]} seed {job[1]}: {r['status']}, val bpb {bpb}, {how}")
+
+    if ray is not None:
+        from normlab.experiments.executors import run_ray_jobs
+
+        if reuse is not None:  # runs the reused sweep holds are copied here, the rest go to the cluster
+            held = [j for j in jobs if registered_in(reuse, j[2])]
+            for i, job in enumerate(held, 1):
+                done(i, job, train_job(job[2], str(job[3]), rd))
+            jobs = [j for j in jobs if j not in held]
+        run_ray_jobs(ray, jobs, out, done)
+        return
 
     if workers <= 1:
         for i, job in enumerate(jobs, 1):
@@ -632,7 +644,7 @@ def execute(jobs: list[tuple[str, int, dict, Path]], workers: int, log: Callable
 
 def run_suite(claims: list[Claim], budget: Budget, out: Path, *, seeds: int | None = None, workers: int = 1,
               log: Callable[[str], None] = lambda s: print(s, file=sys.stderr, flush=True),
-              reuse: Path | None = None) -> dict:
+              reuse: Path | None = None, executor: str = "local", address: str | None = None) -> dict:
     """Train what is missing, measure every claim per seed, return ``{claims: [...], ...}`` (also written to
     ``OUT/claims.json``)."""
     import torch
@@ -662,7 +674,12 @@ def run_suite(claims: list[Claim], budget: Budget, out: Path, *, seeds: int | No
     for why, names in retrain.items():  # say why a finished run is trained again
         log(f"retraining {len(names)} run(s) ({why}): {', '.join(names[:6])}{' ...' if len(names) > 6 else ''}")
     t_train = time.time()
-    execute(jobs, workers, log, reuse)
+    ray = None
+    if executor == "ray" and jobs:
+        from normlab.experiments.executors import connect
+
+        ray = connect(address)
+    execute(jobs, workers, log, reuse, ray, out)
     train_s = time.time() - t_train
     torch.set_num_threads(1)
     ctx = Context(budget)

@@ -1,0 +1,435 @@
+"""Where a sweep's runs train: ``local`` worker processes (``normlab.experiments.runner``) or a Ray cluster.
+
+``normlab compare SWEEP --executor ray [--address HOST:PORT]`` (and ``normlab claims --executor ray``) submits every
+run as one Ray task (Moritz et al. 2018, "Ray: A Distributed Framework for Emerging AI Applications",
+arXiv:1712.05889) asking for ``threads`` CPUs, or one GPU when the cluster has GPUs. Without ``--address`` Ray
+connects to the cluster named by ``RAY_ADDRESS`` or starts a one-machine cluster.
+
+- **The driver alone writes the results store**: a task returns the run's summary (and, when needed, its files);
+  the driver (``normlab compare``) records the row and the curves, as a local worker does. The trainer writes its
+  live TensorBoard scalars to ``SWEEP_DIR/tb/<run id>`` (sent back with the run directory when needed).
+- **Files.** A task first looks for a marker file the driver wrote into the sweep directory. Found (shared storage:
+  NFS, or one machine): the run trains in ``SWEEP_DIR/runs/<run id>`` directly. Not found: the driver sends the
+  run directory's files with the task (a resumed run's checkpoints), the run trains in a temporary directory on the
+  worker, and the task returns the directory as a tar archive that the driver unpacks into the sweep directory
+  (``NORMLAB_RAY_FILES=copy`` forces this, ``shared`` forbids it; default ``auto``).
+- **Training** runs in a child process of the task (``python -m normlab.experiments.executors``, no store access),
+  which dies with the task's worker process; its output goes to ``SWEEP_DIR/logs/<run id>.log``.
+- **Ctrl-C** on the driver: the first sets a flag in a small Ray actor (on the driver's node) that every task polls;
+  tasks forward one SIGINT to their trainer (checkpoint, ``status: interrupted``) and return normally. A second
+  Ctrl-C cancels the tasks (the trainers stop at once, keeping their last checkpoint); a third force-kills them.
+- **Lost tasks** (a worker node dies): the run is recorded ``failed`` with the reason; tasks are not retried by
+  Ray (``max_retries=0``), so a re-run of the same command resumes it from its last checkpoint, like a failed
+  local worker. Re-running resumes interrupted runs and skips finished ones, exactly as with ``--executor local``.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from normlab.errors import NormlabError
+
+EXECUTORS = ("local", "ray")
+MARKER = ".normlab-ray-marker"
+INSTALL_HINT = "pip install 'normlab[ray]'"
+ROOT = str(Path(__file__).resolve().parents[2])  # the directory holding the normlab package
+
+
+def check_executor(name: str, address: str | None) -> None:
+    """Validate ``--executor`` / ``--address`` before anything is written."""
+    if name not in EXECUTORS:
+        raise NormlabError(f"--executor must be one of {', '.join(EXECUTORS)}, got '{name}'")
+    if name == "local":
+        if address:
+            raise NormlabError("--address needs --executor ray (it names a Ray cluster)")
+        return
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        raise NormlabError(f"--executor ray needs Ray, which is not installed: {INSTALL_HINT}") from None
+    if address:
+        host, port = _split_address(address)
+        try:
+            socket.create_connection((host, port), timeout=5).close()
+        except OSError as e:
+            raise NormlabError(f"cannot reach a Ray cluster at --address {address} ({e.strerror or e}); start one "
+                               "with 'ray start --head --port PORT' or give the address it printed") from None
+
+
+def _split_address(address: str) -> tuple[str, int]:
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise NormlabError(f"--address must be HOST:PORT (e.g. 10.0.0.1:6379), got '{address}'")
+    return host, int(port)
+
+
+def connect(address: str | None) -> Any:
+    """``ray`` connected to the cluster at ``address`` (or RAY_ADDRESS, or a new one-machine cluster)."""
+    import logging
+
+    import ray
+
+    if not ray.is_initialized():
+        kw: dict[str, Any] = {"logging_level": logging.WARNING, "log_to_driver": False,
+                              "runtime_env": {"env_vars": {"PYTHONPATH": _pythonpath()}}}
+        if address:
+            kw["address"] = address
+        elif not os.environ.get("RAY_ADDRESS"):
+            from normlab.experiments.runner import available_cores
+
+            kw.update(num_cpus=available_cores(), include_dashboard=False)
+        try:
+            ray.init(**kw)
+        except (ConnectionError, RuntimeError) as e:
+            raise NormlabError(f"cannot connect to Ray at {address or os.environ.get('RAY_ADDRESS') or 'a new local cluster'}: "
+                               f"{str(e).splitlines()[0] if str(e) else e.__class__.__name__}") from None
+    return ray
+
+
+def _pythonpath() -> str:
+    old = os.environ.get("PYTHONPATH")
+    return ROOT + (os.pathsep + old if old else "")
+
+
+def cluster_cpus(ray: Any) -> int:
+    return max(1, int(ray.cluster_resources().get("CPU", 1)))
+
+
+def _resources(ray: Any, threads: int) -> dict[str, Any]:
+    """One CPU bundle of ``threads``, or one GPU (and one CPU) when the cluster has GPUs."""
+    if ray.cluster_resources().get("GPU", 0) >= 1:
+        return {"num_cpus": 1, "num_gpus": 1}
+    return {"num_cpus": threads, "num_gpus": 0}
+
+
+# ---------------------------------------------------------------------------------------------- files
+def pack(root: Path, rel: str) -> bytes | None:
+    """``root/rel`` as a gzip'd tar (paths relative to ``root``), or None when it does not exist."""
+    if not (root / rel).exists():
+        return None
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        tar.add(root / rel, arcname=rel)
+    return buf.getvalue()
+
+
+def _extract(tar: tarfile.TarFile, dest: Path) -> None:
+    """Extract with the ``data`` filter (no absolute paths, links out of ``dest`` or devices) where Python has it."""
+    if hasattr(tarfile, "data_filter"):
+        tar.extractall(dest, filter="data")
+    else:  # Python < 3.10.12: the archives are our own (written by ``pack``)
+        tar.extractall(dest)
+
+
+def unpack(data: bytes, root: Path, rel: str) -> None:
+    """Replace ``root/rel`` by the tree in ``data`` (extracted beside it, then renamed into place)."""
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".unpack-", dir=root))
+    try:
+        with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
+            _extract(tar, tmp)
+        dest, old = root / rel, root / f".{Path(rel).name}.old-{secrets.token_hex(4)}"
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        if dest.exists():
+            dest.rename(old)
+        (tmp / rel).rename(dest)
+        shutil.rmtree(old, ignore_errors=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _shared(sweep_root: str, token: str, mode: str) -> bool:
+    if mode in ("shared", "copy"):
+        return mode == "shared"
+    try:
+        return (Path(sweep_root) / MARKER).read_text().strip() == token
+    except OSError:
+        return False
+
+
+# ---------------------------------------------------------------------------------------------- the task
+def _die_with_parent(parent: int | None) -> None:
+    """Linux: SIGKILL this trainer when the Ray worker that started it dies (a lost node leaves no orphan)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if parent is not None and os.getppid() != parent:  # it died before prctl
+        os._exit(137)
+
+
+def sweep_task(run_id: str, config: dict[str, Any], threads: int, sweep_root: str, token: str, mode: str,
+               files: dict[str, bytes | None] | None, stopper: Any) -> dict[str, Any]:
+    """One sweep run, on a Ray worker: train (or resume) it in a child process; return what the driver records."""
+    import ray
+
+    shared = _shared(sweep_root, token, mode)
+    if shared:
+        root, tmp = Path(sweep_root), None
+    else:
+        tmp = Path(tempfile.mkdtemp(prefix="normlab-ray-"))
+        root = tmp
+        for sub, data in (files or {}).items():  # the run directory and its TensorBoard directory, when resumed
+            if data:
+                with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
+                    _extract(tar, root / sub)
+    try:
+        (root / "logs").mkdir(parents=True, exist_ok=True)
+        run_dir = root / "runs" / run_id
+        cfg_file = root / "logs" / f"{run_id}.config.json"
+        cfg_file.write_text(json.dumps(config))
+        log_path = root / "logs" / f"{run_id}.log"
+        env = dict(os.environ, PYTHONPATH=_pythonpath(), OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads),
+                   PYTHONUNBUFFERED="1")
+        cmd = [sys.executable, "-m", "normlab.experiments.executors", str(run_dir), str(cfg_file),
+               "--threads", str(threads), "--parent", str(os.getpid()), "--tb-dir", str(root / "tb" / run_id)]
+        with open(log_path, "ab") as logf:
+            proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
+        signalled, rusage, status = 0, None, None
+        last_poll = 0.0
+        while status is None:
+            try:
+                pid, st, ru = os.wait4(proc.pid, os.WNOHANG)
+                if pid:
+                    status, rusage = os.waitstatus_to_exitcode(st), ru
+                    break
+                if not signalled and stopper is not None and time.time() - last_poll > 1.0:
+                    last_poll = time.time()
+                    try:
+                        stop = ray.get(stopper.stopped.remote(), timeout=30)
+                    except ray.exceptions.GetTimeoutError:  # a slow answer: ask again later
+                        stop = False
+                    except Exception:  # noqa: BLE001 - the flag's node is gone: keep training, stop polling it
+                        stopper, stop = None, False
+                    if stop:
+                        signalled = 1
+                        proc.send_signal(signal.SIGINT)
+                time.sleep(0.2)
+            except KeyboardInterrupt:  # ray.cancel: stop the trainer now (a second SIGINT if it had one)
+                signalled += 1
+                proc.send_signal(signal.SIGINT if signalled <= 2 else signal.SIGKILL)
+        proc.returncode = status
+        cfg_file.unlink(missing_ok=True)
+        from normlab.train.loop import read_summary
+
+        try:
+            summary = read_summary(run_dir) if run_dir.is_dir() else None
+        except NormlabError:
+            summary = None
+        out: dict[str, Any] = {"rc": status, "summary": summary, "host": socket.gethostname(), "shared": shared,
+                               "peak_mem_mb": rusage.ru_maxrss / 1024.0 if rusage else None, "files": None, "log": None}
+        if shared:
+            out["log_tail"] = log_path.read_bytes()[-2000:]
+        else:
+            out["files"] = pack(root / "runs", run_id)
+            out["tb_files"] = pack(root / "tb", run_id)
+            out["log"] = log_path.read_bytes()
+        return out
+    finally:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+class Stopper:
+    """A flag the driver sets on Ctrl-C and every task polls (a Ray actor with no CPU)."""
+
+    def __init__(self) -> None:
+        self.flag = False
+
+    def stop(self) -> None:
+        self.flag = True
+
+    def stopped(self) -> bool:
+        return self.flag
+
+
+# ---------------------------------------------------------------------------------------------- the driver
+def _last_line(data: bytes | None) -> str:
+    lines = [l for l in (data or b"").decode(errors="replace").splitlines() if l.strip()]
+    return lines[-1][:300] if lines else ""
+
+
+def run_ray_sweep(ray: Any, store: Any, sweep_dir: Path, todo: list[str], n_workers: int, threads: int,
+                  log: Callable[[str], None], outcome: Any) -> str:
+    """Train ``todo`` on the Ray cluster, at most ``n_workers`` tasks in flight; the driver records every row.
+    Returns ``completed`` or ``interrupted``."""
+    from normlab.experiments.runner import _describe
+    from normlab.experiments.worker import finished_summary, record
+
+    sweep_dir = sweep_dir.resolve()
+    token = secrets.token_hex(8)
+    (sweep_dir / MARKER).write_text(token)
+    (sweep_dir / "logs").mkdir(exist_ok=True)
+    mode = os.environ.get("NORMLAB_RAY_FILES", "auto")
+    if mode not in ("auto", "shared", "copy"):
+        raise NormlabError(f"NORMLAB_RAY_FILES must be auto, shared or copy, got '{mode}'")
+    remote = ray.remote(max_retries=0)(sweep_task)
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=True)
+    stopper = ray.remote(num_cpus=0)(Stopper).options(scheduling_strategy=here).remote()  # on the driver's node
+    res = _resources(ray, threads)
+    queue = list(todo)
+    running: dict[Any, str] = {}
+    interrupts = 0
+    done_count = 0
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        nonlocal interrupts
+        interrupts += 1
+        if interrupts == 1:
+            log(f"stopping: {len(running)} running run(s) checkpoint and stop; re-run the same command to resume "
+                "(Ctrl-C again to stop without waiting for checkpoints)")
+            stopper.stop.remote()
+        else:
+            for ref in running:
+                ray.cancel(ref, force=interrupts >= 3)
+
+    def finish(run_id: str, result: dict[str, Any] | None, error: str | None) -> None:
+        nonlocal done_count
+        done_count += 1
+        run_dir = sweep_dir / "runs" / run_id
+        if result is not None:
+            if result.get("files"):
+                unpack(result["files"], sweep_dir / "runs", run_id)
+            if result.get("tb_files"):
+                unpack(result["tb_files"], sweep_dir / "tb", run_id)
+            if result.get("log"):
+                with open(sweep_dir / "logs" / f"{run_id}.log", "ab") as f:
+                    f.write(result["log"])
+            summary = result.get("summary")
+            if summary and summary.get("status") in ("completed", "diverged", "interrupted"):
+                summary = {**summary, "run_dir": str(run_dir)}
+                record(store, sweep_dir, run_id, summary, peak_mem_mb=result.get("peak_mem_mb"))
+            else:
+                why = _last_line(result.get("log") or result.get("log_tail"))
+                store.update(run_id, status="interrupted" if interrupts else "failed",
+                             error=f"trainer exited with status {result.get('rc')} on {result.get('host')}: {why}")
+        else:
+            store.update(run_id, status="interrupted" if interrupts else "failed", error=error)
+        row = store.get(run_id)
+        log(f"[{done_count}/{len(todo)}] {run_id}: {_describe(row)}"
+            + (f" (log: {sweep_dir / 'logs' / (run_id + '.log')})" if row["status"] == "failed" else ""))
+
+    old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        while running or (queue and not interrupts):
+            while queue and not interrupts and len(running) < n_workers:
+                run_id = queue.pop(0)
+                row = store.get(run_id)
+                summary = finished_summary(sweep_dir / "runs" / run_id)
+                store.start(run_id, calls_trainer=summary is None)
+                outcome.trained.append(run_id)
+                if summary is not None:  # trained earlier, not recorded: record only
+                    record(store, sweep_dir, run_id, summary, peak_mem_mb=row.get("peak_mem_mb"))
+                    done_count += 1
+                    log(f"[{done_count}/{len(todo)}] {run_id}: {_describe(store.get(run_id))}")
+                    continue
+                files = ({"runs": pack(sweep_dir / "runs", run_id), "tb": pack(sweep_dir / "tb", run_id)}
+                         if mode != "shared" else None)
+                ref = remote.options(**res).remote(run_id, row["config"], threads, str(sweep_dir), token, mode,
+                                                   files, stopper)
+                running[ref] = run_id
+            if not running:
+                continue
+            ready, _ = ray.wait(list(running), num_returns=1, timeout=0.5)
+            for ref in ready:
+                run_id = running.pop(ref)
+                try:
+                    result, error = ray.get(ref), None
+                except Exception as e:  # noqa: BLE001 - a lost node, a cancelled or crashed task: recorded
+                    first = (str(e).strip().splitlines() or [e.__class__.__name__])[0]
+                    result, error = None, f"Ray task lost ({e.__class__.__name__}): {first[:300]}"
+                finish(run_id, result, error)
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+        (sweep_dir / MARKER).unlink(missing_ok=True)
+    return "interrupted" if interrupts else "completed"
+
+
+# ---------------------------------------------------------------------------------------------- claims
+def claims_task(cfg: dict[str, Any], rel: str, out_root: str, token: str, mode: str) -> dict[str, Any]:
+    """One ``normlab claims`` run on a Ray worker (``suite.train_job``); returns its result and, without shared
+    storage, its run directory as a tar archive."""
+    from normlab.experiments.claims.suite import train_job
+
+    shared = _shared(out_root, token, mode)
+    root = Path(out_root) if shared else Path(tempfile.mkdtemp(prefix="normlab-ray-"))
+    try:
+        r = train_job(cfg, str(root / rel))
+        return {"result": r, "files": None if shared else pack(root, rel)}
+    finally:
+        if not shared:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+def run_ray_jobs(ray: Any, jobs: list[tuple[str, int, dict, Path]], out: Path,
+                 done: Callable[[int, tuple, dict], None]) -> None:
+    """Train claims ``jobs`` ``(variant, seed, cfg, run_dir)`` as Ray tasks of one CPU each."""
+    out = out.resolve()
+    token = secrets.token_hex(8)
+    (out / MARKER).write_text(token)
+    mode = os.environ.get("NORMLAB_RAY_FILES", "auto")
+    remote = ray.remote(max_retries=0)(claims_task)
+    res = _resources(ray, 1)
+    try:
+        refs = {remote.options(**res).remote(j[2], str(Path(j[3]).resolve().relative_to(out)), str(out), token,
+                                             mode): j for j in jobs}
+        i = 0
+        while refs:
+            ready, _ = ray.wait(list(refs), num_returns=1)
+            for ref in ready:
+                job = refs.pop(ref)
+                i += 1
+                r = ray.get(ref)
+                if r["files"]:
+                    unpack(r["files"], out, str(Path(job[3]).resolve().relative_to(out)))
+                done(i, job, r["result"])
+    finally:
+        (out / MARKER).unlink(missing_ok=True)
+
+
+# ---------------------------------------------------------------------------------------------- trainer child
+def main(argv: list[str] | None = None) -> int:
+    """``python -m normlab.experiments.executors RUN_DIR CONFIG_JSON [--threads N] [--parent PID]``: train or resume
+    one run (no store access; the Ray task that started it reports to the driver)."""
+    import argparse
+
+    from normlab.errors import EXIT_BAD_INPUT
+    from normlab.experiments.worker import EXIT_FOR, train_run
+
+    p = argparse.ArgumentParser(prog="python -m normlab.experiments.executors")
+    p.add_argument("run_dir")
+    p.add_argument("config")
+    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--parent", type=int, default=None, help="pid of the Ray worker: die with it")
+    p.add_argument("--tb-dir", default=None, help="live TensorBoard scalars (default RUN_DIR/tb)")
+    args = p.parse_args(argv)
+    _die_with_parent(args.parent)
+    try:
+        summary = train_run(Path(args.run_dir), json.loads(Path(args.config).read_text()), args.threads,
+                            tb_dir=Path(args.tb_dir) if args.tb_dir else None)
+    except NormlabError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    return EXIT_FOR.get(summary.get("status", ""), 1)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
