@@ -90,12 +90,16 @@ def summary(gr: GridReport, counts: dict[str, int]) -> list[str]:
         noise = [f"{r.variant} ({r.diff.mean:+.3f} ± {r.diff.half:.3f}"
                  + (f", ~{r.seeds_needed} seeds to resolve" if r.seeds_needed else "") + ")"
                  for r in rows if r.verdict == "within noise"]
-        unit = "(seed, lr) cells" if metric.startswith("loss at each") else "seeds"
+        cells = metric.startswith("loss at each")
+        unit = "(seed, lr) cells" if cells else "seeds"
         how = f"paired over {unit}" if all(r.diff.paired for r in rows) else f"paired over {unit} where possible, else Welch"
+        if cells:  # the learning rates of one seed share its initialisation and batches: not independent samples
+            how += "; descriptive, as the cells of one seed are not independent"
+        beyond = "" if cells else " beyond noise"
         if lower:
-            out.append(f"{cap} lower than {gr.baseline} beyond noise ({how}): " + "; ".join(lower) + ".")
+            out.append(f"{cap} lower than {gr.baseline}{beyond} ({how}): " + "; ".join(lower) + ".")
         if higher:
-            out.append(f"{cap} higher than {gr.baseline} beyond noise ({how}): " + "; ".join(higher) + ".")
+            out.append(f"{cap} higher than {gr.baseline}{beyond} ({how}): " + "; ".join(higher) + ".")
         if noise:
             out.append(f"{cap} within noise of {gr.baseline} ({how}; seeds needed at 80% power from the "
                        "observed spread): " + "; ".join(noise) + ".")
