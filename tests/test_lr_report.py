@@ -65,8 +65,8 @@ def test_a_seed_gives_two_variants_the_same_batches_and_validation_windows(monke
     cur: dict[str, str] = {}
     real_batch, real_windows = loop.get_batch, lm.spread_windows
 
-    def get_batch(tokens, b, c, gen):
-        x, y = real_batch(tokens, b, c, gen)
+    def get_batch(tokens, b, c, gen, *rows):
+        x, y = real_batch(tokens, b, c, gen, *rows)
         seen[cur["k"]]["batches"].append(x.clone())
         return x, y
 
