@@ -40,7 +40,8 @@ class RotaryEmbedding(nn.Module):
         Computed as ``x * cos2 + swap(x) * sin2`` with per-dtype tables ``cos2 = [c0, c0, c1, c1, ...]``,
         ``sin2 = [-s0, s0, -s1, s1, ...]`` ``[T, head_dim]`` (cached) and ``swap`` exchanging each pair: the same
         products and sums as ``_rotate`` (``a - b == a + (-b)`` exactly), so bit-identical, in 4 kernels instead
-        of 7 and without casting the float64 tables on every call."""
+        of 7 and without casting the float64 tables on every call; forward and backward in one autograd node
+        (``_PairRotation``)."""
         T = x.shape[-2]
         if offset + T > self.cos.shape[0]:
             self._build(max(offset + T, 2 * self.cos.shape[0]))
@@ -49,11 +50,33 @@ class RotaryEmbedding(nn.Module):
             cos, sin = self.cos.to(x.dtype), self.sin.to(x.dtype)
             self._pair_tables = {key: (cos.repeat_interleave(2, -1), torch.stack((-sin, sin), -1).flatten(-2))}
         cos2, sin2 = self._pair_tables[key]
-        swapped = x.unflatten(-1, (-1, 2)).flip(-1).flatten(-2)
-        return x * cos2[offset : offset + T] + swapped * sin2[offset : offset + T]
+        return _PairRotation.apply(x, cos2[offset : offset + T], sin2[offset : offset + T])
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, offset: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
         return self.rotate(q, offset), self.rotate(k, offset)
+
+
+def _swap_pairs(x: torch.Tensor) -> torch.Tensor:
+    """``[x0, x1, x2, x3, ...] -> [x1, x0, x3, x2, ...]`` over the last dim (a copy: ``stack`` of the two strided
+    halves, about 1.6x faster on CPU than ``flip`` of a ``[..., hd/2, 2]`` view)."""
+    return torch.stack((x[..., 1::2], x[..., 0::2]), -1).flatten(-2)
+
+
+class _PairRotation(torch.autograd.Function):
+    """``y = x * cos2 + swap(x) * sin2`` with the hand-written backward ``dx = g * cos2 + swap(g * sin2)`` (swap is
+    its own transpose). These are the products and the one sum autograd's backward of the same expression computes
+    (float addition is commutative), so output and gradient are bit-identical to it; one node instead of the
+    swap's views and copies. ``x [..., T, hd]`` (any strides), ``cos2, sin2 [T, hd]`` constants (no gradient)."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, cos2: torch.Tensor, sin2: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(cos2, sin2)
+        return x * cos2 + _swap_pairs(x) * sin2
+
+    @staticmethod
+    def backward(ctx, g: torch.Tensor):
+        cos2, sin2 = ctx.saved_tensors
+        return g * cos2 + _swap_pairs(g * sin2), None, None
 
 
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
