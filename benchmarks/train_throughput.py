@@ -491,16 +491,32 @@ VARIANTS: dict[str, str] = {  # label -> note (what it is, what it changes besid
 }
 
 
+def _rope_method(formula: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]) -> Callable:
+    """A replacement for ``RotaryEmbedding.rotate(self, x, offset)`` (what the attention layers call) that applies
+    ``formula(x, cos, sin)`` on the ``[T, hd/2]`` tables cast to ``x``'s dtype."""
+
+    def rotate(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        T = x.shape[-2]
+        if offset + T > self.cos.shape[0]:
+            self._build(max(offset + T, 2 * self.cos.shape[0]))
+        return formula(x, self.cos[offset : offset + T].to(x.dtype), self.sin[offset : offset + T].to(x.dtype))
+
+    return rotate
+
+
 def variant_runner(shape: Shape, label: str) -> Runner:
     """normlab's GPT with one candidate change, applied by monkeypatching around each step."""
-    import normlab.attention.positions as positions
+    from normlab.attention.positions import RotaryEmbedding
     import normlab.model.blocks as blocks
 
-    complex_rope = lambda: patched(positions, "_rotate", _rotate_complex)  # noqa: E731
+    # patch the method the attention layers call (patching the module-level reference formula ``_rotate`` would
+    # change nothing: the model does not call it)
+    complex_rope = lambda: patched(RotaryEmbedding, "rotate", _rope_method(_rotate_complex))  # noqa: E731
     if label == "RoPE as complex multiply":
         return patched_runner(normlab_runner(shape, label), complex_rope)
     if label == "RoPE half-split (NeoX)":
-        return patched_runner(normlab_runner(shape, label), lambda: patched(positions, "_rotate", _rotate_half_split))
+        return patched_runner(normlab_runner(shape, label),
+                              lambda: patched(RotaryEmbedding, "rotate", _rope_method(_rotate_half_split)))
     if label == "GELU tanh approximation":
         return patched_runner(normlab_runner(shape, label), lambda: patched(blocks.MLP, "forward", _gelu_tanh_forward))
     if label == "SDPA math backend":
