@@ -216,7 +216,7 @@ def paired(a: Row, b: Row) -> float:
 
 def render(info: dict, shapes: list[tuple[Shape, float, list[Row]]]) -> str:
     L = ["<!-- nanogpt_speed:start -->", "## Training speed against karpathy/nanoGPT", "",
-         f"`{info['command']}` -- {info['date']}, {info['cpu']}, {info['threads']} threads, torch {info['torch']} "
+         f"`{info['command']}` -- {info['date']}, {info['cpu']}, {info['threads']} thread(s), torch {info['torch']} "
          f"(CPU capability {info['capability']}; bf16 units: {info['bf16']}). Load average "
          f"{info['load_before']:.1f} before, {info['load_after']:.1f} after"
          + (" -- **the machine was shared with other jobs: absolute tokens/s are low and noisy; the ratios are paired"
@@ -228,7 +228,7 @@ def render(info: dict, shapes: list[tuple[Shape, float, list[Row]]]) -> str:
          f"{info['window_s']:g} s per row at most (fewer when a shape's {info['budget_s']:.0f} s budget runs out); "
          "tokens/s = median over windows; ratio = median over rounds of the two rows' windows of that round.", ""]
     if not info["has_bf16"]:
-        L += [f"**This CPU has no bf16 matrix units** ({info['bf16']}): torch emulates bf16 matmuls here (GEMM "
+        L += ["**This CPU has no bf16 matrix units** (no AMX / AVX512-BF16): torch emulates bf16 matmuls here (GEMM "
               f"{info['peak_bf16']:.1f} GFLOP/s against {info['peak_fp32']:.0f} in fp32), so `train.precision: auto` "
               "picks fp32, a bf16 row is slower, not faster, and the issue's bf16-based targets (>= 2.0x at "
               "L6 E384, >= 2.5x at L12 E768) cannot be met or measured on this machine; they need AMX / AVX512-BF16 "
@@ -245,7 +245,8 @@ def render(info: dict, shapes: list[tuple[Shape, float, list[Row]]]) -> str:
                 tok = None
             ratio = f"{paired(r, ref):.2f}x" if ref is not None and r.windows and r is not ref else (
                 "1.00x" if r is ref else "--")
-            mfu = f"{tok * r.flops_per_token / (peak * 1e9):.1%}" if tok else "--"
+            # emulated bf16: small matmuls beat the square-GEMM "peak", so an MFU would read > 100% (meaningless)
+            mfu = f"{tok * r.flops_per_token / (peak * 1e9):.1%}" if tok and (r.precision != "bf16" or info["has_bf16"]) else "--"
             note = r.note + (f" compile {r.setup_s:.0f} s" if r.setup_s else "")
             L.append(f"| {r.label} | {r.precision} | {f'{tok:,.0f}' if tok else '--'} | {ratio} | {mfu} | {note.strip()} |")
         L.append("")
