@@ -44,7 +44,7 @@ def main() -> None:
 
     print(json.dumps({
         "params": model.num_params(), "status": summary["status"], "val_bpb": summary["val_bpb"],
-        "eval_bits_per_byte": metrics["bits_per_byte"], "eval_tokens": metrics["tokens"], "generated": text,
+        "eval_bpb": metrics["bpb"], "eval_tokens": metrics["tokens"], "generated": text,
         "sweep_counts": result["counts"], "ranking": [r["variant"] for r in result["ranking"]],
         "report": result["report_html"],
     }))

@@ -5,7 +5,7 @@
     >>> model = normlab.build_model(cfg)                        # a GPT (torch.nn.Module), seeded init
     >>> summary = normlab.train_run(cfg, "runs/api-demo")         # the run directory `normlab train` writes
     >>> run = normlab.load_run("runs/api-demo")                 # .model (eval mode), .cfg, .tokenizer, .data()
-    >>> normlab.evaluate(run)["bits_per_byte"]                  # as `normlab eval RUN_DIR --json`
+    >>> normlab.evaluate(run)["bpb"]                  # as `normlab eval RUN_DIR --json`
     >>> normlab.generate(run, "def ", max_new_tokens=20, temperature=0)
     >>> normlab.compare({"base": "tiny", "variants": [...]}, "runs/sweep")   # as `normlab compare`
 
@@ -126,7 +126,7 @@ def _as_run(run: Run | str | Path) -> Run:
 
 def evaluate(run: Run | str | Path, *, split: str = "val", data: str | None = None, context: int | None = None,
              stride: int | None = None, max_tokens: int | None = None, batch_size: int = 16) -> dict[str, Any]:
-    """Loss (nats/token), ``bits_per_byte``, token/byte/word perplexity and counts, as ``normlab eval --json``
+    """Loss (nats/token), ``bpb`` (bits/byte), token/byte/word perplexity and counts, as ``normlab eval --json``
     (nothing is written). ``data``: score another corpus with the run's tokenizer."""
     from normlab.commands.evaluate import check_static_gate
     from normlab.eval.lm import evaluate as _evaluate
@@ -142,7 +142,7 @@ def evaluate(run: Run | str | Path, *, split: str = "val", data: str | None = No
     m.update({"split": split, "context": ctx, "stride": stride or ctx})
     if d.entropy_floor_bpb is not None:
         m["entropy_floor_bpb"] = d.entropy_floor_bpb
-        m["gap_bpb"] = m["bits_per_byte"] - d.entropy_floor_bpb
+        m["gap_bpb"] = m["bpb"] - d.entropy_floor_bpb
     return m
 
 

@@ -24,10 +24,10 @@ def run(tmp_path_factory, cache):
 def test_eval_json_keys_and_floor(run, cache):
     r = normlab("eval", str(run), "--json", "--max-tokens", "2000", cache=cache, check=True)
     m = json.loads(r.stdout)
-    for k in ("loss", "bits_per_byte", "token_perplexity", "byte_perplexity", "word_perplexity",
+    for k in ("loss", "bpb", "token_perplexity", "byte_perplexity", "word_perplexity",
               "entropy_floor_bpb", "gap_bpb"):
         assert isinstance(m[k], float), k
-    assert m["gap_bpb"] == pytest.approx(m["bits_per_byte"] - m["entropy_floor_bpb"])
+    assert m["gap_bpb"] == pytest.approx(m["bpb"] - m["entropy_floor_bpb"])
     assert m["tokens"] == 2000 and json.loads((run / "eval_val.json").read_text())["loss"] == m["loss"]
     strided = json.loads(normlab("eval", str(run), "--json", "--max-tokens", "2000", "--stride", "16",
                                  "--split", "test", cache=cache, check=True).stdout)

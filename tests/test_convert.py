@@ -325,7 +325,7 @@ def tiny_run(tmp_path_factory, cache):
 
 def _eval_bpb(run_dir, cache):
     r = normlab("eval", str(run_dir), "--json", cache=cache, check=True)
-    return json.loads(r.stdout)["bits_per_byte"]
+    return json.loads(r.stdout)["bpb"]
 
 
 def test_cli_convert_then_eval_matches(tiny_run, tmp_path, cache):

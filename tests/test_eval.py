@@ -51,7 +51,7 @@ def test_uniform_model_bits_per_byte_is_log2_vocab():
     m = evaluate(FixedModel(256), tokens, np.ones(256, dtype=np.int64), lambda ids: bytes(ids.astype(np.uint8).tolist()),
                  context=16)
     assert m["loss"] == pytest.approx(math.log(256))
-    assert m["bits_per_byte"] == pytest.approx(8.0)
+    assert m["bpb"] == pytest.approx(8.0)
     assert m["byte_perplexity"] == pytest.approx(256.0)
     assert m["token_perplexity"] == pytest.approx(256.0)
     assert m["tokens"] == len(tokens) - 1
@@ -69,7 +69,7 @@ def test_multibyte_tokens_bits_per_byte():
     logp = torch.log_softmax(logits, 0).double()
     expect = -sum(float(logp[t]) for t in tokens[1:]) / 49
     assert m["loss"] == pytest.approx(expect, rel=1e-9)
-    assert m["bits_per_byte"] == pytest.approx(expect / (2 * math.log(2)), rel=1e-9)
+    assert m["bpb"] == pytest.approx(expect / (2 * math.log(2)), rel=1e-9)
 
 
 def test_stride_gives_more_context():

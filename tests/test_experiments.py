@@ -166,11 +166,11 @@ def test_diverged_run_recorded_while_others_finish(sweep):
     rows = {r["run_id"]: r for r in Store(out / "results.sqlite").runs()}
     assert {k: r["status"] for k, r in rows.items()} == {
         "post-ln-s0": "completed", "post-ln-s1": "completed", "boom-s0": "diverged", "boom-s1": "diverged"}
-    assert rows["boom-s0"]["step"] == 1 and rows["boom-s0"]["final_val_bpb"] is None
+    assert rows["boom-s0"]["step"] == 1 and rows["boom-s0"]["val_bpb"] is None
     for r in rows.values():
         if r["status"] == "completed":
             s = json.loads((out / "runs" / r["run_id"] / "summary.json").read_text())
-            assert r["final_val_bpb"] == s["val_bpb"] and r["step"] == 12 and r["params"] == s["params"]
+            assert r["val_bpb"] == s["val_bpb"] and r["step"] == 12 and r["params"] == s["params"]
             assert r["tokens_per_s"] > 0 and r["wall_s"] > 0 and r["peak_mem_mb"] > 50 and r["train_calls"] == 1
     boom = next(x for x in res["ranking"] if x["variant"] == "Boom")
     assert boom["diverged"] == 2 and boom["rank"] is None
@@ -217,9 +217,9 @@ def test_store_curves_and_tensorboard(sweep):
     assert any(k.startswith("diag/") for k in curves)  # training-time diagnostics are stored too
     scalars = read_scalars(out / "tb" / "post-ln-s0")  # written live by the trainer (tensorboardX)
     tags = {t for t, _, _ in scalars}
-    assert {"train/loss", "train/lr", "train/grad_norm", "val/bits_per_byte"} <= tags
+    assert {"train/loss", "train/lr", "train/grad_norm", "val/bpb"} <= tags
     assert any(t.startswith("diag/") for t in tags)
-    val = [(s, v) for t, s, v in scalars if t == "val/bits_per_byte"]
+    val = [(s, v) for t, s, v in scalars if t == "val/bpb"]
     assert val == [(s, pytest.approx(v, rel=1e-6)) for s, v in curves["val_bpb"]]
     hp = read_hparams(out / "tb" / "post-ln-s0")
     assert hp["model.placement"] == "post" and hp["status"] == "STATUS_SUCCESS"
@@ -321,7 +321,7 @@ def test_concurrent_workers_lose_no_rows(tmp_path):
     assert [p.returncode for p in procs] == [0] * workers, errs
     rows = store.runs()
     assert len(rows) == workers * per and all(r["status"] == "completed" for r in rows)
-    assert all(r["final_val_bpb"] == pytest.approx(4.0 - int(r["run_id"][1]) / 10 - int(r["run_id"].split("r")[-1]) / 1000)
+    assert all(r["val_bpb"] == pytest.approx(4.0 - int(r["run_id"][1]) / 10 - int(r["run_id"].split("r")[-1]) / 1000)
                for r in rows)
     curves = store.curves()
     assert len(curves) == workers * per and all(len(c["loss"]) == 20 and len(c["val_bpb"]) == 20 for c in curves.values())

@@ -63,7 +63,7 @@ def test_losses_and_buckets_match_closed_form():
     assert (r1["factor"], r1["context"], r2["context"]) == (1, 4, 8)
     assert r1["loss"] == pytest.approx(np.mean([f(j) for j in range(4)]))
     assert r2["loss"] == pytest.approx(np.mean([f(j) for j in range(8)]))
-    assert r2["bits_per_byte"] == pytest.approx(r2["loss"] * 32 / (64 * math.log(2)))
+    assert r2["bpb"] == pytest.approx(r2["loss"] * 32 / (64 * math.log(2)))
     assert r1["tokens"] == r2["tokens"] == 32 and r1["windows"] == 8 and r2["windows"] == 4
     b = {(x["start"], x["end"]): x for x in r2["buckets"]}
     assert list(b) == [(0, 1), (1, 2), (2, 4), (4, 8)]
@@ -94,8 +94,8 @@ def test_extrapolate_cli(tmp_path_factory):
     m = json.loads(r.stdout)
     assert [x["factor"] for x in m["results"]] == [1, 2, 4] and [x["context"] for x in m["results"]] == [64, 128, 256]
     for x in m["results"]:
-        assert {"factor", "context", "loss", "bits_per_byte", "buckets"} <= set(x) and math.isfinite(x["loss"])
-        assert x["tokens"] == 512 and x["bits_per_byte"] == pytest.approx(x["loss"] / math.log(2))  # bytes: 1/token
+        assert {"factor", "context", "loss", "bpb", "buckets"} <= set(x) and math.isfinite(x["loss"])
+        assert x["tokens"] == 512 and x["bpb"] == pytest.approx(x["loss"] / math.log(2))  # bytes: 1/token
     assert m["skipped"][0]["context"] == 1024 and "--max-tokens" in m["skipped"][0]["reason"]
     assert json.loads((run / "extrapolation.json").read_text())["results"] == m["results"]
     assert (run / "extrapolation.png").read_bytes()[:4] == b"\x89PNG"

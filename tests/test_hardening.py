@@ -127,8 +127,8 @@ def test_bad_flag_is_one_line_and_writes_nothing(argv, fragments, run_copy, tmp_
 
 
 CLEAN_FLAGS = [  # valid edge values that already worked
-    (["eval", "RUN", "--stride", "16", "--max-tokens", "256", "--json"], "bits_per_byte"),
-    (["eval", "RUN", "--context", "32", "--max-tokens", "256", "--json"], "bits_per_byte"),
+    (["eval", "RUN", "--stride", "16", "--max-tokens", "256", "--json"], "bpb"),
+    (["eval", "RUN", "--context", "32", "--max-tokens", "256", "--json"], "bpb"),
     (["generate", "RUN", "--prompt", "ab", "--max-new-tokens", "3", "--seed", "9223372036854775807", "--json"],
      "tokens"),
     (["generate", "RUN", "--prompt", "\udcff\udcfe", "--max-new-tokens", "2", "--json"], "tokens"),  # $'\xff\xfe'
@@ -398,7 +398,7 @@ def make_sweep(d: Path, rows=HOSTILE) -> Path:
     st.register([{"run_id": f"r{i}", "position": i, "variant": v, "seed": s, "config_hash": "c", "axes": {},
                   "overrides": {"model.norm": v}, "config": cfg} for i, (v, s, _, _) in enumerate(rows)])
     for i, (_, _, status, val) in enumerate(rows):
-        st.finish(f"r{i}", {"status": status, "final_val_bpb": val, "best_val_bpb": val, "step": 8, "steps": 8,
+        st.finish(f"r{i}", {"status": status, "val_bpb": val, "best_val_bpb": val, "step": 8, "steps": 8,
                             "tokens_per_s": 100.0}, [(4, "val_bpb", 2.0), (8, "val_bpb", 1.5)])
     return d
 
@@ -451,7 +451,7 @@ CORRUPT_STORE = [  # (SQL, command, fragments)
     ("UPDATE runs SET config_json='{bad'", "runs", ["results.sqlite", "is damaged", "config_json"]),
     ("UPDATE runs SET config_json='{bad'", "report", ["results.sqlite", "is damaged", "config_json"]),
     ("UPDATE curves SET value='abc'", "report", ["results.sqlite", "is damaged", "'abc'"]),
-    ("UPDATE runs SET final_val_bpb='x'", "runs", ["results.sqlite", "final_val_bpb", "not a number"]),
+    ("UPDATE runs SET val_bpb='x'", "runs", ["results.sqlite", "val_bpb", "not a number"]),
 ]
 
 

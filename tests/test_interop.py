@@ -230,11 +230,11 @@ def test_documents_mode_equals_a_direct_per_document_forward():
             total -= logp[0, torch.arange(len(d)), s[0, 1:]].sum().item()
     n_bytes = sum(map(len, docs))
     assert m["tokens"] == n_bytes and m["documents"] == 2 and m["words"] == 3 + 8
-    assert m["bits_per_byte"] == pytest.approx(total / n_bytes / math.log(2), rel=1e-6)
+    assert m["bpb"] == pytest.approx(total / n_bytes / math.log(2), rel=1e-6)
     assert m["word_perplexity"] == pytest.approx(math.exp(total / 11), rel=1e-5)
     # with a short window the rolling windows give each token less context: a different, larger total
     short = evaluate_documents(model, docs, lambda d: np.frombuffer(d, np.uint8), p, context=4)
-    assert short["tokens"] == n_bytes and short["bits_per_byte"] != pytest.approx(m["bits_per_byte"], rel=1e-9)
+    assert short["tokens"] == n_bytes and short["bpb"] != pytest.approx(m["bpb"], rel=1e-9)
 
 
 WORD_CASES = {"": 1, "one": 1, " a b ": 4, "a\n\nb\tc": 3, "ünï cödé  x": 3, "trailing\n": 2, "x\u00a0y": 2}  # \\s is Unicode-aware on str

@@ -146,7 +146,7 @@ def grid_sweep(tmp_path_factory, cache):
 
 def _expected_from_store(out):
     con = sqlite3.connect(out / "results.sqlite")
-    rows = con.execute("SELECT run_id, axes_json, seed, status, final_val_bpb FROM runs").fetchall()
+    rows = con.execute("SELECT run_id, axes_json, seed, status, val_bpb FROM runs").fetchall()
     init = dict(con.execute("SELECT run_id, value FROM curves WHERE key = 'init_val_bpb' AND step = 0").fetchall())
     con.close()
     per: dict[tuple[str, int], dict[float, float]] = {}

@@ -66,7 +66,7 @@ def test_run_directory_records_identity_and_provenance(moved):
 def test_moved_run_works_from_another_directory_with_an_empty_cache(moved, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # neither the training directory nor the run's parent
     after = json.loads(run_inproc("eval", str(moved["run"]), "--json", cache=tmp_path / "fresh", check=True).stdout)
-    assert after["bits_per_byte"] == moved["before"]["bits_per_byte"]
+    assert after["bpb"] == moved["before"]["bpb"]
     assert after["tokens"] == moved["before"]["tokens"]
 
 

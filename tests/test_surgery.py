@@ -151,7 +151,7 @@ def test_quantize_w8_changes_little_w3_more(trained, tmp_path, cache):
             f"blocks.{l}.{n}" for l in range(2) for n in ("attn.qkv", "attn.proj", "mlp.fc", "mlp.proj")}
         # the written run is the fake-quantized model: re-evaluating it gives the recorded bits/byte
         ev = json.loads(run_inproc("eval", str(out), "--max-tokens", "4096", "--json", cache=cache, check=True).stdout)
-        assert ev["bits_per_byte"] == pytest.approx(rec["bpb_after"], abs=1e-9)
+        assert ev["bpb"] == pytest.approx(rec["bpb_after"], abs=1e-9)
     assert abs(res[8]["bpb_increase"]) < 1e-3  # W8: a change below 0.001 bits/byte
     assert res[3]["bpb_increase"] > 2e-3 and res[3]["bpb_increase"] > 5 * abs(res[8]["bpb_increase"])
     w8 = np.mean([s["rel_err"] for s in res[8]["layers"].values()])

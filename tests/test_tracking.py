@@ -28,7 +28,7 @@ def test_single_run_writes_tensorboard_while_it_trains(tmp_path, cache):
         while time.time() < deadline and proc.poll() is None:
             if (out / "tb").is_dir():
                 seen = read_scalars(out / "tb")
-                if sum(t == "val/bits_per_byte" for t, _, _ in seen) >= 2:
+                if sum(t == "val/bpb" for t, _, _ in seen) >= 2:
                     alive = proc.poll() is None  # read while the run is still training
                     break
             time.sleep(0.2)
@@ -43,7 +43,7 @@ def test_single_run_writes_tensorboard_while_it_trains(tmp_path, cache):
     scalars = read_scalars(out / "tb")
     metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     for key, tag in (("loss", "train/loss"), ("lr", "train/lr"), ("grad_norm", "train/grad_norm"),
-                     ("val_bpb", "val/bits_per_byte")):
+                     ("val_bpb", "val/bpb")):
         want = {m["step"]: m[key] for m in metrics if key in m}
         got = {s: v for t, s, v in scalars if t == tag}
         assert got.keys() == want.keys() and len(want) >= 2, tag

@@ -54,7 +54,7 @@ def run_eval(args: argparse.Namespace) -> int:
               "run_dir": str(args.run_dir), "weights": str(run.weights)})
     if data.entropy_floor_bpb is not None:
         m["entropy_floor_bpb"] = data.entropy_floor_bpb
-        m["gap_bpb"] = m["bits_per_byte"] - data.entropy_floor_bpb
+        m["gap_bpb"] = m["bpb"] - data.entropy_floor_bpb
     if overrides:
         m["overrides"] = overrides
     m.update(data_record(source, data))
@@ -71,7 +71,7 @@ def run_eval(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     table = Table("metric", "value", title=f"{args.run_dir} ({args.split}, context {context}, stride {m['stride']})")
-    for k in ("loss", "bits_per_byte", "token_perplexity", "byte_perplexity", "word_perplexity",
+    for k in ("loss", "bpb", "token_perplexity", "byte_perplexity", "word_perplexity",
               "entropy_floor_bpb", "gap_bpb", "tokens", "bytes", "words"):
         if k in m:
             v = m[k]
@@ -128,7 +128,7 @@ def _eval_documents(args: argparse.Namespace, run, data, context: int, overrides
     from rich.table import Table
 
     table = Table("metric", "value", title=f"{args.run_dir} ({args.split}, documents, context {context})")
-    for k in ("loss", "bits_per_byte", "token_perplexity", "byte_perplexity", "word_perplexity", "documents",
+    for k in ("loss", "bpb", "token_perplexity", "byte_perplexity", "word_perplexity", "documents",
               "tokens", "bytes", "words", "doc_start_token"):
         v = m[k]
         table.add_row(k, f"{v:,}" if isinstance(v, int) else f"{v:.4f}")

@@ -1,7 +1,7 @@
 """``normlab extrapolate``: loss and bits-per-byte at ``factor x`` the training context, per position bucket.
 
 Writes ``RUN_DIR/extrapolation.json`` and ``RUN_DIR/extrapolation.png``; ``--json`` prints one object whose
-``results`` key holds the list of ``{factor, context, loss, bits_per_byte, buckets, ...}`` (see
+``results`` key holds the list of ``{factor, context, loss, bpb, buckets, ...}`` (see
 ``normlab.eval.extrapolation``). Evaluation-time overrides (``args.overrides``, e.g. ``model.lssa_reweight=true``;
 see ``normlab.commands.evaluate.apply_eval_overrides``) write ``extrapolation_overrides.json`` / ``.png`` instead.
 """
@@ -59,7 +59,7 @@ def run_extrapolate(args: argparse.Namespace) -> int:
     table = Table("factor", "context", "loss", "bits/byte", "tokens",
                   title=f"{run_dir} length extrapolation ({args.split}, training context {mc.context})")
     for r in rep["results"]:
-        table.add_row(str(r["factor"]), str(r["context"]), f"{r['loss']:.4f}", f"{r['bits_per_byte']:.4f}",
+        table.add_row(str(r["factor"]), str(r["context"]), f"{r['loss']:.4f}", f"{r['bpb']:.4f}",
                       f"{r['tokens']:,}")
     Console(markup=False).print(table)
     for s in rep["skipped"]:

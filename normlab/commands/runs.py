@@ -11,14 +11,14 @@ from pathlib import Path
 from normlab.errors import NormlabError
 from normlab.io import dumps
 
-COLUMNS = ("run_id", "variant", "seed", "status", "step", "steps", "final_val_bpb", "best_val_bpb", "final_val_loss",
+COLUMNS = ("run_id", "variant", "seed", "status", "step", "steps", "val_bpb", "best_val_bpb", "final_val_loss",
            "entropy_floor_bpb", "tokens_per_s", "wall_s", "peak_mem_mb", "params", "train_calls", "config_hash", "error")
 
 
 def _fmt(v: object, col: str) -> str:
     if v is None:
         return "–"
-    if col in ("final_val_bpb", "best_val_bpb", "final_val_loss", "entropy_floor_bpb"):
+    if col in ("val_bpb", "best_val_bpb", "final_val_loss", "entropy_floor_bpb"):
         return f"{v:.4f}"
     if col in ("tokens_per_s", "params"):
         return f"{v:,.0f}"
@@ -49,7 +49,7 @@ def run_runs(args: argparse.Namespace) -> int:
         from rich.console import Console
         from rich.table import Table
 
-        cols = ("run_id", "variant", "seed", "status", "step", "final_val_bpb", "best_val_bpb", "tokens_per_s",
+        cols = ("run_id", "variant", "seed", "status", "step", "val_bpb", "best_val_bpb", "tokens_per_s",
                 "wall_s", "peak_mem_mb", "params")
         heads = ("run", "variant", "seed", "status", "step", "final val bpb", "best val bpb", "tokens/s", "wall s",
                  "peak MB", "params")

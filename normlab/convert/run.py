@@ -79,7 +79,7 @@ def convert_run(run_dir: str | Path, kind: str, out: str | Path | None = None, *
     def bpb(m: torch.nn.Module) -> tuple[float, int]:
         r = evaluate(m, data.val, data.token_bytes, data.tokenizer.decode, context=ctx, batch_size=batch_size,
                      max_tokens=max_tokens)
-        return r["bits_per_byte"], r["tokens"]
+        return r["bpb"], r["tokens"]
 
     bpb_before, n_tokens = bpb(src.model)
     with publish_dir(out) as tmp:

@@ -12,7 +12,7 @@ EleutherAI lm-evaluation-harness, ``loglikelihood_rolling`` (``lm_eval.utils.get
 
 Totals are pooled over documents as the harness aggregates them (``weighted_perplexity``, ``bits_per_byte``)::
 
-    bits_per_byte   = -sum(loglik) / (sum(bytes) * ln 2),  bytes = len(doc.encode("utf-8"))
+    bpb             = -sum(loglik) / (sum(bytes) * ln 2),  bytes = len(doc.encode("utf-8"))
     byte_perplexity = exp(-sum(loglik) / sum(bytes))
     word_perplexity = exp(-sum(loglik) / sum(words)),      words = len(re.split(r"\\s+", doc))   (per document)
 

@@ -5,7 +5,7 @@ Protocol (as in ALiBi, Press et al. 2022, "Train Short, Test Long", and the LSSA
 2025): every factor scores the same tokens, the first ``M = floor(N / C_max) * C_max`` targets of the split (``C_max``
 the largest evaluated context, ``N`` the available targets), with non-overlapping windows of the factor's context
 (``normlab.eval.lm.windows``; every target scored exactly once; the first target of a window has only its own input
-token as context). ``bits_per_byte = sum(nll) / (bytes * ln 2)`` (lm-evaluation-harness).
+token as context). ``bpb = sum(nll) / (bytes * ln 2)`` (lm-evaluation-harness).
 
 Position buckets are powers of two of the position ``j`` (0-based index in the window of the input token whose
 next token is scored, i.e. ``j + 1`` tokens of context): ``[0,1), [1,2), [2,4), [4,8), ...``; the same edges for
@@ -109,7 +109,7 @@ def extrapolate(model: torch.nn.Module, tokens: np.ndarray, token_bytes: np.ndar
     """Loss / bits-per-byte per factor and per position bucket.
 
     ``tokens [N+1]`` 1-D ids of the split, ``token_bytes [V]`` bytes per id. Returns ``{results: [{factor, context,
-    loss, bits_per_byte, tokens, windows, batch_size, buckets: [{start, end, tokens, loss}]}], skipped: [{factor,
+    loss, bpb, tokens, windows, batch_size, buckets: [{start, end, tokens, loss}]}], skipped: [{factor,
     context, reason}], tokens, bytes}``. Factors whose context exceeds the available targets, or whose single
     window would exceed ``memory_gb``, are skipped with a reason.
     """
@@ -156,7 +156,7 @@ def extrapolate(model: torch.nn.Module, tokens: np.ndarray, token_bytes: np.ndar
                                 "beyond_train_context": lo >= train_context})
         total = float(nll.sum())
         results.append({"factor": fmt_factor(f), "context": ctx, "loss": total / len(nll),
-                        "bits_per_byte": total / (n_bytes * math.log(2)), "tokens": int(len(nll)),
+                        "bpb": total / (n_bytes * math.log(2)), "tokens": int(len(nll)),
                         "windows": math.ceil(m / ctx), "batch_size": bs, "buckets": buckets})
     return {"results": results, "skipped": skipped, "tokens": m, "bytes": n_bytes, "train_context": train_context}
 

@@ -1,7 +1,7 @@
 """Language-model evaluation: loss, bits-per-byte and perplexities (EleutherAI lm-evaluation-harness definitions).
 
-    bits_per_byte    = -sum(loglik) / (num_bytes * ln 2)
-    byte_perplexity  = 2 ** bits_per_byte
+    bpb              = -sum(loglik) / (num_bytes * ln 2)     (bits per byte; lm-eval calls it bits_per_byte)
+    byte_perplexity  = 2 ** bpb
     token_perplexity = exp(-sum(loglik) / num_tokens)
     word_perplexity  = exp(-sum(loglik) / num_words),  words = re.split(r"\\s+", text)
 
@@ -112,7 +112,7 @@ def lm_metrics(sum_nll: float, n_tokens: int, n_bytes: int, n_words: int) -> dic
     bpb = sum_nll / (n_bytes * math.log(2))
     return {
         "loss": loss,
-        "bits_per_byte": bpb,
+        "bpb": bpb,
         "token_perplexity": math.exp(min(loss, 700.0)),
         "byte_perplexity": 2.0 ** min(bpb, 1000.0),
         "word_perplexity": math.exp(min(sum_nll / max(n_words, 1), 700.0)),
@@ -130,7 +130,7 @@ def count_words(text: bytes) -> int:
 def evaluate(model: torch.nn.Module, tokens: np.ndarray, token_bytes: np.ndarray,
              decode: Callable[[np.ndarray], bytes], *, context: int, stride: int | None = None,
              batch_size: int = 16, max_tokens: int | None = None, spread: bool = False) -> dict[str, float]:
-    """Score ``tokens`` and return loss (nats/token), bits_per_byte, token/byte/word perplexity and counts."""
+    """Score ``tokens`` and return loss (nats/token), bpb (bits/byte), token/byte/word perplexity and counts."""
     total, targets = score_tokens(model, tokens, context=context, stride=stride, batch_size=batch_size,
                                   max_tokens=max_tokens, spread=spread)
     n_bytes = int(token_bytes[targets].sum())

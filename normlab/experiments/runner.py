@@ -152,7 +152,7 @@ def _worker_env(threads: int) -> dict[str, str]:
 def _describe(row: dict[str, Any]) -> str:
     st = row["status"]
     if st == "completed":
-        val = f"{row['final_val_bpb']:.4f}" if isinstance(row.get("final_val_bpb"), (int, float)) else "n/a"
+        val = f"{row['val_bpb']:.4f}" if isinstance(row.get("val_bpb"), (int, float)) else "n/a"
         return (f"completed, val {val} bits/byte, {row.get('tokens_per_s') or 0:,.0f} tok/s, "
                 f"{row.get('wall_s') or 0:.0f}s")
     if st == "diverged":

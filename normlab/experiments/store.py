@@ -4,9 +4,13 @@ Tables::
 
     meta(key PRIMARY KEY, value)                  schema, sweep_name, sweep_hash, created_at
     runs(run_id PRIMARY KEY, position, variant, seed, config_hash, axes_json, overrides_json, config_json,
-         status, step, steps, final_val_bpb, best_val_bpb, final_val_loss, train_loss, entropy_floor_bpb,
+         status, step, steps, val_bpb, best_val_bpb, final_val_loss, train_loss, entropy_floor_bpb,
          tokens_per_s, wall_s, peak_mem_mb, params, train_calls, error, started_at, finished_at)
     curves(run_id, step, key, value, PRIMARY KEY (run_id, step, key))   every numeric metrics.jsonl value
+
+``val_bpb`` is the run's final validation bits/byte (normlab.names); a store written before that name has the
+column ``final_val_bpb``: reading maps it to ``val_bpb``, and ``create`` (``normlab compare`` on that sweep)
+renames the column in place, so old sweep directories keep working.
 
 ``status`` is ``pending`` (not started), ``running``, ``completed``, ``diverged``, ``interrupted`` (resumable) or
 ``failed`` (the worker stopped with an error; retried on the next ``compare``). ``train_calls`` counts how often a
@@ -26,15 +30,16 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from normlab.errors import NormlabError
+from normlab.names import OLD_NAMES, renamed
 
 SCHEMA = 1
 FINAL = ("completed", "diverged")
 RUN_COLUMNS = (
     "run_id", "position", "variant", "seed", "config_hash", "axes_json", "overrides_json", "config_json", "status",
-    "step", "steps", "final_val_bpb", "best_val_bpb", "final_val_loss", "train_loss", "entropy_floor_bpb",
+    "step", "steps", "val_bpb", "best_val_bpb", "final_val_loss", "train_loss", "entropy_floor_bpb",
     "tokens_per_s", "wall_s", "peak_mem_mb", "params", "train_calls", "error", "started_at", "finished_at",
 )
-NUMERIC_COLUMNS = ("position", "seed", "step", "steps", "final_val_bpb", "best_val_bpb", "final_val_loss", "train_loss",
+NUMERIC_COLUMNS = ("position", "seed", "step", "steps", "val_bpb", "best_val_bpb", "final_val_loss", "train_loss",
                    "entropy_floor_bpb", "tokens_per_s", "wall_s", "peak_mem_mb", "params", "train_calls",
                    "started_at", "finished_at")
 _DDL = """
@@ -42,7 +47,7 @@ CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
 CREATE TABLE IF NOT EXISTS runs (
     run_id TEXT PRIMARY KEY, position INTEGER, variant TEXT NOT NULL, seed INTEGER NOT NULL,
     config_hash TEXT NOT NULL, axes_json TEXT NOT NULL, overrides_json TEXT NOT NULL, config_json TEXT NOT NULL,
-    status TEXT NOT NULL DEFAULT 'pending', step INTEGER, steps INTEGER, final_val_bpb REAL, best_val_bpb REAL,
+    status TEXT NOT NULL DEFAULT 'pending', step INTEGER, steps INTEGER, val_bpb REAL, best_val_bpb REAL,
     final_val_loss REAL, train_loss REAL, entropy_floor_bpb REAL, tokens_per_s REAL, wall_s REAL,
     peak_mem_mb REAL, params INTEGER, train_calls INTEGER NOT NULL DEFAULT 0, error TEXT,
     started_at REAL, finished_at REAL
@@ -52,6 +57,14 @@ CREATE TABLE IF NOT EXISTS curves (
     PRIMARY KEY (run_id, step, key)
 );
 """
+
+
+def _rename_old_columns(con: sqlite3.Connection) -> None:
+    """Rename the ``runs`` columns of a store written before normlab.names (``final_val_bpb`` -> ``val_bpb``)."""
+    have = {r[1] for r in con.execute("PRAGMA table_info(runs)").fetchall()}
+    for old, new in OLD_NAMES.items():
+        if old in have and new not in have:
+            con.execute(f"ALTER TABLE runs RENAME COLUMN {old} TO {new}")
 
 
 def db_timeout() -> float:
@@ -112,6 +125,7 @@ class Store:
                 raise NormlabError(f"results store {self.path}: cannot enable WAL mode (got {mode})")
             con.executescript(_DDL)
         with self._write() as con:
+            _rename_old_columns(con)
             for k, v in (("schema", str(SCHEMA)), ("sweep_name", sweep_name), ("sweep_hash", sweep_hash),
                          ("created_at", f"{time.time():.3f}")):
                 con.execute("INSERT OR IGNORE INTO meta(key, value) VALUES (?, ?)", (k, v))
@@ -151,7 +165,7 @@ class Store:
         self.meta()
         with self._connect() as con:
             rows = con.execute("SELECT * FROM runs ORDER BY position, run_id").fetchall()
-        return [self._checked_row(dict(row)) for row in rows]
+        return [self._checked_row(renamed(dict(row))) for row in rows]  # final_val_bpb (old store) -> val_bpb
 
     def _checked_row(self, d: dict[str, Any]) -> dict[str, Any]:
         """Decode the JSON columns and check every column's type; a damaged row is a one-line error."""

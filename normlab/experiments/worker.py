@@ -53,13 +53,13 @@ def record(store: Store, sweep_dir: Path, run_id: str, summary: dict[str, Any], 
     curves = read_metrics(run_dir / "metrics.jsonl")
     result = {
         "status": summary.get("status", "failed"), "step": summary.get("step"), "steps": summary.get("steps"),
-        "final_val_bpb": _num(summary.get("val_bpb")), "best_val_bpb": _num(summary.get("best_val_bpb")),
+        "val_bpb": _num(summary.get("val_bpb")), "best_val_bpb": _num(summary.get("best_val_bpb")),
         "final_val_loss": _num(summary.get("val_loss")), "train_loss": _num(summary.get("train_loss")),
         "entropy_floor_bpb": _num(summary.get("entropy_floor_bpb")), "tokens_per_s": _num(summary.get("tokens_per_s")),
         "wall_s": _num(summary.get("elapsed_s")), "params": summary.get("params"), "peak_mem_mb": peak_mem_mb,
         "error": None,
     }
-    if result["status"] == "completed" and result["final_val_bpb"] is None:  # never a completed row without its metric
+    if result["status"] == "completed" and result["val_bpb"] is None:  # never a completed row without its metric
         result["status"] = "failed"
         result["error"] = "summary.json has no final val_bpb (stopped between its last checkpoint and summary?); re-run"
     store.finish(run_id, result, curves)

@@ -66,8 +66,10 @@ def crosscheck(run_dir: str | Path, hf_dir: str | Path, split: str = "test", bat
     docs = split_documents(run_dir, run.cfg, run_data(run_dir, run.cfg), split)
     theirs = harness_document_metrics(hf_dir, [d.decode("utf-8") for d in docs], prefix_token_id=ours["doc_start_token"],
                                       max_length=ours["context"], batch_size=batch_size)
-    keys = ("bits_per_byte", "byte_perplexity", "word_perplexity")
-    return {"normlab": {k: ours[k] for k in (*keys, "words", "bytes", "documents")}, "lm_eval": theirs,
+    keys = ("bits_per_byte", "byte_perplexity", "word_perplexity")  # lm-eval's names; normlab's bits/byte is bpb
+    ours = {"bits_per_byte": ours["bpb"], **{k: ours[k] for k in ("byte_perplexity", "word_perplexity", "words",
+                                                                  "bytes", "documents")}}
+    return {"normlab": ours, "lm_eval": theirs,
             "rel_diff": {k: abs(ours[k] - theirs[k]) / abs(theirs[k]) for k in keys}}
 
 

@@ -7,7 +7,7 @@ intervals is reported alongside.
 
 Optional per-run artifacts are read defensively (a missing, unreadable or differently shaped file is skipped):
 ``diagnostics.json`` (``normlab diagnose``), ``extrapolation.json`` (``{"results": [{factor, context, loss,
-bits_per_byte}]}``), ``calibration.json`` (``ece_before``, ``ece_after``, ``temperature``), and training-time
+bpb}]}``; ``bits_per_byte`` in files written before the rename), ``calibration.json`` (``ece_before``, ``ece_after``, ``temperature``), and training-time
 ``diag/...`` metrics in the stored curves.
 """
 
@@ -21,6 +21,7 @@ from statistics import mean
 from typing import Any
 
 from normlab.experiments.store import Store
+from normlab.names import read_bpb
 from normlab.report.lrgrid import GridReport, analyze, grid_runs_from_rows
 from normlab.report.stats import MeanCI, Welch, mean_ci, t_ppf, welch
 
@@ -92,7 +93,7 @@ def _load_artifacts(run: RunInfo, run_dir: Path) -> None:
     run.diagnostics = d if isinstance(d, dict) else None
     x = _read_json(run_dir / "extrapolation.json")
     if isinstance(x, dict) and isinstance(x.get("results"), list):
-        rows = [r for r in x["results"] if isinstance(r, dict) and _num(r.get("factor")) and _num(r.get("bits_per_byte"))]
+        rows = [r for r in x["results"] if isinstance(r, dict) and _num(r.get("factor")) and _num(read_bpb(r))]
         run.extrapolation = sorted(rows, key=lambda r: r["factor"]) or None
     c = _read_json(run_dir / "calibration.json")
     if isinstance(c, dict) and any(_num(c.get(k)) for k in ("ece_before", "ece_after", "temperature")):
@@ -143,8 +144,8 @@ def from_runs(sweep_dir: Path, meta: dict[str, str], runs: list[RunInfo], baseli
 
 
 def _variant(name: str, runs: list[RunInfo]) -> VariantResult:
-    done = [r for r in runs if r.row["status"] == "completed" and _num(r.row["final_val_bpb"])]
-    finals = [r.row["final_val_bpb"] for r in done]
+    done = [r for r in runs if r.row["status"] == "completed" and _num(r.row["val_bpb"])]
+    finals = [r.row["val_bpb"] for r in done]
     bests = [r.row["best_val_bpb"] for r in done if _num(r.row["best_val_bpb"])]
     floors = [r.row["entropy_floor_bpb"] for r in runs if _num(r.row["entropy_floor_bpb"])]
     tps = [r.row["tokens_per_s"] for r in done if _num(r.row["tokens_per_s"])]

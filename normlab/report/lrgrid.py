@@ -262,7 +262,7 @@ def grid_runs_from_rows(rows: list[dict[str, Any]], curves: dict[str, dict], sum
             init = float(summaries[rid]["init_val_bpb"])
         group = (row.get("axes") or {}).get("grid_group") or row["variant"]
         lr = float(row["config"]["train"]["lr"])
-        out.append(GridRun(group, lr, int(row["seed"]), row["status"], row.get("final_val_bpb"), init, rid, c))
+        out.append(GridRun(group, lr, int(row["seed"]), row["status"], row.get("val_bpb"), init, rid, c))
     return out
 
 

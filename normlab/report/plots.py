@@ -9,6 +9,7 @@ from typing import Any
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from normlab.names import read_bpb
 from normlab.report.analysis import DiagSection, SweepReport, VariantResult
 
 DPI = 110
@@ -127,7 +128,7 @@ def extrapolation_png(rep: SweepReport, cmap: dict[str, Any]) -> bytes | None:
     for v in rep.variants:
         for r in v.runs:
             for row in r.extrapolation or []:
-                series.setdefault(v.name, {}).setdefault(float(row["factor"]), []).append(float(row["bits_per_byte"]))
+                series.setdefault(v.name, {}).setdefault(float(row["factor"]), []).append(float(read_bpb(row)))
     if not series:
         return None
     fig = Figure(figsize=(6.2, 3.8))

@@ -55,7 +55,7 @@ def _summary_row(run_dir: Path, rid: str, position: int, cfg: dict[str, Any]) ->
 
     return {"run_id": rid, "position": position, "variant": "", "seed": int(cfg.get("seed", 0)), "config_hash": "",
             "axes": {}, "overrides": {}, "config": cfg, "status": status, "step": s.get("step"),
-            "steps": s.get("steps"), "final_val_bpb": num("val_bpb") if status == "completed" else None,
+            "steps": s.get("steps"), "val_bpb": num("val_bpb") if status == "completed" else None,
             "best_val_bpb": num("best_val_bpb"), "final_val_loss": num("val_loss"), "train_loss": num("train_loss"),
             "entropy_floor_bpb": num("entropy_floor_bpb"), "tokens_per_s": num("tokens_per_s"),
             "wall_s": num("elapsed_s"), "peak_mem_mb": None, "params": s.get("params"), "train_calls": 1,

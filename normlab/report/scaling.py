@@ -129,7 +129,7 @@ def _collect(rep: SweepReport) -> list[Curve]:
                 by_lr.setdefault(float(r.row["config"]["train"]["lr"]), []).append(r)
 
             def score(item: tuple[float, list[RunInfo]]) -> tuple[int, float]:
-                done = [r.row["final_val_bpb"] for r in item[1] if _ok(r)]
+                done = [r.row["val_bpb"] for r in item[1] if _ok(r)]
                 return (0, mean(done)) if done else (1, 0.0)
 
             lr, chosen = min(by_lr.items(), key=score)
@@ -137,7 +137,7 @@ def _collect(rep: SweepReport) -> list[Curve]:
             ok = [r for r in chosen if _ok(r)]
             pts.append(Point(
                 size=size, width=cfg["model"]["width"], depth=cfg["model"]["depth"], params=params(cfg),
-                tokens=tokens, lr=lr, losses={r.row["seed"]: float(r.row["final_val_bpb"]) for r in ok},
+                tokens=tokens, lr=lr, losses={r.row["seed"]: float(r.row["val_bpb"]) for r in ok},
                 last={r.row["seed"]: _last_values(r, NOISE_LAST_N) for r in ok},
                 diverged=sum(r.row["status"] == "diverged" for r in chosen),
                 unfinished=sum(r.row["status"] not in ("completed", "diverged") for r in chosen),
@@ -149,7 +149,7 @@ def _collect(rep: SweepReport) -> list[Curve]:
 
 
 def _ok(r: RunInfo) -> bool:
-    v = r.row["final_val_bpb"]
+    v = r.row["val_bpb"]
     return r.row["status"] == "completed" and isinstance(v, (int, float)) and math.isfinite(v) and v > 0
 
 

@@ -226,7 +226,7 @@ def remove_norm_run(run_dir: str | Path, out: str | Path, *, steps: int = 100, l
     def score(m: nn.Module) -> dict[str, float]:
         r = evaluate(m, data.val, data.token_bytes, data.tokenizer.decode, context=ctx, batch_size=batch_size,
                      max_tokens=max_tokens)
-        return {"loss": r["loss"], "bpb": r["bits_per_byte"]}
+        return {"loss": r["loss"], "bpb": r["bpb"]}
 
     def say(msg: str) -> None:
         if not quiet:

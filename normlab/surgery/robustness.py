@@ -81,7 +81,7 @@ def label_free(run_dir: str | Path, *, max_tokens: int = 8192, batch_size: int =
     ev = evaluate(src.model, data.val, data.token_bytes, data.tokenizer.decode, context=ctx, batch_size=batch_size,
                   max_tokens=max_tokens)
     scores = label_free_scores(src.model, data.val, context=ctx, max_tokens=max_tokens, batch_size=batch_size)
-    out = {"settings": settings, **scores, "loss": ev["loss"], "bpb": ev["bits_per_byte"]}
+    out = {"settings": settings, **scores, "loss": ev["loss"], "bpb": ev["bpb"]}
     write_json(run_dir / LABEL_FREE_FILE, out)
     return out
 

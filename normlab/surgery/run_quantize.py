@@ -108,8 +108,8 @@ def quantize_model(model: torch.nn.Module, cfg, data, *, weights: int, group: in
         "format": FORMAT, "simulated": True, "note": SIMULATED, "weights": weights, "group": group,
         "acts": acts, "rotate": rotate, "rotation": rot_info, "scheme": "RTN symmetric, per "
         + (f"group of {group} inputs" if group else "output channel"),
-        "bpb_before": before["bits_per_byte"], "bpb_after": after["bits_per_byte"],
-        "bpb_increase": after["bits_per_byte"] - before["bits_per_byte"],
+        "bpb_before": before["bpb"], "bpb_after": after["bpb"],
+        "bpb_increase": after["bpb"] - before["bpb"],
         "loss_before": before["loss"], "loss_after": after["loss"], "loss_increase": after["loss"] - before["loss"],
         "eval_tokens": before["tokens"], "layers": layers,
         "mean_rel_err": float(np.mean([s["rel_err"] for s in layers.values()])) if layers else 0.0,

@@ -33,7 +33,7 @@ def initial_eval(model: Any, data: Any, cfg: Any) -> dict[str, float]:
     val = evaluate(model, data.val, data.token_bytes, data.tokenizer.decode, context=mc.context,
                    batch_size=tc.batch_size, max_tokens=n * tc.batch_size * mc.context,
                    spread=tc.eval_sample == "spread")
-    return {"init_val_loss": val["loss"], "init_val_bpb": val["bits_per_byte"]}
+    return {"init_val_loss": val["loss"], "init_val_bpb": val["bpb"]}
 
 
 def read_initial(metrics_path: Path) -> dict[str, float]:

@@ -277,7 +277,7 @@ def _train(cfg: RunConfig, run_dir: Path, *, resume: bool, quiet: bool, flag: An
     status, last_loss, val = "completed", float("nan"), {}
     if final:
         last_loss = final["train_loss"] if final.get("train_loss") is not None else float("nan")
-        val = {"loss": final["val_loss"], "bits_per_byte": final["val_bpb"]} if final.get("val_bpb") is not None else {}
+        val = {"loss": final["val_loss"], "bpb": final["val_bpb"]} if final.get("val_bpb") is not None else {}
     step = start
     mark_t, mark_tokens = time.time(), tokens_seen
     t_start = time.time()
@@ -291,7 +291,7 @@ def _train(cfg: RunConfig, run_dir: Path, *, resume: bool, quiet: bool, flag: An
         if dev == "cuda":
             state["rng"]["cuda"] = _rng_to_json(torch.cuda.get_rng_state())
         state["diag"] = diag.state_dict()  # diag
-        state["final"] = {"train_loss": last_loss, "val_loss": val.get("loss"), "val_bpb": val.get("bits_per_byte")}
+        state["final"] = {"train_loss": last_loss, "val_loss": val.get("loss"), "val_bpb": val.get("bpb")}
         if nap is not None:
             state["nap_init_norms"] = nap.to_json()
         save_checkpoint(run_dir, at, model, opt, state, cfg.hash(), tc.keep_checkpoints)
@@ -355,11 +355,11 @@ def _train(cfg: RunConfig, run_dir: Path, *, resume: bool, quiet: bool, flag: An
                 val = evaluate(model, data.val, data.token_bytes, data.tokenizer.decode, context=mc.context,
                                batch_size=tc.batch_size, max_tokens=tc.eval_batches * tc.batch_size * mc.context,
                                spread=tc.eval_sample == "spread")
-                best = val["bits_per_byte"] if best is None else min(best, val["bits_per_byte"])
-                record.update({"step": step, "val_loss": val["loss"], "val_bpb": val["bits_per_byte"]})
+                best = val["bpb"] if best is None else min(best, val["bpb"])
+                record.update({"step": step, "val_loss": val["loss"], "val_bpb": val["bpb"]})
                 if "loss" not in record:
                     record.update({"loss": last_loss, "lr": lr, "grad_norm": grad_norm})
-                report.message(f"step {step}: val loss {val['loss']:.4f}, val bits/byte {val['bits_per_byte']:.4f}")
+                report.message(f"step {step}: val loss {val['loss']:.4f}, val bits/byte {val['bpb']:.4f}")
                 mark_t += time.time() - t_eval  # keep evaluation time out of tokens/s
             if record:
                 mlog.write(dumps(record) + "\n")
@@ -377,9 +377,9 @@ def _train(cfg: RunConfig, run_dir: Path, *, resume: bool, quiet: bool, flag: An
         save_model(model, run_dir / "model.safetensors", cfg.hash())
     summary = {
         "status": status, "step": step, "steps": tc.steps, "train_loss": last_loss,
-        "val_loss": val.get("loss"), "val_bpb": val.get("bits_per_byte"), "best_val_bpb": best,
+        "val_loss": val.get("loss"), "val_bpb": val.get("bpb"), "best_val_bpb": best,
         "entropy_floor_bpb": data.entropy_floor_bpb,
-        "gap_bpb": (val["bits_per_byte"] - data.entropy_floor_bpb)
+        "gap_bpb": (val["bpb"] - data.entropy_floor_bpb)
         if (val and data.entropy_floor_bpb is not None) else None,
         "tokens_seen": tokens_seen, "tokens_per_s": tokens_seen / max(total_elapsed, 1e-9),
         "elapsed_s": total_elapsed, "params": model.num_params(), "config_hash": cfg.hash(),
@@ -389,7 +389,7 @@ def _train(cfg: RunConfig, run_dir: Path, *, resume: bool, quiet: bool, flag: An
     if init_src is not None:
         summary["init_from"] = str(init_src)
     recent = list(diag.spikes.history) or [last_loss]
-    gap = eval_mode_gap(mc.norm, sum(recent) / len(recent), val.get("loss"), val.get("bits_per_byte"))
+    gap = eval_mode_gap(mc.norm, sum(recent) / len(recent), val.get("loss"), val.get("bpb"))
     if gap:
         summary["eval_mode_warning"] = gap
         report.message(f"warning: {gap['message']}")

@@ -2,10 +2,10 @@
 
 Every record the trainer appends to ``metrics.jsonl`` is also written as scalars and flushed at once, so
 ``tensorboard --logdir RUN_DIR/tb`` (a single run) or ``--logdir SWEEP_DIR/tb`` (a sweep) shows the curves during
-training: ``train/loss``, ``train/lr``, ``train/grad_norm``, ``val/loss``, ``val/bits_per_byte``,
+training: ``train/loss``, ``train/lr``, ``train/grad_norm``, ``val/loss``, ``val/bpb``,
 ``perf/tokens_per_s``, and the diagnostics (``diag/...``) and any other numeric key under its own name. The run's
 flattened config (``model.norm``, ``train.lr``, ...) is written as TensorBoard HParams at the start (session start
-info, metrics ``val/bits_per_byte``, ``val/loss``, ``train/loss``) and the final status at the end (session end
+info, metrics ``val/bpb``, ``val/loss``, ``train/loss``) and the final status at the end (session end
 info). A resumed run purges the events after its checkpoint step (``purge_step``), so curves never double.
 
 ``read_scalars`` decodes event files with the protobuf classes shipped in tensorboardX (used by the tests and the
@@ -20,10 +20,10 @@ import struct
 from pathlib import Path
 from typing import Any
 
-TB_NAMES = {"loss": "train/loss", "lr": "train/lr", "grad_norm": "train/grad_norm", "val_bpb": "val/bits_per_byte",
+TB_NAMES = {"loss": "train/loss", "lr": "train/lr", "grad_norm": "train/grad_norm", "val_bpb": "val/bpb",
             "val_loss": "val/loss", "tokens_per_s": "perf/tokens_per_s"}
 TB_SKIP = ("step", "elapsed_s")
-HPARAM_METRICS = ("val/bits_per_byte", "val/loss", "train/loss")
+HPARAM_METRICS = ("val/bpb", "val/loss", "train/loss")  # val/bpb was val/bits_per_byte (normlab.names)
 
 
 def flat_hparams(config: dict[str, Any], prefix: str = "") -> dict[str, bool | int | float | str]:
