@@ -194,7 +194,7 @@ def test_four_run_sweep_with_files_sent_back(cluster, tmp_path):
         assert list((out / "tb" / run_id).glob("events.out.tfevents.*"))
         assert (out / "logs" / f"{run_id}.log").stat().st_size > 0
         if row["status"] == "completed":
-            assert (run_dir / "model.safetensors").is_file() and row["final_val_bpb"] == s["val_bpb"]
+            assert (run_dir / "model.safetensors").is_file() and row["val_bpb"] == s["val_bpb"]
     assert rows["boom-s0"]["step"] == 1
     # the same sweep with the local executor trains to the same numbers (same seeds, same data order)
     local = tmp_path / "local"
@@ -203,7 +203,7 @@ def test_four_run_sweep_with_files_sent_back(cluster, tmp_path):
     assert r.returncode == 0, r.stderr[-2000:]
     lrows = {x["run_id"]: x for x in Store(local / "results.sqlite").runs()}
     for k in rows:
-        assert lrows[k]["status"] == rows[k]["status"] and lrows[k]["final_val_bpb"] == rows[k]["final_val_bpb"]
+        assert lrows[k]["status"] == rows[k]["status"] and lrows[k]["val_bpb"] == rows[k]["val_bpb"]
 
 
 def test_killed_worker_node_loses_no_row(cluster, tmp_path):
