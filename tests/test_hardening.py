@@ -272,6 +272,41 @@ def test_os_errors_are_one_line_naming_the_path(err, fragment, run_copy, monkeyp
     assert tree(run_copy) == before
 
 
+READ_ONLY = [  # (command after RUN, the path whose write fails, where the output would go)
+    (["train", "tiny", *TINY, "--out", "NEW"], "config.yaml", "NEW"),
+    (["convert", "RUN", "--to", "rmsnorm", "--max-tokens", "256", "--out", "NEW"], "NEW", "NEW"),
+    (["extrapolate", "RUN", "--factors", "1", "--max-tokens", "256"], "extrapolation.json", None),
+]
+
+
+@pytest.mark.parametrize("argv,victim,new", READ_ONLY, ids=[r[0][0] for r in READ_ONLY])
+def test_read_only_file_system_is_one_line_and_a_retry_works(argv, victim, new, run_copy, tmp_path, monkeypatch,
+                                                             cache):
+    """The issue's read-only file system for train / convert / extrapolate (eval: the row above): the write that
+    fails raises EROFS; one line naming the path, exit 2, the run unchanged, no temporary files, and the same
+    command succeeds once the file system is writable again."""
+    real = os.replace
+    out = tmp_path / "new"
+    argv = [str(run_copy) if a == "RUN" else str(out) if a == "NEW" else a for a in argv]
+    target = str(out) if victim == "NEW" else victim
+
+    def failing(src, dst, *a, **k):
+        if str(dst).endswith(target):
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(dst))
+        return real(src, dst, *a, **k)
+
+    before = tree(run_copy)
+    monkeypatch.setattr(os, "replace", failing)
+    assert_bad_input(run_inproc(*argv, cache=cache), "Read-only file system", victim if victim != "NEW" else "new")
+    monkeypatch.setattr(os, "replace", real)
+    assert tree(run_copy) == before
+    assert not [p for p in tmp_path.rglob(".*") if p.name not in (".train.lock",)], "temporary files left"
+    if new and out.exists():  # a failed train may leave its empty or config-less directory: it must not block a retry
+        assert not (out / "config.yaml").exists()
+    proc = run_inproc(*argv, cache=cache)
+    assert proc.returncode == 0, proc.stderr
+
+
 def test_disk_full_during_the_final_checkpoint_stays_resumable(run, tmp_path, monkeypatch, cache):
     """safetensors' error on a full disk is one line (exit 2); nothing corrupt is left and --resume after freeing
     space ends with the same weights as an uninterrupted run."""
