@@ -58,5 +58,7 @@ def test_compare_prints_running_runs_step_eta_and_log(tmp_path, cache, monkeypat
     log = out / "logs" / "rms-s0.log"
     lines = re.findall(r"rms-s0: step (\d+)/80, ETA (\S+) \(log: (.+)\)", proc.stderr)
     assert lines, proc.stderr
-    assert all(1 <= int(s) <= 80 and p == str(log) for s, _, p in lines) and log.is_file()
+    # step 0 is the loss-at-initialisation record, written before the first step (ETA n/a then)
+    assert all(0 <= int(s) <= 80 and p == str(log) for s, _, p in lines) and log.is_file()
+    assert all(eta == "n/a" for s, eta, _ in lines if int(s) == 0)
     assert json.loads(proc.stdout)["counts"] == {"completed": 1}
