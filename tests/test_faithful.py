@@ -244,7 +244,7 @@ def test_changed_claims_tiny_end_to_end(tmp_path):
     """Peri-LN growth during training, the authors' massive statistic, LSSAR trained vs switched at evaluation:
     per-seed values recomputed from the cached statistics and the extrapolation details."""
     out, cache = tmp_path / "claims", tmp_path / "cache"
-    p = run_inproc("claims", "--budget", "tiny", "--only", "peri-variance,peri-massive,lssar-extrapolation,"
+    p = run_inproc("claims", "--budget", "tiny", "--only", "peri-variance,peri-variance-magnitude,peri-massive,lssar-extrapolation,"
                    "lssar-eval-only", "--out", str(out), "--json", cache=cache, check=True)
     rep = {c["name"]: c for c in json.loads(p.stdout)["claims"]}
     pv = rep["peri-variance"]
@@ -256,6 +256,8 @@ def test_changed_claims_tiny_end_to_end(tmp_path):
             g[name] = math.log(end / init)
         assert v == pytest.approx(g["deep_pre"] - g["deep_peri"], abs=1e-12)
         assert d["slope_diff_init"] == pytest.approx(d["slope_init_pre"] - d["slope_init_peri"], abs=1e-12)
+    for v, d in zip(rep["peri-variance-magnitude"]["values"], pv["details"]):
+        assert v == pytest.approx(math.log10(d["var_end_pre"] / d["var_end_peri"]), abs=1e-12)
     pm = rep["peri-massive"]
     for v, d in zip(pm["values"], pm["details"]):
         assert v == pytest.approx(math.log10(d["ratio_per_seq_pre"] / d["ratio_per_seq_peri"]), abs=1e-12)

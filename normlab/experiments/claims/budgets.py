@@ -7,6 +7,13 @@ load, so about 7 min on an idle machine. ``full`` (5 seeds x 500 steps, 55 runs,
 by 5/3 x 2 (x 1.5 for the deep half): about 60 min under the same load, ~30 min idle (estimate; its first
 12-block runs took 115-270 s each at 2-4.4k tokens/s under load ~5).
 ``tiny`` is for the tests: a few seconds.
+Since issue 16 the full suite has 13 shallow/deep variants (``ln_untied`` and ``softplus_lssar`` added: 65 runs at
+5 seeds) plus the learning-rate grid (175 runs) and the surgery measurements. Measured 2026-11-23 on the shared
+2-core machine (load average 9-12, the claims processes at nice 10, 2 workers): a quick-budget 8-block run took
+about 6 min wall, a 4-block one about 3 min; a full-budget 12-block run at nice 19 reached step 250 of 500 in about
+11 min. From the 2026-11-21 costs (55 runs ~3k CPU-s; the demo's 6-block runs ~23 CPU-s per 120 steps) a
+from-scratch ``full`` run is estimated at roughly 10-11k CPU-seconds (about 1.5 h on 2 idle cores, an estimate); it
+did not fit the session that changed the recipes (docs/claims.md says which runs back each section).
 
 Learning-rate sweep claims (``grid_*``): 7 variants x ``grid_lrs`` x seeds runs of a ``grid_depth``-block model for
 ``grid_steps`` steps. ``quick``: 7 x 5 x 3 = 105 runs of 120 steps, each exactly a run of the demo preset (same

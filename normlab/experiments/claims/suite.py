@@ -252,6 +252,18 @@ def m_peri_variance(ctx: Context, runs: dict[str, Path]) -> tuple[float | None, 
     return growth["pre"] - growth["peri"], det
 
 
+def m_peri_magnitude(ctx: Context, runs: dict[str, Path]) -> tuple[float | None, dict]:
+    """log10(var Pre-LN / var Peri-LN) of the last block's output at the end of training (validation windows);
+    positive = Peri-LN's hidden states have the smaller variance, as the paper reports."""
+    a, b = ctx.diagnostics(runs["deep_pre"]), ctx.diagnostics(runs["deep_peri"])
+    if a is None or b is None:
+        return None, {}
+    va, vb = a["variance"]["var"][-1], b["variance"]["var"][-1]
+    return math.log10(va / vb), {"var_end_pre": va, "var_end_peri": vb,
+                                 "max_var_pre": max(a["variance"]["var"][1:]),
+                                 "max_var_peri": max(b["variance"]["var"][1:])}
+
+
 def grad_cv(run_dir: Path) -> float | None:
     """Mean over the training-time diagnostic records of the coefficient of variation (std / mean, population
     std) across blocks of the per-block gradient norm ``sqrt(|g_attn|^2 + |g_mlp|^2)``."""
@@ -411,6 +423,15 @@ CLAIMS: list[Claim] = [
           deviations="the growth is read at two points (init and end of the 500-step run) on the last block's "
                      "output, not as the paper's curves over all layers and checkpoints; 12 blocks of width 64 "
                      "instead of 400M-3.2B models."),
+    Claim("peri-variance-magnitude", "Peri-LN's hidden states end training with a smaller variance than Pre-LN's",
+          "Kim et al. 2025, Peri-LN (arXiv:2502.02732)", "log10(var Pre-LN / var Peri-LN) of the last block's output "
+          "at the end of training", "> 0", "greater", ("deep_pre", "deep_peri"), m_peri_magnitude,
+          meaning="The magnitude half of the Peri-LN variance claim: the variance of the residual stream after the "
+                  "last block (the stream the final norm reads) on the fixed validation windows at the end of "
+                  "training, Pre-LN over Peri-LN, log10; positive = Peri-LN smaller. Details: the largest variance "
+                  "over the blocks of each model.",
+          source="as peri-variance",
+          deviations="as peri-variance; the magnitude is read at the end of the budget's run only."),
     Claim("mixln-grad", "Mix-LN makes gradient norms more uniform across depth than Pre-LN",
           "Li et al. 2024, Mix-LN (arXiv:2412.13795)", "CV across blocks of per-block grad norm: Pre-LN - Mix-LN "
           "(mean over training)", "> 0", "greater", ("deep_pre", "deep_mix"), m_mix,
