@@ -54,7 +54,7 @@ def test_fit_recovers_known_parameters_within_the_bootstrap_interval():
         lo, hi = fit.interval(key)
         assert lo <= getattr(true, key) <= hi, (key, lo, hi)
         assert hi - lo < 0.5 * getattr(true, key)  # informative, not a catch-all
-    assert fit.n_points == 36 and fit.n_sizes == 6
+    assert fit.n_points == 36 and fit.n_sizes == 6 and fit.issues() == []
     # a one-seed noisy draw still lands near the truth
     one = _fit(_cells(true, ns, range(1), 0.003, np.random.default_rng(7)), replicates=0)
     assert one.law.alpha == pytest.approx(0.34, abs=0.05) and one.law.E == pytest.approx(1.7, abs=0.1)
@@ -70,6 +70,7 @@ def test_fit_in_parameters_and_tokens():
     for key in ("alpha", "beta"):
         lo, hi = fit.interval(key)
         assert lo <= getattr(true, key) <= hi, (key, lo, hi)
+    assert fit.issues() == []  # a well-posed L(N, D) is not flagged
 
 
 def test_huber_is_quadratic_then_linear():

@@ -196,7 +196,8 @@ def section(rep: SweepReport) -> Section | None:
             p = nd["params"]
             line = (f"L(N, D) for {nd['variant']}: {p['E']:.4f} + {p['A']:.4g} N^-{p['alpha']:.4f} + "
                     f"{p['B']:.4g} D^-{p['beta']:.4f} (alpha 95% {_iv(nd['ci95']['alpha'], '.4f')}, beta 95% "
-                    f"{_iv(nd['ci95']['beta'], '.4f')}; {nd['n_points']} runs).")
+                    f"{_iv(nd['ci95']['beta'], '.4f')}; {nd['n_points']} runs)"
+                    + (f" ⚠ degenerate fit: {'; '.join(nd['issues'])}." if nd.get("issues") else "."))
         h.append(f"<p>{e(line)}</p>")
         md += [line, ""]
     return Section("".join(h), md, figs, to_json(an))
