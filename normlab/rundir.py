@@ -41,11 +41,16 @@ class LoadedRun:
     weights: Path
 
 
-def load_run(run_dir: str | Path) -> LoadedRun:
-    """Build the model of a run and load its final weights (or, if training stopped early, its last checkpoint)."""
+def load_run(run_dir: str | Path, *, final_only: bool = False) -> LoadedRun:
+    """Build the model of a run (``build_model``: every model normlab writes, the compressed CRMSNorm one
+    included) and load its final weights, or, if training stopped early, its last checkpoint; eval mode.
+    ``final_only``: a run without ``model.safetensors`` is an error (conversion and surgery start from final
+    weights only)."""
     run_dir = Path(run_dir)
     cfg = open_config(run_dir)
     weights = run_dir / "model.safetensors"
+    if not weights.is_file() and final_only:
+        raise NormlabError(f"{run_dir} has no model.safetensors")
     if not weights.is_file():
         ckpts = list_checkpoints(run_dir)
         if not ckpts:

@@ -102,3 +102,13 @@ def assert_bad_input(proc: subprocess.CompletedProcess, *fragments: str) -> None
     assert "Traceback" not in proc.stderr
     for f in fragments:
         assert f in err, err
+
+
+def scratch_norm(monkeypatch, name: str, cls: type) -> str:
+    """Register ``cls`` as norm ``name`` for one test, through ``register_norm`` (so it gets the declared facts'
+    defaults, as a real norm would); the registry is restored afterwards."""
+    from normlab.norms import registry
+
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
+    registry.register_norm(name)(cls)
+    return name

@@ -14,13 +14,15 @@ import torch
 from torch import nn
 
 from normlab.config import config_from_dict, dump_config
-from normlab.convert import CRMSGPT, build_any_model, convert_model, convert_run, load_any_run
+from normlab.convert import convert_model, convert_run
+from normlab.model.crms import CRMSGPT
+from normlab.rundir import load_run
 from normlab.errors import NormlabError
 from normlab.io import write_text
 from normlab.model import build_model
 from normlab.norms import build_norm, norm_names, registry
 from normlab.train.checkpoint import save_model
-from tests.helpers import normlab
+from tests.helpers import normlab, scratch_norm
 
 V, CTX = 50, 16
 VARIANTS = {
@@ -61,7 +63,7 @@ def randomise(model: nn.Module, seed: int = 1) -> nn.Module:
 def make(**model):
     rc = run_cfg(**model)
     torch.manual_seed(0)
-    return rc, randomise(build_any_model(rc.model))
+    return rc, randomise(build_model(rc.model))
 
 
 def tokens():
@@ -72,11 +74,7 @@ def round_trip(tmp_path, rc, model):
     """Write config.yaml + model.safetensors as a run would, build from the saved config, load the saved weights."""
     write_text(tmp_path / "config.yaml", dump_config(rc))
     save_model(model, tmp_path / "model.safetensors", rc.hash())
-    return load_any_run(tmp_path).model
-
-
-def build_model_dispatches() -> bool:
-    return isinstance(build_model(run_cfg(norm="crmsnorm").model), CRMSGPT)
+    return load_run(tmp_path).model
 
 
 @pytest.mark.parametrize("kind", ["rmsnorm", "crmsnorm", "folded"])
@@ -153,7 +151,7 @@ def test_crms_model_trains_from_scratch_shape():
     """model.norm=crmsnorm builds the compressed-stream model for every placement (width stays the logical d)."""
     for placement in ("pre", "post"):
         torch.manual_seed(0)
-        m = build_any_model(run_cfg(norm="crmsnorm", placement=placement).model)
+        m = build_model(run_cfg(norm="crmsnorm", placement=placement).model)
         logits, loss = m(tokens(), tokens())
         loss.backward()
         assert logits.shape == (3, CTX, V) and m.tok_emb.weight.shape == (V, 31)
@@ -170,8 +168,6 @@ def test_refuses_post_ln():
 
 
 def test_refuses_dyt():
-    if "dyt" not in norm_names():
-        pytest.skip("norm 'dyt' is not registered yet (normlab/norms/dyt.py is being written)")
     rc, model = make(norm="dyt")
     with pytest.raises(NormlabError, match="dyt"):
         convert_model(model, rc, "folded")
@@ -258,8 +254,7 @@ class FakeBatchNorm(FakePlainNorm):
 
 @pytest.fixture
 def fake_norm(monkeypatch):
-    monkeypatch.setitem(registry._REGISTRY, FakeBatchNorm.name, FakeBatchNorm)
-    return FakeBatchNorm.name
+    return scratch_norm(monkeypatch, "fake_batchnorm", FakeBatchNorm)
 
 
 def test_eval_affine_protocol_folds(fake_norm, tmp_path):
@@ -308,8 +303,7 @@ def test_eval_affine_protocol_real_norms(name):
 
 
 def test_norm_without_protocol_is_refused(monkeypatch):
-    monkeypatch.setitem(registry._REGISTRY, FakePlainNorm.name, FakePlainNorm)
-    rc, model = make(norm=FakePlainNorm.name)
+    rc, model = make(norm=scratch_norm(monkeypatch, "fake_plain", FakePlainNorm))
     with pytest.raises(NormlabError, match="cannot convert norm 'fake_plain'"):
         convert_model(model, rc, "folded")
 
@@ -341,9 +335,6 @@ def test_cli_convert_then_eval_matches(tiny_run, tmp_path, cache):
                                                          "model.safetensors", "provenance.json", "summary.json"]
         assert json.loads((out / "summary.json").read_text())["status"] == "completed"
         assert json.loads((out / "conversion.json").read_text())["kind"] == kind
-        if kind == "crmsnorm" and not build_model_dispatches():
-            pytest.skip("normlab eval cannot build a crmsnorm run until normlab.model.gpt.build_model dispatches "
-                        "to normlab.convert.CRMSGPT (the 3-line edit in docs/convert.md)")
         assert abs(_eval_bpb(out, cache) - before) <= 1e-6
     assert not list(tmp_path.glob(".*")), "temp directories left behind"
 
@@ -352,7 +343,7 @@ def test_cli_refusals_are_one_line(tiny_run, tmp_path, cache):
     r = normlab("convert", str(tiny_run), "--to", "rmsnorm", "--out", str(tiny_run), cache=cache)
     assert r.returncode == 2 and "already exists and is not empty" in r.stderr and r.stderr.count("\n") == 1
     post = tmp_path / "post"  # a Post-LN run directory with the tiny run's data settings
-    d = load_any_run(tiny_run).cfg.to_dict()
+    d = load_run(tiny_run).cfg.to_dict()
     d["model"]["placement"] = "post"
     cfg = config_from_dict(d)
     torch.manual_seed(0)

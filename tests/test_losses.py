@@ -8,7 +8,8 @@ import math
 import pytest
 import torch
 
-from normlab.train.losses import lm_loss, logitnorm, softcap
+from normlab.model.gpt import softcap
+from normlab.train.losses import lm_loss, logitnorm
 
 
 def _one(row, target):

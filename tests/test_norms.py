@@ -12,9 +12,6 @@ from normlab.errors import NormlabError
 from normlab.norms import build_norm, get_norm_class, list_norms, norm_names
 
 D = 16
-# Parameters allowed besides weight/bias, per norm (documented in the norm's docstring): DyT's scalar alpha is
-# the tanh's input scale, not an affine map.
-EXTRA_PARAM_NAMES = {"dyt": {"alpha"}}
 
 
 @pytest.fixture(params=norm_names())
@@ -27,7 +24,7 @@ def test_constructor_shape_and_param_names(norm_name):
     for kw in ("eps", "affine", "bias"):
         assert kw in sig.parameters and sig.parameters[kw].kind is inspect.Parameter.KEYWORD_ONLY
     m = build_norm(norm_name, D, eps=1e-5)
-    assert {n for n, _ in m.named_parameters()} <= {"weight", "bias"} | EXTRA_PARAM_NAMES.get(norm_name, set())
+    assert {n for n, _ in m.named_parameters()} <= {"weight", "bias"} | set(get_norm_class(norm_name).extra_params)
     assert build_norm(norm_name, D, affine=False).weight is None
 
 
@@ -161,3 +158,10 @@ def test_auto_embed_scale_is_declared_by_the_norm_class(norm_name):
     assert kind == ("learnable" if norm_name == "dyt" else "none")  # the only norm whose paper scales embeddings
     m = build_model(ModelConfig(vocab_size=20, context=8, width=16, depth=1, heads=2, norm=norm_name))
     assert ("embed_scale" in dict(m.named_parameters())) == (kind == "learnable")
+
+
+@pytest.mark.parametrize("name", norm_names())
+def test_declared_warmup_matches_constructor(name):
+    """``needs_warmup`` is declared, not guessed: it must agree with whether the constructor takes ``warmup``."""
+    cls = get_norm_class(name)
+    assert cls.needs_warmup == ("warmup" in inspect.signature(cls.__init__).parameters)

@@ -239,14 +239,16 @@ def test_bad_optim_config_is_one_line(optim, fragment):
 
 
 def test_norm_warmup_defaults_to_lr_warmup(monkeypatch):
-    from normlab.norms import registry
     from normlab.train.loop import apply_norm_defaults
+    from tests.helpers import scratch_norm
 
     class WarmNorm(nn.Module):
+        needs_warmup = True
+
         def __init__(self, dim, *, eps=1e-5, affine=True, bias=True, warmup: int = 4000):
             super().__init__()
 
-    monkeypatch.setitem(registry._REGISTRY, "test_warm", WarmNorm)
+    scratch_norm(monkeypatch, "test_warm", WarmNorm)
     c = load_config("tiny", ["model.norm=test_warm", "train.warmup_steps=7"])
     apply_norm_defaults(c)
     assert c.model.norm_options == {"warmup": 7}

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from normlab.config import dump_config, load_config
-from normlab.convert.crms_model import load_any_run
+from normlab.rundir import load_run
 from normlab.model import build_model
 from normlab.train.checkpoint import save_model
 from tests.helpers import assert_bad_input, run_inproc, weights
@@ -124,7 +124,7 @@ def test_hadamard_rotation_leaves_logits_unchanged(trained):
     from normlab.surgery.run_quantize import rotated_copy
     from normlab.train.loop import load_data
 
-    src = load_any_run(trained)
+    src = load_run(trained)
     data = load_data(src.cfg)
     cfg, rot, info = rotated_copy(src.model, src.cfg, data.val)
     assert cfg.model.norm == "rmsnorm" and info["rotation"] == "randomized hadamard"
@@ -165,7 +165,7 @@ def test_quantize_with_rotation_and_activations(trained, tmp_path, cache):
                    "--out", str(out), "--max-tokens", "2048", "--json", cache=cache, check=True)
     r = json.loads(p.stdout)
     assert r["rotation"]["max_abs_logit_diff"] <= 1e-4 and r["acts"] == 8 and r["group"] == 32
-    assert load_any_run(out).cfg.model.norm == "rmsnorm"
+    assert load_run(out).cfg.model.norm == "rmsnorm"
 
 
 # ---------------------------------------------------------------- LayerNorm removal
@@ -187,7 +187,7 @@ def test_remove_norm_leaves_no_statistic_and_records_stages(trained, tmp_path, c
         assert (out / s["run"] / "model.safetensors").is_file()
     rec = json.loads((out / "removal.json").read_text())
     assert rec["delta_bpb"] == pytest.approx(rec["final"]["bpb"] - rec["original"]["bpb"])
-    run = load_any_run(out)
+    run = load_run(out)
     assert run.cfg.model.norm == "fixedscale"
     mods = norm_modules(run.model)
     assert len(mods) == 5 and all(isinstance(m, FixedScaleNorm) and m.fixed for m in mods.values())

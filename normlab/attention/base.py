@@ -2,7 +2,7 @@
 offset, and the per-layer incremental-decoding state.
 
 Every attention module maps ``x [B, T, in_width] -> [B, T, out_width]`` with ``heads`` heads of ``head_dim =
-width / heads``. ``in_width`` / ``out_width`` default to ``width``; the Pre-CRMSNorm model (normlab.convert.crms_model)
+width / heads``. ``in_width`` / ``out_width`` default to ``width``; the Pre-CRMSNorm model (normlab.model.crms)
 reads and writes a residual stream stored in ``width - 1`` coordinates and passes ``width - 1`` for both, so no
 attention kind needs a compressed-stream copy of its forward.
 

@@ -2,13 +2,12 @@
 
 - ``convert_model(model, run_cfg, kind)``: in memory, ``kind`` in ``rmsnorm | crmsnorm | folded``;
 - ``convert_run(run_dir, kind, out)``: a run directory in, a checked run directory out (``normlab convert``);
-- ``CRMSGPT`` / ``build_any_model`` / ``load_any_run``: the Pre-CRMSNorm model (residual stream in width - 1 coords).
 
-See docs/convert.md for the math, the eval-affine protocol for batch-statistics norms, and what is refused.
+See docs/convert.md for the math, the eval-affine protocol for batch-statistics norms, and what is refused. The compressed-stream model itself
+(``CRMSGPT``) is a model: ``normlab.model.crms``.
 """
 
-from normlab.convert.crms_model import CRMSGPT, build_any_model, load_any_run
 from normlab.convert.exact import KINDS, convert_model
 from normlab.convert.run import convert_run
 
-__all__ = ["CRMSGPT", "KINDS", "build_any_model", "convert_model", "convert_run", "load_any_run"]
+__all__ = ["KINDS", "convert_model", "convert_run"]

@@ -34,15 +34,15 @@ from __future__ import annotations
 
 import copy
 import re
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import nn
 
 from normlab.config import RunConfig, config_from_dict
-from normlab.convert.crms_model import build_any_model
 from normlab.errors import NormlabError
+from normlab.model import build_model
 from normlab.model.config import ModelConfig
 from normlab.model.placements import SITES
 from normlab.norms.crmsnorm import CRMSNorm
@@ -58,11 +58,6 @@ _KNOWN = re.compile(
     r"|embed_scale"  # one scalar on the token embeddings: scaling a recentred embedding keeps it zero-mean
 )
 _ZERO_MEAN_RTOL = 1e-5
-
-
-def head_bias_supported() -> bool:
-    """Whether ``ModelConfig`` has ``head_bias`` (an LM-head bias in the plain GPT; see docs/convert.md)."""
-    return "head_bias" in {f.name for f in fields(ModelConfig)}
 
 
 @dataclass
@@ -85,10 +80,10 @@ def _norm_name(norm: nn.Module) -> str:
 def norm_affine(norm: nn.Module) -> tuple[torch.Tensor, torch.Tensor]:
     """The per-channel output affine ``(scale, shift)`` (float64 ``[dim]``) of a supported norm, else refuse."""
     name = _norm_name(norm)
-    if name == "dyt":
+    if not getattr(type(norm), "convertible", True):  # a registered norm declaring it (DyT); else nn.Identity etc.
         raise NormlabError(
-            "cannot convert norm 'dyt': DyT computes tanh(alpha x) elementwise, with no per-token statistic to "
-            "reproduce and no per-channel affine to fold; layernorm, rmsnorm, crmsnorm and eval-affine norms convert"
+            f"cannot convert norm '{name}': {type(norm).convertible_why}; layernorm, rmsnorm, crmsnorm and "
+            "eval-affine norms convert"
         )
     if isinstance(norm, (LayerNorm, RMSNorm, CRMSNorm)):
         dim = norm.dim
@@ -206,7 +201,7 @@ def compress(sd: dict[str, torch.Tensor], readers: list[str]) -> None:
 def convert_model(model: nn.Module, run_cfg: RunConfig, kind: str) -> tuple[RunConfig, nn.Module, dict[str, Any]]:
     """Convert ``model`` (built from ``run_cfg``) to ``kind``; returns ``(new config, new model (eval), info)``.
 
-    The new model is built from the new config (``build_any_model``) and loaded with the converted weights, so
+    The new model is built from the new config (``build_model``) and loaded with the converted weights, so
     it is exactly what a run directory written from it loads back. ``info``: which sites were folded or kept.
     """
     if kind not in KINDS:
@@ -234,12 +229,6 @@ def convert_model(model: nn.Module, run_cfg: RunConfig, kind: str) -> tuple[RunC
                 f"--to crmsnorm: this rmsnorm model's residual writer '{bad}' is not zero-mean over the width, "
                 "so the stream cannot be stored in width - 1 coordinates (convert the Pre-LN original instead)"
             )
-    # the plain GPT's LM head has no bias: a final shift stays in the final norm unless the head can take it
-    crms_out = kind == "crmsnorm" or norm_cls is CRMSNorm  # CRMSGPT: the LM head's bias follows model.bias
-    head_bias = crms_out or head_bias_supported()
-    for s in sites:
-        if s.name == "final_norm" and not head_bias and bool(s.shift.abs().max() > 0):
-            s.fold = False
     for s in sites:
         if s.fold:
             _fold(sd, s)
@@ -265,13 +254,8 @@ def convert_model(model: nn.Module, run_cfg: RunConfig, kind: str) -> tuple[RunC
     # eval-affine norms keep their config; their state is reset in place below
     folded_shift = any(bool(s.shift.abs().max() > 0) for s in sites if s.fold and s.name != "final_norm")
     m["bias"] = bool(cfg.bias or folded_shift)
-    if "lm_head.bias" in sd:
-        if head_bias_supported():
-            m["head_bias"] = True
-        elif crms_out:  # CRMSGPT's LM head takes model.bias
-            m["bias"] = True
-        else:  # unreachable: such a shift is kept in the final norm
-            raise NormlabError("internal: LM-head bias without model.head_bias")
+    if "lm_head.bias" in sd:  # a folded final shift: model.head_bias gives the LM head its bias
+        m["head_bias"] = True
     m["tie_embeddings"] = bool(cfg.tie_embeddings and torch.equal(sd["tok_emb.weight"], sd["lm_head.weight"]))
     new_cfg = config_from_dict(new)
 
@@ -285,7 +269,7 @@ def convert_model(model: nn.Module, run_cfg: RunConfig, kind: str) -> tuple[RunC
             sd.update({f"{s.name}.{k}": v for k, v in reset.state_dict().items()})
 
     torch.manual_seed(run_cfg.seed)
-    out = build_any_model(new_cfg.model).eval()
+    out = build_model(new_cfg.model).eval()
     target = out.state_dict()
     for k, v in target.items():  # linears that gained a bias (model.bias switched on) start from zero
         if k not in sd and k.endswith(".bias") and k[: -len(".bias")] in _linears(sd) + ["lm_head"]:
@@ -300,6 +284,5 @@ def convert_model(model: nn.Module, run_cfg: RunConfig, kind: str) -> tuple[RunC
                                f"config expects {tuple(v.shape)}")
     out.load_state_dict({k: sd[k].to(v.dtype) for k, v in target.items()})
     info = {"norm_from": cfg.norm, "norm_to": new_cfg.model.norm,
-            "folded_sites": [s.name for s in sites if s.fold], "kept_sites": [s.name for s in kept],
-            "head_bias_supported": head_bias_supported()}
+            "folded_sites": [s.name for s in sites if s.fold], "kept_sites": [s.name for s in kept]}
     return new_cfg, out, info

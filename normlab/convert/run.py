@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from normlab.config import dump_config
-from normlab.convert.crms_model import load_any_run
+from normlab.rundir import load_run
 from normlab.convert.exact import KINDS, PAPER, convert_model
 from normlab.errors import NormlabError
 from normlab.io import check_new_dir, publish_dir, read_json_object, write_json, write_text
@@ -69,7 +69,7 @@ def convert_run(run_dir: str | Path, kind: str, out: str | Path | None = None, *
     run_dir = Path(run_dir)
     out = Path(out) if out else default_out(run_dir, kind)
     check_new_dir(out)
-    src = load_any_run(run_dir)
+    src = load_run(run_dir, final_only=True)
     cfg = src.cfg
     new_cfg, model, info = convert_model(src.model, cfg, kind)
 
@@ -85,7 +85,7 @@ def convert_run(run_dir: str | Path, kind: str, out: str | Path | None = None, *
     with publish_dir(out) as tmp:
         write_text(tmp / "config.yaml", dump_config(new_cfg))
         save_model(model, tmp / "model.safetensors", new_cfg.hash())
-        back = load_any_run(tmp).model  # check what was written, not the in-memory copy
+        back = load_run(tmp, final_only=True).model  # check what was written, not the in-memory copy
         diff = max_logit_diff(src.model, back, data.val, ctx)
         bpb_after, _ = bpb(back)
         if not diff <= LOGIT_TOL or not abs(bpb_after - bpb_before) <= BPB_TOL:

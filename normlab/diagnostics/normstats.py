@@ -4,8 +4,8 @@ For every occupied norm site (``embed_norm``, ``blocks.<l>.<site>``, ``final_nor
 
 - ``weight`` (the gain; ``gain`` = the applied ``1 + w`` for RMSNorm with ``unit_offset``) and ``bias``:
   mean, std, min, max and the 5/25/50/75/95 % quantiles;
-- ``alpha``: DyT's scalar (Zhu et al. 2025, "Transformers without Normalization"): how far into tanh's
-  saturation the norm pushes typical inputs;
+- each scalar parameter the norm class declares in ``scalar_params`` (DyT's ``alpha``, Zhu et al. 2025,
+  "Transformers without Normalization": how far into tanh's saturation the norm pushes typical inputs);
 - every floating-point buffer (BatchNorm ``running_mean``/``running_var``, PowerNorm ``phi``, Unified
   Normalization ``running_var``, ...) summarised the same way, and integer counters (``step``, ``num_batches``)
   as plain ints.
@@ -41,9 +41,9 @@ def norm_stats(m: nn.Module) -> dict:
     b = getattr(m, "bias", None)
     if isinstance(b, torch.Tensor):
         out["bias"] = describe(b)
-    alpha = getattr(m, "alpha", None)
-    if isinstance(alpha, torch.Tensor):
-        out["alpha"] = float(alpha.detach().reshape(-1)[0]) if alpha.numel() == 1 else describe(alpha)
+    for pname in getattr(type(m), "scalar_params", ()):  # declared by the norm class (normlab.norms.registry)
+        p = getattr(m, pname)
+        out[pname] = float(p.detach().reshape(-1)[0]) if p.numel() == 1 else describe(p)
     buffers = {}
     for name, buf in m.named_buffers(recurse=False):
         if buf.is_floating_point():

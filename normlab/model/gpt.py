@@ -18,8 +18,20 @@ from normlab.attention import AttentionState, RotaryEmbedding, build_attention
 from normlab.model.blocks import MLP, Block
 from normlab.model.config import ModelConfig
 from normlab.model.placements import block_sites, embed_norm_on, final_norm_on, layernorm_scale, residual_scale
-from normlab.norms import build_norm
-from normlab.train.losses import softcap
+from normlab.norms import build_norm, get_norm_class
+
+
+def softcap(x: torch.Tensor, c: float | None) -> torch.Tensor:
+    """Gemma 2 soft capping ``c * tanh(x / c)`` (Gemma Team 2024; any shape); ``c`` None or 0 returns ``x``.
+
+    Bounds every value to ``(-c, c)`` while staying ~identity for ``|x| << c``. The model applies it to its logits
+    (``model.logit_softcap``, train and eval); ``normlab.train.losses.lm_loss`` takes it for logits from elsewhere.
+    """
+    if not c:
+        return x
+    if c < 0:
+        raise ValueError(f"softcap c must be > 0, got {c}")
+    return c * torch.tanh(x / c)
 
 
 class GPT(nn.Module):
@@ -146,9 +158,11 @@ def init_weights(model: GPT, cfg: ModelConfig) -> None:
 
 
 def build_model(cfg: ModelConfig) -> GPT:
-    """Validate ``cfg`` and build the model (call under a seeded RNG for reproducible init)."""
-    if cfg.norm == "crmsnorm":  # Pre-CRMSNorm: residual stream stored in width - 1 coordinates (docs/convert.md)
-        from normlab.convert.crms_model import CRMSGPT
+    """Validate ``cfg`` and build the model (call under a seeded RNG for reproducible init). A norm class that
+    declares ``compressed_stream`` (CRMSNorm) gets ``CRMSGPT``: the residual stream in width - 1 coordinates
+    (docs/convert.md)."""
+    if get_norm_class(cfg.norm).compressed_stream:
+        from normlab.model.crms import CRMSGPT  # a GPT subclass: imported here, after GPT is defined
 
         return CRMSGPT(cfg)
     return GPT(cfg)

@@ -7,7 +7,7 @@ A zero-mean d-vector ``z`` is fully determined by its first ``d-1`` coordinates 
 
     sum(z^2) = sum(x^2) + sum(x)^2        and   RMSNorm(z)[:d-1] = x * rsqrt((sum(x^2) + sum(x)^2) / d + eps)
 
-A Pre-CRMSNorm model stores its residual stream that way (``normlab.convert.crms_model.CRMSGPT``): every
+A Pre-CRMSNorm model stores its residual stream that way (``normlab.model.crms.CRMSGPT``, chosen by ``compressed_stream``): every
 residual writer keeps ``d-1`` output coordinates and every reader's weight becomes ``W[:, :-1] - W[:, -1:]``.
 """
 
@@ -36,6 +36,7 @@ class CRMSNorm(_AffineNorm):
     With ``model.norm: crmsnorm`` the whole residual stream is stored in ``width - 1`` coordinates.
     """
 
+    compressed_stream = True  # normlab.model.build_model builds the (width - 1)-coordinate model for it
     paper = "Jiang et al. 2023, Pre-RMSNorm and Pre-CRMSNorm Transformers (arXiv:2305.14858)"
     description = ("RMSNorm of a zero-mean d-vector stored in d-1 coordinates; model.norm=crmsnorm stores the "
                    "residual stream in width-1 coordinates (exact Pre-LN equivalent, see normlab convert)")

@@ -78,6 +78,7 @@ class PowerNorm(BatchStatNorm):
     the authors' ``mask_x``; the backward means run over all positions, as theirs).
     """
 
+    needs_warmup = True  # its "warmup" option defaults to train.warmup_steps (apply_norm_defaults)
     paper = "Shen et al. 2020, PowerNorm: Rethinking Batch Normalization in Transformers (arXiv:2003.07845)"
     description = "group scaling, then divide by the batch quadratic mean (running after warm-up), approximate backward"
 

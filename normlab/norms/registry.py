@@ -6,8 +6,18 @@ Every registered norm has the same constructor shape::
 
 and names its parameters ``weight`` / ``bias`` so optimizers, diagnostics and conversions can treat all norms
 uniformly. Each class carries ``name``, ``paper`` and ``description`` class attributes used by ``normlab norms``,
-and may set ``auto_embed_scale`` (default ``"none"``): what ``model.embed_scale: auto`` means for a model using it
-(DyT sets ``"learnable"``: without statistics its input scale matters).
+and declares its facts as class attributes (``register_norm`` fills in the defaults of ``NORM_FACTS`` for those a
+class does not set), so no code elsewhere asks ``if name == ...``:
+
+- ``auto_embed_scale`` (``"none"``): what ``model.embed_scale: auto`` means for a model using it (DyT sets
+  ``"learnable"``: without statistics its input scale matters);
+- ``compressed_stream`` (False): the model stores its residual stream in ``width - 1`` coordinates
+  (CRMSNorm; ``normlab.model.crms``);
+- ``extra_params`` (()): parameter names besides ``weight`` / ``bias`` (DyT's ``alpha``);
+- ``scalar_params`` (()): scalar parameters the diagnostics report per site (DyT's ``alpha``);
+- ``needs_warmup`` (False): the norm takes a ``warmup`` option (statistics warm-up, PowerNorm / Unified
+  Normalization) that defaults to the run's LR warm-up (``train.warmup_steps``);
+- ``convertible`` (True): whether ``normlab convert`` can reproduce it exactly (DyT: no statistic, no affine).
 """
 
 from __future__ import annotations
@@ -20,6 +30,9 @@ from torch import nn
 from normlab.errors import NormlabError, unknown
 
 _REGISTRY: dict[str, type[nn.Module]] = {}
+NORM_FACTS: dict[str, Any] = {"paper": "", "description": "", "auto_embed_scale": "none",
+                              "compressed_stream": False, "extra_params": (), "scalar_params": (),
+                              "needs_warmup": False, "convertible": True, "convertible_why": ""}
 
 
 def register_norm(name: str):
@@ -29,6 +42,9 @@ def register_norm(name: str):
         if name in _REGISTRY:
             raise ValueError(f"norm '{name}' registered twice")
         cls.name = name
+        for fact, default in NORM_FACTS.items():
+            if not hasattr(cls, fact):
+                setattr(cls, fact, default)
         _REGISTRY[name] = cls
         return cls
 
@@ -68,12 +84,12 @@ def build_norm(name: str, dim: int, **kwargs: Any) -> nn.Module:
 def auto_embed_scale(name: str) -> str:
     """The token-embedding scale ``model.embed_scale: auto`` resolves to for norm ``name`` (``none`` unless the
     class sets ``auto_embed_scale``)."""
-    return getattr(get_norm_class(name), "auto_embed_scale", "none")
+    return get_norm_class(name).auto_embed_scale
 
 
 def list_norms() -> list[dict[str, str]]:
     """``[{name, paper, description}]`` for every registered norm (used by ``normlab norms``)."""
     return [
-        {"name": n, "paper": getattr(c, "paper", ""), "description": getattr(c, "description", "")}
+        {"name": n, "paper": c.paper, "description": c.description}
         for n, c in sorted(_REGISTRY.items())
     ]

@@ -68,6 +68,10 @@ class DyT(nn.Module):
     description = "element-wise tanh(alpha * x) with a learnable scalar alpha, per-channel gain and bias"
     # the authors' LLaMA code puts a learnable scalar after the token embedding (model.embed_scale: auto)
     auto_embed_scale = "learnable"
+    extra_params = scalar_params = ("alpha",)  # the squashing scale: not an affine map, reported by diagnose
+    convertible = False
+    convertible_why = ("DyT computes tanh(alpha x) elementwise, with no per-token statistic to reproduce and no "
+                       "per-channel affine to fold")
 
     def __init__(self, dim: int, *, eps: float = 1e-5, affine: bool = True, bias: bool = True,
                  alpha_init: float = 0.5):

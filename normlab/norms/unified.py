@@ -89,6 +89,7 @@ class UnifiedNorm(BatchStatNorm):
     Shapes: ``[..., dim] -> [..., dim]``.
     """
 
+    needs_warmup = True  # its "warmup" option defaults to train.warmup_steps (apply_norm_defaults)
     paper = "Yang et al. 2022, Unified Normalization for Accelerating and Stabilizing Transformers (arXiv:2208.01313)"
     description = ("divide by a windowed geometric mean of batch quadratic means; gradient compensation; "
                    "fixed affine at eval")

@@ -201,7 +201,7 @@ def remove_norm_run(run_dir: str | Path, out: str | Path, *, steps: int = 100, l
                     batch_size: int = 16, control: bool = False, measure_windows: int = 16,
                     quiet: bool = True) -> dict[str, Any]:
     """Run the schedule on ``run_dir``; write the norm-free run to ``out`` (whole or absent); return the record."""
-    from normlab.convert.crms_model import load_any_run
+    from normlab.rundir import load_run
     from normlab.eval.lm import evaluate
     from normlab.io import write_json
     from normlab.rundata import run_data
@@ -215,7 +215,7 @@ def remove_norm_run(run_dir: str | Path, out: str | Path, *, steps: int = 100, l
         raise NormlabError(f"--schedule {schedule} is not supported; allowed: {', '.join(SCHEDULES)}")
     run_dir, out = Path(run_dir), Path(out)
     check_new_dir(out)
-    src = load_any_run(run_dir)
+    src = load_run(run_dir, final_only=True)
     check_removable(src.cfg, src.model)
     data = run_data(run_dir, src.cfg)  # the run's own tokenizer; a changed corpus is refused
     ctx = src.cfg.model.context
@@ -263,7 +263,7 @@ def remove_norm_run(run_dir: str | Path, out: str | Path, *, steps: int = 100, l
                 if s["status"] != "completed":
                     raise NormlabError(f"remove-norm: the fine-tune of stage {k} ({label}) {s['status']} at step "
                                        f"{s['step']}; try a smaller --lr")
-                model = load_any_run(tuned_dir).model
+                model = load_run(tuned_dir, final_only=True).model
                 after = score(model)
                 rec.update({"after_finetune": after, "run": f"stages/{tuned_dir.name}"})
             else:
@@ -283,7 +283,7 @@ def remove_norm_run(run_dir: str | Path, out: str | Path, *, steps: int = 100, l
             ft = _finetune_config(src.cfg, steps=steps * len(plan), lr=lr, data_source=data_source)
             s = train(ft, ctl_dir, init_from=run_dir, quiet=True)
             if s["status"] == "completed":
-                c = score(load_any_run(ctl_dir).model)
+                c = score(load_run(ctl_dir, final_only=True).model)
                 ctrl = {**c, "steps": steps * len(plan), "run": "stages/control-ln-finetuned",
                         "delta_nats_vs_control": final["loss"] - c["loss"],
                         "delta_bpb_vs_control": final["bpb"] - c["bpb"]}

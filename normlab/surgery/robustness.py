@@ -39,7 +39,7 @@ def _cached(path: Path, settings: dict[str, Any]) -> dict[str, Any] | None:
 
 def quant_robustness(run_dir: str | Path, *, max_tokens: int = 8192, bits: int = 4) -> dict[str, Any]:
     """``{bpb, w4_rtn, w4_hadamard, hadamard_error}`` (bits/byte increases) for a completed run; cached."""
-    from normlab.convert.crms_model import load_any_run
+    from normlab.rundir import load_run
     from normlab.surgery.run_quantize import quantize_model
     from normlab.rundata import run_data
 
@@ -48,7 +48,7 @@ def quant_robustness(run_dir: str | Path, *, max_tokens: int = 8192, bits: int =
     hit = _cached(run_dir / QUANT_FILE, settings)
     if hit:
         return hit
-    src = load_any_run(run_dir)
+    src = load_run(run_dir, final_only=True)
     data = run_data(run_dir, src.cfg)
     _, _, rtn = quantize_model(src.model, src.cfg, data, weights=bits, max_tokens=max_tokens)
     out: dict[str, Any] = {"settings": settings, "bpb": rtn["bpb_before"], "w4_rtn": rtn["bpb_increase"],
@@ -65,7 +65,7 @@ def quant_robustness(run_dir: str | Path, *, max_tokens: int = 8192, bits: int =
 
 def label_free(run_dir: str | Path, *, max_tokens: int = 8192, batch_size: int = 16) -> dict[str, Any]:
     """``{mano, matrix_nuclear_norm, loss, bpb, ...}`` on the first ``max_tokens`` validation tokens; cached."""
-    from normlab.convert.crms_model import load_any_run
+    from normlab.rundir import load_run
     from normlab.eval.lm import evaluate
     from normlab.surgery.label_free import label_free_scores
     from normlab.rundata import run_data
@@ -75,7 +75,7 @@ def label_free(run_dir: str | Path, *, max_tokens: int = 8192, batch_size: int =
     hit = _cached(run_dir / LABEL_FREE_FILE, settings)
     if hit:
         return hit
-    src = load_any_run(run_dir)
+    src = load_run(run_dir, final_only=True)
     data = run_data(run_dir, src.cfg)
     ctx = src.cfg.model.context
     ev = evaluate(src.model, data.val, data.token_bytes, data.tokenizer.decode, context=ctx, batch_size=batch_size,

@@ -125,7 +125,7 @@ def quantize_run(run_dir: str | Path, out: str | Path, *, weights: int, group: i
                  seed: int = 0) -> dict[str, Any]:
     """Quantize the run in ``run_dir`` and write it to ``out`` (whole or absent); returns the record."""
     from normlab.config import dump_config
-    from normlab.convert.crms_model import load_any_run
+    from normlab.rundir import load_run
     from normlab.io import read_json, write_json, write_text
     from normlab.train.checkpoint import save_model
     from normlab.rundata import run_data
@@ -136,7 +136,7 @@ def quantize_run(run_dir: str | Path, out: str | Path, *, weights: int, group: i
         raise NormlabError(f"--weights {weights} is not supported; allowed: {', '.join(map(str, WEIGHT_BITS))}")
     run_dir, out = Path(run_dir), Path(out)
     check_new_dir(out)
-    src = load_any_run(run_dir)
+    src = load_run(run_dir, final_only=True)
     data = run_data(run_dir, src.cfg)  # the run's own tokenizer; a changed corpus is refused
     cfg, model, record = quantize_model(src.model, src.cfg, data, weights=weights, group=group, acts=acts,
                                         rotate=rotate, max_tokens=max_tokens, batch_size=batch_size, seed=seed)

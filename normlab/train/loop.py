@@ -9,7 +9,6 @@ states, the optimizer state and the step, so ``--resume`` reproduces an uninterr
 from __future__ import annotations
 
 import contextlib
-import inspect
 import json
 import math
 import os
@@ -82,12 +81,11 @@ def get_batch(tokens: np.ndarray, batch_size: int, context: int, gen: torch.Gene
 def apply_norm_defaults(cfg: RunConfig) -> None:
     """Fill run-dependent norm options the user did not set, in place (so config.yaml records them).
 
-    A norm class whose constructor takes ``warmup`` (PowerNorm, Unified Normalization: statistics warm-up) gets
+    A norm class that declares ``needs_warmup`` (PowerNorm, Unified Normalization: statistics warm-up) gets
     ``warmup = train.warmup_steps`` unless ``model.norm_options`` already has a ``warmup`` key.
     """
     opts = cfg.model.norm_options
-    params = inspect.signature(get_norm_class(cfg.model.norm).__init__).parameters
-    if "warmup" in params and "warmup" not in opts:
+    if get_norm_class(cfg.model.norm).needs_warmup and "warmup" not in opts:
         opts["warmup"] = cfg.train.warmup_steps
 
 

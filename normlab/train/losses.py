@@ -9,7 +9,7 @@
 The training loss is ``LogitNorm`` (when ``logitnorm_tau`` is set) or ``ce``, plus the z-loss term (always on the
 raw logits). LogitNorm is training-time only: evaluation and sampling use the raw logits (``ce``), as in the paper,
 so a LogitNorm model's raw-logit scale is arbitrary and post-hoc temperature scaling (``normlab calibrate``) is the
-way to read calibrated probabilities from it. The softcap, in contrast, is part of the model (applied in
+way to read calibrated probabilities from it. The softcap, in contrast, is part of the model (``normlab.model.gpt.softcap``, applied in
 ``GPT.forward`` from ``model.logit_softcap``, train and eval); ``lm_loss(logit_softcap=c)`` is only for logits
 that have not been capped already (capping twice is not the same as capping once).
 """
@@ -19,19 +19,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from normlab.model.gpt import softcap
+
 LOGITNORM_EPS = 1e-7  # as in hongxin001/logitnorm_ood, common/loss_function.py
-
-
-def softcap(x: torch.Tensor, c: float | None) -> torch.Tensor:
-    """Gemma 2 soft capping ``c * tanh(x / c)`` (any shape); ``c`` None or 0 returns ``x`` unchanged.
-
-    Bounds every value to ``(-c, c)`` while staying ~identity for ``|x| << c``.
-    """
-    if not c:
-        return x
-    if c < 0:
-        raise ValueError(f"softcap c must be > 0, got {c}")
-    return c * torch.tanh(x / c)
 
 
 def logitnorm(logits: torch.Tensor, tau: float) -> torch.Tensor:

@@ -180,11 +180,11 @@ def final_bpb(ctx: Context, run_dir: Path) -> tuple[float, dict]:
 
 # --------------------------------------------------------------------------------------------- measurements
 def m_exact(ctx: Context, runs: dict[str, Path]) -> tuple[float | None, dict]:
-    from normlab.convert.crms_model import load_any_run
+    from normlab.rundir import load_run
     from normlab.convert.exact import convert_model
     from normlab.convert.run import max_logit_diff
 
-    src = load_any_run(runs["ln"])
+    src = load_run(runs["ln"], final_only=True)
     data = ctx.data(src.cfg)
     diffs = {}
     for kind in ("rmsnorm", "crmsnorm"):

@@ -11,7 +11,7 @@ writer is zero-mean over ``d``, a stream vector ``z [d]`` is determined by ``x =
 ``model.width`` in the config stays the logical width ``d`` (heads, head_dim, MLP hidden size unchanged), so a
 converted run's config reads like the Pre-LN model it is equivalent to, with ``norm: crmsnorm``.
 ``model.bias`` also gives the LM head a bias here (the final LayerNorm's bias folds into it), as does
-``model.head_bias`` where ModelConfig has it.
+``model.head_bias``.
 
 Every attention kind works here: ``build_attention(..., in_width=d-1, out_width=d-1)`` builds it reading and
 writing the compressed stream (heads and head_dim unchanged), so no attention forward is duplicated.
@@ -21,31 +21,30 @@ Shapes: ``idx [B, T] -> logits [B, T, vocab]``; hidden states ``[B, T, d-1]``; a
 
 from __future__ import annotations
 
-from pathlib import Path
-
-import torch
 from torch import nn
 
 from normlab.attention import build_attention
 from normlab.errors import NormlabError
 from normlab.model.blocks import MLP
 from normlab.model.config import ModelConfig
-from normlab.model.gpt import GPT, build_model, init_weights
-from normlab.norms.crmsnorm import CRMSNorm
+from normlab.model.gpt import GPT, init_weights
+from normlab.norms import get_norm_class
 
 
 class CRMSGPT(GPT):
-    """GPT with ``model.norm: crmsnorm``: the residual stream is stored in ``width - 1`` coordinates.
+    """GPT whose norm class declares ``compressed_stream`` (``model.norm: crmsnorm``): the residual stream is
+    stored in ``width - 1`` coordinates. ``normlab.model.build_model`` picks it.
 
     Built as the full-width GPT, then every stream-facing layer is narrowed (fresh modules, re-initialised with
     the same scheme); works for every placement, since CRMSNorm keeps a zero-mean stream zero-mean.
     """
 
     def __init__(self, cfg: ModelConfig):
-        if cfg.norm != "crmsnorm":
-            raise NormlabError(f"CRMSGPT needs model.norm 'crmsnorm', got '{cfg.norm}'")
+        norm_cls = get_norm_class(cfg.norm)
+        if not norm_cls.compressed_stream:
+            raise NormlabError(f"CRMSGPT needs a compressed-stream norm (model.norm 'crmsnorm'), got '{cfg.norm}'")
         if cfg.width < 2:
-            raise NormlabError("model.norm 'crmsnorm' stores width - 1 coordinates: model.width must be >= 2")
+            raise NormlabError(f"model.norm '{cfg.norm}' stores width - 1 coordinates: model.width must be >= 2")
         super().__init__(cfg)
         s, bias = cfg.width - 1, cfg.bias
         self.tok_emb = nn.Embedding(cfg.vocab_size, s)
@@ -54,7 +53,7 @@ class CRMSGPT(GPT):
         for l, block in enumerate(self.blocks):
             mlp = block.mlp
             if type(mlp) is not MLP:
-                raise NormlabError(f"model.norm 'crmsnorm' supports the standard MLP only (block {l} has "
+                raise NormlabError(f"model.norm '{cfg.norm}' supports the standard MLP only (block {l} has "
                                    f"{type(mlp).__name__})")
             # every attention kind reads and writes the compressed stream: in/out width d - 1, heads unchanged
             block.attn = build_attention(cfg, getattr(block.attn, "rope", None), in_width=s, out_width=s)
@@ -63,38 +62,13 @@ class CRMSGPT(GPT):
             if mlp.activation == "swiglu":
                 mlp.gate = nn.Linear(s, hidden, bias=bias)
             mlp.proj = nn.Linear(hidden, s, bias=bias)
-        # every norm site (whatever the placement) holds a CRMSNorm built at full width: rebuild it at d - 1
+        # every norm site (whatever the placement) holds the norm built at full width: rebuild it at d - 1
         for name, m in list(self.named_modules()):
-            if isinstance(m, CRMSNorm):
+            if isinstance(m, norm_cls):
                 parent, _, attr = name.rpartition(".")
                 setattr(self.get_submodule(parent) if parent else self, attr,
-                        CRMSNorm(s, eps=m.eps, affine=m.weight is not None, bias=m.bias is not None))
-        self.lm_head = nn.Linear(s, cfg.vocab_size, bias=bias or getattr(cfg, "head_bias", False))
+                        norm_cls(s, eps=m.eps, affine=m.weight is not None, bias=m.bias is not None))
+        self.lm_head = nn.Linear(s, cfg.vocab_size, bias=bias or cfg.head_bias)
         if cfg.tie_embeddings:
             self.lm_head.weight = self.tok_emb.weight
         init_weights(self, cfg)
-
-
-def build_any_model(cfg: ModelConfig) -> GPT:
-    """``build_model`` plus the compressed-stream model: ``CRMSGPT`` when ``cfg.norm == 'crmsnorm'``.
-
-    (Once ``normlab.model.gpt.build_model`` dispatches on ``crmsnorm`` itself this is the same function.)
-    """
-    return CRMSGPT(cfg) if cfg.norm == "crmsnorm" else build_model(cfg)
-
-
-def load_any_run(run_dir: str | Path):
-    """``normlab.rundir.load_run`` for every model this package writes (CRMSGPT included); eval mode."""
-    from normlab.rundir import LoadedRun, open_config
-    from normlab.train.checkpoint import load_model_state
-
-    run_dir = Path(run_dir)
-    cfg = open_config(run_dir)
-    weights = run_dir / "model.safetensors"
-    if not weights.is_file():
-        raise NormlabError(f"{run_dir} has no model.safetensors")
-    torch.manual_seed(cfg.seed)
-    model = build_any_model(cfg.model)
-    load_model_state(model, weights)
-    model.eval()
-    return LoadedRun(cfg, model, weights)
