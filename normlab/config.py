@@ -30,7 +30,7 @@ CONFIG_DIR = Path(__file__).resolve().parent / "configs"  # package data: shippe
 
 @dataclass
 class DataConfig:
-    """Corpus and tokenizer. ``source``: see docs/data.md; ``tokenizer``: ``bytes`` or ``bpe:N``."""
+    """Corpus and tokenizer. ``source``: see docs/data.md; ``tokenizer``: ``bytes``, ``bpe:N`` or a tokenizer.json path, each optionally ``+doc`` (a document token before every document)."""
 
     source: str = "pystdlib"
     tokenizer: str = "bytes"

@@ -28,6 +28,7 @@ from typing import Any
 
 from normlab.config import RunConfig
 from normlab.data import BPETokenizer, BytesTokenizer, Corpus, PreparedData, Tokenizer
+from normlab.data.tokenizer import DOC_SUFFIX, split_doc_suffix, with_doc_token
 from normlab.errors import NormlabError
 from normlab.io import atomic_path, read_json, write_json
 
@@ -62,13 +63,15 @@ def save_run_identity(run_dir: str | Path, cfg: RunConfig, data: PreparedData) -
 
     run_dir = Path(run_dir)
     m, tok = data.meta, data.tokenizer
-    if isinstance(tok, BPETokenizer):
+    doc = {"doc_token": tok.doc_token} if tok.doc_token is not None else {}  # DocTokenizer: the separator's id
+    if isinstance(getattr(tok, "base", tok), BPETokenizer):
         with atomic_path(run_dir / TOKENIZER_FILE) as tmp:
             tok.save(tmp)
         tok_info: dict[str, Any] = {"kind": "bpe", "spec": cfg.data.tokenizer, "vocab_size": tok.vocab_size,
-                                    "file": TOKENIZER_FILE, "sha256": _sha256(run_dir / TOKENIZER_FILE)}
+                                    "file": TOKENIZER_FILE, "sha256": _sha256(run_dir / TOKENIZER_FILE), **doc}
     else:
-        tok_info = {"kind": "bytes", "spec": "bytes", "vocab_size": tok.vocab_size, "description": BYTES_DESCRIPTION}
+        tok_info = {"kind": "bytes", "spec": "bytes" + (DOC_SUFFIX if doc else ""), "vocab_size": tok.vocab_size,
+                    "description": BYTES_DESCRIPTION, **doc}
     info = {
         "source": cfg.data.source, "resolved_source": _resolved_source(m), "kind": m.get("kind"),
         "content_hash": m["content_hash"], "num_bytes": m["num_bytes"], "num_docs": m["num_docs"],
@@ -125,7 +128,9 @@ def run_tokenizer(run_dir: str | Path, cfg: RunConfig) -> Tokenizer:
 
         return load_data(cfg).tokenizer
     ref = _tokenizer_ref(run_dir, info)
-    return BytesTokenizer() if ref == "bytes" else BPETokenizer.from_file(ref, name=info["tokenizer"].get("spec"))
+    base_spec, doc = split_doc_suffix(info["tokenizer"].get("spec") or "bytes")
+    tok = BytesTokenizer() if ref == "bytes" else BPETokenizer.from_file(ref, name=base_spec)
+    return with_doc_token(tok, doc)
 
 
 def check_identity(run_dir: Path, info: dict[str, Any], corpus: Corpus) -> None:
@@ -160,6 +165,8 @@ def run_data(run_dir: str | Path, cfg: RunConfig, source: str | None = None) -> 
         data = load_data(cfg, source=source)
     else:
         tokenizer = _tokenizer_ref(run_dir, info)
+        if split_doc_suffix(info["tokenizer"].get("spec") or "bytes")[1]:  # trained with a document token
+            tokenizer = f"{tokenizer}{DOC_SUFFIX}"
         if source is not None:
             data = load_data(cfg, source=source, tokenizer=tokenizer)
         else:

@@ -50,7 +50,8 @@ def run_eval(args: argparse.Namespace) -> int:
     tokens = data.val if args.split == "val" else data.test
     m = evaluate(run.model, tokens, data.token_bytes, data.tokenizer.decode, context=context, stride=args.stride,
                  batch_size=args.batch_size, max_tokens=args.max_tokens or None)
-    m.update({"mode": "stream", "split": args.split, "context": context, "stride": args.stride or context,
+    m.update({"mode": "stream", "tokenizer": data.tokenizer.name,  # a "+doc" tokenizer's separators are scored too
+              "split": args.split, "context": context, "stride": args.stride or context,
               "run_dir": str(args.run_dir), "weights": str(run.weights)})
     if data.entropy_floor_bpb is not None:
         m["entropy_floor_bpb"] = data.entropy_floor_bpb
@@ -104,13 +105,15 @@ def _eval_documents(args: argparse.Namespace, run, data, context: int, overrides
     if prefix is None and imported.is_file():
         prefix = read_json(imported, "import record").get("doc_start_token")
         why = "the imported model's bos/eos token"
+    if prefix is None and data.tokenizer.doc_token is not None:
+        prefix, why = int(data.tokenizer.doc_token), "the tokenizer's document token (+doc, seen in training)"
     if prefix is None:
         prefix, why = int(data.tokenizer.encode(b"\n")[0]), "newline (the tokenizer has no document token)"
     if not 0 <= prefix < run.cfg.model.vocab_size:
         raise NormlabError(f"--doc-start {prefix} is not a token id of this model (0..{run.cfg.model.vocab_size - 1})")
     m = evaluate_documents(run.model, docs, data.tokenizer.encode, prefix, context=context,
                            batch_size=args.batch_size)
-    m.update({"mode": "documents", "split": args.split, "context": context, "doc_start_token": prefix,
+    m.update({"mode": "documents", "tokenizer": data.tokenizer.name, "split": args.split, "context": context, "doc_start_token": prefix,
               "doc_start_source": why, "word_count": "per document, len(re.split(r'\\s+', doc))",
               "run_dir": str(args.run_dir), "weights": str(run.weights)})
     if overrides:

@@ -28,7 +28,8 @@ import numpy as np
 
 from normlab.data.progress import mb, stage
 from normlab.data.sources import Corpus, load_corpus
-from normlab.data.tokenizer import BPETokenizer, BytesTokenizer, Tokenizer, load_tokenizer, parse_tokenizer_spec
+from normlab.data.tokenizer import (DOC_SUFFIX, BPETokenizer, BytesTokenizer, Tokenizer, load_tokenizer,
+                                    parse_tokenizer_spec, split_doc_suffix, with_doc_token)
 from normlab.errors import NormlabError
 
 CACHE_VERSION = 1
@@ -136,7 +137,7 @@ def _valid_entry(entry: Path, key: str) -> dict | None:
         for s in SPLITS:
             if (entry / f"{s}.bin").stat().st_size != 2 * int(meta["split_tokens"][s]):
                 return None
-        if meta["tokenizer_spec"] != "bytes" and not (entry / "tokenizer.json").is_file():
+        if split_doc_suffix(meta["tokenizer_spec"])[0] != "bytes" and not (entry / "tokenizer.json").is_file():
             return None
         return meta
     except (OSError, ValueError, KeyError, TypeError):
@@ -155,10 +156,12 @@ def _try_open(entry: Path, key: str) -> PreparedData | None:
 
 
 def _open_entry(entry: Path, meta: dict) -> PreparedData:
-    if meta["tokenizer_spec"] == "bytes":
+    base_spec, doc = split_doc_suffix(meta["tokenizer_spec"])
+    if base_spec == "bytes":
         tok: Tokenizer = BytesTokenizer()
     else:
-        tok = BPETokenizer.from_file(entry / "tokenizer.json", name=meta["tokenizer"])
+        tok = BPETokenizer.from_file(entry / "tokenizer.json", name=split_doc_suffix(meta["tokenizer"])[0])
+    tok = with_doc_token(tok, doc)
     if tok.vocab_size != meta["vocab_size"]:
         raise NormlabError(f"cache entry '{entry}' is inconsistent (vocab size); delete it and retry")
     arrays = {s: np.memmap(entry / f"{s}.bin", dtype=np.uint16, mode="r") for s in SPLITS}
@@ -176,14 +179,16 @@ def _build_entry(tmp: Path, corpus: Corpus, tok_spec: str, tok_arg: int | Tokeni
     """Split, tokenize and write every file of a cache entry into ``tmp``.
 
     ``tok_arg``: None for bytes, an int N to train ``bpe:N`` on the train split, or a ready BPE tokenizer.
+    A ``+doc`` spec wraps the first two in ``DocTokenizer`` (a ready tokenizer comes wrapped already).
     """
     splits = split_docs(corpus.docs, val_fraction, test_fraction)
+    base_spec, doc = split_doc_suffix(tok_spec)
     if tok_arg is None:
-        tok: Tokenizer = BytesTokenizer()
+        tok: Tokenizer = with_doc_token(BytesTokenizer(), doc)
     elif isinstance(tok_arg, int):
         n_train = sum(len(d) for d in splits["train"])
         with stage(f"training BPE tokenizer (vocab {tok_arg}) on the train split of '{corpus.source}' ({mb(n_train)})"):
-            tok = BPETokenizer.train(splits["train"], tok_arg, name=tok_spec)
+            tok = with_doc_token(BPETokenizer.train(splits["train"], tok_arg, name=base_spec), doc)
         tok.save(tmp / "tokenizer.json")
     else:
         tok = tok_arg
@@ -215,14 +220,16 @@ def _build_entry(tmp: Path, corpus: Corpus, tok_spec: str, tok_arg: int | Tokeni
 
 def _resolve_tokenizer(tokenizer) -> tuple[str, int | Tokenizer | None]:
     """``(spec, arg)``: ``("bytes", None)``, ``("bpe:N", N)``, or for a saved tokenizer.json path
-    ``("bpe-file:<sha256[:16]>", BPETokenizer)`` so the cache key follows the file's content."""
-    if isinstance(tokenizer, Path) or (isinstance(tokenizer, str) and tokenizer != "bytes"
-                                       and not tokenizer.startswith("bpe:") and Path(tokenizer).exists()):
-        path = Path(tokenizer)
+    ``("bpe-file:<sha256[:16]>", BPETokenizer)`` so the cache key follows the file's content; a ``+doc`` suffix
+    (document-separator token) stays on the spec (and wraps a ready tokenizer)."""
+    base, doc = split_doc_suffix(str(tokenizer) if isinstance(tokenizer, Path) else tokenizer)
+    if isinstance(tokenizer, Path) or (isinstance(base, str) and base != "bytes"
+                                       and not base.startswith("bpe:") and Path(base).exists()):
+        path = Path(base)
         path = path / "tokenizer.json" if path.is_dir() else path
-        tok = load_tokenizer(path)
+        tok = with_doc_token(load_tokenizer(path), doc)
         digest = hashlib.sha256(path.read_bytes()).hexdigest()[:16]
-        return f"bpe-file:{digest}", tok
+        return f"bpe-file:{digest}" + (DOC_SUFFIX if doc else ""), tok
     return parse_tokenizer_spec(tokenizer)
 
 

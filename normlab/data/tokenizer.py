@@ -23,6 +23,7 @@ import numpy as np
 from normlab.errors import NormlabError
 
 TOKENIZER_KINDS = ("bytes", "bpe:N")
+DOC_SUFFIX = "+doc"  # ``bytes+doc``, ``bpe:N+doc``, ``PATH+doc``: the tokenizer plus a document-separator token
 MAX_VOCAB = 65536  # token ids are stored as uint16
 _PIECE = 1 << 20  # large documents are encoded in pieces of about 1 MiB (cut after a newline where possible)
 _BATCH_CHARS = 4 << 20  # characters handed to the Rust encoder per call (bounds memory)
@@ -52,6 +53,7 @@ class Tokenizer:
 
     name: str
     vocab_size: int
+    doc_token: int | None = None  # the document-separator id (``DocTokenizer``), else None
 
     def encode(self, data: bytes) -> np.ndarray:
         return self.encode_docs([data])
@@ -238,8 +240,72 @@ class BPETokenizer(Tokenizer):
         return self._token_bytes.copy()
 
 
+class DocTokenizer(Tokenizer):
+    """``base`` plus one document-separator token, id ``base.vocab_size`` (vocab ``base.vocab_size + 1``).
+
+    ``encode_docs(docs)`` puts the separator before every document (``[sep] d0 [sep] d1 ...``), so a split's
+    token stream shows the model where each document starts, as GPT-2's ``<|endoftext|>`` does (Radford et al.
+    2019); ``encode(b)`` of one string adds none. The separator stands for 0 bytes (``token_bytes()[sep] == 0``,
+    ``decode`` drops it), so bits/byte still divide by the documents' own bytes; in stream evaluation its
+    prediction is scored like any target, in ``eval --documents`` it is the document-start token every document
+    is conditioned on (lm-evaluation-harness ``loglikelihood_rolling``).
+    """
+
+    def __init__(self, base: Tokenizer):
+        if base.doc_token is not None:
+            raise NormlabError(f"tokenizer '{base.name}' already has a document token")
+        if base.vocab_size + 1 > MAX_VOCAB:
+            raise NormlabError(f"tokenizer '{base.name}{DOC_SUFFIX}' would have {base.vocab_size + 1} tokens; "
+                               f"allowed: at most {MAX_VOCAB} (ids are stored as uint16)")
+        self.base = base
+        self.doc_token = base.vocab_size
+        self.vocab_size = base.vocab_size + 1
+        self.name = base.name + DOC_SUFFIX
+
+    def encode(self, data: bytes) -> np.ndarray:
+        return self.base.encode(data)
+
+    def encode_docs(self, docs: Iterable[bytes]) -> np.ndarray:
+        sep = np.array([self.doc_token], dtype=np.uint16)
+        parts: list[np.ndarray] = []
+        for d in docs:
+            parts += [sep, np.asarray(self.base.encode(d), dtype=np.uint16)]
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.uint16)
+
+    def decode(self, ids) -> bytes:
+        arr = self._check_ids(ids)
+        return self.base.decode(arr[arr != self.doc_token])
+
+    def token_bytes(self) -> np.ndarray:
+        return np.append(self.base.token_bytes(), 0).astype(np.int64)
+
+    def save(self, path: str | Path) -> None:
+        self.base.save(path)  # BPE only (bytes has no file); the separator is implied by the spec's DOC_SUFFIX, not stored in the file
+
+
+def split_doc_suffix(spec):
+    """``(base spec, has_doc_token)``: ``"bpe:512+doc"`` -> ``("bpe:512", True)``; anything else unchanged."""
+    if isinstance(spec, str) and spec.endswith(DOC_SUFFIX) and len(spec) > len(DOC_SUFFIX):
+        return spec[: -len(DOC_SUFFIX)], True
+    return spec, False
+
+
+def with_doc_token(tok: Tokenizer, doc: bool) -> Tokenizer:
+    """``DocTokenizer(tok)`` when ``doc``, else ``tok``."""
+    return DocTokenizer(tok) if doc else tok
+
+
 def parse_tokenizer_spec(spec) -> tuple[str, int | None]:
-    """``"bytes"`` -> ``("bytes", None)``; ``"bpe:N"`` -> ``("bpe:N", N)`` with 256 <= N <= 65536."""
+    """``"bytes"`` -> ``("bytes", None)``; ``"bpe:N"`` -> ``("bpe:N", N)`` with 256 <= N <= 65536. A ``+doc``
+    suffix (document-separator token, ``DocTokenizer``) is kept on the spec: ``"bpe:512+doc"`` -> ``("bpe:512+doc",
+    512)``."""
+    base, doc = split_doc_suffix(spec)
+    if doc:
+        name, n = parse_tokenizer_spec(base)
+        if n is not None and n + 1 > MAX_VOCAB:
+            raise NormlabError(f"tokenizer '{spec}': bpe:N{DOC_SUFFIX} needs N <= {MAX_VOCAB - 1} (one id for the "
+                               "document token)")
+        return name + DOC_SUFFIX, n
     if isinstance(spec, str) and spec == "bytes":
         return "bytes", None
     if isinstance(spec, str) and spec.startswith("bpe:"):
@@ -251,12 +317,17 @@ def parse_tokenizer_spec(spec) -> tuple[str, int | None]:
             raise NormlabError(f"tokenizer '{spec}': N in bpe:N must be an integer in [256, {MAX_VOCAB}]")
         return f"bpe:{n}", n
     raise NormlabError(
-        f"unknown tokenizer {spec!r}; allowed: bytes, bpe:N (256 <= N <= {MAX_VOCAB}), or a tokenizer.json path"
+        f"unknown tokenizer {spec!r}; allowed: bytes, bpe:N (256 <= N <= {MAX_VOCAB}), or a tokenizer.json path, "
+        f"each optionally with '{DOC_SUFFIX}' (a document-separator token)"
     )
 
 
 def load_tokenizer(path_or_name) -> Tokenizer:
-    """``"bytes"``, a byte-level BPE ``tokenizer.json`` path, or a cache entry directory holding one."""
+    """``"bytes"``, a byte-level BPE ``tokenizer.json`` path, or a cache entry directory holding one; each with an
+    optional ``+doc`` suffix (``DocTokenizer``)."""
+    base, doc = split_doc_suffix(path_or_name)
+    if doc:
+        return DocTokenizer(load_tokenizer(base))
     if isinstance(path_or_name, str) and path_or_name == "bytes":
         return BytesTokenizer()
     if isinstance(path_or_name, (str, Path)):

@@ -6,7 +6,9 @@
 - Byte-level BPE: its own ``tokenizer.json`` (already a ``tokenizers`` file).
 
 Both get a ``tokenizer_config.json`` naming ``PreTrainedTokenizerFast`` and no special tokens (normlab tokenizers
-have none; lm-evaluation-harness then needs ``prefix_token_id``, see docs/interop.md).
+have none; lm-evaluation-harness then needs ``prefix_token_id``, see docs/interop.md). A tokenizer with a
+document-separator token (``+doc``, ``normlab.data.tokenizer.DocTokenizer``) gets it as the special added token
+``<|doc|>`` at the same id, named as ``bos_token``.
 
 ``normlab_tokenizer(hf_dir)`` reads an HF directory's ``tokenizer.json`` back: ``"bytes"`` when it is exactly the
 byte tokenizer above, else a lossless byte-level BPE (added tokens that are already in the vocabulary, such as
@@ -19,6 +21,8 @@ import json
 from pathlib import Path
 
 from normlab.data.tokenizer import BPETokenizer, BytesTokenizer, Tokenizer, bytes_to_unicode
+
+DOC_TOKEN_TEXT = "<|doc|>"  # the HF spelling of a DocTokenizer's separator
 from normlab.errors import NormlabError
 from normlab.io import write_json, write_text
 
@@ -37,15 +41,28 @@ def byte_tokenizer_json() -> str:
 
 def write_hf_tokenizer(tokenizer: Tokenizer, out: Path, context: int) -> None:
     """Write ``tokenizer.json`` and ``tokenizer_config.json`` for ``tokenizer`` into ``out``."""
-    if isinstance(tokenizer, BytesTokenizer):
-        write_text(out / "tokenizer.json", byte_tokenizer_json())
-    elif isinstance(tokenizer, BPETokenizer):
-        tokenizer.save(out / "tokenizer.json")
+    from tokenizers import AddedToken
+    from tokenizers import Tokenizer as HFTokenizer
+
+    base = getattr(tokenizer, "base", tokenizer)  # a DocTokenizer wraps bytes or BPE
+    if isinstance(base, BytesTokenizer):
+        text = byte_tokenizer_json()
+    elif isinstance(base, BPETokenizer):
+        text = base._tok.to_str(pretty=True)
     else:
         raise NormlabError(f"cannot export tokenizer {tokenizer!r} (bytes or byte-level BPE only)")
+    bos = None
+    if tokenizer.doc_token is not None:
+        hf = HFTokenizer.from_str(text)
+        hf.add_special_tokens([AddedToken(DOC_TOKEN_TEXT, special=True, normalized=False)])
+        if hf.token_to_id(DOC_TOKEN_TEXT) != tokenizer.doc_token:  # the next free id is the separator's by design
+            raise NormlabError(f"internal: {DOC_TOKEN_TEXT} got id {hf.token_to_id(DOC_TOKEN_TEXT)}, "
+                               f"expected {tokenizer.doc_token}")
+        text, bos = hf.to_str(pretty=True), DOC_TOKEN_TEXT
+    write_text(out / "tokenizer.json", text)
     write_json(out / "tokenizer_config.json", {
         "tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": context, "add_prefix_space": False,
-        "clean_up_tokenization_spaces": False, "bos_token": None, "eos_token": None, "pad_token": None,
+        "clean_up_tokenization_spaces": False, "bos_token": bos, "eos_token": None, "pad_token": None,
         "unk_token": None,
     })
 
