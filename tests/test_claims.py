@@ -119,6 +119,17 @@ def test_claims_tiny_end_to_end(tmp_path):
     assert [c["name"] for c in rep2["claims"]] == ["exact-conversion", "dyt-vs-ln"]
     assert rep2["claims"][1]["values"] == dyt["values"] and rep2["claims"][0] == exact
 
+    # docs/claims.md from the saved file: every claim's row states the scale of its runs (the budget's shapes)
+    from normlab.commands.claims import write_docs
+    from normlab.experiments.claims import get_budget
+
+    b = get_budget("tiny")
+    write_docs(rep2, tmp_path / "claims.md")
+    rows = [r for r in (tmp_path / "claims.md").read_text().splitlines() if r.startswith("| 2 |")]
+    assert len(rows) == 1 and "(`dyt-vs-ln`)" in rows[0]
+    tokens = b.steps * b.batch_size * b.context
+    assert f"width {b.width}, {b.depth} blocks, {b.steps} steps, {tokens / 1e3:.3g}k tokens" in rows[0]
+
 
 def test_claims_unknown_name_is_one_line_error(tmp_path):
     p = run_inproc("claims", "--budget", "tiny", "--only", "dyt-vs-lm", "--out", str(tmp_path / "x"),

@@ -116,6 +116,30 @@ def machine() -> dict:
             "loadavg_at_end": [round(x, 2) for x in load] if load else None}
 
 
+def claim_scale(c: dict) -> str:
+    """Model width, blocks, steps and training tokens of the runs behind claim ``c`` (one seed's run directories,
+    read from their ``config.yaml``; tokens = steps x batch x grad_accum x context); ``n/a`` without runs."""
+    from normlab.errors import NormlabError
+    from normlab.rundir import open_config
+
+    shapes: dict[tuple, None] = {}
+    for run_dir in ((c.get("runs") or [{}])[0] or {}).values():
+        try:
+            cfg = open_config(run_dir)
+        except NormlabError:
+            continue
+        m, t = cfg.model, cfg.train
+        tokens = t.steps * t.batch_size * t.grad_accum * m.context
+        shapes[(m.width, m.depth, t.steps, tokens)] = None
+    if not shapes:
+        return "n/a"
+    return "; ".join(f"width {w}, {d} blocks, {s} steps, {_count(tok)} tokens" for w, d, s, tok in shapes)
+
+
+def _count(n: int) -> str:
+    return f"{n / 1e6:.3g}M" if n >= 1e6 else f"{n / 1e3:.3g}k"
+
+
 def _flat(d: dict, prefix: str = "") -> dict:
     out = {}
     for k, v in d.items():
@@ -169,12 +193,15 @@ def write_docs(report: dict, path: Path) -> None:
         "outside the margin; exactness claims: every seed within the tolerance). A claim that does not hold at "
         "this scale is a finding about small models, not a refutation of the paper.",
         "",
-        "| # | claim | paper | metric | expected | measured | verdict |",
-        "|---|---|---|---|---|---|---|",
+        "Scale: the width, blocks, steps and training tokens of the runs behind each claim (from their "
+        "config.yaml; tokens = steps x batch x context).",
+        "",
+        "| # | claim | paper | metric | scale | expected | measured | verdict |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for i, c in enumerate(report["claims"], 1):
-        cells = [str(i), f"{c['claim']} (`{c['name']}`)", c["paper"], c["metric"], c["expected"], measured_text(c),
-                 f"**{c['verdict']}**"]
+        cells = [str(i), f"{c['claim']} (`{c['name']}`)", c["paper"], c["metric"], claim_scale(c), c["expected"],
+                 measured_text(c), f"**{c['verdict']}**"]
         lines.append("| " + " | ".join(x.replace("|", "\\|") for x in cells) + " |")
     lines += ["", "Caveats: these are tiny byte-level models trained for a few hundred steps (validation bits/byte "
               "of roughly 3-4, far from converged; validation = a fixed sample of windows spread over the split), "
