@@ -26,10 +26,9 @@ import re
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from normlab.errors import NormlabError
-from normlab.eval.lm import lm_metrics, window_batches
+from normlab.eval.lm import lm_metrics, window_nll
 
 _WS = re.compile(r"\s+")
 
@@ -62,20 +61,11 @@ def score_documents(model: torch.nn.Module, docs: list[np.ndarray], prefix: int,
     """Negative log-likelihood (nats, float64) of every token of each document, one total per document."""
     was_training = model.training
     model.eval()
-    first = next(model.parameters(), None)
-    dev = first.device if first is not None else torch.device("cpu")
     totals = []
     for t in docs:
         s = np.concatenate([np.array([prefix], dtype=np.int64), np.asarray(t, dtype=np.int64)])
-        total = 0.0
-        for batch, x, y in window_batches(s, doc_windows(len(t), context), batch_size):
-            L = x.shape[1]
-            logits = model(x.to(dev)).cpu()
-            nll = F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), y.reshape(-1), reduction="none")
-            nll = nll.view(len(batch), L).double()
-            for r, (_, _, k) in enumerate(batch):
-                total += float(nll[r, L - k:].sum())
-        totals.append(total)
+        totals.append(sum(float(nll.sum()) for nll, _ in window_nll(model, s, doc_windows(len(t), context),
+                                                                     batch_size)))
     model.train(was_training)
     return totals
 

@@ -92,7 +92,19 @@ def score_tokens(model: torch.nn.Module, tokens: np.ndarray, *, context: int, st
     model.eval()
     total = 0.0
     scored: list[np.ndarray] = []
-    first = next(model.parameters(), None)  # a parameterless model (tests' closed-form models) runs on the CPU
+    for nll, y in window_nll(model, tokens, wins, batch_size):
+        total += float(nll.sum())
+        scored.append(y.numpy())
+    model.train(was_training)
+    return total, np.concatenate(scored)
+
+
+def window_nll(model: torch.nn.Module, tokens: np.ndarray, wins: list[tuple[int, int, int]],
+               batch_size: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """For each window ``(begin, end, k)`` of ``wins`` (format of ``windows``), in order: the float64 negative
+    log-likelihoods ``[k]`` of its last ``k`` targets and those target ids ``[k]``. The caller sets eval mode and
+    ``no_grad``; the model runs on the device of its parameters (a parameterless model on the CPU)."""
+    first = next(model.parameters(), None)
     dev = first.device if first is not None else torch.device("cpu")
     for batch, x, y in window_batches(tokens, wins, batch_size):
         L = x.shape[1]
@@ -100,10 +112,7 @@ def score_tokens(model: torch.nn.Module, tokens: np.ndarray, *, context: int, st
         nll = F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), y.reshape(-1), reduction="none")
         nll = nll.view(len(batch), L).double()
         for r, (_, _, k) in enumerate(batch):
-            total += float(nll[r, L - k :].sum())
-            scored.append(y[r, L - k :].numpy())
-    model.train(was_training)
-    return total, np.concatenate(scored)
+            yield nll[r, L - k :], y[r, L - k :]
 
 
 def lm_metrics(sum_nll: float, n_tokens: int, n_bytes: int, n_words: int) -> dict[str, float]:
