@@ -8,7 +8,7 @@ from typing import Any
 from matplotlib.figure import Figure
 
 from normlab.report.lrgrid import SIGNALS, GridReport, GridRun, signal_at_end, signal_series
-from normlab.report.plots import _png
+from normlab.report.plots import _png, ci_rows_png
 
 
 def loss_vs_lr_png(gr: GridReport, cmap: dict[str, Any]) -> bytes | None:
@@ -56,19 +56,9 @@ def sensitivity_png(gr: GridReport, cmap: dict[str, Any]) -> bytes | None:
     ranked = sorted((g for g in gr.groups if g.sensitivity is not None), key=lambda g: g.rank or 0)
     if not gr.is_grid or not ranked:
         return None
-    fig = Figure(figsize=(7.5, 0.45 * len(ranked) + 1.3))
-    ax = fig.add_subplot()
-    for i, g in enumerate(ranked):
-        y = len(ranked) - 1 - i
-        h = g.sensitivity.half or 0.0
-        ax.errorbar([g.sensitivity.mean], [y], xerr=[[h], [h]], fmt="o", capsize=4, lw=1.6, color=cmap.get(g.name))
-        ax.scatter([s.sensitivity for s in g.seeds], [y] * len(g.seeds), marker="x", s=18, alpha=0.6,
-                   color=cmap.get(g.name))
-    ax.set_yticks(range(len(ranked)), [g.name for g in reversed(ranked)])
-    ax.set_xlabel("LR sensitivity, bits/byte (dot: mean, bar: 95% CI, x: seeds)")
-    ax.grid(axis="x", alpha=0.3)
-    fig.tight_layout()
-    return _png(fig)
+    return ci_rows_png([(g.name, g.sensitivity.mean, g.sensitivity.half, [s.sensitivity for s in g.seeds],
+                         cmap.get(g.name)) for g in ranked],
+                       "LR sensitivity, bits/byte (dot: mean, bar: 95% CI, x: seeds)")
 
 
 def signals_vs_lr_png(gr: GridReport, cmap: dict[str, Any]) -> bytes | None:

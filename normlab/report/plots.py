@@ -44,22 +44,29 @@ def _band(runs_pts: list[list[tuple[int, float]]]) -> tuple[list[int], list[floa
     return common, [mean(v) for v in vals], [min(v) for v in vals], [max(v) for v in vals]
 
 
+def ci_rows_png(rows: list[tuple[str, float, float | None, list[float], Any]], xlabel: str) -> bytes:
+    """One row per entry ``(name, mean, CI half-width, per-seed values, colour)``, top to bottom in the given
+    order: the mean as a dot with its 95% interval as a bar and each seed as an x."""
+    fig = Figure(figsize=(7.5, 0.45 * len(rows) + 1.3))
+    ax = fig.add_subplot()
+    for i, (_, m, half, seeds, colour) in enumerate(rows):
+        y = len(rows) - 1 - i
+        h = half or 0.0
+        ax.errorbar([m], [y], xerr=[[h], [h]], fmt="o", color=colour, capsize=4, lw=1.6)
+        ax.scatter(seeds, [y] * len(seeds), marker="x", color=colour, alpha=0.6, s=18)
+    ax.set_yticks(range(len(rows)), [r[0] for r in reversed(rows)])
+    ax.set_xlabel(xlabel)
+    ax.grid(axis="x", alpha=0.3)
+    fig.tight_layout()
+    return _png(fig)
+
+
 def ranking_png(rep: SweepReport, cmap: dict[str, Any]) -> bytes | None:
     ranked = [v for v in rep.variants if v.ci is not None]
     if not ranked:
         return None
-    fig = Figure(figsize=(7.5, 0.45 * len(ranked) + 1.3))
-    ax = fig.add_subplot()
-    for i, v in enumerate(ranked):
-        y = len(ranked) - 1 - i
-        ax.errorbar([v.ci.mean], [y], xerr=[[v.ci.half or 0.0], [v.ci.half or 0.0]], fmt="o", color=cmap[v.name],
-                    capsize=4, lw=1.6)
-        ax.scatter(v.finals, [y] * len(v.finals), marker="x", color=cmap[v.name], alpha=0.6, s=18)
-    ax.set_yticks(range(len(ranked)), [v.name for v in reversed(ranked)])
-    ax.set_xlabel("final validation bits/byte (dot: mean, bar: 95% CI, x: seeds)")
-    ax.grid(axis="x", alpha=0.3)
-    fig.tight_layout()
-    return _png(fig)
+    return ci_rows_png([(v.name, v.ci.mean, v.ci.half, v.finals, cmap[v.name]) for v in ranked],
+                       "final validation bits/byte (dot: mean, bar: 95% CI, x: seeds)")
 
 
 def curves_png(rep: SweepReport, cmap: dict[str, Any]) -> bytes | None:
