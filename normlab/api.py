@@ -41,7 +41,7 @@ def make_config(base: str | Path | dict[str, Any] | RunConfig | None = None,
         items = overrides if isinstance(overrides, list) else [f"{k}={_yaml_scalar(v)}" for k, v in overrides.items()]
         apply_overrides(data, items)
     cfg = config_from_dict(data)
-    from normlab.train.loop import apply_norm_defaults
+    from normlab.rundir import apply_norm_defaults
 
     apply_norm_defaults(cfg)
     return cfg
@@ -128,7 +128,7 @@ def evaluate(run: Run | str | Path, *, split: str = "val", data: str | None = No
              stride: int | None = None, max_tokens: int | None = None, batch_size: int = 16) -> dict[str, Any]:
     """Loss (nats/token), ``bpb`` (bits/byte), token/byte/word perplexity and counts, as ``normlab eval --json``
     (nothing is written). ``data``: score another corpus with the run's tokenizer."""
-    from normlab.commands.evaluate import check_static_gate
+    from normlab.rundir import check_static_gate
     from normlab.eval.lm import evaluate as _evaluate
 
     run = _as_run(run)

@@ -124,7 +124,7 @@ def run_tokenizer(run_dir: str | Path, cfg: RunConfig) -> Tokenizer:
     run_dir = Path(run_dir)
     info = read_data_info(run_dir)
     if info is None:
-        from normlab.train.loop import load_data
+        from normlab.rundir import load_data
 
         return load_data(cfg).tokenizer
     ref = _tokenizer_ref(run_dir, info)
@@ -154,7 +154,7 @@ def check_identity(run_dir: Path, info: dict[str, Any], corpus: Corpus) -> None:
 def run_data(run_dir: str | Path, cfg: RunConfig, source: str | None = None) -> PreparedData:
     """The tokenized splits for a trained run: its own corpus (identity-checked) or ``source`` (``--data``),
     always with the run's own tokenizer; a vocabulary that does not match the model is a one-line error."""
-    from normlab.train.loop import load_data
+    from normlab.rundir import load_data
 
     run_dir = Path(run_dir)
     info = read_data_info(run_dir)

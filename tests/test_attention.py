@@ -390,7 +390,7 @@ def test_meaningless_pairs_are_refused_in_one_line(opts, frag):
 
 def test_static_gate_and_learned_positions_refuse_long_inputs():
     from normlab.attention import ATTENTIONS
-    from normlab.commands.evaluate import check_static_gate
+    from normlab.rundir import check_static_gate
     from normlab.model.config import ATTENTIONS as CONFIG_ATTENTIONS
 
     assert ATTENTIONS == CONFIG_ATTENTIONS == KINDS

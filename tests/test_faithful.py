@@ -210,7 +210,7 @@ def test_initialisation_rebuilt_for_the_growth_metric_is_the_runs_own(tmp_path):
     from normlab.model import build_model
     from normlab.rundir import load_run
     from normlab.train.init_eval import initial_eval
-    from normlab.train.loop import load_data
+    from normlab.rundir import load_data
 
     run = tmp_path / "r"
     _train_tiny(run)

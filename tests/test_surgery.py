@@ -36,7 +36,7 @@ def trained(tmp_path_factory, cache):
 def write_untrained(path: Path, cache: Path, *overrides: str) -> Path:
     """A run directory from a config without training (seeded init): enough for refusals."""
     cfg = load_config("tiny", [f"data.source={SOURCE}", f"data.cache_dir={cache}", *overrides])
-    from normlab.train.loop import load_data
+    from normlab.rundir import load_data
 
     cfg.model.vocab_size = load_data(cfg).vocab_size
     torch.manual_seed(0)
@@ -122,7 +122,7 @@ def test_hadamard_rotation_leaves_logits_unchanged(trained):
     from normlab.convert.run import max_logit_diff
     from normlab.surgery.quantize import activation_stats
     from normlab.surgery.run_quantize import rotated_copy
-    from normlab.train.loop import load_data
+    from normlab.rundir import load_data
 
     src = load_run(trained)
     data = load_data(src.cfg)

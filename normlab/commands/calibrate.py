@@ -9,8 +9,6 @@ reported before (T = 1) and after on the second, held-out half. Writes ``RUN_DIR
 from __future__ import annotations
 
 import argparse
-import json
-from pathlib import Path
 
 from normlab.errors import NormlabError
 from normlab.io import check_file_slot, check_inside, dumps, write_json
@@ -20,20 +18,15 @@ LOGITS_BUDGET = 1 << 30  # bytes of float32 logits held in memory (caps the toke
 
 def run_calibrate(args: argparse.Namespace) -> int:
     from normlab.eval.calibration import calibration_stats, collect_logits, fit_temperature, reliability_diagram
-    from normlab.rundata import data_record, data_suffix, run_data
-    from normlab.rundir import load_run
+    from normlab.rundir import open_run
 
     if args.max_tokens < 0 or args.batch_size < 1:
         raise NormlabError("--max-tokens must be >= 0 and --batch-size >= 1")
-    run = load_run(args.run_dir)
-    cfg = run.cfg
-    source = getattr(args, "data", None)
-    data = run_data(args.run_dir, cfg, source=source)
-    sfx = data_suffix(source, data)
-    run_dir = Path(args.run_dir)
+    run = open_run(args)
+    cfg, sfx, run_dir = run.cfg, run.suffix, run.run_dir
     for name in (f"calibration{sfx}.json", f"reliability{sfx}.png"):  # both slots checked before either is written
         check_file_slot(check_inside(run_dir, run_dir / name))
-    tokens = data.split(args.split)
+    tokens = run.tokens
     avail = len(tokens) - 1
     cap = max(2, LOGITS_BUDGET // (4 * cfg.model.vocab_size))
     n = min(args.max_tokens or avail, avail, cap)
@@ -50,7 +43,7 @@ def run_calibrate(args: argparse.Namespace) -> int:
         "brier_before": before["brier"], "brier_after": after["brier"], "accuracy": before["accuracy"],
         "split": args.split, "context": cfg.model.context, "fit_tokens": half, "eval_tokens": len(y) - half,
         "bins": 15, "run_dir": str(args.run_dir), "weights": str(run.weights),
-        "reliability_before": before["bins"], "reliability_after": after["bins"], **data_record(source, data),
+        "reliability_before": before["bins"], "reliability_after": after["bins"], **run.data_record,
     }
     if n < (args.max_tokens or avail) and n == cap:
         m["note"] = f"token count capped at {cap} to hold the logits in {LOGITS_BUDGET >> 20} MiB"

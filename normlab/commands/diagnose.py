@@ -4,12 +4,10 @@ and PNG plots in ``RUN_DIR/diagnostics/`` (docs/diagnostics.md)."""
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from normlab.errors import NormlabError
 from normlab.io import check_dir, check_file_slot, check_inside, dumps, read_json_object, write_json
-from normlab.validate import check_eval_memory
 
 
 def run_diagnose(args: argparse.Namespace) -> int:
@@ -17,24 +15,17 @@ def run_diagnose(args: argparse.Namespace) -> int:
 
     from normlab.diagnostics.analyze import diagnose_model, sample_sequences, training_records, training_summary
     from normlab.diagnostics.plots import write_plots
-    from normlab.rundata import data_record, data_suffix, run_data
-    from normlab.rundir import load_run
+    from normlab.rundir import open_run
 
-    run_dir = Path(args.run_dir)
-    run = load_run(run_dir)
-    cfg = run.cfg
-    context = args.context if args.context is not None else cfg.model.context
-    if args.sequences < 1 or context < 1:
-        raise NormlabError(f"--sequences and --context must be >= 1, got {args.sequences} and {context}")
-    if cfg.model.positions == "learned" and context > cfg.model.context:
-        raise NormlabError(f"--context {context} exceeds the learned position table ({cfg.model.context})")
-    check_eval_memory(cfg.model, args.sequences, context, "diagnose (all activations of the sample are kept)")
-    source = getattr(args, "data", None)
-    data = run_data(run_dir, cfg, source=source)
-    sfx = data_suffix(source, data)
+    if args.sequences < 1 or (args.context is not None and args.context < 1):
+        raise NormlabError(f"--sequences and --context must be >= 1, got {args.sequences} and {args.context}")
+    run = open_run(args, context=args.context, batch=args.sequences,
+                   what="diagnose (all activations of the sample are kept)")
+    run_dir, cfg, context = run.run_dir, run.cfg, run.context
+    sfx = run.suffix
     plots_dir = check_dir(check_inside(run_dir, run_dir / f"diagnostics{sfx}"), "diagnostics directory")
     out_json = check_file_slot(check_inside(run_dir, run_dir / f"diagnostics{sfx}.json"))
-    tokens = data.val if args.split == "val" else data.test
+    tokens = run.tokens
     idx, targets, starts = sample_sequences(tokens, args.sequences, context)
     if cfg.train.threads:
         torch.set_num_threads(cfg.train.threads)
@@ -48,9 +39,9 @@ def run_diagnose(args: argparse.Namespace) -> int:
         "run_dir": str(run_dir), "weights": str(run.weights), "split": args.split, "sequences": args.sequences,
         "context": context, "starts": starts,
         "model": {"placement": m.placement, "norm": m.norm, "depth": m.depth, "width": m.width, "heads": m.heads,
-                  "positions": m.positions, "attention": getattr(m, "attention", "softmax")},
+                  "positions": m.positions, "attention": m.attention},
         **result,
-        "training": {**training_summary(records), "loss_spikes": spikes}, **data_record(source, data),
+        "training": {**training_summary(records), "loss_spikes": spikes}, **run.data_record,
     }
     title = f"{run_dir.name}: {m.placement}-{m.norm}, depth {m.depth}"
     out["plots"] = [f"diagnostics{sfx}/{n}" for n in write_plots(result, records, plots_dir, title)]

@@ -1,7 +1,7 @@
 """``normlab eval``: loss, bits-per-byte, token/byte/word perplexity on a split of a run's corpus.
 
 Evaluation-time overrides (``args.overrides``, ``--set model.KEY=VALUE``): only the keys that change how a trained
-model is evaluated without touching its weights (``normlab.attention.EVAL_TIME_KEYS``: the LSSAR re-weighting of
+model is evaluated without touching its weights (``normlab.rundir.apply_eval_overrides``, ``normlab.attention.EVAL_TIME_KEYS``: the LSSAR re-weighting of
 softplus attention, ``model.lssa_reweight`` / ``model.lssa_power``). The result then goes to
 ``eval_<split>_overrides.json`` with an ``overrides`` list, so the plain evaluation is never overwritten.
 
@@ -19,35 +19,21 @@ from pathlib import Path
 
 from normlab.errors import NormlabError
 from normlab.io import check_file_slot, dumps, write_json
-from normlab.validate import check_eval_memory
 
 
 def run_eval(args: argparse.Namespace) -> int:
     from normlab.eval.lm import evaluate
-    from normlab.rundata import data_record, data_suffix, run_data
-    from normlab.rundir import load_run
+    from normlab.rundir import open_run
 
-    run = load_run(args.run_dir)
-    overrides = list(getattr(args, "overrides", None) or [])
-    apply_eval_overrides(run, overrides)
-    cfg = run.cfg
-    context = args.context if args.context is not None else cfg.model.context
-    if cfg.model.positions == "learned" and context > cfg.model.context:
-        raise NormlabError(
-            f"--context {context} exceeds the learned position table ({cfg.model.context}); "
-            "learned positions cannot extrapolate"
-        )
-    check_static_gate(cfg.model, context)
     if args.batch_size < 1 or args.max_tokens < 0:
         raise NormlabError("--batch-size must be >= 1 and --max-tokens >= 0")
-    check_eval_memory(cfg.model, args.batch_size, context, "eval")
-    source = getattr(args, "data", None)
-    data = run_data(args.run_dir, cfg, source=source)
+    run = open_run(args, context=args.context, batch=args.batch_size, what="eval")
+    context, data, overrides = run.context, run.data, run.overrides
     if getattr(args, "documents", False):
         return _eval_documents(args, run, data, context, overrides)
     if getattr(args, "doc_start", None) is not None:
         raise NormlabError("--doc-start applies to --documents only")
-    tokens = data.val if args.split == "val" else data.test
+    tokens = run.tokens
     m = evaluate(run.model, tokens, data.token_bytes, data.tokenizer.decode, context=context, stride=args.stride,
                  batch_size=args.batch_size, max_tokens=args.max_tokens or None)
     m.update({"mode": "stream", "tokenizer": data.tokenizer.name,  # a "+doc" tokenizer's separators are scored too
@@ -58,13 +44,13 @@ def run_eval(args: argparse.Namespace) -> int:
         m["gap_bpb"] = m["bpb"] - data.entropy_floor_bpb
     if overrides:
         m["overrides"] = overrides
-    m.update(data_record(source, data))
+    m.update(run.data_record)
     if getattr(args, "label_free", False):  # MaNo and Matrix Nuclear-Norm (normlab/surgery/label_free.py)
         from normlab.surgery.label_free import label_free_scores
 
         m["label_free"] = label_free_scores(run.model, tokens, context=context, batch_size=args.batch_size,
                                             max_tokens=args.max_tokens or m["tokens"])
-    write_json(check_file_slot(Path(args.run_dir) / f"eval_{args.split}{'_overrides' if overrides else ''}{data_suffix(source, data)}.json"), m)
+    write_json(check_file_slot(Path(args.run_dir) / f"eval_{args.split}{'_overrides' if overrides else ''}{run.suffix}.json"), m)
     if args.json:
         print(dumps(m))
         return 0
@@ -118,12 +104,9 @@ def _eval_documents(args: argparse.Namespace, run, data, context: int, overrides
               "run_dir": str(args.run_dir), "weights": str(run.weights)})
     if overrides:
         m["overrides"] = overrides
-    from normlab.rundata import data_record, data_suffix
-
-    source = getattr(args, "data", None)
-    m.update(data_record(source, data))
+    m.update(run.data_record)
     write_json(Path(args.run_dir) / f"eval_{args.split}_documents{'_overrides' if overrides else ''}"
-               f"{data_suffix(source, data)}.json", m)
+               f"{run.suffix}.json", m)
     if args.json:
         print(json.dumps(m))
         return 0
@@ -137,32 +120,3 @@ def _eval_documents(args: argparse.Namespace, run, data, context: int, overrides
         table.add_row(k, f"{v:,}" if isinstance(v, int) else f"{v:.4f}")
     Console().print(table)
     return 0
-
-
-def apply_eval_overrides(run, overrides: list[str]) -> None:
-    """Apply ``model.KEY=VALUE`` strings for evaluation-time keys to a loaded run (config and model, in place).
-
-    Any other key is a one-line error: it defines the trained model (its weights were trained with it).
-    """
-    if not overrides:
-        return
-    from normlab.attention import EVAL_TIME_KEYS, set_eval_options
-    from normlab.config import apply_overrides, config_from_dict
-
-    allowed = [f"model.{k}" for k in EVAL_TIME_KEYS]
-    for item in overrides:
-        key = item.split("=", 1)[0].strip()
-        if key not in allowed:
-            raise NormlabError(f"--set {key}: only evaluation-time keys can change after training "
-                               f"({', '.join(allowed)}); every other key defines the trained model")
-    data = run.cfg.to_dict()
-    apply_overrides(data, overrides)
-    run.cfg = config_from_dict(data)
-    set_eval_options(run.model, run.cfg.model)
-
-
-def check_static_gate(mc, context: int) -> None:
-    """``model.linear_gate: static`` has one scale per training position: longer contexts are a one-line error."""
-    if getattr(mc, "linear_gate", "none") == "static" and context > mc.context:
-        raise NormlabError(f"context {context} exceeds the static KV-gate table ({mc.context} positions); "
-                           "model.linear_gate 'static' cannot extrapolate")

@@ -3,24 +3,20 @@
 Writes ``RUN_DIR/extrapolation.json`` and ``RUN_DIR/extrapolation.png``; ``--json`` prints one object whose
 ``results`` key holds the list of ``{factor, context, loss, bpb, buckets, ...}`` (see
 ``normlab.eval.extrapolation``). Evaluation-time overrides (``args.overrides``, e.g. ``model.lssa_reweight=true``;
-see ``normlab.commands.evaluate.apply_eval_overrides``) write ``extrapolation_overrides.json`` / ``.png`` instead.
+see ``normlab.rundir.apply_eval_overrides``) write ``extrapolation_overrides.json`` / ``.png`` instead.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-from pathlib import Path
 
 from normlab.errors import NormlabError
 from normlab.io import check_file_slot, check_inside, dumps, write_json
 
 
 def run_extrapolate(args: argparse.Namespace) -> int:
-    from normlab.commands.evaluate import apply_eval_overrides, check_static_gate
     from normlab.eval.extrapolation import check_positions, extrapolate, parse_factors, plot_extrapolation
-    from normlab.rundata import data_record, data_suffix, run_data
-    from normlab.rundir import load_run, open_config
+    from normlab.rundir import check_static_gate, open_config, open_run
 
     factors = parse_factors(args.factors)
     if args.max_tokens < 0 or args.batch_size < 1 or not args.memory_gb > 0:
@@ -28,22 +24,18 @@ def run_extrapolate(args: argparse.Namespace) -> int:
     cfg = open_config(args.run_dir)
     check_positions(factors, cfg.model.context, cfg.model.positions)  # before loading anything
     check_static_gate(cfg.model, max(max(1, round(f * cfg.model.context)) for f in factors))
-    run = load_run(args.run_dir)
-    overrides = list(getattr(args, "overrides", None) or [])
-    apply_eval_overrides(run, overrides)
-    mc = run.cfg.model
-    source = getattr(args, "data", None)
-    data = run_data(args.run_dir, run.cfg, source=source)
-    rep = extrapolate(run.model, data.split(args.split), data.token_bytes, train_context=mc.context,
-                      factors=factors, positions=mc.positions, attention=getattr(mc, "attention", "softmax"),
+    run = open_run(args)  # at the training context; longer ones were checked above, per factor
+    mc, data, overrides = run.cfg.model, run.data, run.overrides
+    rep = extrapolate(run.model, run.tokens, data.token_bytes, train_context=mc.context,
+                      factors=factors, positions=mc.positions, attention=mc.attention,
                       max_tokens=args.max_tokens, memory_gb=args.memory_gb, batch_size=args.batch_size)
-    rep.update({"split": args.split, "positions": mc.positions, "attention": getattr(mc, "attention", "softmax"),
+    rep.update({"split": args.split, "positions": mc.positions, "attention": mc.attention,
                 "run_dir": str(args.run_dir), "weights": str(run.weights)})
     if overrides:
         rep["overrides"] = overrides
-    rep.update(data_record(source, data))
-    run_dir = Path(args.run_dir)
-    stem = ("extrapolation_overrides" if overrides else "extrapolation") + data_suffix(source, data)
+    rep.update(run.data_record)
+    run_dir = run.run_dir
+    stem = ("extrapolation_overrides" if overrides else "extrapolation") + run.suffix
     for suffix in (".json", ".png"):  # both slots checked before either is written
         check_file_slot(check_inside(run_dir, run_dir / f"{stem}{suffix}"))
     write_json(run_dir / f"{stem}.json", rep)

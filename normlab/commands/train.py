@@ -30,7 +30,7 @@ def _resume_config(args: argparse.Namespace) -> tuple[RunConfig, Path]:
         base = load_config(args.config, args.overrides) if args.config else config_from_dict(
             _with_overrides(read_yaml(run_dir / "config.yaml"), args.overrides))
         base.model.vocab_size = saved.model.vocab_size
-        from normlab.train.loop import apply_norm_defaults
+        from normlab.rundir import apply_norm_defaults
 
         apply_norm_defaults(base)
         from normlab.train.precision import fill_auto
@@ -68,7 +68,7 @@ def run_train(args: argparse.Namespace) -> int:
 def plan_run(args: argparse.Namespace) -> tuple[RunConfig, Path, bool, dict | None]:
     """Check the arguments and the run directory: ``(config, run_dir, resume, summary)``, where ``summary`` is the
     stored summary of a run that is already complete (nothing left to train), else None."""
-    from normlab.train.loop import apply_norm_defaults, read_summary
+    from normlab.rundir import apply_norm_defaults, read_summary
 
     if args.resume:
         if getattr(args, "init_from", None):
@@ -94,7 +94,8 @@ def plan_run(args: argparse.Namespace) -> tuple[RunConfig, Path, bool, dict | No
 
 
 def _run_train(args: argparse.Namespace, ctx) -> int:
-    from normlab.train.loop import STATUS_EXIT, train
+    from normlab.rundir import STATUS_EXIT
+    from normlab.train.loop import train
 
     cfg, run_dir, resume, summary = plan_run(args)
     if summary is None:  # (a complete run: nothing left to do; report the stored summary)

@@ -36,7 +36,7 @@ def rank_argv(args: argparse.Namespace, run_dir: str, resume: bool) -> list[str]
 def launch_train(args: argparse.Namespace) -> int:
     from normlab.commands.train import plan_run, print_summary
     from normlab.train.distributed import launch
-    from normlab.train.loop import STATUS_EXIT, read_summary
+    from normlab.rundir import STATUS_EXIT, read_summary
 
     if args.nproc < 1:
         raise NormlabError(f"--nproc must be >= 1, got {args.nproc}")

@@ -225,7 +225,7 @@ def sweep_task(run_id: str, config: dict[str, Any], threads: int, sweep_root: st
                 proc.send_signal(signal.SIGINT if signalled <= 2 else signal.SIGKILL)
         proc.returncode = status
         cfg_file.unlink(missing_ok=True)
-        from normlab.train.loop import read_summary
+        from normlab.rundir import read_summary
 
         try:
             summary = read_summary(run_dir) if run_dir.is_dir() else None
@@ -412,7 +412,8 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
 
     from normlab.errors import EXIT_BAD_INPUT
-    from normlab.experiments.worker import EXIT_FOR, train_run
+    from normlab.experiments.worker import train_run
+    from normlab.rundir import STATUS_EXIT
 
     p = argparse.ArgumentParser(prog="python -m normlab.experiments.executors")
     p.add_argument("run_dir")
@@ -428,7 +429,7 @@ def main(argv: list[str] | None = None) -> int:
     except NormlabError as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    return EXIT_FOR.get(summary.get("status", ""), 1)
+    return STATUS_EXIT.get(summary.get("status", ""), 1)
 
 
 if __name__ == "__main__":

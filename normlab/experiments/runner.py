@@ -100,7 +100,7 @@ def check_sweep_dir(sweep: Sweep, sweep_dir: Path) -> Store | None:
 def _prepare_data(configs: list[dict[str, Any]], log: Callable[[str], None]) -> None:
     """Build every distinct token cache once, here, before workers start (and check each corpus fits its context)."""
     from normlab.config import config_from_dict
-    from normlab.train.loop import load_data
+    from normlab.rundir import load_data
 
     seen = set()
     for c in configs:

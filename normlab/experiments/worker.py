@@ -13,7 +13,6 @@ Exit status: 0 completed, 3 diverged, 130 interrupted, 2 bad input (recorded as 
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import resource
 import shutil
@@ -23,24 +22,9 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from normlab.errors import EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_INTERRUPTED, EXIT_OK, NormlabError
+from normlab.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, NormlabError
 from normlab.experiments.store import Store
-
-EXIT_FOR = {"completed": EXIT_OK, "diverged": EXIT_DIVERGED, "interrupted": EXIT_INTERRUPTED}
-
-
-def read_metrics(path: Path) -> list[tuple[int, str, float]]:
-    """Numeric values of ``metrics.jsonl`` as ``(step, key, value)``; unreadable lines (a kill -9) are skipped."""
-    from normlab.safety import read_jsonl  # torch-free: workers record results without importing torch
-
-    out: list[tuple[int, str, float]] = []
-    for rec in read_jsonl(path):
-        if not isinstance(rec.get("step"), int):
-            continue
-        for k, v in rec.items():
-            if k != "step" and isinstance(v, (int, float)) and not isinstance(v, bool):
-                out.append((rec["step"], str(k), float(v)))
-    return out
+from normlab.rundir import STATUS_EXIT, read_metrics
 
 
 def _num(v: Any) -> float | None:
@@ -90,7 +74,7 @@ def train_run(run_dir: Path, config: dict[str, Any], threads: int | None = None,
 
 def finished_summary(run_dir: Path) -> dict[str, Any] | None:
     """The summary of a run that needs no more training (completed with its model, or diverged), else None."""
-    from normlab.train.loop import read_summary
+    from normlab.rundir import read_summary
 
     try:
         summary = read_summary(run_dir) if run_dir.is_dir() else None
@@ -130,7 +114,7 @@ def run_one(sweep_dir: Path, run_id: str, threads: int | None = None) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     peak = row.get("peak_mem_mb") if done and row.get("peak_mem_mb") else _peak_mem_mb()
     record(store, sweep_dir, run_id, summary or {}, peak_mem_mb=peak)
-    return EXIT_FOR.get(summary.get("status", ""), 1) if summary else 1
+    return STATUS_EXIT.get(summary.get("status", ""), 1) if summary else 1
 
 
 def _die_with_parent() -> None:

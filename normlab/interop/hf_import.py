@@ -146,7 +146,7 @@ def import_hf(hf_dir: str | Path, out: str | Path, *, data: str = "pystdlib", to
     from normlab.model import ModelConfig, build_model
     from normlab.rundata import save_run_identity
     from normlab.train.checkpoint import save_model
-    from normlab.train.loop import load_data
+    from normlab.rundir import load_data
 
     transformers = require_transformers()
     hf_dir, out = Path(hf_dir), Path(out)

@@ -22,15 +22,14 @@ import numpy as np
 import torch
 
 from normlab.config import RunConfig, dump_config
-from normlab.data import PreparedData, prepare_data
 from normlab.diagnostics.training import TrainDiagnostics
-from normlab.errors import EXIT_DIVERGED, EXIT_INTERRUPTED, EXIT_OK, NormlabError
+from normlab.errors import NormlabError
 from normlab.eval.lm import evaluate
 from normlab.io import (clean_stale_temps, dumps, exclusive_lock, read_json_object, read_jsonl, write_json,
                         write_text)
 from normlab.fingerprint import write_fingerprint
+from normlab.rundir import apply_norm_defaults, load_data
 from normlab.model import build_model
-from normlab.norms import get_norm_class
 from normlab.train.losses import lm_loss
 from normlab.train.init_from import load_init, resolve_init, source_tokenizer
 from normlab.train.init_from import write_record as write_init_record
@@ -44,29 +43,6 @@ from normlab.train.tracking import Tracker
 from normlab.train.schedule import lr_at
 from normlab.validate import check_train_memory
 
-STATUS_EXIT = {"completed": EXIT_OK, "diverged": EXIT_DIVERGED, "interrupted": EXIT_INTERRUPTED}
-
-
-def load_data(cfg: RunConfig, *, source: str | None = None, tokenizer: str | Path | None = None,
-              check=None) -> PreparedData:
-    """Prepare (or reuse from the cache) the tokenised splits of ``cfg.data`` and check they fit the context.
-
-    ``source`` / ``tokenizer`` replace ``cfg.data``'s (a run directory's own tokenizer.json, another corpus);
-    ``check``: see ``prepare_data``. Commands on an existing run use ``normlab.rundata.run_data``.
-    """
-    d = cfg.data
-    data = prepare_data(source or d.source, tokenizer or d.tokenizer, cache_dir=d.cache_dir,
-                        val_fraction=d.val_fraction, test_fraction=d.test_fraction, check=check)
-    need = cfg.model.context + 1
-    for split in ("train", "val"):
-        n = len(getattr(data, split))
-        if n < need:
-            raise NormlabError(
-                f"corpus '{source or d.source}' is too short: its {split} split has {n} tokens, one context window needs {need}"
-            )
-    return data
-
-
 def get_batch(tokens: np.ndarray, batch_size: int, context: int, gen: torch.Generator,
               rows: slice | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Random windows: ``x, y [batch_size, context]`` int64 with ``y`` shifted by one token. ``rows``: keep only
@@ -76,17 +52,6 @@ def get_batch(tokens: np.ndarray, batch_size: int, context: int, gen: torch.Gene
     chunk = np.stack([tokens[i : i + context + 1] for i in ix]).astype(np.int64)
     t = torch.from_numpy(chunk)
     return t[:, :-1], t[:, 1:]
-
-
-def apply_norm_defaults(cfg: RunConfig) -> None:
-    """Fill run-dependent norm options the user did not set, in place (so config.yaml records them).
-
-    A norm class that declares ``needs_warmup`` (PowerNorm, Unified Normalization: statistics warm-up) gets
-    ``warmup = train.warmup_steps`` unless ``model.norm_options`` already has a ``warmup`` key.
-    """
-    opts = cfg.model.norm_options
-    if get_norm_class(cfg.model.norm).needs_warmup and "warmup" not in opts:
-        opts["warmup"] = cfg.train.warmup_steps
 
 
 def loss_ceiling(cfg: RunConfig) -> float:
@@ -395,9 +360,3 @@ def _train(cfg: RunConfig, run_dir: Path, *, resume: bool, quiet: bool, flag: An
         write_json(run_dir / "summary.json", summary)
     ctx.barrier()  # the other ranks exit only after rank 0 recorded the status
     return summary
-
-
-def read_summary(run_dir: Path) -> dict[str, Any] | None:
-    """The run's summary.json, or None when absent (not a JSON object: a one-line error naming the file)."""
-    path = Path(run_dir) / "summary.json"
-    return read_json_object(path, "summary") if path.exists() else None

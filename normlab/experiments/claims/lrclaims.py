@@ -70,7 +70,7 @@ def m_best_diff(a: str, b: str) -> Callable:
 
 
 def last_lse(run_dir: Path) -> float | None:
-    from normlab.experiments.worker import read_metrics
+    from normlab.rundir import read_metrics
 
     pts = [(s, v) for s, k, v in read_metrics(run_dir / "metrics.jsonl") if k == "diag/output_lse"]
     return max(pts)[1] if pts else None

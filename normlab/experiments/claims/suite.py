@@ -109,7 +109,7 @@ class Context:
         self._diag: dict[str, dict] = {}
 
     def data(self, cfg) -> Any:
-        from normlab.train.loop import load_data
+        from normlab.rundir import load_data
 
         key = cfg.data.source
         if key not in self._data:

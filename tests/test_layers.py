@@ -1,0 +1,121 @@
+"""The package's layers (docs/architecture.md), checked on the source with ``ast``:
+
+- lower layers (norms, attention, data, model) never import upper ones, not even inside a function;
+- no command except ``train`` imports the training loop (a run directory's files have one owner: normlab.rundir);
+- no import cycle among module-level imports;
+- the run-directory readers and the JSON/text I/O stay torch-free (sweep workers and reports use them).
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1] / "normlab"
+LOW = ("norms", "attention", "data", "model")
+HIGH = ("train", "convert", "experiments", "report", "commands", "cli", "surgery", "interop", "api", "demo")
+
+
+def _module(path: Path) -> str:
+    rel = path.relative_to(ROOT.parent).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _imports(path: Path, *, top_level_only: bool) -> list[str]:
+    """Absolute ``normlab.*`` modules imported by ``path`` (relative imports resolved)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    mod = _module(path)
+    pkg = mod if path.name == "__init__.py" else mod.rpartition(".")[0]
+    nodes = []
+    if top_level_only:  # what runs at import time: not function bodies, not ``if TYPE_CHECKING:``
+        for n in tree.body:
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                continue
+            if isinstance(n, ast.If) and "TYPE_CHECKING" in ast.unparse(n.test):
+                continue
+            nodes += [m for m in ast.walk(n) if isinstance(m, (ast.Import, ast.ImportFrom))]
+    else:
+        nodes = [n for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))]
+    out = []
+    for n in nodes:
+        if isinstance(n, ast.Import):
+            out += [a.name for a in n.names if a.name.startswith("normlab")]
+        else:
+            base = n.module or ""
+            if n.level:
+                up = pkg.split(".")[: len(pkg.split(".")) - (n.level - 1)]
+                base = ".".join(up + ([base] if base else []))
+            if base.startswith("normlab"):
+                out.append(base)
+                out += [f"{base}.{a.name}" for a in n.names]  # ``from normlab.x import y`` may name a module y
+    return out
+
+
+FILES = sorted(ROOT.rglob("*.py"))
+MODULES = {_module(p) for p in FILES}
+
+
+def _top(mod: str) -> str:
+    parts = mod.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+@pytest.mark.parametrize("path", [p for p in FILES if _top(_module(p)) in LOW], ids=lambda p: _module(p))
+def test_lower_layers_never_import_upper_ones(path):
+    bad = sorted({m for m in _imports(path, top_level_only=False) if _top(m) in HIGH})
+    assert not bad, f"{_module(path)} imports {bad}"
+
+
+def test_only_the_train_command_imports_the_training_loop():
+    users = sorted(_module(p) for p in (ROOT / "commands").glob("*.py")
+                   if "normlab.train.loop" in _imports(p, top_level_only=False))
+    assert users == ["normlab.commands.train"], users
+
+
+def test_no_import_cycle_at_module_level():
+    graph = {}
+    for p in FILES:
+        deps = set()
+        for m in _imports(p, top_level_only=True):
+            while m and m not in MODULES:  # ``from normlab.x import name``: the module is normlab.x
+                m = m.rpartition(".")[0]
+            if m and m != _module(p):
+                deps.add(m)
+        graph[_module(p)] = deps
+    # a package's __init__ importing its own submodules is how packages work; a cycle through two modules is not
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(m: str) -> None:
+        state[m] = 1
+        stack.append(m)
+        for d in sorted(graph.get(m, ())):
+            if d.startswith(m + "."):
+                continue
+            if state.get(d) == 1:
+                cycle = stack[stack.index(d):] + [d]
+                if not all(a.startswith(b + ".") or b.startswith(a + ".") for a, b in zip(cycle, cycle[1:])):
+                    raise AssertionError(" -> ".join(cycle))
+            elif d not in state:
+                visit(d)
+        stack.pop()
+        state[m] = 2
+
+    for m in sorted(graph):
+        if m not in state:
+            visit(m)
+
+
+def test_run_directory_readers_and_io_do_not_import_torch():
+    code = ("import sys, normlab.io, normlab.rundir, normlab.experiments.worker; "
+            "from normlab.rundir import read_metrics, read_summary, STATUS_EXIT; "
+            "print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"
