@@ -119,3 +119,25 @@ def test_run_directory_readers_and_io_do_not_import_torch():
             "print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
+
+
+def test_commands_own_their_flags():
+    """``cli.py`` only dispatches: its one ``add_argument`` calls are the global ``--debug`` / ``--version``; every
+    subcommand is registered by its own module, whose function it runs."""
+    from normlab.cli import COMMAND_MODULES, build_parser
+
+    tree = ast.parse((ROOT / "cli.py").read_text(encoding="utf-8"))
+    flags = [ast.literal_eval(n.args[0]) for n in ast.walk(tree)
+             if isinstance(n, ast.Call) and getattr(n.func, "attr", "") == "add_argument"]
+    assert flags == ["--debug", "--version"]
+    sub = next(a for a in build_parser()._actions if isinstance(a, __import__("argparse")._SubParsersAction))
+    for name, parser in sub.choices.items():
+        func = parser.get_default("func")
+        assert func.__module__.rpartition(".")[2] in COMMAND_MODULES, (name, func.__module__)
+        assert func.__module__.startswith("normlab.commands."), (name, func.__module__)
+
+
+def test_building_the_parser_does_not_import_torch():
+    code = "import sys; from normlab.cli import build_parser; build_parser(); print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"

@@ -63,3 +63,19 @@ def run_calibrate(args: argparse.Namespace) -> int:
     Console(markup=False).print(table)
     print(f"wrote {run_dir / f'calibration{sfx}.json'} and {run_dir / f'reliability{sfx}.png'}")
     return 0
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """Register ``normlab calibrate`` with their flags (called by ``normlab.cli.build_parser``)."""
+    from normlab.validate import int_in
+    from normlab.commands.args import data_arg
+
+    cb = sub.add_parser("calibrate", help="temperature scaling: ECE (15 bins), NLL, Brier before/after")
+    cb.add_argument("run_dir")
+    cb.add_argument("--split", choices=["val", "test"], default="val")
+    cb.add_argument("--max-tokens", type=int_in(0, 2**40), default=0,
+                    help="scored tokens: first half fits T, second half is held out (0 = the whole split)")
+    data_arg(cb)
+    cb.add_argument("--batch-size", type=int_in(1, 2**16), default=16)
+    cb.add_argument("--json", action="store_true")
+    cb.set_defaults(func=run_calibrate)

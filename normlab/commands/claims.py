@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import os
 import platform
 import shlex
@@ -228,3 +227,26 @@ def write_docs(report: dict, path: Path) -> None:
             lines.append("")
     lines += [f"Raw results: `{report['out']}/claims.json` (per-seed values, details and run directories).", ""]
     write_text(path, "\n".join(lines))
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """Register ``normlab claims`` with their flags (called by ``normlab.cli.build_parser``)."""
+    from normlab.validate import int_in
+
+    cl = sub.add_parser("claims", help="re-measure published normalization claims with seeds and 95%% CIs")
+    cl.add_argument("--only", metavar="NAME", help="run only these claims (comma-separated names)")
+    cl.add_argument("--seeds", type=int_in(1, 1000), help="number of seeds (default: the budget's)")
+    cl.add_argument("--budget", choices=["tiny", "quick", "full"], default="quick",
+                    help="tiny: seconds (tests); quick: < 15 min on 2 cores; full: ~30 min, writes docs/claims.md")
+    cl.add_argument("--out", help="results and runs directory (default: runs/claims-<budget>); re-run to resume")
+    cl.add_argument("--workers", type=int_in(1, 1024), help="parallel training processes (default: 2, tiny: 1)")
+    cl.add_argument("--reuse", metavar="SWEEP_DIR", help="copy runs with exactly the same resolved config from this "
+                                                          "sweep directory (e.g. the demo's) instead of training them")
+    cl.add_argument("--executor", choices=["local", "ray"], default="local",
+                    help="local processes (default) or Ray tasks on a cluster (docs/distributed.md)")
+    cl.add_argument("--address", metavar="HOST:PORT", help="the Ray cluster (with --executor ray)")
+    cl.add_argument("--docs", nargs="?", const=True, default=False, metavar="FILE",
+                    help="also write the claims page: FILE, default docs/claims.md under the current directory "
+                    "(always done for --budget full)")
+    cl.add_argument("--json", action="store_true")
+    cl.set_defaults(func=run_claims)

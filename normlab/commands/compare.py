@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -90,3 +89,20 @@ def run_compare(args: argparse.Namespace) -> int:
         print(f"{len(failed)} run(s) did not finish ({ids}); see {out / 'logs'}; re-run to retry them", file=sys.stderr)
         return 1
     return 0
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """Register ``normlab compare`` with their flags (called by ``normlab.cli.build_parser``)."""
+    from normlab.validate import int_in
+
+    cp = sub.add_parser("compare", help="train many variants in parallel, store the results, write a report")
+    cp.add_argument("sweep", nargs="?", help="sweep YAML file (docs/compare.md); or use --preset")
+    cp.add_argument("--preset", help="a shipped sweep in normlab/configs/sweeps/ (quick, depth, attention, dyt, scaling)")
+    cp.add_argument("--out", help="sweep directory (default: runs/compare-<sweep name>); re-run to resume")
+    cp.add_argument("--workers", type=int_in(1, 1024), help="parallel worker processes (default: one per core, at most one per run)")
+    cp.add_argument("--executor", choices=["local", "ray"], default="local",
+                    help="local worker processes (default) or Ray tasks on a cluster (docs/distributed.md)")
+    cp.add_argument("--address", metavar="HOST:PORT", help="the Ray cluster (with --executor ray; default: "
+                    "RAY_ADDRESS or a new one-machine cluster)")
+    cp.add_argument("--json", action="store_true", help="print one JSON object at the end (progress goes to stderr)")
+    cp.set_defaults(func=run_compare)

@@ -88,3 +88,19 @@ def _print_headline(d: dict) -> None:
     lines.append(f"wrote {Path(d['run_dir']) / f'diagnostics{sfx}.json'} and {len(d['plots'])} plots")
     for line in lines:
         con.print(line)
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """Register ``normlab diagnose`` with their flags (called by ``normlab.cli.build_parser``)."""
+    from normlab.validate import int_in
+    from normlab.commands.args import data_arg
+
+    dg = sub.add_parser("diagnose", help="diagnostics of a run: variance vs depth, massive activations, attention "
+                        "sinks, layer effectiveness, norm parameters -> RUN_DIR/diagnostics.json + PNGs")
+    dg.add_argument("run_dir")
+    dg.add_argument("--split", choices=["val", "test"], default="val")
+    dg.add_argument("--sequences", type=int_in(1, 4096), default=16, help="number of sequences in the fixed sample")
+    dg.add_argument("--context", type=int_in(1, 2**20), help="tokens per sequence (default: the training context)")
+    data_arg(dg)
+    dg.add_argument("--json", action="store_true")
+    dg.set_defaults(func=run_diagnose)

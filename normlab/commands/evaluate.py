@@ -120,3 +120,30 @@ def _eval_documents(args: argparse.Namespace, run, data, context: int, overrides
         table.add_row(k, f"{v:,}" if isinstance(v, int) else f"{v:.4f}")
     Console().print(table)
     return 0
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """Register ``normlab eval`` with their flags (called by ``normlab.cli.build_parser``)."""
+    from normlab.validate import int_in
+    from normlab.commands.args import data_arg
+
+    e = sub.add_parser("eval", help="evaluate a run: loss, bits-per-byte, perplexities")
+    e.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="evaluation-time key only, e.g. model.lssa_reweight=true")
+    e.add_argument("run_dir")
+    e.add_argument("--split", choices=["val", "test"], default="val")
+    e.add_argument("--context", type=int_in(1, 2**20), help="window length (default: the training context)")
+    e.add_argument("--stride", type=int_in(1, 2**20), help="sliding-window stride (default: context = non-overlapping)")
+    e.add_argument("--batch-size", type=int_in(1, 2**16), default=16)
+    data_arg(e)
+    e.add_argument("--label-free", action="store_true",
+                   help="also MaNo (Xie et al. 2024) and Matrix Nuclear-Norm (Li et al. 2024) scores, no labels used")
+    e.add_argument("--max-tokens", type=int_in(0, 2**40), default=0,
+                   help="score only the first N tokens (0 = all; with --documents: whole documents up to N tokens)")
+    e.add_argument("--documents", action="store_true",
+                   help="harness-exact mode: each document scored separately (lm-eval loglikelihood_rolling)")
+    e.add_argument("--doc-start", type=int_in(0, 2**31), metavar="ID",
+                   help="with --documents: token id that conditions each document's first token "
+                        "(default: an imported model's bos/eos token, else the newline token)")
+    e.add_argument("--json", action="store_true")
+    e.set_defaults(func=run_eval)

@@ -58,3 +58,22 @@ def run_extrapolate(args: argparse.Namespace) -> int:
         print(f"skipped factor {s['factor']} (context {s['context']}): {s['reason']}")
     print(f"wrote {run_dir / (stem + '.json')} and {run_dir / (stem + '.png')}")
     return 0
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """Register ``normlab extrapolate`` with their flags (called by ``normlab.cli.build_parser``)."""
+    from normlab.validate import float_in, int_in
+    from normlab.commands.args import data_arg
+
+    x = sub.add_parser("extrapolate", help="loss and bits-per-byte at multiples of the training context")
+    x.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="evaluation-time key only, e.g. model.lssa_reweight=true")
+    x.add_argument("run_dir")
+    x.add_argument("--factors", default="1,2,4,8,16", help="comma-separated multiples of the training context")
+    x.add_argument("--split", choices=["val", "test"], default="val")
+    x.add_argument("--max-tokens", type=int_in(0, 2**40), default=0, help="use only the first N tokens of the split (0 = all)")
+    data_arg(x)
+    x.add_argument("--memory-gb", type=float_in(0, 2**20, lo_open=True), default=4.0, help="skip factors whose one window needs more (estimate)")
+    x.add_argument("--batch-size", type=int_in(1, 2**16), default=16, help="windows per forward (lowered to fit --memory-gb)")
+    x.add_argument("--json", action="store_true")
+    x.set_defaults(func=run_extrapolate)

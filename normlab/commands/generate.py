@@ -10,11 +10,8 @@ from __future__ import annotations
 
 import argparse
 import codecs
-import json
 import sys
 import time
-
-import torch
 
 from normlab.errors import NormlabError
 from normlab.io import dumps
@@ -23,6 +20,8 @@ MAX_NEW_TOKENS = 100_000
 
 
 def run_generate(args: argparse.Namespace) -> int:
+    import torch
+
     from normlab.eval.sampling import check_sampling_args, generate_tokens
     from normlab.rundata import run_tokenizer
     from normlab.rundir import load_run
@@ -68,3 +67,22 @@ def run_generate(args: argparse.Namespace) -> int:
         "tokens_per_second": len(out) / elapsed if elapsed > 0 and out else None, "run_dir": str(args.run_dir),
     }))
     return 0
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """Register ``normlab generate`` with their flags (called by ``normlab.cli.build_parser``)."""
+    from normlab.validate import int_in, MAX_SEED
+
+    g = sub.add_parser("generate", help="sample a continuation of a prompt (tokens stream to stdout)")
+    g.add_argument("run_dir")
+    g.add_argument("--prompt", required=True, help="text to continue")
+    g.add_argument("--max-new-tokens", type=int_in(0, 100_000), default=200)
+    g.add_argument("--temperature", type=float, default=1.0, help="0 = greedy")
+    g.add_argument("--top-k", type=int_in(1, 2**31), help="keep the k most likely tokens")
+    g.add_argument("--top-p", type=float, help="nucleus: smallest set with cumulative probability >= p")
+    g.add_argument("--min-p", type=float, help="keep tokens with p >= min_p * p_max")
+    g.add_argument("--top-nsigma", type=float,
+                   help="top-nσ (Tang et al. 2024): keep logits >= max - n*std (1.0 is the paper's default)")
+    g.add_argument("--seed", type=int_in(0, MAX_SEED), default=0)
+    g.add_argument("--json", action="store_true", help="no streaming; print one JSON object at the end")
+    g.set_defaults(func=run_generate)

@@ -47,3 +47,23 @@ def run_report(args: argparse.Namespace) -> int:
         print_lr(rep["report"])
         print_ranking(rep["report"])
     return 0
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """Register ``normlab report`` with their flags (called by ``normlab.cli.build_parser``)."""
+    from normlab.validate import int_in
+
+    rp = sub.add_parser("report", help="write report.html and report.md from a sweep's stored results, or compare "
+                                       "any run directories (a single run gets its own page)")
+    rp.add_argument("dirs", nargs="+", metavar="DIR", help="a sweep directory, or run / sweep directories to compare")
+    rp.add_argument("--out", help="where the report goes (default: the sweep dir; one run: its own dir; several: "
+                                  "runs/report-<hash>)")
+    rp.add_argument("--baseline", metavar="VARIANT", help="the variant paired differences compare with "
+                                                          "(default: the sweep's baseline:, else the first)")
+    rp.add_argument("--quantize", action="store_true",
+                    help="add bits/byte increase under W4 RTN and W4 + Hadamard per variant (simulated; per run, cached)")
+    rp.add_argument("--label-free", action="store_true",
+                    help="add MaNo / Matrix Nuclear-Norm per variant and their correlation with the loss across runs")
+    rp.add_argument("--max-tokens", type=int_in(1, 2**40), default=8192, help="validation tokens for --quantize / --label-free")
+    rp.add_argument("--json", action="store_true")
+    rp.set_defaults(func=run_report)

@@ -59,3 +59,12 @@ def run_runs(args: argparse.Namespace) -> int:
             table.add_row(*[step if c == "step" else _fmt(r[c], c) for c in cols])
         Console(width=max(140, Console().width), markup=False).print(table)
     return 0
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """Register ``normlab runs`` with their flags (called by ``normlab.cli.build_parser``)."""
+    rn = sub.add_parser("runs", help="list the runs of a sweep directory")
+    rn.add_argument("sweep_dir")
+    rn.add_argument("--format", choices=["table", "csv", "json"], default="table")
+    rn.add_argument("--json", action="store_true", help="same as --format json")
+    rn.set_defaults(func=run_runs)

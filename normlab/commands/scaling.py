@@ -40,3 +40,12 @@ def run_scaling(args: argparse.Namespace) -> int:
     for line in an.summary:
         print(f"- {line}")
     return 0
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """Register ``normlab scaling`` with their flags (called by ``normlab.cli.build_parser``)."""
+    sc = sub.add_parser("scaling", help="fit L(N) = E + A N^-alpha per variant of a size sweep: forecasts, "
+                        "crossovers, signal-to-noise")
+    sc.add_argument("sweep_dir")
+    sc.add_argument("--json", action="store_true")
+    sc.set_defaults(func=run_scaling)

@@ -66,3 +66,39 @@ def run_quantize(args: argparse.Namespace) -> int:
           f"{r['eval_tokens']:,} validation tokens; {r['note']}")
     return 0
 
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """Register ``normlab remove-norm, quantize`` with their flags (called by ``normlab.cli.build_parser``)."""
+    from normlab.validate import float_in, int_in
+
+    rm = sub.add_parser("remove-norm", help="remove LayerNorm/RMSNorm by fine-tuning (fixed-scale schedule, "
+                        "Heimersheim 2024) -> a norm-free run directory")
+    rm.add_argument("run_dir")
+    rm.add_argument("--out", required=True, help="new run directory (must not exist or be empty)")
+    rm.add_argument("--steps", type=int_in(0, 10**7), default=100, help="fine-tuning steps after each stage (0 = no fine-tuning)")
+    rm.add_argument("--lr", type=float_in(0, 10, lo_open=True), help="fine-tuning learning rate (default: the run's train.lr / 10)")
+    rm.add_argument("--schedule", choices=["group", "site"], default="group",
+                    help="group: all MLP-input norms, then all attention-input norms, then the final norm; "
+                         "site: one norm at a time in that order")
+    rm.add_argument("--data", metavar="SOURCE", help="fine-tune on this corpus (data.source) instead of the run's own")
+    rm.add_argument("--control", action="store_true",
+                    help="also fine-tune the original (with its norms) for the same total steps, for comparison")
+    rm.add_argument("--max-tokens", type=int_in(1, 2**40), default=16384, help="validation tokens for the loss of each stage")
+    rm.add_argument("--batch-size", type=int_in(1, 2**16), default=16)
+    rm.add_argument("--json", action="store_true")
+    rm.set_defaults(func=run_remove_norm)
+
+    qz = sub.add_parser("quantize", help="simulated RTN quantization of a run (optional Hadamard rotation, QuaRot "
+                        "style) -> a fake-quantized run directory and per-layer statistics")
+    qz.add_argument("run_dir")
+    qz.add_argument("--weights", type=int, required=True, choices=[8, 4, 3], help="weight bits")
+    qz.add_argument("--group", type=int_in(1, 2**20), help="quantize per group of G inputs (default: per output channel)")
+    qz.add_argument("--acts", choices=["8", "none"], default="none", help="per-token activation bits at linear inputs")
+    qz.add_argument("--rotate", choices=["none", "hadamard"], default="none",
+                    help="hadamard: exact conversion to parameter-free RMSNorm, then a randomized Hadamard rotation")
+    qz.add_argument("--out", required=True, help="new run directory (must not exist or be empty)")
+    qz.add_argument("--seed", type=int_in(0, 2**31 - 1), default=0, help="seed of the random signs of the rotation")
+    qz.add_argument("--max-tokens", type=int_in(1, 2**40), default=8192, help="validation tokens for the bits/byte change")
+    qz.add_argument("--batch-size", type=int_in(1, 2**16), default=16)
+    qz.add_argument("--json", action="store_true")
+    qz.set_defaults(func=run_quantize)

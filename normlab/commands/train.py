@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from normlab.config import RunConfig, config_from_dict, load_config, read_yaml
 from normlab.errors import NormlabError
 from normlab.io import dumps
 from normlab.rundir import open_config
+
+if TYPE_CHECKING:
+    from normlab.config import RunConfig
 
 
 def _diff_keys(a: dict, b: dict, prefix: str = "") -> list[str]:
@@ -24,6 +26,8 @@ def _diff_keys(a: dict, b: dict, prefix: str = "") -> list[str]:
 
 
 def _resume_config(args: argparse.Namespace) -> tuple[RunConfig, Path]:
+    from normlab.config import config_from_dict, load_config, read_yaml
+
     run_dir = Path(args.resume)
     saved = open_config(run_dir)
     if args.config or args.overrides:
@@ -68,6 +72,7 @@ def run_train(args: argparse.Namespace) -> int:
 def plan_run(args: argparse.Namespace) -> tuple[RunConfig, Path, bool, dict | None]:
     """Check the arguments and the run directory: ``(config, run_dir, resume, summary)``, where ``summary`` is the
     stored summary of a run that is already complete (nothing left to train), else None."""
+    from normlab.config import load_config
     from normlab.rundir import apply_norm_defaults, read_summary
 
     if args.resume:
@@ -121,3 +126,21 @@ def print_summary(s: dict) -> None:
     if s.get("precision"):
         parts.append(f"{s['device']} {s['precision']}" + (f", compiled in {s['compile_s']:.1f}s" if s.get("compile_s") else ""))
     print(f"run {s['run_dir']}: " + "; ".join(parts))
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """Register ``normlab train`` with their flags (called by ``normlab.cli.build_parser``)."""
+    from normlab.validate import int_in
+
+    t = sub.add_parser("train", help="train a model from a YAML config or preset")
+    t.add_argument("config", nargs="?", help="YAML file or preset name (shipped in normlab/configs/: tiny, small, dyt)")
+    t.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a config key, e.g. --set model.norm=rmsnorm (repeatable)")
+    t.add_argument("--out", help="run directory (default: runs/<config>-<hash>)")
+    t.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its last checkpoint")
+    t.add_argument("--init-from", metavar="RUN_DIR",
+                   help="start from RUN_DIR's weights (fine-tune / continue with a changed config of equal shapes)")
+    t.add_argument("--nproc", type=int_in(1, 4096), metavar="N",
+                   help="data-parallel on N local processes (torchrun + DDP; docs/distributed.md)")
+    t.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+    t.set_defaults(func=run_train)

@@ -1,0 +1,12 @@
+"""Flags shared by several commands (each command module declares its own parser with ``add_parser``)."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def data_arg(p: argparse.ArgumentParser) -> None:
+    """``--data SOURCE``: score another corpus with the run's own tokenizer (eval, calibrate, extrapolate, diagnose)."""
+    p.add_argument("--data", metavar="SOURCE", help="score another corpus (any data.source) with the run's own "
+                   "tokenizer; results go to files suffixed _data-<content hash> (default: the run's corpus, "
+                   "refused if it changed since training)")
