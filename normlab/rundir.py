@@ -164,10 +164,10 @@ def apply_eval_overrides(run: LoadedRun, overrides: list[str]) -> None:
     """
     if not overrides:
         return
-    from normlab.attention import EVAL_TIME_KEYS, set_eval_options
+    from normlab.attention import eval_time_keys, set_eval_options
     from normlab.config import apply_overrides, config_from_dict
 
-    allowed = [f"model.{k}" for k in EVAL_TIME_KEYS]
+    allowed = [f"model.{k}" for k in eval_time_keys()]
     for item in overrides:
         key = item.split("=", 1)[0].strip()
         if key not in allowed:

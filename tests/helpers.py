@@ -112,3 +112,13 @@ def scratch_norm(monkeypatch, name: str, cls: type) -> str:
     monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
     registry.register_norm(name)(cls)
     return name
+
+
+def scratch_attention(monkeypatch, name: str, cls: type) -> str:
+    """Register ``cls`` as attention kind ``name`` for one test, through ``register_attention`` (it gets the
+    declared facts' defaults, as a shipped kind would); the registry is restored afterwards."""
+    from normlab.attention import registry
+
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
+    registry.register_attention(name)(cls)
+    return name

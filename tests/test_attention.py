@@ -21,6 +21,7 @@ from normlab.attention.linear import (
     linear_attention_parallel,
     linear_attention_recurrent,
 )
+from normlab.attention import attention_names, get_attention_class
 from normlab.attention.positions import RotaryEmbedding, alibi_bias, alibi_slopes
 from normlab.errors import NormlabError
 from normlab.eval.sampling import generate_tokens
@@ -28,9 +29,14 @@ from normlab.model import PLACEMENTS, ModelConfig, build_model
 from normlab.norms import norm_names
 from tests.helpers import run_inproc
 
-KINDS = ("softmax", "softplus", "linear", "nala")
-POSITIONS = {"softmax": ("rope", "learned", "alibi", "none"), "softplus": ("rope", "learned", "alibi", "none"),
-             "linear": ("rope", "learned", "none"), "nala": ("rope", "learned", "none")}
+KINDS = attention_names()  # the registry is the one list: a new kind gets every shared test below
+
+
+def positions_of(kind: str) -> tuple[str, ...]:
+    """Position encodings a kind takes: ALiBi only where it forms a score matrix (its declared fact)."""
+    return ("rope", "learned", "alibi", "none") if get_attention_class(kind).score_matrix else ("rope", "learned", "none")
+
+
 # option variants exercised by the causality and step tests
 VARIANTS = {
     "softmax": [{}, {"qk_norm": True, "attn_softcap": 0.7}, {"positions": "alibi", "attn_softcap": 2.0}],
@@ -287,7 +293,7 @@ def test_linear_parallel_chunked_recurrent_agree(T):
 def model_cases():
     out = []
     for kind in KINDS:
-        for pos in POSITIONS[kind]:
+        for pos in positions_of(kind):
             out.append((kind, {"positions": pos}))
         for i, v in enumerate(VARIANTS[kind][1:]):
             out.append((kind, v))
@@ -351,7 +357,7 @@ def test_generate_cache_path_equals_fallback(kind):
 @pytest.mark.parametrize("kind", KINDS)
 def test_every_kind_with_every_norm_and_placement(kind):
     """Every attention kind builds, runs finite and stays causal with every norm at every placement."""
-    positions = POSITIONS[kind]
+    positions = positions_of(kind)
     for i, (norm, placement) in enumerate((n, p) for n in norm_names() for p in sorted(PLACEMENTS)):
         torch.manual_seed(i)
         m = build_model(mcfg(attention=kind, norm=norm, placement=placement, depth=2,
@@ -389,11 +395,8 @@ def test_meaningless_pairs_are_refused_in_one_line(opts, frag):
 
 
 def test_static_gate_and_learned_positions_refuse_long_inputs():
-    from normlab.attention import ATTENTIONS
     from normlab.rundir import check_static_gate
-    from normlab.model.config import ATTENTIONS as CONFIG_ATTENTIONS
 
-    assert ATTENTIONS == CONFIG_ATTENTIONS == KINDS
     with pytest.raises(NormlabError, match="cannot extrapolate"):
         check_static_gate(mcfg(attention="linear", linear_gate="static"), CTX + 1)
     check_static_gate(mcfg(attention="linear", linear_gate="static"), CTX)
@@ -501,3 +504,63 @@ def test_lssar_switches_at_evaluation_without_retraining(runs, capsys, monkeypat
     rep = json.loads(capsys.readouterr().out)
     assert rep["overrides"] == ["model.lssa_reweight=true"] and (rd / "extrapolation_overrides.png").is_file()
     assert [r["factor"] for r in rep["results"]] == [1, 2]
+
+
+# ------------------------------------------------------------------ a new kind is one registered class
+
+
+def test_registered_kinds_declare_their_facts():
+    """What the registry promises: the shipped kinds in order, every fact declared, and facts that agree with
+    the modules (a kind without a score matrix has no attention_probs; eval keys are config keys)."""
+    import dataclasses
+
+    from normlab.attention.registry import ATTENTION_FACTS
+
+    assert KINDS[:4] == ("softmax", "softplus", "linear", "nala")
+    fields = {f.name for f in dataclasses.fields(ModelConfig)}
+    for k in KINDS:
+        cls = get_attention_class(k)
+        assert cls.kind == k and all(hasattr(cls, f) for f in ATTENTION_FACTS)
+        assert set(cls.eval_keys) <= set(cls.options) and set(cls.options) <= fields
+        assert callable(getattr(cls, "attention_probs", None)) == cls.score_matrix, k
+    with pytest.raises(NormlabError, match="unknown model.attention 'flash'"):
+        get_attention_class("flash")
+
+
+class _MeanAttention(__import__("normlab.attention.base", fromlist=["AttentionBase"]).AttentionBase):
+    """A scratch kind for the test below: every query averages the values of all keys up to it (uniform causal
+    attention, A[i, k] = 1 / (i + 1)); ``x [B, T, C] -> [B, T, C]``."""
+
+    description = "causal mean of the values (test only)"
+
+    @classmethod
+    def from_config(cls, cfg, rope, **common):
+        return cls(cfg.width, cfg.heads, **common)
+
+    def attention_probs(self, x):
+        T = x.shape[1]
+        A = torch.tril(torch.ones(T, T, dtype=torch.float64)) / torch.arange(1, T + 1, dtype=torch.float64)[:, None]
+        return A.expand(x.shape[0], self.heads, T, T)
+
+    def forward(self, x, state=None):
+        _, _, v = self.split_heads(x)
+        return self.out(self.merge_heads(self.attention_probs(x).to(v.dtype) @ v))
+
+
+def test_a_scratch_kind_is_picked_up_by_config_model_and_diagnostics(monkeypatch):
+    from normlab.diagnostics import attention_probs, sink_stats
+    from tests.helpers import scratch_attention
+
+    name = scratch_attention(monkeypatch, "mean", _MeanAttention)
+    assert name in __import__("normlab.attention", fromlist=["attention_names"]).attention_names()
+    cfg = mcfg(attention="mean", positions="alibi")  # it declares a score matrix: ALiBi is allowed
+    cfg.validate()
+    with pytest.raises(NormlabError, match="re-weight softplus attention, not 'mean'"):
+        mcfg(attention="mean", lssa_reweight=True).validate()  # another kind's option is refused by its message
+    test_no_output_depends_on_a_later_token("mean", {})  # the shared causality test, unchanged
+    test_every_kind_with_every_norm_and_placement("mean")
+    torch.manual_seed(0)
+    m = build_model(mcfg(attention="mean", depth=2)).eval()
+    A = attention_probs(m, torch.randint(0, 50, (2, 16)))
+    T = 16  # uniform causal attention: first-token importance = H_T / T (harmonic number)
+    assert sink_stats(A)["first_token_importance"][0][0] == pytest.approx(sum(1 / i for i in range(1, T + 1)) / T)

@@ -159,21 +159,12 @@ def test_sinks_unavailable_with_reason():
         attention_probs(model, randidx())
     assert no_hooks(model)
 
-    model = small()  # ... unless the module provides its own attention_probs(x)
-    from normlab.diagnostics.sinks import _recompute
-
+    model = small()  # ... the module's own attention_probs(x) is what is used
     attn = model.blocks[0].attn
-    attn.attention_probs = lambda x: _recompute(attn, x)[0]
+    attn.attention_probs = lambda x: type(attn).attention_probs(attn, x)
     assert sink_analysis(model, randidx())["available"] is True
 
 
-def _has_attention_kinds() -> bool:
-    import dataclasses
-
-    return "attention" in {f.name for f in dataclasses.fields(ModelConfig)}
-
-
-@pytest.mark.skipif(not _has_attention_kinds(), reason="model.attention not available in this version")
 @pytest.mark.parametrize("kw", [dict(qk_norm=True), dict(attn_softcap=3.0, positions="alibi"), dict(positions="none"),
                                 dict(attention="softplus"), dict(attention="softplus", lssa_reweight=True),
                                 dict(attention="linear"), dict(attention="nala")])

@@ -5,7 +5,9 @@
 - ``linear``   -- normlab.attention.linear (LINA: relu kernel, causal division normalisation, conv, KV gate)
 - ``nala``     -- normlab.attention.nala (NaLaFormer norm-aware kernel)
 
-``build_attention(cfg, rope, in_width=..., out_width=...)`` is the one place that maps a ``ModelConfig`` to a module.
+Each kind is one class registered in ``normlab.attention.registry`` that declares its own facts (config options,
+score matrix, eval-time keys, convertible/exportable); ``build_attention(cfg, rope, in_width=..., out_width=...)``
+builds the registered class of ``cfg.attention``.
 """
 
 from __future__ import annotations
@@ -15,46 +17,36 @@ from typing import TYPE_CHECKING
 from torch import nn
 
 from normlab.attention.base import AttentionState
-from normlab.attention.linear import LinearAttention
-from normlab.attention.nala import NaLaAttention
 from normlab.attention.positions import RotaryEmbedding
-from normlab.attention.softmax import CausalSelfAttention
-from normlab.attention.softplus import SoftplusAttention
+from normlab.attention.registry import (attention_names, check_attention_config, eval_time_keys, get_attention_class,
+                                        register_attention)
+# the kinds shipped with normlab register themselves on import (registration order = docs and CLI order)
+from normlab.attention.softmax import CausalSelfAttention  # noqa: E402  isort: skip
+from normlab.attention.softplus import SoftplusAttention  # noqa: E402  isort: skip
+from normlab.attention.linear import LinearAttention  # noqa: E402  isort: skip
+from normlab.attention.nala import NaLaAttention  # noqa: E402  isort: skip
 
 if TYPE_CHECKING:
     from normlab.model.config import ModelConfig
 
-ATTENTIONS = ("softmax", "softplus", "linear", "nala")
-LINEAR_KINDS = ("linear", "nala")  # no T x T score matrix; recurrent state for generation
-# config keys that change a trained model's evaluation without touching its weights (``normlab eval --set``)
-EVAL_TIME_KEYS = ("lssa_reweight", "lssa_power")
-
 
 def build_attention(cfg: "ModelConfig", rope: RotaryEmbedding | None, *, in_width: int | None = None,
                     out_width: int | None = None) -> nn.Module:
-    """The attention module of ``cfg.attention`` (validated config). ``in_width`` / ``out_width``: residual-stream
-    width read and written (default ``cfg.width``; ``width - 1`` in the Pre-CRMSNorm model)."""
-    common = dict(in_width=in_width, out_width=out_width, bias=cfg.bias, dropout=cfg.dropout, rope=rope)
-    alibi = cfg.positions == "alibi"
-    if cfg.attention == "softmax":
-        return CausalSelfAttention(cfg.width, cfg.heads, qk_norm=cfg.qk_norm, norm_eps=cfg.norm_eps,
-                                   qk_norm_scope=cfg.qk_norm_scope, softcap=cfg.attn_softcap, alibi=alibi, **common)
-    if cfg.attention == "softplus":
-        return SoftplusAttention(cfg.width, cfg.heads, alibi=alibi, reweight=cfg.lssa_reweight,
-                                 power=cfg.lssa_power, **common)
-    cls = LinearAttention if cfg.attention == "linear" else NaLaAttention
-    return cls(cfg.width, cfg.heads, context=cfg.context, conv=cfg.linear_conv, conv_source=cfg.linear_conv_source,
-               gate=cfg.linear_gate,
-               chunk=cfg.linear_chunk, qk_norm=cfg.qk_norm, norm_eps=cfg.norm_eps, **common)
+    """The attention module of ``cfg.attention`` (validated config): its registered class's ``from_config``.
+    ``in_width`` / ``out_width``: residual-stream width read and written (default ``cfg.width``; ``width - 1`` in
+    the Pre-CRMSNorm model)."""
+    cls = get_attention_class(cfg.attention)
+    return cls.from_config(cfg, rope, in_width=in_width, out_width=out_width, bias=cfg.bias, dropout=cfg.dropout)
 
 
 def set_eval_options(model: nn.Module, cfg: "ModelConfig") -> None:
-    """Apply the evaluation-time keys of ``cfg`` (``EVAL_TIME_KEYS``) to the attention modules of a built model."""
+    """Apply the evaluation-time keys of ``cfg`` (``eval_time_keys()``) to the attention modules of a built model
+    (each kind's ``apply_eval_options``)."""
     for m in model.modules():
-        if isinstance(m, SoftplusAttention):
-            m.reweight, m.power = cfg.lssa_reweight, cfg.lssa_power
+        if callable(getattr(m, "apply_eval_options", None)):
+            m.apply_eval_options(cfg)
 
 
-__all__ = ["ATTENTIONS", "EVAL_TIME_KEYS", "LINEAR_KINDS", "AttentionState", "CausalSelfAttention",
-           "LinearAttention", "NaLaAttention", "RotaryEmbedding", "SoftplusAttention", "build_attention",
-           "set_eval_options"]
+__all__ = ["AttentionState", "CausalSelfAttention", "LinearAttention", "NaLaAttention", "RotaryEmbedding",
+           "SoftplusAttention", "attention_names", "build_attention", "check_attention_config", "eval_time_keys", "get_attention_class",
+           "register_attention", "set_eval_options"]

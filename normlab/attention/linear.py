@@ -48,6 +48,7 @@ from torch import nn
 
 from normlab.attention.base import AttentionBase, AttentionState
 from normlab.attention.positions import RotaryEmbedding
+from normlab.attention.registry import register_attention
 from normlab.norms.modules import RMSNorm
 
 KERNEL_EPS = 1e-6  # phi(x) = relu(x) + KERNEL_EPS
@@ -138,6 +139,7 @@ def linear_attention_recurrent(qn, kn, v, qd=None, kd=None, state=None):
     return torch.stack(outs, dim=2), (S, z)
 
 
+@register_attention("linear")
 class LinearAttention(AttentionBase):
     """Causal linear attention. ``x [B, T, in_width] -> [B, T, out_width]``.
 
@@ -147,6 +149,28 @@ class LinearAttention(AttentionBase):
     biases: no weight decay); with ``gate='sigmoid'`` ``key_gate`` / ``value_gate`` (``Linear(in_width, H)``).
     Subclasses change the features (:meth:`features`) and the output transform (:meth:`finish`).
     """
+
+    paper = "Wang et al. 2026, LINA (repo techmonsterwang/LINA); after Katharopoulos et al. 2020 (arXiv:2006.16236)"
+    description = "relu kernel features, causal division normalisation; optional depthwise conv and KV gate"
+    score_matrix = False  # kernel features and a running state: no T x T matrix (no ALiBi, no sinks)
+    options = {k: (d, "model.linear_conv / model.linear_gate apply to linear and nala attention, not '{att}'")
+               for k, d in (("linear_conv", 0), ("linear_gate", "none"), ("linear_conv_source", "value"))}
+
+    @classmethod
+    def check_config(cls, cfg) -> None:
+        from normlab.errors import NormlabError
+
+        if cfg.linear_conv_source != "value" and not cfg.linear_conv:
+            raise NormlabError("model.linear_conv_source picks what model.linear_conv convolves; set model.linear_conv "
+                               "(a kernel size, e.g. 4) too")
+        if cfg.linear_conv < 0:
+            raise NormlabError(f"model.linear_conv is a kernel size (0 = off), got {cfg.linear_conv}")
+
+    @classmethod
+    def from_config(cls, cfg, rope: RotaryEmbedding | None, **common) -> "LinearAttention":
+        return cls(cfg.width, cfg.heads, context=cfg.context, conv=cfg.linear_conv,
+                   conv_source=cfg.linear_conv_source, gate=cfg.linear_gate, chunk=cfg.linear_chunk,
+                   qk_norm=cfg.qk_norm, norm_eps=cfg.norm_eps, rope=rope, **common)
 
     def __init__(self, width: int, heads: int, *, in_width: int | None = None, out_width: int | None = None,
                  bias: bool = False, dropout: float = 0.0, rope: RotaryEmbedding | None = None, context: int = 0,

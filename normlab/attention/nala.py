@@ -31,6 +31,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from normlab.attention.linear import LinearAttention
+from normlab.attention.registry import register_attention
 
 NORM_EPS = 1e-6  # guards the division by ||q|| (the authors divide by the raw norm)
 
@@ -46,12 +47,18 @@ def nala_features(q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch
     return phi_q, phi_k
 
 
+@register_attention("nala")
 class NaLaAttention(LinearAttention):
     """NaLaFormer attention. ``x [B, T, in_width] -> [B, T, out_width]``.
 
     Parameters: ``qkv``, ``gate`` (``Linear(in_width, width)``), ``out_norm`` (``nn.LayerNorm(width)``), ``proj``,
     plus the LINA options of :class:`LinearAttention`.
     """
+
+    paper = ("Meng et al. 2025, Norm x Direction: Restoring the Missing Query Norm in Vision Linear Attention "
+             "(NaLaFormer; repo ZacharyMeng/NaLaFormer)")
+    description = "norm-aware kernel (query norm sets the feature sharpness), gated LayerNorm output"
+    qk_norm_refusal = "nala's kernel reads the query norm ||q||, which qk_norm would fix; leave qk_norm off"
 
     def __init__(self, width: int, heads: int, *, in_width: int | None = None, bias: bool = False, **kw):
         super().__init__(width, heads, in_width=in_width, bias=bias, **kw)

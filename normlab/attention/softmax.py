@@ -32,15 +32,39 @@ import torch.nn.functional as F
 
 from normlab.attention.base import AttentionBase, AttentionState, append_kv, causal_mask
 from normlab.attention.positions import RotaryEmbedding, alibi_bias, alibi_slopes
+from normlab.attention.registry import register_attention
 from normlab.norms.modules import RMSNorm
 
 
+@register_attention("softmax")
 class CausalSelfAttention(AttentionBase):
     """Multi-head causal softmax attention. ``x [B, T, in_width] -> [B, T, out_width]``.
 
     Parameters: ``qkv`` (``in_width -> 3 width``), ``proj`` (``width -> out_width``), and with ``qk_norm`` the gains
     ``q_norm.weight`` / ``k_norm.weight`` (``[head_dim]``, or ``[width]`` with ``qk_norm_scope='width'``; ones).
     """
+
+    paper = "Vaswani et al. 2017, Attention Is All You Need (arXiv:1706.03762)"
+    description = "causal softmax attention (SDPA); QK-norm, score softcap (Gemma 2), ALiBi"
+    options = {
+        "attn_softcap": (None, "model.attn_softcap caps pre-softmax scores: softmax attention only, not '{att}'"),
+        "qk_norm_scope": ("head", "model.qk_norm_scope 'width' needs model.qk_norm: true and model.attention: softmax"),
+    }
+    convertible = exportable = True  # fused qkv / proj: normlab convert folds into them, HF families map them
+
+    @classmethod
+    def check_config(cls, cfg) -> None:
+        from normlab.errors import NormlabError
+
+        if cfg.attn_softcap is not None and not cfg.attn_softcap > 0:
+            raise NormlabError(f"model.attn_softcap must be > 0 (or null), got {cfg.attn_softcap}")
+        if cfg.qk_norm_scope != "head" and not cfg.qk_norm:
+            raise NormlabError("model.qk_norm_scope 'width' needs model.qk_norm: true and model.attention: softmax")
+
+    @classmethod
+    def from_config(cls, cfg, rope: RotaryEmbedding | None, **common) -> "CausalSelfAttention":
+        return cls(cfg.width, cfg.heads, qk_norm=cfg.qk_norm, norm_eps=cfg.norm_eps, qk_norm_scope=cfg.qk_norm_scope,
+                   softcap=cfg.attn_softcap, alibi=cfg.positions == "alibi", rope=rope, **common)
 
     def __init__(self, width: int, heads: int, *, in_width: int | None = None, out_width: int | None = None,
                  bias: bool = False, dropout: float = 0.0, rope: RotaryEmbedding | None = None,
@@ -75,6 +99,27 @@ class CausalSelfAttention(AttentionBase):
         if state is not None:
             state.pos += x.shape[1]
         return self.out(self.merge_heads(y))
+
+    def attention_probs(self, x: torch.Tensor) -> torch.Tensor:
+        """Causal attention probabilities ``[B, H, T, T]`` (float64) of input ``x [B, T, in_width]``:
+        ``softmax(cap(q k^T / sqrt(head_dim)) + alibi + causal mask)`` with this module's QK-norm, RoPE, softcap
+        and ALiBi (diagnostics: attention sinks)."""
+        q, k, _ = self.split_heads(x)
+        if self.q_norm is not None and self.qk_norm_scope == "width":
+            B, H, T, D = q.shape
+            q = self.q_norm(self.merge_heads(q)).view(B, T, H, D).transpose(1, 2)
+            k = self.k_norm(self.merge_heads(k)).view(B, T, H, D).transpose(1, 2)
+        elif self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        if self.rope is not None:
+            q, k = self.rope(q, k)
+        T = x.shape[1]
+        s = (q.double() @ k.double().transpose(-2, -1)) / math.sqrt(self.head_dim)
+        if self.softcap is not None:
+            s = self.softcap * torch.tanh(s / self.softcap)
+        if self.alibi_slopes is not None:
+            s = s + alibi_bias(self.alibi_slopes.double(), T, T)
+        return torch.softmax(s.masked_fill(~causal_mask(T, T, x.device), float("-inf")), dim=-1)
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         """``q [B, H, Tq, hd]`` (the last ``Tq`` positions), ``k, v [B, H, Tk, hd]`` -> ``[B, H, Tq, hd]``."""

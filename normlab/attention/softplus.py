@@ -36,6 +36,7 @@ import torch.nn.functional as F
 
 from normlab.attention.base import AttentionBase, AttentionState, append_kv, causal_mask
 from normlab.attention.positions import RotaryEmbedding, alibi_bias, alibi_slopes
+from normlab.attention.registry import register_attention
 
 REWEIGHT_PLAIN_ROWS = 3  # rows with N_i <= 3 use offset 0 in the re-weighting
 
@@ -72,11 +73,43 @@ def lssar_reweight(a: torch.Tensor, offset: int = 0, power: float = 15.0) -> tor
     return torch.where(m > 0, w, a)
 
 
+@register_attention("softplus")
 class SoftplusAttention(AttentionBase):
     """LSSA / LSSAR attention. ``x [B, T, in_width] -> [B, T, out_width]``; parameters ``qkv``, ``proj``.
 
     ``reweight`` and ``power`` are plain attributes (no parameters): they may be changed on a trained model.
     """
+
+    paper = "Gao & Huang 2025, Softplus Attention with Re-weighting (repo iminfine/freeatten)"
+    description = "l1-normalised softplus scores with a length scale (LSSA), optional re-weighting (LSSAR)"
+    options = {k: (d, "model.lssa_reweight / model.lssa_power re-weight softplus attention, not '{att}'")
+               for k, d in (("lssa_reweight", False), ("lssa_power", 15.0))}
+    qk_norm_refusal = "softplus attention l2-normalises q and k already; leave qk_norm off"
+    eval_keys = ("lssa_reweight", "lssa_power")  # plain attributes: switched on a trained model (apply_eval_options)
+
+    @classmethod
+    def check_config(cls, cfg) -> None:
+        from normlab.errors import NormlabError
+
+        if not cfg.lssa_power > 0:
+            raise NormlabError(f"model.lssa_power must be > 0, got {cfg.lssa_power}")
+
+    @classmethod
+    def from_config(cls, cfg, rope: RotaryEmbedding | None, **common) -> "SoftplusAttention":
+        return cls(cfg.width, cfg.heads, alibi=cfg.positions == "alibi", reweight=cfg.lssa_reweight,
+                   power=cfg.lssa_power, rope=rope, **common)
+
+    def apply_eval_options(self, cfg) -> None:
+        """Apply the evaluation-time keys (``eval_keys``) of ``cfg``."""
+        self.reweight, self.power = cfg.lssa_reweight, cfg.lssa_power
+
+    def attention_probs(self, x: torch.Tensor) -> torch.Tensor:
+        """The module's own l1-normalised weights ``[B, H, T, T]`` (float64) of input ``x [B, T, in_width]``
+        (LSSA, or LSSAR when re-weighting is on): rows sum to 1 like softmax probabilities (attention sinks)."""
+        q, k, _ = self.split_heads(x)
+        if self.rope is not None:
+            q, k = self.rope(q, k)
+        return self.weights(q.double(), k.double(), 0)
 
     def __init__(self, width: int, heads: int, *, in_width: int | None = None, out_width: int | None = None,
                  bias: bool = False, dropout: float = 0.0, rope: RotaryEmbedding | None = None,

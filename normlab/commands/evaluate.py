@@ -1,7 +1,7 @@
 """``normlab eval``: loss, bits-per-byte, token/byte/word perplexity on a split of a run's corpus.
 
 Evaluation-time overrides (``args.overrides``, ``--set model.KEY=VALUE``): only the keys that change how a trained
-model is evaluated without touching its weights (``normlab.rundir.apply_eval_overrides``, ``normlab.attention.EVAL_TIME_KEYS``: the LSSAR re-weighting of
+model is evaluated without touching its weights (``normlab.rundir.apply_eval_overrides``, ``normlab.attention.eval_time_keys()``, declared by each kind: the LSSAR re-weighting of
 softplus attention, ``model.lssa_reweight`` / ``model.lssa_power``). The result then goes to
 ``eval_<split>_overrides.json`` with an ``overrides`` list, so the plain evaluation is never overwritten.
 

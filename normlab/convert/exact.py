@@ -40,6 +40,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from normlab.attention import get_attention_class
 from normlab.config import RunConfig, config_from_dict
 from normlab.errors import NormlabError
 from normlab.model import build_model
@@ -207,10 +208,9 @@ def convert_model(model: nn.Module, run_cfg: RunConfig, kind: str) -> tuple[RunC
     if kind not in KINDS:
         raise NormlabError(f"unknown conversion '{kind}'; allowed: {', '.join(KINDS)}")
     cfg = run_cfg.model
-    attention = getattr(cfg, "attention", "softmax")
-    if attention != "softmax":
-        raise NormlabError(f"cannot convert model.attention '{attention}': exact conversions are implemented for "
-                           "softmax attention (qkv/proj) only")
+    if not get_attention_class(cfg.attention).convertible:
+        raise NormlabError(f"cannot convert model.attention '{cfg.attention}': exact conversions know the fused "
+                           "qkv/proj projections of softmax attention only (a kind declares convertible)")
     model = model.eval()
     sites = analyse(model, cfg, need_final=kind != "folded")
     norm_cls = type(sites[0].norm)

@@ -9,25 +9,19 @@ that can see it. The sink rate is the share of (sequence, layer, head) whose fir
 
 Attention probabilities: :func:`attention_probs` (the API other analyses may use too).
 
-- If a block's attention module defines ``attention_probs(x) -> [B, H, T, T]`` (``x`` = the module's input), that
-  is used: an attention kind with extras this module cannot know (QK-norm, softcap, ALiBi, ...) exposes its own.
-- Otherwise, for softmax attention with a fused ``qkv`` projection (``CausalSelfAttention`` and its Pre-CRMSNorm
-  variant), the probabilities are recomputed from the module's input captured by a forward pre-hook:
-  ``q, k = split(qkv(x))``, QK-norm (``q_norm``/``k_norm``) and RoPE when the module has them (learned or no
-  positions need nothing), ``A = softmax(cap(q k^T / sqrt(d_head)) + alibi + causal mask)`` with the module's
-  score softcap / ALiBi slopes when set.
-- Softplus attention (LSSA/LSSAR, ``SoftplusAttention``): its own l1-normalised weights (``weights(q, k)``), a
-  T x T matrix whose rows sum to 1 like softmax probabilities; the sink metric is then computed on them
-  (``attention`` in the result says which kind was measured).
-- Linear attention kinds (``LinearAttention``, NaLaFormer) have no T x T matrix: unavailable, with that reason.
+- Each attention kind computes its own probabilities, ``attention_probs(x) -> [B, H, T, T]`` (``x`` = the
+  module's input, captured by a forward pre-hook; normlab.attention.registry): softmax attention
+  ``softmax(cap(q k^T / sqrt(d_head)) + alibi + causal mask)`` with its QK-norm, RoPE, softcap and ALiBi;
+  softplus attention (LSSA/LSSAR) its own l1-normalised weights, a T x T matrix whose rows sum to 1 like softmax
+  probabilities (``attention`` in the result says which kind was measured).
+- A kind that declares ``score_matrix = False`` (linear attention, NaLaFormer) has no T x T matrix: unavailable,
+  with that reason.
 - Either way the result is checked: ``proj((A v) merged over heads)`` must reproduce the module's actual output.
-  When it does not (an unsupported option), or the module has no ``T x T`` probability matrix (linear
-  attention kinds), :class:`AttentionUnavailable` is raised with the reason; ``sink_analysis`` reports it.
+  When it does not (an option the kind's ``attention_probs`` does not know), :class:`AttentionUnavailable` is raised
+  with the reason; ``sink_analysis`` reports it.
 """
 
 from __future__ import annotations
-
-import math
 
 import torch
 from torch import nn
@@ -42,85 +36,29 @@ class AttentionUnavailable(Exception):
     """No T x T softmax attention probabilities can be obtained for this model (the message says why)."""
 
 
-def _attention_classes() -> dict[str, tuple[type, ...]]:
-    """The attention classes this module knows, by kind (imported lazily; kinds missing in this version are
-    left out)."""
-    import importlib
-
-    found: dict[str, tuple[type, ...]] = {}
-    for kind, mod, name in (("softmax", "normlab.attention.softmax", "CausalSelfAttention"),
-                            ("softplus", "normlab.attention.softplus", "SoftplusAttention"),
-                            ("linear", "normlab.attention.linear", "LinearAttention")):
-        try:
-            found[kind] = (getattr(importlib.import_module(mod), name),)
-        except (ImportError, AttributeError):
-            continue
-    return found
-
-
 def _qkv(attn: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """q, k, v ``[B, H, T, hd]`` (float64) from the fused ``qkv`` projection (layout ``[q | k | v]``), with the
-    module's QK-norm (``q_norm`` / ``k_norm``, before RoPE) and RoPE when present."""
+    """q, k, v ``[B, H, T, hd]`` from a fused ``qkv`` projection (layout ``[q | k | v]``), for the output check."""
     B, T, _ = x.shape
-    H, hd = attn.heads, attn.head_dim
-    q, k, v = attn.qkv(x).view(B, T, 3, H, hd).permute(2, 0, 3, 1, 4)
-    if getattr(attn, "q_norm", None) is not None:
-        q, k = attn.q_norm(q), attn.k_norm(k)
-    if getattr(attn, "rope", None) is not None:
-        q, k = attn.rope(q, k)
-    return q, k, v
+    return attn.qkv(x).view(B, T, 3, attn.heads, attn.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
 
 
-def _recompute(attn: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(A [B, H, T, T], v [B, H, T, hd])`` of a fused-qkv softmax attention module on input ``x [B, T, C]``:
-    ``softmax(cap(q k^T / sqrt(hd)) + alibi + causal mask)`` with the module's softcap / ALiBi when it has them
-    (float64)."""
-    q, k, v = _qkv(attn, x)
-    T, hd = x.shape[1], attn.head_dim
-    s = (q.double() @ k.double().transpose(-2, -1)) / math.sqrt(hd)
-    cap = getattr(attn, "softcap", None)
-    if cap is not None:
-        s = cap * torch.tanh(s / cap)
-    slopes = getattr(attn, "alibi_slopes", None)
-    if slopes is not None:
-        from normlab.attention.positions import alibi_bias
-
-        s = s + alibi_bias(slopes.double(), T, T)
-    mask = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
-    A = torch.softmax(s.masked_fill(~mask, float("-inf")), dim=-1)
-    return A, v.double()
-
-
-def _softplus_weights(attn: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Softplus attention (LSSA/LSSAR): the module's own l1-normalised weights ``[B, H, T, T]``."""
-    q, k, v = _qkv(attn, x)
-    return attn.weights(q.double(), k.double(), 0), v.double()
-
-
-def _probs(attn: nn.Module, x: torch.Tensor, where: str) -> tuple[torch.Tensor, torch.Tensor | None, str]:
-    """``(A, v or None, kind)`` for one attention module, or AttentionUnavailable."""
-    if callable(getattr(attn, "attention_probs", None)):
-        return attn.attention_probs(x).double(), None, "module attention_probs"
-    classes = _attention_classes()
-    if "linear" in classes and isinstance(attn, classes["linear"]):
-        raise AttentionUnavailable(f"{where}: linear attention (kernel features, division normalisation) has no "
+def _probs(attn: nn.Module, x: torch.Tensor, where: str) -> tuple[torch.Tensor, str]:
+    """``(A [B, H, T, T], kind)`` for one attention module from its own ``attention_probs(x)``, else
+    AttentionUnavailable: a kind declaring ``score_matrix = False`` (normlab.attention.registry) has none."""
+    kind = getattr(type(attn), "kind", None) or "module attention_probs"
+    if not getattr(type(attn), "score_matrix", True):
+        raise AttentionUnavailable(f"{where}: {kind} attention (kernel features, division normalisation) has no "
                                    "T x T probability matrix")
-    if "softplus" in classes and isinstance(attn, classes["softplus"]):
-        A, v = _softplus_weights(attn, x)
-        return A, v, "softplus"
-    if hasattr(attn, "qkv") and hasattr(attn, "heads") and hasattr(attn, "head_dim"):
-        A, v = _recompute(attn, x)
-        return A, v, "softmax"
+    if callable(getattr(attn, "attention_probs", None)):
+        return attn.attention_probs(x).double(), kind
     raise AttentionUnavailable(f"{where}: this attention kind has no T x T softmax probability matrix")
 
 
-def _check(attn: nn.Module, A: torch.Tensor, v: torch.Tensor | None, x: torch.Tensor, out: torch.Tensor,
-           where: str) -> None:
+def _check(attn: nn.Module, A: torch.Tensor, x: torch.Tensor, out: torch.Tensor, where: str) -> None:
     """Raise AttentionUnavailable unless ``proj(A v)`` reproduces the module output ``out``."""
-    if v is None:
-        if not hasattr(attn, "qkv"):
-            return  # a module-provided attention_probs without a fused qkv: trusted as is
-        v = _qkv(attn, x)[2].double()
+    if not hasattr(attn, "qkv"):
+        return  # attention_probs of a module without a fused qkv: trusted as is
+    v = _qkv(attn, x)[2].double()
     proj = getattr(attn, "proj", None)
     if proj is None:
         raise AttentionUnavailable(f"{where}: cannot verify the recomputed probabilities (no output projection)")
@@ -141,7 +79,7 @@ def attention_probs(model: nn.Module, idx: torch.Tensor, kinds_out: list[str] | 
     """Causal attention probabilities of every layer: ``idx [B, T] -> A [L, B, H, T, T]`` (float64, rows sum to 1).
 
     One eval-mode forward with hooks on each block's ``attn`` (removed afterwards); ``kinds_out`` (optional list)
-    receives the attention kinds measured (``softmax``, ``softplus``, ``module attention_probs``). Raises
+    receives the attention kinds measured (the registered kind names, e.g. ``softmax``, ``softplus``). Raises
     :class:`AttentionUnavailable` (with a one-line reason) for attention without a softmax probability matrix or
     when the recomputation does not reproduce the module's output.
     """
@@ -172,8 +110,8 @@ def attention_probs(model: nn.Module, idx: torch.Tensor, kinds_out: list[str] | 
             where = f"block {l} attention ({type(attn).__name__})"
             if x is None or out is None:
                 raise AttentionUnavailable(f"{where}: the attention module was not called")
-            A, v, kind = _probs(attn, x, where)
-            _check(attn, A, v, x, out, where)
+            A, kind = _probs(attn, x, where)
+            _check(attn, A, x, out, where)
             probs.append(A)
             kinds.add(kind)
     if kinds_out is not None:

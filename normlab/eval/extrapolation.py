@@ -24,10 +24,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from normlab.attention import get_attention_class
 from normlab.errors import NormlabError
 from normlab.eval.lm import window_batches, windows
 
-LINEAR_ATTENTION = ("linear", "nala")  # no T x T score matrix in memory
 
 
 MAX_FACTOR = 4096  # x the training context; longer windows are far outside any memory budget
@@ -127,7 +127,7 @@ def extrapolate(model: torch.nn.Module, tokens: np.ndarray, token_bytes: np.ndar
     for f in factors:
         ctx = max(1, round(f * train_context))
         need = window_bytes_estimate(ctx, width=width, heads=heads, vocab=vocab, mlp_ratio=ratio,
-                                     quadratic=attention not in LINEAR_ATTENTION)
+                                     quadratic=get_attention_class(attention).score_matrix)
         if ctx > avail:
             skipped.append({"factor": fmt_factor(f), "context": ctx,
                             "reason": f"context exceeds the {avail} tokens available in the split"

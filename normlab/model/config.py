@@ -10,7 +10,6 @@ from normlab.errors import NormlabError, unknown
 ACTIVATIONS = ("gelu", "gelu_tanh", "swiglu", "selu")
 QK_NORM_SCOPES = ("head", "width")
 POSITIONS = ("rope", "learned", "alibi", "none")
-ATTENTIONS = ("softmax", "softplus", "linear", "nala")  # = normlab.attention.ATTENTIONS (docs/attention.md)
 LINEAR_GATES = ("none", "static", "sigmoid")
 LINEAR_CONV_SOURCES = ("value", "input")  # NaLaFormer's conv of v / LINA's conv of the attention input x
 NORM_GROUPS = ("attn", "mlp", "final", "embed")
@@ -118,42 +117,17 @@ class ModelConfig:
         return self
 
     def _validate_attention(self) -> None:
-        """Attention kind, its options and the position encoding: refuse pairs without a meaning (one line)."""
-        att = self.attention
-        if att not in ATTENTIONS:
-            raise unknown("model.attention", att, ATTENTIONS)
+        """Attention kind, its options and the position encoding: refuse pairs without a meaning (one line). The
+        kind-specific rules are declared by each registered kind (normlab.attention.registry)."""
+        from normlab.attention import check_attention_config
+
         if self.linear_gate not in LINEAR_GATES:
             raise unknown("model.linear_gate", self.linear_gate, LINEAR_GATES)
-        if self.positions == "alibi" and att in ("linear", "nala"):
-            raise NormlabError(f"model.positions 'alibi' biases a score matrix, which model.attention '{att}' never "
-                               "forms; use rope, learned or none")
-        if self.attn_softcap is not None:
-            if att != "softmax":
-                raise NormlabError(f"model.attn_softcap caps pre-softmax scores: softmax attention only, not '{att}'")
-            if not self.attn_softcap > 0:
-                raise NormlabError(f"model.attn_softcap must be > 0 (or null), got {self.attn_softcap}")
         if self.qk_norm_scope not in QK_NORM_SCOPES:
             raise unknown("model.qk_norm_scope", self.qk_norm_scope, QK_NORM_SCOPES)
-        if self.qk_norm_scope != "head" and not (self.qk_norm and att == "softmax"):
-            raise NormlabError("model.qk_norm_scope 'width' needs model.qk_norm: true and model.attention: softmax")
-        if self.qk_norm and att == "softplus":
-            raise NormlabError("model.qk_norm: softplus attention l2-normalises q and k already; leave qk_norm off")
-        if self.qk_norm and att == "nala":
-            raise NormlabError("model.qk_norm: nala's kernel reads the query norm ||q||, which qk_norm would fix; "
-                               "leave qk_norm off")
-        if (self.lssa_reweight or self.lssa_power != 15.0) and att != "softplus":
-            raise NormlabError(f"model.lssa_reweight / model.lssa_power re-weight softplus attention, not '{att}'")
-        if not self.lssa_power > 0:
-            raise NormlabError(f"model.lssa_power must be > 0, got {self.lssa_power}")
-        if (self.linear_conv or self.linear_gate != "none") and att not in ("linear", "nala"):
-            raise NormlabError(f"model.linear_conv / model.linear_gate apply to linear and nala attention, not '{att}'")
         if self.linear_conv_source not in LINEAR_CONV_SOURCES:
             raise unknown("model.linear_conv_source", self.linear_conv_source, LINEAR_CONV_SOURCES)
-        if self.linear_conv_source != "value" and not self.linear_conv:
-            raise NormlabError("model.linear_conv_source picks what model.linear_conv convolves; set model.linear_conv "
-                               "(a kernel size, e.g. 4) too")
-        if self.linear_conv < 0:
-            raise NormlabError(f"model.linear_conv is a kernel size (0 = off), got {self.linear_conv}")
+        check_attention_config(self)
         if self.linear_chunk < 1:
             raise NormlabError(f"model.linear_chunk must be >= 1, got {self.linear_chunk}")
 

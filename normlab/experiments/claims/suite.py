@@ -359,9 +359,10 @@ def _need_attention(kind: str, key: str | None = None) -> Callable[[], str | Non
     def check() -> str | None:
         from dataclasses import fields as dfields
 
-        from normlab.model.config import ATTENTIONS, ModelConfig
+        from normlab.attention import attention_names
+        from normlab.model.config import ModelConfig
 
-        if kind not in ATTENTIONS:
+        if kind not in attention_names():
             return f"model.attention '{kind}' is not implemented yet"
         if key and key not in {f.name for f in dfields(ModelConfig)}:
             return f"config key model.{key} does not exist yet"
