@@ -32,7 +32,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from normlab.config import config_from_dict  # noqa: E402
-from normlab.experiments import load_sweep  # noqa: E402
+from normlab.experiments.sweep import load_sweep  # noqa: E402
 from normlab.train import precision as P  # noqa: E402
 from normlab.train.loop import train  # noqa: E402
 

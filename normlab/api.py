@@ -174,7 +174,8 @@ def compare(sweep: str | Path | dict[str, Any], out: str | Path | None = None, *
     """Run a sweep (a sweep file, a preset name, or a sweep mapping as in docs/compare.md) in parallel worker
     processes into ``out`` (default ``runs/compare-<name>``) and write its report; returns ``status``, ``counts``,
     ``runs`` (the stored rows), and with ``report`` the ``ranking`` / ``summary`` / report paths."""
-    from normlab.experiments import default_sweep_dir, list_presets, load_sweep, parse_sweep, run_sweep
+    from normlab.experiments.runner import default_sweep_dir, run_sweep
+    from normlab.experiments.sweep import list_presets, load_sweep, parse_sweep
 
     if isinstance(sweep, dict):
         s = parse_sweep(sweep, here=Path.cwd())

@@ -16,7 +16,7 @@ from normlab.cli import main as cli
 
 
 def main() -> int:
-    from normlab.experiments import load_sweep
+    from normlab.experiments.sweep import load_sweep
 
     t0 = time.time()
     sweep = load_sweep(preset="quick")

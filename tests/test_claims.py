@@ -219,7 +219,7 @@ def test_lr_sweep_claims_tiny_end_to_end(tmp_path):
 def test_reuse_finds_a_finished_sweep_run_with_the_same_resolved_config(tmp_path):
     """``claims --reuse SWEEP_DIR``: a finished sweep run with exactly the claim run's resolved config is found; a
     run with another lr, or one still pending in a sweep nobody is running, is not (the caller trains it)."""
-    from normlab.experiments import Store
+    from normlab.experiments.store import Store
     from normlab.experiments.claims.budgets import get_budget
     from normlab.experiments.claims.lrclaims import find_reusable, registered_in
     from normlab.experiments.claims.suite import variant_config

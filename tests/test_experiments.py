@@ -17,7 +17,9 @@ import pytest
 import yaml
 
 from normlab.errors import NormlabError
-from normlab.experiments import Store, list_presets, load_sweep, parse_sweep, plan_workers
+from normlab.experiments.runner import plan_workers
+from normlab.experiments.store import Store
+from normlab.experiments.sweep import list_presets, load_sweep, parse_sweep
 from normlab.train.tracking import read_hparams, read_scalars
 from tests.helpers import assert_bad_input, cli_env
 from tests.helpers import run_inproc as normlab

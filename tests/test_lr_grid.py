@@ -8,7 +8,7 @@ import math
 import pytest
 
 from normlab.errors import NormlabError
-from normlab.experiments import parse_sweep
+from normlab.experiments.sweep import parse_sweep
 from normlab.experiments.grid import expand_grid, log_grid, round_sig
 
 
@@ -86,7 +86,7 @@ def test_baseline_must_name_a_variant():
 
 
 def test_demo_preset_is_a_grid_reaching_the_unstable_region():
-    from normlab.experiments import list_presets, load_sweep
+    from normlab.experiments.sweep import list_presets, load_sweep
 
     quick = load_sweep(preset="quick")
     groups = {r.axes["grid_group"] for r in quick.runs}

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from normlab.experiments import Store
+from normlab.experiments.store import Store
 from tests.helpers import cli_env, normlab
 
 ray = pytest.importorskip("ray")

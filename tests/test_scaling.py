@@ -13,7 +13,7 @@ import yaml
 
 from normlab.config import config_from_dict
 from normlab.errors import NormlabError
-from normlab.experiments import parse_sweep
+from normlab.experiments.sweep import parse_sweep
 from normlab.experiments.store import Store
 from normlab.experiments.sweep import dump_spec
 from normlab.experiments.worker import record

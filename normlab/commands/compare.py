@@ -53,7 +53,8 @@ def print_lr(rep: Any) -> None:
 
 
 def run_compare(args: argparse.Namespace) -> int:
-    from normlab.experiments import default_sweep_dir, load_sweep, run_sweep
+    from normlab.experiments.runner import default_sweep_dir, run_sweep
+    from normlab.experiments.sweep import load_sweep
     from normlab.report import write_report
 
     sweep = load_sweep(args.sweep, preset=args.preset)

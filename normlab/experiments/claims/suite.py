@@ -94,7 +94,6 @@ class Claim:
     null: float = 0.0
     margin: float | None = None
     tolerance: float | None = None
-    requires: Callable[[], str | None] = lambda: None   # reason the claim cannot run yet, or None
     meaning: str = ""    # longer explanation for docs/claims.md
     source: str = ""     # where the recipe / metric comes from (paper section, authors' script)
     deviations: str = ""  # what differs from the paper's setup, forced by scale or by choice, and why
@@ -355,21 +354,6 @@ def m_extrap_eval_only(ctx: Context, runs: dict[str, Path]) -> tuple[float | Non
                                                          "max_factor": max(ctx.budget.extrap_factors)}
 
 
-def _need_attention(kind: str, key: str | None = None) -> Callable[[], str | None]:
-    def check() -> str | None:
-        from dataclasses import fields as dfields
-
-        from normlab.attention import attention_names
-        from normlab.model.config import ModelConfig
-
-        if kind not in attention_names():
-            return f"model.attention '{kind}' is not implemented yet"
-        if key and key not in {f.name for f in dfields(ModelConfig)}:
-            return f"config key model.{key} does not exist yet"
-        return None
-    return check
-
-
 CLAIMS: list[Claim] = [
     Claim("exact-conversion", "Pre-LN, Pre-RMSNorm and Pre-CRMSNorm compute the same function",
           "Jiang et al. 2023 (arXiv:2305.14858)", "max |logit diff| after converting a trained Pre-LN run to "
@@ -468,7 +452,7 @@ CLAIMS: list[Claim] = [
     Claim("lssar-extrapolation", "Softplus attention with re-weighting keeps loss flatter than softmax up to 16x the "
           "training length", "Gao & Huang 2025, Softplus Attention with Re-weighting (repo iminfine/freeatten)",
           "loss(16x) - loss(1x) [nats/token]: softmax - softplus+LSSAR (trained with re-weighting)", "> 0",
-          "greater", ("ln", "softplus_lssar"), m_extrap, requires=_need_attention("softplus", "lssa_reweight"),
+          "greater", ("ln", "softplus_lssar"), m_extrap,
           meaning="Both models trained at the same context with RoPE, the softplus model with LSSAR re-weighting "
                   "on during training (model.lssa_reweight=true), as the paper trains it; evaluated on the same "
                   "validation tokens with non-overlapping windows of 1x..16x the training context "
@@ -482,7 +466,6 @@ CLAIMS: list[Claim] = [
           "evaluation, keeps loss flatter than softmax up to 16x", "Gao & Huang 2025, Softplus Attention with "
           "Re-weighting (repo iminfine/freeatten)", "loss(16x) - loss(1x) [nats/token]: softmax - softplus with "
           "LSSAR at evaluation only", "> 0", "greater", ("ln", "softplus"), m_extrap_eval_only,
-          requires=_need_attention("softplus", "lssa_reweight"),
           meaning="The earlier measurement, kept as a separate, labelled one: the softplus model trained without "
                   "re-weighting and evaluated with model.lssa_reweight=true (no fine-tuning), as lssar-extrapolation "
                   "otherwise. The switch raises the 1x loss of a model never trained with it; details give the "
@@ -505,7 +488,6 @@ CLAIMS: list[Claim] = [
     Claim("linear-attention", "Causal linear attention with division normalisation and LINA's input conv is "
           "competitive with softmax at equal parameters", "Wang et al. 2026, LINA",
           "bpb(linear+conv) / bpb(softmax) - 1", "< 0.05", "less", ("ln", "linear_conv"), m_linear, null=0.05,
-          requires=_need_attention("linear", "linear_conv"),
           meaning="Linear attention (relu kernel, division normalisation, causal prefix sums) with LINA's locality "
                   "branch, a causal depthwise conv of size 4 of the attention input (model.linear_conv_source: "
                   "input), vs softmax at the same width/depth (the conv adds 5 x width parameters per block, "
@@ -676,8 +658,7 @@ def run_suite(claims: list[Claim], budget: Budget, out: Path, *, seeds: int | No
         raise NormlabError(f"--seeds must be >= 1, got {n_seeds}")
     t0 = time.time()
     out.mkdir(parents=True, exist_ok=True)
-    skipped = {c.name: c.requires() for c in claims}
-    needed = sorted({v for c in claims if not skipped[c.name] for v in c.variants})
+    needed = sorted({v for c in claims for v in c.variants})
     jobs, reused, retrain = [], 0, {}
     for seed in range(n_seeds):
         for v in needed:
@@ -708,10 +689,6 @@ def run_suite(claims: list[Claim], budget: Budget, out: Path, *, seeds: int | No
     results = []
     for c in claims:
         base = {"name": c.name, "claim": c.claim, "paper": c.paper, "metric": c.metric, "expected": c.expected}
-        if skipped[c.name]:
-            results.append({**base, "measured": None, "ci": None, "verdict": "inconclusive", "n": 0,
-                            "reason": skipped[c.name], "values": [], "seeds": [], "details": [], "runs": []})
-            continue
         t = time.time()
         values, details, runs = [], [], []
         for seed in range(n_seeds):
