@@ -40,3 +40,20 @@ def renamed(record: dict[str, Any]) -> dict[str, Any]:
             v = out.pop(old)
             out.setdefault(new, v)
     return out
+
+
+GRAD_NORM_PARTS = ("attn", "mlp", "norm")
+"""The one definition of a block's gradient norm (Mix-LN, Li et al. 2024: the gradient norm of each layer's
+parameters): ``sqrt(sum over parts of |g_part|^2)`` from the training-time keys ``diag/grad_norm/<part>/<l>``
+(normlab.diagnostics.training): attention, MLP and norm-site parameters of block ``l``. The report's gradient
+profile and the claims suite's Mix-LN measurement both use it."""
+GRAD_NORM_PREFIXES = tuple(f"diag/grad_norm/{p}/" for p in GRAD_NORM_PARTS)
+
+
+def block_grad_norms(record: dict[str, Any]) -> list[float]:
+    """Per-block gradient norms ``[L]`` of one diagnostic record of ``metrics.jsonl`` (``GRAD_NORM_PARTS``; a part
+    the record lacks counts 0), for blocks ``0, 1, ...`` while any part of the block is recorded."""
+    out: list[float] = []
+    while any(f"{p}{len(out)}" in record for p in GRAD_NORM_PREFIXES):
+        out.append(sum(float(record.get(f"{p}{len(out)}", 0.0)) ** 2 for p in GRAD_NORM_PREFIXES) ** 0.5)
+    return out

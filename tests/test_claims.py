@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from normlab.experiments.claims.stats import HELD, INCONCLUSIVE, NOT_HELD, mean_ci, t_cdf, t_quantile, verdict
+from normlab.experiments.claims.stats import HELD, INCONCLUSIVE, NOT_HELD, finite, verdict
+from normlab.stats import mean_ci, t_cdf
+from normlab.stats import t_ppf as t_quantile
 from tests.helpers import run_inproc
 
 torch.set_num_threads(1)
@@ -31,13 +33,15 @@ def test_t_quantile_other_levels():
 
 def test_mean_ci_matches_formula():
     xs = [1.0, 2.0, 4.0, 7.0]
-    m, (lo, hi), n = mean_ci(xs)
+    c = mean_ci(xs)
+    m, (lo, hi), n = c.mean, (c.low, c.high), c.n
     sd = math.sqrt(sum((x - 3.5) ** 2 for x in xs) / 3)
     half = 3.182446305284263 * sd / 2
     assert (m, n) == (3.5, 4)
     assert lo == pytest.approx(3.5 - half, rel=1e-8) and hi == pytest.approx(3.5 + half, rel=1e-8)
-    assert mean_ci([None, float("nan"), 2.0]) == (2.0, None, 1)
-    assert mean_ci([]) == (None, None, 0)
+    assert finite([None, float("nan"), 2.0]) == [2.0] and mean_ci([2.0]).half is None  # verdicts use finite values
+    assert verdict([None, float("nan"), 2.0], "greater")["ci"] is None
+    assert verdict([], "greater")["measured"] is None
 
 
 @pytest.mark.parametrize("values, direction, expected", [
@@ -107,8 +111,8 @@ def test_claims_tiny_end_to_end(tmp_path):
         recomputed.append(s_dyt["val_bpb"] - s_ln["val_bpb"])
     assert dyt["values"] == pytest.approx(recomputed, abs=1e-12)
     assert dyt["measured"] == pytest.approx(sum(recomputed) / 2, abs=1e-12)
-    m, ci, _ = mean_ci(recomputed)
-    assert dyt["ci"] == pytest.approx(list(ci))
+    c = mean_ci(recomputed)
+    assert dyt["ci"] == pytest.approx([c.low, c.high])
     assert dyt["verdict"] == verdict(recomputed, "within", margin=0.05)["verdict"]
 
     # resume: everything reused, same numbers; the human table names the verdicts

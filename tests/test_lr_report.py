@@ -13,7 +13,7 @@ import torch
 import yaml
 
 from normlab.report.lrgrid import lr_sensitivity, stable_lrs
-from normlab.report.stats import paired_diff, seeds_needed, welch_diff
+from normlab.stats import paired_diff, seeds_needed, welch_diff
 from tests.helpers import assert_bad_input
 from tests.helpers import normlab as normlab_sub
 from tests.helpers import run_inproc as normlab

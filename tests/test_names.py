@@ -97,3 +97,13 @@ def test_outputs_write_the_new_names(tmp_path, cache):
     assert any("val_bpb" in r for r in recs) and not any("bits_per_byte" in r for r in recs)
     tags = {t for t, _, _ in read_scalars(out / "tb")}
     assert "val/bpb" in tags and "val/bits_per_byte" not in tags
+
+
+def test_block_grad_norm_is_the_root_sum_square_of_the_block_parts():
+    """The one per-block gradient norm (report profile and the Mix-LN claim): attention, MLP and norm parts."""
+    from normlab.names import block_grad_norms
+
+    rec = {"step": 10, "diag/grad_norm/attn/0": 3.0, "diag/grad_norm/mlp/0": 4.0, "diag/grad_norm/norm/0": 12.0,
+           "diag/grad_norm/attn/1": 1.0, "diag/grad_norm/mlp/1": 0.0, "diag/grad_norm/final_norm": 99.0}
+    assert block_grad_norms(rec) == [13.0, 1.0]  # sqrt(9 + 16 + 144); block 1 lacks its norm part: 0
+    assert block_grad_norms({"step": 1}) == []

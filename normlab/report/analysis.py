@@ -21,9 +21,9 @@ from statistics import mean
 from typing import Any
 
 from normlab.experiments.store import Store
-from normlab.names import read_bpb
+from normlab.names import GRAD_NORM_PREFIXES, read_bpb
 from normlab.report.lrgrid import GridReport, analyze, grid_runs_from_rows
-from normlab.report.stats import MeanCI, Welch, mean_ci, t_ppf, welch
+from normlab.stats import MeanCI, Welch, mean_ci, t_ppf, welch
 
 ALPHA = 0.05
 
@@ -340,8 +340,7 @@ def run_profiles(run: RunInfo) -> dict[str, list[tuple[list[float], str]]]:
         "sink": [(_numlist(_get(d, "sinks", "sink_rate_per_layer")), "diagnose")],
         "angular": [(_field_list(_get(d, "layer_effectiveness", "blocks"), "angular_distance"), "diagnose")],
         "skip": [(_field_list(_get(d, "layer_effectiveness", "blocks"), "skip_loss_increase"), "diagnose")],
-        "grad": [(_train_series(run.curves, ["diag/grad_norm/attn/", "diag/grad_norm/mlp/", "diag/grad_norm/norm/"]),
-                  "training")],
+        "grad": [(_train_series(run.curves, list(GRAD_NORM_PREFIXES)), "training")],  # normlab.names.block_grad_norms
     }
     blocks = _train_series(run.curves, ["diag/resid_var/"])
     embed = run.curves.get("diag/embed_var")

@@ -12,7 +12,7 @@ the grid point reaching ``L*`` (the smallest such lr on a tie). The stable range
 run neither diverged nor ended more than ``STABLE_MARGIN`` bits/byte above ``L*``. Every per-seed number gets a 95%
 Student-t interval over seeds (the best learning rate on a log10 scale).
 
-Paired comparisons (normlab.report.stats): a seed fixes the data order and the validation windows of every variant
+Paired comparisons (normlab.stats): a seed fixes the data order and the validation windows of every variant
 (common random numbers), so each variant is compared with the baseline by the per-seed differences (paired t over
 seeds), and the capped losses also by the differences over every (seed, lr) cell both ran; only when two variants
 share fewer than two seeds does the comparison fall back to Welch's unpaired interval. An interval that contains 0
@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from statistics import mean
 from typing import Any
 
-from normlab.report.stats import Diff, MeanCI, mean_ci, paired_diff, seeds_needed, welch_diff
+from normlab.stats import Diff, MeanCI, mean_ci, paired_diff, seeds_needed, welch_diff
 
 STABLE_MARGIN = 0.1  # bits/byte above the best loss of the same seed
 

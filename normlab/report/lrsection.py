@@ -7,7 +7,7 @@ from typing import Any
 
 from normlab.report import lrplots
 from normlab.report.lrgrid import STABLE_MARGIN, GridReport, PairedRow
-from normlab.report.stats import MeanCI, t_ppf
+from normlab.stats import MeanCI, t_ppf
 
 
 def _ci(ci: MeanCI | None, digits: int = 3) -> str:

@@ -1,7 +1,7 @@
 """Mean, Student-t confidence interval and the verdict of a claim.
 
 The CI is ``mean ± t_{1-a/2, n-1} * sd / sqrt(n)`` over per-seed values (``sd`` with ``n - 1``). The t quantile is
-computed without scipy by ``normlab.report.stats`` (incomplete-beta CDF inverted by bisection).
+computed without scipy by ``normlab.stats`` (incomplete-beta CDF inverted by bisection).
 
 Verdicts (``direction``):
 
@@ -20,35 +20,14 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
-from normlab.report.stats import t_cdf, t_ppf  # noqa: F401  (t_cdf re-exported)
+from normlab.stats import mean_ci
 
 HELD, NOT_HELD, INCONCLUSIVE = "held", "not held", "inconclusive"
 DIRECTIONS = ("greater", "less", "within", "exact")
 
 
-def t_quantile(p: float, df: float) -> float:
-    """``t`` with ``t_cdf(t, df) = p`` (the report's Student-t implementation, one copy in the project)."""
-    if df <= 0:
-        raise ValueError(f"t_quantile needs df > 0, got {df}")
-    return t_ppf(p, df)
-
-
 def finite(values: Sequence[float | None]) -> list[float]:
     return [float(v) for v in values if v is not None and math.isfinite(float(v))]
-
-
-def mean_ci(values: Sequence[float | None], level: float = 0.95) -> tuple[float | None, tuple[float, float] | None, int]:
-    """``(mean, (lo, hi), n)`` over the finite values; CI None when n < 2 (mean None when n = 0)."""
-    xs = finite(values)
-    n = len(xs)
-    if n == 0:
-        return None, None, 0
-    m = sum(xs) / n
-    if n < 2:
-        return m, None, n
-    sd = math.sqrt(sum((x - m) ** 2 for x in xs) / (n - 1))
-    half = t_quantile(1.0 - (1.0 - level) / 2.0, n - 1) * sd / math.sqrt(n)
-    return m, (m - half, m + half), n
 
 
 def verdict(values: Sequence[float | None], direction: str, *, null: float = 0.0, margin: float | None = None,
@@ -68,11 +47,13 @@ def verdict(values: Sequence[float | None], direction: str, *, null: float = 0.0
         return {"measured": worst, "ci": [min(xs), max(xs)] if xs else None, "n": len(vals),
                 "verdict": HELD if ok else NOT_HELD,
                 "reason": f"max over {len(vals)} seed(s) {'<=' if ok else '>'} tolerance {tolerance:g}"}
-    m, ci, n = mean_ci(values, level)
-    out = {"measured": m, "ci": list(ci) if ci else None, "n": n}
-    if ci is None:
+    xs = finite(values)
+    c = mean_ci(xs, level) if xs else None
+    n = len(xs)
+    out = {"measured": c.mean if c else None, "ci": [c.low, c.high] if c and c.half is not None else None, "n": n}
+    if out["ci"] is None:
         return {**out, "verdict": INCONCLUSIVE, "reason": f"{n} finite value(s): a CI needs at least 2"}
-    lo, hi = ci
+    lo, hi = out["ci"]
     if direction == "within":
         if margin is None:
             raise ValueError("direction 'within' needs a margin")

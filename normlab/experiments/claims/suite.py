@@ -265,17 +265,14 @@ def m_peri_magnitude(ctx: Context, runs: dict[str, Path]) -> tuple[float | None,
 
 def grad_cv(run_dir: Path) -> float | None:
     """Mean over the training-time diagnostic records of the coefficient of variation (std / mean, population
-    std) across blocks of the per-block gradient norm ``sqrt(|g_attn|^2 + |g_mlp|^2)``."""
+    std) across blocks of the per-block gradient norm (``normlab.names.block_grad_norms``: attention, MLP and
+    norm-site parameters of each block)."""
     from normlab.diagnostics.analyze import training_records
+    from normlab.names import block_grad_norms
 
     cvs = []
     for rec in training_records(run_dir):
-        per = []
-        l = 0
-        while f"diag/grad_norm/attn/{l}" in rec or f"diag/grad_norm/mlp/{l}" in rec:
-            per.append(math.sqrt(rec.get(f"diag/grad_norm/attn/{l}", 0.0) ** 2
-                                 + rec.get(f"diag/grad_norm/mlp/{l}", 0.0) ** 2))
-            l += 1
+        per = block_grad_norms(rec)
         if len(per) >= 2 and all(math.isfinite(v) for v in per):
             mu = sum(per) / len(per)
             if mu > 0:
@@ -420,7 +417,8 @@ CLAIMS: list[Claim] = [
     Claim("mixln-grad", "Mix-LN makes gradient norms more uniform across depth than Pre-LN",
           "Li et al. 2024, Mix-LN (arXiv:2412.13795)", "CV across blocks of per-block grad norm: Pre-LN - Mix-LN "
           "(mean over training)", "> 0", "greater", ("deep_pre", "deep_mix"), m_mix,
-          meaning="Per-block gradient norm sqrt(|g_attn|^2 + |g_mlp|^2) recorded during training every diag.every "
+          meaning="Per-block gradient norm sqrt(|g_attn|^2 + |g_mlp|^2 + |g_norm|^2) (normlab.names.block_grad_norms, "
+                  "the report's definition too) recorded during training every diag.every "
                   "steps (before clipping); coefficient of variation (std/mean) across blocks, averaged over the "
                   "records; value = CV(Pre-LN) - CV(Mix-LN, alpha 0.25); positive = Mix-LN more uniform.",
           source="Mix-LN section 4 (gradient norms across layers) and repo pixeli99/MixLN (alpha 0.25)",

@@ -1,4 +1,4 @@
-"""Small-sample statistics for the report, without scipy: Student-t CDF / quantiles, confidence intervals, Welch's t-test.
+"""Small-sample statistics (the one copy: the report, the claims suite and the scaling forecasts use it), without scipy: Student-t CDF / quantiles, confidence intervals, Welch's t-test.
 
 The t CDF uses the regularized incomplete beta function (continued fraction, Numerical Recipes 6.4):
 ``P(T <= t) = 1 - I_x(df/2, 1/2) / 2`` for ``t > 0`` with ``x = df / (df + t^2)``. Quantiles invert it by bisection,
