@@ -83,9 +83,9 @@ class CausalSelfAttention(AttentionBase):
         self.register_buffer("alibi_slopes", alibi_slopes(heads).float() if alibi else None, persistent=False)
         self.logit_probe = None
 
-    def forward(self, x: torch.Tensor, state: AttentionState | None = None) -> torch.Tensor:
+    def project(self, x: torch.Tensor, offset: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``x [B, T, in_width] -> q, k, v [B, H, T, head_dim]`` with QK-norm and RoPE (positions from ``offset``)."""
         q, k, v = self.split_heads(x)
-        offset = state.pos if state is not None else 0
         if self.q_norm is not None and self.qk_norm_scope == "width":  # [B, H, T, hd] -> [B, T, width] and back
             B, H, T, D = q.shape
             q = self.q_norm(self.merge_heads(q)).view(B, T, H, D).transpose(1, 2)
@@ -94,6 +94,10 @@ class CausalSelfAttention(AttentionBase):
             q, k = self.q_norm(q), self.k_norm(k)
         if self.rope is not None:
             q, k = self.rope(q, k, offset)
+        return q, k, v
+
+    def forward(self, x: torch.Tensor, state: AttentionState | None = None) -> torch.Tensor:
+        q, k, v = self.project(x, state.pos if state is not None else 0)
         k, v = append_kv(state, k, v)
         y = self.attend(q, k, v)
         if state is not None:
@@ -104,15 +108,7 @@ class CausalSelfAttention(AttentionBase):
         """Causal attention probabilities ``[B, H, T, T]`` (float64) of input ``x [B, T, in_width]``:
         ``softmax(cap(q k^T / sqrt(head_dim)) + alibi + causal mask)`` with this module's QK-norm, RoPE, softcap
         and ALiBi (diagnostics: attention sinks)."""
-        q, k, _ = self.split_heads(x)
-        if self.q_norm is not None and self.qk_norm_scope == "width":
-            B, H, T, D = q.shape
-            q = self.q_norm(self.merge_heads(q)).view(B, T, H, D).transpose(1, 2)
-            k = self.k_norm(self.merge_heads(k)).view(B, T, H, D).transpose(1, 2)
-        elif self.q_norm is not None:
-            q, k = self.q_norm(q), self.k_norm(k)
-        if self.rope is not None:
-            q, k = self.rope(q, k)
+        q, k, _ = self.project(x)
         T = x.shape[1]
         s = (q.double() @ k.double().transpose(-2, -1)) / math.sqrt(self.head_dim)
         if self.softcap is not None:

@@ -10,3 +10,9 @@ def data_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data", metavar="SOURCE", help="score another corpus (any data.source) with the run's own "
                    "tokenizer; results go to files suffixed _data-<content hash> (default: the run's corpus, "
                    "refused if it changed since training)")
+
+
+def eval_set_arg(p: argparse.ArgumentParser) -> None:
+    """``--set KEY=VALUE`` for evaluation-time keys only (eval, extrapolate; ``normlab.rundir.apply_eval_overrides``)."""
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="evaluation-time key only, e.g. model.lssa_reweight=true")

@@ -125,11 +125,10 @@ def _eval_documents(args: argparse.Namespace, run, data, context: int, overrides
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """Register ``normlab eval`` with their flags (called by ``normlab.cli.build_parser``)."""
     from normlab.validate import int_in
-    from normlab.commands.args import data_arg
+    from normlab.commands.args import data_arg, eval_set_arg
 
     e = sub.add_parser("eval", help="evaluate a run: loss, bits-per-byte, perplexities")
-    e.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="evaluation-time key only, e.g. model.lssa_reweight=true")
+    eval_set_arg(e)
     e.add_argument("run_dir")
     e.add_argument("--split", choices=["val", "test"], default="val")
     e.add_argument("--context", type=int_in(1, 2**20), help="window length (default: the training context)")

@@ -63,11 +63,10 @@ def run_extrapolate(args: argparse.Namespace) -> int:
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """Register ``normlab extrapolate`` with their flags (called by ``normlab.cli.build_parser``)."""
     from normlab.validate import float_in, int_in
-    from normlab.commands.args import data_arg
+    from normlab.commands.args import data_arg, eval_set_arg
 
     x = sub.add_parser("extrapolate", help="loss and bits-per-byte at multiples of the training context")
-    x.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="evaluation-time key only, e.g. model.lssa_reweight=true")
+    eval_set_arg(x)
     x.add_argument("run_dir")
     x.add_argument("--factors", default="1,2,4,8,16", help="comma-separated multiples of the training context")
     x.add_argument("--split", choices=["val", "test"], default="val")

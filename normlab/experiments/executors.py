@@ -268,7 +268,7 @@ def run_ray_sweep(ray: Any, store: Any, sweep_dir: Path, todo: list[str], n_work
                   log: Callable[[str], None], outcome: Any) -> str:
     """Train ``todo`` on the Ray cluster, at most ``n_workers`` tasks in flight; the driver records every row.
     Returns ``completed`` or ``interrupted``."""
-    from normlab.experiments.runner import _describe
+    from normlab.experiments.runner import _describe, stopping_message
     from normlab.experiments.worker import finished_summary, record
 
     sweep_dir = sweep_dir.resolve()
@@ -293,8 +293,7 @@ def run_ray_sweep(ray: Any, store: Any, sweep_dir: Path, todo: list[str], n_work
         nonlocal interrupts
         interrupts += 1
         if interrupts == 1:
-            log(f"stopping: {len(running)} running run(s) checkpoint and stop; re-run the same command to resume "
-                "(Ctrl-C again to stop without waiting for checkpoints)")
+            log(stopping_message(len(running)))
             stopper.stop.remote()
         else:
             for ref in running:

@@ -39,6 +39,12 @@ from normlab.experiments.store import FINAL, Store
 from normlab.experiments.sweep import Sweep, dump_spec
 
 
+def stopping_message(running: int) -> str:
+    """What a sweep says on the first Ctrl-C / SIGTERM (local and Ray executors)."""
+    return (f"stopping: {running} running run(s) checkpoint and stop; re-run the same command to resume "
+            "(Ctrl-C again to stop without waiting for checkpoints)")
+
+
 def available_cores() -> int:
     try:
         return max(1, len(os.sched_getaffinity(0)))
@@ -306,8 +312,7 @@ def _execute(store: Store, sweep_dir: Path, todo: list[str], n_workers: int, thr
         nonlocal interrupts
         interrupts += 1
         if interrupts == 1:
-            log(f"stopping: {len(running)} running run(s) checkpoint and stop; re-run the same command to resume "
-                "(Ctrl-C again to stop without waiting for checkpoints)")
+            log(stopping_message(len(running)))
         for proc, _ in running.values():
             try:
                 proc.kill() if interrupts >= 3 else proc.send_signal(signal.SIGINT)
