@@ -22,7 +22,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 COMMAND_MODULES = ("train", "evaluate", "convert", "surgery", "interop", "generate", "calibrate", "extrapolate",
-                   "diagnose", "compare", "runs", "report", "scaling", "claims", "norms")
+                   "diagnose", "compare", "runs", "report", "scaling", "claims", "norms", "attention")
 """normlab.commands modules, in the order their commands appear in ``normlab --help``."""
 
 

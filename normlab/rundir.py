@@ -142,19 +142,15 @@ class OpenedRun:
 
 
 def check_context(mc: Any, context: int) -> None:
-    """A context the trained model cannot run at is a one-line error: longer than a learned position table or
-    than a static KV-gate table (``model.linear_gate: static``, one scale per training position)."""
+    """A context the trained model cannot run at is a one-line error: longer than a learned position table, or
+    than its attention kind allows (its ``check_context``: linear attention's static KV-gate table, one scale per
+    training position)."""
     if mc.positions == "learned" and context > mc.context:
         raise NormlabError(f"--context {context} exceeds the learned position table ({mc.context}); "
                            "learned positions cannot extrapolate")
-    check_static_gate(mc, context)
+    from normlab.attention.registry import check_attention_context
 
-
-def check_static_gate(mc: Any, context: int) -> None:
-    """``model.linear_gate: static`` has one scale per training position: longer contexts are a one-line error."""
-    if mc.linear_gate == "static" and context > mc.context:
-        raise NormlabError(f"context {context} exceeds the static KV-gate table ({mc.context} positions); "
-                           "model.linear_gate 'static' cannot extrapolate")
+    check_attention_context(mc, context)
 
 
 def apply_eval_overrides(run: LoadedRun, overrides: list[str]) -> None:

@@ -30,3 +30,15 @@ def test_every_command_and_option_is_documented():
 def test_readme_gives_the_two_commands():
     readme = (DOCS.parent / "README.md").read_text()
     assert "make demo" in readme and "make test" in readme
+
+
+def test_every_attention_kind_is_documented():
+    """docs/attention.md lists the registered kinds (the one list, normlab.attention.registry) in the key table,
+    in registration order, and gives each its own section; so does ``normlab attention``."""
+    from normlab.attention import attention_names
+
+    text = (DOCS / "attention.md").read_text()
+    row = next(line for line in text.splitlines() if line.startswith("| `model.attention` |"))
+    assert row.split("|")[2].strip() == ", ".join(f"`{k}`" for k in attention_names()), row
+    for kind in attention_names():
+        assert f"\n## `{kind}` " in text, f"docs/attention.md lacks a section for attention kind '{kind}'"

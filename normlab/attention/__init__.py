@@ -5,8 +5,9 @@
 - ``linear``   -- normlab.attention.linear (LINA: relu kernel, causal division normalisation, conv, KV gate)
 - ``nala``     -- normlab.attention.nala (NaLaFormer norm-aware kernel)
 
-Each kind is one class registered in ``normlab.attention.registry`` that declares its own facts (config options,
-score matrix, eval-time keys, convertible/exportable); ``build_attention(cfg, rope, in_width=..., out_width=...)``
+Each kind is one class registered in ``normlab.attention.registry`` that declares its own facts (config options and
+their checks, score matrix, eval-time keys, context limit, convertible/exportable); the registry is the one list of
+kind names (``attention_names()``, ``normlab attention``). ``build_attention(cfg, rope, in_width=..., out_width=...)``
 builds the registered class of ``cfg.attention``.
 """
 
@@ -18,8 +19,8 @@ from torch import nn
 
 from normlab.attention.base import AttentionState
 from normlab.attention.positions import RotaryEmbedding
-from normlab.attention.registry import (attention_names, check_attention_config, eval_time_keys, get_attention_class,
-                                        register_attention)
+from normlab.attention.registry import (attention_names, check_attention_config, check_attention_context,
+                                        eval_time_keys, get_attention_class, list_attention, register_attention)
 # the kinds shipped with normlab register themselves on import (registration order = docs and CLI order)
 from normlab.attention.softmax import CausalSelfAttention  # noqa: E402  isort: skip
 from normlab.attention.softplus import SoftplusAttention  # noqa: E402  isort: skip
@@ -48,5 +49,6 @@ def set_eval_options(model: nn.Module, cfg: "ModelConfig") -> None:
 
 
 __all__ = ["AttentionState", "CausalSelfAttention", "LinearAttention", "NaLaAttention", "RotaryEmbedding",
-           "SoftplusAttention", "attention_names", "build_attention", "check_attention_config", "eval_time_keys", "get_attention_class",
-           "register_attention", "set_eval_options"]
+           "SoftplusAttention", "attention_names", "build_attention", "check_attention_config",
+           "check_attention_context", "eval_time_keys", "get_attention_class", "list_attention", "register_attention",
+           "set_eval_options"]

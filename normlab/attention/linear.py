@@ -157,6 +157,26 @@ class LinearAttention(AttentionBase):
                for k, d in (("linear_conv", 0), ("linear_gate", "none"), ("linear_conv_source", "value"))}
 
     @classmethod
+    def check_keys(cls, cfg) -> None:
+        from normlab.errors import NormlabError, unknown
+
+        if cfg.linear_gate not in GATES:
+            raise unknown("model.linear_gate", cfg.linear_gate, GATES)
+        if cfg.linear_conv_source not in CONV_SOURCES:
+            raise unknown("model.linear_conv_source", cfg.linear_conv_source, CONV_SOURCES)
+        if cfg.linear_chunk < 1:  # a speed knob, not an option: any kind may carry it, but never below 1
+            raise NormlabError(f"model.linear_chunk must be >= 1, got {cfg.linear_chunk}")
+
+    @classmethod
+    def check_context(cls, cfg, context: int) -> None:
+        """``linear_gate: static`` has one scale per training position: a longer context is a one-line error."""
+        from normlab.errors import NormlabError
+
+        if cfg.linear_gate == "static" and context > cfg.context:
+            raise NormlabError(f"context {context} exceeds the static KV-gate table ({cfg.context} positions); "
+                               "model.linear_gate 'static' cannot extrapolate")
+
+    @classmethod
     def check_config(cls, cfg) -> None:
         from normlab.errors import NormlabError
 

@@ -35,6 +35,8 @@ from normlab.attention.positions import RotaryEmbedding, alibi_bias, alibi_slope
 from normlab.attention.registry import register_attention
 from normlab.norms.modules import RMSNorm
 
+QK_NORM_SCOPES = ("head", "width")  # model.qk_norm_scope: one RMSNorm per head's head_dim / over all heads' q, k
+
 
 @register_attention("softmax")
 class CausalSelfAttention(AttentionBase):
@@ -51,6 +53,13 @@ class CausalSelfAttention(AttentionBase):
         "qk_norm_scope": ("head", "model.qk_norm_scope 'width' needs model.qk_norm: true and model.attention: softmax"),
     }
     convertible = exportable = True  # fused qkv / proj: normlab convert folds into them, HF families map them
+
+    @classmethod
+    def check_keys(cls, cfg) -> None:
+        from normlab.errors import unknown
+
+        if cfg.qk_norm_scope not in QK_NORM_SCOPES:
+            raise unknown("model.qk_norm_scope", cfg.qk_norm_scope, QK_NORM_SCOPES)
 
     @classmethod
     def check_config(cls, cfg) -> None:

@@ -16,14 +16,15 @@ from normlab.io import check_file_slot, check_inside, dumps, write_json
 
 def run_extrapolate(args: argparse.Namespace) -> int:
     from normlab.eval.extrapolation import check_positions, extrapolate, parse_factors, plot_extrapolation
-    from normlab.rundir import check_static_gate, open_config, open_run
+    from normlab.attention import check_attention_context
+    from normlab.rundir import open_config, open_run
 
     factors = parse_factors(args.factors)
     if args.max_tokens < 0 or args.batch_size < 1 or not args.memory_gb > 0:
         raise NormlabError("--max-tokens must be >= 0, --batch-size >= 1 and --memory-gb > 0")
     cfg = open_config(args.run_dir)
     check_positions(factors, cfg.model.context, cfg.model.positions)  # before loading anything
-    check_static_gate(cfg.model, max(max(1, round(f * cfg.model.context)) for f in factors))
+    check_attention_context(cfg.model, max(max(1, round(f * cfg.model.context)) for f in factors))
     run = open_run(args)  # at the training context; longer ones were checked above, per factor
     mc, data, overrides = run.cfg.model, run.data, run.overrides
     rep = extrapolate(run.model, run.tokens, data.token_bytes, train_context=mc.context,
