@@ -101,13 +101,13 @@ class Run:
 
     @property
     def tokenizer(self):
-        from normlab.rundata import run_tokenizer
+        from normlab.rundir import run_tokenizer
 
         return run_tokenizer(self.run_dir, self.cfg)
 
     def data(self, source: str | None = None):
         """The tokenized splits (``PreparedData``): the run's corpus, or ``source`` with the run's tokenizer."""
-        from normlab.rundata import run_data
+        from normlab.rundir import run_data
 
         return run_data(self.run_dir, self.cfg, source=source)
 

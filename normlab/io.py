@@ -1,8 +1,9 @@
-"""Atomic file writing (temp file in the same directory, fsync, then ``os.replace``), atomic publishing of a
-whole output directory (``publish_dir``) and safe loading.
+"""Atomic file writing (temp file in the same directory, fsync, then ``os.replace``: ``atomic_path``), atomic
+publishing of a whole output directory (``publish_dir``: checkpoints, converted runs, exports), strict JSON and
+safe loading of JSON / YAML.
 
-Nothing here unpickles: tensors are safetensors, metadata is JSON / YAML. Importing this module does not import
-torch (sweep workers and the CLI's light commands use it); the safetensors-torch functions load it on first use.
+Nothing here unpickles and nothing imports torch (sweep workers, reports and the CLI's light commands use it);
+tensors (safetensors) are written and read beside the checkpoint code, ``normlab.train.checkpoint``.
 """
 
 from __future__ import annotations
@@ -12,17 +13,14 @@ import json
 import math
 import os
 import shutil
-import struct
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
 import yaml
-from safetensors import SafetensorError
 
 from normlab.errors import NormlabError
-from normlab.safety import read_jsonl  # noqa: F401 - torch-free, re-exported
 
 
 @contextmanager
@@ -51,18 +49,21 @@ def check_new_dir(out: str | Path, flag: str = "--out") -> Path:
 
 
 @contextmanager
-def publish_dir(out: str | Path) -> Iterator[Path]:
+def publish_dir(out: str | Path, *, replace: bool = False) -> Iterator[Path]:
     """Build a whole output directory atomically: yield a fresh temp directory beside ``out``
     (``.NAME.XXXXXXXX``); when the block ends without error it is renamed to ``out`` (an empty ``out`` is
-    replaced), on error it is removed, so ``out`` is either absent/empty or complete. Temp directories of this
-    name that a killed earlier command left behind are removed first."""
+    replaced; with ``replace``, any existing ``out`` is), on error it is removed, so ``out`` is either
+    absent/empty or complete. Temp directories of this name that a killed earlier command left behind are removed
+    first."""
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     clean_stale_temps(out.parent, (f"{glob.escape('.' + out.name)}.????????",))
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
         yield tmp
-        if out.exists():
+        if out.exists() and replace:
+            shutil.rmtree(out)
+        elif out.exists():
             out.rmdir()  # empty (check_new_dir); a non-empty one is an OSError naming the path
         os.replace(tmp, out)
     finally:
@@ -111,71 +112,6 @@ def read_json(path: str | Path, what: str = "file") -> Any:
         raise NormlabError(f"{what} {path} not found") from None
     except (json.JSONDecodeError, UnicodeDecodeError):
         raise NormlabError(f"{what} {path} is truncated or corrupted (not valid JSON)") from None
-
-
-def save_file(tensors: dict[str, Any], path: str, metadata: dict[str, str] | None = None) -> None:
-    """``safetensors.torch.save_file`` (imported on first use: this module stays torch-free)."""
-    from safetensors.torch import save_file as _save
-
-    _save(tensors, path, metadata=metadata)
-
-
-def load_file(path: str) -> dict[str, Any]:
-    """``safetensors.torch.load_file`` (imported on first use)."""
-    from safetensors.torch import load_file as _load
-
-    return _load(path)
-
-
-def save_tensors(path: str | Path, tensors: dict[str, Any], metadata: dict[str, str] | None = None) -> None:
-    """Atomically save a flat dict of tensors as safetensors (contiguous copies, shared storage split)."""
-    flat = {k: v.detach().contiguous().clone() for k, v in tensors.items()}
-    with atomic_path(path) as tmp:
-        try:
-            save_file(flat, str(tmp), metadata=metadata)
-        except SafetensorError as e:  # e.g. no space left on device; the temp file is removed, the old file kept
-            raise NormlabError(f"cannot write {path}: {str(e).splitlines()[0][:120]}") from None
-        _sort_metadata(tmp)
-
-
-def _sort_metadata(path: Path) -> None:
-    """Rewrite a safetensors header in place with its ``__metadata__`` keys sorted (the writer emits them in
-    hash-map order, so identical runs gave files with different sha256). Same length, same tensors."""
-    with open(path, "r+b") as f:
-        (n,) = struct.unpack("<Q", f.read(8))
-        raw = f.read(n)
-        header = json.loads(raw)
-        meta = header.get("__metadata__")
-        if not meta:
-            return
-        header["__metadata__"] = dict(sorted(meta.items()))
-        new = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode()
-        if len(new) > n or json.loads(new) != json.loads(raw):
-            return
-        f.seek(8)
-        f.write(new + b" " * (n - len(new)))
-
-
-def load_tensors(path: str | Path, what: str = "checkpoint") -> dict[str, Any]:
-    """Load a safetensors file; missing, truncated or foreign files are one-line NormlabErrors."""
-    path = Path(path)
-    if not path.is_file():
-        raise NormlabError(f"{what} {path} not found")
-    try:
-        return load_file(str(path))
-    except (SafetensorError, OSError, ValueError) as e:
-        raise NormlabError(f"{what} {path} is truncated or corrupted ({str(e).splitlines()[0][:80]})") from None
-
-
-def safetensors_metadata(path: str | Path) -> dict[str, str]:
-    """Header metadata of a safetensors file (empty dict when none)."""
-    from safetensors import safe_open
-
-    try:
-        with safe_open(str(path), framework="pt") as f:
-            return f.metadata() or {}
-    except (SafetensorError, OSError, ValueError):
-        raise NormlabError(f"checkpoint {path} is truncated or corrupted") from None
 
 
 def clean_stale_temps(directory: str | Path, patterns: tuple[str, ...]) -> list[Path]:

@@ -1,27 +1,59 @@
-"""Run directories: what a normlab run leaves on disk, and how later tools open it.
+"""Run directories: what a normlab run leaves on disk, and how every later tool opens it (the one owner).
 
     RUN_DIR/config.yaml        full config (every key)
     RUN_DIR/param_groups.json  optimizer grouping (which parameters get weight decay)
-    RUN_DIR/metrics.jsonl      one JSON object per logged step / evaluation
+    RUN_DIR/metrics.jsonl      one JSON object per logged step / evaluation (``read_jsonl``, ``read_metrics``)
     RUN_DIR/checkpoints/       resumable checkpoints (see normlab.train.checkpoint)
     RUN_DIR/model.safetensors  final weights
-    RUN_DIR/summary.json       {status: completed|diverged|interrupted, step, final metrics}
+    RUN_DIR/summary.json       {status: completed|diverged|interrupted, step, final metrics} (``read_summary``;
+                               ``STATUS_EXIT`` maps the status to the exit code of ``normlab train``)
     RUN_DIR/fingerprint.json   what determines the numbers: sha256 of resolved config + parameter names/shapes/order
                                + normlab and torch versions (normlab.fingerprint; caches check it)
+    RUN_DIR/tokenizer.json     the BPE tokenizer the run was trained with (Hugging Face ``tokenizers`` JSON);
+                               absent for the byte tokenizer, which ``data.json`` describes instead
+    RUN_DIR/data.json          the corpus identity: source string, absolute path of a local corpus, content sha256
+                               (``normlab.data.sources.content_hash``), size in bytes and documents, the split rule
+                               and fractions with each split's tokens/bytes/documents, the data-order seed, and the
+                               tokenizer (kind, vocab size, file + sha256)
+    RUN_DIR/provenance.json    normlab version, git commit (when run from a checkout), Python and torch versions
+
+The run's data (``run_data``; ``eval``, ``diagnose``, ``calibrate``, ``extrapolate``, ``convert``, surgery, export,
+``train --resume``): tokenized with the run's own ``tokenizer.json`` (never a BPE retrained from the corpus); a
+local corpus is found by its recorded absolute path (so the run works from any working directory and after being
+moved or copied), and a corpus whose content changed since training is refused with one line naming what changed.
+``source=`` (``--data SOURCE``) scores another corpus with the run's tokenizer. Runs written before these files
+existed fall back to ``cfg.data`` as before.
+
+The evaluation commands (eval, diagnose, calibrate, extrapolate) open a run with ``open_run``: one preamble, one
+split rule (``--split val|test``, default ``val``: that split of the run's own corpus, or of ``--data SOURCE``).
+
+Importing this module does not import torch (sweep workers record results with the file readers below).
 """
 
 from __future__ import annotations
 
+import datetime
+import hashlib
+import json
+import os
+import platform
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from normlab.errors import EXIT_DIVERGED, EXIT_INTERRUPTED, EXIT_OK, NormlabError
+from normlab.io import atomic_path, read_json, read_json_object, write_json
 
-if TYPE_CHECKING:  # the file readers below stay torch-free (sweep workers record results without torch)
+if TYPE_CHECKING:  # nothing here imports torch at import time (sweep workers record results without it)
     from normlab.config import RunConfig
-    from normlab.data import PreparedData
+    from normlab.data import Corpus, PreparedData, Tokenizer
     from normlab.model import GPT
+
+DATA_FILE = "data.json"
+TOKENIZER_FILE = "tokenizer.json"
+PROVENANCE_FILE = "provenance.json"
+LOCAL_KINDS = ("text", "directory", "jsonl")
+BYTES_DESCRIPTION = "one token per byte: id = byte value (0-255), no special tokens; decode = the bytes themselves"
 
 STATUS_EXIT = {"completed": EXIT_OK, "diverged": EXIT_DIVERGED, "interrupted": EXIT_INTERRUPTED}
 """Exit status of ``normlab train`` (and of a sweep worker) for each ``summary.json`` status."""
@@ -29,16 +61,29 @@ STATUS_EXIT = {"completed": EXIT_OK, "diverged": EXIT_DIVERGED, "interrupted": E
 
 def read_summary(run_dir: str | Path) -> dict[str, Any] | None:
     """The run's summary.json, or None when absent (not a JSON object: a one-line error naming the file)."""
-    from normlab.io import read_json_object
-
     path = Path(run_dir) / "summary.json"
     return read_json_object(path, "summary") if path.exists() else None
 
 
+# ------------------------------------------------------------------------------------------ metrics.jsonl readers
+def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
+    """The JSON-object lines of a ``metrics.jsonl``; lines that are cut (kill -9), junk or not UTF-8 are skipped."""
+    path = Path(path)
+    if not path.is_file():
+        return []
+    out = []
+    for raw in path.read_bytes().splitlines():
+        try:
+            rec = json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError):
+            continue
+        if isinstance(rec, dict) and isinstance(rec.get("step", 0), int) and not isinstance(rec.get("step"), bool):
+            out.append(rec)
+    return out
+
+
 def read_metrics(path: str | Path) -> list[tuple[int, str, float]]:
     """Numeric values of a ``metrics.jsonl`` as ``(step, key, value)``; unreadable lines (a kill -9) are skipped."""
-    from normlab.safety import read_jsonl
-
     out: list[tuple[int, str, float]] = []
     for rec in read_jsonl(path):
         if not isinstance(rec.get("step"), int):
@@ -49,6 +94,37 @@ def read_metrics(path: str | Path) -> list[tuple[int, str, float]]:
     return out
 
 
+def read_initial(metrics_path: str | Path) -> dict[str, float]:
+    """The step-0 ``init_val_*`` record of a run's metrics.jsonl (``{}`` when absent: a run from an older normlab)."""
+    for rec in read_jsonl(metrics_path):
+        if rec.get("step") == 0 and "init_val_bpb" in rec:
+            return {k: float(rec[k]) for k in ("init_val_loss", "init_val_bpb") if k in rec}
+        if isinstance(rec.get("step"), int) and rec["step"] > 0:
+            break
+    return {}
+
+
+def last_step(metrics: str | Path) -> int | None:
+    """The ``step`` of the last complete record of a ``metrics.jsonl`` (reads only its tail), or None."""
+    try:
+        with open(metrics, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - 8192))
+            tail = f.read().decode("utf-8", "replace")
+    except OSError:
+        return None
+    for line in reversed(tail.splitlines()):
+        try:
+            step = json.loads(line).get("step")
+        except (json.JSONDecodeError, AttributeError):
+            continue
+        if isinstance(step, int):
+            return step
+    return None
+
+
+# ----------------------------------------------------------------------------------------- config and norm defaults
 def apply_norm_defaults(cfg: RunConfig) -> None:
     """Fill run-dependent norm options the user did not set, in place (so config.yaml records them).
 
@@ -75,6 +151,192 @@ def open_config(run_dir: str | Path) -> RunConfig:
     return config_from_dict(read_yaml(path))
 
 
+# --------------------------------------------------------------------------------- data identity and the run's data
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _resolved_source(meta: dict[str, Any]) -> str | None:
+    """A source string naming a local corpus by its absolute path (with its glob/field), else None."""
+    kind, path = meta.get("kind"), meta.get("path")
+    if kind not in LOCAL_KINDS or not path:
+        return None
+    if kind == "directory":
+        return f"{path}?glob={meta.get('glob', '*')}"
+    if kind == "jsonl":
+        return f"{path}?field={meta.get('field', 'text')}"
+    return str(path)
+
+
+def save_run_identity(run_dir: str | Path, cfg: RunConfig, data: PreparedData) -> dict[str, Any]:
+    """Write ``tokenizer.json`` (BPE), ``data.json`` and ``provenance.json`` into a new run directory."""
+    import torch
+
+    from normlab.data import BPETokenizer
+    from normlab.data.tokenizer import DOC_SUFFIX
+    from normlab.provenance import version_info
+
+    run_dir = Path(run_dir)
+    m, tok = data.meta, data.tokenizer
+    doc = {"doc_token": tok.doc_token} if tok.doc_token is not None else {}  # DocTokenizer: the separator's id
+    if isinstance(getattr(tok, "base", tok), BPETokenizer):
+        with atomic_path(run_dir / TOKENIZER_FILE) as tmp:
+            tok.save(tmp)
+        tok_info: dict[str, Any] = {"kind": "bpe", "spec": cfg.data.tokenizer, "vocab_size": tok.vocab_size,
+                                    "file": TOKENIZER_FILE, "sha256": _sha256(run_dir / TOKENIZER_FILE), **doc}
+    else:
+        tok_info = {"kind": "bytes", "spec": "bytes" + (DOC_SUFFIX if doc else ""), "vocab_size": tok.vocab_size,
+                    "description": BYTES_DESCRIPTION, **doc}
+    info = {
+        "source": cfg.data.source, "resolved_source": _resolved_source(m), "kind": m.get("kind"),
+        "content_hash": m["content_hash"], "num_bytes": m["num_bytes"], "num_docs": m["num_docs"],
+        **({"python_version": m["python_version"]} if m.get("kind") == "pystdlib" else {}),
+        "splits": {
+            "rule": ("contiguous byte ranges [train | val | test]" if m["num_docs"] < 3 else
+                     "per document: sha256(doc)[:8] / 2**64 against the fractions (no random seed)"),
+            "val_fraction": cfg.data.val_fraction, "test_fraction": cfg.data.test_fraction,
+            "tokens": m.get("split_tokens"), "bytes": m.get("split_bytes"), "docs": m.get("split_docs"),
+        },
+        "data_order_seed": cfg.seed,
+        "tokenizer": tok_info,
+    }
+    write_json(run_dir / DATA_FILE, info)
+    write_json(run_dir / PROVENANCE_FILE, {
+        **version_info(), "python": platform.python_version(), "torch": torch.__version__,
+        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    })
+    return info
+
+
+def read_data_info(run_dir: str | Path) -> dict[str, Any] | None:
+    """``RUN_DIR/data.json``, or None for a run written before normlab recorded it."""
+    path = Path(run_dir) / DATA_FILE
+    if not path.is_file():
+        return None
+    info = read_json(path, "data identity")
+    if not isinstance(info, dict) or "content_hash" not in info or "tokenizer" not in info:
+        raise NormlabError(f"{path} is not a normlab data identity (no content_hash/tokenizer)")
+    return info
+
+
+def tokenizer_ref(run_dir: Path, info: dict[str, Any]) -> str | Path:
+    """``"bytes"``, or the path of the run's own tokenizer.json after checking it is the one trained with."""
+    t = info["tokenizer"]
+    if t.get("kind") == "bytes":
+        return "bytes"
+    path = run_dir / t.get("file", TOKENIZER_FILE)
+    if not path.is_file():
+        raise NormlabError(f"{run_dir} lacks {path.name}, the BPE tokenizer it was trained with; restore it "
+                           "from a copy of the run directory")
+    if t.get("sha256") and _sha256(path) != t["sha256"]:
+        raise NormlabError(f"{path} was modified since training (sha256 differs from data.json); the model's token "
+                           "ids belong to the original file")
+    return path
+
+
+def run_tokenizer(run_dir: str | Path, cfg: RunConfig) -> Tokenizer:
+    """The run's tokenizer without touching the corpus (``generate``); old runs rebuild it from ``cfg.data``."""
+    from normlab.data import BPETokenizer, BytesTokenizer
+    from normlab.data.tokenizer import split_doc_suffix, with_doc_token
+
+    run_dir = Path(run_dir)
+    info = read_data_info(run_dir)
+    if info is None:
+        return load_data(cfg).tokenizer
+    ref = tokenizer_ref(run_dir, info)
+    base_spec, doc = split_doc_suffix(info["tokenizer"].get("spec") or "bytes")
+    tok = BytesTokenizer() if ref == "bytes" else BPETokenizer.from_file(ref, name=base_spec)
+    return with_doc_token(tok, doc)
+
+
+def check_identity(run_dir: Path, info: dict[str, Any], corpus: Corpus) -> None:
+    """One-line error naming what changed when ``corpus`` is not the content the run was trained on."""
+    m = corpus.meta
+    if m["content_hash"] == info["content_hash"]:
+        return
+    changes = []
+    if m["num_bytes"] != info.get("num_bytes"):
+        changes.append(f"size {info.get('num_bytes'):,} -> {m['num_bytes']:,} bytes")
+    if m["num_docs"] != info.get("num_docs"):
+        changes.append(f"documents {info.get('num_docs'):,} -> {m['num_docs']:,}")
+    if info.get("python_version") and m.get("python_version") != info["python_version"]:
+        changes.append(f"python {info['python_version']} -> {m.get('python_version')}")
+    changes.append(f"content sha256 {info['content_hash'][:12]}... -> {m['content_hash'][:12]}...")
+    raise NormlabError(f"corpus '{corpus.source}' changed since {run_dir} was trained ({', '.join(changes)}); the "
+                       f"run's splits belong to the old content: restore it, or score the new one with --data "
+                       f"{corpus.source} (eval, diagnose, calibrate, extrapolate)")
+
+
+def run_data(run_dir: str | Path, cfg: RunConfig, source: str | None = None) -> PreparedData:
+    """The tokenized splits for a trained run: its own corpus (identity-checked) or ``source`` (``--data``),
+    always with the run's own tokenizer; a vocabulary that does not match the model is a one-line error."""
+    from normlab.data.tokenizer import DOC_SUFFIX, split_doc_suffix
+
+    run_dir = Path(run_dir)
+    info = read_data_info(run_dir)
+    if info is None:  # written before run directories recorded their data
+        if source is not None and cfg.data.tokenizer != "bytes":
+            raise NormlabError(f"{run_dir} has no {DATA_FILE}/{TOKENIZER_FILE} (trained before run directories kept "
+                               "their tokenizer); --data needs the run's own BPE tokenizer")
+        data = load_data(cfg, source=source)
+    else:
+        tokenizer = tokenizer_ref(run_dir, info)
+        if split_doc_suffix(info["tokenizer"].get("spec") or "bytes")[1]:  # trained with a document token
+            tokenizer = f"{tokenizer}{DOC_SUFFIX}"
+        if source is not None:
+            data = load_data(cfg, source=source, tokenizer=tokenizer)
+        else:
+            resolved = info.get("resolved_source")
+            own = resolved if resolved and Path(resolved.partition("?")[0]).exists() else info["source"]
+            if resolved and own == info["source"] and not Path(info["source"].partition("?")[0]).exists():
+                raise NormlabError(f"the corpus of {run_dir} is gone: {resolved.partition('?')[0]} does not exist "
+                                   f"(source '{info['source']}' at training time); score another corpus with --data "
+                                   "SOURCE")
+            data = load_data(cfg, source=own, tokenizer=tokenizer,
+                             check=lambda corpus: check_identity(run_dir, info, corpus))
+    if cfg.model.vocab_size and data.vocab_size != cfg.model.vocab_size:
+        raise NormlabError(f"the tokenizer gives {data.vocab_size} token ids but the model of {run_dir} has "
+                           f"{cfg.model.vocab_size}; it is not the tokenizer the run was trained with")
+    return data
+
+
+def data_suffix(source: str | None, data: PreparedData) -> str:
+    """Output-file suffix for results on another corpus (``--data``): ``_data-<content sha256[:12]>``, else ``""``."""
+    return f"_data-{data.meta['content_hash'][:12]}" if source is not None else ""
+
+
+def data_record(source: str | None, data: PreparedData) -> dict[str, Any]:
+    """``{"data": {...}}`` for the JSON of a result on another corpus (``--data``), else ``{}``."""
+    if source is None:
+        return {}
+    m = data.meta
+    return {"data": {"source": source, "content_hash": m["content_hash"], "num_bytes": m["num_bytes"],
+                     "num_docs": m["num_docs"]}}
+
+
+def load_data(cfg: RunConfig, *, source: str | None = None, tokenizer: str | Path | None = None,
+              check=None) -> PreparedData:
+    """Prepare (or reuse from the cache) the tokenised splits of ``cfg.data`` and check they fit the context.
+
+    ``source`` / ``tokenizer`` replace ``cfg.data``'s (a run directory's own tokenizer.json, another corpus);
+    ``check``: see ``prepare_data``. Commands on an existing run use ``run_data``.
+    """
+    from normlab.data import prepare_data
+
+    d = cfg.data
+    data = prepare_data(source or d.source, tokenizer or d.tokenizer, cache_dir=d.cache_dir,
+                        val_fraction=d.val_fraction, test_fraction=d.test_fraction, check=check)
+    need = cfg.model.context + 1
+    for split in ("train", "val"):
+        n = len(getattr(data, split))
+        if n < need:
+            raise NormlabError(
+                f"corpus '{source or d.source}' is too short: its {split} split has {n} tokens, one context window needs {need}"
+            )
+    return data
+
+
+# -------------------------------------------------------------------------------------------- opening a trained run
 @dataclass
 class LoadedRun:
     cfg: RunConfig
@@ -128,16 +390,12 @@ class OpenedRun:
 
     @property
     def suffix(self) -> str:
-        """Output-file suffix for results on another corpus (``normlab.rundata.data_suffix``)."""
-        from normlab.rundata import data_suffix
-
+        """Output-file suffix for results on another corpus (``data_suffix``)."""
         return data_suffix(self.source, self.data)
 
     @property
     def data_record(self) -> dict[str, Any]:
-        """``{"data": {...}}`` for a result on another corpus, else ``{}`` (``normlab.rundata.data_record``)."""
-        from normlab.rundata import data_record
-
+        """``{"data": {...}}`` for a result on another corpus, else ``{}`` (``data_record``)."""
         return data_record(self.source, self.data)
 
 
@@ -182,7 +440,6 @@ def open_run(args: Any, *, context: int | None = None, batch: int | None = None,
     memory (``normlab.validate.check_eval_memory``, labelled ``what``), load its data (``args.data``: another
     corpus) and pick the split ``args.split`` (``val`` or ``test``; every command picks it the same way,
     ``PreparedData.split``)."""
-    from normlab.rundata import run_data
     from normlab.validate import check_eval_memory
 
     run_dir = Path(args.run_dir)
@@ -198,25 +455,3 @@ def open_run(args: Any, *, context: int | None = None, batch: int | None = None,
     data = run_data(run_dir, run.cfg, source=source)
     split = getattr(args, "split", "val")
     return OpenedRun(run_dir, run.cfg, run.model, run.weights, overrides, ctx, data, source, split, data.split(split))
-
-
-def load_data(cfg: RunConfig, *, source: str | None = None, tokenizer: str | Path | None = None,
-              check=None) -> PreparedData:
-    """Prepare (or reuse from the cache) the tokenised splits of ``cfg.data`` and check they fit the context.
-
-    ``source`` / ``tokenizer`` replace ``cfg.data``'s (a run directory's own tokenizer.json, another corpus);
-    ``check``: see ``prepare_data``. Commands on an existing run use ``normlab.rundata.run_data``.
-    """
-    from normlab.data import prepare_data
-
-    d = cfg.data
-    data = prepare_data(source or d.source, tokenizer or d.tokenizer, cache_dir=d.cache_dir,
-                        val_fraction=d.val_fraction, test_fraction=d.test_fraction, check=check)
-    need = cfg.model.context + 1
-    for split in ("train", "val"):
-        n = len(getattr(data, split))
-        if n < need:
-            raise NormlabError(
-                f"corpus '{source or d.source}' is too short: its {split} split has {n} tokens, one context window needs {need}"
-            )
-    return data

@@ -9,10 +9,7 @@ lower), Ctrl-C (exit 130, no traceback) and a closed stdout pipe (exit 0). ``--d
 from __future__ import annotations
 
 import errno
-import json
 import sys
-from pathlib import Path
-from typing import Any
 from typing import Callable
 
 from normlab.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, NormlabError
@@ -67,19 +64,3 @@ def guarded(run: Callable[[], int], *, debug: bool = False) -> int:
         first = str(e).splitlines()[0][:160] if str(e) else "MemoryError"
         print(f"error: out of memory ({first}); lower the batch size, model size or context", file=sys.stderr)
         return EXIT_BAD_INPUT
-
-
-def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
-    """The JSON-object lines of a ``metrics.jsonl``; lines that are cut (kill -9), junk or not UTF-8 are skipped."""
-    path = Path(path)
-    if not path.is_file():
-        return []
-    out = []
-    for raw in path.read_bytes().splitlines():
-        try:
-            rec = json.loads(raw.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError):
-            continue
-        if isinstance(rec, dict) and isinstance(rec.get("step", 0), int) and not isinstance(rec.get("step"), bool):
-            out.append(rec)
-    return out

@@ -1,9 +1,10 @@
 """The package's layers (docs/architecture.md), checked on the source with ``ast``:
 
 - lower layers (norms, attention, data, model) never import upper ones, not even inside a function;
-- no command except ``train`` imports the training loop (a run directory's files have one owner: normlab.rundir);
+- no command except ``train`` imports the training loop, and outside ``train/`` only the modules that train do (a
+  run directory's files have one owner: normlab.rundir); each run-directory fact is defined once, in its owner;
 - no import cycle among module-level imports;
-- the run-directory readers and the JSON/text I/O stay torch-free (sweep workers and reports use them).
+- the run-directory readers, the JSON/text I/O and the report stay torch-free (sweep workers and reports use them).
 """
 
 from __future__ import annotations
@@ -113,10 +114,51 @@ def test_no_import_cycle_at_module_level():
             visit(m)
 
 
-def test_run_directory_readers_and_io_do_not_import_torch():
-    code = ("import sys, normlab.io, normlab.rundir, normlab.experiments.worker; "
-            "from normlab.rundir import read_metrics, read_summary, STATUS_EXIT; "
-            "print('torch' in sys.modules)")
+# modules that train (and so may import the training loop): the train command, the library's ``train``, the sweep
+# worker, the claims suite and norm removal's fine-tune; everything else reads run directories through normlab.rundir
+TRAINERS = {"normlab.commands.train", "normlab.api", "normlab.experiments.worker", "normlab.experiments.claims.suite",
+            "normlab.surgery.remove_norm"}
+
+
+def test_only_modules_that_train_import_the_training_loop():
+    users = {_module(p) for p in FILES if _top(_module(p)) != "train"
+             and "normlab.train.loop" in _imports(p, top_level_only=False)}
+    assert users <= TRAINERS, sorted(users - TRAINERS)
+
+
+# each run-directory / file-writing fact is defined once, in its owner (a second copy is how the seams came apart)
+OWNERS = {"STATUS_EXIT": "normlab.rundir", "read_summary": "normlab.rundir", "read_jsonl": "normlab.rundir",
+          "read_metrics": "normlab.rundir", "read_initial": "normlab.rundir", "last_step": "normlab.rundir",
+          "load_data": "normlab.rundir", "run_data": "normlab.rundir", "load_run": "normlab.rundir",
+          "open_run": "normlab.rundir", "apply_norm_defaults": "normlab.rundir", "atomic_path": "normlab.io",
+          "publish_dir": "normlab.io", "save_tensors": "normlab.train.checkpoint",
+          "load_tensors": "normlab.train.checkpoint"}
+
+
+def test_run_directory_facts_have_one_definition():
+    found: dict[str, list[str]] = {}
+    for p in FILES:
+        if _module(p) == "normlab.api":  # the library's public functions (api.load_run, ...) wrap the owners'
+            continue
+        for n in ast.parse(p.read_text(encoding="utf-8")).body:
+            names = ([n.name] if isinstance(n, (ast.FunctionDef, ast.ClassDef)) else
+                     [t.id for t in n.targets if isinstance(t, ast.Name)] if isinstance(n, ast.Assign) else [])
+            for name in names:
+                if name in OWNERS:
+                    found.setdefault(name, []).append(_module(p))
+    assert found == {name: [owner] for name, owner in OWNERS.items()}
+
+
+def test_run_directory_readers_io_and_report_do_not_import_torch():
+    code = ("import sys, normlab.io, normlab.rundir, normlab.experiments.worker, normlab.experiments.progress, "
+            "normlab.report; from normlab.rundir import read_metrics, read_summary, STATUS_EXIT; "
+            "print(sorted(m for m in ('torch', 'safetensors.torch') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_io_alone_does_not_import_torch():
+    code = "import sys, normlab.io; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
 

@@ -12,7 +12,8 @@ import yaml
 
 from normlab.data import prepare_data
 from normlab.data import progress as data_progress
-from normlab.experiments.progress import eta_s, last_step
+from normlab.experiments.progress import eta_s
+from normlab.rundir import last_step
 from tests.helpers import normlab
 
 SOURCE = "synthetic:markov?order=1&alphabet=8&length=20000&seed=3"

@@ -60,7 +60,7 @@ def convert_run(run_dir: str | Path, kind: str, out: str | Path | None = None, *
     Raises a one-line NormlabError (and writes nothing) for unsupported models or a failed check.
     """
     from normlab.eval.lm import evaluate
-    from normlab.rundata import DATA_FILE, PROVENANCE_FILE, TOKENIZER_FILE, run_data
+    from normlab.rundir import DATA_FILE, PROVENANCE_FILE, TOKENIZER_FILE, run_data
 
     if kind not in KINDS:
         raise NormlabError(f"unknown conversion '{kind}'; allowed: {', '.join(KINDS)}")

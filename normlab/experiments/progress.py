@@ -4,10 +4,11 @@ its log is. The step is the last record of the run's ``metrics.jsonl`` (written 
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from pathlib import Path
+
+from normlab.rundir import last_step
 
 DEFAULT_EVERY_S = 30.0
 
@@ -17,26 +18,6 @@ def report_every() -> float:
         return max(0.0, float(os.environ.get("NORMLAB_PROGRESS_EVERY", DEFAULT_EVERY_S)))
     except ValueError:
         return DEFAULT_EVERY_S
-
-
-def last_step(metrics: Path) -> int | None:
-    """The ``step`` of the last complete record of a ``metrics.jsonl`` (reads only its tail), or None."""
-    try:
-        with open(metrics, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            size = f.tell()
-            f.seek(max(0, size - 8192))
-            tail = f.read().decode("utf-8", "replace")
-    except OSError:
-        return None
-    for line in reversed(tail.splitlines()):
-        try:
-            step = json.loads(line).get("step")
-        except (json.JSONDecodeError, AttributeError):
-            continue
-        if isinstance(step, int):
-            return step
-    return None
 
 
 def eta_s(step: int, steps: int, first_step: int, elapsed_s: float) -> float | None:

@@ -51,8 +51,7 @@ def crosscheck(run_dir: str | Path, hf_dir: str | Path, split: str = "test", bat
 
     from normlab.commands.evaluate import run_eval
     from normlab.eval.documents import split_documents
-    from normlab.rundata import run_data
-    from normlab.rundir import load_run
+    from normlab.rundir import load_run, run_data
 
     rec = json.loads((Path(hf_dir) / "normlab_export.json").read_text())
     args = argparse.Namespace(run_dir=str(run_dir), overrides=[], split=split, context=None, stride=None,

@@ -201,10 +201,9 @@ def remove_norm_run(run_dir: str | Path, out: str | Path, *, steps: int = 100, l
                     batch_size: int = 16, control: bool = False, measure_windows: int = 16,
                     quiet: bool = True) -> dict[str, Any]:
     """Run the schedule on ``run_dir``; write the norm-free run to ``out`` (whole or absent); return the record."""
-    from normlab.rundir import load_run
     from normlab.eval.lm import evaluate
     from normlab.io import write_json
-    from normlab.rundata import run_data
+    from normlab.rundir import load_run, run_data
     from normlab.train.loop import train
 
     if steps < 0 or max_tokens < 1 or batch_size < 1:

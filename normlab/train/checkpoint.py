@@ -1,6 +1,7 @@
 """Checkpoints: safetensors for model and optimizer tensors, JSON for step, RNG states, data position, config.
 
-Layout of one checkpoint (written into a temp directory, then renamed into place, so it is whole or absent)::
+Layout of one checkpoint (written into a temp directory, then renamed into place by ``normlab.io.publish_dir``, so
+it is whole or absent)::
 
     RUN_DIR/checkpoints/step_00000100/
         model.safetensors   model state (tied weights stored once)
@@ -10,21 +11,77 @@ Layout of one checkpoint (written into a temp directory, then renamed into place
 
 from __future__ import annotations
 
-import os
+import json
 import shutil
-import tempfile
+import struct
 from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file as _load_file
+from safetensors.torch import save_file as _save_file
 from torch import nn
 
 from normlab.errors import NormlabError
-from normlab.io import load_tensors, read_json, save_tensors, write_json
+from normlab.io import atomic_path, publish_dir, read_json, write_json
 
 FORMAT = "normlab-checkpoint-v1"
 MODEL_FORMAT = "normlab-model-v1"
 
+
+# -------------------------------------------------------------------------- tensor files (safetensors, never pickle)
+def save_file(tensors: dict[str, Any], path: str, metadata: dict[str, str] | None = None) -> None:
+    """``safetensors.torch.save_file`` (one name to patch in tests that simulate a full disk)."""
+    _save_file(tensors, path, metadata=metadata)
+
+
+def load_file(path: str) -> dict[str, Any]:
+    """``safetensors.torch.load_file``."""
+    return _load_file(path)
+
+
+def save_tensors(path: str | Path, tensors: dict[str, Any], metadata: dict[str, str] | None = None) -> None:
+    """Atomically save a flat dict of tensors as safetensors (contiguous copies, shared storage split)."""
+    flat = {k: v.detach().contiguous().clone() for k, v in tensors.items()}
+    with atomic_path(path) as tmp:
+        try:
+            save_file(flat, str(tmp), metadata=metadata)
+        except SafetensorError as e:  # e.g. no space left on device; the temp file is removed, the old file kept
+            raise NormlabError(f"cannot write {path}: {str(e).splitlines()[0][:120]}") from None
+        _sort_metadata(tmp)
+
+
+def _sort_metadata(path: Path) -> None:
+    """Rewrite a safetensors header in place with its ``__metadata__`` keys sorted (the writer emits them in
+    hash-map order, so identical runs gave files with different sha256). Same length, same tensors."""
+    with open(path, "r+b") as f:
+        (n,) = struct.unpack("<Q", f.read(8))
+        raw = f.read(n)
+        header = json.loads(raw)
+        meta = header.get("__metadata__")
+        if not meta:
+            return
+        header["__metadata__"] = dict(sorted(meta.items()))
+        new = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode()
+        if len(new) > n or json.loads(new) != json.loads(raw):
+            return
+        f.seek(8)
+        f.write(new + b" " * (n - len(new)))
+
+
+def load_tensors(path: str | Path, what: str = "checkpoint") -> dict[str, Any]:
+    """Load a safetensors file; missing, truncated or foreign files are one-line NormlabErrors."""
+    path = Path(path)
+    if not path.is_file():
+        raise NormlabError(f"{what} {path} not found")
+    try:
+        return load_file(str(path))
+    except (SafetensorError, OSError, ValueError) as e:
+        raise NormlabError(f"{what} {path} is truncated or corrupted ({str(e).splitlines()[0][:80]})") from None
+
+
+# -------------------------------------------------------------------------------------------- models, checkpoints
 
 def model_tensors(model: nn.Module) -> dict[str, torch.Tensor]:
     """State dict with tied (shared) tensors stored once, under their first name."""
@@ -84,21 +141,12 @@ def load_optimizer_tensors(opt: torch.optim.Optimizer, tensors: dict[str, torch.
 def save_checkpoint(run_dir: Path, step: int, model: nn.Module, opt: torch.optim.Optimizer,
                     state: dict[str, Any], config_hash: str, keep: int) -> Path:
     """Write ``checkpoints/step_XXXXXXXX`` atomically (temp dir + rename); prune to the newest ``keep``."""
-    ckdir = run_dir / "checkpoints"
-    ckdir.mkdir(parents=True, exist_ok=True)
-    final = ckdir / f"step_{step:08d}"
-    tmp = Path(tempfile.mkdtemp(prefix=f".step_{step:08d}.", dir=ckdir))
-    try:
+    final = run_dir / "checkpoints" / f"step_{step:08d}"
+    with publish_dir(final, replace=True) as tmp:  # a checkpoint of the same step (resumed there) is replaced
         names = {id(p): n for n, p in model.named_parameters()}
         save_model(model, tmp / "model.safetensors", config_hash)
         save_tensors(tmp / "optim.safetensors", optimizer_tensors(opt, names), {"format": FORMAT})
         write_json(tmp / "state.json", {"format": FORMAT, "step": step, "config_hash": config_hash, **state})
-        if final.exists():
-            shutil.rmtree(final)
-        os.replace(tmp, final)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
     for old in list_checkpoints(run_dir)[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
     return final

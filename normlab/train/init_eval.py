@@ -16,8 +16,6 @@ split's bits-per-nat ratio) by more than ``EVAL_GAP_BPB``.
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Any
 
 INIT_EVAL_BATCHES = 8
@@ -34,24 +32,6 @@ def initial_eval(model: Any, data: Any, cfg: Any) -> dict[str, float]:
                    batch_size=tc.batch_size, max_tokens=n * tc.batch_size * mc.context,
                    spread=tc.eval_sample == "spread")
     return {"init_val_loss": val["loss"], "init_val_bpb": val["bpb"]}
-
-
-def read_initial(metrics_path: Path) -> dict[str, float]:
-    """The step-0 ``init_val_*`` record of a run's metrics.jsonl (``{}`` when absent: a run from an older normlab)."""
-    try:
-        with open(metrics_path) as f:
-            for line in f:
-                try:
-                    rec = json.loads(line)
-                except json.JSONDecodeError:
-                    continue
-                if isinstance(rec, dict) and rec.get("step") == 0 and "init_val_bpb" in rec:
-                    return {k: float(rec[k]) for k in ("init_val_loss", "init_val_bpb") if k in rec}
-                if isinstance(rec, dict) and isinstance(rec.get("step"), int) and rec["step"] > 0:
-                    break
-    except OSError:
-        pass
-    return {}
 
 
 def is_batch_stat(norm: str) -> bool:

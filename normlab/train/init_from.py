@@ -17,8 +17,8 @@ import torch
 from torch import nn
 
 from normlab.errors import NormlabError
-from normlab.io import load_tensors, read_json, write_json
-from normlab.train.checkpoint import list_checkpoints, model_tensors
+from normlab.io import read_json, write_json
+from normlab.train.checkpoint import list_checkpoints, load_tensors, model_tensors
 
 RECORD = "init_from.json"
 
@@ -87,7 +87,7 @@ def source_tokenizer(init_from: str | Path | None) -> str | Path | None:
     the source run's ``tokenizer.json``; None when there is no source or it predates recorded tokenizers."""
     if init_from is None:
         return None
-    from normlab.rundata import _tokenizer_ref, read_data_info
+    from normlab.rundir import read_data_info, tokenizer_ref
 
     info = read_data_info(init_from)
-    return None if info is None else _tokenizer_ref(Path(init_from), info)
+    return None if info is None else tokenizer_ref(Path(init_from), info)

@@ -25,15 +25,14 @@ from normlab.config import RunConfig, dump_config
 from normlab.diagnostics.training import TrainDiagnostics
 from normlab.errors import NormlabError
 from normlab.eval.lm import evaluate
-from normlab.io import (clean_stale_temps, dumps, exclusive_lock, read_json_object, read_jsonl, write_json,
-                        write_text)
+from normlab.io import clean_stale_temps, dumps, exclusive_lock, read_json_object, write_json, write_text
 from normlab.fingerprint import write_fingerprint
-from normlab.rundir import apply_norm_defaults, load_data
+from normlab.rundir import apply_norm_defaults, load_data, read_initial, read_jsonl
 from normlab.model import build_model
 from normlab.train.losses import lm_loss
 from normlab.train.init_from import load_init, resolve_init, source_tokenizer
 from normlab.train.init_from import write_record as write_init_record
-from normlab.train.init_eval import eval_mode_gap, initial_eval, read_initial
+from normlab.train.init_eval import eval_mode_gap, initial_eval
 from normlab.train.checkpoint import list_checkpoints, load_checkpoint, save_checkpoint, save_model
 from normlab.train.distributed import SINGLE, DistContext, StopSignals
 from normlab.train.optim import EffectiveLR, NormalizeAndProject, build_optimizer
@@ -166,9 +165,9 @@ def _train(cfg: RunConfig, run_dir: Path, *, resume: bool, quiet: bool, flag: An
            ctx: DistContext = SINGLE) -> dict[str, Any]:
     if cfg.train.threads:
         torch.set_num_threads(cfg.train.threads)
-    from normlab.rundata import read_data_info, run_data, save_run_identity
+    from normlab.rundir import read_data_info, run_data, save_run_identity
 
-    # a resumed run keeps its own tokenizer and refuses a changed corpus (normlab.rundata)
+    # a resumed run keeps its own tokenizer and refuses a changed corpus (normlab.rundir)
     data = (run_data(run_dir, cfg) if resume and read_data_info(run_dir) is not None
             else load_data(cfg, tokenizer=None if resume else source_tokenizer(init_from)))  # --init-from: its ids
     cfg.model.vocab_size = data.vocab_size
