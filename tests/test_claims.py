@@ -170,7 +170,8 @@ def test_run_is_reused_only_when_spec_and_resolved_config_match(tmp_path):
     """A finished run is reused for the same spec; a changed library default (the resolved config differs) or an
     old-format spec file makes it train again."""
     from normlab.experiments.claims.budgets import get_budget
-    from normlab.experiments.claims.suite import is_complete, spec_record, variant_config
+    from normlab.experiments.claims.execution import is_complete, spec_record
+    from normlab.experiments.claims.variants import variant_config
     from normlab.io import write_json
 
     cfg = variant_config("ln", get_budget("tiny"), 0)
@@ -225,8 +226,8 @@ def test_reuse_finds_a_finished_sweep_run_with_the_same_resolved_config(tmp_path
     run with another lr, or one still pending in a sweep nobody is running, is not (the caller trains it)."""
     from normlab.experiments.store import Store
     from normlab.experiments.claims.budgets import get_budget
-    from normlab.experiments.claims.lrclaims import find_reusable, registered_in
-    from normlab.experiments.claims.suite import variant_config
+    from normlab.experiments.claims.execution import find_reusable, registered_in
+    from normlab.experiments.claims.variants import variant_config
 
     b = get_budget("quick")
     cfg = variant_config("grid_pre_qk", b, 1, b.grid_lrs[2])
@@ -243,3 +244,23 @@ def test_reuse_finds_a_finished_sweep_run_with_the_same_resolved_config(tmp_path
     assert find_reusable(tmp_path, cfg, wait_s=0) == tmp_path / "runs" / "a"
     assert find_reusable(tmp_path, other, wait_s=0) is None and not registered_in(tmp_path, other)
     assert registered_in(tmp_path, pending) and find_reusable(tmp_path, pending, wait_s=0) is None
+
+
+def test_every_claim_spec_names_a_known_measurement_and_known_variants():
+    """The claims are data (specs.py): each names a measurement registered in measures.MEASURES that accepts its
+    args, needs only variants that variants.py defines, uses a verdict direction stats.verdict knows, and every
+    variant a measurement's args name is one the claim asks to be trained."""
+    import inspect
+
+    from normlab.experiments.claims.measures import MEASURES
+    from normlab.experiments.claims.specs import CLAIM_NAMES, CLAIMS
+    from normlab.experiments.claims.stats import DIRECTIONS
+    from normlab.experiments.claims.variants import ALL_VARIANTS
+
+    assert len(set(CLAIM_NAMES)) == len(CLAIM_NAMES)
+    for c in CLAIMS:
+        assert c.measure in MEASURES, c.name
+        inspect.signature(MEASURES[c.measure]).bind(None, {}, *c.args)  # raises TypeError on a wrong arity
+        assert c.direction in DIRECTIONS and c.variants and set(c.variants) <= set(ALL_VARIANTS), c.name
+        assert {a for a in c.args if a in ALL_VARIANTS} <= set(c.variants), c.name
+    assert set(MEASURES) == {c.measure for c in CLAIMS}  # no measurement left without a claim

@@ -21,7 +21,7 @@ torch.set_num_threads(1)
 def _build(variant: str, budget: str = "quick"):
     from normlab.config import config_from_dict
     from normlab.experiments.claims.budgets import get_budget
-    from normlab.experiments.claims.suite import variant_config
+    from normlab.experiments.claims.variants import variant_config
     from normlab.model import build_model
 
     cfg = config_from_dict(variant_config(variant, get_budget(budget), 0))

@@ -57,7 +57,7 @@ def run_claims(args: argparse.Namespace) -> int:
                        address=args.address)
     report["command"] = command_line(args)
     report["machine"] = machine()
-    from normlab.experiments.claims.suite import save_report
+    from normlab.experiments.claims.execution import save_report
 
     saved = save_report(out / "claims.json", report)
     if budget.name == "full" or args.docs:
@@ -150,8 +150,7 @@ def _flat(d: dict, prefix: str = "") -> dict:
 
 
 def write_docs(report: dict, path: Path) -> None:
-    from normlab.experiments.claims.lrclaims import grid_claim_names
-    from normlab.experiments.claims.suite import CLAIMS
+    from normlab.experiments.claims.specs import CLAIMS, grid_claim_names
     from normlab.io import write_text
 
     GRID_CLAIMS = grid_claim_names()

@@ -366,7 +366,7 @@ def run_ray_sweep(ray: Any, store: Any, sweep_dir: Path, todo: list[str], n_work
 def claims_task(cfg: dict[str, Any], rel: str, out_root: str, token: str, mode: str) -> dict[str, Any]:
     """One ``normlab claims`` run on a Ray worker (``suite.train_job``); returns its result and, without shared
     storage, its run directory as a tar archive."""
-    from normlab.experiments.claims.suite import train_job
+    from normlab.experiments.claims.execution import train_job
 
     shared = _shared(out_root, token, mode)
     root = Path(out_root) if shared else Path(tempfile.mkdtemp(prefix="normlab-ray-"))

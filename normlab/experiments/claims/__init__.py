@@ -1,13 +1,19 @@
 """``normlab claims``: published claims about normalization re-measured at CPU scale, with seeds, 95% t-intervals
 and honest verdicts (``held`` / ``not held`` / ``inconclusive``).
 
+- :mod:`.specs`: the claims as data (text, paper, metric, expected direction, variants, measurement name, source,
+  deviations);
+- :mod:`.variants`: the runs they need (each variant's config overrides, the learning-rate grid's variants);
+- :mod:`.measures` (+ :mod:`.measures_lr`, :mod:`.measures_surgery`): the per-seed measurements, plain functions;
+- :mod:`.execution`: training what is missing, reusing what is complete, measuring, ``claims.json``;
 - :mod:`.stats`: the verdict logic (means and Student-t CIs from ``normlab.stats``, the project's one copy);
-- :mod:`.budgets`: ``tiny`` (tests), ``quick`` (< 15 min on 2 cores), ``full`` (docs/claims.md);
-- :mod:`.suite`: the claims as data, the runs they need, per-seed measurements, ``run_suite``.
+- :mod:`.budgets`: ``tiny`` (tests), ``quick`` (< 15 min on 2 cores), ``full`` (docs/claims.md).
 """
 
 from normlab.experiments.claims.budgets import BUDGETS, Budget, get_budget
+from normlab.experiments.claims.execution import run_suite, save_report
+from normlab.experiments.claims.specs import CLAIM_NAMES, CLAIMS, Claim, select
 from normlab.experiments.claims.stats import verdict
-from normlab.experiments.claims.suite import CLAIM_NAMES, CLAIMS, run_suite, select
 
-__all__ = ["BUDGETS", "Budget", "CLAIMS", "CLAIM_NAMES", "get_budget", "run_suite", "select", "verdict"]
+__all__ = ["BUDGETS", "Budget", "CLAIMS", "CLAIM_NAMES", "Claim", "get_budget", "run_suite", "save_report", "select",
+           "verdict"]

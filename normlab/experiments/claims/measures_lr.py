@@ -1,0 +1,69 @@
+"""Measurements of the learning-rate sweep claims (Wortsman et al. 2023, "Small-scale proxies for large-scale
+Transformer training instabilities", arXiv:2309.14322), measured the paper's way: every variant trained at each
+learning rate of the budget's grid (``Budget.grid_lrs``), one number per seed from the whole grid.
+
+- LR sensitivity (normlab.report.lrgrid): ``mean_lr [min(L(lr), L_init) - L*]`` in bits/byte, ``L`` the final
+  validation bits/byte, ``L_init`` the validation bits/byte at initialisation (``init_val_bpb`` in summary.json),
+  a diverged run scoring ``L_init``.
+- Output logit divergence: ``|mean logsumexp(logits)|`` (``diag/output_lse``) at the last diagnostic step of the run
+  at the grid's highest learning rate (normlab.diagnostics.instability).
+
+Run directories: ``<seed dir>/lr<lr>`` (normlab.experiments.claims.variants.lr_dir); a measurement gets the
+seed directory of each variant.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from normlab.experiments.claims.variants import lr_dir
+
+
+def seed_grid(ctx: Any, seed_dir: Path) -> tuple[float, float, float, dict]:
+    """``(LR sensitivity, best loss L*, best lr, details)`` of one variant and seed over ``ctx.budget.grid_lrs``."""
+    from normlab.report.lrgrid import lr_sensitivity
+
+    losses, inits, status = {}, [], {}
+    for lr in ctx.budget.grid_lrs:
+        s = ctx.summary(lr_dir(seed_dir, lr))
+        status[f"{lr:g}"] = s.get("status")
+        v = s.get("val_bpb")
+        losses[lr] = float(v) if s.get("status") == "completed" and isinstance(v, (int, float)) else None
+        if isinstance(s.get("init_val_bpb"), (int, float)):
+            inits.append(float(s["init_val_bpb"]))
+    init = sum(inits) / len(inits)
+    sens, best, best_lr = lr_sensitivity(losses, init)
+    return sens, best, best_lr, {"final_bpb": {f"{k:g}": v for k, v in losses.items()}, "init_bpb": init,
+                                 "status": status}
+
+
+def m_sens_diff(ctx: Any, runs: dict[str, Path], a: str, b: str) -> tuple[float | None, dict]:
+    """``sensitivity(a) - sensitivity(b)``."""
+    sa, ba, la, da = seed_grid(ctx, runs[a])
+    sb, bb, lb, db = seed_grid(ctx, runs[b])
+    return sa - sb, {f"sens_{a}": sa, f"sens_{b}": sb, f"best_lr_{a}": la, f"best_lr_{b}": lb,
+                     f"bpb_{a}": da["final_bpb"], f"bpb_{b}": db["final_bpb"], "init_bpb": da["init_bpb"]}
+
+
+def m_best_diff(ctx: Any, runs: dict[str, Path], a: str, b: str) -> tuple[float | None, dict]:
+    """``L*(a) - L*(b)``: best-of-grid final validation bits/byte."""
+    sa, ba, la, da = seed_grid(ctx, runs[a])
+    sb, bb, lb, db = seed_grid(ctx, runs[b])
+    return ba - bb, {f"best_{a}": ba, f"best_{b}": bb, f"best_lr_{a}": la, f"best_lr_{b}": lb}
+
+
+def last_lse(run_dir: Path) -> float | None:
+    from normlab.rundir import read_metrics
+
+    pts = [(s, v) for s, k, v in read_metrics(run_dir / "metrics.jsonl") if k == "diag/output_lse"]
+    return max(pts)[1] if pts else None
+
+
+def m_zloss(ctx: Any, runs: dict[str, Path]) -> tuple[float | None, dict]:
+    """``|log Z|(Pre-LN) - |log Z|(Pre-LN + z-loss)`` at the grid's highest learning rate."""
+    top = max(ctx.budget.grid_lrs)
+    a, b = last_lse(lr_dir(runs["grid_pre"], top)), last_lse(lr_dir(runs["grid_pre_z"], top))
+    if a is None or b is None:
+        return None, {"reason": "no diag/output_lse recorded (diag.every = 0?)"}
+    return abs(a) - abs(b), {"lse_pre": a, "lse_pre_z": b, "lr": top}

@@ -1,0 +1,96 @@
+"""Measurements of the claims about operating on trained models (issue 13; normlab.surgery, docs/surgery.md):
+LayerNorm removal by fine-tuning, Hadamard rotation before 4-bit quantization, quantization robustness of Peri-LN,
+and label-free scores.
+
+Each measurement is cached in the run directory (``claims_removal.json``, ``quant_robustness.json``,
+``label_free.json``), so re-measuring is cheap. Per budget: fine-tuning steps per removal stage and the number of
+validation tokens scored.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from normlab.io import read_json
+
+REMOVAL_STEPS = {"tiny": 2, "quick": 10, "full": 30}
+EVAL_TOKENS = {"tiny": 512, "quick": 8192, "full": 16384}
+
+
+def _budget_name(ctx) -> str:
+    return ctx.budget.name if ctx.budget.name in EVAL_TOKENS else "quick"
+
+
+def _completed(ctx, run_dir: Path) -> bool:
+    return ctx.summary(run_dir).get("status") == "completed"
+
+
+def m_removal(ctx, runs: dict[str, Path]) -> tuple[float | None, dict]:
+    """Loss (nats/token) of the LN-free model minus the LayerNorm model fine-tuned for the same total steps."""
+    import shutil
+
+    from normlab.io import write_json
+    from normlab.surgery.remove_norm import remove_norm_run
+
+    run = runs["ln"]
+    if not _completed(ctx, run):
+        return None, {"reason": f"{run} did not complete"}
+    b = _budget_name(ctx)
+    settings = {"steps": REMOVAL_STEPS[b], "max_tokens": EVAL_TOKENS[b], "lr": ctx.budget.lr / 10}
+    cache = run / "claims_removal.json"
+    rec = read_json(cache, "cache") if cache.is_file() else None
+    if not rec or rec.get("settings") != settings:
+        out = run / "ln_removed"
+        if out.exists():
+            shutil.rmtree(out)
+        r = remove_norm_run(run, out, steps=settings["steps"], lr=settings["lr"], max_tokens=settings["max_tokens"],
+                            control=True)
+        c = r["control"] or {}
+        rec = {"settings": settings, "delta_nats_vs_original": r["delta_nats"],
+               "delta_nats_vs_control": c.get("delta_nats_vs_control"),
+               "delta_bpb_vs_control": c.get("delta_bpb_vs_control"), "loss_original": r["original"]["loss"],
+               "loss_removed": r["final"]["loss"], "loss_control": c.get("loss"),
+               "removal_only_nats": [s["removal_delta_nats"] for s in r["stages"]]}
+        write_json(cache, rec)
+    return rec["delta_nats_vs_control"], {k: v for k, v in rec.items() if k != "settings"}
+
+
+def _quant(ctx, run: Path) -> dict[str, Any] | None:
+    from normlab.surgery.robustness import quant_robustness
+
+    if not _completed(ctx, run):
+        return None
+    return quant_robustness(run, max_tokens=EVAL_TOKENS[_budget_name(ctx)])
+
+
+def m_hadamard(ctx, runs: dict[str, Path]) -> tuple[float | None, dict]:
+    q = _quant(ctx, runs["ln"])
+    if q is None or q["w4_hadamard"] is None:
+        return None, {"reason": "run did not complete" if q is None else q["hadamard_error"]}
+    return q["w4_rtn"] - q["w4_hadamard"], {"w4_rtn_bpb_increase": q["w4_rtn"],
+                                            "w4_hadamard_bpb_increase": q["w4_hadamard"], "bpb": q["bpb"]}
+
+
+def m_peri_quant(ctx, runs: dict[str, Path]) -> tuple[float | None, dict]:
+    a, b = _quant(ctx, runs["deep_pre"]), _quant(ctx, runs["deep_peri"])
+    if a is None or b is None:
+        return None, {"reason": "a run did not complete"}
+    return a["w4_rtn"] - b["w4_rtn"], {"w4_rtn_pre": a["w4_rtn"], "w4_rtn_peri": b["w4_rtn"],
+                                       "act_outlier_ratio_pre": a["max_act_outlier_ratio"],
+                                       "act_outlier_ratio_peri": b["max_act_outlier_ratio"]}
+
+
+def m_rank(ctx, runs: dict[str, Path], score: str) -> tuple[float | None, dict]:
+    """Spearman rho between the label-free ``score`` and the validation loss over the completed ``runs``."""
+    from normlab.surgery.robustness import label_free, spearman
+
+    xs, ys, names = [], [], []
+    for v, run in runs.items():
+        if _completed(ctx, run):
+            lf = label_free(run, max_tokens=EVAL_TOKENS[_budget_name(ctx)])
+            xs.append(lf[score])
+            ys.append(lf["loss"])
+            names.append(v)
+    rho = spearman(xs, ys)
+    return rho, {f"{score}.{n}": x for n, x in zip(names, xs)} | {f"loss.{n}": y for n, y in zip(names, ys)}

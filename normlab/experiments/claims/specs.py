@@ -1,0 +1,287 @@
+"""The published claims the suite re-measures, as data: one ``Claim`` per claim with its text, paper, metric,
+expected direction, the run variants it needs (normlab.experiments.claims.variants), the name of the measurement
+that turns one seed's runs into one number (``measure`` + ``args``, a key of
+``normlab.experiments.claims.measures.MEASURES``), and the source and deviations docs/claims.md prints.
+
+Adding a claim: one ``Claim`` here (with its source and deviations) and, when no existing measurement fits, one
+function registered in ``measures.MEASURES``; ``tests/test_claims.py`` checks every claim names a known measurement
+and known variants.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from normlab.errors import NormlabError
+
+
+@dataclass(frozen=True)
+class Claim:
+    name: str
+    claim: str
+    paper: str
+    metric: str          # what one seed's value is
+    expected: str        # human-readable expected direction
+    direction: str       # stats.verdict direction
+    variants: tuple[str, ...]
+    measure: str         # the measurement: a key of normlab.experiments.claims.measures.MEASURES
+    args: tuple = ()     # its extra arguments (e.g. the two variants of a bits/byte difference)
+    null: float = 0.0
+    margin: float | None = None
+    tolerance: float | None = None
+    meaning: str = ""    # longer explanation for docs/claims.md
+    source: str = ""     # where the recipe / metric comes from (paper section, authors' script)
+    deviations: str = ""  # what differs from the paper's setup, forced by scale or by choice, and why
+
+
+RANK_VARIANTS = ("ln", "dyt", "powernorm", "deep_pre", "deep_peri")  # the runs the label-free scores rank
+WORTSMAN = ("Wortsman et al. 2023, Small-scale proxies for large-scale Transformer training instabilities "
+            "(arXiv:2309.14322)")
+LR_SENSITIVITY = ("LR sensitivity = mean over the learning-rate grid of min(L, L_init) - L* (bits/byte; L final "
+                  "validation bits/byte, L_init at initialisation, a diverged run scores L_init, L* the best of the "
+                  "grid), per seed.")
+
+CLAIMS: list[Claim] = [
+    Claim("exact-conversion", "Pre-LN, Pre-RMSNorm and Pre-CRMSNorm compute the same function",
+          "Jiang et al. 2023 (arXiv:2305.14858)", "max |logit diff| after converting a trained Pre-LN run to "
+          "Pre-RMSNorm and Pre-CRMSNorm (fp32, 4 validation windows)", "<= 1e-4", "exact", ("ln",), "exact",
+          tolerance=1e-4, meaning="Each seed's trained Pre-LN model is converted in memory (normlab.convert."
+          "convert_model) to Pre-RMSNorm and to Pre-CRMSNorm; the value is the larger of the two max |logit "
+          "differences|. Held when every seed is within the tolerance 1e-4.",
+          source="paper section 3 (the conversion) and repo ZixuanJiang/pre-rmsnorm-transformer",
+          deviations="none in the method; a small GPT instead of their ViT / GPT-2 models."),
+    Claim("cod-growth", "In Pre-LN the residual-stream variance grows with depth",
+          "Sun et al. 2025, The Curse of Depth (arXiv:2502.05795)", "slope of ln(var) of block outputs vs block "
+          "index, deep Pre-LN (nats/block)", "> 0", "greater", ("deep_pre",), "growth",
+          meaning="Least-squares slope of ln(variance of the residual stream after block l) against l, pooled over "
+                  "a fixed validation sample (normlab.diagnostics.depth, log_var_slope_blocks). exp(slope) is the "
+                  "growth factor per block.",
+          source="paper section 3 (variance of the Pre-LN output grows with depth; their figure of the "
+                 "per-layer variance) and repo lmsdss/LayerNorm-Scaling",
+          deviations="12 blocks of width 64 for 500 steps instead of LLaMA-130M..1B trained on C4; the growth is "
+                     "summarised by one log-slope."),
+    Claim("cod-lns", "LayerNorm Scaling reduces the variance growth of Pre-LN",
+          "Sun et al. 2025, The Curse of Depth (arXiv:2502.05795)", "slope(Pre-LN) - slope(Pre-LN + LayerNorm "
+          "Scaling), deep models (nats/block)", "> 0", "greater", ("deep_pre", "deep_lns"), "diff_slope",
+          args=("deep_lns",),
+          meaning="Same slope as cod-growth, Pre-LN minus Pre-LN with 1/sqrt(l) on input-norm outputs; positive = "
+                  "LayerNorm Scaling grows more slowly.",
+          source="paper section 4 (LayerNorm Scaling: each input-norm output times 1/sqrt(l))",
+          deviations="as cod-growth."),
+    Claim("peri-massive", "Peri-LN shows smaller massive activations than Pre-LN",
+          "Kim et al. 2025, Peri-LN (arXiv:2502.02732)", "log10(max_l mean top|h| / mean median|h| over sequences, "
+          "Pre-LN / Peri-LN), deep models", "> 0", "greater", ("deep_pre", "deep_peri"), "massive",
+          meaning="Massive activations the authors' way (Sun et al. 2024, repo locuslab/massive-activations, "
+                  "main_llm.py --exp2; normlab.diagnostics.massive.per_sequence): per validation sequence the top-1 "
+                  "|h| and the median |h| of a block output, each averaged over the sequences; ratio = mean top-1 / "
+                  "mean median, the largest over blocks; value = log10(Pre-LN ratio / Peri-LN ratio); positive = "
+                  "Peri-LN smaller. The pooled ratio (max over all sequences / pooled median) is the second number "
+                  "(pooled_log10_ratio).",
+          source="Peri-LN section 4 (massive activations of Pre-LN vs Peri-LN); the statistic from Sun et al. 2024, "
+                 "main_llm.py --exp2 and lib/plot_utils_llm.py plot_layer_ax (np.mean over sequences)",
+          deviations="sequences are the budget's validation windows of 64 bytes (theirs: 10 sequences of 4096 "
+                     "tokens); the |h| > 100 criterion is never met at this scale, so the ratio is compared."),
+    Claim("peri-variance", "Peri-LN keeps the hidden-state variance from growing during training, where Pre-LN's "
+          "grows", "Kim et al. 2025, Peri-LN (arXiv:2502.02732)", "ln(var_end / var_init) of the last block's "
+          "output: Pre-LN - Peri-LN (nats)", "> 0", "greater", ("deep_pre", "deep_peri"), "peri_variance",
+          meaning="Growth of the hidden-state variance during training: for each model ln(var at the end / var at "
+                  "initialisation) of the last block's output on the same validation windows (initialisation = the "
+                  "run's own seeded init, rebuilt); value = growth(Pre-LN) - growth(Peri-LN); positive = Peri-LN "
+                  "grows less. Beside it (details): the magnitude at the end, log10(var Pre-LN / var Peri-LN) of the "
+                  "last block's output, and the slope of ln(var) over depth at init and at the end (the earlier "
+                  "metric, which scored the architecture at initialisation: Peri-LN adds about unit variance per "
+                  "block, so its at-init slope is already the larger).",
+          source="Peri-LN section 4 (hidden-state variance across layers and its growth over training steps: "
+                 "Pre-LN's grows by orders of magnitude, Peri-LN's stays small)",
+          deviations="the growth is read at two points (init and end of the 500-step run) on the last block's "
+                     "output, not as the paper's curves over all layers and checkpoints; 12 blocks of width 64 "
+                     "instead of 400M-3.2B models."),
+    Claim("peri-variance-magnitude", "Peri-LN's hidden states end training with a smaller variance than Pre-LN's",
+          "Kim et al. 2025, Peri-LN (arXiv:2502.02732)", "log10(var Pre-LN / var Peri-LN) of the last block's output "
+          "at the end of training", "> 0", "greater", ("deep_pre", "deep_peri"), "peri_magnitude",
+          meaning="The magnitude half of the Peri-LN variance claim: the variance of the residual stream after the "
+                  "last block (the stream the final norm reads) on the fixed validation windows at the end of "
+                  "training, Pre-LN over Peri-LN, log10; positive = Peri-LN smaller. Details: the largest variance "
+                  "over the blocks of each model.",
+          source="as peri-variance",
+          deviations="as peri-variance; the magnitude is read at the end of the budget's run only."),
+    Claim("mixln-grad", "Mix-LN makes gradient norms more uniform across depth than Pre-LN",
+          "Li et al. 2024, Mix-LN (arXiv:2412.13795)", "CV across blocks of per-block grad norm: Pre-LN - Mix-LN "
+          "(mean over training)", "> 0", "greater", ("deep_pre", "deep_mix"), "mix",
+          meaning="Per-block gradient norm sqrt(|g_attn|^2 + |g_mlp|^2 + |g_norm|^2) (normlab.names.block_grad_norms, "
+                  "the report's definition too) recorded during training every diag.every "
+                  "steps (before clipping); coefficient of variation (std/mean) across blocks, averaged over the "
+                  "records; value = CV(Pre-LN) - CV(Mix-LN, alpha 0.25); positive = Mix-LN more uniform.",
+          source="Mix-LN section 4 (gradient norms across layers) and repo pixeli99/MixLN (alpha 0.25)",
+          deviations="the uniformity is summarised by one coefficient of variation; 12 blocks of width 64."),
+    Claim("postln-warmup", "Deep Post-LN without warm-up trains worse (or diverges) where Pre-LN does not",
+          "Xiong et al. 2020, On Layer Normalization in the Transformer Architecture (arXiv:2002.04745)",
+          "val bpb(Post-LN) - bpb(Pre-LN), deep, no LR warm-up (diverged = 8 bpb)", "> 0", "greater",
+          ("deep_post_nowarm", "deep_pre_nowarm"), "bpb_diff", args=("deep_post_nowarm", "deep_pre_nowarm"),
+          meaning="Both deep models trained with train.warmup_steps=0 at the same peak LR; final validation "
+                  "bits/byte difference. A diverged run scores the uniform model (log2 vocab = 8 bits/byte).",
+          source="paper section 3 (Post-LN needs the warm-up stage; Pre-LN trains without it)",
+          deviations="AdamW at the budget's peak LR 3e-3 (the paper: Adam on translation / BERT); 12 blocks."),
+    Claim("dyt-vs-ln", "DyT (the authors' LLaMA recipe) reaches the loss of LayerNorm within a small margin",
+          "Zhu et al. 2025, Transformers without Normalization (arXiv:2503.10622)", "val bpb(DyT) - bpb(LayerNorm), "
+          "Pre placement, untied LM head", "|Δ| < 0.05", "within", ("ln_untied", "dyt"),
+          "bpb_diff", args=("dyt", "ln_untied"), margin=0.05,
+          meaning="Equivalence test: held when the whole 95% CI of bpb(DyT) - bpb(LN) lies inside ±0.05 bits/byte; "
+                  "not held when it lies entirely outside. DyT with the authors' LLaMA recipe: untied LM head, no "
+                  "DyT bias, alpha init 0.8 (attention input) / 0.2 (MLP input) / 0.2 (final), a learnable scalar "
+                  "after the token embedding; the LayerNorm baseline has the same untied head.",
+          source="paper section 5 (LLaMA 7B-70B) and the authors' script jiachenzhu/DyT other_tasks/LLaMA "
+                 "(fms_fsdp/models/llama.py: tie_heads False, LayerNormParameterized = weight * tanh(alpha x) "
+                 "without bias, shared_scale init sqrt(emb_dim); README: attn/ffn/dec alpha 0.8/0.2/0.2 for 7B)",
+          deviations="the embedding scalar starts at sqrt(4096) = 64 (their d), not sqrt(64) = 8: with N(0, 0.02) "
+                     "embeddings that starts the stream at RMS 1.28 as in their 7B, where sqrt(d) at d = 64 would "
+                     "start it at 0.16 (docs/norms.md measures that variant far worse); alpha inits of their smallest "
+                     "model (7B; smaller than theirs, ours might want larger); GELU MLP and LayerNorm baseline "
+                     "instead of SwiGLU and RMSNorm; the budget's LR 3e-3 (theirs 3e-4) for both arms."),
+    Claim("lssar-extrapolation", "Softplus attention with re-weighting keeps loss flatter than softmax up to 16x the "
+          "training length", "Gao & Huang 2025, Softplus Attention with Re-weighting (repo iminfine/freeatten)",
+          "loss(16x) - loss(1x) [nats/token]: softmax - softplus+LSSAR (trained with re-weighting)", "> 0",
+          "greater", ("ln", "softplus_lssar"), "extrap",
+          meaning="Both models trained at the same context with RoPE, the softplus model with LSSAR re-weighting "
+                  "on during training (model.lssa_reweight=true), as the paper trains it; evaluated on the same "
+                  "validation tokens with non-overlapping windows of 1x..16x the training context "
+                  "(normlab.eval.extrapolation). Value = softmax degradation minus softplus+LSSAR degradation; "
+                  "positive = flatter with LSSAR. The eval-only switch is measured separately (lssar-eval-only).",
+          source="paper section 3-4 (LSSA with re-weighting, power 15; length extrapolation to 16x) and repo "
+                 "iminfine/freeatten",
+          deviations="trained at context 64 and evaluated to 1,024 (theirs: GPT-2-size models on longer "
+                     "contexts); the repo could not be fetched here, the formulas follow docs/attention.md."),
+    Claim("lssar-eval-only", "Softplus attention trained without re-weighting, with LSSAR switched on only at "
+          "evaluation, keeps loss flatter than softmax up to 16x", "Gao & Huang 2025, Softplus Attention with "
+          "Re-weighting (repo iminfine/freeatten)", "loss(16x) - loss(1x) [nats/token]: softmax - softplus with "
+          "LSSAR at evaluation only", "> 0", "greater", ("ln", "softplus"), "extrap_eval_only",
+          meaning="The earlier measurement, kept as a separate, labelled one: the softplus model trained without "
+                  "re-weighting and evaluated with model.lssa_reweight=true (no fine-tuning), as lssar-extrapolation "
+                  "otherwise. The switch raises the 1x loss of a model never trained with it; details give the "
+                  "softplus model without re-weighting too.",
+          source="as lssar-extrapolation",
+          deviations="not the paper's protocol (it trains with re-weighting): a measurement of what the switch "
+                     "alone does."),
+    Claim("powernorm-lm", "PowerNorm gives lower loss than LayerNorm on language modelling",
+          "Shen et al. 2020, PowerNorm (arXiv:2003.07845)", "val bpb(LayerNorm) - bpb(PowerNorm)", "> 0", "greater",
+          ("ln", "powernorm"), "bpb_diff", args=("ln", "powernorm"),
+          meaning="Final validation bits/byte; positive = PowerNorm better (the paper reports lower perplexity). "
+                  "PowerNorm as the authors' transformer uses it: group scaling with groups = attention heads (4), "
+                  "statistics warm-up = the LR warm-up.",
+          source="paper section 5 (Wikitext-103 / PTB language modelling) and repo sIncerass/powernorm "
+                 "(fairseq/modules/norm_select.py: MaskPowerNorm(embed_dim, group_num=head_num); "
+                 "norms/mask_powernorm.py)",
+          deviations="Pre-LN placement (the suite's baseline) and the budget's warm-up 50 steps as the statistics "
+                     "warm-up (their NormSelect default 1000 updates); byte-level pystdlib instead of word-level "
+                     "Wikitext-103 / PTB."),
+    Claim("linear-attention", "Causal linear attention with division normalisation and LINA's input conv is "
+          "competitive with softmax at equal parameters", "Wang et al. 2026, LINA",
+          "bpb(linear+conv) / bpb(softmax) - 1", "< 0.05", "less", ("ln", "linear_conv"), "linear", null=0.05,
+          meaning="Linear attention (relu kernel, division normalisation, causal prefix sums) with LINA's locality "
+                  "branch, a causal depthwise conv of size 4 of the attention input (model.linear_conv_source: "
+                  "input), vs softmax at the same width/depth (the conv adds 5 x width parameters per block, "
+                  "reported); competitive = relative bpb gap below 5%: held when the CI's upper end is below 0.05, "
+                  "not held when its lower end is above.",
+          source="LINA, repo techmonsterwang/LINA (diffnext/models/vision_transformer_linear_decouple1_kvscale1.py "
+                 "LinearAttentionDecoder: dw_conv = Conv2d(dim, dim, 5, groups=dim) of the attention input x, "
+                 "added to the attention output before proj)",
+          deviations="their vision code is bidirectional with a 5x5 2-D conv; here causal prefix sums and a causal "
+                     "1-D conv of size 4 (a causal LM); no KV gate."),
+    # operating on trained models (issue 13: normlab.surgery, docs/surgery.md; measures_surgery.py)
+    Claim("ln-removal", "LayerNorm can be removed by fine-tuning at a small loss increase",
+          "Heimersheim 2024 (arXiv:2409.13710); Baroni et al. 2025 (arXiv:2507.02559): +0.03 nats for GPT-2 XL",
+          "val loss of the LN-free model - LN model fine-tuned for the same steps (nats/token)", "< 0.05",
+          "less", ("ln",), "removal", null=0.05,
+          meaning="normlab remove-norm on each seed's Pre-LN run (group schedule: MLP-input norms, attention-input "
+                  "norms, final norm; each site's scale from the average per-token std on training windows; "
+                  "fine-tuning steps per stage per budget: tiny 2, quick 10, full 30; lr = budget lr / 10), "
+                  "against the control: the same LayerNorm model fine-tuned alike for 3x the steps. Positive = "
+                  "removal costs loss. 'Small' is taken as below 0.05 nats/token; the paper's GPT-2 XL number "
+                  "is +0.03."),
+    Claim("hadamard-w4", "A randomized Hadamard rotation of the residual stream reduces the 4-bit quantization "
+          "loss", "Ashkboos et al. 2024, QuaRot (arXiv:2404.00456)",
+          "Δbpb(W4 RTN) - Δbpb(W4 RTN after Hadamard rotation), Pre-LN (bits/byte)", "> 0", "greater", ("ln",),
+          "hadamard",
+          meaning="Simulated W4 round-to-nearest, symmetric, per output channel, on every linear inside the "
+                  "blocks (embeddings and head in fp32); the rotated model is the exact Pre-RMSNorm conversion "
+                  "with a randomized Hadamard rotation fused into the weights (checked to 1e-4 before "
+                  "quantization). Positive = the rotation lowers the bits/byte increase."),
+    Claim("peri-quant", "Peri-LN (smaller massive activations) loses less under 4-bit quantization than Pre-LN",
+          "Kim et al. 2025, Peri-LN (arXiv:2502.02732); Sun et al. 2024, Massive Activations",
+          "Δbpb(W4 RTN) of Pre-LN - of Peri-LN, deep models (bits/byte)", "> 0", "greater",
+          ("deep_pre", "deep_peri"), "peri_quant",
+          meaning="Same W4 RTN as hadamard-w4, no rotation, on the deep Pre-LN and Peri-LN runs of "
+                  "peri-massive. Positive = Peri-LN loses less."),
+    Claim("mano-rank", "The label-free MaNo score ranks runs like their loss (higher MaNo, lower loss)",
+          "Xie et al. 2024, MaNo (NeurIPS 2024, arXiv:2405.18979)",
+          "Spearman rho(MaNo, val loss) over the runs of one seed", "< 0", "less", RANK_VARIANTS, "rank",
+          args=("mano",),
+          meaning="Per seed, MaNo (softmax-normalised logits, p = 4) and the loss on the same validation tokens "
+                  "for the runs " + ", ".join(RANK_VARIANTS) + "; value = Spearman rank correlation; -1 = "
+                  "the same ranking as the loss."),
+    Claim("mnn-rank", "The Matrix Nuclear-Norm ranks runs like their loss (lower MNN, lower loss)",
+          "Li et al. 2024, Matrix Nuclear-Norm (arXiv:2410.10672)",
+          "Spearman rho(MNN, val loss) over the runs of one seed", "> 0", "greater", RANK_VARIANTS,
+          "rank", args=("matrix_nuclear_norm",),
+          meaning="As mano-rank with the Matrix Nuclear-Norm of the LM head's input hidden states (authors' "
+                  "code: column-centred, row-normalised, sum of the largest column norms / T). The expected "
+                  "sign follows the paper's reading (lower = better compression)."),
+    # learning-rate sweep claims (Wortsman et al. 2023; measures_lr.py)
+    Claim("qk-lr-sensitivity", "QK-norm lowers the learning-rate sensitivity of Pre-LN", WORTSMAN,
+          "LR sensitivity(Pre-LN) - LR sensitivity(Pre-LN + QK-norm), bits/byte", "> 0", "greater",
+          ("grid_pre", "grid_pre_qk"), "sens_diff", args=("grid_pre", "grid_pre_qk"),
+          meaning=LR_SENSITIVITY + " QK-norm: RMSNorm on queries and keys per head (model.qk_norm). Positive = "
+                                   "QK-norm less sensitive (the paper's attention-logit-growth fix)."),
+    Claim("zloss-logit-divergence", "z-loss keeps the output logits from diverging at a high learning rate", WORTSMAN,
+          "|mean logsumexp(logits)| at the end, highest grid lr: Pre-LN - Pre-LN + z-loss 1e-4", "> 0", "greater",
+          ("grid_pre", "grid_pre_z"), "zloss",
+          meaning="Output logit divergence (paper section 3.2): log Z = logsumexp of the output logits drifts "
+                  "away from 0; the z-loss 1e-4 log^2 Z (train.z_loss) holds it near 0. Value: |log Z| of "
+                  "Pre-LN minus that of Pre-LN + z-loss, mean over positions at the last diagnostic step of "
+                  "the run at the highest learning rate of the grid. Positive = z-loss keeps log Z nearer 0."),
+    Claim("warmup-lr-sensitivity", "Learning-rate warm-up lowers the learning-rate sensitivity", WORTSMAN,
+          "LR sensitivity(Pre-LN, no warm-up) - LR sensitivity(Pre-LN, warm-up 10% of steps), bits/byte", "> 0",
+          "greater", ("grid_pre_nowarm", "grid_pre"), "sens_diff", args=("grid_pre_nowarm", "grid_pre"),
+          meaning=LR_SENSITIVITY + " Warm-up: linear over the first 10% of the steps (train.warmup_steps) vs none."),
+    Claim("postln-lr-sensitivity", "Post-LN is more sensitive to the learning rate than Pre-LN",
+          "Xiong et al. 2020, On Layer Normalization in the Transformer Architecture (arXiv:2002.04745)",
+          "LR sensitivity(Post-LN) - LR sensitivity(Pre-LN), bits/byte", "> 0", "greater",
+          ("grid_post", "grid_pre"), "sens_diff", args=("grid_post", "grid_pre"),
+          meaning=LR_SENSITIVITY + " The Post-LN vs Pre-LN claim re-measured over a learning-rate grid instead of one "
+                                   "learning rate without warm-up (postln-warmup)."),
+    Claim("peri-lr-sensitivity", "Peri-LN is less sensitive to the learning rate than Pre-LN",
+          "Kim et al. 2025, Peri-LN (arXiv:2502.02732)", "LR sensitivity(Pre-LN) - LR sensitivity(Peri-LN), "
+          "bits/byte", "> 0", "greater", ("grid_pre", "grid_peri"), "sens_diff", args=("grid_pre", "grid_peri"),
+          meaning=LR_SENSITIVITY + " Peri-LN normalises each sublayer's input and output; the paper reports more "
+                                   "stable training across learning rates."),
+    Claim("mixln-lr-best", "Mix-LN reaches a lower best-of-grid loss than Pre-LN",
+          "Li et al. 2024, Mix-LN (arXiv:2412.13795)", "L*(Pre-LN) - L*(Mix-LN): best final validation bits/byte "
+          "over the learning-rate grid", "> 0", "greater", ("grid_pre", "grid_mix"),
+          "best_diff", args=("grid_pre", "grid_mix"),
+          meaning="Best final validation bits/byte over the grid per seed (each variant at its own best learning "
+                  "rate), Pre-LN minus Mix-LN (alpha 0.25: Post-LN in the first quarter of the blocks). "
+                  "Positive = Mix-LN better, as the paper reports."),
+]
+CLAIM_NAMES = [c.name for c in CLAIMS]
+
+
+def select(only: str | None) -> list[Claim]:
+    """The claims named in ``only`` (comma-separated; all when empty), in the suite's order."""
+    if not only:
+        return list(CLAIMS)
+    names = [n.strip() for n in only.split(",") if n.strip()]
+    if not names:
+        raise NormlabError(f"--only needs at least one claim name, got '{only}'; allowed: {', '.join(CLAIM_NAMES)}")
+    for n in names:
+        if n not in CLAIM_NAMES:
+            from normlab.errors import did_you_mean
+
+            raise NormlabError(f"unknown claim '{n}'{did_you_mean(n, CLAIM_NAMES)}; allowed: {', '.join(CLAIM_NAMES)}")
+    return [c for c in CLAIMS if c.name in names]
+
+
+def grid_claim_names() -> set[str]:
+    """The claims measured over the learning-rate grid."""
+    from normlab.experiments.claims.variants import GRID_VARIANTS
+
+    return {c.name for c in CLAIMS if any(v in GRID_VARIANTS for v in c.variants)}
