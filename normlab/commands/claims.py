@@ -236,7 +236,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     cl.add_argument("--only", metavar="NAME", help="run only these claims (comma-separated names)")
     cl.add_argument("--seeds", type=int_in(1, 1000), help="number of seeds (default: the budget's)")
     cl.add_argument("--budget", choices=["tiny", "quick", "full"], default="quick",
-                    help="tiny: seconds (tests); quick: < 15 min on 2 cores; full: ~30 min, writes docs/claims.md")
+                    help="tiny: seconds (tests); quick: < 15 min on 2 cores; full: about 1 h on 2 idle cores, writes docs/claims.md")
     cl.add_argument("--out", help="results and runs directory (default: runs/claims-<budget>); re-run to resume")
     cl.add_argument("--workers", type=int_in(1, 1024), help="parallel training processes (default: 2, tiny: 1)")
     cl.add_argument("--reuse", metavar="SWEEP_DIR", help="copy runs with exactly the same resolved config from this "
