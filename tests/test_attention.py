@@ -550,6 +550,7 @@ def test_registered_kinds_declare_their_facts():
         assert cls.kind == k and all(hasattr(cls, f) for f in ATTENTION_FACTS)
         assert set(cls.eval_keys) <= set(cls.options) and set(cls.options) <= fields
         assert callable(getattr(cls, "attention_probs", None)) == cls.score_matrix, k
+        assert not cls.eval_keys or callable(getattr(cls, "apply_eval_options", None)), k
     with pytest.raises(NormlabError, match="unknown model.attention 'flash'"):
         get_attention_class("flash")
     with pytest.raises(ValueError, match="registered twice"):
@@ -595,6 +596,31 @@ def test_score_matrix_decides_alibi_sinks_and_extrapolation_memory(kind):
     need = {q: window_bytes_estimate(CTX, width=W, heads=H, vocab=50, mlp_ratio=4.0, quadratic=q) for q in (1, 0)}
     assert need[1] > need[0] and int(gb * 2**30 // need[1]) != int(gb * 2**30 // need[0])
     assert rep["results"][0]["batch_size"] == int(gb * 2**30 // need[has])
+
+
+def switched(value):
+    """Another value of an option for the eval-time test: a bool flipped, a number divided by 3."""
+    return (not value) if isinstance(value, bool) else value / 3
+
+
+@pytest.mark.parametrize("kind", [k for k in KINDS if get_attention_class(k).eval_keys])
+def test_eval_keys_switch_a_trained_model_as_if_built_with_them(kind):
+    """Every eval-time key of a kind, changed on a built model (``set_eval_options``, what ``normlab eval --set``
+    does), gives exactly the model built with the changed config and the same weights, and changes its output."""
+    import dataclasses
+
+    cls = get_attention_class(kind)
+    base = mcfg(attention=kind).validate()
+    changed = dataclasses.replace(base, **{k: switched(getattr(base, k)) for k in cls.eval_keys}).validate()
+    m = randomised_model(kind, {})
+    torch.manual_seed(0)
+    ref = build_model(changed).double().eval()
+    ref.load_state_dict(m.state_dict())
+    x = torch.randint(0, 50, (2, 12), generator=torch.Generator().manual_seed(0))
+    before = m(x)
+    set_eval_options(m, changed)
+    torch.testing.assert_close(m(x), ref(x), atol=0, rtol=0)
+    assert not torch.allclose(m(x), before)
 
 
 def test_attention_command_lists_the_registry(tmp_path):
