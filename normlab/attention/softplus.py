@@ -1,7 +1,7 @@
 """Softplus attention with l1 normalisation (LSSA) and its re-weighting (LSSAR) (``model.attention: softplus``).
 
 Gao, Spratling & Gionfrida 2025, "Softplus Attention with Re-weighting Boosts Length Extrapolation in Large
-Language Models" (arXiv:2501.13428; repo iminfine/freeatten). For a query at (0-based) position ``i`` with
+Language Models" (arXiv:2501.13428; repo iminfine/freeattn). For a query at (0-based) position ``i`` with
 ``N_i = i + 1`` visible keys:
 
     q^ = q / ||q||,  k^ = k / ||k||                      (l2 over head_dim)
@@ -80,7 +80,8 @@ class SoftplusAttention(AttentionBase):
     ``reweight`` and ``power`` are plain attributes (no parameters): they may be changed on a trained model.
     """
 
-    paper = "Gao & Huang 2025, Softplus Attention with Re-weighting (repo iminfine/freeatten)"
+    paper = ("Gao, Spratling & Gionfrida 2025, Softplus Attention with Re-weighting Boosts Length Extrapolation in "
+             "Large Language Models (arXiv:2501.13428; repo iminfine/freeattn)")
     description = "l1-normalised softplus scores with a length scale (LSSA), optional re-weighting (LSSAR)"
     options = {k: (d, "model.lssa_reweight / model.lssa_power re-weight softplus attention, not '{att}'")
                for k, d in (("lssa_reweight", False), ("lssa_power", 15.0))}
