@@ -38,8 +38,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from sections import write_section  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from normlab.attention import attention_names  # noqa: E402
 START, END = "<!-- attention_speed:start -->", "<!-- attention_speed:end -->"
-KINDS = ("softmax", "softplus", "linear", "nala")
+KINDS = attention_names()  # the registry: a newly registered kind is benchmarked too
 LENGTHS = (256, 512, 1024, 2048, 4096)
 
 

@@ -701,3 +701,26 @@ def test_a_scratch_kind_is_picked_up_by_config_model_and_diagnostics(monkeypatch
     A = attention_probs(m, torch.randint(0, 50, (2, 16)))
     T = 16  # uniform causal attention: first-token importance = H_T / T (harmonic number)
     assert sink_stats(A)["first_token_importance"][0][0] == pytest.approx(sum(1 / i for i in range(1, T + 1)) / T)
+
+
+def test_a_scratch_convertible_exportable_kind_joins_the_refusals(monkeypatch):
+    """``convertible`` / ``exportable`` are read from the registry, not from a list of names: a kind registered in
+    this test (softmax attention under another name, declaring both) converts exactly and exports through the
+    shared test, and the refusals other kinds get name it among the kinds that would convert / export."""
+    from normlab.attention.softmax import CausalSelfAttention
+    from normlab.convert import convert_model
+    from normlab.interop.arch import hf_arch
+    from tests.helpers import scratch_attention
+    from tests.test_convert import make
+
+    class SoftmaxCopy(CausalSelfAttention):
+        description = "softmax attention under another name (test only)"
+
+    scratch_attention(monkeypatch, "softmax_copy", SoftmaxCopy)
+    assert SoftmaxCopy.convertible and SoftmaxCopy.exportable  # declared by the parent class, inherited
+    test_convert_and_export_follow_the_declared_facts("softmax_copy")
+    rc, model = make(attention="linear")
+    with pytest.raises(NormlabError, match="projections of softmax, softmax_copy attention only"):
+        convert_model(model, rc, "rmsnorm")
+    with pytest.raises(NormlabError, match=r"model.attention 'linear' \(softmax or softmax_copy would export\)"):
+        hf_arch(mcfg(attention="linear", positions="rope").validate())

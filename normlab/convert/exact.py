@@ -40,7 +40,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from normlab.attention import get_attention_class
+from normlab.attention import attention_names, get_attention_class
 from normlab.config import RunConfig, config_from_dict
 from normlab.errors import NormlabError
 from normlab.model import build_model
@@ -209,8 +209,9 @@ def convert_model(model: nn.Module, run_cfg: RunConfig, kind: str) -> tuple[RunC
         raise NormlabError(f"unknown conversion '{kind}'; allowed: {', '.join(KINDS)}")
     cfg = run_cfg.model
     if not get_attention_class(cfg.attention).convertible:
+        ok = ", ".join(k for k in attention_names() if get_attention_class(k).convertible)
         raise NormlabError(f"cannot convert model.attention '{cfg.attention}': exact conversions know the fused "
-                           "qkv/proj projections of softmax attention only (a kind declares convertible)")
+                           f"qkv/proj projections of {ok} attention only (a kind declares convertible)")
     model = model.eval()
     sites = analyse(model, cfg, need_final=kind != "folded")
     norm_cls = type(sites[0].norm)

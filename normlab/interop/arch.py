@@ -42,14 +42,15 @@ def _refuse(choice: str) -> NormlabError:
 
 def hf_arch(cfg: "ModelConfig") -> str:
     """The HF architecture (``model_type``) ``cfg`` maps onto exactly, else a one-line NormlabError."""
-    from normlab.attention import get_attention_class
+    from normlab.attention import attention_names, get_attention_class
     from normlab.model.placements import embed_norm_on, final_norm_on
 
     c = cfg
     if c.norm not in ("layernorm", "rmsnorm"):
         raise _refuse(f"model.norm '{c.norm}' has no HF counterpart (layernorm or rmsnorm would export)")
     if not get_attention_class(c.attention).exportable:
-        raise _refuse(f"model.attention '{c.attention}' (softmax would export)")
+        ok = " or ".join(k for k in attention_names() if get_attention_class(k).exportable)
+        raise _refuse(f"model.attention '{c.attention}' ({ok} would export)")
     if c.placement not in ("pre", "peri", "output"):
         raise _refuse(f"model.placement '{c.placement}' (pre, peri or output would export)")
     if c.layernorm_scaling:
