@@ -139,7 +139,9 @@ CLAIMS: list[Claim] = [
                      "model (7B; smaller than theirs, ours might want larger); GELU MLP and LayerNorm baseline "
                      "instead of SwiGLU and RMSNorm; the budget's LR 3e-3 (theirs 3e-4) for both arms."),
     Claim("lssar-extrapolation", "Softplus attention with re-weighting keeps loss flatter than softmax up to 16x the "
-          "training length", "Gao & Huang 2025, Softplus Attention with Re-weighting (repo iminfine/freeatten)",
+          "training length",
+          "Gao, Spratling & Gionfrida 2025, Softplus Attention with Re-weighting (arXiv:2501.13428; repo "
+          "iminfine/freeattn)",
           "loss(16x) - loss(1x) [nats/token]: softmax - softplus+LSSAR (trained with re-weighting)", "> 0",
           "greater", ("ln", "softplus_lssar"), "extrap",
           meaning="Both models trained at the same context with RoPE, the softplus model with LSSAR re-weighting "
@@ -148,13 +150,15 @@ CLAIMS: list[Claim] = [
                   "(normlab.eval.extrapolation). Value = softmax degradation minus softplus+LSSAR degradation; "
                   "positive = flatter with LSSAR. The eval-only switch is measured separately (lssar-eval-only).",
           source="paper section 3-4 (LSSA with re-weighting, power 15; length extrapolation to 16x) and repo "
-                 "iminfine/freeatten",
+                 "iminfine/freeattn",
           deviations="trained at context 64 and evaluated to 1,024 (theirs: GPT-2-size models on longer "
                      "contexts); the repo could not be fetched here, the formulas follow docs/attention.md."),
     Claim("lssar-eval-only", "Softplus attention trained without re-weighting, with LSSAR switched on only at "
-          "evaluation, keeps loss flatter than softmax up to 16x", "Gao & Huang 2025, Softplus Attention with "
-          "Re-weighting (repo iminfine/freeatten)", "loss(16x) - loss(1x) [nats/token]: softmax - softplus with "
-          "LSSAR at evaluation only", "> 0", "greater", ("ln", "softplus"), "extrap_eval_only",
+          "evaluation, keeps loss flatter than softmax up to 16x",
+          "Gao, Spratling & Gionfrida 2025, Softplus Attention with Re-weighting (arXiv:2501.13428; repo "
+          "iminfine/freeattn)",
+          "loss(16x) - loss(1x) [nats/token]: softmax - softplus with LSSAR at evaluation only", "> 0", "greater",
+          ("ln", "softplus"), "extrap_eval_only",
           meaning="The earlier measurement, kept as a separate, labelled one: the softplus model trained without "
                   "re-weighting and evaluated with model.lssa_reweight=true (no fine-tuning), as lssar-extrapolation "
                   "otherwise. The switch raises the 1x loss of a model never trained with it; details give the "
