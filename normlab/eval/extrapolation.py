@@ -3,7 +3,8 @@ position bucket inside the window.
 
 Protocol (as in ALiBi, Press et al. 2022, "Train Short, Test Long", and the LSSA/LSSAR length claims, Gao, Spratling
 & Gionfrida 2025): every factor scores the same tokens, the first ``M = floor(N / C_max) * C_max`` targets of the
-split (``C_max`` the largest evaluated context, ``N`` the available targets), with non-overlapping windows of the factor's context
+split (``C_max`` the largest evaluated context, ``N`` the available targets), with non-overlapping windows of the
+factor's context
 (``normlab.eval.lm.windows``; every target scored exactly once; the first target of a window has only its own input
 token as context). ``bpb = sum(nll) / (bytes * ln 2)`` (lm-evaluation-harness).
 
