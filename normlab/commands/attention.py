@@ -3,26 +3,23 @@
 from __future__ import annotations
 
 import argparse
-import json
+
+_YES = {True: "yes", False: "no"}
 
 
 def run_attention(args: argparse.Namespace) -> int:
     from normlab.attention import list_attention
+    from normlab.commands.listing import print_listing
 
-    rows = list_attention()
-    if args.json:
-        print(json.dumps({"attention": rows}))
-        return 0
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table("name", "description", "paper", "T x T scores", "options", "eval-time", "convert / export")
-    yes = {True: "yes", False: "no"}
-    for r in rows:
-        table.add_row(r["name"], r["description"], r["paper"], yes[r["score_matrix"]], ", ".join(r["options"]),
-                      ", ".join(r["eval_keys"]), f"{yes[r['convertible']]} / {yes[r['exportable']]}")
-    Console(markup=False).print(table)
-    return 0
+    return print_listing("attention", list_attention(), {
+        "name": lambda r: r["name"],
+        "description": lambda r: r["description"],
+        "paper": lambda r: r["paper"],
+        "T x T scores": lambda r: _YES[r["score_matrix"]],
+        "options": lambda r: ", ".join(r["options"]),
+        "eval-time": lambda r: ", ".join(r["eval_keys"]),
+        "convert / export": lambda r: f"{_YES[r['convertible']]} / {_YES[r['exportable']]}",
+    }, args.json)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

@@ -3,24 +3,17 @@
 from __future__ import annotations
 
 import argparse
-import json
 
 
 def run_norms(args: argparse.Namespace) -> int:
+    from normlab.commands.listing import print_listing
     from normlab.norms import list_norms
 
-    rows = list_norms()
-    if args.json:
-        print(json.dumps({"norms": rows}))
-        return 0
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table("name", "description", "paper")
-    for r in rows:
-        table.add_row(r["name"], r["description"], r["paper"])
-    Console(markup=False).print(table)
-    return 0
+    return print_listing("norms", list_norms(), {
+        "name": lambda r: r["name"],
+        "description": lambda r: r["description"],
+        "paper": lambda r: r["paper"],
+    }, args.json)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
