@@ -11,6 +11,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from scipy.stats import ttest_ind
 
 from normlab.experiments.store import Store
 from normlab.experiments.worker import record
@@ -43,6 +44,22 @@ def test_t_quantiles_match_tables():
 @pytest.mark.parametrize("t, df", [(0.3, 1), (1.7, 2.5), (-2.2, 3.8), (4.0, 10), (0.9, 57.3)])
 def test_t_cdf_matches_numeric_integration(t, df):
     assert t_cdf(t, df) == pytest.approx(_t_cdf_numeric(t, df), abs=1e-7)
+
+
+@pytest.mark.parametrize("a, b", [
+    ([3.0, 3.2], [3.5, 3.7]),
+    ([3.1, 3.15, 3.3], [3.12, 3.4, 3.5, 3.45]),
+    ([1.0, 2.0, 3.0, 4.0, 5.0], [2.0, 4.0, 6.0, 8.0, 10.0, 12.0]),
+    ([5.1, 5.2], [5.1, 5.3]),
+    ([2.0, 2.0], [1.0, 1.5, 1.7]),  # one side without spread
+    ([3.0, 3.0001, 3.0002], [4.0, 4.0001, 4.0003]),  # p ~ 7e-14: no cancellation in 1 - cdf
+])
+@pytest.mark.filterwarnings("ignore:Precision loss occurred in moment calculation:RuntimeWarning")  # scipy, constant a
+def test_welch_matches_scipy_ttest_ind(a, b):
+    ref = ttest_ind(a, b, equal_var=False)
+    w = welch(a, b)
+    assert w.t == pytest.approx(ref.statistic, rel=1e-9) and w.df == pytest.approx(ref.df, rel=1e-9)
+    assert w.p == pytest.approx(ref.pvalue, rel=1e-9, abs=0.0)
 
 
 def test_welch_against_hand_computation():

@@ -24,6 +24,7 @@ import yaml
 
 from normlab.report import scaling_fit as sf
 from normlab.report.analysis import RunInfo, SweepReport
+from normlab.stats import welch
 
 REPLICATES = 400
 NOISE_LAST_N = 5
@@ -304,7 +305,8 @@ def _observed(a: Curve, b: Curve) -> list[dict[str, Any]]:
         q = pb.get((p.size, p.tokens))
         if q is None or not p.losses or not q.losses:
             continue
-        pv = sf.welch_p(list(p.losses.values()), list(q.losses.values()))
+        w = welch(list(p.losses.values()), list(q.losses.values()))
+        pv = None if w is None else w.p
         out.append({"size": p.size, "params": p.params, "tokens": p.tokens, "diff": p.mean - q.mean,
                     "seeds": [len(p.losses), len(q.losses)],
                     "seed_snr": sf.seed_snr(list(p.losses.values()), list(q.losses.values())),

@@ -348,17 +348,6 @@ def fit_blocks(names: Sequence[str], fits: Sequence[FitResult]) -> list[str]:
             if fit.issues()]
 
 
-def welch_p(a: Sequence[float], b: Sequence[float]) -> float | None:
-    """Two-sided p-value of Welch's t-test for ``mean(a) != mean(b)`` (scipy); None with < 2 values per side or
-    no spread at all."""
-    if len(a) < 2 or len(b) < 2:
-        return None
-    from scipy.stats import ttest_ind
-
-    p = float(ttest_ind(list(a), list(b), equal_var=False).pvalue)
-    return p if math.isfinite(p) else None
-
-
 def measured_flip(measured: Sequence[Measured]) -> tuple[Measured, Measured] | None:
     """The first pair of sizes (ordered by N) whose differences are both decisive and of opposite sign, taking
     consecutive decisive sizes: the measurements alone then show a crossover between them."""
