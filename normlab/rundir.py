@@ -444,14 +444,14 @@ def open_run(args: Any, *, context: int | None = None, batch: int | None = None,
 
     run_dir = Path(args.run_dir)
     run = load_run(run_dir)
-    overrides = list(getattr(args, "overrides", None) or [])
+    overrides = list(getattr(args, "overrides", []))  # --set: eval and extrapolate have it, calibrate and diagnose not
     apply_eval_overrides(run, overrides)
     mc = run.cfg.model
     ctx = context if context is not None else mc.context
     check_context(mc, ctx)
     if batch is not None:
         check_eval_memory(mc, batch, ctx, what)
-    source = getattr(args, "data", None)
+    source = args.data
     data = run_data(run_dir, run.cfg, source=source)
-    split = getattr(args, "split", "val")
+    split = args.split
     return OpenedRun(run_dir, run.cfg, run.model, run.weights, overrides, ctx, data, source, split, data.split(split))

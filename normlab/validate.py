@@ -192,11 +192,11 @@ def available_memory() -> int:
 def param_count(mc: Any) -> int:
     """Approximate parameter count of a GPT of ``mc`` (embeddings, head, attention and MLP weights)."""
     w, d, v = mc.width, mc.depth, mc.vocab_size
-    mlp = getattr(mc, "mlp_hidden", None) or int(mc.mlp_ratio * w)
-    mlp_mats = 3 if getattr(mc, "activation", "gelu") == "swiglu" else 2
+    mlp = mc.mlp_hidden or int(mc.mlp_ratio * w)
+    mlp_mats = 3 if mc.activation == "swiglu" else 2
     per_block = 4 * w * w + mlp_mats * w * mlp + 8 * w
-    emb = v * w * (1 if getattr(mc, "tie_embeddings", True) else 2)
-    pos = mc.context * w if getattr(mc, "positions", "rope") == "learned" else 0
+    emb = v * w * (1 if mc.tie_embeddings else 2)
+    pos = mc.context * w if mc.positions == "learned" else 0
     return emb + pos + d * per_block
 
 

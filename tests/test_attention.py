@@ -6,7 +6,6 @@ training ``tiny`` with each kind via the CLI, generating from it, and the LSSAR 
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 from pathlib import Path
@@ -497,6 +496,7 @@ def test_convert_cli_refuses_linear_attention_in_one_line(runs):
 
 
 def test_lssar_switches_at_evaluation_without_retraining(runs, capsys, monkeypatch):
+    from normlab.cli import build_parser
     from normlab.commands.evaluate import run_eval
     from normlab.commands.extrapolate import run_extrapolate
     from normlab.rundir import load_run
@@ -506,8 +506,8 @@ def test_lssar_switches_at_evaluation_without_retraining(runs, capsys, monkeypat
     rd = run_dirs["softplus"]
 
     def ev(overrides):
-        args = argparse.Namespace(run_dir=str(rd), split="val", context=None, stride=None, batch_size=8,
-                                  max_tokens=1024, json=True, overrides=overrides)
+        args = build_parser().parse_args(["eval", str(rd), "--batch-size", "8", "--max-tokens", "1024", "--json",
+                                          *[x for o in overrides for x in ("--set", o)]])
         assert run_eval(args) == 0
         return json.loads(capsys.readouterr().out)
 
@@ -525,8 +525,8 @@ def test_lssar_switches_at_evaluation_without_retraining(runs, capsys, monkeypat
     assert not torch.allclose(run.model(torch.arange(40).view(1, 40) % 7), base)
     with pytest.raises(NormlabError, match="only evaluation-time keys"):
         ev(["model.attention=softmax"])
-    args = argparse.Namespace(run_dir=str(rd), factors="1,2", split="val", max_tokens=512, memory_gb=1.0,
-                              batch_size=4, json=True, overrides=["model.lssa_reweight=true"])
+    args = build_parser().parse_args(["extrapolate", str(rd), "--factors", "1,2", "--max-tokens", "512", "--memory-gb",
+                                      "1.0", "--batch-size", "4", "--json", "--set", "model.lssa_reweight=true"])
     assert run_extrapolate(args) == 0
     rep = json.loads(capsys.readouterr().out)
     assert rep["overrides"] == ["model.lssa_reweight=true"] and (rd / "extrapolation_overrides.png").is_file()

@@ -34,7 +34,7 @@ def print_lr(rep: Any) -> None:
 
     from normlab.report import lrsection
 
-    grid = getattr(rep, "grid", None)
+    grid = rep.grid
     if grid is None:
         return
     console = Console(width=max(120, Console().width))

@@ -29,9 +29,9 @@ def run_eval(args: argparse.Namespace) -> int:
         raise NormlabError("--batch-size must be >= 1 and --max-tokens >= 0")
     run = open_run(args, context=args.context, batch=args.batch_size, what="eval")
     context, data, overrides = run.context, run.data, run.overrides
-    if getattr(args, "documents", False):
+    if args.documents:
         return _eval_documents(args, run, data, context, overrides)
-    if getattr(args, "doc_start", None) is not None:
+    if args.doc_start is not None:
         raise NormlabError("--doc-start applies to --documents only")
     tokens = run.tokens
     m = evaluate(run.model, tokens, data.token_bytes, data.tokenizer.decode, context=context, stride=args.stride,
@@ -45,7 +45,7 @@ def run_eval(args: argparse.Namespace) -> int:
     if overrides:
         m["overrides"] = overrides
     m.update(run.data_record)
-    if getattr(args, "label_free", False):  # MaNo and Matrix Nuclear-Norm (normlab/surgery/label_free.py)
+    if args.label_free:  # MaNo and Matrix Nuclear-Norm (normlab/surgery/label_free.py)
         from normlab.surgery.label_free import label_free_scores
 
         m["label_free"] = label_free_scores(run.model, tokens, context=context, batch_size=args.batch_size,
@@ -77,7 +77,7 @@ def _eval_documents(args: argparse.Namespace, run, data, context: int, overrides
 
     if args.stride is not None:
         raise NormlabError("--stride does not apply to --documents (the harness scores disjoint windows)")
-    docs = split_documents(args.run_dir, run.cfg, data, args.split, source=getattr(args, "data", None))
+    docs = split_documents(args.run_dir, run.cfg, data, args.split, source=run.source)
     if args.max_tokens:  # whole documents, in split order, until at least N tokens
         kept, n = [], 0
         for d in docs:
@@ -86,7 +86,7 @@ def _eval_documents(args: argparse.Namespace, run, data, context: int, overrides
             kept.append(d)
             n += len(data.tokenizer.encode(d))
         docs = kept
-    prefix, why = getattr(args, "doc_start", None), "--doc-start"
+    prefix, why = args.doc_start, "--doc-start"
     imported = Path(args.run_dir) / "hf_import.json"
     if prefix is None and imported.is_file():
         prefix = read_json(imported, "import record").get("doc_start_token")

@@ -58,7 +58,7 @@ def _with_overrides(data: dict, overrides: list[str]) -> dict:
 def run_train(args: argparse.Namespace) -> int:
     from normlab.train.distributed import from_env
 
-    if getattr(args, "nproc", None) is not None:
+    if args.nproc is not None:
         from normlab.commands.train_ddp import launch_train
 
         return launch_train(args)
@@ -76,7 +76,7 @@ def plan_run(args: argparse.Namespace) -> tuple[RunConfig, Path, bool, dict | No
     from normlab.rundir import apply_norm_defaults, read_summary
 
     if args.resume:
-        if getattr(args, "init_from", None):
+        if args.init_from:
             raise NormlabError("--init-from cannot be combined with --resume (a resumed run reloads its own source)")
         if args.out:
             raise NormlabError("--out cannot be combined with --resume (the run directory is RUN_DIR)")
@@ -106,7 +106,7 @@ def _run_train(args: argparse.Namespace, ctx) -> int:
     if summary is None:  # (a complete run: nothing left to do; report the stored summary)
         ctx.barrier()  # every rank has checked the run directory before rank 0 writes to it
         summary = train(cfg, run_dir, resume=resume, quiet=False, dist=ctx,
-                        init_from=None if resume else getattr(args, "init_from", None))
+                        init_from=None if resume else args.init_from)
     if not ctx.is_main:
         return STATUS_EXIT[summary["status"]]
     if args.json:

@@ -24,7 +24,7 @@ def rank_argv(args: argparse.Namespace, run_dir: str, resume: bool) -> list[str]
             argv.insert(1, args.config)
     else:
         argv += [args.config, "--out", run_dir]
-        if getattr(args, "init_from", None):
+        if args.init_from:
             argv += ["--init-from", args.init_from]
     for o in args.overrides:
         argv += ["--set", o]

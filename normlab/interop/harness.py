@@ -44,19 +44,18 @@ def harness_document_metrics(hf_dir: str | Path, docs: list[str], *, prefix_toke
 
 def crosscheck(run_dir: str | Path, hf_dir: str | Path, split: str = "test", batch_size: int = 4) -> dict:
     """``normlab eval --documents`` of ``run_dir`` next to lm-eval on its export ``hf_dir`` (same documents)."""
-    import argparse
     import contextlib
     import io
     import json
 
+    from normlab.cli import build_parser
     from normlab.commands.evaluate import run_eval
     from normlab.eval.documents import split_documents
     from normlab.rundir import load_run, run_data
 
     rec = json.loads((Path(hf_dir) / "normlab_export.json").read_text())
-    args = argparse.Namespace(run_dir=str(run_dir), overrides=[], split=split, context=None, stride=None,
-                              batch_size=16, max_tokens=0, documents=True, doc_start=rec["doc_start_token"],
-                              data=None, json=True)
+    args = build_parser().parse_args(["eval", str(run_dir), "--split", split, "--batch-size", "16", "--documents",
+                                      "--doc-start", str(rec["doc_start_token"]), "--json"])
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
         run_eval(args)
