@@ -47,3 +47,30 @@ def test_bad_address_is_one_line(sweep_file, tmp_path, cache):
     assert_bad_input(run_inproc("claims", "--budget", "tiny", "--out", str(tmp_path / "o"), "--executor", "ray",
                                 "--address", f"127.0.0.1:{port}", cache=cache), "cannot reach a Ray cluster")
     assert not (tmp_path / "o").exists()
+
+
+class _FakeRay:
+    """What ``plan_ray`` reads of a connected ``ray``: the cluster's total and its nodes (one dead)."""
+
+    def __init__(self, nodes: list[tuple[bool, float]]):
+        self._nodes = nodes
+
+    def cluster_resources(self) -> dict:
+        return {"CPU": float(sum(c for _, c in self._nodes))}  # Ray counts a dead node until it notices
+
+    def nodes(self) -> list[dict]:
+        return [{"Alive": alive, "Resources": {"CPU": c}} for alive, c in self._nodes]
+
+
+def test_ray_tasks_never_ask_more_cpus_than_one_live_node_has():
+    """A task asking for more CPUs than any live node has never schedules (the sweep would wait forever): with 1 run
+    on 2 x 4-CPU nodes plus a dead 16-CPU one, the cluster total (24) gives 24 threads, capped at 4; with more runs
+    than CPUs, 1 thread per task."""
+    from normlab.experiments.executors import node_cpus, plan_ray
+    from normlab.experiments.runner import plan_workers
+
+    ray = _FakeRay([(True, 4), (True, 4), (False, 16)])
+    assert node_cpus(ray) == 4
+    assert plan_workers(1, None, 24) == (1, 24) and plan_ray(ray, 1, None) == (1, 4)
+    assert plan_ray(ray, 3, None) == (3, 4) and plan_ray(ray, 100, None) == (24, 1)
+    assert plan_ray(_FakeRay([(True, 1), (True, 1)]), 1, None) == (1, 1)  # the killed-worker-node test's cluster

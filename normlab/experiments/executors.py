@@ -108,6 +108,22 @@ def cluster_cpus(ray: Any) -> int:
     return max(1, int(ray.cluster_resources().get("CPU", 1)))
 
 
+def node_cpus(ray: Any) -> int:
+    """CPUs of the largest live node: a task asking for more would wait forever, as no node can run it."""
+    cpus = [n.get("Resources", {}).get("CPU", 0) for n in ray.nodes() if n.get("Alive")]
+    return max(1, int(max(cpus, default=1)))
+
+
+def plan_ray(ray: Any, n_runs: int, workers: int | None) -> tuple[int, int]:
+    """``(tasks in flight, threads per task)`` on the cluster: the cluster's CPUs shared as on one machine
+    (``runner.plan_workers``), each task's threads capped at the largest live node's CPUs. The cap matters with
+    fewer runs than nodes, and right after a node died (the cluster's total still counts it for a while)."""
+    from normlab.experiments.runner import plan_workers
+
+    w, threads = plan_workers(n_runs, workers, cluster_cpus(ray))
+    return w, min(threads, node_cpus(ray))
+
+
 def _resources(ray: Any, threads: int) -> dict[str, Any]:
     """One CPU bundle of ``threads``, or one GPU (and one CPU) when the cluster has GPUs."""
     if ray.cluster_resources().get("GPU", 0) >= 1:

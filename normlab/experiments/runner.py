@@ -207,10 +207,10 @@ def run_sweep(sweep: Sweep, sweep_dir: Path, *, workers: int | None = None,
                         for i, r in enumerate(sweep.runs)])
         ray = None
         if executor == "ray" and todo:
-            from normlab.experiments.executors import cluster_cpus, connect
+            from normlab.experiments.executors import cluster_cpus, connect, plan_ray
 
             ray = connect(address)
-        n_workers, threads = plan_workers(len(todo), workers, cluster_cpus(ray) if ray else None)
+        n_workers, threads = plan_ray(ray, len(todo), workers) if ray else plan_workers(len(todo), workers)
         packing: dict[str, float] = {}
         if ray is None and workers is None and len(todo) > 1 and available_cores() > 1:  # measured: .packing
             n_workers, threads, packing = _choose_packing(sweep, todo, log)
