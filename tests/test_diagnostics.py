@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -332,3 +333,22 @@ def test_training_records_and_diagnose_command(tmp_path, cache):
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1
     bad = run_inproc("train", "tiny", "--set", "diag.every=-1", "--out", str(tmp_path / "x"), cache=cache)
     assert bad.returncode == 2 and "diag.every" in bad.stderr
+
+
+def test_training_plot_says_it_draws_attention_and_mlp_gradient_norms_apart(tmp_path, monkeypatch):
+    """The gradient panel plots each block's attention and MLP parts as their own curves (not the per-block norm of
+    ``normlab.names.block_grad_norms``), and its title and legend say so."""
+    from normlab.diagnostics import plots
+
+    figs = []
+    monkeypatch.setattr(plots, "_save", lambda fig, path: figs.append(fig) or Path(path).name)
+    recs = [{"step": s, "diag/resid_rms/0": 1.0, "diag/resid_rms/1": 1.5, "diag/norm_rms/blocks.0.attn_in": 1.0,
+             **{f"diag/grad_norm/{p}/{l}": (s + 1) * (i + 1) * (l + 2) for i, p in enumerate(("attn", "mlp", "norm"))
+                for l in (0, 1)}} for s in (0, 10)]
+    plots.plot_training(recs, tmp_path / "t.png")
+    ax = figs[0].axes[1]
+    title = ax.get_title().lower()
+    assert "attention" in title and "mlp" in title  # was "gradient norm per block"
+    lines = {ln.get_label(): list(ln.get_ydata()) for ln in ax.get_lines()}
+    assert lines == {f"block {l} {part}": [r[f"diag/grad_norm/{key}/{l}"] for r in recs]
+                     for l in (0, 1) for part, key in (("attn", "attn"), ("MLP", "mlp"))}

@@ -111,8 +111,10 @@ def plot_norm_gains(stats: dict, path: Path, title: str = "") -> str | None:
 
 
 def plot_training(records: list[dict], path: Path, title: str = "") -> str | None:
-    """Training-time curves from metrics.jsonl ``diag/...`` records: residual RMS per block, gradient norms per
-    block (attention solid, MLP dashed), norm output RMS, and the loss with spikes marked."""
+    """Training-time curves from metrics.jsonl ``diag/...`` records: residual RMS per block, the gradient norms of
+    each block's attention parameters (solid) and MLP parameters (dashed) as separate curves (not the per-block norm
+    ``normlab.names.block_grad_norms``, which also adds the norm sites), norm output RMS, and the loss with spikes
+    marked."""
     stat = [r for r in records if any(k.startswith("diag/resid_rms/") for k in r)]
     if not stat:
         return None
@@ -142,12 +144,13 @@ def plot_training(records: list[dict], path: Path, title: str = "") -> str | Non
     ax = axes[0][1]
     for i, k in enumerate(keys("diag/grad_norm/attn/")):
         l = k.rsplit("/", 1)[1]
-        (line,) = ax.plot(steps, series(k), label=f"attn {l}")
+        (line,) = ax.plot(steps, series(k), label=f"block {l} attn")
         mk = f"diag/grad_norm/mlp/{l}"
         if any(mk in r for r in stat):
-            ax.plot(steps, series(mk), "--", color=line.get_color(), label=f"mlp {l}")
+            ax.plot(steps, series(mk), "--", color=line.get_color(), label=f"block {l} MLP")
     ax.set_yscale("log")
-    ax.set_title("gradient norm per block (before clipping)")
+    ax.set_title("gradient norm of attention (solid) and MLP (dashed)\nparameters per block, before clipping",
+                 fontsize=10)
     ax.legend(fontsize=7, ncol=2)
     ax = axes[1][0]
     for k in keys("diag/norm_rms/"):
