@@ -128,14 +128,12 @@ def evaluate(run: Run | str | Path, *, split: str = "val", data: str | None = No
              stride: int | None = None, max_tokens: int | None = None, batch_size: int = 16) -> dict[str, Any]:
     """Loss (nats/token), ``bpb`` (bits/byte), token/byte/word perplexity and counts, as ``normlab eval --json``
     (nothing is written). ``data``: score another corpus with the run's tokenizer."""
-    from normlab.attention import check_attention_context
     from normlab.eval.lm import evaluate as _evaluate
+    from normlab.rundir import check_context
 
     run = _as_run(run)
     ctx = context or run.cfg.model.context
-    if run.cfg.model.positions == "learned" and ctx > run.cfg.model.context:
-        raise NormlabError(f"context {ctx} exceeds the learned position table ({run.cfg.model.context})")
-    check_attention_context(run.cfg.model, ctx)
+    check_context(run.cfg.model, ctx)
     d = run.data(data)
     m = _evaluate(run.model, d.split(split), d.token_bytes, d.tokenizer.decode, context=ctx, stride=stride,
                   batch_size=batch_size, max_tokens=max_tokens)

@@ -55,3 +55,18 @@ def test_make_config_and_build_model():
     assert all((sa[k] == sb[k]).all() for k in sa)  # seeded like training
     with pytest.raises(normlab.NormlabError, match="did you mean"):
         normlab.make_config("tiny", {"model.widht": 64})
+
+
+def test_evaluate_refuses_a_context_past_the_learned_positions_as_the_cli_does():
+    """``normlab.evaluate`` checks the context with the commands' own check (``rundir.check_context``): the same
+    one-line message, before any data is read."""
+    from normlab.api import Run
+    from normlab.rundir import check_context
+
+    cfg = normlab.make_config("tiny", {"model.positions": "learned"})
+    run = Run(Path("unused"), cfg, None, Path("unused"))
+    with pytest.raises(normlab.NormlabError) as cli:
+        check_context(cfg.model, 2 * cfg.model.context)
+    with pytest.raises(normlab.NormlabError, match="learned position table") as api:
+        normlab.evaluate(run, context=2 * cfg.model.context)
+    assert str(api.value) == str(cli.value)
