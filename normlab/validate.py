@@ -3,8 +3,10 @@ anything is allocated.
 
 Every numeric config key (``int``/``float`` annotations of the config dataclasses, also the numeric entries of
 ``model.norm_options``) must be finite; the keys in :data:`RANGES` must also lie in their declared range (lower
-bounds where the value must be positive, upper bounds where memory or time follows from the value). A failure is
-one line naming the key, the value and what is allowed, raised before anything is written.
+bounds where the value must be positive, upper bounds where memory or time follows from the value), and so must an
+attention kind's options, whose ranges the kind declares (its ``ranges``, checked by ``ModelConfig.validate``
+through :func:`check_value`). A failure is one line naming the key, the value and what is allowed, raised before
+anything is written.
 
 :func:`check_train_memory` estimates the model (weights, gradients, two AdamW moments: 16 bytes per parameter)
 plus one micro-batch's activations (Korthikanti et al. 2022, "Reducing Activation Recomputation in Large
@@ -92,10 +94,8 @@ RANGES: dict[str, Range] = {
     "model.heads": I(1, 2**16),
     "model.mlp_ratio": R(0, 64, lo_open=True),
     "model.mlp_hidden": I(1, 2**24),
-    "model.attn_softcap": POS,
-    "model.lssa_power": POS,
-    "model.linear_conv": I(0, 1024),
-    "model.linear_chunk": I(1, 2**20),
+    # attention options (model.attn_softcap, lssa_power, linear_conv, linear_chunk): each kind's ``ranges``
+    # (normlab.attention.registry), checked by ModelConfig.validate
     "model.rope_base": POS,
     "model.dropout": UNIT_OPEN_HI,
     "model.norm_eps": POS,

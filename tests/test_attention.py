@@ -386,13 +386,38 @@ def test_every_kind_with_every_norm_and_placement(kind):
     ({"linear_conv": 4}, "linear_conv"),
     ({"attention": "softplus", "linear_gate": "static"}, "linear_gate"),
     ({"attention": "linear", "linear_gate": "dynamic"}, "unknown model.linear_gate"),
-    ({"attention": "linear", "linear_conv": -1}, "kernel size"),
+    ({"attention": "linear", "linear_conv": -1}, "model.linear_conv must be >= 0"),
     ({"attention": "linear", "linear_chunk": 0}, "linear_chunk"),
 ])
 def test_meaningless_pairs_are_refused_in_one_line(opts, frag):
     with pytest.raises(NormlabError, match=frag) as e:
         mcfg(**opts).validate()
     assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("kind", attention_names())
+def test_each_kind_declares_the_ranges_of_its_options_once(kind):
+    """A kind's ``ranges`` are the one declaration of its numeric options' ranges: ``normlab.validate.RANGES`` holds
+    none of them, and a value just outside one is refused, whichever kind the config chooses, in one line by
+    ``ModelConfig.validate`` and by a run config (``--set``) with the message of every numeric key."""
+    from normlab.config import config_from_dict
+    from normlab.validate import RANGES
+
+    cls = get_attention_class(kind)
+    for key, rng in cls.ranges.items():
+        assert f"model.{key}" not in RANGES
+        cast = int if rng.integer else float
+        for bad in [cast(v) for v in ((rng.lo - 1 if rng.integer else rng.lo) if rng.lo is not None else None,
+                                      (rng.hi + 1 if rng.integer else 2 * rng.hi) if rng.hi is not None else None)
+                    if v is not None]:
+            msg = f"model.{key} must be {rng.text(bad)}, got {bad!r}"
+            for chosen in attention_names():
+                with pytest.raises(NormlabError) as e:
+                    mcfg(attention=chosen, positions="rope", **{key: bad}).validate()
+                assert str(e.value) == msg
+            with pytest.raises(NormlabError) as e:
+                config_from_dict({"model": {"attention": kind, key: bad}})
+            assert str(e.value) == msg
 
 
 def test_static_gate_and_learned_positions_refuse_long_inputs():

@@ -50,6 +50,7 @@ from normlab.attention.base import AttentionBase, AttentionState
 from normlab.attention.positions import RotaryEmbedding
 from normlab.attention.registry import register_attention
 from normlab.norms.modules import RMSNorm
+from normlab.validate import I
 
 KERNEL_EPS = 1e-6  # phi(x) = relu(x) + KERNEL_EPS
 DEN_EPS = 1e-6  # out = num / (den + DEN_EPS)
@@ -155,17 +156,17 @@ class LinearAttention(AttentionBase):
     score_matrix = False  # kernel features and a running state: no T x T matrix (no ALiBi, no sinks)
     options = {k: (d, "model.linear_conv / model.linear_gate apply to linear and nala attention, not '{att}'")
                for k, d in (("linear_conv", 0), ("linear_gate", "none"), ("linear_conv_source", "value"))}
+    # linear_conv: a kernel size, 0 = off; linear_chunk: a speed knob, not an option (any kind may carry it)
+    ranges = {"linear_conv": I(0, 1024), "linear_chunk": I(1, 2**20)}
 
     @classmethod
     def check_keys(cls, cfg) -> None:
-        from normlab.errors import NormlabError, unknown
+        from normlab.errors import unknown
 
         if cfg.linear_gate not in GATES:
             raise unknown("model.linear_gate", cfg.linear_gate, GATES)
         if cfg.linear_conv_source not in CONV_SOURCES:
             raise unknown("model.linear_conv_source", cfg.linear_conv_source, CONV_SOURCES)
-        if cfg.linear_chunk < 1:  # a speed knob, not an option: any kind may carry it, but never below 1
-            raise NormlabError(f"model.linear_chunk must be >= 1, got {cfg.linear_chunk}")
 
     @classmethod
     def check_context(cls, cfg, context: int) -> None:
@@ -183,8 +184,6 @@ class LinearAttention(AttentionBase):
         if cfg.linear_conv_source != "value" and not cfg.linear_conv:
             raise NormlabError("model.linear_conv_source picks what model.linear_conv convolves; set model.linear_conv "
                                "(a kernel size, e.g. 4) too")
-        if cfg.linear_conv < 0:
-            raise NormlabError(f"model.linear_conv is a kernel size (0 = off), got {cfg.linear_conv}")
 
     @classmethod
     def from_config(cls, cfg, rope: RotaryEmbedding | None, **common) -> "LinearAttention":

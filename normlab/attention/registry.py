@@ -10,6 +10,9 @@ declares as class attributes (``register_attention`` fills in the defaults of ``
   (linear) attention, which keeps a recurrent state instead;
 - ``options``: the ``ModelConfig`` keys only this kind reads, each ``key -> (default, message)``: another kind with
   the key away from its default is refused with ``message`` (``{att}`` = that kind);
+- ``ranges`` ({}): the numeric ranges of the config keys it owns, ``key -> normlab.validate.Range``, checked for
+  EVERY config whatever kind it chooses (the one declaration: ``normlab.validate`` checks every other numeric key),
+  with the same one-line message as every numeric key (``normlab.validate.check_value``);
 - ``qk_norm_refusal`` (""): why ``model.qk_norm`` has no meaning for this kind ("" = allowed);
 - ``eval_keys`` (()): option keys that may change after training (``normlab eval --set``); the module applies
   them itself in ``apply_eval_options(cfg)``;
@@ -20,7 +23,7 @@ and may define these classmethods (each raises a one-line ``NormlabError``):
 
 - ``check_keys(cfg)``: the allowed values of the config keys it owns, checked for EVERY config whatever kind it
   chooses (``model.linear_gate: dynamic`` is wrong everywhere);
-- ``check_config(cfg)``: the rules that apply when this kind is chosen (value ranges of its own options);
+- ``check_config(cfg)``: the rules that apply when this kind is chosen (combinations of its own options);
 - ``check_context(cfg, context)``: refuse running a trained model at ``context`` tokens when the kind cannot
   (a static per-position table: linear attention's ``linear_gate: static``).
 
@@ -35,7 +38,7 @@ from typing import Any
 from normlab.errors import NormlabError, unknown
 
 ATTENTION_FACTS: dict[str, Any] = {"paper": "", "description": "", "score_matrix": True, "options": {},
-                                   "qk_norm_refusal": "", "eval_keys": (), "convertible": False,
+                                   "ranges": {}, "qk_norm_refusal": "", "eval_keys": (), "convertible": False,
                                    "exportable": False}
 
 _REGISTRY: dict[str, type] = {}
@@ -94,9 +97,14 @@ def _hooks(name: str) -> list:
 
 
 def check_attention_config(cfg: Any) -> None:
-    """The attention rules of a ``ModelConfig``: every kind's ``check_keys`` (the values of the keys it owns); the
-    kind exists; options of other kinds stay at their defaults; ``qk_norm`` and ALiBi only where they mean
-    something; the kind's own ``check_config``."""
+    """The attention rules of a ``ModelConfig``: every kind's ``ranges`` and ``check_keys`` (the values of the keys
+    it owns); the kind exists; options of other kinds stay at their defaults; ``qk_norm`` and ALiBi only where they
+    mean something; the kind's own ``check_config``."""
+    from normlab.validate import check_value
+
+    for cls in _REGISTRY.values():
+        for key, rng in cls.ranges.items():
+            check_value(f"model.{key}", getattr(cfg, key), rng)
     for check_keys in _hooks("check_keys"):
         check_keys(cfg)
     cls = get_attention_class(cfg.attention)

@@ -34,6 +34,7 @@ from normlab.attention.base import AttentionBase, AttentionState, append_kv, cau
 from normlab.attention.positions import RotaryEmbedding, alibi_bias, alibi_slopes
 from normlab.attention.registry import register_attention
 from normlab.norms.modules import RMSNorm
+from normlab.validate import POS as POSITIVE
 
 QK_NORM_SCOPES = ("head", "width")  # model.qk_norm_scope: one RMSNorm per head's head_dim / over all heads' q, k
 
@@ -52,6 +53,7 @@ class CausalSelfAttention(AttentionBase):
         "attn_softcap": (None, "model.attn_softcap caps pre-softmax scores: softmax attention only, not '{att}'"),
         "qk_norm_scope": ("head", "model.qk_norm_scope 'width' needs model.qk_norm: true and model.attention: softmax"),
     }
+    ranges = {"attn_softcap": POSITIVE}  # or null (no cap)
     convertible = exportable = True  # fused qkv / proj: normlab convert folds into them, HF families map them
 
     @classmethod
@@ -65,8 +67,6 @@ class CausalSelfAttention(AttentionBase):
     def check_config(cls, cfg) -> None:
         from normlab.errors import NormlabError
 
-        if cfg.attn_softcap is not None and not cfg.attn_softcap > 0:
-            raise NormlabError(f"model.attn_softcap must be > 0 (or null), got {cfg.attn_softcap}")
         if cfg.qk_norm_scope != "head" and not cfg.qk_norm:
             raise NormlabError("model.qk_norm_scope 'width' needs model.qk_norm: true and model.attention: softmax")
 

@@ -37,6 +37,7 @@ import torch.nn.functional as F
 from normlab.attention.base import AttentionBase, AttentionState, append_kv, causal_mask
 from normlab.attention.positions import RotaryEmbedding, alibi_bias, alibi_slopes
 from normlab.attention.registry import register_attention
+from normlab.validate import POS as POSITIVE
 
 REWEIGHT_PLAIN_ROWS = 3  # rows with N_i <= 3 use offset 0 in the re-weighting
 
@@ -85,15 +86,9 @@ class SoftplusAttention(AttentionBase):
     description = "l1-normalised softplus scores with a length scale (LSSA), optional re-weighting (LSSAR)"
     options = {k: (d, "model.lssa_reweight / model.lssa_power re-weight softplus attention, not '{att}'")
                for k, d in (("lssa_reweight", False), ("lssa_power", 15.0))}
+    ranges = {"lssa_power": POSITIVE}
     qk_norm_refusal = "softplus attention l2-normalises q and k already; leave qk_norm off"
     eval_keys = ("lssa_reweight", "lssa_power")  # plain attributes: switched on a trained model (apply_eval_options)
-
-    @classmethod
-    def check_config(cls, cfg) -> None:
-        from normlab.errors import NormlabError
-
-        if not cfg.lssa_power > 0:
-            raise NormlabError(f"model.lssa_power must be > 0, got {cfg.lssa_power}")
 
     @classmethod
     def from_config(cls, cfg, rope: RotaryEmbedding | None, **common) -> "SoftplusAttention":
