@@ -166,27 +166,53 @@ def fingerprinted(run_dir: Path, cfg: dict) -> None:
     write_json(run_dir / FILE, current_fingerprint(rc))
 
 
-def test_run_is_reused_only_when_spec_and_resolved_config_match(tmp_path):
-    """A finished run is reused for the same spec; a changed library default (the resolved config differs) or an
-    old-format spec file makes it train again."""
+def test_old_layout_run_is_reused_only_when_spec_and_resolved_config_match(tmp_path):
+    """A finished run of the old layout (``runs/<variant>/seed<k>`` with ``claims_spec.json``) is moved into the
+    sweep only for the same spec; a changed library default (the resolved config differs), an old-format spec file
+    or a missing fingerprint makes it train again."""
     from normlab.experiments.claims.budgets import get_budget
-    from normlab.experiments.claims.execution import is_complete, spec_record
+    from normlab.experiments.claims.execution import old_reuse_reason, spec_record
     from normlab.experiments.claims.variants import variant_config
     from normlab.io import write_json
 
     cfg = variant_config("ln", get_budget("tiny"), 0)
     write_json(tmp_path / "summary.json", {"status": "completed"})
     write_json(tmp_path / "claims_spec.json", spec_record(cfg))
-    assert not is_complete(tmp_path, cfg)  # no fingerprint.json: trained before fingerprints, train again
+    assert old_reuse_reason(tmp_path, cfg) is not None  # no fingerprint.json: trained before fingerprints
     fingerprinted(tmp_path, cfg)
-    assert is_complete(tmp_path, cfg)
-    assert not is_complete(tmp_path, {**cfg, "seed": 1})
+    assert old_reuse_reason(tmp_path, cfg) is None
+    assert old_reuse_reason(tmp_path, {**cfg, "seed": 1}) is not None
     rec = spec_record(cfg)
     rec["resolved"]["model"]["init_std"] = 0.01  # as if the default had been different when it trained
     write_json(tmp_path / "claims_spec.json", rec)
-    assert not is_complete(tmp_path, cfg)
+    assert old_reuse_reason(tmp_path, cfg) == "its spec or resolved config changed"
     write_json(tmp_path / "claims_spec.json", cfg)  # the earlier format: the spec alone
-    assert not is_complete(tmp_path, cfg)
+    assert old_reuse_reason(tmp_path, cfg) is not None
+
+
+def test_run_ids_hold_the_resolved_config_hash():
+    """The claims sweep's run ids are ``<variant>-s<seed>[-lr<lr>]-<hash>`` of the config normlab resolves the
+    spec to (what the sweep worker trains: resolving it again gives the same hash), so a changed spec or library
+    default is a new run id, never a silently reused run."""
+    from normlab.config import config_from_dict
+    from normlab.experiments.claims.budgets import get_budget
+    from normlab.experiments.claims.execution import claims_sweep, run_id
+    from normlab.experiments.claims.variants import variant_config
+
+    b = get_budget("tiny")
+    sweep = claims_sweep(b, ["grid_pre", "ln"], 2)
+    assert len(sweep.runs) == 2 * (1 + len(b.grid_lrs)) == len({r.run_id for r in sweep.runs})
+    for r in sweep.runs:
+        lr = r.axes.get("train.lr")
+        rc = config_from_dict(variant_config(r.variant, b, r.seed, lr))
+        assert r.config_hash == rc.hash() == config_from_dict(json.loads(json.dumps(r.config))).hash()
+        assert r.run_id == run_id(r.variant, r.seed, lr, rc.hash()) and r.run_id.endswith(rc.hash()[:8])
+    depths = [r.config["model"]["depth"] for r in sweep.runs]
+    assert depths == sorted(depths, reverse=True)  # deep runs first
+    changed = variant_config("ln", b, 0)
+    changed["model"]["init_std"] = 0.01
+    assert run_id("ln", 0, None, config_from_dict(changed).hash()) not in {r.run_id for r in sweep.runs}
+    assert claims_sweep(b, ["ln"], 1).hash == sweep.hash  # --only / --seeds share one store
 
 
 def test_lr_sweep_claims_tiny_end_to_end(tmp_path):
@@ -201,23 +227,24 @@ def test_lr_sweep_claims_tiny_end_to_end(tmp_path):
     qk, z = rep["claims"]
     lrs = get_budget("tiny").grid_lrs
 
-    def sens(seed_dir: Path) -> float:
+    def sens(grid: dict[str, str]) -> float:  # one seed's runs of a grid variant: lr -> run directory
+        assert sorted(grid) == sorted(f"{lr:g}" for lr in lrs)
         capped = []
         for lr in lrs:
-            s = json.loads((seed_dir / f"lr{lr:g}" / "summary.json").read_text())
+            s = json.loads((Path(grid[f"{lr:g}"]) / "summary.json").read_text())
             v = s["val_bpb"] if s["status"] == "completed" else s["init_val_bpb"]
             capped.append(min(v, s["init_val_bpb"]))
         return sum(c - min(capped) for c in capped) / len(capped)
 
-    expected = [sens(Path(r["grid_pre"])) - sens(Path(r["grid_pre_qk"])) for r in qk["runs"]]
+    expected = [sens(r["grid_pre"]) - sens(r["grid_pre_qk"]) for r in qk["runs"]]
     assert qk["values"] == pytest.approx(expected, abs=1e-12) and len(expected) == 2
     assert qk["verdict"] == verdict(expected, "greater")["verdict"]
 
-    def lse(seed_dir: Path) -> float:
-        recs = [json.loads(l) for l in (seed_dir / f"lr{max(lrs):g}" / "metrics.jsonl").read_text().splitlines()]
+    def lse(grid: dict[str, str]) -> float:
+        recs = [json.loads(l) for l in (Path(grid[f"{max(lrs):g}"]) / "metrics.jsonl").read_text().splitlines()]
         return [r["diag/output_lse"] for r in recs if "diag/output_lse" in r][-1]
 
-    zexp = [abs(lse(Path(r["grid_pre"]))) - abs(lse(Path(r["grid_pre_z"]))) for r in z["runs"]]
+    zexp = [abs(lse(r["grid_pre"])) - abs(lse(r["grid_pre_z"])) for r in z["runs"]]
     assert z["values"] == pytest.approx(zexp, abs=1e-12)
 
 

@@ -224,9 +224,9 @@ def test_initialisation_rebuilt_for_the_growth_metric_is_the_runs_own(tmp_path):
 
 def test_claims_retrain_a_run_whose_fingerprint_changed_and_say_why(tmp_path):
     out, cache = tmp_path / "claims", tmp_path / "cache"
-    run_inproc("claims", "--budget", "tiny", "--seeds", "1", "--only", "powernorm-lm", "--out", str(out),
-               cache=cache, check=True)
-    fp = out / "runs" / "powernorm" / "seed0" / "fingerprint.json"
+    first = run_inproc("claims", "--budget", "tiny", "--seeds", "1", "--only", "powernorm-lm", "--out", str(out),
+                       "--json", cache=cache, check=True)
+    fp = Path(json.loads(first.stdout)["claims"][0]["runs"][0]["powernorm"]) / "fingerprint.json"
     rec = json.loads(fp.read_text())
     rec["sha256"], rec["normlab"] = "0" * 64, "0.0.1"
     fp.write_text(json.dumps(rec))

@@ -115,8 +115,8 @@ def test_no_import_cycle_at_module_level():
 
 
 # modules that train (and so may import the training loop): the train command, the library's ``train``, the sweep
-# worker, the claims suite and norm removal's fine-tune; everything else reads run directories through normlab.rundir
-TRAINERS = {"normlab.commands.train", "normlab.api", "normlab.experiments.worker", "normlab.experiments.claims.execution",
+# worker and norm removal's fine-tune; everything else reads run directories through normlab.rundir
+TRAINERS = {"normlab.commands.train", "normlab.api", "normlab.experiments.worker",
             "normlab.surgery.remove_norm"}
 
 

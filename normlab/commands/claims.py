@@ -13,7 +13,10 @@ import datetime
 import os
 import platform
 import shlex
+import sys
 from pathlib import Path
+
+from normlab.errors import EXIT_INTERRUPTED
 
 DOCS = Path("docs") / "claims.md"  # relative to the current directory (the repo root in a checkout), never the package
 
@@ -44,17 +47,32 @@ def run_claims(args: argparse.Namespace) -> int:
     budget = get_budget(args.budget)
     claims = select(args.only)
     out = Path(args.out) if args.out else Path("runs") / f"claims-{budget.name}"
-    workers = args.workers if args.workers is not None else (1 if budget.name == "tiny" else min(2, os.cpu_count() or 1))
-    if workers < 1:
+    workers = args.workers
+    if workers is None and args.executor == "local":  # Ray: as many tasks as the cluster has CPUs
+        workers = 1 if budget.name == "tiny" else min(2, os.cpu_count() or 1)
+    if workers is not None and workers < 1:
         raise NormlabError(f"--workers must be >= 1, got {workers}")
-    reuse = Path(args.reuse) if getattr(args, "reuse", None) else None
+    reuse = Path(args.reuse) if args.reuse else None
     if reuse is not None and not (reuse / "results.sqlite").is_file():
         raise NormlabError(f"--reuse {reuse} is not a sweep directory (no results.sqlite)")
     from normlab.experiments.executors import check_executor
 
     check_executor(args.executor, args.address)
-    report = run_suite(claims, budget, out, seeds=args.seeds, workers=workers, reuse=reuse, executor=args.executor,
-                       address=args.address)
+    from normlab.experiments.claims.execution import SuiteStopped
+
+    try:
+        report = run_suite(claims, budget, out, seeds=args.seeds, workers=workers, reuse=reuse,
+                           executor=args.executor, address=args.address)
+    except SuiteStopped as e:  # interrupted (130) or runs failed (1): nothing measured
+        if args.json:
+            print(dumps({"status": "interrupted" if e.exit_code == EXIT_INTERRUPTED else "failed", "out": str(out),
+                         "error": str(e), "failed": e.failed}))
+        else:
+            print(str(e), file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:  # Ctrl-C before any run started (data preparation, store setup)
+        print(f"interrupted before training started; re-run the same command to start {out}", file=sys.stderr)
+        return EXIT_INTERRUPTED
     report["command"] = command_line(args)
     report["machine"] = machine()
     from normlab.experiments.claims.execution import save_report
@@ -93,7 +111,7 @@ def command_line(args: argparse.Namespace) -> str:
         parts += ["--only", args.only]
     if args.seeds is not None:
         parts += ["--seeds", str(args.seeds)]
-    if getattr(args, "reuse", None):
+    if args.reuse:
         parts += ["--reuse", str(args.reuse)]
     if args.out:
         parts += ["--out", args.out]
@@ -101,7 +119,7 @@ def command_line(args: argparse.Namespace) -> str:
         parts += ["--workers", str(args.workers)]
     if args.docs:
         parts += ["--docs"] + ([args.docs] if isinstance(args.docs, str) and Path(args.docs) != DOCS else [])
-    if getattr(args, "executor", "local") != "local":
+    if args.executor != "local":
         parts += ["--executor", args.executor] + (["--address", args.address] if args.address else [])
     return " ".join(shlex.quote(p) for p in parts)
 
@@ -117,12 +135,14 @@ def machine() -> dict:
 
 def claim_scale(c: dict) -> str:
     """Model width, blocks, steps and training tokens of the runs behind claim ``c`` (one seed's run directories,
-    read from their ``config.yaml``; tokens = steps x batch x grad_accum x context); ``n/a`` without runs."""
+    a grid variant's at every learning rate, read from their ``config.yaml``; tokens = steps x batch x grad_accum x
+    context); ``n/a`` without runs."""
     from normlab.errors import NormlabError
     from normlab.rundir import open_config
 
     shapes: dict[tuple, None] = {}
-    for run_dir in ((c.get("runs") or [{}])[0] or {}).values():
+    first = ((c.get("runs") or [{}])[0] or {}).values()  # variant -> run dir, or lr -> run dir for a grid variant
+    for run_dir in [d for v in first for d in (v.values() if isinstance(v, dict) else [v])]:
         try:
             cfg = open_config(run_dir)
         except NormlabError:
@@ -156,8 +176,8 @@ def write_docs(report: dict, path: Path) -> None:
     GRID_CLAIMS = grid_claim_names()
 
     meaning = {c.name: c.meaning for c in CLAIMS}
-    provenance = {c.name: ([f"Source: {c.source}."] if getattr(c, "source", "") else [])
-                  + ([f"Deviations: {c.deviations}"] if getattr(c, "deviations", "") else []) for c in CLAIMS}
+    provenance = {c.name: ([f"Source: {c.source}."] if c.source else [])
+                  + ([f"Deviations: {c.deviations}"] if c.deviations else []) for c in CLAIMS}
     b = report["budget_spec"]
     m = report["machine"]
     date = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")

@@ -378,48 +378,6 @@ def run_ray_sweep(ray: Any, store: Any, sweep_dir: Path, todo: list[str], n_work
     return "interrupted" if interrupts else "completed"
 
 
-# ---------------------------------------------------------------------------------------------- claims
-def claims_task(cfg: dict[str, Any], rel: str, out_root: str, token: str, mode: str) -> dict[str, Any]:
-    """One ``normlab claims`` run on a Ray worker (``suite.train_job``); returns its result and, without shared
-    storage, its run directory as a tar archive."""
-    from normlab.experiments.claims.execution import train_job
-
-    shared = _shared(out_root, token, mode)
-    root = Path(out_root) if shared else Path(tempfile.mkdtemp(prefix="normlab-ray-"))
-    try:
-        r = train_job(cfg, str(root / rel))
-        return {"result": r, "files": None if shared else pack(root, rel)}
-    finally:
-        if not shared:
-            shutil.rmtree(root, ignore_errors=True)
-
-
-def run_ray_jobs(ray: Any, jobs: list[tuple[str, int, dict, Path]], out: Path,
-                 done: Callable[[int, tuple, dict], None]) -> None:
-    """Train claims ``jobs`` ``(variant, seed, cfg, run_dir)`` as Ray tasks of one CPU each."""
-    out = out.resolve()
-    token = secrets.token_hex(8)
-    (out / MARKER).write_text(token)
-    mode = os.environ.get("NORMLAB_RAY_FILES", "auto")
-    remote = ray.remote(max_retries=0)(claims_task)
-    res = _resources(ray, 1)
-    try:
-        refs = {remote.options(**res).remote(j[2], str(Path(j[3]).resolve().relative_to(out)), str(out), token,
-                                             mode): j for j in jobs}
-        i = 0
-        while refs:
-            ready, _ = ray.wait(list(refs), num_returns=1)
-            for ref in ready:
-                job = refs.pop(ref)
-                i += 1
-                r = ray.get(ref)
-                if r["files"]:
-                    unpack(r["files"], out, str(Path(job[3]).resolve().relative_to(out)))
-                done(i, job, r["result"])
-    finally:
-        (out / MARKER).unlink(missing_ok=True)
-
-
 # ---------------------------------------------------------------------------------------------- trainer child
 def main(argv: list[str] | None = None) -> int:
     """``python -m normlab.experiments.executors RUN_DIR CONFIG_JSON [--threads N] [--parent PID]``: train or resume

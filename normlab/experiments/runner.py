@@ -170,16 +170,21 @@ def _describe(row: dict[str, Any]) -> str:
 
 def run_sweep(sweep: Sweep, sweep_dir: Path, *, workers: int | None = None,
               log: Callable[[str], None] | None = None, executor: str = "local",
-              address: str | None = None) -> SweepOutcome:
+              address: str | None = None, threads: int | None = None, inline: bool = False) -> SweepOutcome:
     """Run every unfinished run of ``sweep`` in ``sweep_dir`` (see the module docstring); returns the outcome.
     ``executor``: ``local`` worker processes, or ``ray`` tasks on the cluster at ``address``
-    (``normlab.experiments.executors``)."""
+    (``normlab.experiments.executors``). ``threads``: torch threads per worker (default: cores // workers; the
+    claims suite passes 1, which its bit-for-bit reproducible numbers depend on). ``inline``: train the runs one
+    after another in this process instead of one worker process each (the local executor with one worker), for
+    many tiny runs whose process start-up (~1.5 s) would dominate; the store, logs and Ctrl-C behave the same."""
     from normlab.experiments.executors import check_executor
 
     log = log or (lambda s: print(s, file=sys.stderr, flush=True))
     if workers is not None and workers < 1:
         raise NormlabError(f"--workers must be >= 1, got {workers}")
     check_executor(executor, address)
+    if inline and (executor != "local" or (workers or 1) != 1):
+        raise NormlabError("inline training needs the local executor with one worker")
     t_start = time.time()
     existing = check_sweep_dir(sweep, sweep_dir)
     stored = {r["run_id"]: r for r in existing.runs()} if existing else {}
@@ -202,18 +207,20 @@ def run_sweep(sweep: Sweep, sweep_dir: Path, *, workers: int | None = None,
             from normlab.io import write_text
 
             write_text(sweep_dir / "sweep.yaml", dump_spec(sweep))
-        store.register([{"run_id": r.run_id, "position": i, "variant": r.variant, "seed": r.seed,
-                         "config_hash": r.config_hash, "axes": r.axes, "overrides": r.overrides, "config": r.config}
-                        for i, r in enumerate(sweep.runs)])
+        store.register(registration(sweep))
         ray = None
         if executor == "ray" and todo:
             from normlab.experiments.executors import cluster_cpus, connect, plan_ray
 
             ray = connect(address)
-        n_workers, threads = plan_ray(ray, len(todo), workers) if ray else plan_workers(len(todo), workers)
+        n_workers, planned = plan_ray(ray, len(todo), workers) if ray else plan_workers(len(todo), workers)
         packing: dict[str, float] = {}
-        if ray is None and workers is None and len(todo) > 1 and available_cores() > 1:  # measured: .packing
-            n_workers, threads, packing = _choose_packing(sweep, todo, log)
+        if threads is not None:
+            if threads < 1:
+                raise NormlabError(f"threads must be >= 1, got {threads}")
+        elif ray is None and workers is None and not inline and len(todo) > 1 and available_cores() > 1:  # .packing
+            n_workers, planned, packing = _choose_packing(sweep, todo, log)
+        threads = threads or planned
         outcome = SweepOutcome(sweep_dir, "completed", skipped=skipped, workers=n_workers, threads=threads,
                                packing=packing)
         how = f"; {n_workers} workers x {threads} threads" if todo else ""
@@ -225,6 +232,8 @@ def run_sweep(sweep: Sweep, sweep_dir: Path, *, workers: int | None = None,
 
                 outcome.status = run_ray_sweep(ray, store, sweep_dir, [r.run_id for r in todo], n_workers, threads,
                                                log, outcome)
+            elif inline:
+                outcome.status = _execute_inline(store, sweep_dir, [r.run_id for r in todo], threads, log, outcome)
             else:
                 outcome.status = _execute(store, sweep_dir, [r.run_id for r in todo], n_workers, threads, log,
                                           outcome)
@@ -239,6 +248,12 @@ def run_sweep(sweep: Sweep, sweep_dir: Path, *, workers: int | None = None,
         outcome.runs = store.runs()
     outcome.wall_s = time.time() - t_start
     return outcome
+
+
+def registration(sweep: Sweep) -> list[dict[str, Any]]:
+    """The store rows (``Store.register``) of ``sweep``'s runs, pending."""
+    return [{"run_id": r.run_id, "position": i, "variant": r.variant, "seed": r.seed, "config_hash": r.config_hash,
+             "axes": r.axes, "overrides": r.overrides, "config": r.config} for i, r in enumerate(sweep.runs)]
 
 
 def _refingerprint(sweep: Sweep, sweep_dir: Path, stored: dict, log: Callable[[str], None]) -> list:
@@ -355,3 +370,41 @@ def _execute(store: Store, sweep_dir: Path, todo: list[str], n_workers: int, thr
         for s, h in old.items():
             signal.signal(s, h)
     return "interrupted" if interrupts else "completed"
+
+
+def _execute_inline(store: Store, sweep_dir: Path, todo: list[str], threads: int, log: Callable[[str], None],
+                    outcome: SweepOutcome) -> str:
+    """Train ``todo`` one after another in this process (``worker.run_one``, its output to ``logs/<run id>.log``).
+    Ctrl-C: the trainer checkpoints and returns ``interrupted`` (between runs: the next run is not started); the
+    sweep stops there, resumable, as with worker processes."""
+    import contextlib
+
+    from normlab.experiments.worker import _run_lock, run_one
+
+    (sweep_dir / "logs").mkdir(exist_ok=True)
+    for i, run_id in enumerate(todo, 1):
+        handler = signal.getsignal(signal.SIGINT)  # run_one ignores SIGINT once training returned: restore it
+        rc, interrupted = 1, False
+        try:
+            outcome.trained.append(run_id)
+            lock = _run_lock(sweep_dir, run_id)
+            try:
+                with open(sweep_dir / "logs" / f"{run_id}.log", "a") as f, contextlib.redirect_stdout(f), \
+                        contextlib.redirect_stderr(f):
+                    rc = run_one(sweep_dir, run_id, threads)
+            finally:
+                lock.close()
+        except KeyboardInterrupt:
+            interrupted = True
+        finally:
+            signal.signal(signal.SIGINT, handler)
+        row = store.get(run_id)
+        if row["status"] in ("running", "pending"):  # stopped outside the trainer (between store writes)
+            store.update(run_id, status="interrupted" if interrupted else "failed",
+                         error=None if interrupted else f"exited with status {rc}; see logs/{run_id}.log")
+            row = store.get(run_id)
+        log(f"[{i}/{len(todo)}] {run_id}: {_describe(row)}"
+            + (f" (log: {sweep_dir / 'logs' / (run_id + '.log')})" if row["status"] == "failed" else ""))
+        if interrupted or row["status"] == "interrupted":
+            return "interrupted"
+    return "completed"

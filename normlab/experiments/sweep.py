@@ -76,6 +76,7 @@ class Sweep:
     variants: list[str] = field(default_factory=list)
     description: str = ""
     lr_grid: list[float] | None = None
+    rerun: str = ""  # the command that re-runs it, for sweep.yaml's header (default: normlab compare this file)
 
     @property
     def hash(self) -> str:
@@ -322,5 +323,6 @@ def load_sweep(path: str | Path | None = None, *, preset: str | None = None) -> 
 
 def dump_spec(sweep: Sweep) -> str:
     """The self-contained sweep file (base inlined) stored as ``SWEEP_DIR/sweep.yaml``."""
-    head = f"# sweep '{sweep.name}' (hash {sweep.hash}); re-run: normlab compare <this file> --out <its folder>\n"
+    rerun = sweep.rerun or "normlab compare <this file> --out <its folder>"
+    head = f"# sweep '{sweep.name}' (hash {sweep.hash}); re-run: {rerun}\n"
     return head + yaml.safe_dump(sweep.spec, sort_keys=False, allow_unicode=True)

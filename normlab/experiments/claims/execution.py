@@ -1,62 +1,152 @@
-"""Running the claims suite: which runs to train (reusing complete runs in ``OUT/runs/<variant>/seed<k>``), training
-them, measuring every claim per seed and writing ``claims.json``.
+"""Running the claims suite: its runs are one sweep trained by ``normlab.experiments.runner`` (the runner of
+``normlab compare``: results store, resume, Ctrl-C, worker logs, live TensorBoard, the Ray executor), then every
+claim is measured per seed from the run directories and ``claims.json`` is written.
 
-Every run directory holds ``claims_spec.json`` (the exact config dict it was trained from); a run is reused only when
-that spec matches, ``summary.json`` says completed or diverged, and its fingerprint (``fingerprint.json``: resolved
-config, parameter names/shapes/order, normlab and torch versions) matches what the current code builds
-(``reuse_reason`` says why not; the log and ``claims.json`` ``retrained`` list it). ``--reuse SWEEP_DIR`` copies
-finished runs of a sweep (e.g. the demo's) trained from exactly the same resolved config instead of training them.
+``OUT`` is a sweep directory::
+
+    OUT/results.sqlite, OUT/sweep.yaml     the store of the sweep ``claims-<budget>`` (its identity: the budget name)
+    OUT/runs/<run id>/                     one run; run id = <variant>-s<seed>[-lr<lr>]-<resolved config hash[:8]>
+    OUT/logs/<run id>.log, OUT/tb/<run id>/   the trainer's output and TensorBoard scalars
+    OUT/claims.json                        the measurements and verdicts
+
+- ``--only`` and ``--seeds`` add runs to the same store; a re-run trains only what is missing.
+- A run's id holds the hash of the full config normlab resolves its spec to, so a changed spec or library default
+  is a new run that is trained, never a finished one silently reused; the log and ``claims.json`` ``retrained``
+  say "its spec or resolved config changed". A finished run whose ``fingerprint.json`` (normlab.fingerprint) does
+  not match what the current code builds is moved to ``OUT/stale/`` and trained again (the runner does it), and
+  ``retrained`` names the reason.
+- Runs of the layout before this one (``OUT/runs/<variant>/seed<k>[/lr<lr>]`` with ``claims_spec.json``) that
+  match their spec, finished and match their fingerprint are moved to ``OUT/runs/<run id>`` and reused.
+- ``--reuse SWEEP_DIR`` copies finished runs of another sweep (e.g. the demo's) trained from exactly the same
+  resolved config instead of training them; runs that sweep is still training are waited for, after the runs it
+  does not hold have trained.
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
-import os
 import shutil
 import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from normlab.errors import NormlabError
+from normlab.errors import EXIT_INTERRUPTED, NormlabError
 from normlab.experiments.claims.budgets import Budget
 from normlab.experiments.claims.specs import CLAIM_NAMES
 from normlab.experiments.claims.stats import verdict
 from normlab.experiments.claims.variants import GRID_VARIANTS, lr_dir, variant_config
-from normlab.io import read_json, write_json
+from normlab.io import write_json
 
 if TYPE_CHECKING:
     from normlab.experiments.claims.specs import Claim
+    from normlab.experiments.sweep import Sweep, SweepRun
+
+CHANGED = "its spec or resolved config changed"
 
 
-def run_dir_for(out: Path, variant: str, seed: int, lr: float | None = None) -> Path:
-    """``OUT/runs/<variant>/seed<k>`` (a grid variant's runs are its ``lr<lr>`` subfolders)."""
-    d = out / "runs" / variant / f"seed{seed}"
-    return d if lr is None else lr_dir(d, lr)
+class SuiteStopped(Exception):
+    """The runs did not all finish (interrupted, or some failed): nothing was measured. ``exit_code``: 130 when
+    interrupted, 1 when a run failed."""
+
+    def __init__(self, message: str, exit_code: int, out: Path, failed: list[str] | None = None):
+        super().__init__(message)
+        self.exit_code, self.out, self.failed = exit_code, out, failed or []
+
+
+def run_id(variant: str, seed: int, lr: float | None, config_hash: str) -> str:
+    """``<variant>-s<seed>[-lr<lr>]-<config hash[:8]>``."""
+    return f"{variant}-s{seed}{'' if lr is None else f'-lr{lr:g}'}-{config_hash[:8]}"
+
+
+def run_label(r: "SweepRun") -> str:
+    """``variant[@lr<lr>]/seed<k>``: how the log and ``claims.json`` ``retrained`` name a run."""
+    lr = r.axes.get("train.lr")
+    return f"{r.variant}{'' if lr is None else f'@lr{lr:g}'}/seed{r.seed}"
+
+
+def claims_sweep(budget: Budget, variants: list[str], n_seeds: int) -> "Sweep":
+    """The sweep ``claims-<budget>`` of ``variants`` x seeds (x the grid's learning rates for a grid variant), deep
+    models first (the longest runs start early, so parallel workers finish together). Its hash depends on the
+    budget's name only, so every ``--only`` / ``--seeds`` selection shares one store."""
+    from normlab.config import config_from_dict
+    from normlab.experiments.sweep import Sweep, SweepRun
+
+    runs = []
+    for seed in range(n_seeds):
+        for v in variants:
+            for lr in (budget.grid_lrs if v in GRID_VARIANTS else (None,)):
+                rc = config_from_dict(variant_config(v, budget, seed, lr))
+                axes = {"variant": v} if lr is None else {"variant": v, "train.lr": lr, "grid_group": v}
+                h = rc.hash()
+                runs.append(SweepRun(run_id(v, seed, lr, h), v, seed, axes, {}, rc.to_dict(), h))
+    runs.sort(key=lambda r: -r.config["model"]["depth"])
+    name = f"claims-{budget.name}"
+    return Sweep(name, {"name": name, "claims_budget": budget.name}, runs, list(variants),
+                 f"normlab claims --budget {budget.name}", rerun=f"normlab claims --budget {budget.name} --out <its folder>")
+
+
+def seed_runs(sweep: "Sweep", out: Path, seed: int, variants: tuple[str, ...]) -> dict[str, Any]:
+    """One seed's run directories of ``variants``: variant -> run directory, or for a grid variant lr -> run
+    directory (what a measurement gets)."""
+    got: dict[str, Any] = {}
+    for r in sweep.runs:
+        if r.seed != seed or r.variant not in variants:
+            continue
+        lr = r.axes.get("train.lr")
+        if lr is None:
+            got[r.variant] = out / "runs" / r.run_id
+        else:
+            got.setdefault(r.variant, {})[lr] = out / "runs" / r.run_id
+    return {v: got[v] for v in variants}
+
+
+def _as_json(runs: dict[str, Any]) -> dict[str, Any]:
+    return {v: ({f"{lr:g}": str(p) for lr, p in sorted(d.items())} if isinstance(d, dict) else str(d))
+            for v, d in runs.items()}
+
+
+# -- the output directory ---------------------------------------------------------------------------------------
+def open_out(out: Path, sweep: "Sweep") -> None:
+    """Make ``out`` this budget's claims sweep directory (an existing one is resumed); refuse a file, another
+    sweep's directory, or a non-empty directory that holds no claims results."""
+    from normlab.experiments.runner import check_sweep_dir
+    from normlab.experiments.store import Store
+
+    if out.exists() and not out.is_dir():
+        raise NormlabError(f"--out {out} is a file; give a directory")
+    if (out / "results.sqlite").is_file():
+        check_sweep_dir(sweep, out)
+        return
+    if out.is_dir() and any(out.iterdir()) and not ((out / "claims.json").is_file() or (out / "runs").is_dir()):
+        raise NormlabError(f"--out {out} exists and holds neither claims results nor a sweep; choose another --out")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        Store(out / "results.sqlite").create(sweep.name, sweep.hash)
+    except OSError as e:
+        raise NormlabError(f"cannot write --out {out}: {e.strerror or e}") from None
 
 
 def spec_record(cfg: dict) -> dict:
-    """What ``claims_spec.json`` holds: the run's spec and the full config normlab resolves it to now. A run is
-    reused only when both match, so a changed library default (a new config key, a new default value) retrains
-    it instead of silently mixing old and new results."""
+    """What an old-layout run's ``claims_spec.json`` holds: its spec and the full config it resolved to."""
     from normlab.config import config_from_dict
 
     record = {"spec": cfg, "resolved": config_from_dict(copy.deepcopy(cfg)).to_dict()}
     return json.loads(json.dumps(record))  # as it reads back from disk (tuples -> lists)
 
 
-def reuse_reason(run_dir: Path, cfg: dict) -> str | None:
-    """None when the run in ``run_dir`` can be reused for ``cfg``: its ``claims_spec.json`` matches (spec and the
-    config normlab resolves it to now), it finished (completed or diverged), and its fingerprint (resolved config,
-    parameter names/shapes/order, normlab and torch versions; normlab.fingerprint) matches what the current code
-    builds. Otherwise a short reason to train it (again)."""
+def old_reuse_reason(run_dir: Path, cfg: dict) -> str | None:
+    """None when the old-layout run in ``run_dir`` can be reused for ``cfg``: its ``claims_spec.json`` matches
+    (spec and resolved config), it finished (completed or diverged), and its fingerprint matches what the current
+    code builds; otherwise why not."""
     spec, summ = run_dir / "claims_spec.json", run_dir / "summary.json"
     if not (spec.is_file() and summ.is_file()):
-        return "not trained yet" if not run_dir.exists() else "incomplete run directory"
+        return "incomplete run directory"
     try:
         if json.loads(spec.read_text()) != spec_record(cfg):
-            return "its spec or resolved config changed"
+            return CHANGED
         status = json.loads(summ.read_text()).get("status")
     except (OSError, json.JSONDecodeError):
         return "unreadable claims_spec.json or summary.json"
@@ -67,129 +157,173 @@ def reuse_reason(run_dir: Path, cfg: dict) -> str | None:
     return check_run(run_dir)
 
 
-def is_complete(run_dir: Path, cfg: dict) -> bool:
-    return reuse_reason(run_dir, cfg) is None
+def migrate_old_layout(out: Path, sweep: "Sweep", specs: dict[str, dict], log: Callable[[str], None]) -> int:
+    """Move reusable runs of the old layout (``OUT/runs/<variant>/seed<k>[/lr<lr>]``) to ``OUT/runs/<run id>``;
+    returns how many. ``specs``: run id -> the spec dict it was trained from. Runs that cannot be reused stay
+    where they are (the log says why)."""
+    moved, kept = [], {}
+    for r in sweep.runs:
+        old = out / "runs" / r.variant / f"seed{r.seed}"
+        lr = r.axes.get("train.lr")
+        old = old if lr is None else lr_dir(old, lr)
+        new = out / "runs" / r.run_id
+        if new.exists() or not (old / "claims_spec.json").is_file():
+            continue
+        why = old_reuse_reason(old, specs[r.run_id])
+        if why is None:
+            old.rename(new)
+            (new / "claims_spec.json").unlink()
+            moved.append(r.run_id)
+            for parent in old.parents:  # the emptied seed<k> and <variant> folders go
+                if parent == out / "runs" or any(parent.iterdir()):
+                    break
+                parent.rmdir()
+        else:
+            kept.setdefault(why, []).append(run_label(r))
+    if moved:
+        record_finished(out, sweep, moved)
+        log(f"moved {len(moved)} finished run(s) of the old layout (runs/<variant>/seed<k>) to runs/<run id>")
+    for why, names in kept.items():
+        log(f"not reusing {len(names)} old-layout run(s) ({why}): {_names(names)}")
+    return len(moved)
 
 
-def train_job(cfg: dict, run_dir: str, reuse: str | None = None) -> dict:
-    """Train one run (fresh directory); top-level so worker processes can pickle it. With ``reuse`` (a sweep
-    directory) a finished run of that sweep with exactly this resolved config is copied instead of trained."""
-    import torch
+def record_finished(out: Path, sweep: "Sweep", run_ids: list[str]) -> None:
+    """Register ``sweep``'s runs in the store and record the finished runs ``run_ids`` already in ``OUT/runs`` (moved
+    or copied there) as the sweep worker does for a run it need not train, without starting a process for each."""
+    from normlab.experiments.runner import registration
+    from normlab.experiments.store import Store
+    from normlab.experiments.worker import finished_summary, record
 
-    from normlab.config import config_from_dict
-    from normlab.train.loop import train
-
-    torch.set_num_threads(1)
-    run_dir = Path(run_dir)
-    if run_dir.exists():
-        shutil.rmtree(run_dir)
-    src = find_reusable(Path(reuse), cfg) if reuse else None
-    if src is not None:
-        shutil.copytree(src, run_dir, ignore=shutil.ignore_patterns("checkpoints"))
-        write_json(run_dir / "claims_spec.json", spec_record(cfg))
-        s = read_json(run_dir / "summary.json", "summary")
-        return {"status": s["status"], "val_bpb": s.get("val_bpb"), "elapsed_s": 0.0, "tokens_per_s": None,
-                "reused_from": str(src)}
-    run_dir.mkdir(parents=True)
-    write_json(run_dir / "claims_spec.json", spec_record(cfg))
-    t0 = time.time()
-    s = train(config_from_dict(copy.deepcopy(cfg)), run_dir, quiet=True)
-    return {"status": s["status"], "val_bpb": s.get("val_bpb"), "elapsed_s": time.time() - t0,
-            "tokens_per_s": s.get("tokens_per_s")}
+    store = Store(out / "results.sqlite")
+    store.register(registration(sweep))
+    for rid in run_ids:
+        summary = finished_summary(out / "runs" / rid)
+        if summary is not None:
+            store.start(rid, calls_trainer=False)
+            record(store, out, rid, summary, peak_mem_mb=None)
 
 
-def execute(jobs: list[tuple[str, int, dict, Path]], workers: int, log: Callable[[str], None],
-            reuse: Path | None = None, ray: Any = None, out: Path | None = None) -> None:
-    """Train ``jobs`` ``(variant, seed, cfg, run_dir)`` with ``workers`` processes (1 = in this process), or as
-    Ray tasks when ``ray`` is a connected ``ray`` module (run directories under ``out``); with ``reuse`` (a sweep
-    directory) runs it holds are copied (waited for while that sweep trains them), and the jobs it does not hold are
-    trained first."""
-    if not jobs:
-        return
-    n = len(jobs)
-    rd = str(reuse) if reuse else None
-    if reuse is not None:
-        jobs = sorted(jobs, key=lambda j: registered_in(reuse, j[2]))
-
-    def done(i: int, job, r: dict) -> None:
-        bpb = "n/a" if r.get("val_bpb") is None else f"{r['val_bpb']:.4f}"
-        how = f"copied from {r['reused_from']}" if r.get("reused_from") else (
-            f"{r['elapsed_s']:.1f} s, {(r.get('tokens_per_s') or 0):,.0f} tok/s")
-        log(f"[{i}/{n}] {job[0]} seed {job[1]}: {r['status']}, val bpb {bpb}, {how}")
-
-    if ray is not None:
-        from normlab.experiments.executors import run_ray_jobs
-
-        if reuse is not None:  # runs the reused sweep holds are copied here, the rest go to the cluster
-            held = [j for j in jobs if registered_in(reuse, j[2])]
-            for i, job in enumerate(held, 1):
-                done(i, job, train_job(job[2], str(job[3]), rd))
-            jobs = [j for j in jobs if j not in held]
-        run_ray_jobs(ray, jobs, out, done)
-        return
-
-    if workers <= 1:
-        for i, job in enumerate(jobs, 1):
-            done(i, job, train_job(job[2], str(job[3]), rd))
-        return
-    import multiprocessing as mp
-    from concurrent.futures import ProcessPoolExecutor, as_completed
-
-    # deep runs first: the longest jobs start early so the two workers finish together (stable: keeps reuse order)
-    order = sorted(jobs, key=lambda j: -j[2]["model"]["depth"]) if reuse is None else jobs
-    env_old = {k: os.environ.get(k) for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
-    os.environ.update({"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"})
-    try:
-        with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn")) as pool:
-            futs = {pool.submit(train_job, j[2], str(j[3]), rd): j for j in order}
-            for i, f in enumerate(as_completed(futs), 1):
-                done(i, futs[f], f.result())
-    finally:
-        for k, v in env_old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+def _names(names: list[str]) -> str:
+    return ", ".join(names[:6]) + (" ..." if len(names) > 6 else "")
 
 
-def run_suite(claims: list["Claim"], budget: Budget, out: Path, *, seeds: int | None = None, workers: int = 1,
-              log: Callable[[str], None] = lambda s: print(s, file=sys.stderr, flush=True),
+def why_retrain(out: Path, sweep: "Sweep") -> dict[str, list[str]]:
+    """Why finished runs will be trained again: reason -> run labels. A stored finished run of the same variant,
+    seed and learning rate under another run id (its spec or resolved config changed), or a run of this sweep whose
+    fingerprint no longer matches (the runner moves it to ``OUT/stale/`` and trains it again)."""
+    from normlab.experiments.store import FINAL, Store
+    from normlab.fingerprint import FILE, check_run
+
+    rows = {r["run_id"]: r for r in Store(out / "results.sqlite").runs()}
+    ids = {r.run_id for r in sweep.runs}
+    old = {(r["variant"], r["seed"], (r["axes"] or {}).get("train.lr")) for r in rows.values()
+           if r["status"] in FINAL and r["run_id"] not in ids}
+    out_why: dict[str, list[str]] = {}
+    for r in sweep.runs:
+        row, rd = rows.get(r.run_id), out / "runs" / r.run_id
+        if row is not None and row["status"] in FINAL:
+            why = check_run(rd) if (rd / FILE).is_file() else None
+        elif (r.variant, r.seed, r.axes.get("train.lr")) in old:
+            why = CHANGED
+        else:
+            why = None
+        if why is not None:
+            out_why.setdefault(why, []).append(run_label(r))
+    return out_why
+
+
+# -- training ---------------------------------------------------------------------------------------------------
+def train_runs(sweep: "Sweep", out: Path, *, workers: int | None, log: Callable[[str], None],
+               reuse: Path | None = None, executor: str = "local", address: str | None = None) -> str:
+    """Train the unfinished runs of ``sweep`` in ``out`` with one torch thread each (``run_sweep``; with one local
+    worker, in this process); with ``reuse``
+    the runs that sweep holds are copied (waited for while it trains them) after the others trained. Returns the
+    runner's status (``completed`` or ``interrupted``)."""
+    from normlab.experiments.runner import run_sweep
+
+    inline = executor == "local" and workers == 1  # tiny runs: no process start-up per run
+
+    def go(s: "Sweep") -> str:
+        return run_sweep(s, out, workers=workers, log=log, executor=executor, address=address, threads=1,
+                         inline=inline).status
+
+    if reuse is None:
+        return go(sweep)
+    from normlab.experiments.store import Store
+
+    theirs = {_resolved_key(r["config"]) for r in Store(reuse / "results.sqlite").runs()}
+    held = [r for r in sweep.runs if _resolved_key(r.config) in theirs and not _finished(out / "runs" / r.run_id)]
+    if not held:
+        return go(sweep)
+    first = [r for r in sweep.runs if r not in held]
+    if first and go(dataclasses.replace(sweep, runs=first)) == "interrupted":
+        return "interrupted"
+    copied = []
+    for r in held:
+        src = find_reusable(reuse, r.config)
+        if src is not None:
+            _copy_run(src, out / "runs" / r.run_id)
+            copied.append(r.run_id)
+    record_finished(out, sweep, copied)
+    log(f"copied {len(copied)} of {len(held)} run(s) from {reuse}"
+        + ("; the others are trained here" if len(copied) < len(held) else ""))
+    return go(sweep)
+
+
+def _finished(run_dir: Path) -> bool:
+    from normlab.experiments.worker import finished_summary
+
+    return finished_summary(run_dir) is not None
+
+
+def _copy_run(src: Path, dest: Path) -> None:
+    """Copy a finished run (without its checkpoints) to ``dest``: into a temporary sibling, then renamed."""
+    tmp = dest.parent / f".{dest.name}.copy"
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.rmtree(dest, ignore_errors=True)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copytree(src, tmp, ignore=shutil.ignore_patterns("checkpoints"))
+    tmp.rename(dest)
+
+
+# -- the suite --------------------------------------------------------------------------------------------------
+def run_suite(claims: list["Claim"], budget: Budget, out: Path, *, seeds: int | None = None,
+              workers: int | None = 1, log: Callable[[str], None] = lambda s: print(s, file=sys.stderr, flush=True),
               reuse: Path | None = None, executor: str = "local", address: str | None = None) -> dict:
     """Train what is missing, measure every claim per seed, return ``{claims: [...], ...}`` (also written to
-    ``OUT/claims.json``)."""
+    ``OUT/claims.json``). Raises ``SuiteStopped`` (nothing measured) when the runs did not all finish."""
     import torch
+
+    from normlab.experiments.store import FINAL, Store
 
     n_seeds = seeds if seeds is not None else budget.seeds
     if n_seeds < 1:
         raise NormlabError(f"--seeds must be >= 1, got {n_seeds}")
     t0 = time.time()
-    out.mkdir(parents=True, exist_ok=True)
     needed = sorted({v for c in claims for v in c.variants})
-    jobs, reused, retrain = [], 0, {}
-    for seed in range(n_seeds):
-        for v in needed:
-            for lr in (budget.grid_lrs if v in GRID_VARIANTS else (None,)):
-                cfg = variant_config(v, budget, seed, lr)
-                rd = run_dir_for(out, v, seed, lr)
-                why = reuse_reason(rd, cfg)
-                if why is None:
-                    reused += 1
-                else:
-                    jobs.append((v if lr is None else f"{v}@lr{lr:g}", seed, cfg, rd))
-                    if why != "not trained yet":
-                        retrain.setdefault(why, []).append(f"{jobs[-1][0]}/seed{seed}")
-    log(f"claims ({budget.name}): {len(claims)} claim(s), {n_seeds} seed(s), {len(jobs)} run(s) to train, "
-        f"{reused} reused, {workers} worker(s) -> {out}")
+    sweep = claims_sweep(budget, needed, n_seeds)
+    open_out(out, sweep)
+    specs = {r.run_id: variant_config(r.variant, budget, r.seed, r.axes.get("train.lr")) for r in sweep.runs}
+    migrate_old_layout(out, sweep, specs, log)
+    retrain = why_retrain(out, sweep)
+    store = Store(out / "results.sqlite")
+    calls = {r["run_id"]: r["train_calls"] for r in store.runs()}
+    log(f"claims ({budget.name}): {len(claims)} claim(s), {n_seeds} seed(s), {len(sweep.runs)} run(s) -> {out}")
     for why, names in retrain.items():  # say why a finished run is trained again
-        log(f"retraining {len(names)} run(s) ({why}): {', '.join(names[:6])}{' ...' if len(names) > 6 else ''}")
+        log(f"retraining {len(names)} run(s) ({why}): {_names(names)}")
     t_train = time.time()
-    ray = None
-    if executor == "ray" and jobs:
-        from normlab.experiments.executors import connect
-
-        ray = connect(address)
-    execute(jobs, workers, log, reuse, ray, out)
+    status = train_runs(sweep, out, workers=workers, log=log, reuse=reuse, executor=executor, address=address)
     train_s = time.time() - t_train
+    rows = {r["run_id"]: r for r in store.runs()}
+    if status == "interrupted":
+        raise SuiteStopped(f"interrupted; finished runs are kept in {out}. Re-run the same command to resume.",
+                           EXIT_INTERRUPTED, out)
+    failed = [r.run_id for r in sweep.runs if rows[r.run_id]["status"] not in FINAL]
+    if failed:
+        raise SuiteStopped(f"{len(failed)} run(s) did not finish ({_names(failed)}); see {out / 'logs'}; re-run the "
+                           "same command to retry them", 1, out, failed)
+    trained = sum(rows[r.run_id]["train_calls"] > calls.get(r.run_id, 0) for r in sweep.runs)
     torch.set_num_threads(1)
     from normlab.experiments.claims.measures import Context, measure
 
@@ -200,11 +334,11 @@ def run_suite(claims: list["Claim"], budget: Budget, out: Path, *, seeds: int | 
         t = time.time()
         values, details, runs = [], [], []
         for seed in range(n_seeds):
-            rd = {v: run_dir_for(out, v, seed) for v in c.variants}
+            rd = seed_runs(sweep, out, seed, c.variants)
             val, det = measure(c, ctx, rd)
             values.append(val)
             details.append(det)
-            runs.append({v: str(p) for v, p in rd.items()})
+            runs.append(_as_json(rd))
         v = verdict(values, c.direction, null=c.null, margin=c.margin, tolerance=c.tolerance)
         results.append({**base, "measured": v["measured"], "ci": v["ci"], "verdict": v["verdict"], "n": v["n"],
                         "reason": v["reason"], "direction": c.direction, "null": c.null, "margin": c.margin,
@@ -212,9 +346,8 @@ def run_suite(claims: list["Claim"], budget: Budget, out: Path, *, seeds: int | 
                         "details": details, "runs": runs, "measure_s": time.time() - t})
         log(f"{c.name}: {v['verdict']} ({v['reason']})")
     report = {"format": "normlab-claims-v1", "budget": budget.name, "budget_spec": budget.to_dict(),
-              "seeds": n_seeds, "out": str(out), "trained_runs": len(jobs), "reused_runs": reused,
-              "retrained": {why: names for why, names in retrain.items()},
-              "train_s": train_s, "elapsed_s": time.time() - t0, "claims": results}
+              "seeds": n_seeds, "out": str(out), "trained_runs": trained, "reused_runs": len(sweep.runs) - trained,
+              "retrained": retrain, "train_s": train_s, "elapsed_s": time.time() - t0, "claims": results}
     save_report(out / "claims.json", report)
     return report
 

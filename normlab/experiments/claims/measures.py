@@ -7,8 +7,6 @@ learning-rate grid's measurements are in ``measures_lr.py``, the model-surgery o
 
 from __future__ import annotations
 
-import copy
-import json
 import math
 from pathlib import Path
 from typing import Any, Callable
@@ -88,10 +86,9 @@ def final_bpb(ctx: Context, run_dir: Path) -> tuple[float, dict]:
     s = ctx.summary(run_dir)
     if s.get("status") == "completed" and s.get("val_bpb") is not None:
         return float(s["val_bpb"]), {"status": "completed"}
-    cfg = json.loads((run_dir / "claims_spec.json").read_text())
-    from normlab.config import config_from_dict
+    from normlab.rundir import open_config
 
-    vocab = ctx.data(config_from_dict(copy.deepcopy(cfg))).vocab_size
+    vocab = ctx.data(open_config(run_dir)).vocab_size
     return math.log2(vocab), {"status": s.get("status"), "diverged_at": s.get("step")}
 
 
@@ -240,31 +237,31 @@ def _degradation(ctx: Context, run_dir: Path, reweight: bool | None) -> tuple[fl
     return losses[str(rep["results"][-1]["factor"])] - losses[str(rep["results"][0]["factor"])], losses
 
 
-def m_extrap(ctx: Context, runs: dict[str, Path]) -> tuple[float | None, dict]:
-    """Loss degradation ``loss(max factor) - loss(1x)`` (nats/token) of softmax minus that of softplus attention
-    trained with LSSAR re-weighting on (as the paper trains it), on the same validation tokens."""
+def _extrap_diff(ctx: Context, runs: dict[str, Path], rows: tuple[tuple[str, str, bool | None], ...],
+                 against: str) -> tuple[float | None, dict]:
+    """``degradation(softmax) - degradation(against)`` over ``rows`` ``(name, variant, LSSAR at evaluation)``
+    (None: as trained); every row's losses and degradation are in the details."""
     out, deg = {}, {}
-    for name, run, reweight in (("softmax", "ln", None), ("softplus_lssar", "softplus_lssar", None)):
+    for name, run, reweight in rows:
         deg[name], losses = _degradation(ctx, runs[run], reweight)
         if deg[name] is None:
             return None, losses
         out[f"loss_{name}"] = losses
-    return deg["softmax"] - deg["softplus_lssar"], {**out, "degradation": deg,
-                                                    "max_factor": max(ctx.budget.extrap_factors)}
+    return deg["softmax"] - deg[against], {**out, "degradation": deg, "max_factor": max(ctx.budget.extrap_factors)}
+
+
+def m_extrap(ctx: Context, runs: dict[str, Path]) -> tuple[float | None, dict]:
+    """Loss degradation ``loss(max factor) - loss(1x)`` (nats/token) of softmax minus that of softplus attention
+    trained with LSSAR re-weighting on (as the paper trains it), on the same validation tokens."""
+    return _extrap_diff(ctx, runs, (("softmax", "ln", None), ("softplus_lssar", "softplus_lssar", None)),
+                        "softplus_lssar")
 
 
 def m_extrap_eval_only(ctx: Context, runs: dict[str, Path]) -> tuple[float | None, dict]:
     """As :func:`m_extrap` with softplus attention trained WITHOUT re-weighting and LSSAR switched on only at
     evaluation (no fine-tuning); the softplus model without re-weighting is reported too."""
-    out, deg = {}, {}
-    for name, run, reweight in (("softmax", "ln", None), ("softplus", "softplus", False),
-                                ("softplus_lssar_eval", "softplus", True)):
-        deg[name], losses = _degradation(ctx, runs[run], reweight)
-        if deg[name] is None:
-            return None, losses
-        out[f"loss_{name}"] = losses
-    return deg["softmax"] - deg["softplus_lssar_eval"], {**out, "degradation": deg,
-                                                         "max_factor": max(ctx.budget.extrap_factors)}
+    return _extrap_diff(ctx, runs, (("softmax", "ln", None), ("softplus", "softplus", False),
+                                    ("softplus_lssar_eval", "softplus", True)), "softplus_lssar_eval")
 
 
 def _registry() -> dict[str, Callable[..., tuple[float | None, dict]]]:

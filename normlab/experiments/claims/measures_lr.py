@@ -8,8 +8,7 @@ learning rate of the budget's grid (``Budget.grid_lrs``), one number per seed fr
 - Output logit divergence: ``|mean logsumexp(logits)|`` (``diag/output_lse``) at the last diagnostic step of the run
   at the grid's highest learning rate (normlab.diagnostics.instability).
 
-Run directories: ``<seed dir>/lr<lr>`` (normlab.experiments.claims.variants.lr_dir); a measurement gets the
-seed directory of each variant.
+A measurement gets, for each grid variant, one seed's runs as a mapping learning rate -> run directory.
 """
 
 from __future__ import annotations
@@ -17,16 +16,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from normlab.experiments.claims.variants import lr_dir
-
-
-def seed_grid(ctx: Any, seed_dir: Path) -> tuple[float, float, float, dict]:
+def seed_grid(ctx: Any, grid: dict[float, Path]) -> tuple[float, float, float, dict]:
     """``(LR sensitivity, best loss L*, best lr, details)`` of one variant and seed over ``ctx.budget.grid_lrs``."""
     from normlab.report.lrgrid import lr_sensitivity
 
     losses, inits, status = {}, [], {}
     for lr in ctx.budget.grid_lrs:
-        s = ctx.summary(lr_dir(seed_dir, lr))
+        s = ctx.summary(grid[lr])
         status[f"{lr:g}"] = s.get("status")
         v = s.get("val_bpb")
         losses[lr] = float(v) if s.get("status") == "completed" and isinstance(v, (int, float)) else None
@@ -38,7 +34,7 @@ def seed_grid(ctx: Any, seed_dir: Path) -> tuple[float, float, float, dict]:
                                  "status": status}
 
 
-def m_sens_diff(ctx: Any, runs: dict[str, Path], a: str, b: str) -> tuple[float | None, dict]:
+def m_sens_diff(ctx: Any, runs: dict[str, Any], a: str, b: str) -> tuple[float | None, dict]:
     """``sensitivity(a) - sensitivity(b)``."""
     sa, ba, la, da = seed_grid(ctx, runs[a])
     sb, bb, lb, db = seed_grid(ctx, runs[b])
@@ -46,7 +42,7 @@ def m_sens_diff(ctx: Any, runs: dict[str, Path], a: str, b: str) -> tuple[float 
                      f"bpb_{a}": da["final_bpb"], f"bpb_{b}": db["final_bpb"], "init_bpb": da["init_bpb"]}
 
 
-def m_best_diff(ctx: Any, runs: dict[str, Path], a: str, b: str) -> tuple[float | None, dict]:
+def m_best_diff(ctx: Any, runs: dict[str, Any], a: str, b: str) -> tuple[float | None, dict]:
     """``L*(a) - L*(b)``: best-of-grid final validation bits/byte."""
     sa, ba, la, da = seed_grid(ctx, runs[a])
     sb, bb, lb, db = seed_grid(ctx, runs[b])
@@ -60,10 +56,10 @@ def last_lse(run_dir: Path) -> float | None:
     return max(pts)[1] if pts else None
 
 
-def m_zloss(ctx: Any, runs: dict[str, Path]) -> tuple[float | None, dict]:
+def m_zloss(ctx: Any, runs: dict[str, Any]) -> tuple[float | None, dict]:
     """``|log Z|(Pre-LN) - |log Z|(Pre-LN + z-loss)`` at the grid's highest learning rate."""
     top = max(ctx.budget.grid_lrs)
-    a, b = last_lse(lr_dir(runs["grid_pre"], top)), last_lse(lr_dir(runs["grid_pre_z"], top))
+    a, b = last_lse(runs["grid_pre"][top]), last_lse(runs["grid_pre_z"][top])
     if a is None or b is None:
         return None, {"reason": "no diag/output_lse recorded (diag.every = 0?)"}
     return abs(a) - abs(b), {"lse_pre": a, "lse_pre_z": b, "lr": top}
