@@ -21,7 +21,7 @@ import yaml
 
 from normlab.aliases import suggest_key
 from normlab.errors import NormlabError, did_you_mean, unknown
-from normlab.io import load_yaml
+from normlab.io import load_yaml, read_yaml_file
 from normlab.model.config import ModelConfig
 
 _FLOAT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
@@ -331,14 +331,7 @@ def resolve_config_path(name: str) -> Path:
 
 def read_yaml(path: Path) -> dict[str, Any]:
     """Read a YAML mapping; unreadable or non-mapping files are one-line errors."""
-    try:
-        data = load_yaml(path.read_text(), f"config {path}")
-    except (OSError, UnicodeDecodeError) as e:
-        raise NormlabError(f"cannot read config {path}: {e.__class__.__name__}") from None
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark else ""
-        raise NormlabError(f"config {path} is not valid YAML{where}") from None
+    data = read_yaml_file(path, "config")
     if data is None:
         data = {}
     if not isinstance(data, dict):

@@ -186,6 +186,20 @@ def load_yaml(text: str, where: str = "YAML") -> Any:
         loader.dispose()
 
 
+def read_yaml_file(path: str | Path, what: str) -> Any:
+    """:func:`load_yaml` of a file's text. Failures are one line naming ``what`` (``"config"``, ``"sweep file"``)
+    and the path: ``cannot read config c.yaml: IsADirectoryError``, ``config c.yaml is not valid YAML at line 3``."""
+    label = f"{what} {path}"
+    try:
+        return load_yaml(Path(path).read_text(), label)
+    except (OSError, UnicodeDecodeError) as e:
+        raise NormlabError(f"cannot read {label}: {e.__class__.__name__}") from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark else ""
+        raise NormlabError(f"{label} is not valid YAML{where}") from None
+
+
 def read_regular_bytes(path: str | Path, what: str = "file") -> bytes:
     """Bytes of a regular file; a fifo, device or socket (``/dev/zero``, ``mkfifo``) is refused, not read forever."""
     import stat

@@ -53,3 +53,24 @@ def test_hash_changes_with_any_key():
     a = config_from_dict({})
     b = config_from_dict({"model": {"norm_eps": 1e-6}})
     assert a.hash() != b.hash() and a.hash() == config_from_dict({}).hash()
+
+
+def test_config_and_sweep_files_share_one_yaml_reader(tmp_path):
+    """A run config and a sweep file are read by ``normlab.io.read_yaml_file``: the same one-line failures, each
+    naming what the file is (line numbers count from 1)."""
+    from normlab.config import read_yaml
+    from normlab.experiments.sweep import load_sweep
+
+    bad, binary = tmp_path / "bad.yaml", tmp_path / "bin.yaml"
+    bad.write_text("a: 1\nb: 2\nc: d: e\n")
+    binary.write_bytes(b"a: \xff\xfe\n")
+    for read, what in ((read_yaml, "config"), (load_sweep, "sweep file")):
+        with pytest.raises(NormlabError) as e:
+            read(bad)
+        assert str(e.value) == f"{what} {bad} is not valid YAML at line 3"
+        with pytest.raises(NormlabError) as e:
+            read(binary)
+        assert str(e.value) == f"cannot read {what} {binary}: UnicodeDecodeError"
+    with pytest.raises(NormlabError) as e:
+        read_yaml(tmp_path)
+    assert str(e.value) == f"cannot read config {tmp_path}: IsADirectoryError"

@@ -45,7 +45,7 @@ from normlab.aliases import suggest_key
 from normlab.errors import NormlabError, did_you_mean
 from normlab.experiments.grid import expand_grid
 from normlab.experiments.sizes import SIZE_KEYS, SIZE_OWNED, size_points
-from normlab.io import load_yaml
+from normlab.io import read_yaml_file
 
 SWEEP_DIR = CONFIG_DIR / "sweeps"
 TOP_KEYS = ("name", "description", "base", "set", "axes", "variants", "seeds", "lr_grid", "baseline", *SIZE_KEYS)
@@ -311,13 +311,7 @@ def load_sweep(path: str | Path | None = None, *, preset: str | None = None) -> 
     if not p.is_file():
         hint = f" (a preset? use --preset {path})" if preset is None and str(path) in list_presets() else ""
         raise NormlabError(f"sweep file {p} not found{hint}")
-    try:
-        raw = load_yaml(p.read_text(), f"sweep file {p}")
-    except (OSError, UnicodeDecodeError) as e:
-        raise NormlabError(f"cannot read sweep file {p}: {e.__class__.__name__}") from None
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        raise NormlabError(f"sweep file {p} is not valid YAML{f' at line {mark.line + 1}' if mark else ''}") from None
+    raw = read_yaml_file(p, "sweep file")
     return parse_sweep(raw, here=p.resolve().parent, source=str(p))
 
 
