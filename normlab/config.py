@@ -20,9 +20,10 @@ from typing import Any
 import yaml
 
 from normlab.aliases import suggest_key
-from normlab.errors import NormlabError, did_you_mean, unknown
+from normlab.errors import NormlabError, unknown
 from normlab.io import load_yaml, read_yaml_file
 from normlab.model.config import ModelConfig
+from normlab.validate import check_config
 
 _FLOAT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"  # package data: shipped presets
@@ -39,10 +40,7 @@ class DataConfig:
     cache_dir: str | None = None
 
     def validate(self) -> "DataConfig":
-        for name in ("val_fraction", "test_fraction"):
-            v = getattr(self, name)
-            if not 0.0 < v < 0.5:
-                raise NormlabError(f"data.{name} must be in (0, 0.5), got {v}")
+        check_config(self, "data.")  # val_fraction, test_fraction in (0, 0.5): normlab.validate.RANGES
         return self
 
 
@@ -86,24 +84,9 @@ class TrainConfig:
     compile: bool | str = "auto"
 
     def validate(self) -> "TrainConfig":
-        for name in ("steps", "batch_size", "grad_accum", "eval_every", "eval_batches", "log_every",
-                     "checkpoint_every", "keep_checkpoints"):
-            if getattr(self, name) < 1:
-                raise NormlabError(f"train.{name} must be >= 1, got {getattr(self, name)}")
-        if self.lr <= 0:
-            raise NormlabError(f"train.lr must be > 0, got {self.lr}")
+        check_config(self, "train.")  # numeric ranges: normlab.validate.RANGES
         if self.eval_sample not in EVAL_SAMPLES:
             raise unknown("train.eval_sample", self.eval_sample, EVAL_SAMPLES)
-        if self.warmup_steps < 0 or self.grad_clip < 0 or self.weight_decay < 0:
-            raise NormlabError("train.warmup_steps, train.grad_clip and train.weight_decay must be >= 0")
-        if not 0.0 <= self.min_lr_ratio <= 1.0:
-            raise NormlabError(f"train.min_lr_ratio must be in [0, 1], got {self.min_lr_ratio}")
-        if self.z_loss < 0:
-            raise NormlabError(f"train.z_loss must be >= 0, got {self.z_loss}")
-        if self.logitnorm_tau is not None and self.logitnorm_tau <= 0:
-            raise NormlabError(f"train.logitnorm_tau must be > 0 (or null), got {self.logitnorm_tau}")
-        if self.threads is not None and self.threads < 1:
-            raise NormlabError(f"train.threads must be >= 1, got {self.threads}")
         if self.precision not in PRECISIONS:  # normlab.train.precision: what each value does
             raise unknown("train.precision", self.precision, PRECISIONS)
         if self.compile not in (True, False, "auto"):
@@ -134,14 +117,7 @@ class OptimConfig:
     def validate(self) -> "OptimConfig":
         if self.name not in OPTIMIZERS:
             raise unknown("optim.name", self.name, OPTIMIZERS)
-        if self.delta <= 0:
-            raise NormlabError(f"optim.delta must be > 0, got {self.delta}")
-        if not 0.0 <= self.wd_ratio <= 1.0:
-            raise NormlabError(f"optim.wd_ratio must be in [0, 1], got {self.wd_ratio}")
-        if not 0.0 <= self.momentum < 1.0:
-            raise NormlabError(f"optim.momentum must be in [0, 1), got {self.momentum}")
-        if self.effective_lr_every < 0:
-            raise NormlabError(f"optim.effective_lr_every must be >= 0 (0 = off), got {self.effective_lr_every}")
+        check_config(self, "optim.")  # numeric ranges: normlab.validate.RANGES
         return self
 
 
@@ -162,12 +138,7 @@ class DiagConfig:
     spike_window: int = 20
 
     def validate(self) -> "DiagConfig":
-        if self.every < 0:
-            raise NormlabError(f"diag.every must be >= 0 (0 = off), got {self.every}")
-        if self.spike_factor <= 1.0:
-            raise NormlabError(f"diag.spike_factor must be > 1, got {self.spike_factor}")
-        if self.spike_window < 1:
-            raise NormlabError(f"diag.spike_window must be >= 1, got {self.spike_window}")
+        check_config(self, "diag.")  # every >= 0, spike_factor > 1, spike_window >= 1: normlab.validate.RANGES
         return self
 
 
@@ -341,8 +312,6 @@ def read_yaml(path: Path) -> dict[str, Any]:
 
 def config_from_dict(data: dict[str, Any]) -> RunConfig:
     """Build and validate a RunConfig from a nested dict (numeric ranges first: normlab.validate)."""
-    from normlab.validate import check_config
-
     cfg = _build(RunConfig, data, "")
     check_config(cfg)
     return cfg.validate()

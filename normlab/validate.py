@@ -161,9 +161,10 @@ def _walk(obj: Any, prefix: str = "") -> typing.Iterator[tuple[str, Any]]:
             yield key, v
 
 
-def check_config(cfg: Any) -> None:
-    """Every numeric key of a RunConfig finite and in its declared range (the first failure is raised)."""
-    for key, value in _walk(cfg):
+def check_config(cfg: Any, prefix: str = "") -> None:
+    """Every numeric key of a RunConfig (or of one section, ``prefix`` e.g. ``"train."``: what each section's
+    ``validate`` calls first) finite and in its declared range (the first failure is raised)."""
+    for key, value in _walk(cfg, prefix):
         check_value(key, value)
 
 

@@ -74,3 +74,43 @@ def test_config_and_sweep_files_share_one_yaml_reader(tmp_path):
     with pytest.raises(NormlabError) as e:
         read_yaml(tmp_path)
     assert str(e.value) == f"cannot read config {tmp_path}: IsADirectoryError"
+
+
+def _outside(rng) -> list:
+    """Values just outside a ``normlab.validate.Range`` (each bound it has)."""
+    cast = int if rng.integer else float
+    out = []
+    if rng.lo is not None:
+        out.append(cast(rng.lo if rng.lo_open else rng.lo - 1))
+    if rng.hi is not None:
+        out.append(cast(rng.hi if rng.hi_open else rng.hi + 1))
+    return out
+
+
+def test_each_section_validates_its_ranges_from_the_one_table():
+    """``normlab.validate.RANGES`` is the one declaration of the config's numeric ranges: each section's own
+    ``validate()`` (a bare ModelConfig / TrainConfig ... too, not only a run config) refuses a value just outside
+    any of them with the table's message, the same line a run config (``--set``) gives."""
+    import dataclasses
+
+    from normlab.config import RunConfig
+    from normlab.validate import RANGES
+
+    sections = {f.name: f.type for f in dataclasses.fields(RunConfig)}
+    checked = 0
+    for key, rng in RANGES.items():
+        section, _, name = key.partition(".")
+        if not name:  # seed: a run-level key
+            continue
+        for bad in _outside(rng):
+            msg = f"{key} must be {rng.text(bad)}, got {bad!r}"
+            part = getattr(RunConfig(), section)
+            setattr(part, name, bad)
+            with pytest.raises(NormlabError) as e:
+                part.validate()
+            assert str(e.value) == msg, sections[section]
+            with pytest.raises(NormlabError) as e:
+                config_from_dict({section: {name: bad}})
+            assert str(e.value) == msg
+            checked += 1
+    assert checked > 40

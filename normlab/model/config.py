@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from normlab.errors import NormlabError, unknown
+from normlab.validate import check_config
 
 ACTIVATIONS = ("gelu", "gelu_tanh", "swiglu", "selu")
 POSITIONS = ("rope", "learned", "alibi", "none")
@@ -81,9 +82,7 @@ class ModelConfig:
         from normlab.model.placements import PLACEMENTS
         from normlab.norms import get_norm_class
 
-        for name in ("vocab_size", "context", "width", "depth", "heads"):
-            if getattr(self, name) < 1:
-                raise NormlabError(f"model.{name} must be >= 1, got {getattr(self, name)}")
+        check_config(self, "model.")  # numeric ranges: normlab.validate.RANGES (attention options: their kinds)
         if self.width % self.heads:
             raise NormlabError(
                 f"model.width ({self.width}) must be divisible by model.heads ({self.heads})"
@@ -103,14 +102,6 @@ class ModelConfig:
 
         for group in NORM_GROUPS:  # unknown or invalid norm options fail here, not mid-build
             build_norm(self.norm, self.width, eps=self.norm_eps, **self.norm_kwargs(group))
-        if not 0.0 <= self.dropout < 1.0:
-            raise NormlabError(f"model.dropout must be in [0, 1), got {self.dropout}")
-        if self.logit_softcap is not None and self.logit_softcap <= 0:
-            raise NormlabError(f"model.logit_softcap must be > 0 (or null), got {self.logit_softcap}")
-        if self.mlp_hidden is not None and self.mlp_hidden < 1:
-            raise NormlabError(f"model.mlp_hidden must be >= 1 (or null for mlp_ratio * width), got {self.mlp_hidden}")
-        if self.mlp_ratio <= 0 or self.norm_eps <= 0 or self.init_std <= 0:
-            raise NormlabError("model.mlp_ratio, model.norm_eps and model.init_std must be > 0")
         return self
 
     def _validate_attention(self) -> None:
@@ -124,15 +115,10 @@ class ModelConfig:
     def _validate_placement(self) -> None:
         from normlab.model.placements import IN_SITES, OUT_SITES, sites_used
 
-        if not 0.0 <= self.mix_alpha <= 1.0:
-            raise NormlabError(f"model.mix_alpha must be in [0, 1], got {self.mix_alpha}")
         if self.residual_scale not in RESIDUAL_SCALES:
             raise unknown("model.residual_scale", self.residual_scale, RESIDUAL_SCALES)
         if self.embed_scale not in EMBED_SCALES:
             raise unknown("model.embed_scale", self.embed_scale, EMBED_SCALES)
-        if self.embed_scale_init is not None and not self.embed_scale_init > 0:
-            raise NormlabError(f"model.embed_scale_init must be > 0 (or null for sqrt(width)), got "
-                               f"{self.embed_scale_init}")
         used = sites_used(self)
         if self.layernorm_scaling and not used & set(IN_SITES):
             raise NormlabError(
