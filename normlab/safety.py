@@ -40,17 +40,12 @@ def guarded(run: Callable[[], int], *, debug: bool = False) -> int:
     """Run ``run()`` and apply the error contract (see the module docstring); returns the exit status."""
     try:
         return run()
-    except NormlabError as e:
-        if debug:
-            raise
-        print(f"error: {e}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    except BrokenPipeError:
+    except BrokenPipeError:  # an OSError: before the bad-input clause
         return 0
-    except OSError as e:
+    except (NormlabError, OSError) as e:
         if debug:
             raise
-        print(f"error: {os_error_line(e)}", file=sys.stderr)
+        print(f"error: {e if isinstance(e, NormlabError) else os_error_line(e)}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         if debug:

@@ -680,3 +680,28 @@ def test_ctrl_c_twice_in_the_loop_closes_the_tensorboard_session(tmp_path, cache
     assert json.loads((out / "summary.json").read_text())["status"] == "interrupted"
     assert read_hparams(out / "tb")["status"] == "STATUS_UNKNOWN"
     assert ("train/loss", 2) in {(t, s) for t, s, _ in read_scalars(out / "tb")}
+
+
+def test_guarded_maps_bad_input_os_errors_and_closed_pipes(capsys):
+    """``normlab.safety.guarded``: a NormlabError and an OSError are one line on stderr with exit 2 (the OSError's
+    line names the path), a closed stdout pipe (an OSError too) exits 0 silently; ``debug`` re-raises the first two."""
+    from normlab.errors import EXIT_BAD_INPUT, NormlabError
+    from normlab.safety import guarded
+
+    def raising(e):
+        def run():
+            raise e
+        return run
+
+    full = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), "/x/y.json")
+    assert guarded(raising(NormlabError("model.width must be >= 1"))) == EXIT_BAD_INPUT
+    assert capsys.readouterr().err == "error: model.width must be >= 1\n"
+    assert guarded(raising(full)) == EXIT_BAD_INPUT
+    assert capsys.readouterr().err == (f"error: /x/y.json: {os.strerror(errno.ENOSPC)} (free some space and re-run; "
+                                       "--resume continues from the last checkpoint)\n")
+    for debug in (False, True):
+        assert guarded(raising(BrokenPipeError(errno.EPIPE, "Broken pipe")), debug=debug) == 0
+        assert capsys.readouterr().err == ""
+    for e in (NormlabError("x"), full):
+        with pytest.raises(type(e)):
+            guarded(raising(e), debug=True)
