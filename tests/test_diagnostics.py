@@ -352,3 +352,23 @@ def test_training_plot_says_it_draws_attention_and_mlp_gradient_norms_apart(tmp_
     lines = {ln.get_label(): list(ln.get_ydata()) for ln in ax.get_lines()}
     assert lines == {f"block {l} {part}": [r[f"diag/grad_norm/{key}/{l}"] for r in recs]
                      for l in (0, 1) for part, key in (("attn", "attn"), ("MLP", "mlp"))}
+
+
+def test_capture_stream_equals_a_manual_forward_through_the_blocks():
+    """``capture_stream`` (hooks from ``record_io``): ``hidden[0]`` is what enters block 0 and ``hidden[l + 1]``
+    block ``l``'s output, as a hand-run loop over ``model.blocks`` gives them; the logits are the model's; no hook
+    is left behind."""
+    model = small(depth=3).eval()
+    idx = randidx()
+    s = capture_stream(model, idx)
+    entering = []
+    model.blocks[0].register_forward_pre_hook(lambda _m, inp: entering.append(inp[0].detach()))
+    logits = model(idx)
+    model.blocks[0]._forward_pre_hooks.clear()
+    want = [entering[0]]
+    for b in model.blocks:
+        want.append(b(want[-1]))
+    assert len(s.hidden) == 4 and no_hooks(model)
+    for got, ref in zip(s.hidden, want):
+        torch.testing.assert_close(got, ref, atol=0, rtol=0)
+    torch.testing.assert_close(s.logits, logits, atol=0, rtol=0)

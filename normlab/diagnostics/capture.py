@@ -39,6 +39,30 @@ def eval_mode(model: nn.Module) -> Iterator[None]:
         model.train(was)
 
 
+def record_io(modules: list[nn.Module]) -> tuple[list, list, list]:
+    """Forward hooks that keep each module's first positional input and its output, detached: returns
+    ``(inputs, outputs, registrations)``; the two lists (one slot per module, None until it runs) fill during a
+    forward run inside ``hooks(registrations)``, which removes the hooks afterwards."""
+    inputs: list[torch.Tensor | None] = [None] * len(modules)
+    outputs: list[torch.Tensor | None] = [None] * len(modules)
+
+    def pre(l: int):
+        def hook(_m: nn.Module, inp: tuple) -> None:
+            inputs[l] = inp[0].detach()
+        return hook
+
+    def post(l: int):
+        def hook(_m: nn.Module, _inp: tuple, out: torch.Tensor) -> None:
+            outputs[l] = out.detach()
+        return hook
+
+    regs = []
+    for l, m in enumerate(modules):
+        regs += [lambda m=m, l=l: m.register_forward_pre_hook(pre(l)),
+                 lambda m=m, l=l: m.register_forward_hook(post(l))]
+    return inputs, outputs, regs
+
+
 @dataclass
 class Stream:
     """``hidden[0]``: input of block 0; ``hidden[l + 1]``: output of block ``l``; all ``[B, T, d]``."""
@@ -51,22 +75,9 @@ class Stream:
 def capture_stream(model: nn.Module, idx: torch.Tensor) -> Stream:
     """One eval-mode forward of ``idx [B, T]`` recording the residual stream before/after every block."""
     blocks = list(model.blocks)
-    hidden: list[torch.Tensor | None] = [None] * (len(blocks) + 1)
-
-    def pre(i: int):
-        def hook(_m: nn.Module, inp: tuple) -> None:
-            hidden[i] = inp[0].detach()
-        return hook
-
-    def post(i: int):
-        def hook(_m: nn.Module, _inp: tuple, out: torch.Tensor) -> None:
-            hidden[i] = out.detach()
-        return hook
-
-    regs = [lambda: blocks[0].register_forward_pre_hook(pre(0))] if blocks else []
-    regs += [(lambda b=b, l=l: b.register_forward_hook(post(l + 1))) for l, b in enumerate(blocks)]
+    inputs, outputs, regs = record_io(blocks)  # block l>0 takes block l-1's output: only inputs[0] is new
     with eval_mode(model), hooks(regs):
         logits = model(idx)
     if not blocks:  # a model without blocks: the stream is whatever reaches the final norm (not captured)
         raise ValueError("model has no blocks")
-    return Stream([h for h in hidden], logits)  # type: ignore[misc]
+    return Stream([inputs[0], *outputs], logits)  # type: ignore[list-item]

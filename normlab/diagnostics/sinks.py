@@ -26,7 +26,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from normlab.diagnostics.capture import eval_mode, hooks
+from normlab.diagnostics.capture import eval_mode, hooks, record_io
 
 EPSILON = 0.3
 SINK_CONTEXT = 64
@@ -84,24 +84,8 @@ def attention_probs(model: nn.Module, idx: torch.Tensor, kinds_out: list[str] | 
     when the recomputation does not reproduce the module's output.
     """
     blocks = list(model.blocks)
-    inputs: list[torch.Tensor | None] = [None] * len(blocks)
-    outputs: list[torch.Tensor | None] = [None] * len(blocks)
-
-    def pre(l: int):
-        def hook(_m: nn.Module, inp: tuple) -> None:
-            inputs[l] = inp[0].detach()
-        return hook
-
-    def post(l: int):
-        def hook(_m: nn.Module, _inp: tuple, out: torch.Tensor) -> None:
-            outputs[l] = out.detach()
-        return hook
-
+    inputs, outputs, regs = record_io([b.attn for b in blocks])
     kinds: set[str] = set()
-    regs = []
-    for l, b in enumerate(blocks):
-        regs += [lambda b=b, l=l: b.attn.register_forward_pre_hook(pre(l)),
-                 lambda b=b, l=l: b.attn.register_forward_hook(post(l))]
     with eval_mode(model), hooks(regs):
         model(idx)
         probs = []
