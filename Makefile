@@ -39,6 +39,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/diag_overhead.py --out docs/benchmarks.md
 	$(BIN)/python benchmarks/norm_speed.py --out docs/benchmarks.md
 	$(BIN)/python benchmarks/ddp_throughput.py --out docs/benchmarks.md
+	$(BIN)/python benchmarks/sweep_overhead.py --out docs/benchmarks.md
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

@@ -10,7 +10,8 @@ Layout of a sweep directory::
     SWEEP_DIR/report.html, report.md, report_*.png   written by normlab.report
 
 Parallelism: without ``--workers`` the packing is measured (normlab.experiments.packing: workers x threads with
-the most summed tokens/s at the sweep's shape, cached). Otherwise ``workers`` processes (at most one per run), each with
+the most summed tokens/s at the sweep's shape, cached). Otherwise ``workers`` processes (at most one per run; each
+trains runs one after another, normlab.experiments.pool, so ``import torch`` is paid once per worker), each with
 ``threads = max(1, cores // workers)`` torch threads (``OMP_NUM_THREADS`` and ``torch.set_num_threads``), so
 ``workers * threads <= cores`` unless more workers than cores are asked for. Workers start in their own session, so
 a terminal Ctrl-C reaches only this process, which forwards one SIGINT to each worker (the trainer checkpoints and
@@ -25,7 +26,6 @@ import fcntl
 import json
 import os
 import signal
-import subprocess
 import sys
 import time
 from collections import deque
@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, TextIO
 
-from normlab.errors import NormlabError
+from normlab.errors import EXIT_INTERRUPTED, NormlabError
 from normlab.experiments.progress import SweepProgress
 from normlab.experiments.store import FINAL, Store
 from normlab.experiments.sweep import Sweep, dump_spec
@@ -314,8 +314,12 @@ def _sweep_tokens(store: Store, run_ids: list[str]) -> float:
 
 def _execute(store: Store, sweep_dir: Path, todo: list[str], n_workers: int, threads: int,
              log: Callable[[str], None], outcome: SweepOutcome) -> str:
+    """Train ``todo`` with ``n_workers`` persistent worker processes (normlab.experiments.pool), each training one
+    run at a time; Ctrl-C as in the module docstring."""
+    from normlab.experiments.pool import Worker
+
     queue = deque(todo)
-    running: dict[str, tuple[subprocess.Popen, Any]] = {}
+    workers: list[Worker] = []
     interrupts = 0
     (sweep_dir / "logs").mkdir(exist_ok=True)
     env = _worker_env(threads)
@@ -323,88 +327,85 @@ def _execute(store: Store, sweep_dir: Path, todo: list[str], n_workers: int, thr
     progress = SweepProgress(sweep_dir, log)  # per-run step / ETA / log path between completions
     log(f"worker logs: {sweep_dir / 'logs'}/<run id>.log")
 
+    def busy() -> list[Worker]:
+        return [w for w in workers if w.run_id is not None]
+
     def on_signal(signum: int, _frame: Any) -> None:
         nonlocal interrupts
         interrupts += 1
         if interrupts == 1:
-            log(stopping_message(len(running)))
-        for proc, _ in running.values():
-            try:
-                proc.kill() if interrupts >= 3 else proc.send_signal(signal.SIGINT)
-            except ProcessLookupError:
-                pass
+            log(stopping_message(len(busy())))
+        for w in workers:
+            w.interrupt(kill=interrupts >= 3)
 
     old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        while running or (queue and not interrupts):
-            while queue and not interrupts and len(running) < n_workers:
-                run_id = queue.popleft()
-                logf = open(sweep_dir / "logs" / f"{run_id}.log", "ab")
-                cmd = [sys.executable, "-m", "normlab.experiments.worker", str(sweep_dir), run_id,
-                       "--threads", str(threads)]
-                proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                        env=env, start_new_session=True)
-                running[run_id] = (proc, logf)
+        while busy() or (queue and not interrupts):
+            while queue and not interrupts:
+                idle = next((w for w in workers if w.run_id is None and w.alive()), None)
+                if idle is None and sum(w.alive() for w in workers) >= n_workers:
+                    break
+                if idle is None:
+                    idle = Worker(sweep_dir, threads, env)
+                    workers.append(idle)
+                run_id = queue[0]
+                if not idle.assign(run_id):  # it died idle: another worker takes the run
+                    continue
+                queue.popleft()
                 outcome.trained.append(run_id)
                 progress.started(run_id, int((store.get(run_id).get("config") or {}).get("train", {}).get("steps", 0)))
-            for run_id in list(running):
-                proc, logf = running[run_id]
-                rc = proc.poll()
-                if rc is None:
+            for w in list(workers):
+                if w.run_id is None:
+                    if not w.alive():
+                        w.close()
+                        workers.remove(w)
                     continue
-                del running[run_id]
+                end = w.finished()
+                if end is None:
+                    continue
+                run_id, rc, died = end
                 progress.finished(run_id)
-                logf.close()
                 done_count += 1
                 row = store.get(run_id)
-                if row["status"] in ("running", "pending"):  # the worker died without recording
+                if row["status"] in ("running", "pending"):  # the worker died (or stopped) without recording
                     status = "interrupted" if interrupts else "failed"
                     store.update(run_id, status=status, error=f"worker exited with status {rc}; see logs/{run_id}.log")
                     row = store.get(run_id)
                 log(f"[{done_count}/{len(todo)}] {run_id}: {_describe(row)}"
                     + (f" (log: {sweep_dir / 'logs' / (run_id + '.log')})" if row["status"] == "failed" else ""))
-            if running:
-                progress.tick(list(running))
+            if busy():
+                progress.tick([w.run_id for w in busy()])
                 time.sleep(0.2)
     finally:
         for s, h in old.items():
             signal.signal(s, h)
+        for w in workers:
+            w.close()
     return "interrupted" if interrupts else "completed"
 
 
 def _execute_inline(store: Store, sweep_dir: Path, todo: list[str], threads: int, log: Callable[[str], None],
                     outcome: SweepOutcome) -> str:
-    """Train ``todo`` one after another in this process (``worker.run_one``, its output to ``logs/<run id>.log``).
+    """Train ``todo`` one after another in this process (``worker.serve_one``: output in ``logs/<run id>.log``).
     Ctrl-C: the trainer checkpoints and returns ``interrupted`` (between runs: the next run is not started); the
     sweep stops there, resumable, as with worker processes."""
-    import contextlib
-
-    from normlab.experiments.worker import _run_lock, run_one
+    from normlab.experiments.worker import serve_one
 
     (sweep_dir / "logs").mkdir(exist_ok=True)
     for i, run_id in enumerate(todo, 1):
-        handler = signal.getsignal(signal.SIGINT)  # run_one ignores SIGINT once training returned: restore it
-        rc, interrupted = 1, False
+        handler = signal.getsignal(signal.SIGINT)
+        outcome.trained.append(run_id)
         try:
-            outcome.trained.append(run_id)
-            lock = _run_lock(sweep_dir, run_id)
-            try:
-                with open(sweep_dir / "logs" / f"{run_id}.log", "a") as f, contextlib.redirect_stdout(f), \
-                        contextlib.redirect_stderr(f):
-                    rc = run_one(sweep_dir, run_id, threads)
-            finally:
-                lock.close()
-        except KeyboardInterrupt:
-            interrupted = True
+            rc = serve_one(sweep_dir, run_id, threads)
         finally:
             signal.signal(signal.SIGINT, handler)
         row = store.get(run_id)
         if row["status"] in ("running", "pending"):  # stopped outside the trainer (between store writes)
-            store.update(run_id, status="interrupted" if interrupted else "failed",
-                         error=None if interrupted else f"exited with status {rc}; see logs/{run_id}.log")
+            store.update(run_id, status="interrupted" if rc == EXIT_INTERRUPTED else "failed",
+                         error=f"exited with status {rc}; see logs/{run_id}.log")
             row = store.get(run_id)
         log(f"[{i}/{len(todo)}] {run_id}: {_describe(row)}"
             + (f" (log: {sweep_dir / 'logs' / (run_id + '.log')})" if row["status"] == "failed" else ""))
-        if interrupted or row["status"] == "interrupted":
+        if rc == EXIT_INTERRUPTED or row["status"] == "interrupted":
             return "interrupted"
     return "completed"

@@ -50,7 +50,24 @@ def record(store: Store, sweep_dir: Path, run_id: str, summary: dict[str, Any], 
 
 
 def _peak_mem_mb() -> float:
+    """This process's peak resident memory since the last ``_reset_peak_mem`` (Linux ``VmHWM``), else since it
+    started (``ru_maxrss``)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024.0  # kB
+    except (OSError, ValueError, IndexError):
+        pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # Linux: KiB
+
+
+def _reset_peak_mem() -> None:
+    """Start a new peak-memory measurement (Linux: writing 5 to clear_refs resets VmHWM), so a worker that trains
+    several runs records each run's own peak."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError:
+        pass
 
 
 def train_run(run_dir: Path, config: dict[str, Any], threads: int | None = None,
@@ -141,22 +158,85 @@ def _run_lock(sweep_dir: Path, run_id: str):
     return f
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m normlab.experiments.worker")
-    p.add_argument("sweep_dir")
-    p.add_argument("run_id")
-    p.add_argument("--threads", type=int, default=None)
-    args = p.parse_args(argv)
-    _die_with_parent()
+def one_run(sweep_dir: Path, run_id: str, threads: int | None) -> int:
+    """Lock, train/resume and record one run (``run_one``); a store failure or a taken run is exit status 2."""
     try:
-        lock = _run_lock(Path(args.sweep_dir), args.run_id)
+        lock = _run_lock(sweep_dir, run_id)
         try:
-            return run_one(Path(args.sweep_dir), args.run_id, args.threads)
+            return run_one(sweep_dir, run_id, threads)
         finally:
             lock.close()
     except NormlabError as e:  # the store itself failed (locked, missing), or the run is taken
         print(f"error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
+
+
+def serve_one(sweep_dir: Path, run_id: str, threads: int | None) -> int:
+    """``one_run`` with this process's output (file descriptors 1 and 2) in ``logs/<run id>.log`` and its peak
+    memory measured from the start of the run; SIGINT at Python's default first (the previous run left it ignored)."""
+    import os
+
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    _reset_peak_mem()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = (os.dup(1), os.dup(2))
+    log = os.open(sweep_dir / "logs" / f"{run_id}.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    os.close(log)
+    try:
+        return one_run(sweep_dir, run_id, threads)
+    except KeyboardInterrupt:  # between run_one's store writes
+        return EXIT_INTERRUPTED
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        os.close(saved[0])
+        os.close(saved[1])
+
+
+def serve(sweep_dir: Path, threads: int | None, requests: Any, results: Any) -> int:
+    """Train the runs whose ids arrive on ``requests`` (one per line) one after another in this process
+    (``serve_one``), answering ``<run id> <exit status>`` on ``results`` after each; returns at end of input, or after
+    an interrupted run (its answer sent). Saves the process start-up (``import torch``, first use: ~3 CPU-seconds
+    on a loaded 2-core machine) that one process per run pays."""
+    (sweep_dir / "logs").mkdir(exist_ok=True)
+    for line in requests:
+        run_id = line.strip()
+        if not run_id:
+            continue
+        rc = serve_one(sweep_dir, run_id, threads)
+        results.write(f"{run_id} {rc}\n")
+        results.flush()
+        if rc == EXIT_INTERRUPTED:
+            return rc
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m normlab.experiments.worker")
+    p.add_argument("sweep_dir")
+    p.add_argument("run_id", nargs="?", help="the run to train; without it, --serve")
+    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--serve", action="store_true", help="train the run ids read from stdin, one per line, answering "
+                   "'<run id> <exit status>' on the file descriptor --results-fd")
+    p.add_argument("--results-fd", type=int, default=None)
+    args = p.parse_args(argv)
+    _die_with_parent()
+    if args.serve:
+        import os
+
+        with os.fdopen(args.results_fd, "w") as results:
+            try:
+                return serve(Path(args.sweep_dir), args.threads, sys.stdin, results)
+            except KeyboardInterrupt:  # Ctrl-C while waiting for the next run id
+                return EXIT_INTERRUPTED
+    if args.run_id is None:
+        p.error("give a RUN_ID or --serve")
+    return one_run(Path(args.sweep_dir), args.run_id, args.threads)
 
 
 if __name__ == "__main__":

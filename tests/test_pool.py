@@ -1,0 +1,85 @@
+"""Persistent local sweep workers (normlab.experiments.pool): one ``worker --serve`` process trains run after run
+exactly as a fresh process per run would, and a worker that dies mid-run costs only that run."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+from normlab.experiments.runner import _worker_env, registration, run_sweep
+from normlab.experiments.store import Store
+from normlab.experiments.sweep import parse_sweep
+from tests.helpers import cli_env
+
+FAST = {"train.steps": 6, "train.eval_every": 6, "train.checkpoint_every": 6, "train.eval_batches": 2}
+
+
+def test_a_persistent_worker_trains_like_a_fresh_process(tmp_path, cache, monkeypatch):
+    """Seed 1 trained second by one persistent worker (after seed 0, in the same process) has the same weights,
+    byte for byte, as seed 1 trained alone by a fresh ``python -m normlab.experiments.worker DIR RUN_ID``."""
+    monkeypatch.setenv("NORMLAB_CACHE_DIR", str(cache))
+    sweep = parse_sweep({"name": "pool", "base": "tiny", "seeds": [0, 1], "set": FAST})
+    out = run_sweep(sweep, tmp_path / "pool", workers=1, threads=1, log=lambda s: None)
+    assert out.workers == 1 and out.trained == [r.run_id for r in sweep.runs]
+    assert (tmp_path / "pool" / "logs" / "workers.log").is_file()  # one worker: its between-runs output
+    fresh = tmp_path / "fresh"
+    store = Store(fresh / "results.sqlite")
+    fresh.mkdir()
+    store.create(sweep.name, sweep.hash)
+    store.register(registration(sweep))
+    second = sweep.runs[1].run_id
+    subprocess.run([sys.executable, "-m", "normlab.experiments.worker", str(fresh), second, "--threads", "1"],
+                   env={**_worker_env(1), "NORMLAB_CACHE_DIR": str(cache)}, check=True, capture_output=True)
+    a = (tmp_path / "pool" / "runs" / second / "model.safetensors").read_bytes()
+    assert a == (fresh / "runs" / second / "model.safetensors").read_bytes()
+    rows = {r["run_id"]: r for r in Store(tmp_path / "pool" / "results.sqlite").runs()}
+    assert all(r["status"] == "completed" and r["train_calls"] == 1 and r["peak_mem_mb"] > 0 for r in rows.values())
+    assert "step 6" in (tmp_path / "pool" / "logs" / f"{second}.log").read_text()  # each run's own log
+
+
+def _serving_workers(sweep_dir: Path) -> list[int]:
+    pids = []
+    for p in Path("/proc").iterdir():
+        try:
+            cmd = (p / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"--serve" in cmd and str(sweep_dir).encode() in cmd:
+            pids.append(int(p.name))
+    return pids
+
+
+def test_a_worker_killed_mid_run_fails_that_run_and_the_sweep_goes_on(tmp_path, cache):
+    """SIGKILL the worker while it trains the first run: that run is recorded failed (not lost), a new worker
+    trains the others, exit status 1; the re-run resumes the killed run from its checkpoint."""
+    spec = {**FAST, "train.steps": 200, "train.checkpoint_every": 5, "train.eval_every": 200}
+    f = tmp_path / "s.yaml"
+    f.write_text(yaml.safe_dump({"name": "kill", "base": "tiny", "seeds": [0, 1, 2], "set": spec}))
+    out = tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, "-m", "normlab.cli", "compare", str(f), "--out", str(out), "--workers", "1",
+                             "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli_env(cache))
+    ckpts = out / "runs" / "base-s0" / "checkpoints"
+    deadline = time.time() + 300
+    while time.time() < deadline and proc.poll() is None and not (ckpts.is_dir() and any(ckpts.iterdir())):
+        time.sleep(0.05)
+    pids = _serving_workers(out)
+    assert proc.poll() is None and len(pids) == 1, proc.communicate()
+    os.kill(pids[0], signal.SIGKILL)
+    stdout, stderr = proc.communicate(timeout=600)
+    assert proc.returncode == 1, stderr[-2000:]
+    rows = {r["run_id"]: r for r in Store(out / "results.sqlite").runs()}
+    assert rows["base-s0"]["status"] == "failed" and "status -9" in rows["base-s0"]["error"]
+    assert rows["base-s1"]["status"] == rows["base-s2"]["status"] == "completed"
+    assert json.loads(stdout)["counts"] == {"failed": 1, "completed": 2}
+    again = subprocess.run([sys.executable, "-m", "normlab.cli", "compare", str(f), "--out", str(out), "--json"],
+                           capture_output=True, text=True, env=cli_env(cache), timeout=600)
+    assert again.returncode == 0, again.stderr[-2000:]
+    row = Store(out / "results.sqlite").get("base-s0")
+    assert row["status"] == "completed" and row["train_calls"] == 2
