@@ -59,13 +59,16 @@ def _serving_workers(sweep_dir: Path) -> list[int]:
 def test_a_worker_killed_mid_run_fails_that_run_and_the_sweep_goes_on(tmp_path, cache):
     """SIGKILL the worker while it trains the first run: that run is recorded failed (not lost), a new worker
     trains the others, exit status 1; the re-run resumes the killed run from its checkpoint."""
-    spec = {**FAST, "train.steps": 200, "train.checkpoint_every": 5, "train.eval_every": 200}
+    spec = {**FAST, "train.steps": 120, "train.checkpoint_every": 5, "train.eval_every": 120}
+    short = {"train.steps": 6, "train.checkpoint_every": 6, "train.eval_every": 6}
     f = tmp_path / "s.yaml"
-    f.write_text(yaml.safe_dump({"name": "kill", "base": "tiny", "seeds": [0, 1, 2], "set": spec}))
+    variants = [{"name": "long", "set": {}}, {"name": "short", "set": short},
+                {"name": "short2", "set": {**short, "train.lr": 0.002}}]
+    f.write_text(yaml.safe_dump({"name": "kill", "base": "tiny", "seeds": [0], "set": spec, "variants": variants}))
     out = tmp_path / "out"
     proc = subprocess.Popen([sys.executable, "-m", "normlab.cli", "compare", str(f), "--out", str(out), "--workers", "1",
                              "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli_env(cache))
-    ckpts = out / "runs" / "base-s0" / "checkpoints"
+    ckpts = out / "runs" / "long-s0" / "checkpoints"
     deadline = time.time() + 300
     while time.time() < deadline and proc.poll() is None and not (ckpts.is_dir() and any(ckpts.iterdir())):
         time.sleep(0.05)
@@ -75,11 +78,11 @@ def test_a_worker_killed_mid_run_fails_that_run_and_the_sweep_goes_on(tmp_path, 
     stdout, stderr = proc.communicate(timeout=600)
     assert proc.returncode == 1, stderr[-2000:]
     rows = {r["run_id"]: r for r in Store(out / "results.sqlite").runs()}
-    assert rows["base-s0"]["status"] == "failed" and "status -9" in rows["base-s0"]["error"]
-    assert rows["base-s1"]["status"] == rows["base-s2"]["status"] == "completed"
+    assert rows["long-s0"]["status"] == "failed" and "status -9" in rows["long-s0"]["error"]
+    assert rows["short-s0"]["status"] == rows["short2-s0"]["status"] == "completed"
     assert json.loads(stdout)["counts"] == {"failed": 1, "completed": 2}
     again = subprocess.run([sys.executable, "-m", "normlab.cli", "compare", str(f), "--out", str(out), "--json"],
                            capture_output=True, text=True, env=cli_env(cache), timeout=600)
     assert again.returncode == 0, again.stderr[-2000:]
-    row = Store(out / "results.sqlite").get("base-s0")
+    row = Store(out / "results.sqlite").get("long-s0")
     assert row["status"] == "completed" and row["train_calls"] == 2
