@@ -159,7 +159,7 @@ def generate(run: Run | str | Path, prompt: str, *, max_new_tokens: int = 200, t
         raise NormlabError("prompt must be a non-empty string")
     run = _as_run(run)
     tok = run.tokenizer
-    ids = [int(i) for i in tok.encode(prompt.encode("utf-8"))]
+    ids = tok.encode_prompt(prompt.encode("utf-8"))
     use_cache = hasattr(run.model, "step") and hasattr(run.model, "init_state")
     gen = torch.Generator().manual_seed(seed)
     out = list(generate_tokens(run.model, ids, max_new_tokens, context=run.cfg.model.context, use_cache=use_cache,

@@ -108,3 +108,28 @@ def test_export_carries_the_separator_as_a_special_token(corpus, cache, tmp_path
     x = torch.tensor([[256, 97, 98, 10, 256, 99]])
     with torch.no_grad():
         assert (load_run(run).model(x) - hf(input_ids=x).logits).abs().max() <= 1e-4
+
+
+def test_generate_prompts_a_doc_run_after_the_document_token(corpus, cache, tmp_path):  # noqa: F811
+    """A +doc model saw every document start after its document token, so a prompt (a document start) is fed after
+    it: greedy ``generate`` equals an argmax loop over a direct forward from ``[256] + prompt bytes``, and differs
+    from the loop without it; ``prompt_tokens`` counts the document token. The library's ``generate`` agrees."""
+    import normlab
+
+    run = make_run(tmp_path, "run", corpus, tokenizer="bytes+doc", **SHAPE_DOC)
+    g = json.loads(run_inproc("generate", str(run), "--prompt", "def ", "--max-new-tokens", "12", "--temperature",
+                              "0", "--json", cache=cache, check=True).stdout)
+    src = load_run(run)
+
+    def greedy(ids: list[int]) -> list[int]:
+        out = []
+        with torch.no_grad():
+            for _ in range(12):
+                x = torch.tensor([(ids + out)[-src.cfg.model.context:]])
+                out.append(int(src.model(x)[0, -1].argmax()))
+        return out
+
+    prompt = list(b"def ")
+    assert g["prompt_tokens"] == 5 and g["tokens"] == greedy([256, *prompt])
+    assert g["tokens"] != greedy(prompt)
+    assert normlab.generate(str(run), "def ", max_new_tokens=12, temperature=0) == g["text"]

@@ -36,7 +36,7 @@ def run_generate(args: argparse.Namespace) -> int:
     tok = run_tokenizer(args.run_dir, run.cfg)  # the run's own tokenizer.json: no corpus needed
     prompt_bytes = args.prompt.encode("utf-8", "surrogateescape")  # undecodable argv bytes come back as they were
     prompt_text = prompt_bytes.decode("utf-8", "replace")
-    prompt_ids = [int(i) for i in tok.encode(prompt_bytes)]
+    prompt_ids = tok.encode_prompt(prompt_bytes)  # after the document token with a +doc tokenizer
     model = run.model
     use_cache = hasattr(model, "step") and hasattr(model, "init_state")
     torch.manual_seed(args.seed)  # dropout is off in eval mode; this only pins any other RNG use

@@ -58,6 +58,12 @@ class Tokenizer:
     def encode(self, data: bytes) -> np.ndarray:
         return self.encode_docs([data])
 
+    def encode_prompt(self, data: bytes) -> list[int]:
+        """The ids a model is prompted with for ``data``, the start of a document: ``encode(data)``, after the
+        document token when the tokenizer has one (as every training document starts; ``DocTokenizer``)."""
+        ids = [int(i) for i in self.encode(data)]
+        return ids if self.doc_token is None else [self.doc_token, *ids]
+
     def encode_docs(self, docs: Iterable[bytes]) -> np.ndarray:  # concatenated ids of all docs
         raise NotImplementedError
 
