@@ -92,6 +92,8 @@ def test_training_with_a_separator_records_it(corpus, cache, tmp_path):  # noqa:
 
 
 def test_export_carries_the_separator_as_a_special_token(corpus, cache, tmp_path):  # noqa: F811
+    """The HF export writes the document token as the special <|doc|> (checked with transformers' own tokenizer
+    and logits), and importing the export back gives a +doc run with the same logits."""
     pytest.importorskip("transformers")
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -108,6 +110,15 @@ def test_export_carries_the_separator_as_a_special_token(corpus, cache, tmp_path
     x = torch.tensor([[256, 97, 98, 10, 256, 99]])
     with torch.no_grad():
         assert (load_run(run).model(x) - hf(input_ids=x).logits).abs().max() <= 1e-4
+    # and back: the import recognises its own <|doc|> and gives the run its +doc tokenizer, same logits
+    back = tmp_path / "back"
+    run_inproc("import", str(out), "--out", str(back), "--data", str(corpus), cache=cache, check=True)
+    b = load_run(back)
+    assert b.cfg.data.tokenizer == "bytes+doc"
+    with torch.no_grad():
+        assert (load_run(run).model(x) - b.model(x)).abs().max() <= 1e-4
+    d = json.loads(run_inproc("eval", str(back), "--documents", "--json", cache=cache, check=True).stdout)
+    assert d["doc_start_token"] == 256
 
 
 def test_generate_prompts_a_doc_run_after_the_document_token(corpus, cache, tmp_path):  # noqa: F811

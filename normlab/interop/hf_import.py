@@ -24,6 +24,7 @@ import torch
 from normlab.errors import NormlabError
 from normlab.interop.arch import ARCHS
 from normlab.interop.check import LOGIT_TOL, compare_models, require_transformers
+from normlab.data.tokenizer import DOC_SUFFIX
 from normlab.interop.hf_tokenizer import normlab_tokenizer
 from normlab.interop.mapping import weight_map
 from normlab.io import check_new_dir, publish_dir, write_json, write_text
@@ -163,8 +164,8 @@ def import_hf(hf_dir: str | Path, out: str | Path, *, data: str = "pystdlib", to
             if tokenizer is None:
                 raise NormlabError(f"{hf_dir} has no tokenizer normlab can use losslessly (byte-level BPE or bytes);"
                                    " pass --tokenizer bytes or --tokenizer PATH/tokenizer.json")
-            if tokenizer.startswith(str(tmp.resolve())):  # the copy's final place
-                tokenizer = str((out / "tokenizer.json").resolve())
+            if tokenizer.startswith(str(tmp.resolve())):  # the copy's final place (a +doc suffix kept)
+                tokenizer = str((out / "tokenizer.json").resolve()) + tokenizer[len(str(tmp.resolve() / "tokenizer.json")):]
         cfg = RunConfig(data=DataConfig(source=data, tokenizer=tokenizer), model=ModelConfig(**kw))
         cfg.validate()
         model = build_model(cfg.model)
@@ -177,7 +178,8 @@ def import_hf(hf_dir: str | Path, out: str | Path, *, data: str = "pystdlib", to
         tok_file = tmp / "tokenizer.json"
         data_cfg = cfg
         if tok_file.is_file():  # load the data with the copy where it is now; the config names its final place
-            data_cfg = RunConfig(data=DataConfig(source=data, tokenizer=str(tok_file)), model=cfg.model)
+            suffix = DOC_SUFFIX if cfg.data.tokenizer.endswith(DOC_SUFFIX) else ""
+            data_cfg = RunConfig(data=DataConfig(source=data, tokenizer=str(tok_file) + suffix), model=cfg.model)
         prepared = load_data(data_cfg)
         save_run_identity(tmp, cfg, prepared)  # tokenizer.json (BPE), data.json, provenance.json
         if prepared.vocab_size > cfg.model.vocab_size:

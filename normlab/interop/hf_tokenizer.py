@@ -12,7 +12,9 @@ document-separator token (``+doc``, ``normlab.data.tokenizer.DocTokenizer``) get
 
 ``normlab_tokenizer(hf_dir)`` reads an HF directory's ``tokenizer.json`` back: ``"bytes"`` when it is exactly the
 byte tokenizer above, else a lossless byte-level BPE (added tokens that are already in the vocabulary, such as
-GPT-2's ``<|endoftext|>``, are dropped from the copy: they stay ordinary vocabulary entries), else None.
+GPT-2's ``<|endoftext|>``, are dropped from the copy: they stay ordinary vocabulary entries), else None; with the
+``+doc`` suffix when the file has the special ``<|doc|>`` at the id after the vocabulary (normlab's export of a
+``+doc`` tokenizer), so such an export imports back with its document token.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from normlab.data.tokenizer import BPETokenizer, BytesTokenizer, Tokenizer, bytes_to_unicode
+from normlab.data.tokenizer import DOC_SUFFIX, BPETokenizer, BytesTokenizer, Tokenizer, bytes_to_unicode
 
 DOC_TOKEN_TEXT = "<|doc|>"  # the HF spelling of a DocTokenizer's separator
 from normlab.errors import NormlabError
@@ -79,7 +81,9 @@ def normlab_tokenizer(hf_dir: Path, dest: Path) -> str | None:
         return None
     vocab = (spec.get("model") or {}).get("vocab") or {}
     added = spec.get("added_tokens") or []
-    spec["added_tokens"] = [t for t in added if t.get("content") not in vocab]
+    doc = [t for t in added if t.get("content") == DOC_TOKEN_TEXT and t.get("id") == len(vocab) and t.get("special")]
+    spec["added_tokens"] = [t for t in added if t.get("content") not in vocab and t not in doc]
+    suffix = DOC_SUFFIX if doc else ""  # normlab's own export of a +doc tokenizer: the separator comes back
     spec["post_processor"] = None  # adds special tokens only; normlab scores raw text
     dest.parent.mkdir(parents=True, exist_ok=True)
     write_text(dest, json.dumps(spec))
@@ -90,5 +94,5 @@ def normlab_tokenizer(hf_dir: Path, dest: Path) -> str | None:
         return None
     if tok.vocab_size == 256 and all(tok.decode([i]) == bytes([i]) for i in range(256)):
         dest.unlink(missing_ok=True)
-        return "bytes"
-    return str(dest.resolve())
+        return "bytes" + suffix
+    return str(dest.resolve()) + suffix
