@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import yaml
 
 from normlab.experiments.claims.budgets import get_budget
@@ -97,11 +98,15 @@ def test_claims_reuse_copies_a_sweeps_identical_run(tmp_path):
     assert Store(out / "results.sqlite").get(copied.name)["train_calls"] == 0
 
 
-def test_claims_ctrl_c_stops_resumably_and_measures_nothing(tmp_path):
-    """SIGINT while the runs train: exit 130, a JSON status on stdout, no claims.json; the same command resumes."""
+@pytest.mark.parametrize("inherited", [signal.SIG_DFL, signal.SIG_IGN], ids=["sigint-default", "sigint-ignored"])
+def test_claims_ctrl_c_stops_resumably_and_measures_nothing(tmp_path, inherited):
+    """SIGINT while the runs train: exit 130, a JSON status on stdout, no claims.json; the same command resumes.
+    Also when the process starts with SIGINT ignored (as under a background shell, e.g. CI) and whether the signal
+    lands during a run's training or between runs (the in-process runner installs its own handler)."""
     out, cache = tmp_path / "claims", tmp_path / "cache"
     proc = subprocess.Popen([sys.executable, "-m", "normlab.cli", *ARGS, "--out", str(out)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=cli_env(cache))
+                            stderr=subprocess.PIPE, text=True, env=cli_env(cache),
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, inherited))
     deadline = time.time() + 300  # a loaded machine can take a while to start the first worker
     while time.time() < deadline and proc.poll() is None and not list((out / "logs").glob("*.log")):
         time.sleep(0.05)

@@ -86,3 +86,31 @@ def test_a_worker_killed_mid_run_fails_that_run_and_the_sweep_goes_on(tmp_path, 
     assert again.returncode == 0, again.stderr[-2000:]
     row = Store(out / "results.sqlite").get("long-s0")
     assert row["status"] == "completed" and row["train_calls"] == 2
+
+
+def test_in_process_runner_stops_on_a_signal_between_runs_even_if_sigint_was_ignored(tmp_path, cache, monkeypatch):
+    """The in-process runner (claims with one worker) installs its own handlers: a SIGINT that lands after a run
+    finished and before the next starts stops the sweep (``interrupted``, the next run never trained) even when the
+    process started with SIGINT ignored, as under a background shell (CI); the old handler is back afterwards."""
+    import normlab.experiments.worker as worker
+
+    monkeypatch.setenv("NORMLAB_CACHE_DIR", str(cache))
+    real = worker.serve_one
+
+    def then_ctrl_c(*a, **kw):  # the signal arrives right after the run, outside the trainer
+        rc = real(*a, **kw)
+        os.kill(os.getpid(), signal.SIGINT)
+        return rc
+
+    monkeypatch.setattr(worker, "serve_one", then_ctrl_c)
+    sweep = parse_sweep({"name": "inline", "base": "tiny", "seeds": [0, 1], "set": FAST})
+    old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        out = run_sweep(sweep, tmp_path / "s", workers=1, threads=1, inline=True, log=lambda s: None)
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, old)
+    rows = {r["run_id"]: r for r in Store(tmp_path / "s" / "results.sqlite").runs()}
+    first, second = (r.run_id for r in sweep.runs)
+    assert out.status == "interrupted" and out.trained == [first]
+    assert rows[first]["status"] == "completed" and rows[second]["status"] == "pending"

@@ -387,25 +387,37 @@ def _execute(store: Store, sweep_dir: Path, todo: list[str], n_workers: int, thr
 def _execute_inline(store: Store, sweep_dir: Path, todo: list[str], threads: int, log: Callable[[str], None],
                     outcome: SweepOutcome) -> str:
     """Train ``todo`` one after another in this process (``worker.serve_one``: output in ``logs/<run id>.log``).
-    Ctrl-C: the trainer checkpoints and returns ``interrupted`` (between runs: the next run is not started); the
-    sweep stops there, resumable, as with worker processes."""
+    Ctrl-C / SIGTERM: during training the trainer checkpoints and returns ``interrupted``; anywhere else the signal is
+    recorded and the run in progress finishes; either way no further run starts, and the sweep is resumable, as with
+    worker processes. (Handlers are installed here, so this holds also when this process started with SIGINT
+    ignored, as under a background shell.)"""
     from normlab.experiments.worker import serve_one
 
+    interrupts = 0
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        nonlocal interrupts
+        interrupts += 1
+
     (sweep_dir / "logs").mkdir(exist_ok=True)
-    for i, run_id in enumerate(todo, 1):
-        handler = signal.getsignal(signal.SIGINT)
-        outcome.trained.append(run_id)
-        try:
-            rc = serve_one(sweep_dir, run_id, threads)
-        finally:
-            signal.signal(signal.SIGINT, handler)
-        row = store.get(run_id)
-        if row["status"] in ("running", "pending"):  # stopped outside the trainer (between store writes)
-            store.update(run_id, status="interrupted" if rc == EXIT_INTERRUPTED else "failed",
-                         error=f"exited with status {rc}; see logs/{run_id}.log")
+    old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        for i, run_id in enumerate(todo, 1):
+            if interrupts:
+                return "interrupted"
+            outcome.trained.append(run_id)
+            rc = serve_one(sweep_dir, run_id, threads, sigint=on_signal)
+            signal.signal(signal.SIGINT, on_signal)  # whatever the run left
             row = store.get(run_id)
-        log(f"[{i}/{len(todo)}] {run_id}: {_describe(row)}"
-            + (f" (log: {sweep_dir / 'logs' / (run_id + '.log')})" if row["status"] == "failed" else ""))
-        if rc == EXIT_INTERRUPTED or row["status"] == "interrupted":
-            return "interrupted"
-    return "completed"
+            if row["status"] in ("running", "pending"):  # stopped outside the trainer (between store writes)
+                store.update(run_id, status="interrupted" if rc == EXIT_INTERRUPTED else "failed",
+                             error=f"exited with status {rc}; see logs/{run_id}.log")
+                row = store.get(run_id)
+            log(f"[{i}/{len(todo)}] {run_id}: {_describe(row)}"
+                + (f" (log: {sweep_dir / 'logs' / (run_id + '.log')})" if row["status"] == "failed" else ""))
+            if rc == EXIT_INTERRUPTED or row["status"] == "interrupted":
+                return "interrupted"
+        return "interrupted" if interrupts else "completed"
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)

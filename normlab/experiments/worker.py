@@ -103,6 +103,13 @@ def finished_summary(run_dir: Path) -> dict[str, Any] | None:
     return summary if done else None
 
 
+def _shield() -> None:
+    """Once training has returned, Ctrl-C must not interrupt the store write: Python's default handler (which
+    raises) is replaced by SIG_IGN. A handler that only records the signal (the in-process runner's) stays."""
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def run_one(sweep_dir: Path, run_id: str, threads: int | None = None) -> int:
     """Train/resume and record one run; returns the exit status (see the module docstring)."""
     store = Store(sweep_dir / "results.sqlite")
@@ -115,20 +122,20 @@ def run_one(sweep_dir: Path, run_id: str, threads: int | None = None) -> int:
         if not done:
             summary = train_run(run_dir, row["config"], threads, tb_dir=sweep_dir / "tb" / run_id)
     except KeyboardInterrupt:  # SIGINT before the trainer's handler was installed, or a second Ctrl-C
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        _shield()
         store.update(run_id, status="interrupted", error="interrupted before a checkpoint could be taken")
         return EXIT_INTERRUPTED
     except NormlabError as e:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        _shield()
         store.update(run_id, status="failed", error=str(e))
         print(f"error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except Exception as e:  # noqa: BLE001 - recorded, the sweep goes on
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        _shield()
         traceback.print_exc()
         store.update(run_id, status="failed", error=f"{e.__class__.__name__}: {e}"[:500])
         return 1
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _shield()
     peak = row.get("peak_mem_mb") if done and row.get("peak_mem_mb") else _peak_mem_mb()
     record(store, sweep_dir, run_id, summary or {}, peak_mem_mb=peak)
     return STATUS_EXIT.get(summary.get("status", ""), 1) if summary else 1
@@ -171,12 +178,13 @@ def one_run(sweep_dir: Path, run_id: str, threads: int | None) -> int:
         return EXIT_BAD_INPUT
 
 
-def serve_one(sweep_dir: Path, run_id: str, threads: int | None) -> int:
+def serve_one(sweep_dir: Path, run_id: str, threads: int | None, sigint: Any = signal.default_int_handler) -> int:
     """``one_run`` with this process's output (file descriptors 1 and 2) in ``logs/<run id>.log`` and its peak
-    memory measured from the start of the run; SIGINT at Python's default first (the previous run left it ignored)."""
+    memory measured from the start of the run. ``sigint``: the SIGINT handler outside the trainer's own (default:
+    Python's, which the previous run left ignored; the in-process runner passes one that records the signal)."""
     import os
 
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGINT, sigint)
     _reset_peak_mem()
     sys.stdout.flush()
     sys.stderr.flush()
