@@ -13,6 +13,7 @@ import difflib
 from collections.abc import Iterable
 
 EXIT_OK = 0
+EXIT_FAILED = 1  # an unexpected error (a bug, or the machine): the traceback is in the log
 EXIT_BAD_INPUT = 2
 EXIT_DIVERGED = 3
 EXIT_INTERRUPTED = 130

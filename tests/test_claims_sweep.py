@@ -96,6 +96,8 @@ def test_claims_reuse_copies_a_sweeps_identical_run(tmp_path):
     src = sweep_dir / "runs" / Store(sweep_dir / "results.sqlite").runs()[0]["run_id"]
     assert (copied / "model.safetensors").read_bytes() == (src / "model.safetensors").read_bytes()
     assert Store(out / "results.sqlite").get(copied.name)["train_calls"] == 0
+    # the store orders the runs as the whole sweep does, not as the part trained first (report order, positions)
+    assert sorted(r["position"] for r in Store(out / "results.sqlite").runs()) == list(range(n))
 
 
 @pytest.mark.parametrize("inherited", [signal.SIG_DFL, signal.SIG_IGN], ids=["sigint-default", "sigint-ignored"])

@@ -115,3 +115,115 @@ def test_in_process_runner_stops_on_a_signal_between_runs_even_if_sigint_was_ign
     first, second = (r.run_id for r in sweep.runs)
     assert out.status == "interrupted" and out.trained == [first]
     assert rows[first]["status"] == "completed" and rows[second]["status"] == "pending"
+
+
+def test_in_process_runner_stops_training_on_sigterm_as_on_ctrl_c(tmp_path, cache, monkeypatch):
+    """SIGTERM (``kill``, a CI cancel) stops the in-process runner's run at the next step, checkpointed and resumable,
+    as Ctrl-C does; it used to be recorded only after the run had trained to its last step."""
+    from normlab.train import tracking
+
+    monkeypatch.setenv("NORMLAB_CACHE_DIR", str(cache))
+    real = tracking.Tracker.log
+
+    def then_term(self, *a, **kw):  # the signal arrives during training, after the first logged step
+        real(self, *a, **kw)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    monkeypatch.setattr(tracking.Tracker, "log", then_term)
+    spec = {**FAST, "train.steps": 40, "train.log_every": 1, "train.eval_every": 40, "train.checkpoint_every": 40}
+    sweep = parse_sweep({"name": "term", "base": "tiny", "seeds": [0, 1], "set": spec})
+    out = run_sweep(sweep, tmp_path / "s", workers=1, threads=1, inline=True, log=lambda s: None)
+    rows = {r["run_id"]: r for r in Store(tmp_path / "s" / "results.sqlite").runs()}
+    first, second = (r.run_id for r in sweep.runs)
+    assert out.status == "interrupted" and out.trained == [first]
+    assert rows[first]["status"] == "interrupted" and rows[first]["step"] < 40
+    assert rows[second]["status"] == "pending"
+
+
+def test_a_worker_forgets_compiled_code_between_runs(tmp_path, cache, monkeypatch):
+    """Each run a persistent worker trains starts with torch.compile's caches empty, as in a fresh process: a function
+    compiled before a run, called after it at another shape, is compiled again with static shapes (without the reset
+    Dynamo marks the changed dimension dynamic, so a run's compiled code would depend on the runs before it)."""
+    import torch
+
+    from normlab.experiments.worker import serve_one
+
+    monkeypatch.setenv("NORMLAB_CACHE_DIR", str(cache))
+    graphs = []
+
+    def record(gm, example_inputs):  # a backend that notes each graph's inputs and runs it as it is
+        graphs.append([type(x).__name__ for x in example_inputs])
+        return gm.forward
+
+    torch.compiler.reset()
+    f = torch.compile(lambda x: x * 2 + 1, backend=record)
+    f(torch.ones(3))
+    sweep = parse_sweep({"name": "reset", "base": "tiny", "seeds": [0], "set": FAST})
+    d = tmp_path / "s"
+    (d / "logs").mkdir(parents=True)
+    store = Store(d / "results.sqlite")
+    store.create(sweep.name, sweep.hash)
+    store.register(registration(sweep))
+    assert serve_one(d, sweep.runs[0].run_id, 1) == 0
+    f(torch.ones(4))
+    f(torch.ones(5))  # control: no run (no reset) between, so this change of shape is compiled with a symbolic size
+    torch.compiler.reset()
+    assert graphs == [["Tensor"], ["Tensor"], ["SymInt", "Tensor"]]
+
+
+def test_the_runner_replaces_a_worker_after_a_run_that_failed_with_an_error(tmp_path, monkeypatch):
+    """A run that ends in an unexpected error (exit status 1) may leave its process unfit (a poisoned CUDA context,
+    a fragmented allocator): the runner closes that worker and the next run gets a new one; a run that completed
+    does not cost its worker."""
+    import normlab.experiments.pool as pool
+    from normlab.experiments.runner import SweepOutcome, _execute
+
+    sweep = parse_sweep({"name": "fail", "base": "tiny", "seeds": [0, 1, 2], "set": FAST})
+    d = tmp_path / "s"
+    (d / "logs").mkdir(parents=True)
+    store = Store(d / "results.sqlite")
+    store.create(sweep.name, sweep.hash)
+    store.register(registration(sweep))
+    fails = {sweep.runs[0].run_id}
+    made, trained_by = [], {}
+
+    class FakeWorker:
+        def __init__(self, *a, **kw):
+            self.run_id, self.closed = None, False
+            made.append(self)
+
+        def assign(self, run_id):
+            self.run_id = run_id
+            trained_by[run_id] = self
+            return True
+
+        def finished(self):
+            run_id, self.run_id = self.run_id, None
+            failed = run_id in fails
+            store.update(run_id, status="failed" if failed else "completed")
+            return run_id, 1 if failed else 0, False
+
+        def alive(self):
+            return not self.closed
+
+        def interrupt(self, kill=False):
+            pass
+
+        def close(self, timeout=60.0):
+            self.closed = True
+
+    monkeypatch.setattr(pool, "Worker", FakeWorker)
+    ids = [r.run_id for r in sweep.runs]
+    assert _execute(store, d, ids, 1, 1, lambda s: None, SweepOutcome(d, "running")) == "completed"
+    assert trained_by[ids[0]].closed and trained_by[ids[1]] is not trained_by[ids[0]]
+    assert trained_by[ids[2]] is trained_by[ids[1]] and len(made) == 2
+
+
+def test_worker_serve_bad_arguments_are_one_line_errors(tmp_path):
+    """``worker --serve`` without ``--results-fd``, or a directory that is not a sweep: exit status 2 naming what is
+    wrong, no traceback."""
+    for args, says in ((["--serve"], "--serve needs --results-fd"),
+                       (["--serve", "--results-fd", "1"], "is not a sweep directory")):
+        p = subprocess.run([sys.executable, "-m", "normlab.experiments.worker", str(tmp_path / "nope"), *args],
+                           capture_output=True, text=True, env=cli_env(tmp_path / "cache"), timeout=120)
+        assert p.returncode == 2 and says in p.stderr and "Traceback" not in p.stderr, p.stderr

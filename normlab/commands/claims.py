@@ -70,8 +70,8 @@ def run_claims(args: argparse.Namespace) -> int:
         else:
             print(str(e), file=sys.stderr)
         return e.exit_code
-    except KeyboardInterrupt:  # Ctrl-C before any run started (data preparation, store setup)
-        print(f"interrupted before training started; re-run the same command to start {out}", file=sys.stderr)
+    except KeyboardInterrupt:  # Ctrl-C outside the runner: setup, waiting for --reuse runs, measuring
+        print(f"interrupted; finished runs are kept in {out}; re-run the same command to resume", file=sys.stderr)
         return EXIT_INTERRUPTED
     report["command"] = command_line(args)
     report["machine"] = machine()

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, TextIO
 
-from normlab.errors import EXIT_INTERRUPTED, NormlabError
+from normlab.errors import EXIT_FAILED, EXIT_INTERRUPTED, NormlabError
 from normlab.experiments.progress import SweepProgress
 from normlab.experiments.store import FINAL, Store
 from normlab.experiments.sweep import Sweep, dump_spec
@@ -176,7 +176,7 @@ def run_sweep(sweep: Sweep, sweep_dir: Path, *, workers: int | None = None,
     (``normlab.experiments.executors``). ``threads``: torch threads per worker (default: cores // workers; the
     claims suite passes 1, which its bit-for-bit reproducible numbers depend on). ``inline``: train the runs one
     after another in this process instead of one worker process each (the local executor with one worker), for
-    many tiny runs whose process start-up (~1.5 s) would dominate; the store, logs and Ctrl-C behave the same."""
+    many tiny runs whose process start-up (~3 s: docs/benchmarks.md, sweep overhead) would dominate; the store, logs and Ctrl-C behave the same."""
     from normlab.experiments.executors import check_executor
 
     log = log or (lambda s: print(s, file=sys.stderr, flush=True))
@@ -373,6 +373,9 @@ def _execute(store: Store, sweep_dir: Path, todo: list[str], n_workers: int, thr
                     row = store.get(run_id)
                 log(f"[{done_count}/{len(todo)}] {run_id}: {_describe(row)}"
                     + (f" (log: {sweep_dir / 'logs' / (run_id + '.log')})" if row["status"] == "failed" else ""))
+                if rc == EXIT_FAILED and not died:  # an unexpected error may leave the process unfit (a poisoned CUDA
+                    w.close()                       # context, a fragmented allocator): the next run gets a new one
+                    workers.remove(w)
             if busy():
                 progress.tick([w.run_id for w in busy()])
                 time.sleep(0.2)
@@ -398,6 +401,8 @@ def _execute_inline(store: Store, sweep_dir: Path, todo: list[str], threads: int
     def on_signal(signum: int, _frame: Any) -> None:
         nonlocal interrupts
         interrupts += 1
+        if signum == signal.SIGTERM:  # the trainer stops at the next step on SIGINT only: pass SIGTERM on as one
+            signal.raise_signal(signal.SIGINT)
 
     (sweep_dir / "logs").mkdir(exist_ok=True)
     old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}

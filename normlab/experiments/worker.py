@@ -22,7 +22,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from normlab.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, NormlabError
+from normlab.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, NormlabError
 from normlab.experiments.store import Store
 from normlab.rundir import STATUS_EXIT, read_metrics
 
@@ -134,11 +134,11 @@ def run_one(sweep_dir: Path, run_id: str, threads: int | None = None) -> int:
         _shield()
         traceback.print_exc()
         store.update(run_id, status="failed", error=f"{e.__class__.__name__}: {e}"[:500])
-        return 1
+        return EXIT_FAILED
     _shield()
     peak = row.get("peak_mem_mb") if done and row.get("peak_mem_mb") else _peak_mem_mb()
     record(store, sweep_dir, run_id, summary or {}, peak_mem_mb=peak)
-    return STATUS_EXIT.get(summary.get("status", ""), 1) if summary else 1
+    return STATUS_EXIT.get(summary.get("status", ""), EXIT_FAILED) if summary else EXIT_FAILED
 
 
 def _die_with_parent() -> None:
@@ -178,6 +178,15 @@ def one_run(sweep_dir: Path, run_id: str, threads: int | None) -> int:
         return EXIT_BAD_INPUT
 
 
+def _reset_compiler() -> None:
+    """Forget torch.compile's caches before a run, as a fresh process would: Dynamo otherwise compiles a second model
+    of another shape with dynamic dimensions and counts earlier runs' recompiles against its limit, so a run's compile
+    time, speed and kernels would depend on what this worker trained before."""
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.compiler.reset()
+
+
 def serve_one(sweep_dir: Path, run_id: str, threads: int | None, sigint: Any = signal.default_int_handler) -> int:
     """``one_run`` with this process's output (file descriptors 1 and 2) in ``logs/<run id>.log`` and its peak
     memory measured from the start of the run. ``sigint``: the SIGINT handler outside the trainer's own (default:
@@ -186,6 +195,7 @@ def serve_one(sweep_dir: Path, run_id: str, threads: int | None, sigint: Any = s
 
     signal.signal(signal.SIGINT, sigint)
     _reset_peak_mem()
+    _reset_compiler()
     sys.stdout.flush()
     sys.stderr.flush()
     saved = (os.dup(1), os.dup(2))
@@ -212,7 +222,13 @@ def serve(sweep_dir: Path, threads: int | None, requests: Any, results: Any) -> 
     an interrupted run (its answer sent). Saves the process start-up (``import torch``, first use: ~3 CPU-seconds
     on a loaded 2-core machine) that one process per run pays."""
     (sweep_dir / "logs").mkdir(exist_ok=True)
-    for line in requests:
+    while True:
+        # a Ctrl-C the runner forwards right after sending the next run id must not be lost while this worker reads
+        # it (the previous run left SIGINT ignored): from here on it raises KeyboardInterrupt, the run not started
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        line = requests.readline()
+        if not line:
+            break
         run_id = line.strip()
         if not run_id:
             continue
@@ -233,6 +249,10 @@ def main(argv: list[str] | None = None) -> int:
                    "'<run id> <exit status>' on the file descriptor --results-fd")
     p.add_argument("--results-fd", type=int, default=None)
     args = p.parse_args(argv)
+    if args.serve and args.results_fd is None:
+        p.error("--serve needs --results-fd (the file descriptor to answer on)")
+    if not (Path(args.sweep_dir) / "results.sqlite").is_file():
+        p.error(f"{args.sweep_dir} is not a sweep directory (no results.sqlite)")
     _die_with_parent()
     if args.serve:
         import os

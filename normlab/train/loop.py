@@ -142,6 +142,10 @@ def train(cfg: RunConfig, run_dir: str | Path, *, resume: bool = False, quiet: b
             if not ctx.is_main or not (run_dir / "config.yaml").is_file():
                 raise
             return _interrupted_summary(cfg, run_dir)
+        except BaseException:  # an error: the event file still ends, and a persistent sweep worker keeps no writer
+            if getattr(flag, "tracker", None) is not None:
+                flag.tracker.close("failed")
+            raise
 
 
 def _interrupted_summary(cfg: RunConfig, run_dir: Path) -> dict[str, Any]:

@@ -257,6 +257,7 @@ def train_runs(sweep: "Sweep", out: Path, *, workers: int | None, log: Callable[
     if not held:
         return go(sweep)
     first = [r for r in sweep.runs if r not in held]
+    record_finished(out, sweep, [])  # every run's store row (its position in the whole sweep) before a part trains
     if first and go(dataclasses.replace(sweep, runs=first)) == "interrupted":
         return "interrupted"
     copied = []
