@@ -1,5 +1,5 @@
 """``make demo``: the comparison. Runs ``normlab compare --preset quick`` on the built-in ``pystdlib`` corpus
-(six normalization choices x a learning-rate grid x 2 seeds, in parallel), writes the report and prints its path,
+(six normalization choices x a learning-rate grid x 3 seeds, in parallel), writes the report and prints its path,
 the LR-sensitivity ranking and the paired differences with Pre-LN. The previous one-learning-rate demo is
 ``normlab compare --preset quick-1lr``.
 

@@ -61,7 +61,7 @@ def test_expansion_cartesian_variants_seeds():
 def test_presets_validate():
     assert {"quick", "depth", "attention"} <= set(list_presets())
     quick = load_sweep(preset="quick")
-    assert len(quick.variants) >= 6 and sorted({r.seed for r in quick.runs}) == [0, 1]
+    assert len(quick.variants) >= 6 and sorted({r.seed for r in quick.runs}) == [0, 1, 2]
     assert {r.config["data"]["source"] for r in quick.runs} == {"pystdlib"}
     assert len(load_sweep(preset="depth").runs) == 30
     dyt = load_sweep(preset="dyt")
