@@ -194,8 +194,12 @@ def welch_diff(a: list[float], b: list[float], level: float = 0.95) -> Diff:
     return Diff(m, t_ppf(0.5 + level / 2.0, w.df) * math.sqrt(se2), n, math.sqrt(n * se2), w.df, w.p, False)
 
 
+SEEDS_NEEDED_MAX = 1000
+"""``seeds_needed`` searches up to this many seeds; beyond it the report says "more than" this."""
+
+
 def seeds_needed(delta: float, sd: float | None, *, level: float = 0.95, power: float = 0.8,
-                 max_n: int = 1000) -> int | None:
+                 max_n: int = SEEDS_NEEDED_MAX) -> int | None:
     """Smallest ``n >= 2`` whose paired t-test resolves a true difference ``delta`` with probability ``power`` when
     the per-seed differences have standard deviation ``sd``: ``(t_{(1+level)/2, n-1} + t_{power, n-1}) · sd /
     sqrt(n) <= |delta|`` (the usual normal-theory sample-size rule with t quantiles). 2 when ``sd == 0``; None

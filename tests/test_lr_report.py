@@ -55,6 +55,29 @@ def test_seeds_needed_against_tabulated_quantiles():
     assert seeds_needed(0.0, 1.0) is None and seeds_needed(1e-6, 1.0) is None and seeds_needed(1.0, 0.0) == 2
 
 
+def test_a_tiny_nonzero_difference_needs_more_seeds_than_searched_not_no_difference():
+    """One learning rate, 3 seeds: differences 0.101, -0.099, 0.001 (mean 0.001, sd 0.1) would need about
+    ((1.96 + 0.84) · 0.1 / 0.001)^2 ≈ 78,000 seeds, beyond the 1,000 searched; the reading says "more than 1000
+    seeds", not "no difference to resolve", which is kept for a difference of exactly 0."""
+    from normlab.report.lrgrid import GridRun, analyze
+    from normlab.report.lrsection import paired_cells
+    from normlab.stats import SEEDS_NEEDED_MAX, t_ppf
+
+    sd = 0.1
+    assert (t_ppf(0.975, SEEDS_NEEDED_MAX - 1) + t_ppf(0.8, SEEDS_NEEDED_MAX - 1)) * sd / math.sqrt(SEEDS_NEEDED_MAX) > 0.001
+
+    def runs(name, finals):
+        return [GridRun(name, 1e-3, s, "completed", f, 8.0, f"{name}-{s}") for s, f in enumerate(finals)]
+
+    base = [4.0, 4.1, 3.9]
+    for other, reading in (([4.101, 4.001, 3.901], f"within noise; more than {SEEDS_NEEDED_MAX} seeds to resolve (80% power)"),
+                           (base, "within noise; no difference to resolve")):
+        gr = analyze(runs("base", base) + runs("other", other), baseline="base")
+        row, = gr.paired
+        assert row.seeds_needed is None and row.diff.sd == pytest.approx(sd if other is not base else 0.0, abs=1e-9)
+        assert paired_cells(gr)[1][0][-1] == reading
+
+
 # -- common random numbers ---------------------------------------------------------------------------------------
 def test_a_seed_gives_two_variants_the_same_batches_and_validation_windows(monkeypatch, tmp_path, cache):
     import normlab.eval.lm as lm

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from statistics import mean
 from typing import Any
 
-from normlab.stats import Diff, MeanCI, mean_ci, paired_diff, seeds_needed, welch_diff
+from normlab.stats import SEEDS_NEEDED_MAX, Diff, MeanCI, mean_ci, paired_diff, seeds_needed, welch_diff
 
 STABLE_MARGIN = 0.1  # bits/byte above the best loss of the same seed
 
@@ -134,6 +134,7 @@ class PairedRow:
     metric: str
     diff: Diff
     seeds_needed: int | None
+    seeds_needed_more_than: int | None = None  # within noise, a difference, but more seeds than the search covers
 
     @property
     def verdict(self) -> str:
@@ -199,7 +200,15 @@ def _compare(g: GroupGrid, b: GroupGrid, metric: str, get) -> PairedRow | None:
     else:
         return None
     need = None if d.resolved or d.half is None else seeds_needed(d.mean, d.sd)
-    return PairedRow(g.name, b.name, metric, d, need)
+    return PairedRow(g.name, b.name, metric, d, need, _beyond(d, need, SEEDS_NEEDED_MAX))
+
+
+def _beyond(d: Diff, need: int | None, limit: int) -> int | None:
+    """``limit`` when an unresolved nonzero difference with a spread needs more seeds than ``seeds_needed``
+    searched (it returned None), else None: "no difference to resolve" is for a difference of exactly 0."""
+    if need is not None or d.resolved or d.half is None or d.mean == 0.0 or not d.sd or not math.isfinite(d.sd):
+        return None
+    return limit
 
 
 def _compare_cells(g: GroupGrid, b: GroupGrid) -> PairedRow | None:
@@ -215,12 +224,13 @@ def _compare_cells(g: GroupGrid, b: GroupGrid) -> PairedRow | None:
     if len(a) < 2:
         return None
     d = paired_diff(a, c)
-    need = None
+    need = over = None
     if not d.resolved and d.half is not None and d.sd is not None:
         cells_per_seed = max(1, len(a) // max(1, len({s.seed for s in g.seeds} & set(bs))))
         n_cells = seeds_needed(d.mean, d.sd)
         need = None if n_cells is None else max(2, math.ceil(n_cells / cells_per_seed))
-    return PairedRow(g.name, b.name, "loss at each (seed, lr)", d, need)
+        over = _beyond(d, n_cells, math.ceil(SEEDS_NEEDED_MAX / cells_per_seed))
+    return PairedRow(g.name, b.name, "loss at each (seed, lr)", d, need, over)
 
 
 def analyze(runs: list[GridRun], baseline: str | None = None, order: list[str] | None = None) -> GridReport:

@@ -55,11 +55,20 @@ def paired_cells(gr: GridReport) -> tuple[list[str], list[list[str]]]:
     return head, rows
 
 
+def _need(r: PairedRow) -> str | None:
+    """How many seeds would resolve ``r`` at 80% power, as words; None when there is nothing to resolve."""
+    if r.seeds_needed:
+        return f"~{r.seeds_needed} seeds"
+    if r.seeds_needed_more_than:
+        return f"more than {r.seeds_needed_more_than} seeds"
+    return None
+
+
 def _reading(r: PairedRow) -> str:
     v = r.verdict
     if v == "within noise":
-        need = f"~{r.seeds_needed} seeds to resolve (80% power)" if r.seeds_needed else "no difference to resolve"
-        return f"within noise; {need}"
+        need = _need(r)
+        return f"within noise; {need + ' to resolve (80% power)' if need else 'no difference to resolve'}"
     return v
 
 
@@ -88,7 +97,7 @@ def summary(gr: GridReport, counts: dict[str, int]) -> list[str]:
         lower = [f"{r.variant} ({r.diff.mean:+.3f} ± {r.diff.half:.3f})" for r in rows if r.verdict == "lower"]
         higher = [f"{r.variant} ({r.diff.mean:+.3f} ± {r.diff.half:.3f})" for r in rows if r.verdict == "higher"]
         noise = [f"{r.variant} ({r.diff.mean:+.3f} ± {r.diff.half:.3f}"
-                 + (f", ~{r.seeds_needed} seeds to resolve" if r.seeds_needed else "") + ")"
+                 + (f", {_need(r)} to resolve" if _need(r) else "") + ")"
                  for r in rows if r.verdict == "within noise"]
         cells = metric.startswith("loss at each")
         unit = "(seed, lr) cells" if cells else "seeds"
@@ -123,8 +132,7 @@ def paired_summary(gr: GridReport) -> list[str]:
         if d.half is None:
             continue
         test = "paired over seeds" if d.paired else "Welch, unpaired"
-        tail = (f"; ~{r.seeds_needed} seeds would resolve it at 80% power" if r.verdict == "within noise"
-                and r.seeds_needed else "")
+        tail = (f"; {_need(r)} would resolve it at 80% power" if r.verdict == "within noise" and _need(r) else "")
         out.append(f"{r.variant} − {r.baseline}: {d.mean:+.4f} ± {d.half:.4f} bits/byte ({test}, n = {d.n}): "
                    f"{r.verdict}{tail}.")
     return out
@@ -223,5 +231,6 @@ def rows_json(gr: GridReport) -> dict[str, Any]:
                      for g in gr.groups],
         "paired": [{"variant": r.variant, "baseline": r.baseline, "metric": r.metric, "diff": r.diff.mean,
                     "ci95": r.diff.half, "p": r.diff.p, "n": r.diff.n, "paired": r.diff.paired,
-                    "reading": r.verdict, "seeds_needed": r.seeds_needed} for r in gr.paired],
+                    "reading": r.verdict, "seeds_needed": r.seeds_needed,
+                    "seeds_needed_more_than": r.seeds_needed_more_than} for r in gr.paired],
     }
