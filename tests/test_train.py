@@ -53,13 +53,16 @@ def test_resume_after_kill_9_is_bit_exact(reference_run, tmp_path, cache):
     assert steps == sorted(set(steps)), "metrics.jsonl has duplicated steps after resume"
 
 
-def test_ctrl_c_then_resume_is_bit_exact(reference_run, tmp_path, cache):
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_ctrl_c_then_resume_is_bit_exact(reference_run, tmp_path, cache, sig):
+    """Ctrl-C, or SIGTERM (``kill``, a scheduler's pre-emption notice): checkpoint at the next step, exit 130 with
+    ``status: interrupted``; ``--resume`` ends with the weights of an uninterrupted run."""
     out = tmp_path / "interrupted"
     proc = subprocess.Popen([sys.executable, "-m", "normlab.cli", "train", "tiny", *TINY, "--out", str(out)],
                             env=cli_env(cache), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     while not (out / "checkpoints").exists() and proc.poll() is None:
         time.sleep(0.02)
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(sig)
     assert proc.wait() == EXIT_INTERRUPTED
     s = summary(out)
     assert s["status"] == "interrupted" and 0 < s["step"] < 24

@@ -401,8 +401,6 @@ def _execute_inline(store: Store, sweep_dir: Path, todo: list[str], threads: int
     def on_signal(signum: int, _frame: Any) -> None:
         nonlocal interrupts
         interrupts += 1
-        if signum == signal.SIGTERM:  # the trainer stops at the next step on SIGINT only: pass SIGTERM on as one
-            signal.raise_signal(signal.SIGINT)
 
     (sweep_dir / "logs").mkdir(exist_ok=True)
     old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}

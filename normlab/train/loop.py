@@ -69,16 +69,18 @@ class NullTracker:
 
 
 class _StopFlag:
-    """SIGINT sets a flag checked between steps, so a checkpoint is never taken mid-update."""
+    """SIGINT (Ctrl-C) or SIGTERM (``kill``, a batch scheduler's pre-emption notice, as torchrun's ranks get in
+    ``StopSignals``) sets a flag checked between steps, so a checkpoint is never taken mid-update; a second signal
+    stops at once."""
 
     def __init__(self) -> None:
         self.stop = False
-        self._old = None
+        self._old: dict[int, Any] = {}
         self.tracker: Tracker | None = None  # closed by train() when a second Ctrl-C ends the loop at once
 
     def __enter__(self) -> "_StopFlag":
         if threading.current_thread() is threading.main_thread():
-            self._old = signal.signal(signal.SIGINT, self._handle)
+            self._old = {s: signal.signal(s, self._handle) for s in (signal.SIGINT, signal.SIGTERM)}
         return self
 
     def _handle(self, *_: Any) -> None:
@@ -87,8 +89,9 @@ class _StopFlag:
         self.stop = True
 
     def __exit__(self, *exc: Any) -> None:
-        if self._old is not None:
-            signal.signal(signal.SIGINT, self._old)
+        for s, h in self._old.items():
+            if h is not None:  # None: a handler not installed from Python, which cannot be put back
+                signal.signal(s, h)
 
 
 def _rng_to_json(state: torch.Tensor) -> list[int]:
