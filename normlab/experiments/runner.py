@@ -176,7 +176,8 @@ def run_sweep(sweep: Sweep, sweep_dir: Path, *, workers: int | None = None,
     (``normlab.experiments.executors``). ``threads``: torch threads per worker (default: cores // workers; the
     claims suite passes 1, which its bit-for-bit reproducible numbers depend on). ``inline``: train the runs one
     after another in this process instead of one worker process each (the local executor with one worker), for
-    many tiny runs whose process start-up (~3 s: docs/benchmarks.md, sweep overhead) would dominate; the store, logs and Ctrl-C behave the same."""
+    many tiny runs whose process start-up (~3 s: docs/benchmarks.md, sweep overhead) would dominate; the store, logs
+    and Ctrl-C behave the same."""
     from normlab.experiments.executors import check_executor
 
     log = log or (lambda s: print(s, file=sys.stderr, flush=True))

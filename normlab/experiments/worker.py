@@ -249,10 +249,12 @@ def main(argv: list[str] | None = None) -> int:
                    "'<run id> <exit status>' on the file descriptor --results-fd")
     p.add_argument("--results-fd", type=int, default=None)
     args = p.parse_args(argv)
-    if args.serve and args.results_fd is None:
-        p.error("--serve needs --results-fd (the file descriptor to answer on)")
-    if not (Path(args.sweep_dir) / "results.sqlite").is_file():
-        p.error(f"{args.sweep_dir} is not a sweep directory (no results.sqlite)")
+    bad = ("--serve needs --results-fd (the file descriptor to answer on)" if args.serve and args.results_fd is None
+           else f"{args.sweep_dir} is not a sweep directory (no results.sqlite)"
+           if not (Path(args.sweep_dir) / "results.sqlite").is_file() else None)
+    if bad:  # one line, as every normlab command's bad input
+        print(f"error: {bad}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     _die_with_parent()
     if args.serve:
         import os
