@@ -1,0 +1,44 @@
+"""The one statistics package of normlab (the report, the claims suite, scaling and sweeps use it; none computes its
+own p-values). Torch-free; computes with ``scipy.stats``. Formulas: ../shared SPECS "Answers a referee would accept".
+
+- ``intervals``: Student-t intervals, Welch, paired differences (``mean_ci``, ``paired_diff``, ``welch_diff``).
+- ``multiplicity``: Holm's step-down and Benjamini–Hochberg adjustments over a declared family.
+- ``exact``: the exact sign-flip (paired) and permutation (unpaired) tests, Clopper–Pearson intervals.
+- ``planning``: seeds needed for a difference, from an SD pooled over variants with its chi-square range.
+"""
+
+from normlab.stats.exact import (
+    ClopperPearson,
+    clopper_pearson,
+    min_sign_flip_p,
+    permutation_p,
+    sign_flip_p,
+)
+from normlab.stats.intervals import (
+    Diff,
+    MeanCI,
+    Welch,
+    mean_ci,
+    paired_diff,
+    t_cdf,
+    t_ppf,
+    two_sided_t_p,
+    welch,
+    welch_diff,
+)
+from normlab.stats.multiplicity import ADJUSTMENTS, adjust, benjamini_hochberg, holm
+from normlab.stats.planning import (
+    SEEDS_NEEDED_MAX,
+    PooledSD,
+    SeedsRange,
+    pooled_sd,
+    seeds_needed,
+    seeds_needed_range,
+)
+
+__all__ = [
+    "ADJUSTMENTS", "ClopperPearson", "Diff", "MeanCI", "PooledSD", "SEEDS_NEEDED_MAX", "SeedsRange", "Welch",
+    "adjust", "benjamini_hochberg", "clopper_pearson", "holm", "mean_ci", "min_sign_flip_p", "paired_diff",
+    "permutation_p", "pooled_sd", "seeds_needed", "seeds_needed_range", "sign_flip_p", "t_cdf", "t_ppf",
+    "two_sided_t_p", "welch", "welch_diff",
+]

@@ -1,0 +1,94 @@
+"""How many seeds a difference needs, and how sure that number is.
+
+- ``seeds_needed(delta, sd)``: the smallest ``n`` with ``(t_{0.975, n-1} + t_{power, n-1}) sd / sqrt(n) <= |delta|``.
+- ``pooled_sd``: ``s_p^2 = sum_i (n_i - 1) s_i^2 / sum_i (n_i - 1)`` over the variants of a sweep (more degrees of
+  freedom than one variant's SD), with a confidence interval for sigma from chi-square with ``sum(n_i - 1)`` df:
+  ``[s_p sqrt(df / chi2_{1-a/2, df}), s_p sqrt(df / chi2_{a/2, df})]``.
+- ``seeds_needed_range``: ``seeds_needed`` at the pooled SD and at both ends of its interval, so a reader sees how
+  uncertain the plan is. For a paired difference of two variants with a common sigma, ``sd(d) = sqrt(2) sigma``
+  without shared seed noise (pass ``paired_factor``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from statistics import stdev
+
+from scipy.stats import chi2 as _chi2
+
+from normlab.stats.intervals import t_ppf
+
+SEEDS_NEEDED_MAX = 1000
+"""``seeds_needed`` searches up to this many seeds; beyond it the report says "more than" this."""
+
+
+def seeds_needed(delta: float, sd: float | None, *, level: float = 0.95, power: float = 0.8,
+                 max_n: int = SEEDS_NEEDED_MAX) -> int | None:
+    """Smallest ``n >= 2`` whose paired t-test resolves a true difference ``delta`` with probability ``power`` when
+    the per-seed differences have standard deviation ``sd``: ``(t_{(1+level)/2, n-1} + t_{power, n-1}) · sd /
+    sqrt(n) <= |delta|`` (the usual normal-theory sample-size rule with t quantiles). 2 when ``sd == 0``; None
+    when ``delta == 0`` or more than ``max_n`` would be needed."""
+    if sd is None or not math.isfinite(sd):
+        return None
+    if sd == 0.0:
+        return 2 if delta else None
+    if delta == 0.0:
+        return None
+    for n in range(2, max_n + 1):
+        if (t_ppf(0.5 + level / 2.0, n - 1) + t_ppf(power, n - 1)) * sd / math.sqrt(n) <= abs(delta):
+            return n
+    return None
+
+
+@dataclass(frozen=True)
+class PooledSD:
+    """An SD pooled over groups: ``sd`` with ``df = sum(n_i - 1)`` and its two-sided ``level`` interval."""
+
+    sd: float
+    df: int
+    low: float
+    high: float
+    level: float
+
+
+def pooled_sd(groups: Sequence[Sequence[float]], level: float = 0.95) -> PooledSD | None:
+    """Pool the within-group variances of ``groups`` (groups with fewer than 2 values are skipped); None if no df."""
+    num = 0.0
+    df = 0
+    for g in groups:
+        vals = [float(v) for v in g]
+        if len(vals) >= 2:
+            num += (len(vals) - 1) * stdev(vals) ** 2
+            df += len(vals) - 1
+    if df == 0:
+        return None
+    sd = math.sqrt(num / df)
+    a = 1.0 - level
+    low = sd * math.sqrt(df / float(_chi2.ppf(1 - a / 2, df)))
+    high = sd * math.sqrt(df / float(_chi2.ppf(a / 2, df)))
+    return PooledSD(sd, df, low, high, level)
+
+
+@dataclass(frozen=True)
+class SeedsRange:
+    """Seeds needed at the pooled SD (``n``) and at the ends of its interval (``low`` at the small SD, ``high`` at
+    the large one); None where more than ``SEEDS_NEEDED_MAX`` would be needed."""
+
+    n: int | None
+    low: int | None
+    high: int | None
+    sd: PooledSD
+
+
+def seeds_needed_range(delta: float, pooled: PooledSD, *, paired_factor: float = math.sqrt(2.0),
+                       level: float = 0.95, power: float = 0.8) -> SeedsRange:
+    """Seeds to resolve ``delta`` when the difference's SD is ``paired_factor * sigma`` (sigma = ``pooled``)."""
+    f = paired_factor
+    return SeedsRange(
+        seeds_needed(delta, f * pooled.sd, level=level, power=power),
+        seeds_needed(delta, f * pooled.low, level=level, power=power),
+        seeds_needed(delta, f * pooled.high, level=level, power=power),
+        pooled,
+    )

@@ -1,0 +1,103 @@
+"""normlab.stats against independent references: statsmodels' multipletests, scipy's tests and binomtest, hand
+enumeration of sign patterns, and the chi-square interval for a pooled SD."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy import stats as sps
+
+from normlab import stats
+
+multipletests = pytest.importorskip("statsmodels.stats.multitest").multipletests
+
+pvals = st.lists(st.floats(min_value=0.0, max_value=1.0, allow_nan=False), min_size=1, max_size=12)
+
+
+@settings(max_examples=200, deadline=None)
+@given(pvals)
+def test_holm_and_bh_match_statsmodels(ps):
+    for name, method in (("holm", "holm"), ("bh", "fdr_bh")):
+        ours = stats.adjust(ps, name)
+        ref = multipletests(ps, alpha=0.05, method=method)[1]
+        assert ours == pytest.approx(list(ref), abs=1e-12)
+
+
+def test_holm_hand_example():
+    # m = 4: sorted 0.01, 0.03, 0.04, 0.2 -> 0.04, 0.09, max(0.09, 0.08) = 0.09, 0.2
+    assert stats.holm([0.01, 0.04, 0.03, 0.2]) == pytest.approx([0.04, 0.09, 0.09, 0.2])
+    assert stats.holm([0.02, None, 0.5]) == [pytest.approx(0.04), None, pytest.approx(0.5)]
+    with pytest.raises(ValueError):
+        stats.adjust([0.1], "bonferroni-ish")
+    with pytest.raises(ValueError):
+        stats.holm([float("nan")])
+
+
+def test_sign_flip_hand_example_and_floor():
+    # n = 5, all positive: only the all-plus and all-minus patterns reach |T| -> 2 / 32
+    assert stats.sign_flip_p([0.3, 0.1, 0.2, 0.5, 0.4]) == pytest.approx(0.0625)
+    assert stats.min_sign_flip_p(5) == pytest.approx(0.0625)
+    assert stats.min_sign_flip_p(3) == pytest.approx(0.25)
+    assert stats.min_sign_flip_p(6) == pytest.approx(0.03125)
+    d = [1.0, -0.5, 2.0, 0.25]
+    t = abs(sum(d))
+    hits = sum(abs(sum(s * v for s, v in zip(sg, d))) >= t - 1e-12 for sg in itertools.product((1, -1), repeat=4))
+    assert stats.sign_flip_p(d) == pytest.approx(hits / 16)
+    assert stats.sign_flip_p([0.0, 0.0]) == 1.0
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.floats(-5, 5, allow_nan=False), min_size=2, max_size=5),
+       st.lists(st.floats(-5, 5, allow_nan=False), min_size=2, max_size=5))
+def test_permutation_matches_scipy_exact(a, b):
+    if len(set(a + b)) < 2:
+        return
+    # enumerate the splits by hand (an independent reference for scipy-backed code)
+    pooled, na = a + b, len(a)
+    obs = abs(sum(a) / na - sum(b) / len(b))
+    vals = []
+    for idx in itertools.combinations(range(len(pooled)), na):
+        x = [pooled[i] for i in idx]
+        y = [pooled[i] for i in range(len(pooled)) if i not in idx]
+        vals.append(abs(sum(x) / na - sum(y) / len(y)))
+    ref = sum(v >= obs * (1 - 1e-9) for v in vals) / len(vals)
+    if any(abs(v - obs) < 1e-6 * max(1.0, obs) and v < obs * (1 - 1e-9) for v in vals):
+        return  # a near-tie the two tolerances may count differently
+    assert stats.permutation_p(a, b) == pytest.approx(ref, abs=1e-9)
+
+
+@pytest.mark.parametrize("k,n", [(0, 5), (1, 5), (3, 7), (5, 5), (12, 40)])
+def test_clopper_pearson_matches_binomtest(k, n):
+    ci = sps.binomtest(k, n).proportion_ci(confidence_level=0.95, method="exact")
+    ours = stats.clopper_pearson(k, n)
+    assert (ours.low, ours.high) == pytest.approx((ci.low, ci.high), abs=1e-10)
+    assert ours.rate == k / n
+
+
+def test_pooled_sd_and_its_interval():
+    groups = [[1.0, 2.0, 4.0], [3.0, 3.5], [7.0]]
+    v1, v2 = sps.tvar(groups[0]), sps.tvar(groups[1])
+    sp = math.sqrt((2 * v1 + 1 * v2) / 3)
+    p = stats.pooled_sd(groups)
+    assert p.df == 3 and p.sd == pytest.approx(sp)
+    assert p.low == pytest.approx(sp * math.sqrt(3 / sps.chi2.ppf(0.975, 3)))
+    assert p.high == pytest.approx(sp * math.sqrt(3 / sps.chi2.ppf(0.025, 3)))
+    r = stats.seeds_needed_range(0.5, p)
+    assert r.low is not None and r.n is not None and r.low <= r.n
+    assert r.high is None or r.high >= r.n
+    assert stats.pooled_sd([[1.0]]) is None
+
+
+def test_t_functions_and_paired_diff_match_scipy():
+    assert stats.t_ppf(0.975, 4) == pytest.approx(sps.t.ppf(0.975, 4))
+    assert stats.t_cdf(-1.3, 2.5) == pytest.approx(sps.t.cdf(-1.3, 2.5))
+    a, b = [3.1, 2.9, 3.6, 3.3], [2.8, 2.95, 3.0, 3.05]
+    d = stats.paired_diff(a, b)
+    assert d.p == pytest.approx(sps.ttest_rel(a, b).pvalue)
+    w = stats.welch_diff(a, b)
+    assert w.p == pytest.approx(sps.ttest_ind(a, b, equal_var=False).pvalue)
+    assert stats.two_sided_t_p(40.0, 3) == pytest.approx(2 * sps.t.sf(40.0, 3), rel=1e-9)
