@@ -1,9 +1,11 @@
 """The package's layers (docs/architecture.md), checked on the source with ``ast``:
 
-- lower layers (norms, attention, data, model) never import upper ones, not even inside a function;
+- every package (or top-level module) of ``normlab`` has a floor (``FLOORS``, lowest first); every import, at module
+  level, inside a function or under ``if TYPE_CHECKING:``, points to the same package or a lower floor, never up
+  and never sideways to another package on the same floor;
+- no import cycle between modules, counting every import (a package's ``__init__`` and its own submodules excepted);
 - no command except ``train`` imports the training loop, and outside ``train/`` only the modules that train do (a
   run directory's files have one owner: normlab.rundir); each run-directory fact is defined once, in its owner;
-- no import cycle among module-level imports;
 - the run-directory readers, the JSON/text I/O and the report stay torch-free (sweep workers and reports use them).
 """
 
@@ -17,8 +19,28 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1] / "normlab"
-LOW = ("norms", "attention", "data", "model")
-HIGH = ("train", "convert", "experiments", "report", "commands", "cli", "surgery", "interop", "api", "demo")
+
+# Each package's floor, lowest first (docs/architecture.md draws the same order). A package imports only from its
+# own package and from lower floors; packages on one floor do not import each other. "" is ``normlab/__init__.py``.
+FLOORS: list[tuple[str, ...]] = [
+    ("errors",),
+    ("", "io", "safety", "names", "validate", "aliases", "stats", "resources"),
+    ("provenance", "plotting", "data", "norms"),
+    ("attention",),
+    ("model",),
+    ("config",),
+    ("rundir", "fingerprint"),
+    ("eval", "diagnostics"),
+    ("train",),
+    ("convert", "interop"),
+    ("surgery",),
+    ("experiments",),
+    ("report",),
+    ("commands",),
+    ("cli", "api"),
+    ("demo", "__main__"),
+]
+FLOOR = {name: i for i, floor in enumerate(FLOORS) for name in floor}
 
 
 def _module(path: Path) -> str:
@@ -68,50 +90,66 @@ def _top(mod: str) -> str:
     return parts[1] if len(parts) > 1 else ""
 
 
-@pytest.mark.parametrize("path", [p for p in FILES if _top(_module(p)) in LOW], ids=lambda p: _module(p))
-def test_lower_layers_never_import_upper_ones(path):
-    bad = sorted({m for m in _imports(path, top_level_only=False) if _top(m) in HIGH})
-    assert not bad, f"{_module(path)} imports {bad}"
+def _owner(mod: str) -> str:
+    """The module ``mod`` names: ``from normlab.x import name`` imports normlab.x."""
+    while mod and mod not in MODULES:
+        mod = mod.rpartition(".")[0]
+    return mod
 
 
-def test_only_the_train_command_imports_the_training_loop():
-    users = sorted(_module(p) for p in (ROOT / "commands").glob("*.py")
-                   if "normlab.train.loop" in _imports(p, top_level_only=False))
-    assert users == ["normlab.commands.train"], users
+def test_every_package_has_a_floor():
+    tops = {_top(_module(p)) for p in FILES}
+    assert tops == set(FLOOR), (sorted(tops - set(FLOOR)), sorted(set(FLOOR) - tops))
+    assert len(FLOOR) == sum(map(len, FLOORS)), "a package is on two floors"
 
 
-def test_no_import_cycle_at_module_level():
-    graph = {}
-    for p in FILES:
-        deps = set()
-        for m in _imports(p, top_level_only=True):
-            while m and m not in MODULES:  # ``from normlab.x import name``: the module is normlab.x
-                m = m.rpartition(".")[0]
-            if m and m != _module(p):
-                deps.add(m)
-        graph[_module(p)] = deps
-    # a package's __init__ importing its own submodules is how packages work; a cycle through two modules is not
+@pytest.mark.parametrize("path", FILES, ids=lambda p: _module(p))
+def test_every_import_points_down(path):
+    mine = _top(_module(path))
+    bad = sorted({m for m in map(_owner, _imports(path, top_level_only=False))
+                  if _top(m) != mine and FLOOR[_top(m)] >= FLOOR[mine]})
+    assert not bad, f"{_module(path)} (floor {FLOOR[mine]}) imports {[(m, FLOOR[_top(m)]) for m in bad]}"
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """A cycle of ``graph`` that is not a package's ``__init__`` with its own submodules, or None."""
     state: dict[str, int] = {}
     stack: list[str] = []
 
-    def visit(m: str) -> None:
+    def visit(m: str) -> list[str] | None:
         state[m] = 1
         stack.append(m)
         for d in sorted(graph.get(m, ())):
-            if d.startswith(m + "."):
+            if d.startswith(m + "."):  # a package's __init__ importing its own submodules is how packages work
                 continue
             if state.get(d) == 1:
                 cycle = stack[stack.index(d):] + [d]
                 if not all(a.startswith(b + ".") or b.startswith(a + ".") for a, b in zip(cycle, cycle[1:])):
-                    raise AssertionError(" -> ".join(cycle))
-            elif d not in state:
-                visit(d)
+                    return cycle
+            elif d not in state and (found := visit(d)):
+                return found
         stack.pop()
         state[m] = 2
+        return None
 
     for m in sorted(graph):
-        if m not in state:
-            visit(m)
+        if m not in state and (found := visit(m)):
+            return found
+    return None
+
+
+@pytest.mark.parametrize("top_level_only", [True, False], ids=["module-level", "every-import"])
+def test_no_import_cycle(top_level_only):
+    graph = {_module(p): {d for m in _imports(p, top_level_only=top_level_only)
+                          if (d := _owner(m)) and d != _module(p)} for p in FILES}
+    cycle = _cycle(graph)
+    assert cycle is None, " -> ".join(cycle)
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    assert _cycle({"normlab.a": {"normlab.b"}, "normlab.b": {"normlab.c"}, "normlab.c": {"normlab.a"}}) == [
+        "normlab.a", "normlab.b", "normlab.c", "normlab.a"]
+    assert _cycle({"normlab.p": {"normlab.p.x"}, "normlab.p.x": {"normlab.p"}}) is None
 
 
 # modules that train (and so may import the training loop): the train command, the library's ``train``, the sweep
