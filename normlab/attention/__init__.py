@@ -13,7 +13,7 @@ builds the registered class of ``cfg.attention``.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any
 
 from torch import nn
 
@@ -27,11 +27,8 @@ from normlab.attention.softplus import SoftplusAttention  # noqa: E402  isort: s
 from normlab.attention.linear import LinearAttention  # noqa: E402  isort: skip
 from normlab.attention.nala import NaLaAttention  # noqa: E402  isort: skip
 
-if TYPE_CHECKING:
-    from normlab.model.config import ModelConfig
 
-
-def build_attention(cfg: "ModelConfig", rope: RotaryEmbedding | None, *, in_width: int | None = None,
+def build_attention(cfg: Any, rope: RotaryEmbedding | None, *, in_width: int | None = None,
                     out_width: int | None = None) -> nn.Module:
     """The attention module of ``cfg.attention`` (validated config): its registered class's ``from_config``.
     ``in_width`` / ``out_width``: residual-stream width read and written (default ``cfg.width``; ``width - 1`` in
@@ -40,7 +37,7 @@ def build_attention(cfg: "ModelConfig", rope: RotaryEmbedding | None, *, in_widt
     return cls.from_config(cfg, rope, in_width=in_width, out_width=out_width, bias=cfg.bias, dropout=cfg.dropout)
 
 
-def set_eval_options(model: nn.Module, cfg: "ModelConfig") -> None:
+def set_eval_options(model: nn.Module, cfg: Any) -> None:
     """Apply the evaluation-time keys of ``cfg`` (``eval_time_keys()``) to the attention modules of a built model
     (each kind's ``apply_eval_options``)."""
     for m in model.modules():

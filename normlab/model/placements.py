@@ -24,10 +24,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
-
-if TYPE_CHECKING:
-    from normlab.model.config import ModelConfig
+from typing import Any, Callable
 
 SITES = ("attn_in", "attn_out", "attn_post", "mlp_in", "mlp_out", "mlp_post")
 IN_SITES = ("attn_in", "mlp_in")
@@ -82,27 +79,28 @@ PLACEMENTS: dict[str, Placement] = {
 }
 
 
-def block_sites(cfg: "ModelConfig", l: int) -> frozenset[str]:
+# ``cfg`` below is a ModelConfig; typed ``Any`` so this table does not import model.config, which imports it
+def block_sites(cfg: Any, l: int) -> frozenset[str]:
     """Norm sites of block ``l`` (0-based) for ``cfg``."""
     return PLACEMENTS[cfg.placement].sites(l, cfg.depth, cfg.mix_alpha)
 
 
-def final_norm_on(cfg: "ModelConfig") -> bool:
+def final_norm_on(cfg: Any) -> bool:
     """Whether the model has a final norm before the LM head (``model.final_norm``, else the placement default)."""
     return PLACEMENTS[cfg.placement].final_norm if cfg.final_norm is None else cfg.final_norm
 
 
-def embed_norm_on(cfg: "ModelConfig") -> bool:
+def embed_norm_on(cfg: Any) -> bool:
     """Whether the embeddings are normalised before block 0 (``model.embed_norm``, else the placement default)."""
     return PLACEMENTS[cfg.placement].embed_norm if cfg.embed_norm is None else cfg.embed_norm
 
 
-def sites_used(cfg: "ModelConfig") -> frozenset[str]:
+def sites_used(cfg: Any) -> frozenset[str]:
     """Union of the norm sites over all blocks (e.g. to ask whether a model has input or output norms)."""
     return frozenset().union(*(block_sites(cfg, l) for l in range(cfg.depth)))
 
 
-def layernorm_scale(cfg: "ModelConfig", l: int) -> float:
+def layernorm_scale(cfg: Any, l: int) -> float:
     """LayerNorm Scaling factor for block ``l`` (0-based): ``1/sqrt(l+1)`` when on and the block has input norms.
 
     Sun et al. 2025, "The Curse of Depth in Large Language Models" (repo lmsdss/LayerNorm-Scaling): each
@@ -114,7 +112,7 @@ def layernorm_scale(cfg: "ModelConfig", l: int) -> float:
     return 1.0 / math.sqrt(l + 1)
 
 
-def residual_scale(cfg: "ModelConfig") -> float | None:
+def residual_scale(cfg: Any) -> float | None:
     """Branch-output multiplier: 1 (``none``), ``1/sqrt(2L)`` (``fixed``), or None (``learnable``, init 0)."""
     if cfg.residual_scale == "fixed":
         return 1.0 / math.sqrt(2 * cfg.depth)
