@@ -67,7 +67,7 @@ def test_ray_tasks_never_ask_more_cpus_than_one_live_node_has():
     on 2 x 4-CPU nodes plus a dead 16-CPU one, the cluster total (24) gives 24 threads, capped at 4; with more runs
     than CPUs, 1 thread per task."""
     from normlab.experiments.executors import node_cpus, plan_ray
-    from normlab.experiments.runner import plan_workers
+    from normlab.resources import plan_workers
 
     ray = _FakeRay([(True, 4), (True, 4), (False, 16)])
     assert node_cpus(ray) == 4

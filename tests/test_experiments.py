@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from normlab.errors import NormlabError
-from normlab.experiments.runner import plan_workers
+from normlab.resources import plan_workers
 from normlab.experiments.store import Store
 from normlab.experiments.sweep import list_presets, load_sweep, parse_sweep
 from normlab.train.tracking import read_hparams, read_scalars

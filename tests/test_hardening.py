@@ -506,7 +506,7 @@ def test_corrupted_store_is_one_line(sql, cmd, fragments, tmp_path, cache):
 def test_sweep_never_dies_on_a_missing_metric(tmp_path):
     """Issue row 1 in a sweep: a completed summary without val_bpb is recorded as failed (so the next compare
     re-runs it), the coordinator's progress line does not crash on it, and the worker does not treat it as done."""
-    from normlab.experiments.runner import _describe
+    from normlab.experiments.progress import describe_row
     from normlab.experiments.store import FINAL, Store
     from normlab.experiments.worker import record
 
@@ -516,7 +516,7 @@ def test_sweep_never_dies_on_a_missing_metric(tmp_path):
            peak_mem_mb=1.0)
     row = Store(s / "results.sqlite").get("r0")
     assert row["status"] == "failed" and row["status"] not in FINAL and "val_bpb" in row["error"]
-    assert "n/a" in _describe({**row, "status": "completed"})
+    assert "n/a" in describe_row({**row, "status": "completed"})
 
 
 def _popen_train(args: list[str], cache: Path):

@@ -88,7 +88,7 @@ def connect(address: str | None) -> Any:
         if address:
             kw["address"] = address
         elif not os.environ.get("RAY_ADDRESS"):
-            from normlab.experiments.runner import available_cores
+            from normlab.resources import available_cores
 
             kw.update(num_cpus=available_cores(), include_dashboard=False)
         try:
@@ -116,9 +116,9 @@ def node_cpus(ray: Any) -> int:
 
 def plan_ray(ray: Any, n_runs: int, workers: int | None) -> tuple[int, int]:
     """``(tasks in flight, threads per task)`` on the cluster: the cluster's CPUs shared as on one machine
-    (``runner.plan_workers``), each task's threads capped at the largest live node's CPUs. The cap matters with
+    (``resources.plan_workers``), each task's threads capped at the largest live node's CPUs. The cap matters with
     fewer runs than nodes, and right after a node died (the cluster's total still counts it for a while)."""
-    from normlab.experiments.runner import plan_workers
+    from normlab.resources import plan_workers
 
     w, threads = plan_workers(n_runs, workers, cluster_cpus(ray))
     return w, min(threads, node_cpus(ray))
@@ -284,7 +284,7 @@ def run_ray_sweep(ray: Any, store: Any, sweep_dir: Path, todo: list[str], n_work
                   log: Callable[[str], None], outcome: Any) -> str:
     """Train ``todo`` on the Ray cluster, at most ``n_workers`` tasks in flight; the driver records every row.
     Returns ``completed`` or ``interrupted``."""
-    from normlab.experiments.runner import _describe, stopping_message
+    from normlab.experiments.progress import describe_row, stopping_message
     from normlab.experiments.worker import finished_summary, record
 
     sweep_dir = sweep_dir.resolve()
@@ -338,7 +338,7 @@ def run_ray_sweep(ray: Any, store: Any, sweep_dir: Path, todo: list[str], n_work
         else:
             store.update(run_id, status="interrupted" if interrupts else "failed", error=error)
         row = store.get(run_id)
-        log(f"[{done_count}/{len(todo)}] {run_id}: {_describe(row)}"
+        log(f"[{done_count}/{len(todo)}] {run_id}: {describe_row(row)}"
             + (f" (log: {sweep_dir / 'logs' / (run_id + '.log')})" if row["status"] == "failed" else ""))
 
     old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
@@ -353,7 +353,7 @@ def run_ray_sweep(ray: Any, store: Any, sweep_dir: Path, todo: list[str], n_work
                 if summary is not None:  # trained earlier, not recorded: record only
                     record(store, sweep_dir, run_id, summary, peak_mem_mb=row.get("peak_mem_mb"))
                     done_count += 1
-                    log(f"[{done_count}/{len(todo)}] {run_id}: {_describe(store.get(run_id))}")
+                    log(f"[{done_count}/{len(todo)}] {run_id}: {describe_row(store.get(run_id))}")
                     continue
                 files = ({"runs": pack(sweep_dir / "runs", run_id), "tb": pack(sweep_dir / "tb", run_id)}
                          if mode != "shared" else None)

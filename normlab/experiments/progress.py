@@ -7,10 +7,31 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 from normlab.rundir import last_step
 
 DEFAULT_EVERY_S = 30.0
+
+
+def stopping_message(running: int) -> str:
+    """What a sweep says on the first Ctrl-C / SIGTERM (local and Ray executors)."""
+    return (f"stopping: {running} running run(s) checkpoint and stop; re-run the same command to resume "
+            "(Ctrl-C again to stop without waiting for checkpoints)")
+
+
+def describe_row(row: dict[str, Any]) -> str:
+    """One finished row of the store as the runner logs it: status, val bits/byte, speed and wall time."""
+    st = row["status"]
+    if st == "completed":
+        val = f"{row['val_bpb']:.4f}" if isinstance(row.get("val_bpb"), (int, float)) else "n/a"
+        return (f"completed, val {val} bits/byte, {row.get('tokens_per_s') or 0:,.0f} tok/s, "
+                f"{row.get('wall_s') or 0:.0f}s")
+    if st == "diverged":
+        return f"diverged at step {row['step']}"
+    if st == "interrupted":
+        return f"interrupted at step {row['step'] or 0} (resumable)"
+    return f"{st}: {row.get('error') or ''}".strip()
 
 
 def report_every() -> float:

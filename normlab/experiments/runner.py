@@ -34,31 +34,10 @@ from pathlib import Path
 from typing import Any, Callable, TextIO
 
 from normlab.errors import EXIT_FAILED, EXIT_INTERRUPTED, NormlabError
-from normlab.experiments.progress import SweepProgress
+from normlab.experiments.progress import SweepProgress, describe_row, stopping_message
 from normlab.experiments.store import FINAL, Store
 from normlab.experiments.sweep import Sweep, dump_spec
-
-
-def stopping_message(running: int) -> str:
-    """What a sweep says on the first Ctrl-C / SIGTERM (local and Ray executors)."""
-    return (f"stopping: {running} running run(s) checkpoint and stop; re-run the same command to resume "
-            "(Ctrl-C again to stop without waiting for checkpoints)")
-
-
-def available_cores() -> int:
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not Linux
-        return max(1, os.cpu_count() or 1)
-
-
-def plan_workers(n_runs: int, workers: int | None, cores: int | None = None) -> tuple[int, int]:
-    """``(workers, threads per worker)`` with ``workers * threads <= cores`` (unless ``workers > cores``)."""
-    cores = cores or available_cores()
-    if workers is not None and workers < 1:
-        raise NormlabError(f"--workers must be >= 1, got {workers}")
-    w = max(1, min(workers or cores, max(n_runs, 1)))
-    return w, max(1, cores // w)
+from normlab.resources import available_cores, plan_workers
 
 
 def default_sweep_dir(sweep: Sweep) -> Path:
@@ -153,19 +132,6 @@ def _worker_env(threads: int) -> dict[str, str]:
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env.update({"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads), "PYTHONUNBUFFERED": "1"})
     return env
-
-
-def _describe(row: dict[str, Any]) -> str:
-    st = row["status"]
-    if st == "completed":
-        val = f"{row['val_bpb']:.4f}" if isinstance(row.get("val_bpb"), (int, float)) else "n/a"
-        return (f"completed, val {val} bits/byte, {row.get('tokens_per_s') or 0:,.0f} tok/s, "
-                f"{row.get('wall_s') or 0:.0f}s")
-    if st == "diverged":
-        return f"diverged at step {row['step']}"
-    if st == "interrupted":
-        return f"interrupted at step {row['step'] or 0} (resumable)"
-    return f"{st}: {row.get('error') or ''}".strip()
 
 
 def run_sweep(sweep: Sweep, sweep_dir: Path, *, workers: int | None = None,
@@ -372,7 +338,7 @@ def _execute(store: Store, sweep_dir: Path, todo: list[str], n_workers: int, thr
                     status = "interrupted" if interrupts else "failed"
                     store.update(run_id, status=status, error=f"worker exited with status {rc}; see logs/{run_id}.log")
                     row = store.get(run_id)
-                log(f"[{done_count}/{len(todo)}] {run_id}: {_describe(row)}"
+                log(f"[{done_count}/{len(todo)}] {run_id}: {describe_row(row)}"
                     + (f" (log: {sweep_dir / 'logs' / (run_id + '.log')})" if row["status"] == "failed" else ""))
                 if rc == EXIT_FAILED and not died:  # an unexpected error may leave the process unfit (a poisoned CUDA
                     w.close()                       # context, a fragmented allocator): the next run gets a new one
@@ -417,7 +383,7 @@ def _execute_inline(store: Store, sweep_dir: Path, todo: list[str], threads: int
                 store.update(run_id, status="interrupted" if rc == EXIT_INTERRUPTED else "failed",
                              error=f"exited with status {rc}; see logs/{run_id}.log")
                 row = store.get(run_id)
-            log(f"[{i}/{len(todo)}] {run_id}: {_describe(row)}"
+            log(f"[{i}/{len(todo)}] {run_id}: {describe_row(row)}"
                 + (f" (log: {sweep_dir / 'logs' / (run_id + '.log')})" if row["status"] == "failed" else ""))
             if rc == EXIT_INTERRUPTED or row["status"] == "interrupted":
                 return "interrupted"

@@ -230,7 +230,7 @@ def launch(nproc: int, argv: list[str]) -> int:
 
     env_threads = os.environ.get("OMP_NUM_THREADS")
     if not env_threads:  # torchrun would set 1 and warn; share the cores instead
-        from normlab.experiments.runner import available_cores
+        from normlab.resources import available_cores
 
         os.environ["OMP_NUM_THREADS"] = str(max(1, available_cores() // nproc))
     if sys.platform.startswith("linux") and os.path.exists("/sys/class/net/lo"):
