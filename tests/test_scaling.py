@@ -18,7 +18,7 @@ from normlab.experiments.sweep import parse_sweep
 from normlab.experiments.store import Store
 from normlab.experiments.sweep import dump_spec
 from normlab.experiments.worker import record
-from normlab.model.gpt import build_model
+from normlab.model.build import build_model
 from normlab.report import scaling_fit as sf
 from normlab.stats import welch
 from tests.helpers import assert_bad_input

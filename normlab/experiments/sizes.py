@@ -130,7 +130,7 @@ def count_params(config: dict[str, Any]) -> int:
     import torch
 
     from normlab.config import config_from_dict
-    from normlab.model.gpt import build_model
+    from normlab.model.build import build_model
 
     cfg = config_from_dict({**config, "seed": 0})
     with torch.device("meta"):

@@ -1,9 +1,10 @@
 """Decoder-only GPT (nanoGPT shape): embeddings -> (embedding norm) -> blocks (with injected norms) -> final norm
 -> LM head.
 
-Reads top to bottom: ``build_model(cfg)`` builds it, ``init_weights`` initialises it, ``GPT.forward`` runs it,
-``GPT.init_state`` / ``GPT.step`` run it incrementally (generation). Which norms exist is decided by the placement
-(``normlab.model.placements``; docs/placements.md); which attention, by ``model.attention`` (docs/attention.md).
+Reads top to bottom: ``build_model(cfg)`` (model/build.py) builds it, ``init_weights`` initialises it,
+``GPT.forward`` runs it, ``GPT.init_state`` / ``GPT.step`` run it incrementally (generation). Which norms exist is
+decided by the placement (``normlab.model.placements``; docs/placements.md); which attention, by
+``model.attention`` (docs/attention.md).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from normlab.attention import AttentionState, RotaryEmbedding, build_attention
 from normlab.model.blocks import MLP, Block
 from normlab.model.config import ModelConfig
 from normlab.model.placements import block_sites, embed_norm_on, final_norm_on, layernorm_scale, residual_scale
-from normlab.norms import build_norm, get_norm_class
+from normlab.norms import build_norm
 
 
 def softcap(x: torch.Tensor, c: float | None) -> torch.Tensor:
@@ -155,14 +156,3 @@ def init_weights(model: GPT, cfg: ModelConfig) -> None:
                 nn.init.zeros_(m.bias)
         elif isinstance(m, nn.Embedding):
             nn.init.normal_(m.weight, 0.0, cfg.init_std)
-
-
-def build_model(cfg: ModelConfig) -> GPT:
-    """Validate ``cfg`` and build the model (call under a seeded RNG for reproducible init). A norm class that
-    declares ``compressed_stream`` (CRMSNorm) gets ``CRMSGPT``: the residual stream in width - 1 coordinates
-    (docs/convert.md)."""
-    if get_norm_class(cfg.norm).compressed_stream:
-        from normlab.model.crms import CRMSGPT  # a GPT subclass: imported here, after GPT is defined
-
-        return CRMSGPT(cfg)
-    return GPT(cfg)
