@@ -7,8 +7,8 @@ from typing import Any
 
 from matplotlib.figure import Figure
 
+from normlab.report.figures import ci_rows_png, png
 from normlab.report.lrgrid import SIGNALS, GridReport, GridRun, signal_at_end, signal_series
-from normlab.report.plots import _png, ci_rows_png
 
 
 def loss_vs_lr_png(gr: GridReport, cmap: dict[str, Any]) -> bytes | None:
@@ -48,7 +48,7 @@ def loss_vs_lr_png(gr: GridReport, cmap: dict[str, Any]) -> bytes | None:
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=8, loc="upper left")
     fig.tight_layout()
-    return _png(fig)
+    return png(fig)
 
 
 def sensitivity_png(gr: GridReport, cmap: dict[str, Any]) -> bytes | None:
@@ -86,7 +86,7 @@ def signals_vs_lr_png(gr: GridReport, cmap: dict[str, Any]) -> bytes | None:
         ax.grid(alpha=0.3, which="both")
     axes[0].legend(fontsize=7)
     fig.tight_layout()
-    return _png(fig)
+    return png(fig)
 
 
 def signals_vs_step_png(gr: GridReport, key: str) -> bytes | None:
@@ -123,4 +123,4 @@ def signals_vs_step_png(gr: GridReport, key: str) -> bytes | None:
     axes[0][0].legend(fontsize=6)
     fig.suptitle(SIGNALS[key] + " against step (first seed; dashed: diverged)", fontsize=10)
     fig.tight_layout()
-    return _png(fig)
+    return png(fig)

@@ -2,36 +2,14 @@
 
 from __future__ import annotations
 
-import io
 from statistics import mean
 from typing import Any
 
-from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from normlab.names import read_bpb
 from normlab.report.analysis import DiagSection, SweepReport, VariantResult
-
-DPI = 110
-
-
-def colors(names: list[str]) -> dict[str, Any]:
-    import matplotlib
-
-    cmap = matplotlib.colormaps["tab10" if len(names) <= 10 else "tab20"]
-    return {n: cmap(i % cmap.N) for i, n in enumerate(names)}
-
-
-def _png(fig: Figure) -> bytes:
-    FigureCanvasAgg(fig)
-    for ax in fig.axes:  # absolute tick labels: offsets such as "1e-6+4.039" hide the values
-        try:
-            ax.ticklabel_format(axis="y", useOffset=False)
-        except AttributeError:  # log axes have no offset formatter
-            pass
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=DPI, bbox_inches="tight")
-    return buf.getvalue()
+from normlab.report.figures import ci_rows_png, colors, png
 
 
 def _band(runs_pts: list[list[tuple[int, float]]]) -> tuple[list[int], list[float], list[float], list[float]]:
@@ -42,23 +20,6 @@ def _band(runs_pts: list[list[tuple[int, float]]]) -> tuple[list[int], list[floa
     maps = [dict(pts) for pts in runs_pts]
     vals = [[m[s] for m in maps] for s in common]
     return common, [mean(v) for v in vals], [min(v) for v in vals], [max(v) for v in vals]
-
-
-def ci_rows_png(rows: list[tuple[str, float, float | None, list[float], Any]], xlabel: str) -> bytes:
-    """One row per entry ``(name, mean, CI half-width, per-seed values, colour)``, top to bottom in the given
-    order: the mean as a dot with its 95% interval as a bar and each seed as an x."""
-    fig = Figure(figsize=(7.5, 0.45 * len(rows) + 1.3))
-    ax = fig.add_subplot()
-    for i, (_, m, half, seeds, colour) in enumerate(rows):
-        y = len(rows) - 1 - i
-        h = half or 0.0
-        ax.errorbar([m], [y], xerr=[[h], [h]], fmt="o", color=colour, capsize=4, lw=1.6)
-        ax.scatter(seeds, [y] * len(seeds), marker="x", color=colour, alpha=0.6, s=18)
-    ax.set_yticks(range(len(rows)), [r[0] for r in reversed(rows)])
-    ax.set_xlabel(xlabel)
-    ax.grid(axis="x", alpha=0.3)
-    fig.tight_layout()
-    return _png(fig)
 
 
 def ranking_png(rep: SweepReport, cmap: dict[str, Any]) -> bytes | None:
@@ -94,7 +55,7 @@ def curves_png(rep: SweepReport, cmap: dict[str, Any]) -> bytes | None:
     _zoom(ax_t, rep, "loss")
     ax_v.legend(fontsize=8, loc="upper right")
     fig.tight_layout()
-    return _png(fig)
+    return png(fig)
 
 
 def _zoom(ax: Any, rep: SweepReport, key: str) -> None:
@@ -127,7 +88,7 @@ def diag_png(section: DiagSection, cmap: dict[str, Any]) -> bytes:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     fig.tight_layout()
-    return _png(fig)
+    return png(fig)
 
 
 def extrapolation_png(rep: SweepReport, cmap: dict[str, Any]) -> bytes | None:
@@ -149,7 +110,7 @@ def extrapolation_png(rep: SweepReport, cmap: dict[str, Any]) -> bytes | None:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     fig.tight_layout()
-    return _png(fig)
+    return png(fig)
 
 
 def run_curves_png(run: Any) -> bytes | None:
@@ -171,7 +132,7 @@ def run_curves_png(run: Any) -> bytes | None:
     for ax in axes[len(have):]:
         ax.set_visible(False)
     fig.tight_layout()
-    return _png(fig)
+    return png(fig)
 
 
 def variant_order(rep: SweepReport) -> list[str]:

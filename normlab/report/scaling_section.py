@@ -28,7 +28,7 @@ class Section:
 def scaling_png(an: ScalingAnalysis) -> bytes | None:
     from matplotlib.figure import Figure
 
-    from normlab.report.plots import _png, colors
+    from normlab.report.figures import colors, png
 
     curves = [c for c in an.curves if any(p.losses for p in c.points)]
     if not curves:
@@ -68,7 +68,7 @@ def scaling_png(an: ScalingAnalysis) -> bytes | None:
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    return _png(fig)
+    return png(fig)
 
 
 def _num(x: float | None, fmt: str = ".4f") -> str:
