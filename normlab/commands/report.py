@@ -22,7 +22,7 @@ def run_report(args: argparse.Namespace) -> int:
     if args.quantize or args.label_free:  # issue 13: per-run surgery metrics
         import sys
 
-        from normlab.surgery.report_columns import measure_sweep
+        from normlab.report.surgery_columns import measure_sweep
 
         if args.max_tokens < 1:
             raise NormlabError(f"--max-tokens must be >= 1, got {args.max_tokens}")

@@ -391,7 +391,7 @@ def diagnostics(rep: SweepReport) -> tuple[list[DiagSection], dict[str, dict[str
             xs = [float(x) for x in xs if _num(x)]
             if xs:
                 table.setdefault(label, {})[v.name] = mean(xs)
-    from normlab.surgery.report_columns import robustness_rows  # W4 / W4+Hadamard (normlab report --quantize)
+    from normlab.report.surgery_columns import robustness_rows  # W4 / W4+Hadamard (normlab report --quantize)
 
     table.update(robustness_rows(rep))
     spikes = {}

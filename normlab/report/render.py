@@ -15,6 +15,7 @@ import yaml
 from normlab.io import atomic_path, check_file_slot, check_inside, write_text
 from normlab.report import lrsection, plots
 from normlab.report.analysis import SweepReport, VariantResult, ci_text, diagnostics, load
+from normlab.report.markdown import md_escape
 from normlab.report.scaling_section import section as scaling_section
 
 CSS = """
@@ -76,16 +77,6 @@ def table_cells(rep: SweepReport) -> tuple[list[str], list[list[str]]]:
                   f"{v.tokens_per_s:,.0f}" if v.tokens_per_s else "–", f"{v.params:,}" if v.params else "–"]
         rows.append(cells)
     return head, rows
-
-
-_MD_SPECIAL = str.maketrans({c: "\\" + c for c in "\\`*_[]|#"})
-
-
-def md_escape(text: object) -> str:
-    """User text (variant names, paths, sentences that quote them) for Markdown, escaped as HTML is: ``<&>`` as
-    entities (a viewer that passes inline HTML shows ``<script>`` as text) and Markdown punctuation backslashed
-    (no emphasis, links or table breaks)."""
-    return html.escape(str(text), quote=False).translate(_MD_SPECIAL)
 
 
 def _md_code(text: str) -> str:
@@ -250,7 +241,7 @@ def build(rep: SweepReport) -> tuple[str, str, dict[str, bytes]]:
                  "<th>temperature</th><th>runs</th></tr>")
         h += [f"<tr><td class='l'>{e(n)}</td>" + "".join(f"<td>{e(c)}</td>" for c in cs) + "</tr>" for n, *cs in calib]
         h.append("</table>")
-    from normlab.surgery.report_columns import label_free_section  # normlab report --label-free
+    from normlab.report.surgery_columns import label_free_section  # normlab report --label-free
 
     label_free = label_free_section(rep)
     if label_free:

@@ -16,6 +16,7 @@ from pathlib import Path
 from statistics import mean
 from typing import Any, Callable
 
+from normlab.report.markdown import md_escape
 from normlab.surgery.robustness import LABEL_FREE_FILE, QUANT_FILE, label_free, pearson, quant_robustness, spearman
 
 W4_RTN = "W4 RTN Δbits/byte"
@@ -100,7 +101,6 @@ NOTE = ("MaNo (Xie et al. 2024; softmax-normalised logits, p = 4) and the Matrix
 
 def label_free_section(rep) -> tuple[str, str] | None:
     """``(html, markdown)`` of the label-free section, or None."""
-    from normlab.report.render import md_escape  # user strings escaped as in the rest of report.md
 
     d = label_free_data(rep)
     if d is None:
