@@ -12,7 +12,7 @@ import pytest
 import torch
 import yaml
 
-from normlab.report.lrgrid import lr_sensitivity, stable_lrs
+from normlab.experiments.lrgrid import lr_sensitivity, stable_lrs
 from normlab.stats import paired_diff, seeds_needed, welch_diff
 from tests.helpers import assert_bad_input
 from tests.helpers import normlab as normlab_sub
@@ -59,7 +59,7 @@ def test_a_tiny_nonzero_difference_needs_more_seeds_than_searched_not_no_differe
     """One learning rate, 3 seeds: differences 0.101, -0.099, 0.001 (mean 0.001, sd 0.1) would need about
     ((1.96 + 0.84) · 0.1 / 0.001)^2 ≈ 78,000 seeds, beyond the 1,000 searched; the reading says "more than 1000
     seeds", not "no difference to resolve", which is kept for a difference of exactly 0."""
-    from normlab.report.lrgrid import GridRun, analyze
+    from normlab.experiments.lrgrid import GridRun, analyze
     from normlab.report.lrsection import paired_cells
     from normlab.stats import SEEDS_NEEDED_MAX, t_ppf
 

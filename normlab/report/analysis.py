@@ -20,9 +20,9 @@ from pathlib import Path
 from statistics import mean
 from typing import Any
 
+from normlab.experiments.lrgrid import GridReport, analyze, grid_runs_from_rows
 from normlab.experiments.store import Store
 from normlab.names import GRAD_NORM_PREFIXES, read_bpb
-from normlab.report.lrgrid import GridReport, analyze, grid_runs_from_rows
 from normlab.stats import MeanCI, Welch, mean_ci, t_ppf, welch
 
 ALPHA = 0.05

@@ -7,8 +7,8 @@ from typing import Any
 
 from matplotlib.figure import Figure
 
+from normlab.experiments.lrgrid import SIGNALS, GridReport, GridRun, signal_at_end, signal_series
 from normlab.report.figures import ci_rows_png, png
-from normlab.report.lrgrid import SIGNALS, GridReport, GridRun, signal_at_end, signal_series
 
 
 def loss_vs_lr_png(gr: GridReport, cmap: dict[str, Any]) -> bytes | None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import html
 from typing import Any
 
+from normlab.experiments.lrgrid import STABLE_MARGIN, GridReport, PairedRow
 from normlab.report import lrplots
-from normlab.report.lrgrid import STABLE_MARGIN, GridReport, PairedRow
 from normlab.stats import MeanCI, t_ppf
 
 

@@ -2,7 +2,7 @@
 Transformer training instabilities", arXiv:2309.14322), measured the paper's way: every variant trained at each
 learning rate of the budget's grid (``Budget.grid_lrs``), one number per seed from the whole grid.
 
-- LR sensitivity (normlab.report.lrgrid): ``mean_lr [min(L(lr), L_init) - L*]`` in bits/byte, ``L`` the final
+- LR sensitivity (normlab.experiments.lrgrid): ``mean_lr [min(L(lr), L_init) - L*]`` in bits/byte, ``L`` the final
   validation bits/byte, ``L_init`` the validation bits/byte at initialisation (``init_val_bpb`` in summary.json),
   a diverged run scoring ``L_init``.
 - Output logit divergence: ``|mean logsumexp(logits)|`` (``diag/output_lse``) at the last diagnostic step of the run
@@ -18,7 +18,7 @@ from typing import Any
 
 def seed_grid(ctx: Any, grid: dict[float, Path]) -> tuple[float, float, float, dict]:
     """``(LR sensitivity, best loss L*, best lr, details)`` of one variant and seed over ``ctx.budget.grid_lrs``."""
-    from normlab.report.lrgrid import lr_sensitivity
+    from normlab.experiments.lrgrid import lr_sensitivity
 
     losses, inits, status = {}, [], {}
     for lr in ctx.budget.grid_lrs:
