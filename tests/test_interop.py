@@ -277,3 +277,7 @@ def test_lm_eval_harness_rolling_loglikelihood_matches_eval_documents(corpus, ca
     assert ours["words"] == theirs["words"]
     for k in ("bits_per_byte", "byte_perplexity", "word_perplexity"):
         assert ours[k] == pytest.approx(theirs[k], rel=1e-4), k
+    doc_start = json.loads((out / "normlab_export.json").read_text())["doc_start_token"]
+    cli = json.loads(run_inproc("eval", str(run), "--split", "test", "--batch-size", "16", "--documents", "--doc-start",
+                                str(doc_start), "--json", cache=cache, check=True).stdout)
+    assert {"bits_per_byte": cli["bpb"], **{k: cli[k] for k in ours if k != "bits_per_byte"}} == ours  # as eval

@@ -43,33 +43,26 @@ def harness_document_metrics(hf_dir: str | Path, docs: list[str], *, prefix_toke
 
 
 def crosscheck(run_dir: str | Path, hf_dir: str | Path, split: str = "test", batch_size: int = 4) -> dict:
-    """``normlab eval --documents`` of ``run_dir`` next to lm-eval on its export ``hf_dir`` (same documents)."""
-    import contextlib
-    import io
+    """normlab's per-document metrics of ``run_dir`` (normlab.eval.documents, as ``normlab eval --documents``)
+    next to lm-eval on its export ``hf_dir``: the same documents, context and document-start token."""
     import json
 
-    from normlab.cli import build_parser
-    from normlab.commands.evaluate import run_eval
-    from normlab.eval.documents import split_documents
+    from normlab.eval.documents import evaluate_documents, split_documents
     from normlab.rundir import load_run, run_data
 
     rec = json.loads((Path(hf_dir) / "normlab_export.json").read_text())
-    args = build_parser().parse_args(["eval", str(run_dir), "--split", split, "--batch-size", "16", "--documents",
-                                      "--doc-start", str(rec["doc_start_token"]), "--json"])
-    buf = io.StringIO()
-    with contextlib.redirect_stdout(buf):
-        run_eval(args)
-    ours = json.loads(buf.getvalue())
     run = load_run(run_dir)
-    docs = split_documents(run_dir, run.cfg, run_data(run_dir, run.cfg), split)
-    theirs = harness_document_metrics(hf_dir, [d.decode("utf-8") for d in docs], prefix_token_id=ours["doc_start_token"],
-                                      max_length=ours["context"], batch_size=batch_size)
+    data = run_data(run_dir, run.cfg)
+    docs = split_documents(run_dir, run.cfg, data, split)
+    prefix, context = int(rec["doc_start_token"]), run.cfg.model.context
+    m = evaluate_documents(run.model, docs, data.tokenizer.encode, prefix, context=context, batch_size=16)
+    theirs = harness_document_metrics(hf_dir, [d.decode("utf-8") for d in docs], prefix_token_id=prefix,
+                                      max_length=context, batch_size=batch_size)
     keys = ("bits_per_byte", "byte_perplexity", "word_perplexity")  # lm-eval's names; normlab's bits/byte is bpb
-    ours = {"bits_per_byte": ours["bpb"], **{k: ours[k] for k in ("byte_perplexity", "word_perplexity", "words",
-                                                                  "bytes", "documents")}}
+    ours = {"bits_per_byte": m["bpb"], **{k: m[k] for k in ("byte_perplexity", "word_perplexity", "words", "bytes",
+                                                            "documents")}}
     return {"normlab": ours, "lm_eval": theirs,
             "rel_diff": {k: abs(ours[k] - theirs[k]) / abs(theirs[k]) for k in keys}}
-
 
 if __name__ == "__main__":  # python -m normlab.interop.harness RUN_DIR HF_DIR [SPLIT]
     import json
