@@ -41,7 +41,7 @@ def make_config(base: str | Path | dict[str, Any] | RunConfig | None = None,
         items = overrides if isinstance(overrides, list) else [f"{k}={_yaml_scalar(v)}" for k, v in overrides.items()]
         apply_overrides(data, items)
     cfg = config_from_dict(data)
-    from normlab.rundir import apply_norm_defaults
+    from normlab.run.rundir import apply_norm_defaults
 
     apply_norm_defaults(cfg)
     return cfg
@@ -81,7 +81,7 @@ def train_run(cfg: str | Path | dict[str, Any] | RunConfig, out: str | Path, *, 
 
     out = Path(out)
     if resume:
-        from normlab.rundir import open_config
+        from normlab.run.rundir import open_config
 
         return _train(open_config(out), out, resume=True, quiet=quiet)
     if (out / "config.yaml").exists():
@@ -101,20 +101,20 @@ class Run:
 
     @property
     def tokenizer(self):
-        from normlab.rundir import run_tokenizer
+        from normlab.run.rundir import run_tokenizer
 
         return run_tokenizer(self.run_dir, self.cfg)
 
     def data(self, source: str | None = None):
         """The tokenized splits (``PreparedData``): the run's corpus, or ``source`` with the run's tokenizer."""
-        from normlab.rundir import run_data
+        from normlab.run.rundir import run_data
 
         return run_data(self.run_dir, self.cfg, source=source)
 
 
 def load_run(run_dir: str | Path) -> Run:
     """Open a run directory (final weights, or the last checkpoint of an unfinished run)."""
-    from normlab.rundir import load_run as _load
+    from normlab.run.rundir import load_run as _load
 
     r = _load(run_dir)
     return Run(Path(run_dir), r.cfg, r.model, r.weights)
@@ -129,7 +129,7 @@ def evaluate(run: Run | str | Path, *, split: str = "val", data: str | None = No
     """Loss (nats/token), ``bpb`` (bits/byte), token/byte/word perplexity and counts, as ``normlab eval --json``
     (nothing is written). ``data``: score another corpus with the run's tokenizer."""
     from normlab.eval.lm import evaluate as _evaluate
-    from normlab.rundir import check_context
+    from normlab.run.rundir import check_context
 
     run = _as_run(run)
     ctx = context or run.cfg.model.context

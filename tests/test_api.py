@@ -61,7 +61,7 @@ def test_evaluate_refuses_a_context_past_the_learned_positions_as_the_cli_does()
     """``normlab.evaluate`` checks the context with the commands' own check (``rundir.check_context``): the same
     one-line message, before any data is read."""
     from normlab.api import Run
-    from normlab.rundir import check_context
+    from normlab.run.rundir import check_context
 
     cfg = normlab.make_config("tiny", {"model.positions": "learned"})
     run = Run(Path("unused"), cfg, None, Path("unused"))

@@ -157,7 +157,7 @@ def fingerprinted(run_dir: Path, cfg: dict) -> None:
     import copy
 
     from normlab.config import config_from_dict, dump_config
-    from normlab.fingerprint import FILE, current_fingerprint
+    from normlab.run.fingerprint import FILE, current_fingerprint
     from normlab.io import write_json, write_text
 
     rc = config_from_dict(copy.deepcopy(cfg))

@@ -16,7 +16,7 @@ from torch import nn
 from normlab.config import config_from_dict, dump_config
 from normlab.convert import convert_model, convert_run
 from normlab.model.crms import CRMSGPT
-from normlab.rundir import load_run
+from normlab.run.rundir import load_run
 from normlab.errors import NormlabError
 from normlab.io import write_text
 from normlab.model import build_model

@@ -17,7 +17,7 @@ from normlab.data import load_corpus, prepare_data, split_docs
 from normlab.data.tokenizer import DocTokenizer, parse_tokenizer_spec
 from normlab.errors import NormlabError
 from normlab.eval.documents import evaluate_documents
-from normlab.rundir import load_run
+from normlab.run.rundir import load_run
 from tests.helpers import run_inproc
 from tests.test_interop import corpus, make_run  # noqa: F401  (module fixture and run builder)
 

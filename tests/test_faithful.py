@@ -162,7 +162,7 @@ class _AB(nn.Module):
 
 
 def test_fingerprint_changes_with_parameter_order_and_not_otherwise():
-    from normlab.fingerprint import fingerprint_record
+    from normlab.run.fingerprint import fingerprint_record
 
     torch.manual_seed(0)
     one = fingerprint_record(_Cfg(), _AB("a"))
@@ -185,7 +185,7 @@ def _train_tiny(run_dir: Path) -> None:
 
 
 def test_a_run_records_its_fingerprint_and_the_check_names_what_changed(tmp_path):
-    from normlab.fingerprint import check_run
+    from normlab.run.fingerprint import check_run
 
     run = tmp_path / "r"
     _train_tiny(run)
@@ -208,9 +208,9 @@ def test_initialisation_rebuilt_for_the_growth_metric_is_the_runs_own(tmp_path):
     """The Peri-LN growth metric compares a run with its own initialisation, rebuilt from config.yaml under the
     run's seed; the rebuilt model gives exactly the loss the training loop measured at step 0."""
     from normlab.model import build_model
-    from normlab.rundir import load_run
+    from normlab.run.rundir import load_run
     from normlab.train.init_eval import initial_eval
-    from normlab.rundir import load_data
+    from normlab.run.rundir import load_data
 
     run = tmp_path / "r"
     _train_tiny(run)

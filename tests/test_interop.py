@@ -20,7 +20,7 @@ from normlab.config import DataConfig, RunConfig, dump_config
 from normlab.eval.documents import doc_windows, evaluate_documents, harness_words
 from normlab.io import write_text
 from normlab.model import ModelConfig, build_model
-from normlab.rundir import load_run
+from normlab.run.rundir import load_run
 from normlab.train.checkpoint import save_model
 from tests.helpers import assert_bad_input, run_inproc
 

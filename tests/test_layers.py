@@ -5,7 +5,7 @@
   and never sideways to another package on the same floor;
 - no import cycle between modules, counting every import (a package's ``__init__`` and its own submodules excepted);
 - no command except ``train`` imports the training loop, and outside ``train/`` only the modules that train do (a
-  run directory's files have one owner: normlab.rundir); each run-directory fact is defined once, in its owner;
+  run directory's files have one owner: normlab.run.rundir); each run-directory fact is defined once, in its owner;
 - the run-directory readers, the JSON/text I/O and the report stay torch-free (sweep workers and reports use them).
 """
 
@@ -29,7 +29,7 @@ FLOORS: list[tuple[str, ...]] = [
     ("attention",),
     ("model",),
     ("config",),
-    ("rundir", "fingerprint"),
+    ("run",),
     ("eval", "diagnostics"),
     ("train",),
     ("convert", "interop"),
@@ -153,7 +153,7 @@ def test_the_cycle_finder_finds_a_cycle():
 
 
 # modules that train (and so may import the training loop): the train command, the library's ``train``, the sweep
-# worker and norm removal's fine-tune; everything else reads run directories through normlab.rundir
+# worker and norm removal's fine-tune; everything else reads run directories through normlab.run.rundir
 TRAINERS = {"normlab.commands.train", "normlab.api", "normlab.experiments.worker",
             "normlab.surgery.remove_norm"}
 
@@ -165,10 +165,10 @@ def test_only_modules_that_train_import_the_training_loop():
 
 
 # each run-directory / file-writing fact is defined once, in its owner (a second copy is how the seams came apart)
-OWNERS = {"STATUS_EXIT": "normlab.rundir", "read_summary": "normlab.rundir", "read_jsonl": "normlab.rundir",
-          "read_metrics": "normlab.rundir", "read_initial": "normlab.rundir", "last_step": "normlab.rundir",
-          "load_data": "normlab.rundir", "run_data": "normlab.rundir", "load_run": "normlab.rundir",
-          "open_run": "normlab.rundir", "apply_norm_defaults": "normlab.rundir", "atomic_path": "normlab.io",
+OWNERS = {"STATUS_EXIT": "normlab.run.rundir", "read_summary": "normlab.run.rundir", "read_jsonl": "normlab.run.rundir",
+          "read_metrics": "normlab.run.rundir", "read_initial": "normlab.run.rundir", "last_step": "normlab.run.rundir",
+          "load_data": "normlab.run.rundir", "run_data": "normlab.run.rundir", "load_run": "normlab.run.rundir",
+          "open_run": "normlab.run.rundir", "apply_norm_defaults": "normlab.run.rundir", "atomic_path": "normlab.io",
           "publish_dir": "normlab.io", "save_tensors": "normlab.train.checkpoint",
           "load_tensors": "normlab.train.checkpoint"}
 
@@ -188,8 +188,8 @@ def test_run_directory_facts_have_one_definition():
 
 
 def test_run_directory_readers_io_and_report_do_not_import_torch():
-    code = ("import sys, normlab.io, normlab.rundir, normlab.experiments.worker, normlab.experiments.progress, "
-            "normlab.report; from normlab.rundir import read_metrics, read_summary, STATUS_EXIT; "
+    code = ("import sys, normlab.io, normlab.run.rundir, normlab.experiments.worker, normlab.experiments.progress, "
+            "normlab.report; from normlab.run.rundir import read_metrics, read_summary, STATUS_EXIT; "
             "print(sorted(m for m in ('torch', 'safetensors.torch') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

@@ -1,4 +1,4 @@
-"""Self-contained run directories (normlab.rundir): the run keeps its tokenizer, data identity and provenance; it
+"""Self-contained run directories (normlab.run.rundir): the run keeps its tokenizer, data identity and provenance; it
 works after being moved, from any working directory, with an empty token cache; a changed corpus is refused with
 one line naming what changed; ``--data`` scores another corpus with the run's own tokenizer."""
 

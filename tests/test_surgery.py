@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from normlab.config import dump_config, load_config
-from normlab.rundir import load_run
+from normlab.run.rundir import load_run
 from normlab.model import build_model
 from normlab.train.checkpoint import save_model
 from tests.helpers import assert_bad_input, run_inproc, weights
@@ -36,7 +36,7 @@ def trained(tmp_path_factory, cache):
 def write_untrained(path: Path, cache: Path, *overrides: str) -> Path:
     """A run directory from a config without training (seeded init): enough for refusals."""
     cfg = load_config("tiny", [f"data.source={SOURCE}", f"data.cache_dir={cache}", *overrides])
-    from normlab.rundir import load_data
+    from normlab.run.rundir import load_data
 
     cfg.model.vocab_size = load_data(cfg).vocab_size
     torch.manual_seed(0)
@@ -122,7 +122,7 @@ def test_hadamard_rotation_leaves_logits_unchanged(trained):
     from normlab.convert.run import max_logit_diff
     from normlab.surgery.quantize import activation_stats
     from normlab.surgery.run_quantize import rotated_copy
-    from normlab.rundir import load_data
+    from normlab.run.rundir import load_data
 
     src = load_run(trained)
     data = load_data(src.cfg)

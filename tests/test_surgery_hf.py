@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 
-from normlab.rundir import load_run
+from normlab.run.rundir import load_run
 from tests.helpers import run_inproc
 from tests.test_interop import corpus, save_hf, text_ids  # noqa: F401 - corpus is a fixture
 
@@ -148,7 +148,7 @@ def test_remove_norm_fine_tunes_an_imported_gpt2(imported, tmp_path, cache):
 def test_eval_label_free_on_imported_gpt2_matches_transformers(imported, cache):
     """MaNo and the Matrix Nuclear-Norm of the imported run equal the papers' formulas applied by hand to
     transformers' logits and last hidden states (after ln_f) on the same windows."""
-    from normlab.rundir import run_data
+    from normlab.run.rundir import run_data
 
     run, hf = imported
     r = json.loads(run_inproc("eval", str(run), "--label-free", "--max-tokens", "512", "--json", cache=cache,

@@ -83,7 +83,7 @@ def test_gradient_accumulation_matches_big_batch(tmp_path, cache):
     """Two micro-batches of 4 sum to the same gradient as one batch of 8 drawn from the same windows."""
     from normlab.config import load_config
     from normlab.model import build_model
-    from normlab.rundir import load_data
+    from normlab.run.rundir import load_data
     from normlab.train.loop import get_batch
 
     os.environ["NORMLAB_CACHE_DIR"] = str(cache)

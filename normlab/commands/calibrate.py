@@ -18,7 +18,7 @@ LOGITS_BUDGET = 1 << 30  # bytes of float32 logits held in memory (caps the toke
 
 def run_calibrate(args: argparse.Namespace) -> int:
     from normlab.eval.calibration import calibration_stats, collect_logits, fit_temperature, reliability_diagram
-    from normlab.rundir import open_run
+    from normlab.run.rundir import open_run
 
     if args.max_tokens < 0 or args.batch_size < 1:
         raise NormlabError("--max-tokens must be >= 0 and --batch-size >= 1")

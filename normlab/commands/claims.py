@@ -138,7 +138,7 @@ def claim_scale(c: dict) -> str:
     a grid variant's at every learning rate, read from their ``config.yaml``; tokens = steps x batch x grad_accum x
     context); ``n/a`` without runs."""
     from normlab.errors import NormlabError
-    from normlab.rundir import open_config
+    from normlab.run.rundir import open_config
 
     shapes: dict[tuple, None] = {}
     first = ((c.get("runs") or [{}])[0] or {}).values()  # variant -> run dir, or lr -> run dir for a grid variant

@@ -15,7 +15,7 @@ def run_diagnose(args: argparse.Namespace) -> int:
 
     from normlab.diagnostics.analyze import diagnose_model, sample_sequences, training_records, training_summary
     from normlab.diagnostics.plots import write_plots
-    from normlab.rundir import open_run
+    from normlab.run.rundir import open_run
 
     if args.sequences < 1 or (args.context is not None and args.context < 1):
         raise NormlabError(f"--sequences and --context must be >= 1, got {args.sequences} and {args.context}")

@@ -1,7 +1,7 @@
 """``normlab eval``: loss, bits-per-byte, token/byte/word perplexity on a split of a run's corpus.
 
 Evaluation-time overrides (``args.overrides``, ``--set model.KEY=VALUE``): only the keys that change how a trained
-model is evaluated without touching its weights (``normlab.rundir.apply_eval_overrides``, ``normlab.attention.eval_time_keys()``, declared by each kind: the LSSAR re-weighting of
+model is evaluated without touching its weights (``normlab.run.rundir.apply_eval_overrides``, ``normlab.attention.eval_time_keys()``, declared by each kind: the LSSAR re-weighting of
 softplus attention, ``model.lssa_reweight`` / ``model.lssa_power``). The result then goes to
 ``eval_<split>_overrides.json`` with an ``overrides`` list, so the plain evaluation is never overwritten.
 
@@ -23,7 +23,7 @@ from normlab.io import check_file_slot, dumps, write_json
 
 def run_eval(args: argparse.Namespace) -> int:
     from normlab.eval.lm import evaluate
-    from normlab.rundir import open_run
+    from normlab.run.rundir import open_run
 
     if args.batch_size < 1 or args.max_tokens < 0:
         raise NormlabError("--batch-size must be >= 1 and --max-tokens >= 0")

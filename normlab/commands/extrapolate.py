@@ -3,7 +3,7 @@
 Writes ``RUN_DIR/extrapolation.json`` and ``RUN_DIR/extrapolation.png``; ``--json`` prints one object whose
 ``results`` key holds the list of ``{factor, context, loss, bpb, buckets, ...}`` (see
 ``normlab.eval.extrapolation``). Evaluation-time overrides (``args.overrides``, e.g. ``model.lssa_reweight=true``;
-see ``normlab.rundir.apply_eval_overrides``) write ``extrapolation_overrides.json`` / ``.png`` instead.
+see ``normlab.run.rundir.apply_eval_overrides``) write ``extrapolation_overrides.json`` / ``.png`` instead.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from normlab.io import check_file_slot, check_inside, dumps, write_json
 def run_extrapolate(args: argparse.Namespace) -> int:
     from normlab.eval.extrapolation import check_positions, extrapolate, parse_factors, plot_extrapolation
     from normlab.attention import check_attention_context
-    from normlab.rundir import open_config, open_run
+    from normlab.run.rundir import open_config, open_run
 
     factors = parse_factors(args.factors)
     if args.max_tokens < 0 or args.batch_size < 1 or not args.memory_gb > 0:

@@ -23,7 +23,7 @@ def run_generate(args: argparse.Namespace) -> int:
     import torch
 
     from normlab.eval.sampling import check_sampling_args, generate_tokens
-    from normlab.rundir import load_run, run_tokenizer
+    from normlab.run.rundir import load_run, run_tokenizer
 
     sampling = {"temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p, "min_p": args.min_p,
                 "top_nsigma": args.top_nsigma}

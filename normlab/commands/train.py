@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from normlab.errors import NormlabError
 from normlab.io import dumps
-from normlab.rundir import open_config
+from normlab.run.rundir import open_config
 
 if TYPE_CHECKING:
     from normlab.config import RunConfig
@@ -42,7 +42,7 @@ def _resume_config(args: argparse.Namespace) -> tuple[RunConfig, Path]:
         base = load_config(args.config, args.overrides) if args.config else config_from_dict(
             _with_overrides(read_yaml(run_dir / "config.yaml"), args.overrides))
         base.model.vocab_size = saved.model.vocab_size
-        from normlab.rundir import apply_norm_defaults
+        from normlab.run.rundir import apply_norm_defaults
 
         apply_norm_defaults(base)
         from normlab.train.precision import fill_auto
@@ -79,7 +79,7 @@ def plan_run(args: argparse.Namespace) -> tuple[RunConfig, Path, bool, dict | No
     """Check the arguments and the run directory: ``(config, run_dir, resume, summary)``, where ``summary`` is the
     stored summary of a run that is already complete (nothing left to train), else None."""
     from normlab.config import load_config
-    from normlab.rundir import apply_norm_defaults, read_summary
+    from normlab.run.rundir import apply_norm_defaults, read_summary
 
     if args.resume:
         if args.init_from:
@@ -105,7 +105,7 @@ def plan_run(args: argparse.Namespace) -> tuple[RunConfig, Path, bool, dict | No
 
 
 def _run_train(args: argparse.Namespace, ctx) -> int:
-    from normlab.rundir import STATUS_EXIT
+    from normlab.run.rundir import STATUS_EXIT
     from normlab.train.loop import train
 
     cfg, run_dir, resume, summary = plan_run(args)
@@ -153,7 +153,7 @@ def rank_argv(args: argparse.Namespace, run_dir: str, resume: bool) -> list[str]
 
 
 def launch_train(args: argparse.Namespace) -> int:
-    from normlab.rundir import STATUS_EXIT, read_summary
+    from normlab.run.rundir import STATUS_EXIT, read_summary
     from normlab.train.distributed import launch
 
     if args.nproc < 1:

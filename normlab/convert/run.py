@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from normlab.config import dump_config
-from normlab.rundir import load_run
+from normlab.run.rundir import load_run
 from normlab.convert.exact import KINDS, PAPER, convert_model
 from normlab.errors import NormlabError
 from normlab.io import check_new_dir, publish_dir, read_json_object, write_json, write_text
@@ -60,7 +60,7 @@ def convert_run(run_dir: str | Path, kind: str, out: str | Path | None = None, *
     Raises a one-line NormlabError (and writes nothing) for unsupported models or a failed check.
     """
     from normlab.eval.lm import evaluate
-    from normlab.rundir import DATA_FILE, PROVENANCE_FILE, TOKENIZER_FILE, run_data
+    from normlab.run.rundir import DATA_FILE, PROVENANCE_FILE, TOKENIZER_FILE, run_data
 
     if kind not in KINDS:
         raise NormlabError(f"unknown conversion '{kind}'; allowed: {', '.join(KINDS)}")

@@ -62,7 +62,7 @@ def diagnose_model(model: nn.Module, idx: torch.Tensor, targets: torch.Tensor, *
 
 def training_records(run_dir: str | Path) -> list[dict]:
     """Records of ``RUN_DIR/metrics.jsonl`` that carry ``diag/...`` keys (skipping lines cut by a kill)."""
-    from normlab.rundir import read_jsonl  # cut, junk and non-UTF-8 lines are skipped
+    from normlab.run.rundir import read_jsonl  # cut, junk and non-UTF-8 lines are skipped
 
     return [rec for rec in read_jsonl(Path(run_dir) / "metrics.jsonl") if any(k.startswith("diag/") for k in rec)]
 

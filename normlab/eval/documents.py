@@ -92,7 +92,7 @@ def split_documents(run_dir, cfg, data, split: str, source: str | None = None) -
     from pathlib import Path
 
     from normlab.data import load_corpus, split_docs
-    from normlab.rundir import read_data_info
+    from normlab.run.rundir import read_data_info
 
     if source is None:
         info = read_data_info(run_dir) or {}

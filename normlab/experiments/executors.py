@@ -241,7 +241,7 @@ def sweep_task(run_id: str, config: dict[str, Any], threads: int, sweep_root: st
                 proc.send_signal(signal.SIGINT if signalled <= 2 else signal.SIGKILL)
         proc.returncode = status
         cfg_file.unlink(missing_ok=True)
-        from normlab.rundir import read_summary
+        from normlab.run.rundir import read_summary
 
         try:
             summary = read_summary(run_dir) if run_dir.is_dir() else None
@@ -386,7 +386,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from normlab.errors import EXIT_BAD_INPUT
     from normlab.experiments.worker import train_run
-    from normlab.rundir import STATUS_EXIT
+    from normlab.run.rundir import STATUS_EXIT
 
     p = argparse.ArgumentParser(prog="python -m normlab.experiments.executors")
     p.add_argument("run_dir")

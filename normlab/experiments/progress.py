@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from normlab.rundir import last_step
+from normlab.run.rundir import last_step
 
 DEFAULT_EVERY_S = 30.0
 

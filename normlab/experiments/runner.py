@@ -85,7 +85,7 @@ def check_sweep_dir(sweep: Sweep, sweep_dir: Path) -> Store | None:
 def _prepare_data(configs: list[dict[str, Any]], log: Callable[[str], None]) -> None:
     """Build every distinct token cache once, here, before workers start (and check each corpus fits its context)."""
     from normlab.config import config_from_dict
-    from normlab.rundir import load_data
+    from normlab.run.rundir import load_data
 
     seen = set()
     for c in configs:
@@ -224,11 +224,11 @@ def registration(sweep: Sweep) -> list[dict[str, Any]]:
 
 
 def _refingerprint(sweep: Sweep, sweep_dir: Path, stored: dict, log: Callable[[str], None]) -> list:
-    """Finished runs whose ``fingerprint.json`` (normlab.fingerprint: resolved config, parameter names/shapes/order,
+    """Finished runs whose ``fingerprint.json`` (normlab.run.fingerprint: resolved config, parameter names/shapes/order,
     normlab and torch versions) no longer matches what the current code builds: each is moved aside to
     ``SWEEP_DIR/stale/RUN_ID-<n>`` (kept, not deleted) and returned to be trained again, with the reason logged.
     Runs trained before fingerprints existed cannot be checked: they are reused, and the log says so."""
-    from normlab.fingerprint import FILE, check_run
+    from normlab.run.fingerprint import FILE, check_run
 
     again, legacy, why_all = [], [], {}
     for r in sweep.runs:

@@ -24,7 +24,7 @@ from typing import Any
 
 from normlab.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, NormlabError
 from normlab.experiments.store import Store
-from normlab.rundir import STATUS_EXIT, read_metrics
+from normlab.run.rundir import STATUS_EXIT, read_metrics
 
 
 def _num(v: Any) -> float | None:
@@ -77,7 +77,7 @@ def train_run(run_dir: Path, config: dict[str, Any], threads: int | None = None,
     import torch
 
     from normlab.config import config_from_dict
-    from normlab.rundir import open_config
+    from normlab.run.rundir import open_config
     from normlab.train.loop import train
 
     if threads:
@@ -91,7 +91,7 @@ def train_run(run_dir: Path, config: dict[str, Any], threads: int | None = None,
 
 def finished_summary(run_dir: Path) -> dict[str, Any] | None:
     """The summary of a run that needs no more training (completed with its model, or diverged), else None."""
-    from normlab.rundir import read_summary
+    from normlab.run.rundir import read_summary
 
     try:
         summary = read_summary(run_dir) if run_dir.is_dir() else None

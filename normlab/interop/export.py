@@ -93,7 +93,7 @@ def build_hf_model(cfg, arch: str, tensors: dict[str, Any]):
 def export_run(run_dir: str | Path, out: str | Path) -> dict[str, Any]:
     """Export the run in ``run_dir`` to an HF directory ``out``; returns the export record (also
     ``out/normlab_export.json``). Refusals and a failed check are one-line NormlabErrors; nothing is written then."""
-    from normlab.rundir import load_run, run_data
+    from normlab.run.rundir import load_run, run_data
 
     require_transformers()
     run_dir, out = Path(run_dir), Path(out)

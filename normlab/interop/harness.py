@@ -48,7 +48,7 @@ def crosscheck(run_dir: str | Path, hf_dir: str | Path, split: str = "test", bat
     import json
 
     from normlab.eval.documents import evaluate_documents, split_documents
-    from normlab.rundir import load_run, run_data
+    from normlab.run.rundir import load_run, run_data
 
     rec = json.loads((Path(hf_dir) / "normlab_export.json").read_text())
     run = load_run(run_dir)

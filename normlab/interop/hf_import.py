@@ -9,7 +9,7 @@ is a local directory (``from_pretrained(..., local_files_only=True)``).
 
 Run directory: ``config.yaml`` (``data.source`` = ``--data``, ``data.tokenizer`` = ``bytes`` or the HF
 tokenizer's lossless copy ``RUN_DIR/tokenizer.json``), ``model.safetensors``, ``data.json`` / ``provenance.json``
-(``normlab.rundir``: the run is self-contained like a trained one), ``summary.json`` (status ``completed``,
+(``normlab.run.rundir``: the run is self-contained like a trained one), ``summary.json`` (status ``completed``,
 ``imported_from``) and ``hf_import.json`` (family, check numbers, the document-start token an
 lm-evaluation-harness run of the HF model would use: ``bos_token_id``, else ``eos_token_id``).
 """
@@ -145,7 +145,7 @@ def import_hf(hf_dir: str | Path, out: str | Path, *, data: str = "pystdlib", to
     """Import the HF checkpoint in ``hf_dir`` as a run directory ``out``; returns the import record."""
     from normlab.config import DataConfig, RunConfig, dump_config
     from normlab.model import ModelConfig, build_model
-    from normlab.rundir import load_data, save_run_identity
+    from normlab.run.rundir import load_data, save_run_identity
     from normlab.train.checkpoint import save_model
 
     transformers = require_transformers()

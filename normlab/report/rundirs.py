@@ -19,7 +19,7 @@ from typing import Any
 
 from normlab.errors import NormlabError
 from normlab.experiments.store import Store
-from normlab.rundir import read_metrics
+from normlab.run.rundir import read_metrics
 from normlab.report.analysis import RunInfo, SweepReport, _load_artifacts, _read_yaml, from_runs
 
 IGNORED = ("seed", "train.lr", "train.threads", "train.log_every", "train.checkpoint_every", "train.keep_checkpoints",

@@ -203,7 +203,7 @@ def remove_norm_run(run_dir: str | Path, out: str | Path, *, steps: int = 100, l
     """Run the schedule on ``run_dir``; write the norm-free run to ``out`` (whole or absent); return the record."""
     from normlab.eval.lm import evaluate
     from normlab.io import write_json
-    from normlab.rundir import load_run, run_data
+    from normlab.run.rundir import load_run, run_data
     from normlab.train.loop import train
 
     if steps < 0 or max_tokens < 1 or batch_size < 1:

@@ -36,7 +36,7 @@ SIMULATED = ("simulated quantization: weights are rounded to the grid and stored
 
 def copy_identity(src: Path, dst: Path) -> None:
     """Keep a derived run directory self-contained: the source's tokenizer.json, data.json, provenance.json."""
-    from normlab.rundir import DATA_FILE, PROVENANCE_FILE, TOKENIZER_FILE
+    from normlab.run.rundir import DATA_FILE, PROVENANCE_FILE, TOKENIZER_FILE
 
     for name in (TOKENIZER_FILE, DATA_FILE, PROVENANCE_FILE):
         if (Path(src) / name).is_file():
@@ -126,7 +126,7 @@ def quantize_run(run_dir: str | Path, out: str | Path, *, weights: int, group: i
     """Quantize the run in ``run_dir`` and write it to ``out`` (whole or absent); returns the record."""
     from normlab.config import dump_config
     from normlab.io import read_json, write_json, write_text
-    from normlab.rundir import load_run, run_data
+    from normlab.run.rundir import load_run, run_data
     from normlab.train.checkpoint import save_model
 
     if max_tokens < 1 or batch_size < 1:

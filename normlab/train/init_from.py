@@ -87,7 +87,7 @@ def source_tokenizer(init_from: str | Path | None) -> str | Path | None:
     the source run's ``tokenizer.json``; None when there is no source or it predates recorded tokenizers."""
     if init_from is None:
         return None
-    from normlab.rundir import read_data_info, tokenizer_ref
+    from normlab.run.rundir import read_data_info, tokenizer_ref
 
     info = read_data_info(init_from)
     return None if info is None else tokenizer_ref(Path(init_from), info)

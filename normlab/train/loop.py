@@ -26,8 +26,8 @@ from normlab.diagnostics.training import TrainDiagnostics
 from normlab.errors import NormlabError
 from normlab.eval.lm import evaluate
 from normlab.io import clean_stale_temps, dumps, exclusive_lock, read_json_object, write_json, write_text
-from normlab.fingerprint import write_fingerprint
-from normlab.rundir import apply_norm_defaults, load_data, read_initial, read_jsonl
+from normlab.run.fingerprint import write_fingerprint
+from normlab.run.rundir import apply_norm_defaults, load_data, read_initial, read_jsonl
 from normlab.model import build_model
 from normlab.train.losses import lm_loss
 from normlab.train.init_from import load_init, resolve_init, source_tokenizer
@@ -172,9 +172,9 @@ def _train(cfg: RunConfig, run_dir: Path, *, resume: bool, quiet: bool, flag: An
            ctx: DistContext = SINGLE) -> dict[str, Any]:
     if cfg.train.threads:
         torch.set_num_threads(cfg.train.threads)
-    from normlab.rundir import read_data_info, run_data, save_run_identity
+    from normlab.run.rundir import read_data_info, run_data, save_run_identity
 
-    # a resumed run keeps its own tokenizer and refuses a changed corpus (normlab.rundir)
+    # a resumed run keeps its own tokenizer and refuses a changed corpus (normlab.run.rundir)
     data = (run_data(run_dir, cfg) if resume and read_data_info(run_dir) is not None
             else load_data(cfg, tokenizer=None if resume else source_tokenizer(init_from)))  # --init-from: its ids
     cfg.model.vocab_size = data.vocab_size

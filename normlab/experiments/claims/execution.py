@@ -12,7 +12,7 @@ claim is measured per seed from the run directories and ``claims.json`` is writt
 - ``--only`` and ``--seeds`` add runs to the same store; a re-run trains only what is missing.
 - A run's id holds the hash of the full config normlab resolves its spec to, so a changed spec or library default
   is a new run that is trained, never a finished one silently reused; the log and ``claims.json`` ``retrained``
-  say "its spec or resolved config changed". A finished run whose ``fingerprint.json`` (normlab.fingerprint) does
+  say "its spec or resolved config changed". A finished run whose ``fingerprint.json`` (normlab.run.fingerprint) does
   not match what the current code builds is moved to ``OUT/stale/`` and trained again (the runner does it), and
   ``retrained`` names the reason.
 - Runs of the layout before this one (``OUT/runs/<variant>/seed<k>[/lr<lr>]`` with ``claims_spec.json``) that
@@ -152,7 +152,7 @@ def old_reuse_reason(run_dir: Path, cfg: dict) -> str | None:
         return "unreadable claims_spec.json or summary.json"
     if status not in ("completed", "diverged"):
         return f"status {status}"
-    from normlab.fingerprint import check_run
+    from normlab.run.fingerprint import check_run
 
     return check_run(run_dir)
 
@@ -213,7 +213,7 @@ def why_retrain(out: Path, sweep: "Sweep") -> dict[str, list[str]]:
     seed and learning rate under another run id (its spec or resolved config changed), or a run of this sweep whose
     fingerprint no longer matches (the runner moves it to ``OUT/stale/`` and trains it again)."""
     from normlab.experiments.store import FINAL, Store
-    from normlab.fingerprint import FILE, check_run
+    from normlab.run.fingerprint import FILE, check_run
 
     rows = {r["run_id"]: r for r in Store(out / "results.sqlite").runs()}
     ids = {r.run_id for r in sweep.runs}
@@ -397,7 +397,7 @@ def find_reusable(sweep_dir: Path, cfg: dict[str, Any], wait_s: float = 7200.0) 
             return None
         done = [r for r in match if r["status"] in FINAL]
         if done:
-            from normlab.fingerprint import check_run
+            from normlab.run.fingerprint import check_run
 
             src = sweep_dir / "runs" / done[0]["run_id"]
             return src if check_run(src) is None else None  # the current code would not reproduce it: train

@@ -24,7 +24,7 @@ class Context:
         self._diag: dict[str, dict] = {}
 
     def data(self, cfg) -> Any:
-        from normlab.rundir import load_data
+        from normlab.run.rundir import load_data
 
         key = cfg.data.source
         if key not in self._data:
@@ -53,7 +53,7 @@ class Context:
             from normlab.diagnostics.capture import capture_stream
             from normlab.diagnostics.depth import variance_by_depth
             from normlab.diagnostics.massive import massive_by_block
-            from normlab.rundir import load_run
+            from normlab.run.rundir import load_run
 
             run = load_run(run_dir)
             model = run.model
@@ -86,7 +86,7 @@ def final_bpb(ctx: Context, run_dir: Path) -> tuple[float, dict]:
     s = ctx.summary(run_dir)
     if s.get("status") == "completed" and s.get("val_bpb") is not None:
         return float(s["val_bpb"]), {"status": "completed"}
-    from normlab.rundir import open_config
+    from normlab.run.rundir import open_config
 
     vocab = ctx.data(open_config(run_dir)).vocab_size
     return math.log2(vocab), {"status": s.get("status"), "diverged_at": s.get("step")}
@@ -94,7 +94,7 @@ def final_bpb(ctx: Context, run_dir: Path) -> tuple[float, dict]:
 
 # --------------------------------------------------------------------------------------------- measurements
 def m_exact(ctx: Context, runs: dict[str, Path]) -> tuple[float | None, dict]:
-    from normlab.rundir import load_run
+    from normlab.run.rundir import load_run
     from normlab.convert.exact import convert_model
     from normlab.convert.run import max_logit_diff
 
@@ -219,7 +219,7 @@ def _degradation(ctx: Context, run_dir: Path, reweight: bool | None) -> tuple[fl
     windows; ``reweight`` (softplus runs) sets ``model.lssa_reweight`` for this evaluation (None: as trained)."""
     from normlab.attention import set_eval_options
     from normlab.eval.extrapolation import extrapolate
-    from normlab.rundir import load_run
+    from normlab.run.rundir import load_run
 
     b = ctx.budget
     if ctx.summary(run_dir).get("status") != "completed":

@@ -50,7 +50,7 @@ def m_best_diff(ctx: Any, runs: dict[str, Any], a: str, b: str) -> tuple[float |
 
 
 def last_lse(run_dir: Path) -> float | None:
-    from normlab.rundir import read_metrics
+    from normlab.run.rundir import read_metrics
 
     pts = [(s, v) for s, k, v in read_metrics(run_dir / "metrics.jsonl") if k == "diag/output_lse"]
     return max(pts)[1] if pts else None

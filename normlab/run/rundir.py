@@ -8,7 +8,7 @@
     RUN_DIR/summary.json       {status: completed|diverged|interrupted, step, final metrics} (``read_summary``;
                                ``STATUS_EXIT`` maps the status to the exit code of ``normlab train``)
     RUN_DIR/fingerprint.json   what determines the numbers: sha256 of resolved config + parameter names/shapes/order
-                               + normlab and torch versions (normlab.fingerprint; caches check it)
+                               + normlab and torch versions (normlab.run.fingerprint; caches check it)
     RUN_DIR/tokenizer.json     the BPE tokenizer the run was trained with (Hugging Face ``tokenizers`` JSON);
                                absent for the byte tokenizer, which ``data.json`` describes instead
     RUN_DIR/data.json          the corpus identity: source string, absolute path of a local corpus, content sha256

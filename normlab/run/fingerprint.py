@@ -95,7 +95,7 @@ def check_run(run_dir: str | Path) -> str | None:
         return "no fingerprint recorded (trained before run fingerprints)"
     try:
         old = json.loads(path.read_text())
-        from normlab.rundir import open_config
+        from normlab.run.rundir import open_config
 
         new = current_fingerprint(open_config(run_dir))
     except Exception as e:  # a corrupt or foreign file: retrain rather than trust it
