@@ -21,7 +21,7 @@ from normlab.errors import NormlabError
 from normlab.io import write_text
 from normlab.model import build_model
 from normlab.norms import build_norm, registry
-from normlab.train.checkpoint import save_model
+from normlab.run.tensors import save_model
 from tests.helpers import normlab, scratch_norm
 
 V, CTX = 50, 16

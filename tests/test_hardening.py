@@ -310,7 +310,7 @@ def test_read_only_file_system_is_one_line_and_a_retry_works(argv, victim, new, 
 def test_disk_full_during_the_final_checkpoint_stays_resumable(run, tmp_path, monkeypatch, cache):
     """safetensors' error on a full disk is one line (exit 2); nothing corrupt is left and --resume after freeing
     space ends with the same weights as an uninterrupted run."""
-    import normlab.train.checkpoint as nio  # tensor files are written beside the checkpoint code
+    import normlab.run.tensors as nio  # tensor files are written beside the checkpoint code
     from safetensors import SafetensorError
 
     from tests.helpers import assert_same_weights

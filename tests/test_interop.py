@@ -21,7 +21,7 @@ from normlab.eval.documents import doc_windows, evaluate_documents, harness_word
 from normlab.io import write_text
 from normlab.model import ModelConfig, build_model
 from normlab.run.rundir import load_run
-from normlab.train.checkpoint import save_model
+from normlab.run.tensors import save_model
 from tests.helpers import assert_bad_input, run_inproc
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -169,8 +169,8 @@ OWNERS = {"STATUS_EXIT": "normlab.run.rundir", "read_summary": "normlab.run.rund
           "read_metrics": "normlab.run.rundir", "read_initial": "normlab.run.rundir", "last_step": "normlab.run.rundir",
           "load_data": "normlab.run.rundir", "run_data": "normlab.run.rundir", "load_run": "normlab.run.rundir",
           "open_run": "normlab.run.rundir", "apply_norm_defaults": "normlab.run.rundir", "atomic_path": "normlab.io",
-          "publish_dir": "normlab.io", "save_tensors": "normlab.train.checkpoint",
-          "load_tensors": "normlab.train.checkpoint"}
+          "publish_dir": "normlab.io", "save_tensors": "normlab.run.tensors",
+          "load_tensors": "normlab.run.tensors"}
 
 
 def test_run_directory_facts_have_one_definition():

@@ -16,7 +16,7 @@ from normlab.config import OptimConfig, RunConfig, TrainConfig, config_from_dict
 from normlab.errors import NormlabError
 from normlab.model import ModelConfig, build_model
 from normlab.run.rundir import open_config
-from normlab.train.checkpoint import load_optimizer_tensors, optimizer_tensors
+from normlab.run.tensors import load_optimizer_tensors, optimizer_tensors
 from normlab.train.optim import EffectiveLR, NormalizeAndProject, build_optimizer, weights_feeding_norms
 from tests.helpers import TINY, assert_same_weights, cli_env, kill_9_after, normlab, summary, weights
 

@@ -15,7 +15,7 @@ import torch
 from normlab.config import dump_config, load_config
 from normlab.run.rundir import load_run
 from normlab.model import build_model
-from normlab.train.checkpoint import save_model
+from normlab.run.tensors import save_model
 from tests.helpers import assert_bad_input, run_inproc, weights
 
 pytestmark = pytest.mark.usefixtures("one_thread")

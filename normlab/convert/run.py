@@ -28,7 +28,7 @@ from normlab.run.rundir import load_run
 from normlab.convert.exact import KINDS, PAPER, convert_model
 from normlab.errors import NormlabError
 from normlab.io import check_new_dir, publish_dir, read_json_object, write_json, write_text
-from normlab.train.checkpoint import save_model
+from normlab.run.tensors import save_model
 
 LOGIT_TOL = 1e-4
 BPB_TOL = 1e-6

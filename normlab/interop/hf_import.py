@@ -146,7 +146,7 @@ def import_hf(hf_dir: str | Path, out: str | Path, *, data: str = "pystdlib", to
     from normlab.config import DataConfig, RunConfig, dump_config
     from normlab.model import ModelConfig, build_model
     from normlab.run.rundir import load_data, save_run_identity
-    from normlab.train.checkpoint import save_model
+    from normlab.run.tensors import save_model
 
     transformers = require_transformers()
     hf_dir, out = Path(hf_dir), Path(out)

@@ -3,7 +3,7 @@
     RUN_DIR/config.yaml        full config (every key)
     RUN_DIR/param_groups.json  optimizer grouping (which parameters get weight decay)
     RUN_DIR/metrics.jsonl      one JSON object per logged step / evaluation (``read_jsonl``, ``read_metrics``)
-    RUN_DIR/checkpoints/       resumable checkpoints (see normlab.train.checkpoint)
+    RUN_DIR/checkpoints/       resumable checkpoints (see normlab.run.tensors)
     RUN_DIR/model.safetensors  final weights
     RUN_DIR/summary.json       {status: completed|diverged|interrupted, step, final metrics} (``read_summary``;
                                ``STATUS_EXIT`` maps the status to the exit code of ``normlab train``)
@@ -352,7 +352,7 @@ def load_run(run_dir: str | Path, *, final_only: bool = False) -> LoadedRun:
     import torch
 
     from normlab.model import build_model
-    from normlab.train.checkpoint import list_checkpoints, load_model_state
+    from normlab.run.tensors import list_checkpoints, load_model_state
 
     run_dir = Path(run_dir)
     cfg = open_config(run_dir)

@@ -170,7 +170,7 @@ def _write_run(path: Path, cfg, model: nn.Module, summary: dict[str, Any], name:
                source: Path | None = None) -> None:
     from normlab.config import dump_config
     from normlab.io import write_json, write_text
-    from normlab.train.checkpoint import save_model
+    from normlab.run.tensors import save_model
 
     from normlab.surgery.run_quantize import copy_identity
 

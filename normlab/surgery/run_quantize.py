@@ -127,7 +127,7 @@ def quantize_run(run_dir: str | Path, out: str | Path, *, weights: int, group: i
     from normlab.config import dump_config
     from normlab.io import read_json, write_json, write_text
     from normlab.run.rundir import load_run, run_data
-    from normlab.train.checkpoint import save_model
+    from normlab.run.tensors import save_model
 
     if max_tokens < 1 or batch_size < 1:
         raise NormlabError("--max-tokens and --batch-size must be >= 1")

@@ -18,7 +18,7 @@ from torch import nn
 
 from normlab.errors import NormlabError
 from normlab.io import read_json, write_json
-from normlab.train.checkpoint import list_checkpoints, load_tensors, model_tensors
+from normlab.run.tensors import list_checkpoints, load_tensors, model_tensors
 
 RECORD = "init_from.json"
 

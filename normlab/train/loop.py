@@ -33,7 +33,7 @@ from normlab.train.losses import lm_loss
 from normlab.train.init_from import load_init, resolve_init, source_tokenizer
 from normlab.train.init_from import write_record as write_init_record
 from normlab.train.init_eval import eval_mode_gap, initial_eval
-from normlab.train.checkpoint import list_checkpoints, load_checkpoint, save_checkpoint, save_model
+from normlab.run.tensors import list_checkpoints, load_checkpoint, save_checkpoint, save_model
 from normlab.train.distributed import SINGLE, DistContext, StopSignals
 from normlab.train.optim import EffectiveLR, NormalizeAndProject, build_optimizer
 from normlab.train.precision import CompileTimer, autocast, prepare_model, resolve_runtime

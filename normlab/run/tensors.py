@@ -1,4 +1,5 @@
-"""Checkpoints: safetensors for model and optimizer tensors, JSON for step, RNG states, data position, config.
+"""Tensor files of a run directory: safetensors for the final weights and for checkpoints (model and optimizer
+tensors), JSON for a checkpoint's step, RNG states, data position, config.
 
 Layout of one checkpoint (written into a temp directory, then renamed into place by ``normlab.io.publish_dir``, so
 it is whole or absent)::
