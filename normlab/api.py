@@ -22,6 +22,7 @@ from typing import Any
 
 from normlab.config import RunConfig, apply_overrides, config_from_dict, read_yaml, resolve_config_path
 from normlab.errors import NormlabError
+from normlab.run.files import CONFIG_FILE
 
 
 def make_config(base: str | Path | dict[str, Any] | RunConfig | None = None,
@@ -84,7 +85,7 @@ def train_run(cfg: str | Path | dict[str, Any] | RunConfig, out: str | Path, *, 
         from normlab.run.rundir import open_config
 
         return _train(open_config(out), out, resume=True, quiet=quiet)
-    if (out / "config.yaml").exists():
+    if (out / CONFIG_FILE).exists():
         raise NormlabError(f"{out} already holds a run; pass resume=True or another directory")
     return _train(_as_config(cfg), out, resume=False, quiet=quiet)
 

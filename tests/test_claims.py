@@ -157,13 +157,14 @@ def fingerprinted(run_dir: Path, cfg: dict) -> None:
     import copy
 
     from normlab.config import config_from_dict, dump_config
-    from normlab.run.fingerprint import FILE, current_fingerprint
+    from normlab.run.files import FINGERPRINT_FILE
+    from normlab.run.fingerprint import current_fingerprint
     from normlab.io import write_json, write_text
 
     rc = config_from_dict(copy.deepcopy(cfg))
     run_dir.mkdir(parents=True, exist_ok=True)
     write_text(run_dir / "config.yaml", dump_config(rc))
-    write_json(run_dir / FILE, current_fingerprint(rc))
+    write_json(run_dir / FINGERPRINT_FILE, current_fingerprint(rc))
 
 
 def test_old_layout_run_is_reused_only_when_spec_and_resolved_config_match(tmp_path):

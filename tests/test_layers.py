@@ -187,9 +187,29 @@ def test_run_directory_facts_have_one_definition():
     assert found == {name: [owner] for name, owner in OWNERS.items()}
 
 
+# modules whose file names are not a run directory's: the token cache's tokenizer.json, an HF model directory's
+OTHER_DIRECTORIES = {"normlab.data.cache", "normlab.data.tokenizer", "normlab.interop.hf_tokenizer"}
+
+
+def test_run_directory_file_names_are_defined_once():
+    """Every file name of a run directory is a constant of normlab.run.files; no other module spells it."""
+    import normlab.run.files as files
+
+    names = {getattr(files, n) for n in files.__all__}
+    found = []
+    for p in FILES:
+        if _module(p) in OTHER_DIRECTORIES | {"normlab.run.files"}:
+            continue
+        for n in ast.walk(ast.parse(p.read_text(encoding="utf-8"))):
+            if isinstance(n, ast.Constant) and n.value in names:
+                found.append(f"{_module(p)}:{n.lineno} {n.value!r}")
+    assert not found, found
+
+
 def test_run_directory_readers_io_and_report_do_not_import_torch():
-    code = ("import sys, normlab.io, normlab.run.rundir, normlab.experiments.worker, normlab.experiments.progress, "
-            "normlab.report; from normlab.run.rundir import read_metrics, read_summary, STATUS_EXIT; "
+    code = ("import sys, normlab.io, normlab.run, normlab.run.files, normlab.run.rundir, normlab.experiments.worker, "
+            "normlab.experiments.progress, normlab.report; "
+            "from normlab.run.rundir import read_metrics, read_summary, STATUS_EXIT; "
             "print(sorted(m for m in ('torch', 'safetensors.torch') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

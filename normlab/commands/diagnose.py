@@ -8,6 +8,7 @@ from pathlib import Path
 
 from normlab.errors import NormlabError
 from normlab.io import check_dir, check_file_slot, check_inside, dumps, read_json_object, write_json
+from normlab.run.files import SUMMARY_FILE
 
 
 def run_diagnose(args: argparse.Namespace) -> int:
@@ -32,8 +33,8 @@ def run_diagnose(args: argparse.Namespace) -> int:
     result = diagnose_model(run.model, idx, targets)
     records = training_records(run_dir)
     spikes = None
-    if (run_dir / "summary.json").is_file():
-        spikes = read_json_object(run_dir / "summary.json", "summary").get("loss_spikes")
+    if (run_dir / SUMMARY_FILE).is_file():
+        spikes = read_json_object(run_dir / SUMMARY_FILE, "summary").get("loss_spikes")
     m = cfg.model
     out = {
         "run_dir": str(run_dir), "weights": str(run.weights), "split": args.split, "sequences": args.sequences,

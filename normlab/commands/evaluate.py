@@ -19,6 +19,7 @@ from pathlib import Path
 
 from normlab.errors import NormlabError
 from normlab.io import check_file_slot, dumps, write_json
+from normlab.run.files import HF_IMPORT_FILE
 
 
 def run_eval(args: argparse.Namespace) -> int:
@@ -87,7 +88,7 @@ def _eval_documents(args: argparse.Namespace, run, data, context: int, overrides
             n += len(data.tokenizer.encode(d))
         docs = kept
     prefix, why = args.doc_start, "--doc-start"
-    imported = Path(args.run_dir) / "hf_import.json"
+    imported = Path(args.run_dir) / HF_IMPORT_FILE
     if prefix is None and imported.is_file():
         prefix = read_json(imported, "import record").get("doc_start_token")
         why = "the imported model's bos/eos token"

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from normlab.errors import NormlabError
 from normlab.io import dumps
+from normlab.run.files import CONFIG_FILE, MODEL_FILE, SUMMARY_FILE
 from normlab.run.rundir import open_config
 
 if TYPE_CHECKING:
@@ -40,7 +41,7 @@ def _resume_config(args: argparse.Namespace) -> tuple[RunConfig, Path]:
     saved = open_config(run_dir)
     if args.config or args.overrides:
         base = load_config(args.config, args.overrides) if args.config else config_from_dict(
-            _with_overrides(read_yaml(run_dir / "config.yaml"), args.overrides))
+            _with_overrides(read_yaml(run_dir / CONFIG_FILE), args.overrides))
         base.model.vocab_size = saved.model.vocab_size
         from normlab.run.rundir import apply_norm_defaults
 
@@ -88,7 +89,7 @@ def plan_run(args: argparse.Namespace) -> tuple[RunConfig, Path, bool, dict | No
             raise NormlabError("--out cannot be combined with --resume (the run directory is RUN_DIR)")
         cfg, run_dir = _resume_config(args)
         summary = read_summary(run_dir)
-        done = summary and summary.get("status") == "completed" and (run_dir / "model.safetensors").is_file()
+        done = summary and summary.get("status") == "completed" and (run_dir / MODEL_FILE).is_file()
         return cfg, run_dir, True, summary if done else None
     if not args.config:
         raise NormlabError("train needs a CONFIG (YAML file or preset: tiny, small) or --resume RUN_DIR")
@@ -97,7 +98,7 @@ def plan_run(args: argparse.Namespace) -> tuple[RunConfig, Path, bool, dict | No
     run_dir = Path(args.out) if args.out else Path("runs") / f"{Path(args.config).stem}-{cfg.hash()[:8]}"
     if run_dir.exists() and not run_dir.is_dir():
         raise NormlabError(f"--out {run_dir} is a file, not a directory; choose a new directory")
-    if (run_dir / "config.yaml").exists():
+    if (run_dir / CONFIG_FILE).exists():
         raise NormlabError(f"{run_dir} already holds a run; use --resume {run_dir} or choose another --out")
     if run_dir.exists() and any(run_dir.iterdir()):
         raise NormlabError(f"--out {run_dir} exists and is not empty; choose a new directory")
@@ -167,7 +168,7 @@ def launch_train(args: argparse.Namespace) -> int:
                            "process needs at least one row of the global batch")
     t0 = time.time()
     rc = launch(args.nproc, rank_argv(args, str(run_dir), resume))
-    path = run_dir / "summary.json"
+    path = run_dir / SUMMARY_FILE
     if path.is_file() and path.stat().st_mtime >= t0 - 1:
         summary = read_summary(run_dir) or {}
         return STATUS_EXIT.get(summary.get("status"), rc or 1)

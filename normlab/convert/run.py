@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from normlab.config import dump_config
+from normlab.run.files import CONFIG_FILE, DATA_FILE, MODEL_FILE, PROVENANCE_FILE, SUMMARY_FILE, TOKENIZER_FILE
 from normlab.run.rundir import load_run
 from normlab.convert.exact import KINDS, PAPER, convert_model
 from normlab.errors import NormlabError
@@ -60,7 +61,7 @@ def convert_run(run_dir: str | Path, kind: str, out: str | Path | None = None, *
     Raises a one-line NormlabError (and writes nothing) for unsupported models or a failed check.
     """
     from normlab.eval.lm import evaluate
-    from normlab.run.rundir import DATA_FILE, PROVENANCE_FILE, TOKENIZER_FILE, run_data
+    from normlab.run.rundir import run_data
 
     if kind not in KINDS:
         raise NormlabError(f"unknown conversion '{kind}'; allowed: {', '.join(KINDS)}")
@@ -83,8 +84,8 @@ def convert_run(run_dir: str | Path, kind: str, out: str | Path | None = None, *
 
     bpb_before, n_tokens = bpb(src.model)
     with publish_dir(out) as tmp:
-        write_text(tmp / "config.yaml", dump_config(new_cfg))
-        save_model(model, tmp / "model.safetensors", new_cfg.hash())
+        write_text(tmp / CONFIG_FILE, dump_config(new_cfg))
+        save_model(model, tmp / MODEL_FILE, new_cfg.hash())
         back = load_run(tmp, final_only=True).model  # check what was written, not the in-memory copy
         diff = max_logit_diff(src.model, back, data.val, ctx)
         bpb_after, _ = bpb(back)
@@ -101,7 +102,7 @@ def convert_run(run_dir: str | Path, kind: str, out: str | Path | None = None, *
             "tolerances": {"max_abs_logit_diff": LOGIT_TOL, "bpb": BPB_TOL}, "dtype": "float32",
             "params_before": src.model.num_params(), "params_after": back.num_params(),
         }
-        src_summary = read_json_object(run_dir / "summary.json", "summary") if (run_dir / "summary.json").is_file() else {}
+        src_summary = read_json_object(run_dir / SUMMARY_FILE, "summary") if (run_dir / SUMMARY_FILE).is_file() else {}
         summary = {
             "status": "completed", "step": src_summary.get("step"), "steps": src_summary.get("steps"),
             "converted_from": str(run_dir), "conversion": kind, "max_abs_logit_diff": diff,
@@ -113,5 +114,5 @@ def convert_run(run_dir: str | Path, kind: str, out: str | Path | None = None, *
             if (run_dir / name).is_file():
                 shutil.copy2(run_dir / name, tmp / name)
         write_json(tmp / "conversion.json", record)
-        write_json(tmp / "summary.json", summary)
+        write_json(tmp / SUMMARY_FILE, summary)
     return {**record, "out": str(out)}

@@ -20,6 +20,7 @@ from normlab.diagnostics.massive import massive_by_block
 from normlab.diagnostics.normstats import norm_parameter_stats
 from normlab.diagnostics.sinks import EPSILON, SINK_CONTEXT, sink_analysis
 from normlab.errors import NormlabError
+from normlab.run.files import METRICS_FILE
 
 
 def sample_sequences(tokens: np.ndarray, n: int, context: int) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
@@ -64,7 +65,7 @@ def training_records(run_dir: str | Path) -> list[dict]:
     """Records of ``RUN_DIR/metrics.jsonl`` that carry ``diag/...`` keys (skipping lines cut by a kill)."""
     from normlab.run.rundir import read_jsonl  # cut, junk and non-UTF-8 lines are skipped
 
-    return [rec for rec in read_jsonl(Path(run_dir) / "metrics.jsonl") if any(k.startswith("diag/") for k in rec)]
+    return [rec for rec in read_jsonl(Path(run_dir) / METRICS_FILE) if any(k.startswith("diag/") for k in rec)]
 
 
 def training_summary(records: list[dict]) -> dict:

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from normlab.run.files import METRICS_FILE
 from normlab.run.rundir import last_step
 
 DEFAULT_EVERY_S = 30.0
@@ -64,7 +65,7 @@ class SweepProgress:
         self.last = time.monotonic()
 
     def started(self, run_id: str, steps: int) -> None:
-        first = last_step(self.sweep_dir / "runs" / run_id / "metrics.jsonl") or 0  # resumed runs start later
+        first = last_step(self.sweep_dir / "runs" / run_id / METRICS_FILE) or 0  # resumed runs start later
         self.runs[run_id] = {"steps": steps, "first": first, "t0": time.monotonic(), "t_first": None}
 
     def finished(self, run_id: str) -> None:
@@ -73,7 +74,7 @@ class SweepProgress:
     def line(self, run_id: str) -> str:
         r = self.runs[run_id]
         logf = self.sweep_dir / "logs" / f"{run_id}.log"
-        step = last_step(self.sweep_dir / "runs" / run_id / "metrics.jsonl")
+        step = last_step(self.sweep_dir / "runs" / run_id / METRICS_FILE)
         if step is None:
             return f"  {run_id}: starting ({_fmt_s(time.monotonic() - r['t0'])}; log: {logf})"
         if r["t_first"] is None or step <= r["first"]:  # rate measured from the first step this process saw

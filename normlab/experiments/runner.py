@@ -228,14 +228,15 @@ def _refingerprint(sweep: Sweep, sweep_dir: Path, stored: dict, log: Callable[[s
     normlab and torch versions) no longer matches what the current code builds: each is moved aside to
     ``SWEEP_DIR/stale/RUN_ID-<n>`` (kept, not deleted) and returned to be trained again, with the reason logged.
     Runs trained before fingerprints existed cannot be checked: they are reused, and the log says so."""
-    from normlab.run.fingerprint import FILE, check_run
+    from normlab.run.files import FINGERPRINT_FILE
+    from normlab.run.fingerprint import check_run
 
     again, legacy, why_all = [], [], {}
     for r in sweep.runs:
         if stored.get(r.run_id, {}).get("status") not in FINAL:
             continue
         rd = sweep_dir / "runs" / r.run_id
-        if not (rd / FILE).is_file():
+        if not (rd / FINGERPRINT_FILE).is_file():
             legacy.append(r.run_id) if rd.is_dir() else None
             continue
         why = check_run(rd)

@@ -24,6 +24,7 @@ from typing import Any
 
 from normlab.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, NormlabError
 from normlab.experiments.store import Store
+from normlab.run.files import CONFIG_FILE, METRICS_FILE, MODEL_FILE
 from normlab.run.rundir import STATUS_EXIT, read_metrics
 
 
@@ -34,7 +35,7 @@ def _num(v: Any) -> float | None:
 def record(store: Store, sweep_dir: Path, run_id: str, summary: dict[str, Any], *, peak_mem_mb: float | None) -> None:
     """Write a run's result row and its curves (idempotent)."""
     run_dir = sweep_dir / "runs" / run_id
-    curves = read_metrics(run_dir / "metrics.jsonl")
+    curves = read_metrics(run_dir / METRICS_FILE)
     result = {
         "status": summary.get("status", "failed"), "step": summary.get("step"), "steps": summary.get("steps"),
         "val_bpb": _num(summary.get("val_bpb")), "best_val_bpb": _num(summary.get("best_val_bpb")),
@@ -82,7 +83,7 @@ def train_run(run_dir: Path, config: dict[str, Any], threads: int | None = None,
 
     if threads:
         torch.set_num_threads(threads)
-    if (run_dir / "config.yaml").is_file():
+    if (run_dir / CONFIG_FILE).is_file():
         return train(open_config(run_dir), run_dir, resume=True, quiet=False, tb_dir=tb_dir)
     if run_dir.exists():  # a run that died before writing its config: start it afresh
         shutil.rmtree(run_dir)
@@ -98,7 +99,7 @@ def finished_summary(run_dir: Path) -> dict[str, Any] | None:
     except NormlabError:
         return None
     done = bool(summary) and (summary.get("status") == "diverged" or (
-        summary.get("status") == "completed" and (run_dir / "model.safetensors").is_file()
+        summary.get("status") == "completed" and (run_dir / MODEL_FILE).is_file()
         and summary.get("val_bpb") is not None))  # a completed summary without its metric is resumed (restored)
     return summary if done else None
 

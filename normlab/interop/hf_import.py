@@ -28,6 +28,7 @@ from normlab.data.tokenizer import DOC_SUFFIX
 from normlab.interop.hf_tokenizer import normlab_tokenizer
 from normlab.interop.mapping import weight_map
 from normlab.io import check_new_dir, publish_dir, write_json, write_text
+from normlab.run.files import CONFIG_FILE, HF_IMPORT_FILE, MODEL_FILE, SUMMARY_FILE, TOKENIZER_FILE
 
 FORMAT = "normlab-hf-import-v1"
 GELU = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh"}
@@ -160,12 +161,12 @@ def import_hf(hf_dir: str | Path, out: str | Path, *, data: str = "pystdlib", to
     arch, kw = model_config(hc)
     with publish_dir(out) as tmp:
         if tokenizer is None:
-            tokenizer = normlab_tokenizer(hf_dir, tmp / "tokenizer.json")
+            tokenizer = normlab_tokenizer(hf_dir, tmp / TOKENIZER_FILE)
             if tokenizer is None:
                 raise NormlabError(f"{hf_dir} has no tokenizer normlab can use losslessly (byte-level BPE or bytes);"
                                    " pass --tokenizer bytes or --tokenizer PATH/tokenizer.json")
             if tokenizer.startswith(str(tmp.resolve())):  # the copy's final place (a +doc suffix kept)
-                tokenizer = str((out / "tokenizer.json").resolve()) + tokenizer[len(str(tmp.resolve() / "tokenizer.json")):]
+                tokenizer = str((out / TOKENIZER_FILE).resolve()) + tokenizer[len(str(tmp.resolve() / TOKENIZER_FILE)):]
         cfg = RunConfig(data=DataConfig(source=data, tokenizer=tokenizer), model=ModelConfig(**kw))
         cfg.validate()
         model = build_model(cfg.model)
@@ -173,9 +174,9 @@ def import_hf(hf_dir: str | Path, out: str | Path, *, data: str = "pystdlib", to
         hf.eval()
         load_hf_weights(model, cfg.model, arch, hf.state_dict())
         model.eval()
-        write_text(tmp / "config.yaml", dump_config(cfg))
-        save_model(model, tmp / "model.safetensors", cfg.hash())
-        tok_file = tmp / "tokenizer.json"
+        write_text(tmp / CONFIG_FILE, dump_config(cfg))
+        save_model(model, tmp / MODEL_FILE, cfg.hash())
+        tok_file = tmp / TOKENIZER_FILE
         data_cfg = cfg
         if tok_file.is_file():  # load the data with the copy where it is now; the config names its final place
             suffix = DOC_SUFFIX if cfg.data.tokenizer.endswith(DOC_SUFFIX) else ""
@@ -195,8 +196,8 @@ def import_hf(hf_dir: str | Path, out: str | Path, *, data: str = "pystdlib", to
         record = {"format": FORMAT, "source": str(hf_dir), "arch": arch, "hf_class": type(hf).__name__, **check,
                   "tolerance": LOGIT_TOL, "dtype": "float32", "eval_split": "val", "doc_start_token": doc_start,
                   "data": data, "tokenizer": tokenizer}
-        write_json(tmp / "hf_import.json", record)
-        write_json(tmp / "summary.json", {"status": "completed", "step": 0, "imported_from": str(hf_dir),
+        write_json(tmp / HF_IMPORT_FILE, record)
+        write_json(tmp / SUMMARY_FILE, {"status": "completed", "step": 0, "imported_from": str(hf_dir),
                                           "arch": arch, "max_abs_logit_diff": check["max_abs_logit_diff"],
                                           "params": model.num_params(), "config_hash": cfg.hash(),
                                           "run_dir": str(out)})

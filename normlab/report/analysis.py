@@ -23,6 +23,7 @@ from typing import Any
 from normlab.experiments.lrgrid import GridReport, analyze, grid_runs_from_rows
 from normlab.experiments.store import Store
 from normlab.names import GRAD_NORM_PREFIXES, read_bpb
+from normlab.run.files import SUMMARY_FILE
 from normlab.stats import MeanCI, Welch, mean_ci, t_ppf, welch
 
 ALPHA = 0.05
@@ -87,7 +88,7 @@ def _num(v: Any) -> bool:
 
 
 def _load_artifacts(run: RunInfo, run_dir: Path) -> None:
-    sm = _read_json(run_dir / "summary.json")
+    sm = _read_json(run_dir / SUMMARY_FILE)
     run.summary = sm if isinstance(sm, dict) else None
     d = _read_json(run_dir / "diagnostics.json")
     run.diagnostics = d if isinstance(d, dict) else None

@@ -17,6 +17,7 @@ from normlab.report import lrsection, plots
 from normlab.report.analysis import SweepReport, VariantResult, ci_text, diagnostics, load
 from normlab.report.markdown import md_escape
 from normlab.report.scaling_section import section as scaling_section
+from normlab.run.files import CONFIG_FILE
 
 CSS = """
 body{font-family:-apple-system,"Segoe UI",Roboto,"DejaVu Sans",Helvetica,Arial,sans-serif;margin:0;color:#1d232a;
@@ -138,7 +139,7 @@ def _overrides_text(v: VariantResult) -> str:
 
 def _config_yaml(rep: SweepReport, v: VariantResult) -> str:
     r = v.runs[0]
-    path = (r.path or rep.sweep_dir / "runs" / r.row["run_id"]) / "config.yaml"
+    path = (r.path or rep.sweep_dir / "runs" / r.row["run_id"]) / CONFIG_FILE
     try:
         return path.read_text()
     except OSError:
@@ -156,7 +157,7 @@ def _commands(rep: SweepReport) -> tuple[str, list[tuple[str, str, str]]]:
     for v in rep.variants:
         for r in v.runs:
             rid = r.row["run_id"]
-            cfg = (r.path or d / "runs" / rid) / "config.yaml"
+            cfg = (r.path or d / "runs" / rid) / CONFIG_FILE
             per_run.append((v.name, rid, f"normlab train {cfg} --out runs/repro-{rid}"))
     return whole, per_run
 

@@ -19,6 +19,7 @@ from typing import Any
 
 from normlab.errors import NormlabError
 from normlab.experiments.store import Store
+from normlab.run.files import CONFIG_FILE, METRICS_FILE, SUMMARY_FILE
 from normlab.run.rundir import read_metrics
 from normlab.report.analysis import RunInfo, SweepReport, _load_artifacts, _read_yaml, from_runs
 
@@ -46,7 +47,7 @@ def _short(key: str, keys: list[str]) -> str:
 
 
 def _summary_row(run_dir: Path, rid: str, position: int, cfg: dict[str, Any]) -> dict[str, Any]:
-    s = _read_json(run_dir / "summary.json") or {}
+    s = _read_json(run_dir / SUMMARY_FILE) or {}
     status = s.get("status") or "interrupted"
 
     def num(k: str) -> float | None:
@@ -89,7 +90,7 @@ def collect(paths: list[str | Path]) -> list[tuple[RunInfo, Path]]:
         if (p / "results.sqlite").is_file():
             runs += _from_sweep(p)
             continue
-        cfg = _read_yaml(p / "config.yaml")
+        cfg = _read_yaml(p / CONFIG_FILE)
         if not isinstance(cfg, dict):
             raise NormlabError(f"{p} is neither a normlab run directory (no readable config.yaml) nor a sweep "
                                "directory (no results.sqlite)")
@@ -100,7 +101,7 @@ def collect(paths: list[str | Path]) -> list[tuple[RunInfo, Path]]:
                 runs += match
                 continue
         info = RunInfo(_summary_row(p, p.name, 0, cfg), {})
-        for step, key, value in read_metrics(p / "metrics.jsonl"):
+        for step, key, value in read_metrics(p / METRICS_FILE):
             info.curves.setdefault(key, []).append((step, value))
         for pts in info.curves.values():
             pts.sort()

@@ -25,7 +25,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-FILE = "fingerprint.json"
+from normlab.run.files import FINGERPRINT_FILE
 
 
 def layout(model: Any) -> dict[str, list]:
@@ -53,7 +53,7 @@ def write_fingerprint(run_dir: str | Path, cfg: Any, model: Any) -> dict[str, An
     from normlab.io import write_json
 
     rec = fingerprint_record(cfg, model)
-    write_json(Path(run_dir) / FILE, rec)
+    write_json(Path(run_dir) / FINGERPRINT_FILE, rec)
     return rec
 
 
@@ -90,7 +90,7 @@ def check_run(run_dir: str | Path) -> str | None:
     otherwise why not (one line): no fingerprint recorded, another normlab or torch version, a changed parameter
     layout, or a changed resolved config."""
     run_dir = Path(run_dir)
-    path = run_dir / FILE
+    path = run_dir / FINGERPRINT_FILE
     if not path.is_file():
         return "no fingerprint recorded (trained before run fingerprints)"
     try:

@@ -43,15 +43,14 @@ from typing import TYPE_CHECKING, Any
 
 from normlab.errors import EXIT_DIVERGED, EXIT_INTERRUPTED, EXIT_OK, NormlabError
 from normlab.io import atomic_path, read_json, read_json_object, write_json
+from normlab.run.files import (CONFIG_FILE, DATA_FILE, MODEL_FILE, PROVENANCE_FILE, SUMMARY_FILE,
+                               TOKENIZER_FILE)
 
 if TYPE_CHECKING:  # nothing here imports torch at import time (sweep workers record results without it)
     from normlab.config import RunConfig
     from normlab.data import Corpus, PreparedData, Tokenizer
     from normlab.model import GPT
 
-DATA_FILE = "data.json"
-TOKENIZER_FILE = "tokenizer.json"
-PROVENANCE_FILE = "provenance.json"
 LOCAL_KINDS = ("text", "directory", "jsonl")
 BYTES_DESCRIPTION = "one token per byte: id = byte value (0-255), no special tokens; decode = the bytes themselves"
 
@@ -61,7 +60,7 @@ STATUS_EXIT = {"completed": EXIT_OK, "diverged": EXIT_DIVERGED, "interrupted": E
 
 def read_summary(run_dir: str | Path) -> dict[str, Any] | None:
     """The run's summary.json, or None when absent (not a JSON object: a one-line error naming the file)."""
-    path = Path(run_dir) / "summary.json"
+    path = Path(run_dir) / SUMMARY_FILE
     return read_json_object(path, "summary") if path.exists() else None
 
 
@@ -145,7 +144,7 @@ def open_config(run_dir: str | Path) -> RunConfig:
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise NormlabError(f"run directory {run_dir} does not exist")
-    path = run_dir / "config.yaml"
+    path = run_dir / CONFIG_FILE
     if not path.is_file():
         raise NormlabError(f"{run_dir} is not a normlab run (no config.yaml)")
     return config_from_dict(read_yaml(path))
@@ -356,14 +355,14 @@ def load_run(run_dir: str | Path, *, final_only: bool = False) -> LoadedRun:
 
     run_dir = Path(run_dir)
     cfg = open_config(run_dir)
-    weights = run_dir / "model.safetensors"
+    weights = run_dir / MODEL_FILE
     if not weights.is_file() and final_only:
         raise NormlabError(f"{run_dir} has no model.safetensors")
     if not weights.is_file():
         ckpts = list_checkpoints(run_dir)
         if not ckpts:
             raise NormlabError(f"{run_dir} has no model.safetensors and no checkpoint")
-        weights = ckpts[-1] / "model.safetensors"
+        weights = ckpts[-1] / MODEL_FILE
     torch.manual_seed(cfg.seed)
     model = build_model(cfg.model)
     load_model_state(model, weights)

@@ -26,6 +26,7 @@ from torch import nn
 
 from normlab.errors import NormlabError
 from normlab.io import atomic_path, publish_dir, read_json, write_json
+from normlab.run.files import CHECKPOINTS_DIR, MODEL_FILE
 
 FORMAT = "normlab-checkpoint-v1"
 MODEL_FORMAT = "normlab-model-v1"
@@ -142,10 +143,10 @@ def load_optimizer_tensors(opt: torch.optim.Optimizer, tensors: dict[str, torch.
 def save_checkpoint(run_dir: Path, step: int, model: nn.Module, opt: torch.optim.Optimizer,
                     state: dict[str, Any], config_hash: str, keep: int) -> Path:
     """Write ``checkpoints/step_XXXXXXXX`` atomically (temp dir + rename); prune to the newest ``keep``."""
-    final = run_dir / "checkpoints" / f"step_{step:08d}"
+    final = run_dir / CHECKPOINTS_DIR / f"step_{step:08d}"
     with publish_dir(final, replace=True) as tmp:  # a checkpoint of the same step (resumed there) is replaced
         names = {id(p): n for n, p in model.named_parameters()}
-        save_model(model, tmp / "model.safetensors", config_hash)
+        save_model(model, tmp / MODEL_FILE, config_hash)
         save_tensors(tmp / "optim.safetensors", optimizer_tensors(opt, names), {"format": FORMAT})
         write_json(tmp / "state.json", {"format": FORMAT, "step": step, "config_hash": config_hash, **state})
     for old in list_checkpoints(run_dir)[:-keep]:
@@ -155,7 +156,7 @@ def save_checkpoint(run_dir: Path, step: int, model: nn.Module, opt: torch.optim
 
 def list_checkpoints(run_dir: Path) -> list[Path]:
     """Complete checkpoint directories, oldest first (temp directories start with '.')."""
-    ckdir = Path(run_dir) / "checkpoints"
+    ckdir = Path(run_dir) / CHECKPOINTS_DIR
     if not ckdir.is_dir():
         return []
     return sorted(p for p in ckdir.iterdir() if p.is_dir() and p.name.startswith("step_"))
@@ -166,7 +167,7 @@ def load_checkpoint(path: Path, model: nn.Module, opt: torch.optim.Optimizer) ->
     state = read_json(path / "state.json", "checkpoint state")
     if not isinstance(state, dict) or state.get("format") != FORMAT:
         raise NormlabError(f"{path} is not a normlab checkpoint (format {FORMAT} expected)")
-    load_model_state(model, path / "model.safetensors")
+    load_model_state(model, path / MODEL_FILE)
     tensors = load_tensors(path / "optim.safetensors", "optimizer checkpoint")
     load_optimizer_tensors(opt, tensors, dict(model.named_parameters()))
     return state

@@ -41,6 +41,7 @@ from normlab.errors import NormlabError
 from normlab.io import check_new_dir, publish_dir
 from normlab.model.placements import IN_SITES, block_sites
 from normlab.norms.fixedscale import FixedScaleNorm
+from normlab.run.files import CONFIG_FILE, MODEL_FILE, SUMMARY_FILE
 
 FORMAT = "normlab-norm-removal-v1"
 NORMS = ("layernorm", "rmsnorm")
@@ -177,9 +178,9 @@ def _write_run(path: Path, cfg, model: nn.Module, summary: dict[str, Any], name:
     path.mkdir(parents=True, exist_ok=True)
     if source is not None:
         copy_identity(source, path)  # tokenizer.json, data.json, provenance.json of the source run
-    write_text(path / "config.yaml", dump_config(cfg))
-    save_model(model, path / "model.safetensors", cfg.hash())
-    write_json(path / "summary.json", {"status": "completed", **summary, "config_hash": cfg.hash(),
+    write_text(path / CONFIG_FILE, dump_config(cfg))
+    save_model(model, path / MODEL_FILE, cfg.hash())
+    write_json(path / SUMMARY_FILE, {"status": "completed", **summary, "config_hash": cfg.hash(),
                                        "params": sum(p.numel() for p in model.parameters()),
                                        "run_dir": str(name or path)})
 

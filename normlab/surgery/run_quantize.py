@@ -25,6 +25,7 @@ import torch
 
 from normlab.errors import NormlabError
 from normlab.io import check_new_dir, publish_dir
+from normlab.run.files import CONFIG_FILE, DATA_FILE, MODEL_FILE, PROVENANCE_FILE, SUMMARY_FILE, TOKENIZER_FILE
 from normlab.surgery.quantize import ACT_BITS, WEIGHT_BITS, act_quant, activation_stats, quantize_weights
 
 FORMAT = "normlab-quantization-v1"
@@ -36,8 +37,6 @@ SIMULATED = ("simulated quantization: weights are rounded to the grid and stored
 
 def copy_identity(src: Path, dst: Path) -> None:
     """Keep a derived run directory self-contained: the source's tokenizer.json, data.json, provenance.json."""
-    from normlab.run.rundir import DATA_FILE, PROVENANCE_FILE, TOKENIZER_FILE
-
     for name in (TOKENIZER_FILE, DATA_FILE, PROVENANCE_FILE):
         if (Path(src) / name).is_file():
             shutil.copy2(Path(src) / name, Path(dst) / name)
@@ -141,12 +140,12 @@ def quantize_run(run_dir: str | Path, out: str | Path, *, weights: int, group: i
                                         rotate=rotate, max_tokens=max_tokens, batch_size=batch_size, seed=seed)
     record.update({"source": str(run_dir), "source_config_hash": src.cfg.hash(), "config_hash": cfg.hash()})
     with publish_dir(out) as tmp:
-        write_text(tmp / "config.yaml", dump_config(cfg))
-        save_model(model, tmp / "model.safetensors", cfg.hash())
-        src_summary = read_json(run_dir / "summary.json", "summary") if (run_dir / "summary.json").is_file() else {}
+        write_text(tmp / CONFIG_FILE, dump_config(cfg))
+        save_model(model, tmp / MODEL_FILE, cfg.hash())
+        src_summary = read_json(run_dir / SUMMARY_FILE, "summary") if (run_dir / SUMMARY_FILE).is_file() else {}
         copy_identity(run_dir, tmp)
         write_json(tmp / "quantization.json", record)
-        write_json(tmp / "summary.json", {
+        write_json(tmp / SUMMARY_FILE, {
             "status": "completed", "step": src_summary.get("step"), "steps": src_summary.get("steps"),
             "quantized_from": str(run_dir), "val_loss": record["loss_after"], "val_bpb": record["bpb_after"],
             "bpb_before": record["bpb_before"], "bpb_increase": record["bpb_increase"],

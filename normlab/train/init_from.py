@@ -18,9 +18,9 @@ from torch import nn
 
 from normlab.errors import NormlabError
 from normlab.io import read_json, write_json
+from normlab.run.files import INIT_FROM_FILE, MODEL_FILE
 from normlab.run.tensors import list_checkpoints, load_tensors, model_tensors
 
-RECORD = "init_from.json"
 
 
 def init_weights_path(run_dir: str | Path) -> Path:
@@ -28,13 +28,13 @@ def init_weights_path(run_dir: str | Path) -> Path:
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise NormlabError(f"--init-from {run_dir}: run directory does not exist")
-    final = run_dir / "model.safetensors"
+    final = run_dir / MODEL_FILE
     if final.is_file():
         return final
     ckpts = list_checkpoints(run_dir)
     if not ckpts:
         raise NormlabError(f"--init-from {run_dir}: no model.safetensors and no checkpoint to start from")
-    return ckpts[-1] / "model.safetensors"
+    return ckpts[-1] / MODEL_FILE
 
 
 def first_mismatch(model: nn.Module, tensors: dict[str, torch.Tensor]) -> str | None:
@@ -70,7 +70,7 @@ def load_init(model: nn.Module, run_dir: str | Path) -> Path:
 def resolve_init(run_dir: Path, init_from: str | Path | None, resume: bool) -> Path | None:
     """The source run of a new run (``init_from``, recorded in ``run_dir/init_from.json``) or of a resumed one
     (read back from that record); None when the run starts from its seeded initialisation."""
-    record = Path(run_dir) / RECORD
+    record = Path(run_dir) / INIT_FROM_FILE
     if resume:
         if init_from is not None:
             raise NormlabError("--init-from cannot be combined with --resume (the run records its source)")
@@ -79,7 +79,7 @@ def resolve_init(run_dir: Path, init_from: str | Path | None, resume: bool) -> P
 
 
 def write_record(run_dir: Path, source: Path, weights: Path) -> None:
-    write_json(Path(run_dir) / RECORD, {"init_from": str(source), "weights": str(weights)})
+    write_json(Path(run_dir) / INIT_FROM_FILE, {"init_from": str(source), "weights": str(weights)})
 
 
 def source_tokenizer(init_from: str | Path | None) -> str | Path | None:

@@ -26,6 +26,7 @@ from normlab.diagnostics.training import TrainDiagnostics
 from normlab.errors import NormlabError
 from normlab.eval.lm import evaluate
 from normlab.io import clean_stale_temps, dumps, exclusive_lock, read_json_object, write_json, write_text
+from normlab.run.files import CHECKPOINTS_DIR, CONFIG_FILE, METRICS_FILE, MODEL_FILE, PARAM_GROUPS_FILE, SUMMARY_FILE
 from normlab.run.fingerprint import write_fingerprint
 from normlab.run.rundir import apply_norm_defaults, load_data, read_initial, read_jsonl
 from normlab.model import build_model
@@ -134,7 +135,7 @@ def train(cfg: RunConfig, run_dir: str | Path, *, resume: bool = False, quiet: b
     with (StopSignals() if ctx.active else _StopFlag()) as flag, (
             exclusive_lock(run_dir / ".train.lock", f"run {run_dir}") if owner else contextlib.nullcontext()):
         if owner:
-            clean_stale_temps(run_dir / "checkpoints", (".step_*",))
+            clean_stale_temps(run_dir / CHECKPOINTS_DIR, (".step_*",))
             clean_stale_temps(run_dir, (".*.tmp",))
         try:
             return _train(cfg, run_dir, resume=resume, quiet=quiet or not ctx.is_main, flag=flag, tb_dir=tb_dir,
@@ -142,7 +143,7 @@ def train(cfg: RunConfig, run_dir: str | Path, *, resume: bool = False, quiet: b
         except KeyboardInterrupt:  # a second Ctrl-C: stop now, keep the last checkpoint, still write the summary
             if getattr(flag, "tracker", None) is not None:
                 flag.tracker.close("interrupted")  # the TensorBoard events end with the session's status
-            if not ctx.is_main or not (run_dir / "config.yaml").is_file():
+            if not ctx.is_main or not (run_dir / CONFIG_FILE).is_file():
                 raise
             return _interrupted_summary(cfg, run_dir)
         except BaseException:  # an error: the event file still ends, and a persistent sweep worker keeps no writer
@@ -163,7 +164,7 @@ def _interrupted_summary(cfg: RunConfig, run_dir: Path) -> dict[str, Any]:
         "tokens_seen": state.get("tokens_seen", 0), "tokens_per_s": 0.0, "elapsed_s": state.get("elapsed_s", 0.0),
         "params": None, "config_hash": cfg.hash(), "loss_spikes": None, "run_dir": str(run_dir),
     }
-    write_json(run_dir / "summary.json", summary)
+    write_json(run_dir / SUMMARY_FILE, summary)
     return summary
 
 
@@ -199,7 +200,7 @@ def _train(cfg: RunConfig, run_dir: Path, *, resume: bool, quiet: bool, flag: An
     diag = TrainDiagnostics(model, cfg.diag)  # diag: per-block stats every diag.every steps + loss spikes
     gen = torch.Generator().manual_seed(cfg.seed)
     start, tokens_seen, elapsed, best, final = 0, 0, 0.0, None, {}
-    metrics_path = run_dir / "metrics.jsonl"
+    metrics_path = run_dir / METRICS_FILE
 
     if resume:
         ckpts = list_checkpoints(run_dir)
@@ -221,8 +222,8 @@ def _train(cfg: RunConfig, run_dir: Path, *, resume: bool, quiet: bool, flag: An
         init = read_initial(metrics_path)
     elif ctx.is_main:
         run_dir.mkdir(parents=True, exist_ok=True)
-        write_text(run_dir / "config.yaml", dump_config(cfg))
-        write_json(run_dir / "param_groups.json", groups)
+        write_text(run_dir / CONFIG_FILE, dump_config(cfg))
+        write_json(run_dir / PARAM_GROUPS_FILE, groups)
         save_run_identity(run_dir, cfg, data)  # tokenizer.json, data.json, provenance.json
         write_fingerprint(run_dir, cfg, model)  # fingerprint.json: config + parameter layout + versions
         init = initial_eval(model, data, cfg)  # loss at initialisation (LR sensitivity); consumes no RNG
@@ -343,7 +344,7 @@ def _train(cfg: RunConfig, run_dir: Path, *, resume: bool, quiet: bool, flag: An
 
     total_elapsed = elapsed + time.time() - t_start
     if status == "completed" and ctx.is_main:
-        save_model(model, run_dir / "model.safetensors", cfg.hash())
+        save_model(model, run_dir / MODEL_FILE, cfg.hash())
     summary = {
         "status": status, "step": step, "steps": tc.steps, "train_loss": last_loss,
         "val_loss": val.get("loss"), "val_bpb": val.get("bpb"), "best_val_bpb": best,
@@ -363,6 +364,6 @@ def _train(cfg: RunConfig, run_dir: Path, *, resume: bool, quiet: bool, flag: An
         summary["eval_mode_warning"] = gap
         report.message(f"warning: {gap['message']}")
     if ctx.is_main:
-        write_json(run_dir / "summary.json", summary)
+        write_json(run_dir / SUMMARY_FILE, summary)
     ctx.barrier()  # the other ranks exit only after rank 0 recorded the status
     return summary

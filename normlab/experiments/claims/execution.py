@@ -39,6 +39,7 @@ from normlab.experiments.claims.specs import CLAIM_NAMES
 from normlab.experiments.claims.stats import verdict
 from normlab.experiments.claims.variants import GRID_VARIANTS, lr_dir, variant_config
 from normlab.io import write_json
+from normlab.run.files import CHECKPOINTS_DIR, SUMMARY_FILE
 
 if TYPE_CHECKING:
     from normlab.experiments.claims.specs import Claim
@@ -141,7 +142,7 @@ def old_reuse_reason(run_dir: Path, cfg: dict) -> str | None:
     """None when the old-layout run in ``run_dir`` can be reused for ``cfg``: its ``claims_spec.json`` matches
     (spec and resolved config), it finished (completed or diverged), and its fingerprint matches what the current
     code builds; otherwise why not."""
-    spec, summ = run_dir / "claims_spec.json", run_dir / "summary.json"
+    spec, summ = run_dir / "claims_spec.json", run_dir / SUMMARY_FILE
     if not (spec.is_file() and summ.is_file()):
         return "incomplete run directory"
     try:
@@ -213,7 +214,8 @@ def why_retrain(out: Path, sweep: "Sweep") -> dict[str, list[str]]:
     seed and learning rate under another run id (its spec or resolved config changed), or a run of this sweep whose
     fingerprint no longer matches (the runner moves it to ``OUT/stale/`` and trains it again)."""
     from normlab.experiments.store import FINAL, Store
-    from normlab.run.fingerprint import FILE, check_run
+    from normlab.run.files import FINGERPRINT_FILE
+    from normlab.run.fingerprint import check_run
 
     rows = {r["run_id"]: r for r in Store(out / "results.sqlite").runs()}
     ids = {r.run_id for r in sweep.runs}
@@ -223,7 +225,7 @@ def why_retrain(out: Path, sweep: "Sweep") -> dict[str, list[str]]:
     for r in sweep.runs:
         row, rd = rows.get(r.run_id), out / "runs" / r.run_id
         if row is not None and row["status"] in FINAL:
-            why = check_run(rd) if (rd / FILE).is_file() else None
+            why = check_run(rd) if (rd / FINGERPRINT_FILE).is_file() else None
         elif (r.variant, r.seed, r.axes.get("train.lr")) in old:
             why = CHANGED
         else:
@@ -284,7 +286,7 @@ def _copy_run(src: Path, dest: Path) -> None:
     shutil.rmtree(tmp, ignore_errors=True)
     shutil.rmtree(dest, ignore_errors=True)
     dest.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copytree(src, tmp, ignore=shutil.ignore_patterns("checkpoints"))
+    shutil.copytree(src, tmp, ignore=shutil.ignore_patterns(CHECKPOINTS_DIR))
     tmp.rename(dest)
 
 

@@ -13,6 +13,7 @@ from typing import Any, Callable
 
 from normlab.experiments.claims.budgets import Budget
 from normlab.io import read_json, write_json
+from normlab.run.files import SUMMARY_FILE
 
 
 class Context:
@@ -32,7 +33,7 @@ class Context:
         return self._data[key]
 
     def summary(self, run_dir: Path) -> dict:
-        return read_json(run_dir / "summary.json", "summary")
+        return read_json(run_dir / SUMMARY_FILE, "summary")
 
     def diagnostics(self, run_dir: Path, at_init: bool = False) -> dict | None:
         """Variance-by-depth and massive-activation statistics of a completed run on a fixed validation sample

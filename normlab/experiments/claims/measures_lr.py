@@ -16,6 +16,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from normlab.run.files import METRICS_FILE
+
 def seed_grid(ctx: Any, grid: dict[float, Path]) -> tuple[float, float, float, dict]:
     """``(LR sensitivity, best loss L*, best lr, details)`` of one variant and seed over ``ctx.budget.grid_lrs``."""
     from normlab.experiments.lrgrid import lr_sensitivity
@@ -52,7 +54,7 @@ def m_best_diff(ctx: Any, runs: dict[str, Any], a: str, b: str) -> tuple[float |
 def last_lse(run_dir: Path) -> float | None:
     from normlab.run.rundir import read_metrics
 
-    pts = [(s, v) for s, k, v in read_metrics(run_dir / "metrics.jsonl") if k == "diag/output_lse"]
+    pts = [(s, v) for s, k, v in read_metrics(run_dir / METRICS_FILE) if k == "diag/output_lse"]
     return max(pts)[1] if pts else None
 
 
