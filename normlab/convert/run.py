@@ -16,20 +16,18 @@ Output layout: ``config.yaml``, ``model.safetensors``, ``summary.json`` (status 
 from __future__ import annotations
 
 import math
-import shutil
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from normlab.config import dump_config
-from normlab.run.files import CONFIG_FILE, DATA_FILE, MODEL_FILE, PROVENANCE_FILE, SUMMARY_FILE, TOKENIZER_FILE
+from normlab.run.files import SUMMARY_FILE
+from normlab.run.publish import publish_run
 from normlab.run.rundir import load_run
 from normlab.convert.exact import KINDS, PAPER, convert_model
 from normlab.errors import NormlabError
-from normlab.io import check_new_dir, publish_dir, read_json_object, write_json, write_text
-from normlab.run.tensors import save_model
+from normlab.io import check_new_dir, read_json_object
 
 LOGIT_TOL = 1e-4
 BPB_TOL = 1e-6
@@ -83,10 +81,8 @@ def convert_run(run_dir: str | Path, kind: str, out: str | Path | None = None, *
         return r["bpb"], r["tokens"]
 
     bpb_before, n_tokens = bpb(src.model)
-    with publish_dir(out) as tmp:
-        write_text(tmp / CONFIG_FILE, dump_config(new_cfg))
-        save_model(model, tmp / MODEL_FILE, new_cfg.hash())
-        back = load_run(tmp, final_only=True).model  # check what was written, not the in-memory copy
+    with publish_run(out, new_cfg, model, derived_from=run_dir) as pending:  # the converted run stays self-contained
+        back = load_run(pending.path, final_only=True).model  # check what was written, not the in-memory copy
         diff = max_logit_diff(src.model, back, data.val, ctx)
         bpb_after, _ = bpb(back)
         if not diff <= LOGIT_TOL or not abs(bpb_after - bpb_before) <= BPB_TOL:
@@ -110,9 +106,6 @@ def convert_run(run_dir: str | Path, kind: str, out: str | Path | None = None, *
             "entropy_floor_bpb": data.entropy_floor_bpb, "params": back.num_params(),
             "config_hash": new_cfg.hash(), "run_dir": str(out),
         }
-        for name in (TOKENIZER_FILE, DATA_FILE, PROVENANCE_FILE):  # the converted run stays self-contained
-            if (run_dir / name).is_file():
-                shutil.copy2(run_dir / name, tmp / name)
-        write_json(tmp / "conversion.json", record)
-        write_json(tmp / SUMMARY_FILE, summary)
+        pending.records["conversion.json"] = record
+        pending.summary = summary
     return {**record, "out": str(out)}

@@ -41,7 +41,6 @@ from normlab.errors import NormlabError
 from normlab.io import check_new_dir, publish_dir
 from normlab.model.placements import IN_SITES, block_sites
 from normlab.norms.fixedscale import FixedScaleNorm
-from normlab.run.files import CONFIG_FILE, MODEL_FILE, SUMMARY_FILE
 
 FORMAT = "normlab-norm-removal-v1"
 NORMS = ("layernorm", "rmsnorm")
@@ -168,21 +167,13 @@ def _windows(tokens: np.ndarray, context: int, n: int) -> torch.Tensor:
 
 
 def _write_run(path: Path, cfg, model: nn.Module, summary: dict[str, Any], name: Path | None = None,
-               source: Path | None = None) -> None:
-    from normlab.config import dump_config
-    from normlab.io import write_json, write_text
-    from normlab.run.tensors import save_model
+               source: Path | None = None, records: dict[str, dict[str, Any]] | None = None) -> None:
+    """One stage's (or the final) run directory, derived from ``source`` (normlab.run.publish.write_run)."""
+    from normlab.run.publish import write_run
 
-    from normlab.surgery.run_quantize import copy_identity
-
-    path.mkdir(parents=True, exist_ok=True)
-    if source is not None:
-        copy_identity(source, path)  # tokenizer.json, data.json, provenance.json of the source run
-    write_text(path / CONFIG_FILE, dump_config(cfg))
-    save_model(model, path / MODEL_FILE, cfg.hash())
-    write_json(path / SUMMARY_FILE, {"status": "completed", **summary, "config_hash": cfg.hash(),
-                                       "params": sum(p.numel() for p in model.parameters()),
-                                       "run_dir": str(name or path)})
+    write_run(path, cfg, model, {"status": "completed", **summary, "config_hash": cfg.hash(),
+                                 "params": sum(p.numel() for p in model.parameters()), "run_dir": str(name or path)},
+              derived_from=source, records=records)
 
 
 def _finetune_config(cfg, *, steps: int, lr: float, data_source: str | None):
@@ -203,7 +194,6 @@ def remove_norm_run(run_dir: str | Path, out: str | Path, *, steps: int = 100, l
                     quiet: bool = True) -> dict[str, Any]:
     """Run the schedule on ``run_dir``; write the norm-free run to ``out`` (whole or absent); return the record."""
     from normlab.eval.lm import evaluate
-    from normlab.io import write_json
     from normlab.run.rundir import load_run, run_data
     from normlab.train.loop import train
 
@@ -298,6 +288,6 @@ def remove_norm_run(run_dir: str | Path, out: str | Path, *, steps: int = 100, l
         }
         _write_run(tmp, cfg, model, {"removed_from": str(run_dir), "val_loss": final["loss"], "val_bpb": final["bpb"],
                                      "delta_nats": record["delta_nats"], "delta_bpb": record["delta_bpb"],
-                                     "entropy_floor_bpb": data.entropy_floor_bpb}, name=out, source=run_dir)
-        write_json(tmp / "removal.json", record)
+                                     "entropy_floor_bpb": data.entropy_floor_bpb}, name=out, source=run_dir,
+                   records={"removal.json": record})
     return {**record, "out": str(out)}

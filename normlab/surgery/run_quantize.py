@@ -16,7 +16,6 @@
 from __future__ import annotations
 
 import copy
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -24,8 +23,8 @@ import numpy as np
 import torch
 
 from normlab.errors import NormlabError
-from normlab.io import check_new_dir, publish_dir
-from normlab.run.files import CONFIG_FILE, DATA_FILE, MODEL_FILE, PROVENANCE_FILE, SUMMARY_FILE, TOKENIZER_FILE
+from normlab.io import check_new_dir
+from normlab.run.files import SUMMARY_FILE
 from normlab.surgery.quantize import ACT_BITS, WEIGHT_BITS, act_quant, activation_stats, quantize_weights
 
 FORMAT = "normlab-quantization-v1"
@@ -33,13 +32,6 @@ ROTATE_TOL = 1e-4
 ROTATIONS = ("none", "hadamard")
 SIMULATED = ("simulated quantization: weights are rounded to the grid and stored in fp32 (fake-quant); "
              "activation quantization, when on, is applied by forward hooks inside this command only")
-
-
-def copy_identity(src: Path, dst: Path) -> None:
-    """Keep a derived run directory self-contained: the source's tokenizer.json, data.json, provenance.json."""
-    for name in (TOKENIZER_FILE, DATA_FILE, PROVENANCE_FILE):
-        if (Path(src) / name).is_file():
-            shutil.copy2(Path(src) / name, Path(dst) / name)
 
 
 def _windows(tokens: np.ndarray, context: int, n: int) -> torch.Tensor:
@@ -123,10 +115,9 @@ def quantize_run(run_dir: str | Path, out: str | Path, *, weights: int, group: i
                  acts: int | None = None, rotate: str = "none", max_tokens: int = 8192, batch_size: int = 16,
                  seed: int = 0) -> dict[str, Any]:
     """Quantize the run in ``run_dir`` and write it to ``out`` (whole or absent); returns the record."""
-    from normlab.config import dump_config
-    from normlab.io import read_json, write_json, write_text
+    from normlab.io import read_json
+    from normlab.run.publish import publish_run
     from normlab.run.rundir import load_run, run_data
-    from normlab.run.tensors import save_model
 
     if max_tokens < 1 or batch_size < 1:
         raise NormlabError("--max-tokens and --batch-size must be >= 1")
@@ -139,17 +130,14 @@ def quantize_run(run_dir: str | Path, out: str | Path, *, weights: int, group: i
     cfg, model, record = quantize_model(src.model, src.cfg, data, weights=weights, group=group, acts=acts,
                                         rotate=rotate, max_tokens=max_tokens, batch_size=batch_size, seed=seed)
     record.update({"source": str(run_dir), "source_config_hash": src.cfg.hash(), "config_hash": cfg.hash()})
-    with publish_dir(out) as tmp:
-        write_text(tmp / CONFIG_FILE, dump_config(cfg))
-        save_model(model, tmp / MODEL_FILE, cfg.hash())
+    with publish_run(out, cfg, model, derived_from=run_dir) as pending:
         src_summary = read_json(run_dir / SUMMARY_FILE, "summary") if (run_dir / SUMMARY_FILE).is_file() else {}
-        copy_identity(run_dir, tmp)
-        write_json(tmp / "quantization.json", record)
-        write_json(tmp / SUMMARY_FILE, {
+        pending.records["quantization.json"] = record
+        pending.summary = {
             "status": "completed", "step": src_summary.get("step"), "steps": src_summary.get("steps"),
             "quantized_from": str(run_dir), "val_loss": record["loss_after"], "val_bpb": record["bpb_after"],
             "bpb_before": record["bpb_before"], "bpb_increase": record["bpb_increase"],
             "eval_tokens": record["eval_tokens"], "entropy_floor_bpb": data.entropy_floor_bpb,
             "params": model.num_params(), "config_hash": cfg.hash(), "run_dir": str(out), "simulated": True,
-        })
+        }
     return {**record, "out": str(out)}

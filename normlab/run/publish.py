@@ -1,0 +1,91 @@
+"""The one writer of a finished run directory: ``publish_run`` (a new directory, whole or absent) and ``write_run``
+(the same files into a directory being built, e.g. remove-norm's stages inside its own published directory).
+
+A finished run directory holds ``config.yaml`` (``dump_config``), ``model.safetensors`` (the config hash in its
+metadata, normlab.run.tensors.save_model), the identity files of the run it was derived from (``tokenizer.json``,
+``data.json``, ``provenance.json``: a derived run stays self-contained), the writer's own records (``conversion.json``,
+``quantization.json``, ``removal.json``, ``hf_import.json``) and ``summary.json``, written last. Used by convert,
+quantize, remove-norm and import; the trainer writes the same files in place as it trains (normlab.train.loop).
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from normlab.errors import NormlabError
+from normlab.io import publish_dir, write_json, write_text
+from normlab.run.files import CONFIG_FILE, DATA_FILE, MODEL_FILE, PROVENANCE_FILE, SUMMARY_FILE, TOKENIZER_FILE
+
+if TYPE_CHECKING:
+    from torch import nn
+
+    from normlab.config import RunConfig
+
+IDENTITY_FILES = (TOKENIZER_FILE, DATA_FILE, PROVENANCE_FILE)
+
+
+def copy_identity(src: str | Path, dst: str | Path) -> None:
+    """Keep a derived run directory self-contained: copy the source's tokenizer.json, data.json, provenance.json
+    (those it has) into ``dst``."""
+    for name in IDENTITY_FILES:
+        if (Path(src) / name).is_file():
+            shutil.copy2(Path(src) / name, Path(dst) / name)
+
+
+def write_run(path: str | Path, config: RunConfig, model: nn.Module, summary: dict[str, Any] | None = None, *,
+              derived_from: str | Path | None = None, records: dict[str, dict[str, Any]] | None = None) -> None:
+    """Write a run's files into the directory ``path`` (created if missing): the identity files of
+    ``derived_from``, ``config.yaml``, ``model.safetensors``, each ``records`` item (file name -> JSON object) and,
+    when given, ``summary.json``."""
+    from normlab.config import dump_config
+    from normlab.run.tensors import save_model
+
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    if derived_from is not None:
+        copy_identity(derived_from, path)
+    write_text(path / CONFIG_FILE, dump_config(config))
+    save_model(model, path / MODEL_FILE, config.hash())
+    for name, record in (records or {}).items():
+        write_json(path / name, record)
+    if summary is not None:
+        write_json(path / SUMMARY_FILE, summary)
+
+
+@dataclass
+class PendingRun:
+    """A run directory being published: ``path`` is its temp directory (config.yaml and model.safetensors already
+    written, so the writer can load back and check what it wrote); set ``summary`` and add ``records`` before the
+    ``with`` block ends."""
+
+    path: Path
+    summary: dict[str, Any] | None = None
+    records: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+@contextmanager
+def publish_run(out: str | Path, config: RunConfig, model: nn.Module, *,
+                derived_from: str | Path | None = None) -> Iterator[PendingRun]:
+    """Publish the run directory ``out`` whole or not at all (normlab.io.publish_dir): config.yaml and
+    model.safetensors are written into a temp directory, yielded as ``PendingRun``; when the block ends without
+    error the identity files of ``derived_from``, the records and summary.json are written and the directory is
+    renamed to ``out``. An error in the block (a failed check) leaves nothing behind."""
+    with publish_dir(out) as tmp:
+        write_run(tmp, config, model)
+        run = PendingRun(tmp)
+        yield run
+        if run.summary is None:
+            raise NormlabError(f"internal: {out} was about to be published without a summary")
+        if derived_from is not None:
+            copy_identity(derived_from, tmp)
+        for name, record in run.records.items():
+            write_json(tmp / name, record)
+        write_json(tmp / SUMMARY_FILE, run.summary)
+
+
+__all__ = ["IDENTITY_FILES", "PendingRun", "copy_identity", "publish_run", "write_run"]
