@@ -27,8 +27,8 @@ from normlab.interop.check import LOGIT_TOL, compare_models, require_transformer
 from normlab.data.tokenizer import DOC_SUFFIX
 from normlab.interop.hf_tokenizer import normlab_tokenizer
 from normlab.interop.mapping import weight_map
-from normlab.io import check_new_dir, publish_dir, write_json, write_text
-from normlab.run.files import CONFIG_FILE, HF_IMPORT_FILE, MODEL_FILE, SUMMARY_FILE, TOKENIZER_FILE
+from normlab.io import check_new_dir, publish_dir, write_json
+from normlab.run.files import HF_IMPORT_FILE, SUMMARY_FILE, TOKENIZER_FILE
 
 FORMAT = "normlab-hf-import-v1"
 GELU = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh"}
@@ -144,10 +144,10 @@ def load_hf_weights(model: torch.nn.Module, cfg, arch: str, hf_state: dict[str, 
 def import_hf(hf_dir: str | Path, out: str | Path, *, data: str = "pystdlib", tokenizer: str | None = None
               ) -> dict[str, Any]:
     """Import the HF checkpoint in ``hf_dir`` as a run directory ``out``; returns the import record."""
-    from normlab.config import DataConfig, RunConfig, dump_config
+    from normlab.config import DataConfig, RunConfig
     from normlab.model import ModelConfig, build_model
     from normlab.run.rundir import load_data, save_run_identity
-    from normlab.run.tensors import save_model
+    from normlab.run.publish import write_run
 
     transformers = require_transformers()
     hf_dir, out = Path(hf_dir), Path(out)
@@ -174,8 +174,7 @@ def import_hf(hf_dir: str | Path, out: str | Path, *, data: str = "pystdlib", to
         hf.eval()
         load_hf_weights(model, cfg.model, arch, hf.state_dict())
         model.eval()
-        write_text(tmp / CONFIG_FILE, dump_config(cfg))
-        save_model(model, tmp / MODEL_FILE, cfg.hash())
+        write_run(tmp, cfg, model)  # config.yaml, model.safetensors (normlab.run.publish)
         tok_file = tmp / TOKENIZER_FILE
         data_cfg = cfg
         if tok_file.is_file():  # load the data with the copy where it is now; the config names its final place
