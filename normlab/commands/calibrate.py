@@ -22,7 +22,7 @@ def run_calibrate(args: argparse.Namespace) -> int:
 
     if args.max_tokens < 0 or args.batch_size < 1:
         raise NormlabError("--max-tokens must be >= 0 and --batch-size >= 1")
-    run = open_run(args)
+    run = open_run(args.run_dir, source=args.data, split=args.split)
     cfg, sfx, run_dir = run.cfg, run.suffix, run.run_dir
     for name in (f"calibration{sfx}.json", f"reliability{sfx}.png"):  # both slots checked before either is written
         check_file_slot(check_inside(run_dir, run_dir / name))

@@ -20,7 +20,7 @@ def run_diagnose(args: argparse.Namespace) -> int:
 
     if args.sequences < 1 or (args.context is not None and args.context < 1):
         raise NormlabError(f"--sequences and --context must be >= 1, got {args.sequences} and {args.context}")
-    run = open_run(args, context=args.context, batch=args.sequences,
+    run = open_run(args.run_dir, source=args.data, split=args.split, context=args.context, batch=args.sequences,
                    what="diagnose (all activations of the sample are kept)")
     run_dir, cfg, context = run.run_dir, run.cfg, run.context
     sfx = run.suffix

@@ -25,7 +25,8 @@ def run_extrapolate(args: argparse.Namespace) -> int:
     cfg = open_config(args.run_dir)
     check_positions(factors, cfg.model.context, cfg.model.positions)  # before loading anything
     check_attention_context(cfg.model, max(max(1, round(f * cfg.model.context)) for f in factors))
-    run = open_run(args)  # at the training context; longer ones were checked above, per factor
+    # at the training context; longer ones were checked above, per factor
+    run = open_run(args.run_dir, overrides=args.overrides, source=args.data, split=args.split)
     mc, data, overrides = run.cfg.model, run.data, run.overrides
     rep = extrapolate(run.model, run.tokens, data.token_bytes, train_context=mc.context,
                       factors=factors, positions=mc.positions, attention=mc.attention,

@@ -39,6 +39,7 @@ import os
 import platform
 from dataclasses import dataclass
 from pathlib import Path
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from normlab.errors import EXIT_DIVERGED, EXIT_INTERRUPTED, EXIT_OK, NormlabError
@@ -432,25 +433,24 @@ def apply_eval_overrides(run: LoadedRun, overrides: list[str]) -> None:
     set_eval_options(run.model, run.cfg.model)
 
 
-def open_run(args: Any, *, context: int | None = None, batch: int | None = None, what: str = "eval") -> OpenedRun:
-    """The one preamble of the evaluation commands (eval, diagnose, calibrate, extrapolate): load the run
-    (``args.run_dir``), apply ``args.overrides`` (evaluation-time keys only), check the context it will run at
+def open_run(run_dir: str | Path, *, overrides: Sequence[str] = (), source: str | None = None, split: str = "val",
+             context: int | None = None, batch: int | None = None, what: str = "eval") -> OpenedRun:
+    """The one preamble of the evaluation commands (eval, diagnose, calibrate, extrapolate): load the run in
+    ``run_dir``, apply ``overrides`` (``--set``; evaluation-time keys only), check the context it will run at
     (``context``, default the training context: ``check_context``), check that ``batch`` sequences of it fit in
-    memory (``normlab.validate.check_eval_memory``, labelled ``what``), load its data (``args.data``: another
-    corpus) and pick the split ``args.split`` (``val`` or ``test``; every command picks it the same way,
+    memory (``normlab.validate.check_eval_memory``, labelled ``what``), load its data (``source``, ``--data``:
+    another corpus) and pick ``split`` (``val`` or ``test``; every command picks it the same way,
     ``PreparedData.split``)."""
     from normlab.validate import check_eval_memory
 
-    run_dir = Path(args.run_dir)
+    run_dir = Path(run_dir)
     run = load_run(run_dir)
-    overrides = list(getattr(args, "overrides", []))  # --set: eval and extrapolate have it, calibrate and diagnose not
+    overrides = list(overrides)
     apply_eval_overrides(run, overrides)
     mc = run.cfg.model
     ctx = context if context is not None else mc.context
     check_context(mc, ctx)
     if batch is not None:
         check_eval_memory(mc, batch, ctx, what)
-    source = args.data
     data = run_data(run_dir, run.cfg, source=source)
-    split = args.split
     return OpenedRun(run_dir, run.cfg, run.model, run.weights, overrides, ctx, data, source, split, data.split(split))
