@@ -21,8 +21,8 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(EXIT_BAD_INPUT)
 
 
-COMMAND_MODULES = ("train", "evaluate", "convert", "surgery", "interop", "generate", "calibrate", "extrapolate",
-                   "diagnose", "compare", "runs", "report", "scaling", "claims", "norms", "attention")
+COMMAND_MODULES = ("train", "eval", "convert", "remove_norm", "quantize", "export", "import_", "generate", "calibrate",
+                   "extrapolate", "diagnose", "compare", "runs", "report", "scaling", "claims", "norms", "attention")
 """normlab.commands modules, in the order their commands appear in ``normlab --help``."""
 
 

@@ -522,7 +522,7 @@ def test_convert_cli_refuses_linear_attention_in_one_line(runs):
 
 def test_lssar_switches_at_evaluation_without_retraining(runs, capsys, monkeypatch):
     from normlab.cli import build_parser
-    from normlab.commands.evaluate import run_eval
+    from normlab.commands.eval import run_eval
     from normlab.commands.extrapolate import run_extrapolate
     from normlab.run.rundir import load_run
 

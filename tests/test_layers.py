@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import ast
+import keyword
 import subprocess
 import sys
 from pathlib import Path
@@ -223,7 +224,7 @@ def test_io_alone_does_not_import_torch():
 
 def test_commands_own_their_flags():
     """``cli.py`` only dispatches: its one ``add_argument`` calls are the global ``--debug`` / ``--version``; every
-    subcommand is registered by its own module, whose function it runs."""
+    subcommand is registered by its own module, named as the command, whose function it runs."""
     from normlab.cli import COMMAND_MODULES, build_parser
 
     tree = ast.parse((ROOT / "cli.py").read_text(encoding="utf-8"))
@@ -235,6 +236,10 @@ def test_commands_own_their_flags():
         func = parser.get_default("func")
         assert func.__module__.rpartition(".")[2] in COMMAND_MODULES, (name, func.__module__)
         assert func.__module__.startswith("normlab.commands."), (name, func.__module__)
+        # one module per command, named as the command ("remove-norm" -> remove_norm, a keyword gets "_")
+        module = name.replace("-", "_") + ("_" if keyword.iskeyword(name) else "")
+        assert func.__module__ == f"normlab.commands.{module}", (name, func.__module__)
+    assert len(sub.choices) == len(COMMAND_MODULES)
 
 
 def test_building_the_parser_does_not_import_torch():
