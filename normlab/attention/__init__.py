@@ -1,9 +1,9 @@
 """Attention kinds (``model.attention``) and position encodings (``model.positions``); docs/attention.md.
 
-- ``softmax``  -- normlab.attention.softmax (SDPA; QK-norm, score softcap, ALiBi)
-- ``softplus`` -- normlab.attention.softplus (LSSA, re-weighting LSSAR)
 - ``linear``   -- normlab.attention.linear (LINA: relu kernel, causal division normalisation, conv, KV gate)
 - ``nala``     -- normlab.attention.nala (NaLaFormer norm-aware kernel)
+- ``softmax``  -- normlab.attention.softmax (SDPA; QK-norm, score softcap, ALiBi; the default)
+- ``softplus`` -- normlab.attention.softplus (LSSA, re-weighting LSSAR)
 
 Each kind is one class registered in ``normlab.attention.registry`` that declares its own facts (config options and
 their checks, score matrix, eval-time keys, context limit, convertible/exportable); the registry is the one list of
@@ -13,6 +13,8 @@ builds the registered class of ``cfg.attention``.
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 from typing import Any
 
 from torch import nn
@@ -21,11 +23,12 @@ from normlab.attention.base import AttentionState
 from normlab.attention.positions import RotaryEmbedding
 from normlab.attention.registry import (attention_names, check_attention_config, check_attention_context,
                                         eval_time_keys, get_attention_class, list_attention, register_attention)
-# the kinds shipped with normlab register themselves on import (registration order = docs and CLI order)
-from normlab.attention.softmax import CausalSelfAttention  # noqa: E402  isort: skip
-from normlab.attention.softplus import SoftplusAttention  # noqa: E402  isort: skip
-from normlab.attention.linear import LinearAttention  # noqa: E402  isort: skip
-from normlab.attention.nala import NaLaAttention  # noqa: E402  isort: skip
+
+# every other module of this package holds kinds that register themselves on import (alphabetical order: the order
+# of attention_names(), the docs and the CLI), so a new kind is one registered class in one file, as for norms
+for _info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
+    if _info.name not in ("base", "positions", "registry"):
+        importlib.import_module(f"{__name__}.{_info.name}")
 
 
 def build_attention(cfg: Any, rope: RotaryEmbedding | None, *, in_width: int | None = None,
@@ -45,7 +48,6 @@ def set_eval_options(model: nn.Module, cfg: Any) -> None:
             m.apply_eval_options(cfg)
 
 
-__all__ = ["AttentionState", "CausalSelfAttention", "LinearAttention", "NaLaAttention", "RotaryEmbedding",
-           "SoftplusAttention", "attention_names", "build_attention", "check_attention_config",
+__all__ = ["AttentionState", "RotaryEmbedding", "attention_names", "build_attention", "check_attention_config",
            "check_attention_context", "eval_time_keys", "get_attention_class", "list_attention", "register_attention",
            "set_eval_options"]

@@ -68,7 +68,7 @@ def get_attention_class(name: str) -> type:
 
 
 def attention_names() -> tuple[str, ...]:
-    """Registered kinds, in registration order (the shipped kinds: softmax first, the default)."""
+    """Registered kinds, in registration order (the shipped kinds: their modules' alphabetical order)."""
     return tuple(_REGISTRY)
 
 
