@@ -1,4 +1,4 @@
-"""One name for bits per byte across normlab's outputs (issue 12 item 9), and the old names still read.
+"""One name for bits per byte across normlab's outputs, and the old names still read.
 
 ``bpb`` is bits per byte, ``-sum(log p) / (bytes * ln 2)``, in every JSON output, the results store, the report and
 TensorBoard; a qualifier says which one: ``val_bpb`` is a run's value on its validation split (``summary.json``,

@@ -246,3 +246,12 @@ def test_building_the_parser_does_not_import_torch():
     code = "import sys; from normlab.cli import build_parser; build_parser(); print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
+
+
+def test_no_issue_numbers_in_the_source():
+    """The source explains itself: no "issue N" reference (the tracker's history is not the reader's context)."""
+    import re
+
+    found = [f"{_module(p)}:{i}" for p in FILES for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
+             if re.search(r"\bissues? #?\d+", line, re.IGNORECASE)]
+    assert not found, found

@@ -19,7 +19,7 @@ def run_report(args: argparse.Namespace) -> int:
     for d in dirs:
         if not d.is_dir():
             raise NormlabError(f"directory {d} does not exist (give a sweep directory or run directories)")
-    if args.quantize or args.label_free:  # issue 13: per-run surgery metrics
+    if args.quantize or args.label_free:  # per-run surgery metrics
         import sys
 
         from normlab.report.surgery_columns import measure_sweep

@@ -1,5 +1,5 @@
 """Run fingerprints: what determines a run's numbers, so caches can tell a run the current code would reproduce from
-one it would not (issue 16: "runs know their code").
+one it would not (runs know their code).
 
 A fingerprint is the SHA-256 of a canonical JSON object::
 

@@ -7,7 +7,7 @@ load, so about 7 min on an idle machine. ``full`` (5 seeds x 500 steps, 55 runs,
 by 5/3 x 2 (x 1.5 for the deep half): about 60 min under the same load, ~30 min idle (estimate; its first
 12-block runs took 115-270 s each at 2-4.4k tokens/s under load ~5).
 ``tiny`` is for the tests: a few seconds.
-Since issue 16 the full suite has 13 shallow/deep variants (``ln_untied`` and ``softplus_lssar`` added: 65 runs at
+The full suite has 13 shallow/deep variants (``ln_untied`` and ``softplus_lssar`` added: 65 runs at
 5 seeds) plus the learning-rate grid (175 runs) and the surgery measurements. Measured 2026-11-23 on the shared
 2-core machine (load average 9-12, the claims processes at nice 10, 2 workers): a quick-budget 8-block run took
 about 6 min wall, a 4-block one about 3 min; a full-budget 12-block run at nice 19 reached step 250 of 500 in about
@@ -15,7 +15,7 @@ about 6 min wall, a 4-block one about 3 min; a full-budget 12-block run at nice 
 from-scratch ``full`` run was estimated at roughly 10-11k CPU-seconds. Measured 2026-11-24: ``normlab claims --budget
 full --workers 2`` from an empty directory trained 240 runs and measured 24 claims in 106.7 min wall on the shared
 2-core machine, its two workers at nice 5 getting about half a core each (37 CPU-min per worker after 74 min), so
-roughly 50-55 min on 2 idle cores: already above the ~30 minutes issue 16 asked for at width 64, so the width was not
+roughly 50-55 min on 2 idle cores: already above a ~30-minute target at width 64, so the width was not
 raised (docs/claims.md states each claim's width, blocks, steps and tokens).
 
 Learning-rate sweep claims (``grid_*``): 7 variants x ``grid_lrs`` x seeds runs of a ``grid_depth``-block model for

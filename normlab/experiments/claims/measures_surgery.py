@@ -1,4 +1,4 @@
-"""Measurements of the claims about operating on trained models (issue 13; normlab.surgery, docs/surgery.md):
+"""Measurements of the claims about operating on trained models (normlab.surgery, docs/surgery.md):
 LayerNorm removal by fine-tuning, Hadamard rotation before 4-bit quantization, quantization robustness of Peri-LN,
 and label-free scores.
 

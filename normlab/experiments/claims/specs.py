@@ -191,7 +191,7 @@ CLAIMS: list[Claim] = [
                  "added to the attention output before proj)",
           deviations="their vision code is bidirectional with a 5x5 2-D conv; here causal prefix sums and a causal "
                      "1-D conv of size 4 (a causal LM); no KV gate."),
-    # operating on trained models (issue 13: normlab.surgery, docs/surgery.md; measures_surgery.py)
+    # operating on trained models (normlab.surgery, docs/surgery.md; measures_surgery.py)
     Claim("ln-removal", "LayerNorm can be removed by fine-tuning at a small loss increase",
           "Heimersheim 2024 (arXiv:2409.13710); Baroni et al. 2025 (arXiv:2507.02559): +0.03 nats for GPT-2 XL",
           "val loss of the LN-free model - LN model fine-tuned for the same steps (nats/token)", "< 0.05",
