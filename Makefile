@@ -28,6 +28,7 @@ demo: $(STAMP)
 # Debian's chromium lets the report-rendering test run; installing it is best effort and never fails the build.
 test: $(STAMP)
 	@command -v chromium >/dev/null 2>&1 || (apt-get install -y chromium >/dev/null 2>&1 || (apt-get update >/dev/null 2>&1 && apt-get install -y chromium >/dev/null 2>&1) || echo "chromium not installed: the report screenshot test will be skipped")
+	$(BIN)/python -m ruff check .
 	$(BIN)/python -m pytest -q
 
 bench: $(STAMP)

@@ -193,7 +193,8 @@ def loop_row(shape: Shape, cache: Path, workdir: Path) -> Row:
 def _as_run(shape: Shape) -> RunConfig:
     cfg = RunConfig()
     m = cfg.model
-    m.depth, m.width, m.heads, m.context, m.vocab_size = shape.depth, shape.width, shape.heads, shape.context, shape.vocab
+    m.depth, m.width, m.heads = shape.depth, shape.width, shape.heads
+    m.context, m.vocab_size = shape.context, shape.vocab
     cfg.train.batch_size = shape.batch
     return cfg
 
@@ -246,9 +247,12 @@ def render(info: dict, shapes: list[tuple[Shape, float, list[Row]]]) -> str:
             ratio = f"{paired(r, ref):.2f}x" if ref is not None and r.windows and r is not ref else (
                 "1.00x" if r is ref else "--")
             # emulated bf16: small matmuls beat the square-GEMM "peak", so an MFU would read > 100% (meaningless)
-            mfu = f"{tok * r.flops_per_token / (peak * 1e9):.1%}" if tok and (r.precision != "bf16" or info["has_bf16"]) else "--"
+            real = tok and (r.precision != "bf16" or info["has_bf16"])
+            mfu = f"{tok * r.flops_per_token / (peak * 1e9):.1%}" if real else "--"
             note = r.note + (f" compile {r.setup_s:.0f} s" if r.setup_s else "")
-            L.append(f"| {r.label} | {r.precision} | {f'{tok:,.0f}' if tok else '--'} | {ratio} | {mfu} | {note.strip()} |")
+            L.append(
+                f"| {r.label} | {r.precision} | {f'{tok:,.0f}' if tok else '--'} | {ratio} | {mfu} | {note.strip()} |"
+            )
         L.append("")
     L.append("<!-- nanogpt_speed:end -->")
     return "\n".join(L) + "\n"
@@ -272,7 +276,8 @@ def main(argv: list[str] | None = None) -> int:
     rounds, window_s, warmup, budget_s = (3, 0.5, 1, 30.0) if args.quick else (7, 2.0, 2, 240.0)
     sizes = [512, 1024] if args.quick else [1024, 1536, 2048]
     has_bf16, why = P.fast_bf16("cpu")
-    info = {"rounds": rounds, "window_s": window_s, "budget_s": budget_s, "has_bf16": has_bf16,"date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "cpu": cpu_model(),
+    info = {"rounds": rounds, "window_s": window_s, "budget_s": budget_s, "has_bf16": has_bf16,
+            "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "cpu": cpu_model(),
             "threads": torch.get_num_threads(), "torch": torch.__version__,
             "capability": torch.backends.cpu.get_cpu_capability(), "bf16": why, "xt": xt_version(),
             "load_before": os.getloadavg()[0], "gemm_sizes": sizes,
@@ -280,7 +285,8 @@ def main(argv: list[str] | None = None) -> int:
             "command": " ".join(" ".join(["python benchmarks/nanogpt_speed.py", "--nanogpt DIR" if nano else "",
                                  "--quick" if args.quick else "", f"--shapes {args.shapes}",
                                  f"--threads {args.threads}", "--no-compile" if args.no_compile else "",
-                                 f"--compile-shapes {args.compile_shapes}" if args.compile_shapes != "S,M" else ""]).split())}
+                                 f"--compile-shapes {args.compile_shapes}" if args.compile_shapes != "S,M" else "",
+                                 ]).split())}
     info["peak_fp32"] = gemm_peak(torch.float32, sizes, 5)
     info["peak_bf16"] = gemm_peak(torch.bfloat16, sizes[:1] if not has_bf16 else sizes, 2 if not has_bf16 else 5)
     print(f"{info['cpu']}: GEMM fp32 {info['peak_fp32']:.0f}, bf16 {info['peak_bf16']:.1f} GFLOP/s; {why}", flush=True)

@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     NF.rms_norm = NORMLAB_RMS
 
     load = os.getloadavg()[0]
-    lines = [f"## Norm and placement speed (`benchmarks/norm_speed.py`)", "",
+    lines = ["## Norm and placement speed (`benchmarks/norm_speed.py`)", "",
              f"{dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC · torch {torch.__version__} · "
              f"{args.threads} thread(s) · load average {load:.1f} (other jobs running makes absolute times noisy; "
              "the ratios are measured interleaved). Forward + backward, train mode, 4096 tokens, median of "
@@ -156,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
         from normlab.train.precision import fast_bf16
 
         i = next(j for j, l in enumerate(lines) if l.startswith("Training step"))
-        head = [f"## Norm and placement step time under bf16 (`benchmarks/norm_speed.py --precision bf16`)", "",
+        head = ["## Norm and placement step time under bf16 (`benchmarks/norm_speed.py --precision bf16`)", "",
                 f"{dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC, {args.threads} thread(s), load average "
                 f"{load:.1f}; {fast_bf16('cpu')[1]}.", ""]
         body = [l for l in lines[i:] if not l.startswith("RMSNorm target")]

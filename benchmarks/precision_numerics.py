@@ -43,7 +43,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=None, help="train.steps (default: the preset's)")
     ap.add_argument("--variant", default="Pre-LN")
     ap.add_argument("--preset", default="quick")
-    ap.add_argument("--config", default=None, help="a run config or preset (e.g. tiny) instead of the sweep preset's run")
+    ap.add_argument(
+        "--config", default=None, help="a run config or preset (e.g. tiny) instead of the sweep preset's run"
+    )
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks.md")
     args = ap.parse_args(argv)

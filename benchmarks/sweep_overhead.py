@@ -98,7 +98,8 @@ def main() -> None:
     load = os.getloadavg() if hasattr(os, "getloadavg") else None
     body = "\n".join([
         "## Sweep runner overhead per run (`benchmarks/sweep_overhead.py`)", "",
-        f"{args.runs} runs of the `tiny` preset, {args.steps} steps each (training itself is a fraction of a second, so "
+        f"{args.runs} runs of the `tiny` preset, {args.steps} steps each "
+        "(training itself is a fraction of a second, so "
         "this is the runner's cost per run), one worker, one torch thread; medians over "
         f"{args.rounds} alternating rounds. Written {_dt.datetime.now():%Y-%m-%d %H:%M} on "
         f"{platform.platform()}, {os.cpu_count()} cores, load average {load[0]:.2f} at the end" if load else "", "",

@@ -31,7 +31,8 @@ CONFIG_DIR = Path(__file__).resolve().parent / "configs"  # package data: shippe
 
 @dataclass
 class DataConfig:
-    """Corpus and tokenizer. ``source``: see docs/data.md; ``tokenizer``: ``bytes``, ``bpe:N`` or a tokenizer.json path, each optionally ``+doc`` (a document token before every document)."""
+    """Corpus and tokenizer. ``source``: see docs/data.md; ``tokenizer``: ``bytes``, ``bpe:N`` or a tokenizer.json
+    path, each optionally ``+doc`` (a document token before every document)."""
 
     source: str = "pystdlib"
     tokenizer: str = "bytes"
@@ -225,7 +226,9 @@ def _build(cls: type, data: dict[str, Any], prefix: str) -> Any:
         full = f"{prefix}{key}"
         if key not in hints:
             allowed = [f"{prefix}{n}" for n in names]
-            raise NormlabError(f"unknown config key '{full}'{suggest_key(full, allowed)}; allowed: {', '.join(allowed)}")
+            raise NormlabError(
+                f"unknown config key '{full}'{suggest_key(full, allowed)}; allowed: {', '.join(allowed)}"
+            )
         tp = hints[key]
         if dataclasses.is_dataclass(tp):
             if not isinstance(value, dict):
@@ -306,7 +309,9 @@ def read_yaml(path: Path) -> dict[str, Any]:
     if data is None:
         data = {}
     if not isinstance(data, dict):
-        raise NormlabError(f"config {path} must be a YAML mapping of sections (seed, device, data, model, train, optim, diag)")
+        raise NormlabError(
+            f"config {path} must be a YAML mapping of sections (seed, device, data, model, train, optim, diag)"
+        )
     return data
 
 

@@ -39,7 +39,9 @@ def test_yaml_and_sweep_aliases(tmp_path):
                      "did you mean 'model.mlp_ratio'", "ratio")
 
 
-@pytest.mark.parametrize("value, want", [("RMSNorm", "rmsnorm"), ("LayerNorm", "layernorm"), ("Layer_Norm", "layernorm")])
+@pytest.mark.parametrize(
+    "value, want", [("RMSNorm", "rmsnorm"), ("LayerNorm", "layernorm"), ("Layer_Norm", "layernorm")]
+)
 def test_norm_names_in_other_spellings(value, want, tmp_path):
     assert_bad_input(run_inproc("train", "tiny", "--set", f"model.norm={value}", cache=tmp_path),
                      f"did you mean '{want}'")

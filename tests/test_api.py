@@ -34,7 +34,9 @@ def test_example_script_matches_the_cli(tmp_path, cache):
     run = tmp_path / "ex" / "rms"
     s = json.loads((run / "summary.json").read_text())
     assert r["status"] == s["status"] == "completed" and r["val_bpb"] == s["val_bpb"] and r["params"] == s["params"]
-    cli_eval = json.loads(run_inproc("eval", str(run), "--max-tokens", "2048", "--json", cache=cache, check=True).stdout)
+    cli_eval = json.loads(
+        run_inproc("eval", str(run), "--max-tokens", "2048", "--json", cache=cache, check=True).stdout
+    )
     assert r["eval_bpb"] == cli_eval["bpb"] and r["eval_tokens"] == cli_eval["tokens"]
     cli_gen = json.loads(run_inproc("generate", str(run), "--prompt", "abc", "--max-new-tokens", "16",
                                     "--temperature", "0", "--json", cache=cache, check=True).stdout)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
 
 import pytest
 import torch
@@ -33,7 +32,9 @@ KINDS = attention_names()  # the registry is the one list: a new kind gets every
 
 def positions_of(kind: str) -> tuple[str, ...]:
     """Position encodings a kind takes: ALiBi only where it forms a score matrix (its declared fact)."""
-    return ("rope", "learned", "alibi", "none") if get_attention_class(kind).score_matrix else ("rope", "learned", "none")
+    return (
+        ("rope", "learned", "alibi", "none") if get_attention_class(kind).score_matrix else ("rope", "learned", "none")
+    )
 
 
 # option variants exercised by the causality and step tests (a kind without an entry is tested with its defaults)

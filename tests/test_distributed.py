@@ -8,7 +8,6 @@ after 8-16 steps; without the synchronised batch statistics BatchNorm's weights 
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import signal
 import subprocess
@@ -19,7 +18,8 @@ import pytest
 import torch
 
 from normlab.errors import EXIT_DIVERGED, EXIT_INTERRUPTED
-from tests.helpers import assert_bad_input, assert_same_weights, cli_env, kill_9_after, normlab, run_inproc, summary, weights
+from tests.helpers import (assert_bad_input, assert_same_weights, cli_env, kill_9_after, normlab, run_inproc, summary,
+                           weights)
 
 pytestmark = pytest.mark.slow
 LOSS_TOL, WEIGHT_TOL = 2e-5, 2e-4

@@ -48,8 +48,8 @@ def test_windows_score_every_target_once(n, context, data):
 
 def test_uniform_model_bits_per_byte_is_log2_vocab():
     tokens = np.frombuffer(b"hello world, this is a test of the metrics" * 5, dtype=np.uint8).astype(np.uint16)
-    m = evaluate(FixedModel(256), tokens, np.ones(256, dtype=np.int64), lambda ids: bytes(ids.astype(np.uint8).tolist()),
-                 context=16)
+    m = evaluate(FixedModel(256), tokens, np.ones(256, dtype=np.int64),
+                 lambda ids: bytes(ids.astype(np.uint8).tolist()), context=16)
     assert m["loss"] == pytest.approx(math.log(256))
     assert m["bpb"] == pytest.approx(8.0)
     assert m["byte_perplexity"] == pytest.approx(256.0)
@@ -80,7 +80,9 @@ def test_stride_gives_more_context():
     strided = evaluate(CountingModel(), tokens, stride=2, **kw)
     assert plain["tokens"] == strided["tokens"] == 100
     # loss of target at in-window position p: -log_softmax([p, 0, 0, 0])[0]
-    nll = lambda p: -(p - math.log(math.exp(p) + 3))
+    def nll(p: float) -> float:
+        return -(p - math.log(math.exp(p) + 3))
+
     assert plain["loss"] == pytest.approx(sum(nll(p) for p in range(10)) / 10, rel=1e-5)
     expect_strided = (sum(nll(p) for p in range(10)) + 45 * (nll(8) + nll(9))) / 100
     assert strided["loss"] == pytest.approx(expect_strided, rel=1e-5)

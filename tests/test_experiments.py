@@ -38,7 +38,8 @@ def test_expansion_cartesian_variants_seeds():
     sweep = parse_sweep({
         "name": "x", "base": "tiny", "set": {"train.steps": 5},
         "axes": {"model.depth": [1, 2], "model.norm": ["layernorm", "rmsnorm"]},
-        "variants": [{"name": "Post", "set": {"model.placement": "post"}}, {"name": "Pre", "set": {"model.placement": "pre"}}],
+        "variants": [{"name": "Post", "set": {"model.placement": "post"}},
+                     {"name": "Pre", "set": {"model.placement": "pre"}}],
         "seeds": [0, 1, 7],
     })
     assert len(sweep.runs) == 2 * 2 * 2 * 3
@@ -243,7 +244,9 @@ def test_other_sweep_file_and_locks_are_one_line_errors(sweep, cache, tmp_path, 
     # another compare holds the sweep dir
     with open(out / ".compare.lock", "a+") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        assert_bad_input(normlab("compare", str(f), "--out", str(out), cache=cache), "in use by another normlab compare")
+        assert_bad_input(
+            normlab("compare", str(f), "--out", str(out), cache=cache), "in use by another normlab compare"
+        )
         fcntl.flock(fh, fcntl.LOCK_UN)
     # another process holds SQLite's write lock longer than the busy timeout
     con = sqlite3.connect(str(out / "results.sqlite"), isolation_level=None)
@@ -302,7 +305,8 @@ for i in range(n):
         for s in range(1, 21)))
     store.start(rid, calls_trainer=True)
     record(store, d, rid, {"status": "completed", "step": 20, "steps": 20, "val_bpb": 4.0 - worker / 10 - i / 1000,
-                           "best_val_bpb": 3.5, "tokens_per_s": 1000.0, "elapsed_s": 1.0, "params": 10}, peak_mem_mb=1.0)
+                           "best_val_bpb": 3.5, "tokens_per_s": 1000.0, "elapsed_s": 1.0, "params": 10},
+               peak_mem_mb=1.0)
 """
 
 
@@ -322,7 +326,9 @@ def test_concurrent_workers_lose_no_rows(tmp_path):
     assert all(r["val_bpb"] == pytest.approx(4.0 - int(r["run_id"][1]) / 10 - int(r["run_id"].split("r")[-1]) / 1000)
                for r in rows)
     curves = store.curves()
-    assert len(curves) == workers * per and all(len(c["loss"]) == 20 and len(c["val_bpb"]) == 20 for c in curves.values())
+    assert len(curves) == workers * per and all(
+        len(c["loss"]) == 20 and len(c["val_bpb"]) == 20 for c in curves.values()
+    )
     with sqlite3.connect(str(tmp_path / "results.sqlite")) as con:
         assert con.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
         assert con.execute("SELECT COUNT(*) FROM curves").fetchone()[0] == workers * per * 20 * 4

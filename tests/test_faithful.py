@@ -43,7 +43,9 @@ def test_dyt_recipe_builds_an_untied_head_and_the_authors_dyt():
     alphas = {site: getattr(blk, site).alpha.item() for site in ("attn_in", "mlp_in")}
     assert alphas == pytest.approx({"attn_in": 0.8, "mlp_in": 0.2})
     assert isinstance(m.final_norm, DyT) and m.final_norm.alpha.item() == pytest.approx(0.2)
-    assert all(getattr(b, s).bias is None for b in m.blocks for s in ("attn_in", "mlp_in")) and m.final_norm.bias is None
+    assert (
+        all(getattr(b, s).bias is None for b in m.blocks for s in ("attn_in", "mlp_in")) and m.final_norm.bias is None
+    )
     # the stream starts at the authors' RMS: 64 * 0.02 = 1.28
     x = (m.tok_emb.weight * m.embed_scale).detach()
     assert float(x.pow(2).mean().sqrt()) == pytest.approx(1.28, rel=0.05)
@@ -244,7 +246,8 @@ def test_changed_claims_tiny_end_to_end(tmp_path):
     """Peri-LN growth during training, the authors' massive statistic, LSSAR trained vs switched at evaluation:
     per-seed values recomputed from the cached statistics and the extrapolation details."""
     out, cache = tmp_path / "claims", tmp_path / "cache"
-    p = run_inproc("claims", "--budget", "tiny", "--only", "peri-variance,peri-variance-magnitude,peri-massive,lssar-extrapolation,"
+    p = run_inproc("claims", "--budget", "tiny", "--only",
+                   "peri-variance,peri-variance-magnitude,peri-massive,lssar-extrapolation,"
                    "lssar-eval-only", "--out", str(out), "--json", cache=cache, check=True)
     rep = {c["name"]: c for c in json.loads(p.stdout)["claims"]}
     pv = rep["peri-variance"]

@@ -90,7 +90,9 @@ def test_installed_train_preset_and_compare(installed):
                                      "variants": [{"name": "RMS", "set": {"model.norm": "rmsnorm"}}]}))
     r = json.loads(_run([exe, "compare", "one.yaml", "--out", "sweep", "--workers", "1", "--json"], cwd, env).stdout)
     assert r["counts"] == {"completed": 1}
-    assert (cwd / "sweep" / "report.html").is_file() and (cwd / "sweep" / "runs" / "rms-s0" / "model.safetensors").is_file()
-    presets = _run([str(installed["py"]), "-c", "from normlab.experiments.sweep import list_presets; print(list_presets())"],
+    assert (cwd / "sweep" / "report.html").is_file()
+    assert (cwd / "sweep" / "runs" / "rms-s0" / "model.safetensors").is_file()
+    presets = _run([str(installed["py"]), "-c",
+                    "from normlab.experiments.sweep import list_presets; print(list_presets())"],
                    cwd, env).stdout
     assert "quick" in presets

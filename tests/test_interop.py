@@ -60,7 +60,9 @@ def corpus(tmp_path_factory):
 
 def make_run(root: Path, name: str, corpus: Path, tokenizer: str = "bytes", **model_kw) -> Path:
     """A run directory holding a random model whose norm gains and biases are not at their init values."""
-    cfg = RunConfig(data=DataConfig(source=str(corpus), tokenizer=tokenizer), model=ModelConfig(**{**SHAPE, **model_kw}))
+    cfg = RunConfig(
+        data=DataConfig(source=str(corpus), tokenizer=tokenizer), model=ModelConfig(**{**SHAPE, **model_kw})
+    )
     cfg.validate()
     torch.manual_seed(0)
     model = build_model(cfg.model)
@@ -237,7 +239,8 @@ def test_documents_mode_equals_a_direct_per_document_forward():
     assert short["tokens"] == n_bytes and short["bpb"] != pytest.approx(m["bpb"], rel=1e-9)
 
 
-WORD_CASES = {"": 1, "one": 1, " a b ": 4, "a\n\nb\tc": 3, "ünï cödé  x": 3, "trailing\n": 2, "x\u00a0y": 2}  # \\s is Unicode-aware on str
+# \\s is Unicode-aware on str
+WORD_CASES = {"": 1, "one": 1, " a b ": 4, "a\n\nb\tc": 3, "ünï cödé  x": 3, "trailing\n": 2, "x\u00a0y": 2}
 
 
 def test_word_count_is_the_harness_rule():

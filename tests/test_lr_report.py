@@ -64,14 +64,18 @@ def test_a_tiny_nonzero_difference_needs_more_seeds_than_searched_not_no_differe
     from normlab.stats import SEEDS_NEEDED_MAX, t_ppf
 
     sd = 0.1
-    assert (t_ppf(0.975, SEEDS_NEEDED_MAX - 1) + t_ppf(0.8, SEEDS_NEEDED_MAX - 1)) * sd / math.sqrt(SEEDS_NEEDED_MAX) > 0.001
+    assert (t_ppf(0.975, SEEDS_NEEDED_MAX - 1) + t_ppf(0.8, SEEDS_NEEDED_MAX - 1)) * sd / math.sqrt(
+        SEEDS_NEEDED_MAX
+    ) > 0.001
 
     def runs(name, finals):
         return [GridRun(name, 1e-3, s, "completed", f, 8.0, f"{name}-{s}") for s, f in enumerate(finals)]
 
     base = [4.0, 4.1, 3.9]
-    for other, reading in (([4.101, 4.001, 3.901], f"within noise; more than {SEEDS_NEEDED_MAX} seeds to resolve (80% power)"),
-                           (base, "within noise; no difference to resolve")):
+    for other, reading in (
+        ([4.101, 4.001, 3.901], f"within noise; more than {SEEDS_NEEDED_MAX} seeds to resolve (80% power)"),
+        (base, "within noise; no difference to resolve"),
+    ):
         gr = analyze(runs("base", base) + runs("other", other), baseline="base")
         row, = gr.paired
         assert row.seeds_needed is None and row.diff.sd == pytest.approx(sd if other is not base else 0.0, abs=1e-9)

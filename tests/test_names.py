@@ -91,7 +91,7 @@ def test_outputs_write_the_new_names(tmp_path, cache):
     run_inproc("train", "tiny", *tiny, "--out", str(out), cache=cache, check=True)
     ev = json.loads(run_inproc("eval", str(out), "--max-tokens", "256", "--json", cache=cache, check=True).stdout)
     assert "bpb" in ev and "bits_per_byte" not in ev
-    assert json.loads((out / f"eval_val.json").read_text())["bpb"] == ev["bpb"]
+    assert json.loads((out / "eval_val.json").read_text())["bpb"] == ev["bpb"]
     assert "val_bpb" in json.loads((out / "summary.json").read_text())
     recs = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert any("val_bpb" in r for r in recs) and not any("bits_per_byte" in r for r in recs)

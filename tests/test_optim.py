@@ -3,10 +3,6 @@
 from __future__ import annotations
 
 import json
-import signal
-import subprocess
-import sys
-import time
 
 import pytest
 import torch
@@ -18,7 +14,7 @@ from normlab.model import ModelConfig, build_model
 from normlab.run.rundir import open_config
 from normlab.run.tensors import load_optimizer_tensors, optimizer_tensors
 from normlab.train.optim import EffectiveLR, NormalizeAndProject, build_optimizer, weights_feeding_norms
-from tests.helpers import TINY, assert_same_weights, cli_env, kill_9_after, normlab, summary, weights
+from tests.helpers import TINY, assert_same_weights, kill_9_after, normlab, summary, weights
 
 
 def cfg(**kw) -> ModelConfig:

@@ -66,8 +66,9 @@ def test_a_worker_killed_mid_run_fails_that_run_and_the_sweep_goes_on(tmp_path, 
                 {"name": "short2", "set": {**short, "train.lr": 0.002}}]
     f.write_text(yaml.safe_dump({"name": "kill", "base": "tiny", "seeds": [0], "set": spec, "variants": variants}))
     out = tmp_path / "out"
-    proc = subprocess.Popen([sys.executable, "-m", "normlab.cli", "compare", str(f), "--out", str(out), "--workers", "1",
-                             "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli_env(cache))
+    proc = subprocess.Popen([sys.executable, "-m", "normlab.cli", "compare", str(f), "--out", str(out), "--workers",
+                             "1", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=cli_env(cache))
     ckpts = out / "runs" / "long-s0" / "checkpoints"
     deadline = time.time() + 300
     while time.time() < deadline and proc.poll() is None and not (ckpts.is_dir() and any(ckpts.iterdir())):

@@ -71,7 +71,9 @@ def test_norms_compute_in_fp32_under_autocast(norm):
     assert torch.bfloat16 in {c[0] for c in checked}, "no norm saw a bf16 input (QK-norm should)"
     assert all(c[1] == torch.float32 and c[2] for c in checked), checked
     assert all(b.dtype == torch.float32 for m in layers for b in m.buffers() if b.is_floating_point())
-    assert all(p.dtype == torch.float32 and (p.grad is None or p.grad.dtype == torch.float32) for p in model.parameters())
+    assert all(
+        p.dtype == torch.float32 and (p.grad is None or p.grad.dtype == torch.float32) for p in model.parameters()
+    )
 
 
 def test_auto_resolution_and_records(tmp_path, cache, monkeypatch):

@@ -85,7 +85,8 @@ FLOOR = 1.25
 
 def _diagnostics(depth: int, scale: float) -> dict:
     return {
-        "variance": {"var": [scale * (1.5**b) for b in range(depth + 1)], "rms": [1.0] * (depth + 1), "log_var_slope": 0.4},
+        "variance": {"var": [scale * (1.5**b) for b in range(depth + 1)], "rms": [1.0] * (depth + 1),
+                     "log_var_slope": 0.4},
         "massive": {"blocks": [{"block": b, "ratio": 10.0 * scale * (b + 1)} for b in range(depth)],
                     "max_ratio": 40.0},
         "sinks": {"sink_rate": 0.25, "sink_rate_per_layer": [0.1 * b for b in range(depth)],
@@ -124,7 +125,9 @@ def make_sweep(d: Path, *, extras: bool = True) -> Path:
                    "tokens_per_s": 1000.0 * (1 + r["seed"]), "elapsed_s": 10.0, "params": 1234}
         (run_dir / "summary.json").write_text(json.dumps(summary))
         if extras and r["variant"] != "Beta":
-            (run_dir / "diagnostics.json").write_text(json.dumps(_diagnostics(4, 1.0 if r["variant"] == "Alpha" else 2.0)))
+            (run_dir / "diagnostics.json").write_text(
+                json.dumps(_diagnostics(4, 1.0 if r["variant"] == "Alpha" else 2.0))
+            )
             # bits/byte under its old name (before normlab.names): the report still reads it
             (run_dir / "extrapolation.json").write_text(json.dumps({"results": [
                 {"factor": f, "context": 64 * f, "loss": 2.0, "bits_per_byte": 2.0 + 0.1 * f} for f in (1, 2, 4)]}))

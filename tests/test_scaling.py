@@ -134,7 +134,10 @@ def test_fit_at_the_E_bound_is_flagged_and_blocks_forecasts():
             sf.Measured(2.7e6, +0.3, 9.0, 0.02, "l")]
     co = sf.crossover(pre, post, 1.2e4, 2.7e6, 2.7e8, names=("Pre-LN", "Post-LN"), measured=meas)
     assert co.verdict == "measured crossover"
-    assert co.text().startswith("measured crossover between N = 12k and 2.7M") and "not resolvable from the fits" in co.text()
+    assert (
+        co.text().startswith("measured crossover between N = 12k and 2.7M")
+        and "not resolvable from the fits" in co.text()
+    )
 
 
 def test_exponent_at_its_bound_and_zero_width_intervals_are_flagged():
@@ -331,13 +334,16 @@ def test_scaling_section_renders_from_a_stored_tiny_sweep(tmp_path):
     for o in cmp["observed"]:  # the stored seeds are +-0.4% around the laws: Welch's p from them
         pre = [f for vn, size, s, f, n in finals.values() if vn == "Pre" and size == o["size"]]
         post = [f for vn, size, s, f, n in finals.values() if vn == "Post" and size == o["size"]]
-        assert o["welch_p"] == pytest.approx(ttest_ind(pre, post, equal_var=False).pvalue, rel=1e-9) and o["decisive"] == (o["welch_p"] < 0.05)
+        assert o["welch_p"] == pytest.approx(ttest_ind(pre, post, equal_var=False).pvalue, rel=1e-9) and o[
+            "decisive"
+        ] == (o["welch_p"] < 0.05)
 
     rep = normlab("report", str(d), "--json", cache=tmp_path / "c")
     assert rep.returncode == 0, rep.stderr
     md = (d / "report.md").read_text()
     html = (d / "report.html").read_text()
-    assert "## Scaling" in md and "### Forecasts and crossovers" in md and "![loss vs parameters](report_scaling.png)" in md
+    assert "## Scaling" in md and "### Forecasts and crossovers" in md
+    assert "![loss vs parameters](report_scaling.png)" in md
     assert "<h2>Scaling</h2>" in html and "data:image/png;base64," in html
     assert (d / "report_scaling.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert f"{last['diff']:+.4f}" in md

@@ -6,7 +6,6 @@ rank and linear correlations across the runs."""
 from __future__ import annotations
 
 import json
-import re
 from statistics import mean
 
 import pytest
@@ -17,7 +16,8 @@ from tests.helpers import normlab, run_inproc
 pytestmark = [pytest.mark.usefixtures("one_thread"), pytest.mark.slow]
 
 FAST = {"train.steps": 30, "train.eval_every": 15, "train.eval_batches": 2, "train.log_every": 5,
-        "train.checkpoint_every": 15, "diag.every": 15, "data.source": "synthetic:markov?order=1&alphabet=16&length=60000&seed=3"}
+        "train.checkpoint_every": 15, "diag.every": 15,
+        "data.source": "synthetic:markov?order=1&alphabet=16&length=60000&seed=3"}
 VARIANTS = [{"name": "Pre-LN", "set": {"model.placement": "pre"}},
             {"name": "Pre-RMSNorm", "set": {"model.placement": "pre", "model.norm": "rmsnorm"}}]
 TOKENS = "2048"

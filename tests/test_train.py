@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from normlab.errors import EXIT_DIVERGED, EXIT_INTERRUPTED
-from tests.helpers import TINY, assert_same_weights, cli_env, kill_9_after, normlab, summary, weights
+from tests.helpers import TINY, assert_same_weights, cli_env, kill_9_after, normlab, summary
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +35,9 @@ def test_run_directory_contents(reference_run):
     assert [r["step"] for r in records if "val_bpb" in r] == [12, 24]
     groups = json.loads((reference_run / "param_groups.json").read_text())
     norm_site = re.compile(r"(attn|mlp)_(in|out|post)\.|final_norm\.")
-    assert groups["no_decay"] and all(norm_site.search(n) or "emb" in n or n.endswith("bias") for n in groups["no_decay"])
+    assert groups["no_decay"] and all(
+        norm_site.search(n) or "emb" in n or n.endswith("bias") for n in groups["no_decay"]
+    )
     assert all(n.endswith("weight") and "emb" not in n for n in groups["decay"])
     ckpts = sorted(p.name for p in (reference_run / "checkpoints").iterdir())
     assert ckpts == ["step_00000020", "step_00000024"]  # keep_checkpoints=2, no temp dirs left

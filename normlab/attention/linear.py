@@ -145,7 +145,8 @@ class LinearAttention(AttentionBase):
     """Causal linear attention. ``x [B, T, in_width] -> [B, T, out_width]``.
 
     Parameters: ``qkv``, ``proj``; with ``qk_norm`` ``q_norm.weight`` / ``k_norm.weight``; with ``conv``
-    ``conv.weight [width, 1, K]`` (+ ``conv.bias [width]``: always with ``conv_source='input'``, as LINA); with ``gate='static'``
+    ``conv.weight [width, 1, K]`` (+ ``conv.bias [width]``: always with ``conv_source='input'``, as LINA); with
+    ``gate='static'``
     ``key_scale`` / ``value_scale`` (flat ``[heads * context]``, ones: 1-D, so the optimizer groups them with the
     biases: no weight decay); with ``gate='sigmoid'`` ``key_gate`` / ``value_gate`` (``Linear(in_width, H)``).
     Subclasses change the features (:meth:`features`) and the output transform (:meth:`finish`).

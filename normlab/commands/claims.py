@@ -192,10 +192,12 @@ def write_docs(report: dict, path: Path) -> None:
            "had not finished when this file was written. Re-run it (complete runs are reused) to replace this file.",
            ""] if report["budget"] != "full" else []),
         f"Machine: {m['platform']}, {m['cpu_count']} cores, Python {m['python']}, torch {m['torch']}; load average "
-        f"at the end {m['loadavg_at_end']} (the machine was shared with other jobs). Wall time {report['elapsed_s'] / 60:.1f} "
+        f"at the end {m['loadavg_at_end']} (the machine was shared with other jobs). "
+        f"Wall time {report['elapsed_s'] / 60:.1f} "
         f"min ({report['trained_runs']} runs trained, {report['reused_runs']} reused).",
         "",
-        f"Setup: corpus `{b['source']}` (bytes tokenizer), context {b['context']}, width {b['width']}, {b['heads']} heads; "
+        f"Setup: corpus `{b['source']}` (bytes tokenizer), context {b['context']}, width {b['width']}, "
+        f"{b['heads']} heads; "
         f"shallow models {b['depth']} blocks, depth studies {b['deep_depth']} blocks; {b['steps']} steps of batch "
         f"{b['batch_size']}, peak LR {b['lr']}, warm-up {b['warmup_steps']} steps (except where a claim says), AdamW. "
         "One run per variant and seed (seeds 0..n-1 drive init and data order); runs are shared between claims.",
@@ -256,7 +258,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     cl.add_argument("--only", metavar="NAME", help="run only these claims (comma-separated names)")
     cl.add_argument("--seeds", type=int_in(1, 1000), help="number of seeds (default: the budget's)")
     cl.add_argument("--budget", choices=["tiny", "quick", "full"], default="quick",
-                    help="tiny: seconds (tests); quick: < 15 min on 2 cores; full: about 1 h on 2 idle cores, writes docs/claims.md")
+                    help="tiny: seconds (tests); quick: < 15 min on 2 cores; full: about 1 h on 2 idle cores, "
+                         "writes docs/claims.md")
     cl.add_argument("--out", help="results and runs directory (default: runs/claims-<budget>); re-run to resume")
     cl.add_argument("--workers", type=int_in(1, 1024), help="parallel training processes (default: 2, tiny: 1)")
     cl.add_argument("--reuse", metavar="SWEEP_DIR", help="copy runs with exactly the same resolved config from this "

@@ -98,9 +98,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
     cp = sub.add_parser("compare", help="train many variants in parallel, store the results, write a report")
     cp.add_argument("sweep", nargs="?", help="sweep YAML file (docs/compare.md); or use --preset")
-    cp.add_argument("--preset", help="a shipped sweep in normlab/configs/sweeps/ (quick, depth, attention, dyt, scaling)")
+    cp.add_argument(
+        "--preset", help="a shipped sweep in normlab/configs/sweeps/ (quick, depth, attention, dyt, scaling)"
+    )
     cp.add_argument("--out", help="sweep directory (default: runs/compare-<sweep name>); re-run to resume")
-    cp.add_argument("--workers", type=int_in(1, 1024), help="parallel worker processes (default: one per core, at most one per run)")
+    cp.add_argument(
+        "--workers", type=int_in(1, 1024), help="parallel worker processes (default: one per core, at most one per run)"
+    )
     cp.add_argument("--executor", choices=["local", "ray"], default="local",
                     help="local worker processes (default) or Ray tasks on a cluster (docs/distributed.md)")
     cp.add_argument("--address", metavar="HOST:PORT", help="the Ray cluster (with --executor ray; default: "

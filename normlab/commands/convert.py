@@ -37,12 +37,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     """Register ``normlab convert`` with their flags (called by ``normlab.cli.build_parser``)."""
     from normlab.validate import int_in
 
-    c = sub.add_parser("convert", help="exact conversion of a Pre-LN run: to Pre-RMSNorm, Pre-CRMSNorm, or folded norms")
+    c = sub.add_parser(
+        "convert", help="exact conversion of a Pre-LN run: to Pre-RMSNorm, Pre-CRMSNorm, or folded norms"
+    )
     c.add_argument("run_dir")
     c.add_argument("--to", required=True, choices=["rmsnorm", "crmsnorm", "folded"],
                    help="rmsnorm / crmsnorm: Jiang et al. 2023; folded: norm gains (and eval-mode stats) into linears")
     c.add_argument("--out", help="new run directory (default: RUN_DIR-<to>; must not exist or be empty)")
-    c.add_argument("--max-tokens", type=int_in(1, 2**40), default=4096, help="validation tokens for the bits-per-byte check")
+    c.add_argument(
+        "--max-tokens", type=int_in(1, 2**40), default=4096, help="validation tokens for the bits-per-byte check"
+    )
     c.add_argument("--batch-size", type=int_in(1, 2**16), default=16)
     c.add_argument("--json", action="store_true")
     c.set_defaults(func=run_convert)

@@ -1,7 +1,8 @@
 """``normlab eval``: loss, bits-per-byte, token/byte/word perplexity on a split of a run's corpus.
 
 Evaluation-time overrides (``args.overrides``, ``--set model.KEY=VALUE``): only the keys that change how a trained
-model is evaluated without touching its weights (``normlab.run.rundir.apply_eval_overrides``, ``normlab.attention.eval_time_keys()``, declared by each kind: the LSSAR re-weighting of
+model is evaluated without touching its weights (``normlab.run.rundir.apply_eval_overrides``,
+``normlab.attention.eval_time_keys()``, declared by each kind: the LSSAR re-weighting of
 softplus attention, ``model.lssa_reweight`` / ``model.lssa_power``). The result then goes to
 ``eval_<split>_overrides.json`` with an ``overrides`` list, so the plain evaluation is never overwritten.
 
@@ -52,7 +53,10 @@ def run_eval(args: argparse.Namespace) -> int:
 
         m["label_free"] = label_free_scores(run.model, tokens, context=context, batch_size=args.batch_size,
                                             max_tokens=args.max_tokens or m["tokens"])
-    write_json(check_file_slot(Path(args.run_dir) / f"eval_{args.split}{'_overrides' if overrides else ''}{run.suffix}.json"), m)
+    write_json(
+        check_file_slot(Path(args.run_dir) / f"eval_{args.split}{'_overrides' if overrides else ''}{run.suffix}.json"),
+        m,
+    )
     if args.json:
         print(dumps(m))
         return 0
@@ -101,7 +105,8 @@ def _eval_documents(args: argparse.Namespace, run, data, context: int, overrides
         raise NormlabError(f"--doc-start {prefix} is not a token id of this model (0..{run.cfg.model.vocab_size - 1})")
     m = evaluate_documents(run.model, docs, data.tokenizer.encode, prefix, context=context,
                            batch_size=args.batch_size)
-    m.update({"mode": "documents", "tokenizer": data.tokenizer.name, "split": args.split, "context": context, "doc_start_token": prefix,
+    m.update({"mode": "documents", "tokenizer": data.tokenizer.name, "split": args.split, "context": context,
+              "doc_start_token": prefix,
               "doc_start_source": why, "word_count": "per document, len(re.split(r'\\s+', doc))",
               "run_dir": str(args.run_dir), "weights": str(run.weights)})
     if overrides:

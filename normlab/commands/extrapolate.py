@@ -72,9 +72,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     x.add_argument("run_dir")
     x.add_argument("--factors", default="1,2,4,8,16", help="comma-separated multiples of the training context")
     x.add_argument("--split", choices=["val", "test"], default="val")
-    x.add_argument("--max-tokens", type=int_in(0, 2**40), default=0, help="use only the first N tokens of the split (0 = all)")
+    x.add_argument(
+        "--max-tokens", type=int_in(0, 2**40), default=0, help="use only the first N tokens of the split (0 = all)"
+    )
     data_arg(x)
-    x.add_argument("--memory-gb", type=float_in(0, 2**20, lo_open=True), default=4.0, help="skip factors whose one window needs more (estimate)")
-    x.add_argument("--batch-size", type=int_in(1, 2**16), default=16, help="windows per forward (lowered to fit --memory-gb)")
+    x.add_argument("--memory-gb", type=float_in(0, 2**20, lo_open=True), default=4.0,
+                   help="skip factors whose one window needs more (estimate)")
+    x.add_argument("--batch-size", type=int_in(1, 2**16), default=16,
+                   help="windows per forward (lowered to fit --memory-gb)")
     x.add_argument("--json", action="store_true")
     x.set_defaults(func=run_extrapolate)

@@ -44,13 +44,17 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "style) -> a fake-quantized run directory and per-layer statistics")
     qz.add_argument("run_dir")
     qz.add_argument("--weights", type=int, required=True, choices=[8, 4, 3], help="weight bits")
-    qz.add_argument("--group", type=int_in(1, 2**20), help="quantize per group of G inputs (default: per output channel)")
+    qz.add_argument(
+        "--group", type=int_in(1, 2**20), help="quantize per group of G inputs (default: per output channel)"
+    )
     qz.add_argument("--acts", choices=["8", "none"], default="none", help="per-token activation bits at linear inputs")
     qz.add_argument("--rotate", choices=["none", "hadamard"], default="none",
                     help="hadamard: exact conversion to parameter-free RMSNorm, then a randomized Hadamard rotation")
     qz.add_argument("--out", required=True, help="new run directory (must not exist or be empty)")
     qz.add_argument("--seed", type=int_in(0, 2**31 - 1), default=0, help="seed of the random signs of the rotation")
-    qz.add_argument("--max-tokens", type=int_in(1, 2**40), default=8192, help="validation tokens for the bits/byte change")
+    qz.add_argument(
+        "--max-tokens", type=int_in(1, 2**40), default=8192, help="validation tokens for the bits/byte change"
+    )
     qz.add_argument("--batch-size", type=int_in(1, 2**16), default=16)
     qz.add_argument("--json", action="store_true")
     qz.set_defaults(func=run_quantize)

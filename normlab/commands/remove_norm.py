@@ -46,15 +46,19 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "Heimersheim 2024) -> a norm-free run directory")
     rm.add_argument("run_dir")
     rm.add_argument("--out", required=True, help="new run directory (must not exist or be empty)")
-    rm.add_argument("--steps", type=int_in(0, 10**7), default=100, help="fine-tuning steps after each stage (0 = no fine-tuning)")
-    rm.add_argument("--lr", type=float_in(0, 10, lo_open=True), help="fine-tuning learning rate (default: the run's train.lr / 10)")
+    rm.add_argument("--steps", type=int_in(0, 10**7), default=100,
+                    help="fine-tuning steps after each stage (0 = no fine-tuning)")
+    rm.add_argument("--lr", type=float_in(0, 10, lo_open=True),
+                    help="fine-tuning learning rate (default: the run's train.lr / 10)")
     rm.add_argument("--schedule", choices=["group", "site"], default="group",
                     help="group: all MLP-input norms, then all attention-input norms, then the final norm; "
                          "site: one norm at a time in that order")
     rm.add_argument("--data", metavar="SOURCE", help="fine-tune on this corpus (data.source) instead of the run's own")
     rm.add_argument("--control", action="store_true",
                     help="also fine-tune the original (with its norms) for the same total steps, for comparison")
-    rm.add_argument("--max-tokens", type=int_in(1, 2**40), default=16384, help="validation tokens for the loss of each stage")
+    rm.add_argument(
+        "--max-tokens", type=int_in(1, 2**40), default=16384, help="validation tokens for the loss of each stage"
+    )
     rm.add_argument("--batch-size", type=int_in(1, 2**16), default=16)
     rm.add_argument("--json", action="store_true")
     rm.set_defaults(func=run_remove_norm)

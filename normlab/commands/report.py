@@ -61,9 +61,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     rp.add_argument("--baseline", metavar="VARIANT", help="the variant paired differences compare with "
                                                           "(default: the sweep's baseline:, else the first)")
     rp.add_argument("--quantize", action="store_true",
-                    help="add bits/byte increase under W4 RTN and W4 + Hadamard per variant (simulated; per run, cached)")
+                    help="add bits/byte increase under W4 RTN and W4 + Hadamard per variant "
+                         "(simulated; per run, cached)")
     rp.add_argument("--label-free", action="store_true",
                     help="add MaNo / Matrix Nuclear-Norm per variant and their correlation with the loss across runs")
-    rp.add_argument("--max-tokens", type=int_in(1, 2**40), default=8192, help="validation tokens for --quantize / --label-free")
+    rp.add_argument(
+        "--max-tokens", type=int_in(1, 2**40), default=8192, help="validation tokens for --quantize / --label-free"
+    )
     rp.add_argument("--json", action="store_true")
     rp.set_defaults(func=run_report)

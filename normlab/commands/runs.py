@@ -12,7 +12,8 @@ from normlab.errors import NormlabError
 from normlab.io import dumps
 
 COLUMNS = ("run_id", "variant", "seed", "status", "step", "steps", "val_bpb", "best_val_bpb", "final_val_loss",
-           "entropy_floor_bpb", "tokens_per_s", "wall_s", "peak_mem_mb", "params", "train_calls", "config_hash", "error")
+           "entropy_floor_bpb", "tokens_per_s", "wall_s", "peak_mem_mb", "params", "train_calls", "config_hash",
+           "error")
 
 
 def _fmt(v: object, col: str) -> str:
@@ -44,7 +45,9 @@ def run_runs(args: argparse.Namespace) -> int:
         w = csv.writer(sys.stdout, lineterminator="\n")
         w.writerow([*COLUMNS, "axes", "overrides"])
         for r in rows:
-            w.writerow([("" if r[c] is None else r[c]) for c in COLUMNS] + [json.dumps(r["axes"]), json.dumps(r["overrides"])])
+            w.writerow(
+                [("" if r[c] is None else r[c]) for c in COLUMNS] + [json.dumps(r["axes"]), json.dumps(r["overrides"])]
+            )
     else:
         from rich.console import Console
         from rich.table import Table

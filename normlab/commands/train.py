@@ -131,7 +131,9 @@ def print_summary(s: dict) -> None:
         parts.append(f"entropy floor {s['entropy_floor_bpb']:.4f} bits/byte, gap {s['gap_bpb']:.4f}")
     parts.append(f"{s['tokens_per_s']:,.0f} tokens/s, {s['elapsed_s']:.1f}s")
     if s.get("precision"):
-        parts.append(f"{s['device']} {s['precision']}" + (f", compiled in {s['compile_s']:.1f}s" if s.get("compile_s") else ""))
+        parts.append(
+            f"{s['device']} {s['precision']}" + (f", compiled in {s['compile_s']:.1f}s" if s.get("compile_s") else "")
+        )
     print(f"run {s['run_dir']}: " + "; ".join(parts))
 
 

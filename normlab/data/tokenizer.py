@@ -286,7 +286,9 @@ class DocTokenizer(Tokenizer):
         return np.append(self.base.token_bytes(), 0).astype(np.int64)
 
     def save(self, path: str | Path) -> None:
-        self.base.save(path)  # BPE only (bytes has no file); the separator is implied by the spec's DOC_SUFFIX, not stored in the file
+        self.base.save(
+            path
+        )  # BPE only (bytes has no file); the separator is implied by the spec's DOC_SUFFIX, not stored in the file
 
 
 def split_doc_suffix(spec):

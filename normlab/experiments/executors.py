@@ -94,8 +94,10 @@ def connect(address: str | None) -> Any:
         try:
             ray.init(**kw)
         except (ConnectionError, RuntimeError) as e:
-            raise NormlabError(f"cannot connect to Ray at {address or os.environ.get('RAY_ADDRESS') or 'a new local cluster'}: "
-                               f"{str(e).splitlines()[0] if str(e) else e.__class__.__name__}") from None
+            raise NormlabError(
+                f"cannot connect to Ray at {address or os.environ.get('RAY_ADDRESS') or 'a new local cluster'}: "
+                f"{str(e).splitlines()[0] if str(e) else e.__class__.__name__}"
+            ) from None
     return ray
 
 

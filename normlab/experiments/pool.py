@@ -26,8 +26,8 @@ class Worker:
         cmd = [sys.executable, "-m", "normlab.experiments.worker", str(sweep_dir), "--serve", "--threads", str(threads),
                "--results-fd", str(w)]
         try:
-            self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=self.logf, stderr=subprocess.STDOUT, env=env,
-                                         start_new_session=True, pass_fds=(w,))
+            self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=self.logf, stderr=subprocess.STDOUT,
+                                         env=env, start_new_session=True, pass_fds=(w,))
         finally:
             os.close(w)
         os.set_blocking(r, False)

@@ -73,7 +73,8 @@ def check_sweep_dir(sweep: Sweep, sweep_dir: Path) -> Store | None:
         meta = store.meta()
         if meta.get("sweep_hash") != sweep.hash:
             raise NormlabError(
-                f"{sweep_dir} holds sweep '{meta.get('sweep_name')}' (hash {meta.get('sweep_hash')}) from another sweep "
+                f"{sweep_dir} holds sweep '{meta.get('sweep_name')}' (hash {meta.get('sweep_hash')}) "
+                "from another sweep "
                 f"file; this sweep has hash {sweep.hash}: use --out NEW_DIR, or delete {sweep_dir} to start over"
             )
         return store
@@ -113,7 +114,9 @@ class _Lock:
             self.f.seek(0)
             pid = self.f.read().strip() or "?"
             self.f.close()
-            raise NormlabError(f"{self.path.parent} is in use by another normlab compare (pid {pid}); wait for it or stop it")
+            raise NormlabError(
+                f"{self.path.parent} is in use by another normlab compare (pid {pid}); wait for it or stop it"
+            )
         self.f.seek(0)
         self.f.truncate()
         self.f.write(str(os.getpid()))
@@ -191,7 +194,10 @@ def run_sweep(sweep: Sweep, sweep_dir: Path, *, workers: int | None = None,
         outcome = SweepOutcome(sweep_dir, "completed", skipped=skipped, workers=n_workers, threads=threads,
                                packing=packing)
         how = f"; {n_workers} workers x {threads} threads" if todo else ""
-        log(f"sweep '{sweep.name}': {len(sweep.runs)} runs, {len(todo)} to run, {len(skipped)} already done{how} -> {sweep_dir}")
+        log(
+            f"sweep '{sweep.name}': {len(sweep.runs)} runs, {len(todo)} to run, {len(skipped)} already done{how} "
+            f"-> {sweep_dir}"
+        )
         if todo:
             t_exec = time.time()
             if ray is not None:

@@ -72,7 +72,9 @@ def _mapping(v: Any, what: str, allowed: tuple[str, ...]) -> dict[str, Any]:
         if k not in allowed:
             from normlab.errors import did_you_mean
 
-            raise NormlabError(f"{what}: unknown key '{k}'{did_you_mean(str(k), allowed)}; allowed: {', '.join(allowed)}")
+            raise NormlabError(
+                f"{what}: unknown key '{k}'{did_you_mean(str(k), allowed)}; allowed: {', '.join(allowed)}"
+            )
     return v
 
 

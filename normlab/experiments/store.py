@@ -132,7 +132,9 @@ class Store:
 
     def meta(self) -> dict[str, str]:
         if not self.path.is_file():
-            raise NormlabError(f"{self.path.parent} is not a sweep directory (no results.sqlite); run normlab compare first")
+            raise NormlabError(
+                f"{self.path.parent} is not a sweep directory (no results.sqlite); run normlab compare first"
+            )
         with self._connect() as con:
             try:
                 rows = con.execute("SELECT key, value FROM meta").fetchall()
@@ -153,7 +155,8 @@ class Store:
             before = con.execute("SELECT COUNT(*) FROM runs").fetchone()[0]
             for r in runs:
                 con.execute(
-                    "INSERT OR IGNORE INTO runs(run_id, position, variant, seed, config_hash, axes_json, overrides_json,"
+                    "INSERT OR IGNORE INTO runs(run_id, position, variant, seed, config_hash, axes_json, "
+                    "overrides_json,"
                     " config_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                     (r["run_id"], r["position"], r["variant"], r["seed"], r["config_hash"], json.dumps(r["axes"]),
                      json.dumps(r["overrides"]), json.dumps(r["config"])),
@@ -233,7 +236,9 @@ class Store:
         out: dict[str, dict[str, list[tuple[int, float]]]] = {}
         for r in rows:
             v, step = r["value"], r["step"]
-            if (v is not None and (not isinstance(v, (int, float)) or isinstance(v, bool))) or not isinstance(step, int):
+            if (v is not None and (not isinstance(v, (int, float)) or isinstance(v, bool))) or not isinstance(
+                step, int
+            ):
                 raise NormlabError(f"results store {self.path} is damaged: curve {r['key']!r} of run {r['run_id']!r} "
                                    f"holds step {step!r}, value {v!r}, not numbers")
             out.setdefault(r["run_id"], {}).setdefault(r["key"], []).append((step, v))

@@ -109,7 +109,8 @@ def _check_key(key: str, where: str) -> None:
 
 
 def _flatten(data: Any, where: str, prefix: str = "") -> dict[str, Any]:
-    """``{train: {steps: 3}, 'model.norm': x}`` -> ``{'train.steps': 3, 'model.norm': x}`` (mapping-valued keys kept)."""
+    """``{train: {steps: 3}, 'model.norm': x}`` -> ``{'train.steps': 3, 'model.norm': x}`` (mapping-valued keys
+    kept)."""
     if not isinstance(data, dict):
         raise NormlabError(f"{where} must be a mapping of config keys to values, got {type(data).__name__}")
     out: dict[str, Any] = {}
@@ -183,12 +184,16 @@ def parse_sweep(raw: Any, *, here: Path | None = None, source: str = "sweep") ->
         raise NormlabError(f"{source} must be a YAML mapping with keys {', '.join(TOP_KEYS)}")
     for k in raw:
         if k not in TOP_KEYS:
-            raise NormlabError(f"{source}: unknown key '{k}'{did_you_mean(str(k), TOP_KEYS)}; allowed: {', '.join(TOP_KEYS)}")
+            raise NormlabError(
+                f"{source}: unknown key '{k}'{did_you_mean(str(k), TOP_KEYS)}; allowed: {', '.join(TOP_KEYS)}"
+            )
     name = raw.get("name") or (Path(source).stem if source.endswith((".yaml", ".yml")) else "sweep")
     if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name):
         raise NormlabError(f"{source}: name must be letters, digits, '.', '_' or '-', got {name!r}")
     if "base" not in raw:
-        raise NormlabError(f"{source}: 'base' is required (a config preset such as tiny or small, a YAML path, or a mapping)")
+        raise NormlabError(
+            f"{source}: 'base' is required (a config preset such as tiny or small, a YAML path, or a mapping)"
+        )
     base = _load_base(raw["base"], here)
     if "seed" in base:
         base.pop("seed")
@@ -216,7 +221,9 @@ def parse_sweep(raw: Any, *, here: Path | None = None, source: str = "sweep") ->
                 raise NormlabError(f"{source}: variant #{i + 1} needs a 'name' (string) and a 'set' mapping")
             extra = set(v) - {"name", "set"}
             if extra:
-                raise NormlabError(f"{source}: variant '{v['name']}' has unknown key '{sorted(extra)[0]}'; allowed: name, set")
+                raise NormlabError(
+                    f"{source}: variant '{v['name']}' has unknown key '{sorted(extra)[0]}'; allowed: name, set"
+                )
             if any(v["name"] == n for n, _ in variants):
                 raise NormlabError(f"{source}: two variants are named '{v['name']}'; names must be unique")
             variants.append((v["name"], _flatten(v.get("set") or {}, f"{source}: variant '{v['name']}'")))
@@ -268,7 +275,9 @@ def parse_sweep(raw: Any, *, here: Path | None = None, source: str = "sweep") ->
                 raise NormlabError(f"{source}: variant '{label}': {e}") from None
             key = RunConfig.hash(cfg)
             if key in seen:
-                raise NormlabError(f"{source}: variants '{seen[key]}' and '{label}' produce the same config; remove one")
+                raise NormlabError(
+                    f"{source}: variants '{seen[key]}' and '{label}' produce the same config; remove one"
+                )
             seen[key] = label
             labels.append(label)
             for seed in seeds:
@@ -306,7 +315,9 @@ def _group_label(vname: str, point: dict[str, Any], short: dict[str, str]) -> st
 def load_sweep(path: str | Path | None = None, *, preset: str | None = None) -> Sweep:
     """Load a sweep file, or a shipped preset from ``normlab/configs/sweeps/`` by name."""
     if (path is None) == (preset is None):
-        raise NormlabError("compare needs a SWEEP.yaml or --preset NAME (not both); presets: " + ", ".join(list_presets()))
+        raise NormlabError(
+            "compare needs a SWEEP.yaml or --preset NAME (not both); presets: " + ", ".join(list_presets())
+        )
     p = preset_path(preset) if preset is not None else Path(path)
     if not p.is_file():
         hint = f" (a preset? use --preset {path})" if preset is None and str(path) in list_presets() else ""

@@ -33,7 +33,8 @@ if TYPE_CHECKING:
 ARCHS = ("gpt2", "gpt_neox", "llama", "qwen3", "gemma2", "olmo2")
 EXPORTABLE = ("GPT-2 (pre, layernorm, learned, gelu|gelu_tanh); GPT-NeoX (pre, layernorm, rope, gelu|gelu_tanh); "
               "Llama (pre, rmsnorm, rope, swiglu); Qwen3 (Llama + qk_norm scope head); Gemma 2 (peri, rmsnorm, rope, "
-              "swiglu, embed_norm false, embed_scale fixed); OLMo 2 (output, rmsnorm, rope, swiglu, qk_norm scope width)")
+              "swiglu, embed_norm false, embed_scale fixed); OLMo 2 (output, rmsnorm, rope, swiglu, "
+              "qk_norm scope width)")
 
 
 def _refuse(choice: str) -> NormlabError:

@@ -21,7 +21,9 @@ def harness_document_metrics(hf_dir: str | Path, docs: list[str], *, prefix_toke
         from lm_eval.models.huggingface import HFLM
         from lm_eval.tasks.wikitext.preprocess_wikitext import process_results
     except ImportError:
-        raise NormlabError("the harness cross-check needs lm-evaluation-harness: pip install 'normlab[lm-eval]'") from None
+        raise NormlabError(
+            "the harness cross-check needs lm-evaluation-harness: pip install 'normlab[lm-eval]'"
+        ) from None
     lm = HFLM(pretrained=str(hf_dir), device="cpu", batch_size=batch_size, max_length=max_length, dtype="float32",
               prefix_token_id=prefix_token_id)
     reqs = [Instance("loglikelihood_rolling", {"page": d}, (d,), i) for i, d in enumerate(docs)]

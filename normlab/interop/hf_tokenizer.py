@@ -23,10 +23,10 @@ import json
 from pathlib import Path
 
 from normlab.data.tokenizer import DOC_SUFFIX, BPETokenizer, BytesTokenizer, Tokenizer, bytes_to_unicode
-
-DOC_TOKEN_TEXT = "<|doc|>"  # the HF spelling of a DocTokenizer's separator
 from normlab.errors import NormlabError
 from normlab.io import write_json, write_text
+
+DOC_TOKEN_TEXT = "<|doc|>"  # the HF spelling of a DocTokenizer's separator
 
 
 def byte_tokenizer_json() -> str:

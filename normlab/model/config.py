@@ -31,7 +31,8 @@ class ModelConfig:
     (initial) value.
 
     Attention keys (docs/attention.md): ``attention`` (a registered kind, default softmax;
-    ``normlab attention`` lists them), ``positions`` (rope, learned, alibi, none), ``qk_norm`` (softmax, linear) and ``qk_norm_scope`` (``head``: one RMSNorm over each
+    ``normlab attention`` lists them), ``positions`` (rope, learned, alibi, none), ``qk_norm`` (softmax, linear)
+    and ``qk_norm_scope`` (``head``: one RMSNorm over each
     head's ``head_dim``, Qwen3 style; ``width``: one over all heads' concatenated q / k, OLMo 2 style; softmax only),
     ``attn_softcap`` (softmax), ``lssa_reweight`` /
     ``lssa_power`` (softplus; evaluation-time switchable), ``linear_conv`` / ``linear_conv_source`` (``value``:

@@ -56,7 +56,9 @@ class GPT(nn.Module):
         blocks = []
         for l in range(cfg.depth):
             attn = build_attention(cfg, rope)
-            mlp = MLP(cfg.width, cfg.mlp_ratio, cfg.activation, bias=cfg.bias, dropout=cfg.dropout, hidden=cfg.mlp_hidden)
+            mlp = MLP(
+                cfg.width, cfg.mlp_ratio, cfg.activation, bias=cfg.bias, dropout=cfg.dropout, hidden=cfg.mlp_hidden
+            )
             norms = {site: norm(site) for site in sorted(block_sites(cfg, l))}
             blocks.append(Block(attn, mlp, norms, in_scale=layernorm_scale(cfg, l), res_scale=residual_scale(cfg)))
         self.blocks = nn.ModuleList(blocks)

@@ -7,7 +7,8 @@ A zero-mean d-vector ``z`` is fully determined by its first ``d-1`` coordinates 
 
     sum(z^2) = sum(x^2) + sum(x)^2        and   RMSNorm(z)[:d-1] = x * rsqrt((sum(x^2) + sum(x)^2) / d + eps)
 
-A Pre-CRMSNorm model stores its residual stream that way (``normlab.model.crms.CRMSGPT``, chosen by ``compressed_stream``): every
+A Pre-CRMSNorm model stores its residual stream that way (``normlab.model.crms.CRMSGPT``, chosen by
+``compressed_stream``): every
 residual writer keeps ``d-1`` output coordinates and every reader's weight becomes ``W[:, :-1] - W[:, -1:]``.
 """
 

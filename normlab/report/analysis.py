@@ -7,7 +7,8 @@ intervals is reported alongside.
 
 Optional per-run artifacts are read defensively (a missing, unreadable or differently shaped file is skipped):
 ``diagnostics.json`` (``normlab diagnose``), ``extrapolation.json`` (``{"results": [{factor, context, loss,
-bpb}]}``; ``bits_per_byte`` in files written before the rename), ``calibration.json`` (``ece_before``, ``ece_after``, ``temperature``), and training-time
+bpb}]}``; ``bits_per_byte`` in files written before the rename), ``calibration.json`` (``ece_before``,
+``ece_after``, ``temperature``), and training-time
 ``diag/...`` metrics in the stored curves.
 """
 

@@ -101,7 +101,8 @@ def summary(gr: GridReport, counts: dict[str, int]) -> list[str]:
                  for r in rows if r.verdict == "within noise"]
         cells = metric.startswith("loss at each")
         unit = "(seed, lr) cells" if cells else "seeds"
-        how = f"paired over {unit}" if all(r.diff.paired for r in rows) else f"paired over {unit} where possible, else Welch"
+        how = (f"paired over {unit}" if all(r.diff.paired for r in rows)
+               else f"paired over {unit} where possible, else Welch")
         if cells:  # the learning rates of one seed share its initialisation and batches: not independent samples
             how += "; descriptive, as the cells of one seed are not independent"
         beyond = "" if cells else " beyond noise"
@@ -221,7 +222,8 @@ def rows_json(gr: GridReport) -> dict[str, Any]:
 
     return {
         "baseline": gr.baseline, "learning_rates": gr.lrs, "is_grid": gr.is_grid,
-        "variants": [{"variant": g.name, "rank": g.rank, "lr_sensitivity": ci(g.sensitivity), "best_val_bpb": ci(g.best),
+        "variants": [{"variant": g.name, "rank": g.rank, "lr_sensitivity": ci(g.sensitivity),
+                      "best_val_bpb": ci(g.best),
                       "best_lr": None if g.log10_best_lr is None else 10 ** g.log10_best_lr.mean,
                       "stable_range": g.stable_range(), "stable_decades": ci(g.stable_decades),
                       "diverged": {f"{k:g}": v for k, v in g.diverged_at().items()},

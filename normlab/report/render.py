@@ -23,7 +23,8 @@ CSS = """
 body{font-family:-apple-system,"Segoe UI",Roboto,"DejaVu Sans",Helvetica,Arial,sans-serif;margin:0;color:#1d232a;
 background:#f6f7f9}
 main{max-width:1120px;margin:0 auto;padding:24px 32px 48px;background:#fff;min-height:100vh}
-h1{font-size:26px;margin:4px 0 2px}h2{font-size:19px;margin:30px 0 8px;border-bottom:1px solid #e3e6ea;padding-bottom:4px}
+h1{font-size:26px;margin:4px 0 2px}
+h2{font-size:19px;margin:30px 0 8px;border-bottom:1px solid #e3e6ea;padding-bottom:4px}
 h3{font-size:15px;margin:18px 0 6px}
 .sub{color:#5b6470;font-size:13px;margin-bottom:14px}
 table{border-collapse:collapse;font-size:13px;margin:8px 0 4px}
@@ -290,7 +291,8 @@ def build(rep: SweepReport) -> tuple[str, str, dict[str, bytes]]:
     if "report_extrapolation.png" in figs:
         md += ["## Length extrapolation", ""] + mdimg("report_extrapolation.png")
     if calib:
-        md += ["## Calibration", "", "| variant | ECE before | ECE after | temperature | runs |", "| :--- | ---: | ---: | ---: | ---: |"]
+        md += ["## Calibration", "", "| variant | ECE before | ECE after | temperature | runs |",
+               "| :--- | ---: | ---: | ---: | ---: |"]
         md += ["| " + " | ".join(md_escape(c) for c in [n, *cs]) + " |" for n, *cs in calib] + [""]
     if label_free:
         md += [label_free[1]]
@@ -355,7 +357,9 @@ def _md_matrix(table: dict[str, dict[str, float]], rep: SweepReport) -> str:
     cols, names = _matrix_cols(table, rep)
     lines = ["| variant | " + " | ".join(cols) + " |", "| :--- |" + " ---: |" * len(cols)]
     for n in names:
-        lines.append(f"| {md_escape(n)} | " + " | ".join(f"{table[c][n]:.4g}" if n in table[c] else "–" for c in cols) + " |")
+        lines.append(
+            f"| {md_escape(n)} | " + " | ".join(f"{table[c][n]:.4g}" if n in table[c] else "–" for c in cols) + " |"
+        )
     return "\n".join(lines)
 
 

@@ -384,7 +384,8 @@ def to_json(an: ScalingAnalysis) -> dict[str, Any]:
             "fit_issues": c.fit.issues() if c.fit else None})
     return _clean({
         "sweep_dir": str(an.sweep_dir), "params": "non-embedding", "metric": "final validation bits/byte",
-        "lr_rule": an.lr_rule, "tokens_rule": an.tokens_rule, "fit": "Huber on log loss (delta: max(1e-3, 1.345 standard errors)), L-BFGS",
+        "lr_rule": an.lr_rule, "tokens_rule": an.tokens_rule,
+        "fit": "Huber on log loss (delta: max(1e-3, 1.345 standard errors)), L-BFGS",
         "bootstrap_replicates": REPLICATES, "level": sf.LEVEL, "noise_last_n": NOISE_LAST_N,
         "range": [an.n_min, an.n_max], "variants": curves, "nd_fits": an.nd_fits, "comparisons": an.comparisons,
         "size_snr": an.size_snr, "summary": an.summary})

@@ -469,7 +469,9 @@ def crossover(a: FitResult, b: FitResult, n_min: float, n_max: float, horizon: f
 def forecast(a: FitResult, b: FitResult, n: float, d: float | None = None) -> tuple[float, tuple[float, float] | None]:
     """``L_a(n) - L_b(n)`` from the fits, with the percentile interval over paired bootstrap replicates."""
     point = float(a.law(n, d) - b.law(n, d))
-    vals = [float(ra(n, d) - rb(n, d)) for ra, rb in zip(a.replicates, b.replicates) if ra is not None and rb is not None]
+    vals = [
+        float(ra(n, d) - rb(n, d)) for ra, rb in zip(a.replicates, b.replicates) if ra is not None and rb is not None
+    ]
     if len(vals) < 10:
         return point, None
     lo, hi = np.quantile(vals, [(1 - LEVEL) / 2, (1 + LEVEL) / 2])

@@ -136,9 +136,10 @@ def tables(an: ScalingAnalysis) -> dict[str, tuple[list[str], list[list[str]]]]:
 
 
 NOTES = {
-    "fits": "L(N) = E + A·N^−alpha fitted to the mean over completed seeds at each size by a Huber loss on log loss with L-BFGS "
-            "(Hoffmann et al. 2022; delta = max(1e-3, 1.345 standard errors of a size's mean)); intervals: 95% "
-            "percentile bootstrap over seeds.",
+    "fits": "L(N) = E + A·N^−alpha fitted to the mean over completed seeds at each size by a Huber loss on log loss "
+    "with L-BFGS "
+    "(Hoffmann et al. 2022; delta = max(1e-3, 1.345 standard errors of a size's mean)); intervals: 95% "
+    "percentile bootstrap over seeds.",
     "forecast": "Difference a − b (negative: a has the lower loss) measured at the largest trained size, and "
                 "forecast by the two fits at 10x and 100x it, with paired-bootstrap 95% intervals. A crossover is "
                 "where the fitted curves intersect between the smallest size and 100x the largest; it counts as "
@@ -148,9 +149,9 @@ NOTES = {
                 "crossovers from a degenerate fit (a parameter at its bound, or a zero-width bootstrap interval) "
                 "are not resolvable.",
     "snr": f"Seed SNR: |difference| / pooled seed-to-seed sd. Step SNR (Heineman et al. 2025): relative difference "
-           f"/ mean relative sd of each run's last {NOISE_LAST_N} validation evaluations. ⚠ marks SNR < 1: the "
-           "difference is smaller than the noise, so that small-scale conclusion is not trustworthy. Welch p: "
-           "Welch's t-test over seeds; ✓: decisive (p < 0.05).",
+    f"/ mean relative sd of each run's last {NOISE_LAST_N} validation evaluations. ⚠ marks SNR < 1: the "
+    "difference is smaller than the noise, so that small-scale conclusion is not trustworthy. Welch p: "
+    "Welch's t-test over seeds; ✓: decisive (p < 0.05).",
 }
 
 

@@ -85,8 +85,10 @@ def label_free_data(rep) -> dict[str, Any] | None:
             rows.append({"variant": v.name, "runs": len(ds), **{k: mean(d[k] for d in ds)
                                                                  for k in ("mano", "matrix_nuclear_norm", "loss")}})
     loss = [d["loss"] for _, d in points]
-    corr = {k: {"spearman": spearman([d[k] for _, d in points], loss), "pearson": pearson([d[k] for _, d in points], loss)}
-            for k in ("mano", "matrix_nuclear_norm")}
+    corr = {
+        k: {"spearman": spearman([d[k] for _, d in points], loss), "pearson": pearson([d[k] for _, d in points], loss)}
+        for k in ("mano", "matrix_nuclear_norm")
+    }
     return {"rows": rows, "correlation": corr, "n_runs": len(points)}
 
 

@@ -331,7 +331,8 @@ def load_data(cfg: RunConfig, *, source: str | None = None, tokenizer: str | Pat
         n = len(getattr(data, split))
         if n < need:
             raise NormlabError(
-                f"corpus '{source or d.source}' is too short: its {split} split has {n} tokens, one context window needs {need}"
+                f"corpus '{source or d.source}' is too short: its {split} split has {n} tokens, "
+                f"one context window needs {need}"
             )
     return data
 

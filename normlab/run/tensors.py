@@ -114,11 +114,15 @@ def load_model_state(model: nn.Module, path: str | Path) -> None:
         raise NormlabError(f"{path} does not match this model's config ({what})")
     for name, t in tensors.items():
         if t.shape != expected[name].shape:
-            raise NormlabError(f"{path}: tensor '{name}' has shape {tuple(t.shape)}, config expects {tuple(expected[name].shape)}")
+            raise NormlabError(
+                f"{path}: tensor '{name}' has shape {tuple(t.shape)}, config expects {tuple(expected[name].shape)}"
+            )
         if expected[name].is_floating_point() and not t.is_floating_point():
             raise NormlabError(f"{path}: tensor '{name}' has dtype {t.dtype}, the model needs a floating-point tensor")
         if t.is_floating_point() and not bool(torch.isfinite(t).all()):
-            raise NormlabError(f"{path}: tensor '{name}' contains NaN or inf; these weights cannot be evaluated or resumed")
+            raise NormlabError(
+                f"{path}: tensor '{name}' contains NaN or inf; these weights cannot be evaluated or resumed"
+            )
     model.load_state_dict(tensors, strict=False)
 
 
@@ -131,7 +135,9 @@ def optimizer_tensors(opt: torch.optim.Optimizer, names: dict[int, str]) -> dict
     return out
 
 
-def load_optimizer_tensors(opt: torch.optim.Optimizer, tensors: dict[str, torch.Tensor], params: dict[str, nn.Parameter]) -> None:
+def load_optimizer_tensors(
+    opt: torch.optim.Optimizer, tensors: dict[str, torch.Tensor], params: dict[str, nn.Parameter]
+) -> None:
     """Inverse of :func:`optimizer_tensors`."""
     for key, v in tensors.items():
         name, _, k = key.partition("::")

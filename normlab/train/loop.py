@@ -208,7 +208,8 @@ def _train(cfg: RunConfig, run_dir: Path, *, resume: bool, quiet: bool, flag: An
             state = load_checkpoint(ckpts[-1], model, opt)
             if state.get("config_hash") != cfg.hash():
                 raise NormlabError(f"{ckpts[-1]} was written with another config; cannot resume from it")
-            start, tokens_seen, elapsed, best = state["step"], state["tokens_seen"], state["elapsed_s"], state.get("best_val_bpb")
+            start, tokens_seen = state["step"], state["tokens_seen"]
+            elapsed, best = state["elapsed_s"], state.get("best_val_bpb")
             if nap is not None:
                 nap.check(state.get("nap_init_norms"), str(ckpts[-1]))
             diag.load_state_dict(state.get("diag"))  # diag: the loss-spike window
@@ -294,11 +295,15 @@ def _train(cfg: RunConfig, run_dir: Path, *, resume: bool, quiet: bool, flag: An
                 loss_sum, extra = sums[0], dict(zip(extra, sums[1:]))
             last_loss = loss_sum / tc.grad_accum
             diag.after_backward(step, last_loss)  # diag: grad norms (before clipping), spike check; hooks removed
-            grad_norm = float(torch.nn.utils.clip_grad_norm_(params, tc.grad_clip if tc.grad_clip > 0 else float("inf")))
+            grad_norm = float(
+                torch.nn.utils.clip_grad_norm_(params, tc.grad_clip if tc.grad_clip > 0 else float("inf"))
+            )
             if not math.isfinite(last_loss) or last_loss > ceiling or not math.isfinite(grad_norm):
                 status = "diverged"
                 step += 1
-                report.message(f"diverged at step {step}: loss {last_loss:.4g} (ceiling {ceiling:.3g}), grad norm {grad_norm:.4g}")
+                report.message(
+                    f"diverged at step {step}: loss {last_loss:.4g} (ceiling {ceiling:.3g}), grad norm {grad_norm:.4g}"
+                )
                 break
             track = oc.effective_lr_every > 0 and (step + 1) % oc.effective_lr_every == 0
             if track:

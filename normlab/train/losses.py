@@ -9,7 +9,8 @@
 The training loss is ``LogitNorm`` (when ``logitnorm_tau`` is set) or ``ce``, plus the z-loss term (always on the
 raw logits). LogitNorm is training-time only: evaluation and sampling use the raw logits (``ce``), as in the paper,
 so a LogitNorm model's raw-logit scale is arbitrary and post-hoc temperature scaling (``normlab calibrate``) is the
-way to read calibrated probabilities from it. The softcap, in contrast, is part of the model (``normlab.model.gpt.softcap``, applied in
+way to read calibrated probabilities from it. The softcap, in contrast, is part of the model
+(``normlab.model.gpt.softcap``, applied in
 ``GPT.forward`` from ``model.logit_softcap``, train and eval); ``lm_loss(logit_softcap=c)`` is only for logits
 that have not been capped already (capping twice is not the same as capping once).
 """

@@ -73,7 +73,10 @@ def fast_bf16(device: str) -> tuple[bool, str]:
     units = sorted(flags & {"amx_bf16", "avx512_bf16"})
     if units:
         return True, f"CPU has {' and '.join(u.upper() for u in units)}"
-    return False, f"CPU has no bf16 matrix units (no AMX / AVX512-BF16; torch uses {torch.backends.cpu.get_cpu_capability()})"
+    return (
+        False,
+        f"CPU has no bf16 matrix units (no AMX / AVX512-BF16; torch uses {torch.backends.cpu.get_cpu_capability()})",
+    )
 
 
 def cxx_compiler() -> str | None:

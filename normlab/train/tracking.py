@@ -27,7 +27,8 @@ HPARAM_METRICS = ("val/bpb", "val/loss", "train/loss")  # val/bpb was val/bits_p
 
 
 def flat_hparams(config: dict[str, Any], prefix: str = "") -> dict[str, bool | int | float | str]:
-    """``{"model.norm": "layernorm", "train.lr": 0.003, ...}``; lists and mappings become JSON text, None is left out."""
+    """``{"model.norm": "layernorm", "train.lr": 0.003, ...}``; lists and mappings become JSON text, None is left
+    out."""
     out: dict[str, bool | int | float | str] = {}
     for k, v in config.items():
         name = f"{prefix}{k}"

@@ -86,7 +86,8 @@ def claims_sweep(budget: Budget, variants: list[str], n_seeds: int) -> "Sweep":
     runs.sort(key=lambda r: -r.config["model"]["depth"])
     name = f"claims-{budget.name}"
     return Sweep(name, {"name": name, "claims_budget": budget.name}, runs, list(variants),
-                 f"normlab claims --budget {budget.name}", rerun=f"normlab claims --budget {budget.name} --out <its folder>")
+                 f"normlab claims --budget {budget.name}",
+                 rerun=f"normlab claims --budget {budget.name} --out <its folder>")
 
 
 def seed_runs(sweep: "Sweep", out: Path, seed: int, variants: tuple[str, ...]) -> dict[str, Any]:
