@@ -200,20 +200,6 @@ def read_yaml_file(path: str | Path, what: str) -> Any:
         raise NormlabError(f"{label} is not valid YAML{where}") from None
 
 
-def read_regular_bytes(path: str | Path, what: str = "file") -> bytes:
-    """Bytes of a regular file; a fifo, device or socket (``/dev/zero``, ``mkfifo``) is refused, not read forever."""
-    import stat
-
-    path = Path(path)
-    try:
-        mode = os.stat(path).st_mode
-    except OSError as e:
-        raise NormlabError(f"cannot read {what} {path}: {e.strerror}") from None
-    if not stat.S_ISREG(mode):
-        raise NormlabError(f"{what} {path} is not a regular file (a fifo, device or socket); give a file or directory")
-    return path.read_bytes()
-
-
 def read_json_object(path: str | Path, what: str = "file") -> dict[str, Any]:
     """A JSON file that must hold an object (``summary.json``, ``state.json``): anything else is one line."""
     obj = read_json(path, what)

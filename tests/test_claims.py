@@ -254,7 +254,7 @@ def test_reuse_finds_a_finished_sweep_run_with_the_same_resolved_config(tmp_path
     run with another lr, or one still pending in a sweep nobody is running, is not (the caller trains it)."""
     from normlab.experiments.store import Store
     from normlab.experiments.claims.budgets import get_budget
-    from normlab.experiments.claims.execution import find_reusable, registered_in
+    from normlab.experiments.claims.execution import _resolved_key, find_reusable
     from normlab.experiments.claims.variants import variant_config
 
     b = get_budget("quick")
@@ -270,8 +270,9 @@ def test_reuse_finds_a_finished_sweep_run_with_the_same_resolved_config(tmp_path
     assert find_reusable(tmp_path, cfg, wait_s=0) is None  # no fingerprint: the current code may not reproduce it
     fingerprinted(tmp_path / "runs" / "a", cfg)
     assert find_reusable(tmp_path, cfg, wait_s=0) == tmp_path / "runs" / "a"
-    assert find_reusable(tmp_path, other, wait_s=0) is None and not registered_in(tmp_path, other)
-    assert registered_in(tmp_path, pending) and find_reusable(tmp_path, pending, wait_s=0) is None
+    stored = {_resolved_key(r["config"]) for r in store.runs()}
+    assert find_reusable(tmp_path, other, wait_s=0) is None and _resolved_key(other) not in stored
+    assert _resolved_key(pending) in stored and find_reusable(tmp_path, pending, wait_s=0) is None
 
 
 def test_every_claim_spec_names_a_known_measurement_and_known_variants():

@@ -77,11 +77,6 @@ def calibration_stats(logits: torch.Tensor, targets: torch.Tensor, temperature: 
             "bins": bins}
 
 
-def expected_calibration_error(logits: torch.Tensor, targets: torch.Tensor, n_bins: int = ECE_BINS) -> float:
-    """ECE (Guo et al. 2017) of ``softmax(logits)``: ``logits [N, V]``, ``targets [N]``."""
-    return calibration_stats(logits, targets, 1.0, n_bins)["ece"]
-
-
 def _nll_derivs(z: torch.Tensor, y: torch.Tensor, beta: float) -> tuple[float, float, float]:
     """NLL(beta), dNLL/dbeta, d2NLL/dbeta2 for logits scaled by ``beta = 1/T`` (means over rows)."""
     f = g = h = 0.0

@@ -414,11 +414,3 @@ def find_reusable(sweep_dir: Path, cfg: dict[str, Any], wait_s: float = 7200.0) 
         if time.time() - t0 > wait_s:
             return None
         time.sleep(10)
-
-
-def registered_in(sweep_dir: Path, cfg: dict[str, Any]) -> bool:
-    """Whether ``sweep_dir``'s store has a run (any status) with the resolved config of ``cfg``."""
-    from normlab.experiments.store import Store
-
-    key = _resolved_key(cfg)
-    return any(_resolved_key(r["config"]) == key for r in Store(sweep_dir / "results.sqlite").runs())
