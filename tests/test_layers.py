@@ -171,7 +171,10 @@ OWNERS = {"STATUS_EXIT": "normlab.run.rundir", "read_summary": "normlab.run.rund
           "load_data": "normlab.run.rundir", "run_data": "normlab.run.rundir", "load_run": "normlab.run.rundir",
           "open_run": "normlab.run.rundir", "apply_norm_defaults": "normlab.run.rundir", "atomic_path": "normlab.io",
           "publish_dir": "normlab.io", "save_tensors": "normlab.run.tensors",
-          "load_tensors": "normlab.run.tensors"}
+          "load_tensors": "normlab.run.tensors", "save_model": "normlab.run.tensors",
+          "publish_run": "normlab.run.publish", "write_run": "normlab.run.publish",
+          "copy_identity": "normlab.run.publish",
+          "available_cores": "normlab.resources"}
 
 
 def test_run_directory_facts_have_one_definition():
