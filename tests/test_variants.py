@@ -1,0 +1,57 @@
+"""normlab.experiments.claims.variants: the papers' recipes build the models the papers describe (DyT's untied
+head and the authors' DyT, PowerNorm's groups, LSSAR trained re-weighted)."""
+
+from __future__ import annotations
+
+
+import pytest
+import torch
+from torch import nn
+
+
+torch.set_num_threads(1)
+
+
+def _build(variant: str, budget: str = "quick"):
+    from normlab.config import config_from_dict
+    from normlab.experiments.claims.budgets import get_budget
+    from normlab.experiments.claims.variants import variant_config
+    from normlab.model import build_model
+
+    cfg = config_from_dict(variant_config(variant, get_budget(budget), 0))
+    torch.manual_seed(0)
+    return cfg, build_model(cfg.model)
+
+
+def test_dyt_recipe_builds_an_untied_head_and_the_authors_dyt():
+    """The DyT claim's model is the authors' LLaMA recipe: untied LM head, DyT without bias, alpha 0.8 / 0.2 / 0.2
+    at attention input / MLP input / final, a learnable embedding scalar starting at sqrt(4096) = 64."""
+    from normlab.norms.simple import DyT
+
+    cfg, m = _build("dyt")
+    assert cfg.model.tie_embeddings is False
+    assert m.lm_head.weight is not m.tok_emb.weight
+    assert m.lm_head.weight.data_ptr() != m.tok_emb.weight.data_ptr()
+    assert isinstance(m.embed_scale, nn.Parameter) and m.embed_scale.item() == 64.0
+    blk = m.blocks[0]
+    alphas = {site: getattr(blk, site).alpha.item() for site in ("attn_in", "mlp_in")}
+    assert alphas == pytest.approx({"attn_in": 0.8, "mlp_in": 0.2})
+    assert isinstance(m.final_norm, DyT) and m.final_norm.alpha.item() == pytest.approx(0.2)
+    assert (
+        all(getattr(b, s).bias is None for b in m.blocks for s in ("attn_in", "mlp_in")) and m.final_norm.bias is None
+    )
+    # the stream starts at the authors' RMS: 64 * 0.02 = 1.28
+    x = (m.tok_emb.weight * m.embed_scale).detach()
+    assert float(x.pow(2).mean().sqrt()) == pytest.approx(1.28, rel=0.05)
+    # its baseline has the same untied head
+    _, ln = _build("ln_untied")
+    assert ln.lm_head.weight is not ln.tok_emb.weight and ln.embed_scale is None
+
+
+def test_powernorm_recipe_groups_are_heads_and_lssar_trains_reweighted():
+    cfg, m = _build("powernorm")
+    assert {getattr(b, s).groups for b in m.blocks for s in ("attn_in", "mlp_in")} == {cfg.model.heads}
+    cfg, m = _build("softplus_lssar")
+    assert cfg.model.lssa_reweight is True and all(b.attn.reweight for b in m.blocks)
+    cfg, _ = _build("softplus")
+    assert cfg.model.lssa_reweight is False
