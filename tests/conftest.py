@@ -20,3 +20,23 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(n)
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory, cache):
+    """One finished tiny run per module (``helpers.SHORT``: 8 steps, checkpoints at 4 and 8), trained in-process."""
+    from tests.helpers import SHORT, run_inproc
+
+    out = tmp_path_factory.mktemp("run") / "r"
+    run_inproc("train", "tiny", *SHORT, "--out", str(out), cache=cache, check=True)
+    return out
+
+
+@pytest.fixture()
+def run_copy(run, tmp_path):
+    """A private copy of the module's finished run that a test may damage."""
+    import shutil
+
+    dst = tmp_path / "rc"
+    shutil.copytree(run, dst, symlinks=True)
+    return dst

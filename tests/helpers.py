@@ -122,3 +122,42 @@ def scratch_attention(monkeypatch, name: str, cls: type) -> str:
     monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
     registry.register_attention(name)(cls)
     return name
+
+
+# a finished tiny run in a second: 8 steps, checkpoints at 4 and 8 (conftest's ``run`` fixture trains one per module)
+SHORT = ["--set", "train.steps=8", "--set", "train.eval_every=4", "--set", "train.checkpoint_every=4",
+         "--set", "train.log_every=2", "--set", "train.eval_batches=1", "--set", "model.depth=1",
+         "--set", "diag.every=0"]
+
+
+def tree(d: Path) -> dict[str, str]:
+    """``{relative path: sha256}`` of every file under ``d`` (empty when ``d`` does not exist)."""
+    import hashlib
+
+    if not d.exists():
+        return {}
+    return {str(p.relative_to(d)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(d.rglob("*")) if p.is_file()}
+
+
+HOSTILE = [  # (variant, seed, status, final val bpb): names as an attacker would choose them
+    ("<script>alert(1)</script>", 0, "completed", 1.5), ("<script>alert(1)</script>", 1, "completed", 1.6),
+    ("[/bold]x", 0, "completed", 1.7), ("[/bold]x", 1, "completed", None), ("a|b*_c_", 0, "completed", 1.8),
+]
+
+
+def make_sweep(d: Path, rows=HOSTILE) -> Path:
+    """A sweep directory with a results store holding finished rows (no training needed)."""
+    from normlab.config import load_config
+    from normlab.experiments.store import Store
+
+    d.mkdir()
+    st = Store(d / "results.sqlite")
+    st.create("hostile", "h0")
+    cfg = load_config("tiny").to_dict()
+    st.register([{"run_id": f"r{i}", "position": i, "variant": v, "seed": s, "config_hash": "c", "axes": {},
+                  "overrides": {"model.norm": v}, "config": cfg} for i, (v, s, _, _) in enumerate(rows)])
+    for i, (_, _, status, val) in enumerate(rows):
+        st.finish(f"r{i}", {"status": status, "val_bpb": val, "best_val_bpb": val, "step": 8, "steps": 8,
+                            "tokens_per_s": 100.0}, [(4, "val_bpb", 2.0), (8, "val_bpb", 1.5)])
+    return d

@@ -1,0 +1,104 @@
+"""normlab.validate and the commands' flag types: every bad number or flag is a one-line error with exit 2 and
+writes nothing; valid edge values still work; the memory estimates are checked against available memory. The
+rows run the CLI in-process against one tiny finished run (conftest ``run`` / ``run_copy``)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.helpers import assert_bad_input, run_inproc, tree
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+BAD_SET = [  # (--set KEY=VALUE, fragments of the one-line error)
+    ("train.lr=.nan", ["train.lr must be > 0", "nan"]),
+    ("train.lr=.inf", ["train.lr must be > 0", "inf"]),
+    ("train.beta1=-1", ["train.beta1 must be in [0, 1)", "-1"]),
+    ("train.beta2=2", ["train.beta2 must be in [0, 1)", "2"]),
+    ("model.init_std=.nan", ["model.init_std must be > 0"]),
+    ("model.mlp_ratio=.inf", ["model.mlp_ratio must be in (0, 64]"]),
+    ("seed=99999999999999999999999", ["seed must be <= 9223372036854775807", "99999999999999999999999"]),
+    ("seed=-1", ["seed must be >= 0"]),
+    ("model.width=1000000000", ["model.width must be <= 65536"]),
+    ("model.depth=1000000", ["model.depth must be <= 4096"]),
+    ("train.batch_size=1000000000000", ["train.batch_size must be <= 1048576"]),
+    ("model.rope_base=-1", ["model.rope_base must be > 0"]),
+    ("model.rope_base=.nan", ["model.rope_base must be > 0"]),
+    ("model.norm_eps=.nan", ["model.norm_eps must be > 0"]),
+    ("model.logit_softcap=.nan", ["model.logit_softcap must be > 0"]),
+    ("train.grad_clip=.nan", ["train.grad_clip must be >= 0"]),
+    ("train.loss_ceiling=.nan", ["train.loss_ceiling must be > 0"]),
+    ("train.z_loss=.nan", ["train.z_loss must be >= 0"]),
+    ("model.norm_options.alpha_init=.nan", ["model.norm_options.alpha_init must be a finite number"]),
+    ("model.width=8192", ["training needs an estimated", "GiB", "available", "train.batch_size"]),  # memory check
+    # a value starting with '*' is text (no anchor can precede it), checked like any other value of its key
+    ("data.source=*foo", ["corpus path '*foo' does not exist"]),
+    ("model.norm=*foo", ["unknown norm '*foo'", "allowed: batchnorm"]),
+    ("model.norm_options={a: &x [1], b: *x}", ["--set model.norm_options", "YAML aliases (*x) are not allowed"]),
+]
+
+
+@pytest.mark.parametrize("item,fragments", BAD_SET, ids=[b[0] for b in BAD_SET])
+def test_bad_number_is_one_line_and_writes_nothing(item, fragments, tmp_path, cache):
+    extra = ["--set", "model.depth=64"] if item == "model.width=8192" else []
+    out = tmp_path / "out"
+    assert_bad_input(run_inproc("train", "tiny", *extra, "--set", item, "--out", str(out), cache=cache), *fragments)
+    assert not out.exists()
+
+
+def test_memory_estimate_is_checked_against_available_memory(monkeypatch, tmp_path, cache):
+    from normlab.config import load_config
+    from normlab.validate import check_train_memory, param_count
+
+    cfg = load_config("tiny")
+    cfg.model.vocab_size = 256
+    n = param_count(cfg.model)
+    from normlab.model import build_model
+
+    assert abs(n - build_model(cfg.model).num_params()) / n < 0.05  # the estimate's parameter count is close
+    monkeypatch.setenv("NORMLAB_MEMORY_GB", "0.0001")
+    with pytest.raises(Exception, match="needs an estimated"):
+        check_train_memory(cfg)
+    monkeypatch.setenv("NORMLAB_MEMORY_GB", "64")
+    check_train_memory(cfg)
+
+
+BAD_FLAGS = [  # (command line after the run dir is substituted for RUN, fragments)
+    (["eval", "RUN", "--stride", "0"], ["--stride must be >= 1"]),
+    (["eval", "RUN", "--context", "0"], ["--context must be >= 1"]),
+    (["eval", "RUN", "--batch-size", "100000000"], ["--batch-size must be <= 65536"]),
+    (["generate", "RUN", "--prompt", "a", "--seed", "99999999999999999999999"], ["--seed must be <= "]),
+    (["extrapolate", "RUN", "--factors", "1e308"], ["--factors must be numbers > 0 and <= 4096", "1e308"]),
+    (["extrapolate", "RUN", "--memory-gb", "nan"], ["--memory-gb must be in (0, "]),
+    (["diagnose", "RUN", "--sequences", "100000"], ["--sequences must be <= 4096"]),
+    (["calibrate", "RUN", "--max-tokens", "-1"], ["--max-tokens must be >= 0"]),
+    (["claims", "--only", ",", "--out", "OUT"], ["--only needs at least one claim name"]),
+    (["compare", "--preset", "quick", "--workers", "0", "--out", "OUT"], ["--workers must be >= 1"]),
+]
+
+
+@pytest.mark.parametrize("argv,fragments", BAD_FLAGS, ids=[" ".join(a[:1] + a[2:4]) for a, _ in BAD_FLAGS])
+def test_bad_flag_is_one_line_and_writes_nothing(argv, fragments, run_copy, tmp_path, cache):
+    before = tree(run_copy)
+    argv = [str(run_copy) if a == "RUN" else str(tmp_path / "o") if a == "OUT" else a for a in argv]
+    assert_bad_input(run_inproc(*argv, cache=cache), *fragments)
+    assert tree(run_copy) == before and not (tmp_path / "o").exists()
+
+
+CLEAN_FLAGS = [  # valid edge values that already worked
+    (["eval", "RUN", "--stride", "16", "--max-tokens", "256", "--json"], "bpb"),
+    (["eval", "RUN", "--context", "32", "--max-tokens", "256", "--json"], "bpb"),
+    (["generate", "RUN", "--prompt", "ab", "--max-new-tokens", "3", "--seed", "9223372036854775807", "--json"],
+     "tokens"),
+    (["generate", "RUN", "--prompt", "\udcff\udcfe", "--max-new-tokens", "2", "--json"], "tokens"),  # $'\xff\xfe'
+]
+
+
+@pytest.mark.parametrize("argv,key", CLEAN_FLAGS, ids=[" ".join(a[:1] + a[2:4]) for a, _ in CLEAN_FLAGS])
+def test_clean_flags_still_work(argv, key, run, cache):
+    proc = run_inproc(*[str(run) if a == "RUN" else a for a in argv], cache=cache)
+    assert proc.returncode == 0, proc.stderr
+    assert key in json.loads(proc.stdout)
