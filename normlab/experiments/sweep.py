@@ -44,11 +44,15 @@ from normlab.config import (CONFIG_DIR, RunConfig, _all_keys, _mapping_keys, con
 from normlab.aliases import suggest_key
 from normlab.errors import NormlabError, did_you_mean
 from normlab.experiments.grid import expand_grid
+from normlab.experiments.plan import check_question_keys, resolve_plan
 from normlab.experiments.sizes import SIZE_KEYS, SIZE_OWNED, size_points
 from normlab.io import read_yaml_file
 
 SWEEP_DIR = CONFIG_DIR / "sweeps"
-TOP_KEYS = ("name", "description", "base", "set", "axes", "variants", "seeds", "lr_grid", "baseline", *SIZE_KEYS)
+QUESTION_KEYS = ("primary", "alpha", "sequential", "replicate")  # normlab.experiments.plan
+NOT_HASHED = ("description", "replicate")  # a replication adds a second sweep dir; no run of this one changes
+TOP_KEYS = ("name", "description", "base", "set", "axes", "variants", "seeds", "lr_grid", "baseline", *SIZE_KEYS,
+            *QUESTION_KEYS)
 LR_KEY = "train.lr"
 SECTIONS = ("data", "model", "train", "optim")
 
@@ -82,7 +86,7 @@ class Sweep:
     def hash(self) -> str:
         """Hash of the resolved spec (base inlined, overrides flattened; not the description). Config keys that
         a newer normlab adds with a default do not change it, so an upgrade does not orphan a sweep dir."""
-        spec = {k: v for k, v in self.spec.items() if k != "description"}
+        spec = {k: v for k, v in self.spec.items() if k not in NOT_HASHED}
         return hashlib.sha256(json.dumps(spec, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
@@ -227,6 +231,12 @@ def parse_sweep(raw: Any, *, here: Path | None = None, source: str = "sweep") ->
         raise NormlabError(f"{source}: seeds must be a non-empty list of integers >= 0, got {seeds!r}")
     if len(set(seeds)) != len(seeds):
         raise NormlabError(f"{source}: seeds contain a duplicate: {seeds}")
+    plan = None
+    if raw.get("sequential") is not None:  # the plan's seeds are all in the design from the start
+        plan, seeds = resolve_plan(raw["sequential"], seeds, source)
+    replicate = raw.get("replicate")
+    if replicate is not None and (not isinstance(replicate, str) or not replicate.strip()):
+        raise NormlabError(f"{source}: replicate must be a data source string (docs/data.md), got {replicate!r}")
 
     lr_grid = None
     if raw.get("lr_grid") is not None:
@@ -293,7 +303,9 @@ def parse_sweep(raw: Any, *, here: Path | None = None, source: str = "sweep") ->
             "set": common, "axes": axes,
             **({"variants": [{"name": n, "set": s} for n, s in variants]} if variants else {}), "seeds": seeds,
             **({"lr_grid": lr_grid} if lr_grid else {}), **size_spec,
-            **({"baseline": baseline} if baseline is not None else {})}
+            **({"baseline": baseline} if baseline is not None else {}),
+            **check_question_keys(raw, source, bool(lr_grid and len(lr_grid) >= 2)),
+            **({"sequential": plan} if plan else {}), **({"replicate": replicate} if replicate else {})}
     return Sweep(name, spec, runs, labels, spec["description"], lr_grid)
 
 

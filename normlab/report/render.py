@@ -14,6 +14,7 @@ import yaml
 
 from normlab.io import atomic_path, check_file_slot, check_inside, write_text
 from normlab.report import lrsection, plots
+from normlab.report import sequential as seqsection
 from normlab.report.analysis import SweepReport, VariantResult, ci_text, diagnostics, load
 from normlab.report.scaling_section import section as scaling_section
 
@@ -220,6 +221,7 @@ def build(rep: SweepReport) -> tuple[str, str, dict[str, bytes]]:
             f"<tr><th class='l'>{e(k)}</th><td class='l'>{e(v)}</td></tr>" for k, v in _run_items(single)) + "</table>")
     if grid:
         h += lrsection.html_section(grid, img)
+    h += seqsection.html_sections(rep.sweep_dir)  # seeds until decided, replications (normlab.report.sequential)
     ranking_title = "Every variant × learning rate" if grid and grid.is_grid else "Ranking"
     h.append(f"<h2>{ranking_title}</h2><table><tr>" + "".join(f"<th class='{'l' if i == 1 else ''}'>{e(c)}</th>"
                                                     for i, c in enumerate(head)) + "</tr>")
@@ -281,6 +283,7 @@ def build(rep: SweepReport) -> tuple[str, str, dict[str, bytes]]:
         md += ["## Run", ""] + mdimg("report_run.png") + [f"- **{k}**: {v}" for k, v in _run_items(single)] + [""]
     if grid:
         md += lrsection.md_section(grid, mdimg)
+    md += seqsection.md_sections(rep.sweep_dir, md_escape)
     md += [f"## {ranking_title}", "", markdown_table(rep), "",
            "Ranked by the mean final validation bits/byte over completed seeds; ± is the half-width of the 95% "
            "Student-t interval. Diverged seeds are counted, not averaged.", ""]
@@ -398,4 +401,5 @@ def write_report(sweep_dir: str | Path, *, baseline: str | None = None, rep: Swe
     for name in ["report.html", "report.md", *figs]:  # shareable files: the usual mode, not mkstemp's 0600
         _chmod_readable(d / name)
     return {"html": str(d / "report.html"), "md": str(d / "report.md"), "ranking": ranking_rows(rep),
-            "summary": rep.summary, "report": rep, "lr": lrsection.rows_json(rep.grid) if rep.grid else None}
+            "summary": rep.summary, "report": rep, "lr": lrsection.rows_json(rep.grid) if rep.grid else None,
+            "sequential": seqsection.sequential_block(d), "replication": seqsection.replication_block(d)}
