@@ -1,160 +1,203 @@
-"""normlab.stats.sequential: Lan–DeMets O'Brien–Fleming-type boundaries against published values, scipy's
-multivariate normal and a direct Monte-Carlo; the whole sequential procedure (t transform, Holm over m comparisons at
-every look) simulated under the global and a partial null (family-wise error <= alpha) and under an alternative
-(power = the closed form)."""
+"""Seeds until decided: the round loop (normlab.experiments.sequential) and the looks' decisions
+(normlab.report.sequential) on stores written here (no training: the runner is replaced by one that records given
+final losses), checked against scipy's paired t-test and the boundaries; one end-to-end ``compare --until-decided``
+with a replication on the english corpus."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
 import pytest
-from scipy.stats import multivariate_normal, norm, ttest_1samp
-from scipy.stats import t as student_t
+from scipy.stats import ttest_rel
 
-from normlab.stats.sequential import (
-    HolmLevels,
-    crossing_probabilities,
-    obf_spending,
-    paired_z,
-    sequential_holm,
-    spending_boundaries,
-    t_to_z,
+import normlab.experiments.sequential as seq
+from normlab.experiments.plan import LOOKS_META, PLAN_META
+from normlab.experiments.runner import SweepOutcome, registration
+from normlab.experiments.store import Store
+from normlab.experiments.sweep import dump_spec, parse_sweep
+from normlab.io import write_text
+from normlab.report.sequential import (
+    fixed_decisions,
+    look_record,
+    primary_values,
+    replication_block,
+    sequential_block,
+    verdict,
 )
+from normlab.stats.sequential import HolmLevels, t_to_z
 
-FIVE = [0.2, 0.4, 0.6, 0.8, 1.0]
+from .helpers import run_inproc
 
-
-def test_boundaries_match_the_published_five_look_values():
-    # Lan-DeMets O'Brien-Fleming-type spending, 5 equally spaced looks, two-sided alpha 0.05 (0.025 per side):
-    # 4.877, 3.357, 2.680, 2.290, 2.031 (gsDesign sfLDOF / ldbounds; DeMets & Lan 1994, Stat Med 13)
-    assert spending_boundaries(FIVE, 0.05) == pytest.approx([4.877, 3.357, 2.680, 2.290, 2.031], abs=6e-4)
+VARIANTS = [{"name": n, "set": {"train.lr": lr}} for n, lr in (("A", 1e-3), ("B", 2e-3), ("C", 3e-3))]
+INIT = 8.0
 
 
-def test_spending_function_closed_form():
-    assert obf_spending(1.0, 0.05) == pytest.approx(0.05, rel=1e-12)
-    assert obf_spending(0.0, 0.05) == 0.0
-    # at t = 0.5 each side spends 2 - 2 Phi(z_{0.9875} / sqrt(0.5))
-    assert obf_spending(0.5, 0.05) == pytest.approx(2 * (2 - 2 * norm.cdf(norm.ppf(1 - 0.0125) / math.sqrt(0.5))))
-    # the first boundary spends exactly alpha(t_1): P(|Z| >= c_1) = alpha(t_1)
-    c1 = spending_boundaries([0.3, 1.0], 0.1)[0]
-    assert 2 * norm.sf(c1) == pytest.approx(obf_spending(0.3, 0.1), rel=1e-8)
+def make_sweep(name="s", **kw):
+    return parse_sweep({"name": name, "base": "tiny", "set": {"train.steps": 6}, "variants": VARIANTS,
+                        "seeds": [0, 1, 2], "sequential": {"max_seeds": 6}, **kw})
 
 
-@pytest.mark.parametrize("fractions,alpha", [(FIVE, 0.05), ([0.25, 0.5, 0.75, 1.0], 0.05 / 3), ([0.3, 0.7, 1.0], 0.1)])
-def test_boundaries_spend_alpha_under_scipys_multivariate_normal(fractions, alpha):
-    """Independent reference: P(no crossing by look k) = 1 - alpha(t_k) with corr(Z_i, Z_j) = sqrt(t_i / t_j)."""
-    b = spending_boundaries(fractions, alpha)
-    t = np.array(fractions)
-    cov = np.sqrt(np.minimum.outer(t, t) / np.maximum.outer(t, t))
-    for k in range(1, len(t) + 1):
-        mvn = multivariate_normal(mean=np.zeros(k), cov=cov[:k, :k], abseps=1e-7, releps=1e-7, maxpts=200_000 * k)
-        c = np.array(b[:k])
-        stay = mvn.cdf(c, lower_limit=-c, rng=np.random.default_rng(0))
-        assert 1 - stay == pytest.approx(obf_spending(t[k - 1], alpha), abs=2e-5)
+def noise(seed: int) -> float:
+    return math.sin(7.3 * seed + 1.1)  # deterministic, different per seed
 
 
-def test_boundaries_hold_alpha_in_a_direct_monte_carlo_of_the_score_process():
-    rng = np.random.default_rng(1)
-    t = np.array(FIVE)
-    b = np.array(spending_boundaries(FIVE, 0.05))
-    s = np.cumsum(rng.standard_normal((400_000, 5)) * np.sqrt(np.diff(t, prepend=0.0)), axis=1)
-    z = s / np.sqrt(t)
-    crossed = (np.abs(z) >= b).any(axis=1).mean()
-    assert abs(crossed - 0.05) < 3 * math.sqrt(0.05 * 0.95 / 400_000)
+def effect_b(variant: str, seed: int) -> float:
+    """B is lower than A by 1.0 with a little noise; C is A plus noise (a true null)."""
+    base = 3.0 + 0.3 * noise(seed)
+    return {"A": base, "B": base - 1.0 + 0.05 * noise(seed + 11), "C": base + 0.2 * noise(seed + 23)}[variant]
 
 
-def test_power_closed_form_matches_a_monte_carlo_with_drift():
-    rng = np.random.default_rng(2)
-    t = np.array([0.25, 0.5, 0.75, 1.0])
-    b = spending_boundaries(t, 0.05)
-    drift = 2.8  # delta / sigma * sqrt(N)
-    power = sum(crossing_probabilities(b, t, drift))
-    s = np.cumsum(rng.standard_normal((200_000, 4)) * np.sqrt(np.diff(t, prepend=0.0)) + drift * np.diff(t, prepend=0.0), axis=1)
-    sim = (np.abs(s / np.sqrt(t)) >= np.array(b)).any(axis=1).mean()
-    assert 0.6 < power < 0.9
-    assert abs(sim - power) < 3 * math.sqrt(power * (1 - power) / 200_000)
-    # the fixed-sample test at the same N has slightly more power (O'Brien-Fleming costs little)
-    fixed = norm.sf(1.96 - drift) + norm.cdf(-1.96 - drift)
-    assert power < fixed < power + 0.03
+def fake_runner(values, calls=None, interrupt_at=None):
+    """Stands in for run_sweep: registers the round's runs and records ``values(variant, seed)`` as each run's
+    final loss (init loss INIT), skipping runs already finished, as the real runner does."""
+    def run(sweep, sweep_dir, log=None, **kw):
+        store = Store(sweep_dir / "results.sqlite")
+        store.create(sweep.name, sweep.hash)
+        if not (sweep_dir / "sweep.yaml").is_file():
+            write_text(sweep_dir / "sweep.yaml", dump_spec(sweep))
+        if calls is not None:
+            calls.append({"meta": store.meta(), "seeds": sorted({r.seed for r in sweep.runs})})
+        store.register(registration(sweep))
+        done = {r["run_id"] for r in store.runs() if r["status"] == "completed"}
+        trained = []
+        if interrupt_at is not None and len(calls or []) == interrupt_at:
+            return SweepOutcome(sweep_dir, "interrupted", runs=store.runs())
+        for r in sweep.runs:
+            if r.run_id in done:
+                continue
+            store.finish(r.run_id, {"status": "completed", "val_bpb": values(r.variant, r.seed)},
+                         [(0, "init_val_bpb", INIT)])
+            trained.append(r.run_id)
+        return SweepOutcome(sweep_dir, "completed", trained=trained, runs=store.runs())
+    return run
 
 
-def test_a_look_that_spends_nothing_is_never_crossed_and_bad_fractions_are_refused():
-    assert spending_boundaries([1e-4, 1.0], 0.05)[0] == 40.0
-    for bad in ([0.5, 0.5], [0.0, 1.0], [0.5, 1.2], []):
-        with pytest.raises(ValueError):
-            spending_boundaries(bad, 0.05)
+def test_a_look_uses_only_its_seeds_and_matches_scipy_and_the_holm_boundaries(tmp_path, monkeypatch):
+    monkeypatch.setattr(seq, "run_sweep", fake_runner(effect_b))
+    sw = make_sweep()
+    seq.run_sweep(seq.round_sweep(sw, 6), tmp_path, log=None)  # all six seeds stored
+    rec = look_record(tmp_path, 0)  # look 1: seeds 0..2 only
+    a = [effect_b("A", s) for s in range(3)]
+    for c in rec["comparisons"]:
+        mine = [effect_b(c["variant"], s) for s in range(3)]
+        assert c["n"] == 3 and c["diff"] == pytest.approx(np.mean(np.subtract(mine, a)))
+        assert c["z"] == pytest.approx(t_to_z(ttest_rel(mine, a).statistic, 2), rel=1e-9)
+    levels = HolmLevels.build([0.5], 0.05, 2)
+    assert rec["boundary_first"] == pytest.approx(levels.bounds[2][0]) and rec["fraction"] == 0.5
+    assert rec["boundary_last"] == pytest.approx(levels.bounds[1][0])
+    b, c = rec["comparisons"]
+    assert abs(b["z"]) >= levels.bounds[2][0] and b["decision"] == "lower" and b["decided_at_look"] == 1
+    assert c["decision"] == "undecided" and not rec["decided"]
+    rec2 = look_record(tmp_path, 1)
+    assert [c["n"] for c in rec2["comparisons"]] == [6, 6]
+    assert rec2["comparisons"][0]["decided_at_look"] == 1  # a rejection is final
 
 
-def test_t_to_z_has_the_same_tail_probability_as_student_t():
-    ts = np.array([-30.0, -2.5, -0.3, 0.0, 0.7, 4.0, 60.0])
-    z = t_to_z(ts, 3)
-    assert np.allclose(norm.sf(np.abs(z)), student_t.sf(np.abs(ts), 3), rtol=1e-9)
-    assert np.all(np.sign(z) == np.sign(ts))
-    assert t_to_z(1e5, 3) > 7  # no cancellation in the upper tail (Phi^{-1}(F_t) would round F_t to 1)
-    d = np.array([[1.0, 0.0], [2.0, 0.0], [4.0, 0.0]])
-    assert paired_z(d)[0] == pytest.approx(t_to_z(ttest_1samp(d[:, 0], 0).statistic, 2))
-    assert paired_z(d)[1] == 0.0
+def test_the_loop_stores_the_plan_first_stops_when_decided_and_resumes_the_same(tmp_path, monkeypatch):
+    calls: list = []
+    values = lambda v, s: effect_b("A", s) - (1.0 if v != "A" else 0.0) + 0.05 * noise(s + ord(v))  # noqa: E731
+    monkeypatch.setattr(seq, "run_sweep", fake_runner(values, calls))
+    sw = make_sweep()
+    res = seq.run_until_decided(sw, tmp_path, look_record, log=lambda s: None)
+    assert json.loads(calls[0]["meta"][PLAN_META])["looks"] == [3, 6]  # stored before the first round ran
+    assert [c["seeds"] for c in calls] == [[0, 1, 2]]
+    assert res.stopped == "decided" and res.seeds_spent == 3 and len(res.looks) == 1
+    block = sequential_block(tmp_path)
+    assert block["stopped"] == "decided" and block["seeds_spent"] == 3
+    assert [d["decision"] for d in block["decisions"]] == ["lower", "lower"]
+    again = seq.run_until_decided(sw, tmp_path, look_record, log=lambda s: None)
+    assert again.trained == [] and again.looks == res.looks
 
 
-# -- the whole procedure, simulated ---------------------------------------------------------------------------------
-def simulate(n_sweeps: int, looks: list[int], effects: list[float], rng: np.random.Generator,
-             alpha: float = 0.05) -> np.ndarray:
-    """``n_sweeps`` sweeps of a baseline and ``m = len(effects)`` variants: per seed a stand-in metric
-    ``x_v ~ N(effect_v, 1)`` (the baseline's effect 0), each variant compared with the baseline by the paired
-    differences of the first ``looks[k]`` seeds at look ``k``; returns the (S, m) looks of rejection (-1: none)."""
-    m, n_max = len(effects), looks[-1]
-    x = rng.standard_normal((n_sweeps, n_max, m + 1)) + np.array([0.0, *effects])
-    diffs = x[:, :, 1:] - x[:, :, :1]
-    z = np.stack([paired_z(diffs[:, :n, :]) for n in looks], axis=1)  # (S, K, m)
-    return sequential_holm(z, HolmLevels.build([n / n_max for n in looks], alpha, m))
+def test_an_undecided_family_runs_to_the_cap_and_a_budget_stops_between_rounds(tmp_path, monkeypatch):
+    null = lambda v, s: 3.0 + 0.3 * noise(s * 3 + ord(v))  # noqa: E731
+    calls: list = []
+    monkeypatch.setattr(seq, "run_sweep", fake_runner(null, calls))
+    res = seq.run_until_decided(make_sweep(), tmp_path / "cap", look_record, log=lambda s: None)
+    assert res.stopped == "max_seeds" and res.seeds_spent == 6 and [c["seeds"] for c in calls][-1] == list(range(6))
+    assert all(c["decision"] == "undecided" for c in res.looks[-1]["comparisons"])
+    res = seq.run_until_decided(make_sweep(), tmp_path / "budget", look_record, budget_s=1e-9, log=lambda s: None)
+    assert res.stopped == "budget" and res.seeds_spent == 3
+    assert json.loads(Store(tmp_path / "budget" / "results.sqlite").meta()[LOOKS_META])["stopped"] == "budget"
 
 
-N_SIM = 4000
+def test_an_interrupted_round_stops_the_plan(tmp_path, monkeypatch):
+    calls: list = []
+    null = lambda v, s: 3.0 + 0.3 * noise(s * 3 + ord(v))  # noqa: E731
+    monkeypatch.setattr(seq, "run_sweep", fake_runner(null, calls, interrupt_at=2))
+    res = seq.run_until_decided(make_sweep(), tmp_path, look_record, log=lambda s: None)
+    assert res.stopped == "interrupted" and len(res.looks) == 1
 
 
-def test_familywise_error_under_the_global_null_is_at_most_alpha():
-    rng = np.random.default_rng(3)
-    rej = simulate(N_SIM, [3, 6, 9, 12], [0.0, 0.0, 0.0], rng)
-    fwer = (rej >= 0).any(axis=1).mean()
-    assert fwer <= 0.05 + 2.33 * math.sqrt(0.05 * 0.95 / N_SIM), fwer
-    assert fwer > 0.02  # not trivially conservative either: the procedure spends its alpha
+def test_fixed_decisions_use_holm_over_the_family():
+    from normlab.experiments.plan import Question
+    from normlab.stats import holm
+
+    vals = {"A": {s: effect_b("A", s) for s in range(5)}, "B": {s: effect_b("B", s) for s in range(5)},
+            "C": {s: effect_b("C", s) for s in range(5)}}
+    out = fixed_decisions(vals, Question("final_loss", "A", ("B", "C"), 0.05))
+    ps = [ttest_rel([vals[v][s] for s in range(5)], [vals["A"][s] for s in range(5)]).pvalue for v in "BC"]
+    assert [o["p_holm"] for o in out] == pytest.approx(holm(ps))
+    assert [o["decision"] for o in out] == ["lower", "undecided"]
 
 
-def test_familywise_error_under_a_partial_null_is_at_most_alpha():
-    """One real effect (rejected early, so Holm raises the others' level) and two true nulls."""
-    rng = np.random.default_rng(4)
-    rej = simulate(N_SIM, [4, 8, 12, 16], [2.0, 0.0, 0.0], rng)
-    assert (rej[:, 0] >= 0).mean() > 0.95
-    fwer = (rej[:, 1:] >= 0).any(axis=1).mean()
-    assert fwer <= 0.05 + 2.33 * math.sqrt(0.05 * 0.95 / N_SIM), fwer
+def test_verdicts():
+    assert verdict("lower", "lower") == "replicated"
+    assert verdict("lower", "undecided") == "not replicated"
+    assert verdict("higher", "lower") == "contradicted"
+    assert verdict("undecided", "lower") == "no conclusion to replicate"
 
 
-def test_power_under_an_alternative_matches_the_closed_form():
-    """One comparison, effect 0.5 SD of the paired difference: the t-based procedure's power equals the
-    closed form (known-SD drift) within Monte-Carlo error plus the small loss of estimating the SD."""
-    rng = np.random.default_rng(5)
-    looks = [10, 20, 30, 40]
-    delta_sd = 0.5
-    n_max = looks[-1]
-    # diffs of one variant: x_1 - x_0 has SD sqrt(2) for unit per-variant SD; choose effects to make delta/sd = 0.5
-    rej = simulate(N_SIM, looks, [delta_sd * math.sqrt(2)], rng)
-    sim = (rej[:, 0] >= 0).mean()
-    t = [n / n_max for n in looks]
-    closed = sum(crossing_probabilities(spending_boundaries(t, 0.05), t, drift=delta_sd * math.sqrt(n_max)))
-    se = math.sqrt(closed * (1 - closed) / N_SIM)
-    assert 0.75 < closed < 0.95
-    assert closed - 0.03 - 3 * se <= sim <= closed + 3 * se, (sim, closed)
+def test_replication_block_sets_each_conclusion_side_by_side(tmp_path, monkeypatch):
+    from normlab.report.sequential import record_replication
+
+    flipped = lambda v, s: effect_b({"B": "C", "C": "B"}.get(v, v), s)  # noqa: E731  B null, C lower
+    monkeypatch.setattr(seq, "run_sweep", fake_runner(effect_b))
+    seq.run_until_decided(make_sweep(), tmp_path, look_record, log=lambda s: None)
+    monkeypatch.setattr(seq, "run_sweep", fake_runner(flipped))
+    seq.run_until_decided(make_sweep("s-on-x"), tmp_path / "replication" / "x", look_record, log=lambda s: None)
+    record_replication(tmp_path, "x", "replication/x")
+    (rep,) = replication_block(tmp_path)
+    assert rep["source"] == "x"
+    rows = {c["variant"]: c for c in rep["comparisons"]}
+    assert rows["B"]["original"]["decision"] == "lower" and rows["B"]["verdict"] == "not replicated"
+    assert rows["C"]["verdict"] == "no conclusion to replicate"
 
 
-def test_sequential_holm_by_hand():
-    levels = HolmLevels.build([0.5, 1.0], 0.05, 2)
-    c1_two, c1_one = levels.bounds[2][0], levels.bounds[1][0]
-    # look 1: the first passes alpha/2's boundary; the second passes only alpha/1's, so it is rejected after it
-    z = np.array([[[c1_two + 0.01, c1_one + 0.01]]])
-    assert sequential_holm(z, levels).tolist() == [[0, 0]]
-    z = np.array([[[c1_two + 0.01, c1_one - 0.01]]])
-    assert sequential_holm(z, levels).tolist() == [[0, -1]]
-    # look 2: a NaN (not tested) never rejects; a rejection is kept
-    z = np.array([[[c1_two + 0.01, np.nan], [0.0, levels.bounds[1][1] + 0.01]]])
-    assert sequential_holm(z, levels).tolist() == [[0, 1]]
+def test_primary_values_come_from_the_grid_analysis():
+    from normlab.report.lrgrid import GridRun, analyze
+
+    runs = [GridRun(g, lr, s, "completed", 3.0 + lr * 100 + s + (0.5 if g == "B" else 0), INIT, f"{g}{lr}{s}")
+            for g in "AB" for lr in (1e-3, 1e-2) for s in (0, 1)]
+    grid = analyze(runs, "A")
+    sens = primary_values(grid, "lr_sensitivity")
+    best = primary_values(grid, "best_loss")
+    assert sens["A"][0] == pytest.approx((0.9) / 2) and best["B"][1] == pytest.approx(3.0 + 0.1 + 1 + 0.5)
+
+
+def test_compare_until_decided_with_a_replication_end_to_end(tmp_path, cache):
+    """Two variants whose final losses differ by far more than seed noise: decided at the first look (3 seeds of a
+    cap of 6) on a small synthetic corpus and on english; JSON and report state looks, boundaries and seeds."""
+    f = tmp_path / "s.yaml"
+    f.write_text(yaml_text := (
+        "name: e2e\nbase: tiny\nseeds: [0, 1, 2]\nbaseline: slow\nprimary: final_loss\n"
+        "set: {train.steps: 6, train.eval_every: 6, train.checkpoint_every: 6, train.eval_batches: 2,\n"
+        "      data.source: 'synthetic:markov?length=20000'}\n"
+        "variants:\n  - {name: slow, set: {train.lr: 1.0e-5}}\n  - {name: fast, set: {train.lr: 3.0e-3}}\n"))
+    assert "replicate" not in yaml_text
+    p = run_inproc("compare", str(f), "--out", str(tmp_path / "o"), "--workers", "1", "--until-decided",
+                   "--max-seeds", "6", "--replicate-on", "english", "--json", cache=cache)
+    assert p.returncode == 0, p.stderr[-2000:]
+    out = json.loads(p.stdout)
+    assert out["until_decided"] == {"stopped": "decided", "seeds_spent": 3, "looks": 1}
+    s = out["sequential"]
+    assert s["plan"]["looks"] == [3, 6] and [lk["seeds"] for lk in s["looks"]] == [3]
+    assert s["looks"][0]["boundary_first"] == pytest.approx(2.9626, abs=1e-3)  # one comparison, t = 0.5
+    assert s["decisions"][0]["decision"] == "lower" and s["decisions"][0]["decided_at_look"] == 1
+    (r,) = out["replication"]
+    assert r["source"] == "english" and r["comparisons"][0]["verdict"] == "replicated"
+    md = (tmp_path / "o" / "report.md").read_text()
+    assert "## Seeds until decided" in md and "## Replication on english" in md and "| replicated |" in md
+    assert not any((tmp_path / "o" / "runs").glob("*-s3"))  # seeds past the decision were never trained
