@@ -97,7 +97,7 @@ def test_a_look_uses_only_its_seeds_and_matches_scipy_and_the_holm_boundaries(tm
 
 def test_the_loop_stores_the_plan_first_stops_when_decided_and_resumes_the_same(tmp_path, monkeypatch):
     calls: list = []
-    values = lambda v, s: effect_b("A", s) - (1.0 if v != "A" else 0.0) + 0.05 * noise(s + ord(v))  # noqa: E731
+    values = lambda v, s: effect_b("A", s) - (1.0 if v != "A" else 0.0) + 0.05 * noise(s + ord(v))
     monkeypatch.setattr(seq, "run_sweep", fake_runner(values, calls))
     sw = make_sweep()
     res = seq.run_until_decided(sw, tmp_path, look_record, log=lambda s: None)
@@ -112,7 +112,7 @@ def test_the_loop_stores_the_plan_first_stops_when_decided_and_resumes_the_same(
 
 
 def test_an_undecided_family_runs_to_the_cap_and_a_budget_stops_between_rounds(tmp_path, monkeypatch):
-    null = lambda v, s: 3.0 + 0.3 * noise(s * 3 + ord(v))  # noqa: E731
+    null = lambda v, s: 3.0 + 0.3 * noise(s * 3 + ord(v))
     calls: list = []
     monkeypatch.setattr(seq, "run_sweep", fake_runner(null, calls))
     res = seq.run_until_decided(make_sweep(), tmp_path / "cap", look_record, log=lambda s: None)
@@ -125,7 +125,7 @@ def test_an_undecided_family_runs_to_the_cap_and_a_budget_stops_between_rounds(t
 
 def test_an_interrupted_round_stops_the_plan(tmp_path, monkeypatch):
     calls: list = []
-    null = lambda v, s: 3.0 + 0.3 * noise(s * 3 + ord(v))  # noqa: E731
+    null = lambda v, s: 3.0 + 0.3 * noise(s * 3 + ord(v))
     monkeypatch.setattr(seq, "run_sweep", fake_runner(null, calls, interrupt_at=2))
     res = seq.run_until_decided(make_sweep(), tmp_path, look_record, log=lambda s: None)
     assert res.stopped == "interrupted" and len(res.looks) == 1
@@ -153,7 +153,7 @@ def test_verdicts():
 def test_replication_block_sets_each_conclusion_side_by_side(tmp_path, monkeypatch):
     from normlab.report.sequential import record_replication
 
-    flipped = lambda v, s: effect_b({"B": "C", "C": "B"}.get(v, v), s)  # noqa: E731  B null, C lower
+    flipped = lambda v, s: effect_b({"B": "C", "C": "B"}.get(v, v), s)  # B null, C lower
     monkeypatch.setattr(seq, "run_sweep", fake_runner(effect_b))
     seq.run_until_decided(make_sweep(), tmp_path, look_record, log=lambda s: None)
     monkeypatch.setattr(seq, "run_sweep", fake_runner(flipped))
