@@ -201,3 +201,23 @@ def test_compare_until_decided_with_a_replication_end_to_end(tmp_path, cache):
     md = (tmp_path / "o" / "report.md").read_text()
     assert "## Seeds until decided" in md and "## Replication on english" in md and "| replicated |" in md
     assert not any((tmp_path / "o" / "runs").glob("*-s3"))  # seeds past the decision were never trained
+
+
+@pytest.mark.parametrize("flags,msg", [
+    (["--max-seeds", "4"], "--max-seeds needs --until-decided"),
+    (["--budget", "10m"], "--budget needs --until-decided"),
+    (["--until-decided", "--max-seeds", "1"], "--max-seeds"),
+    (["--until-decided", "--budget", "soon"], "invalid duration 'soon'"),
+])
+def test_bad_sequential_flags_are_refused_before_anything_runs(tmp_path, cache, flags, msg):
+    f = tmp_path / "s.yaml"
+    f.write_text("name: bad\nbase: tiny\nseeds: [0, 1]\nvariants:\n  - {name: a, set: {train.lr: 0.001}}\n"
+                 "  - {name: b, set: {train.lr: 0.002}}\n")
+    p = run_inproc("compare", str(f), "--out", str(tmp_path / "o"), *flags, cache=cache)
+    assert p.returncode == 2 and msg in p.stderr and not (tmp_path / "o").exists()
+
+
+def test_durations():
+    from normlab.commands.compare import parse_duration
+
+    assert [parse_duration(t) for t in ("90", "90s", "30m", "2h", "1h30m")] == [90, 90, 1800, 7200, 5400]

@@ -14,6 +14,10 @@
                                                  # with variants, axes and seeds (normlab.experiments.grid)
     baseline: Pre-LN                # optional: the variant the report's paired differences compare with
                                     # (default: the first)
+    primary: lr_sensitivity         # optional: the declared question, its alpha, a sequential plan and a second
+    alpha: 0.05                     # data source to replicate on (normlab.experiments.plan; docs/compare.md)
+    sequential: {max_seeds: 12}
+    replicate: english
 
 With ``lr_grid`` every run's ``axes`` carries ``train.lr`` and ``grid_group``: the label of its variant and other
 axes without the learning rate, which the report uses to draw loss against learning rate per group. ``train.lr``
