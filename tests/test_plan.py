@@ -75,3 +75,12 @@ def test_declared_question_defaults():
     assert (q.primary, q.baseline, q.variants, q.alpha) == ("best_loss", "B", ("A",), 0.01)
     grid = parse_sweep({"name": "g", "base": "tiny", "set": FAST, "variants": TWO, "lr_grid": [1e-3, 1e-2]})
     assert declared_question(grid.spec, ["A", "B"]).primary == "lr_sensitivity"
+
+
+def test_planned_rounds_tell_seeds_added_by_the_plan_from_a_design_change():
+    from normlab.experiments.plan import planned_rounds
+
+    s = sweep(seeds=[0, 1, 2], sequential={"max_seeds": 9})
+    assert planned_rounds(s.spec, {0, 1, 2}) and planned_rounds(s.spec, set(range(6)))
+    assert not planned_rounds(s.spec, {0, 1, 2, 3})  # not a look of the plan
+    assert not planned_rounds(sweep(seeds=[0, 1, 2]).spec, {0, 1, 2})  # no plan

@@ -137,3 +137,14 @@ def declared_question(spec: dict[str, Any], groups: list[str]) -> Question:
     if not (0.0 < alpha < 1.0 and math.isfinite(alpha)):
         raise NormlabError(f"alpha must be in (0, 1), got {alpha}")
     return Question(primary, baseline, tuple(g for g in groups if g != baseline), alpha)
+
+
+def planned_rounds(spec: dict[str, Any], stored_seeds: set[int] | list[int]) -> bool:
+    """True when ``stored_seeds`` (the seeds a store holds runs of) are exactly the first ``looks[k]`` seeds of the
+    spec's sequential plan for some look ``k``: seeds added through the plan, not a design change after results
+    (the report's design-change check asks this before flagging fewer stored seeds than the spec lists)."""
+    looks = looks_of(spec)
+    if looks is None:
+        return False
+    stored = set(stored_seeds)
+    return any(stored == set(spec["seeds"][:n]) for n in looks)
