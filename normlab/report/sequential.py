@@ -220,7 +220,7 @@ def _sequential_text(block: dict[str, Any]) -> str:
            "failed": "a run failed"}.get(block["stopped"], block["stopped"])
     return (f"Seeds until decided on {p['primary']} vs {p['baseline']}: looks at {p['looks']} seeds, "
             f"{p['spending']} alpha spending at family-wise alpha = {p['alpha']:g} over {len(block['decisions'])} "
-            f"comparisons ({p['multiplicity']}; the boundary applies to the paired t statistic's normal-quantile "
+            f"comparison(s) ({p['multiplicity']}; the boundary applies to the paired t statistic's normal-quantile "
             f"transform). Stopped after {len(block['looks'])} look(s), {block['seeds_spent']} seeds spent: {why}. "
             + "; ".join(f"{c['variant']}: {c['decision']}"
                         + (f" at look {c['decided_at_look']}" if c.get("decided_at_look") else "")
