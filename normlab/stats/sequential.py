@@ -180,7 +180,7 @@ def paired_z(diffs: np.ndarray) -> np.ndarray:
     sd = d.std(axis=-2, ddof=1)
     with np.errstate(divide="ignore", invalid="ignore"):
         t = mean / (sd / math.sqrt(n))
-    t = np.where(sd > 0, t, np.where(mean == 0, 0.0, np.sign(mean) * np.inf))
+        t = np.where(sd > 0, t, np.where(mean == 0, 0.0, np.sign(mean) * np.inf))
     return np.asarray(t_to_z(t, n - 1))
 
 
