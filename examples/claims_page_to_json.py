@@ -8,7 +8,8 @@ the run directories. Used once for docs/claims-full-2026-11-24.json:
 
 Claims whose measurement is unchanged since that run keep their values (their spec hash is today's: a practical
 margin or the Holm family is a rule applied now). Two are recomputed from the stored per-seed details as the
-current measurement computes them: ``peri-variance`` (slope_end - slope_init of each model, from the stored
+current measurement computes them: the learning-rate sensitivity claims' collapse flags per learning rate (from
+the stored final bits/byte), ``peri-variance`` (slope_end - slope_init of each model, from the stored
 slopes) and ``postln-warmup`` (collapse: diverged or within 0.5 bits/byte of the unigram bits/byte of the training
 split, from the stored final bits/byte). ``dyt-vs-ln`` cannot be (its grid runs were never trained): its entry is
 the earlier measurement, without a spec hash, so the page marks it as measured under an earlier definition.
@@ -101,6 +102,20 @@ def main(src: str, dest: str) -> None:
             entry["note"] = (f"recomputed from the stored final bits/byte of the 2026-11-24 run: a run collapsed when "
                              f"its final bits/byte is at least {level - within:.4f} (the unigram bits/byte of the "
                              f"training split, {level:.4f}, less {within}); none of these runs diverged.")
+        elif c.measure == "sens_diff":
+            from normlab.experiments.claims.measures_lr import COLLAPSE_WITHIN
+
+            level = unigram_bpb(Context(budget), config_from_dict(variant_config(c.args[0], budget, 0, budget.lr)))
+            for d in details:
+                d["unigram_bpb"] = level
+                for v in c.args:
+                    for lr in budget.grid_lrs:
+                        x = d.get(f"bpb_{v}.{lr:g}")
+                        d[f"bpb_{v}@{lr:g}"] = x
+                        d[f"collapsed_{v}@{lr:g}"] = int(x is None or x >= level - COLLAPSE_WITHIN)
+            entry["note"] = (f"the collapse flags per learning rate were added from the stored final bits/byte (a run "
+                             f"collapsed when it diverged or ended at {level - COLLAPSE_WITHIN:.4f} bits/byte or "
+                             "more, the unigram level less 0.5), as the current measurement records them.")
         elif c.name == "dyt-vs-ln":
             entry["spec_hash"] = None
             entry["note"] = ("the stored measurement is the earlier definition (both models at lr 3e-3, not each at "

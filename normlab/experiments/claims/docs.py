@@ -204,9 +204,11 @@ def write_docs(report: dict, path: Path) -> None:
                   *([f"Note: {c['note']}", ""] if c.get("note") else []),
                   f"Per-seed values: {vals}; raw 95% CI {ci}; p {_p(c.get('p'))}, Holm p {_p(c.get('p_adj'))}; "
                   f"{c['reason']}.", ""]
-        for v, r in (c.get("collapse") or {}).items():
-            lines += [f"Collapse rate of `{v}`: {r['k']}/{r['n']} (Clopper-Pearson 95% [{r['ci'][0]:.3f}, "
-                      f"{r['ci'][1]:.3f}]).", ""]
+        if c.get("collapse"):
+            lines += ["Collapse per condition (collapsed seeds k/n, exact Clopper-Pearson 95% interval; mean final "
+                      "bits/byte of the seeds that did not collapse): " + "; ".join(
+                          f"`{v}` {r['k']}/{r['n']} [{r['ci'][0]:.2f}, {r['ci'][1]:.2f}], "
+                          f"{_fmt(r.get('loss_no_collapse'))}" for v, r in c["collapse"].items()) + ".", ""]
         if c.get("observable"):
             oc = c.get("observable_ci")
             lines += [f"Observability ({c['observable']}, 95% CI): "

@@ -318,7 +318,7 @@ def _registry() -> dict[str, Callable[..., tuple[float | None, dict]]]:
     from normlab.experiments.claims import measures_surgery as sg
 
     return {"exact": m_exact, "growth": m_growth, "diff_slope": m_diff_slope, "massive": m_massive,
-            "peri_variance": m_peri_variance, "peri_variance_depth": m_peri_variance_depth,
+            "peri_variance_depth": m_peri_variance_depth,
             "peri_magnitude": m_peri_magnitude, "mix": m_mix, "collapse_diff": m_collapse_diff,
             "bpb_diff": m_bpb_diff, "linear": m_linear, "extrap": m_extrap, "extrap_eval_only": m_extrap_eval_only,
             "removal": sg.m_removal, "hadamard": sg.m_hadamard, "peri_quant": sg.m_peri_quant, "rank": sg.m_rank,

@@ -110,17 +110,24 @@ def raw_p(values: Sequence[float | None], test: str, *, null: float = 0.0, margi
     return None
 
 
-def collapse_rates(details: Sequence[dict], variants: Sequence[str], level: float = 0.95) -> dict[str, dict]:
-    """Per variant: collapsed seeds ``k`` of ``n`` (the ``collapsed_<variant>`` details) with the exact
-    Clopper-Pearson interval (normlab.stats.clopper_pearson)."""
+def collapse_rates(details: Sequence[dict], variants: Sequence[str] | None = None, level: float = 0.95
+                   ) -> dict[str, dict]:
+    """Per condition (``variants``, or every ``collapsed_<condition>`` key of the details): collapsed seeds ``k``
+    of ``n`` with the exact Clopper-Pearson interval (normlab.stats.clopper_pearson), and the mean final loss of
+    the seeds that did not collapse (``bpb_<condition>``; None when every seed collapsed or none is recorded)."""
     from normlab.stats import clopper_pearson
 
+    dicts = [d for d in details if isinstance(d, dict)]
+    conds = list(variants) if variants is not None else list(dict.fromkeys(
+        k.removeprefix("collapsed_") for d in dicts for k in d if k.startswith("collapsed_")))
     out = {}
-    for v in variants:
-        ks = [int(d[f"collapsed_{v}"]) for d in details if isinstance(d, dict) and f"collapsed_{v}" in d]
+    for v in conds:
+        ks = [(int(d[f"collapsed_{v}"]), d.get(f"bpb_{v}")) for d in dicts if d.get(f"collapsed_{v}") is not None]
         if ks:
-            cp = clopper_pearson(sum(ks), len(ks), level)
-            out[v] = {"k": cp.k, "n": cp.n, "rate": cp.rate, "ci": [cp.low, cp.high]}
+            cp = clopper_pearson(sum(k for k, _ in ks), len(ks), level)
+            kept = [float(x) for k, x in ks if not k and isinstance(x, (int, float))]
+            out[v] = {"k": cp.k, "n": cp.n, "rate": cp.rate, "ci": [cp.low, cp.high],
+                      "loss_no_collapse": sum(kept) / len(kept) if kept else None, "n_no_collapse": len(kept)}
     return out
 
 
@@ -189,6 +196,10 @@ def judge_family(entries: list[dict], correction: str = "holm") -> list[dict]:
                 v, why = NOT_OBSERVABLE, (f"{e['observable']} (the phenomenon) has 95% CI "
                                           f"{'n/a' if c is None else f'[{c.low:.3g}, {c.high:.3g}]'}, not above 0; "
                                           f"the value alone: {why}")
+        if "collapse" not in res:
+            rates = collapse_rates(e.get("details") or [])
+            if rates:
+                res["collapse"] = rates
         res.update(verdict=v, reason=why)
         out.append(res)
     return out
