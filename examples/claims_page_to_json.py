@@ -48,10 +48,10 @@ def parse(text: str) -> dict:
             cells = [c.strip() for c in re.split(r"(?<!\\)\|", m.group(2))]
             rows[m.group(1)] = {"scale": cells[2]}
     claims = {}
-    for block in re.split(r"^### `", text, flags=re.M)[1:]:
+    for block in re.split(r"^### `", text, flags=re.MULTILINE)[1:]:
         name = block.split("`", 1)[0]
-        vals = re.search(r"^Per-seed values: (.+?); 95% CI", block, re.M)
-        det = re.search(r"^Per-seed details: (.+)\.$", block, re.M)
+        vals = re.search(r"^Per-seed values: (.+?); 95% CI", block, re.MULTILINE)
+        det = re.search(r"^Per-seed details: (.+)\.$", block, re.MULTILINE)
         values = [num(x) for x in vals.group(1).split(", ")] if vals and vals.group(1) != "none" else []
         details = [{} for _ in values]
         if det:

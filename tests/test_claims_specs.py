@@ -102,3 +102,40 @@ def test_a_spec_change_without_a_revision_is_caught():
     assert spec_hash(dataclasses.replace(c, meaning="reworded")) == spec_hash(c)   # prose is not the definition
     rows = recorded_hashes("\n".join(spec_lines([c])))
     assert rows == {c.name: spec_hash(c)}
+
+
+def test_docs_claims_md_is_what_render_writes_from_the_stored_results(tmp_path):
+    """docs/claims.md is reproducible: `normlab claims --render docs/claims-full-2026-11-24.json --docs` writes it
+    (the line with the writing date aside)."""
+    import json
+
+    from normlab.experiments.claims.docs import write_docs
+    from normlab.experiments.claims.execution import judge
+
+    src = "docs/claims-full-2026-11-24.json"
+    stored = json.loads((DOCS.parent.parent / src).read_text())
+    report = judge({**stored, "rendered_from": src})
+    report["render_command"] = f"normlab claims --render {src} --docs"
+    write_docs(report, tmp_path / "claims.md")
+
+    def body(text: str) -> list[str]:
+        return [ln for ln in text.splitlines() if not ln.startswith("Budget **")]
+
+    assert body((tmp_path / "claims.md").read_text()) == body(DOCS.read_text())
+    by = {c["name"]: c for c in report["claims"]}
+    assert by["peri-variance"]["verdict"] == "not observable at this scale"
+    assert by["peri-quant"]["verdict"] == "within margin" and by["peri-quant"]["raw_verdict"] == "held"
+    assert not by["dyt-vs-ln"]["current_definition"] and by["cod-growth"]["current_definition"]
+
+
+def test_render_bad_input(tmp_path):
+    from tests.helpers import assert_bad_input, run_inproc
+
+    assert_bad_input(run_inproc("claims", "--render", str(tmp_path / "none.json"), cache=tmp_path / "c"),
+                     "no such file")
+    (tmp_path / "x.json").write_text('{"claims": []}')
+    assert_bad_input(run_inproc("claims", "--render", str(tmp_path / "x.json"), cache=tmp_path / "c"),
+                     "is not a claims.json")
+    (tmp_path / "y.json").write_text("[1, 2")
+    p = run_inproc("claims", "--render", str(tmp_path / "y.json"), cache=tmp_path / "c")
+    assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1

@@ -1,7 +1,10 @@
-"""Mean, Student-t confidence interval and the verdict of a claim.
+"""Mean, Student-t confidence interval and the verdict of a claim; the family's final verdicts (``judge_family``:
+Holm over the claims with a significance test, ``within margin``, ``not observable at this scale``, collapse rates
+with Clopper-Pearson intervals), all p-values and intervals from ``normlab.stats``. ``verdict`` below is the raw,
+unadjusted verdict on the 95% CI, which the final one is reported beside.
 
-The CI is ``mean ± t_{1-a/2, n-1} * sd / sqrt(n)`` over per-seed values (``sd`` with ``n - 1``). The t quantile is
-computed without scipy by ``normlab.stats`` (incomplete-beta CDF inverted by bisection).
+The CI is ``mean ± t_{1-a/2, n-1} * sd / sqrt(n)`` over per-seed values (``sd`` with ``n - 1``), from
+``normlab.stats.mean_ci``.
 
 Verdicts (``direction``):
 
@@ -18,7 +21,7 @@ Verdicts (``direction``):
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 from normlab.stats import mean_ci
 
