@@ -79,6 +79,17 @@ def _p(x: float | None) -> str:
     return "–" if x is None else f"{x:.2g}"
 
 
+def beside_text(c: dict) -> str:
+    """The means over seeds of the details a claim shows beside its value (``Claim.beside``), e.g. the at-init
+    value of a measure that compares the end of training with initialisation; "" when none."""
+    parts = []
+    for k in c.get("beside") or []:
+        xs = [float(d[k]) for d in c.get("details") or [] if isinstance(d, dict) and isinstance(d.get(k), (int, float))]
+        if xs:
+            parts.append(f"{k} {_fmt(sum(xs) / len(xs))}")
+    return f" (beside it, means: {'; '.join(parts)})" if parts else ""
+
+
 def verdict_cell(c: dict) -> str:
     cell = f"**{c['verdict']}**"
     if c.get("raw_verdict") and c["raw_verdict"] != c["verdict"]:
@@ -187,7 +198,8 @@ def write_docs(report: dict, path: Path) -> None:
     ]
     for i, c in enumerate(report["claims"], 1):
         cells = [str(i), f"{c['claim']} (`{c['name']}`)", c["paper"], c["metric"], c.get("scale") or claim_scale(c),
-                 c["expected"], measured_text(c), _p(c.get("p")), _p(c.get("p_adj")), verdict_cell(c)]
+                 c["expected"], measured_text(c) + beside_text(c), _p(c.get("p")), _p(c.get("p_adj")),
+                 verdict_cell(c)]
         lines.append("| " + " | ".join(x.replace("|", "\\|") for x in cells) + " |")
     lines += ["", "Caveats: these are tiny byte-level models trained for a few hundred steps (validation bits/byte "
               "of roughly 3-4, far from converged; validation = a fixed sample of windows spread over the split), "

@@ -377,7 +377,7 @@ def spec_fields(c: "Claim") -> dict[str, Any]:
     result measured under an earlier definition is recognised by its hash)."""
     return {"spec_hash": spec_hash(c), "test": c.test, "practical_margin": c.practical_margin,
             "observable": c.observable, "args": list(c.args), "spec_seeds": c.seeds,
-            "revised": [r.to_dict() for r in c.revised]}
+            "revised": [r.to_dict() for r in c.revised], "beside": list(c.beside)}
 
 
 def judge(report: dict, correction: str = "holm") -> dict:

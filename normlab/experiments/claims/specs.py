@@ -71,6 +71,7 @@ class Claim:
     practical_margin: float | None = None  # |mean - null| below this is "within margin", whatever the p-value
     observable: str = ""  # a details key: the phenomenon is present at this scale only when its per-seed CI > 0
     revised: tuple[Revision, ...] = ()
+    beside: tuple[str, ...] = ()  # details keys whose mean over seeds is printed beside the value (not hashed)
 
     def __post_init__(self) -> None:
         if not self.test:
@@ -154,6 +155,7 @@ CLAIMS: list[Claim] = [
           "Pre-LN's grows", "Kim et al. 2025, Peri-LN (arXiv:2502.02732)",
           "change during training of the slope of ln(var) over depth: Pre-LN - Peri-LN (nats/block)", "> 0",
           "greater", ("deep_pre", "deep_peri"), "peri_variance_depth", observable="pre_slope_change",
+          beside=("slope_diff_init", "growth_last_block_diff"),
           meaning="How much steeper training made the growth of the hidden-state variance with depth: per model "
                   "slope_end - slope_init of ln(variance of each block's output) against the block index on the "
                   "same validation windows (at init: the run's own seeded initialisation, rebuilt); value = "
