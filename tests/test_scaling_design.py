@@ -61,3 +61,26 @@ def test_one_learning_rate_is_a_confound_unless_transferred_per_width():
     # depth varying at one width (a depth sweep) is not 'depth with width'
     deep = [P(64, d, _n(64, d), 20 * _n(64, d), 1e-2, 3) for d in (2, 4, 8)]
     assert kinds(deep) == []
+
+
+def test_the_scaling_preset_is_confounded_only_by_its_stated_tokens_per_parameter():
+    """The redesigned preset: fixed depth, a learning-rate grid per size, the same tokens per parameter; its
+    design (the sweep's expanded runs, N counted on the meta device) names only the stated low ratio."""
+    from normlab.experiments.sizes import count_params, run_tokens
+    from normlab.experiments.sweep import load_sweep
+
+    sweep = load_sweep(preset="scaling")
+    cells: dict[tuple, P] = {}
+    lrs: dict[tuple, set] = {}
+    for r in sweep.runs:
+        m, lr = r.config["model"], r.config["train"]["lr"]
+        key = (m["placement"], m["width"])
+        lrs.setdefault(key, set()).add(lr)
+        if key not in cells:
+            cells[key] = P(m["width"], m["depth"], count_params(r.config), run_tokens(r.config), lr)
+    for key, p in cells.items():
+        p.lrs_tried = len(lrs[key])
+    found = confounds(cells.values(), lr_rule="best-of-grid")
+    assert [c["kind"] for c in found] == ["low_tokens_per_param"]
+    assert found[0]["min"] == pytest.approx(2.0, rel=0.02) and found[0]["max"] == pytest.approx(2.0, rel=0.02)
+    assert {p.depth for p in cells.values()} == {4} and {p.lrs_tried for p in cells.values()} == {3}
