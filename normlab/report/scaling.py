@@ -379,8 +379,7 @@ def _summary(an: ScalingAnalysis) -> list[str]:
             if f100["resolvable"]:
                 line += (f"; forecast {cmp['a']} − {cmp['b']} at 100x ({sf._n(f100['params'])}): "
                          f"{f100['diff']:+.3f} {_fmt_ci(f100['ci95'])}"
-                         + (f" ({', '.join(c['kind'] for c in an.confounds)}: see the design confounds)"
-                            if an.confounds else ""))
+                         + (f" ({confound_text(an.confounds)})" if an.confounds else ""))
             else:
                 line += f"; forecast at 100x not resolvable ({f100['reason']})"
             line += f"; crossover: {cmp['crossover']['text']}"

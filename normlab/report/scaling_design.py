@@ -50,6 +50,7 @@ def confounds(points: Iterable[_Point], *, lr_rule: str = "", level: float = TOK
     if len(widths) > 1 and len(depths) > 1:
         pairs = sorted({(p.width, p.depth) for p in pts})
         out.append({"kind": "depth_with_width", "depths": depths, "widths": widths,
+                    "short": f"depth varies with width ({depths[0]}-{depths[-1]} blocks)",
                     "text": f"depth varies with width ({depths[0]}-{depths[-1]} blocks over widths "
                             f"{widths[0]}-{widths[-1]}: {', '.join(f'w{w}-d{d}' for w, d in pairs)}), so a "
                             "difference that changes with size may be a depth effect; fix the depth to ask about "
@@ -58,7 +59,7 @@ def confounds(points: Iterable[_Point], *, lr_rule: str = "", level: float = TOK
     if not transferred and all(p.lrs_tried <= 1 for p in pts):
         lrs = sorted({p.lr for p in pts})
         if len(lrs) == 1:
-            out.append({"kind": "one_lr", "lr": lrs[0],
+            out.append({"kind": "one_lr", "lr": lrs[0], "short": f"one learning rate ({lrs[0]:g}) at every size",
                         "text": f"one learning rate ({lrs[0]:g}) at every size, not tuned per size: with Adam the "
                                 "best rate falls with width, so the comparison at the larger sizes may be one of "
                                 "tolerance to a too-high rate; use an lr_grid (best-of-grid per size)"})
@@ -66,12 +67,14 @@ def confounds(points: Iterable[_Point], *, lr_rule: str = "", level: float = TOK
     lo, hi = min(tpp.values()), max(tpp.values())
     if lo < level:
         out.append({"kind": "low_tokens_per_param", "min": lo, "max": hi, "level": level,
+                    "short": f"{_num(lo)}-{_num(hi)} tokens per parameter (below {level:g})",
                     "text": f"{_num(lo)}-{_num(hi)} tokens per parameter, below {level:g} (Hoffmann et al. "
                             "2022's compute-optimal ratio) at "
                             f"{sum(v < level for v in tpp.values())} of {len(tpp)} sizes: the models are not "
                             "trained to capacity, and the fitted E is this token budget's floor"})
     if hi / lo > TPP_SPREAD:
         out.append({"kind": "tokens_per_param_varies", "min": lo, "max": hi,
+                    "short": f"tokens per parameter vary {hi / lo:.3g}x across sizes",
                     "text": f"tokens per parameter fall from {_num(hi)} to {_num(lo)} across sizes (a fixed "
                             "token budget): the larger models are further from trained, which changes with size "
                             "as much as N does; use tokens_per_param"})
@@ -79,10 +82,11 @@ def confounds(points: Iterable[_Point], *, lr_rule: str = "", level: float = TOK
 
 
 def confound_text(found: list[dict[str, Any]]) -> str:
-    """One clause naming the confounds, for a crossover or forecast line; empty when there are none."""
+    """One clause naming the confounds briefly, for a crossover or forecast line (the full texts are in the design
+    confounds table and the summary); empty when there are none."""
     if not found:
         return ""
-    return "confounded with size: " + "; ".join(c["text"] for c in found)
+    return "confounded with size: " + "; ".join(c["short"] for c in found) + " (see the design confounds)"
 
 
 def _num(x: float) -> str:
