@@ -139,3 +139,16 @@ def test_render_bad_input(tmp_path):
     (tmp_path / "y.json").write_text("[1, 2")
     p = run_inproc("claims", "--render", str(tmp_path / "y.json"), cache=tmp_path / "c")
     assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1
+
+
+def test_a_claims_own_seed_count_is_honoured(tmp_path):
+    """``Claim.seeds`` is data: a claim pre-registered with 1 seed is measured on 1, one without on the budget's."""
+    from normlab.experiments.claims import get_budget, run_suite
+
+    exact = next(c for c in CLAIMS if c.name == "exact-conversion")
+    claims = [dataclasses.replace(exact, seeds=1), dataclasses.replace(exact, name="exact-budget-seeds")]
+    rep = run_suite(claims, get_budget("tiny"), tmp_path / "out", log=lambda s: None)
+    by = {c["name"]: c for c in rep["claims"]}
+    assert len(by["exact-conversion"]["values"]) == 1 and by["exact-conversion"]["spec_seeds"] == 1
+    assert len(by["exact-budget-seeds"]["values"]) == get_budget("tiny").seeds == rep["seeds"] == 2
+    assert rep["trained_runs"] == 2 and by["exact-conversion"]["verdict"] == "held"

@@ -298,9 +298,11 @@ def run_suite(claims: list["Claim"], budget: Budget, out: Path, *, seeds: int | 
 
     from normlab.experiments.store import FINAL, Store
 
-    n_seeds = seeds if seeds is not None else budget.seeds
-    if n_seeds < 1:
-        raise NormlabError(f"--seeds must be >= 1, got {n_seeds}")
+    if seeds is not None and seeds < 1:
+        raise NormlabError(f"--seeds must be >= 1, got {seeds}")
+    # a claim pre-registered with its own seed count (Claim.seeds) gets it unless --seeds overrides every claim
+    per_claim = {c.name: seeds if seeds is not None else (c.seeds or budget.seeds) for c in claims}
+    n_seeds = max(per_claim.values(), default=budget.seeds)
     t0 = time.time()
     needed = sorted({v for c in claims for v in c.variants})
     sweep = claims_sweep(budget, needed, n_seeds)
@@ -334,7 +336,7 @@ def run_suite(claims: list["Claim"], budget: Budget, out: Path, *, seeds: int | 
         base = {"name": c.name, "claim": c.claim, "paper": c.paper, "metric": c.metric, "expected": c.expected}
         t = time.time()
         values, details, runs = [], [], []
-        for seed in range(n_seeds):
+        for seed in range(per_claim[c.name]):
             rd = seed_runs(sweep, out, seed, c.variants)
             val, det = measure(c, ctx, rd)
             values.append(val)
@@ -343,7 +345,7 @@ def run_suite(claims: list["Claim"], budget: Budget, out: Path, *, seeds: int | 
         v = verdict(values, c.direction, null=c.null, margin=c.margin, tolerance=c.tolerance)
         results.append({**base, "measured": v["measured"], "ci": v["ci"], "verdict": v["verdict"], "n": v["n"],
                         "reason": v["reason"], "direction": c.direction, "null": c.null, "margin": c.margin,
-                        "tolerance": c.tolerance, "values": values, "seeds": list(range(n_seeds)),
+                        "tolerance": c.tolerance, "values": values, "seeds": list(range(per_claim[c.name])),
                         "details": details, "runs": runs, "measure_s": time.time() - t, **spec_fields(c)})
         log(f"{c.name}: measured ({v['reason']}; the verdict is judged with the family)")
     report = {"format": "normlab-claims-v1", "budget": budget.name, "budget_spec": budget.to_dict(),
