@@ -410,3 +410,40 @@ def test_the_stored_sweep_reports_adjusted_p_and_names_its_confounds(tmp_path):
         assert "confounded with size: depth varies with width" in cmp["crossover"]["text"]
     assert any(s.startswith("Design confounds (named next to every crossover and forecast): depth varies")
                for s in out["summary"])
+
+
+def test_a_fixed_depth_best_of_grid_sweep_names_only_its_token_ratio(tmp_path):
+    """The redesigned design through the whole analysis: fixed depth, an lr_grid (the worse rate stored 0.3 higher,
+    so best-of-grid must pick the other), tokens_per_param: only the stated low ratio is a confound."""
+    from normlab.report.analysis import load
+    from normlab.report.scaling import analyse, to_json
+
+    d = tmp_path / "fixed"
+    sweep = parse_sweep({"name": "fixed-depth", "base": BASE, "seeds": [0, 1], "lr_grid": [0.001, 0.01],
+                         "sizes": [[16, 2], [32, 2], [48, 2], [64, 2]], "tokens_per_param": 0.5,
+                         "variants": [{"name": "Pre", "set": {"model.placement": "pre"}},
+                                      {"name": "Post", "set": {"model.placement": "post"}}]})
+    d.mkdir()
+    (d / "sweep.yaml").write_text(dump_spec(sweep))
+    store = Store(d / "results.sqlite")
+    store.create(sweep.name, sweep.hash)
+    store.register([{"run_id": r.run_id, "position": i, "variant": r.variant, "seed": r.seed,
+                     "config_hash": r.config_hash, "axes": r.axes, "overrides": r.overrides, "config": r.config}
+                    for i, r in enumerate(sweep.runs)])
+    for r in sweep.runs:
+        n = _non_embedding(r.config)
+        name = r.axes["variant"]
+        final = float(LAWS[name](n)) * (1.0 + (0.004 if r.seed else -0.004))
+        final += 0.3 if r.config["train"]["lr"] == (0.01 if name == "Pre" else 0.001) else 0.0
+        run_dir = d / "runs" / r.run_id
+        run_dir.mkdir(parents=True)
+        (run_dir / "metrics.jsonl").write_text(json.dumps({"step": 1, "loss": 2.0, "val_bpb": final}) + "\n")
+        record(store, d, r.run_id, {"status": "completed", "step": 1, "steps": 1, "val_bpb": final,
+                                    "best_val_bpb": final, "params": n, "tokens_per_s": 1.0, "elapsed_s": 1.0},
+               peak_mem_mb=1.0)
+    out = to_json(analyse(load(d), replicates=20))
+    assert out["lr_rule"].startswith("best-of-grid")
+    assert [c["kind"] for c in out["confounds"]] == ["low_tokens_per_param"]
+    lrs = {v["variant"]: {p["lr"] for p in v["points"]} for v in out["variants"]}
+    assert lrs == {"Pre": {0.001}, "Post": {0.01}}
+    assert all(p["lrs_tried"] == 2 for v in out["variants"] for p in v["points"])
