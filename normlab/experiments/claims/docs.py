@@ -116,20 +116,27 @@ def revisions_lines(claims: list) -> list[str]:
     return out + [""]
 
 
-def spec_lines(claims: list) -> list[str]:
-    """The "Pre-registered specifications" section: one row per claim with its spec hash (``specs.spec_hash``)."""
+def spec_lines(claims: list, measured: dict[str, str | None] | None = None) -> list[str]:
+    """The "Pre-registered specifications" section: per claim the spec hash its published result was measured under
+    (``measured``: name -> the result's ``spec_hash``; "–" when it predates hashes), which
+    ``tests/test_claims_specs.py`` compares with the current ``specs.spec_hash``, and the current hash beside it."""
     from normlab.experiments.claims.specs import spec_hash
 
+    measured = measured if measured is not None else {c.name: spec_hash(c) for c in claims}
     out = ["## Pre-registered specifications", "",
            "Each claim's measure, margin, test, seeds and recipe are data in its specification "
            "(normlab/experiments/claims/specs.py); the hash covers all of them (and each variant's overrides with "
-           "the full budget's fields). `tests/test_claims_specs.py` fails when a claim's hash differs from the one "
-           "recorded here and the claim has no `revised:` entry from this hash: a definition cannot change "
-           "silently.", "",
-           "| claim | spec hash | test | seeds | practical margin | revisions |", "|---|---|---|---|---|---|"]
+           "the full budget's fields), not the prose. The first hash is the one the result on this page was "
+           "measured under; `tests/test_claims_specs.py` fails when a claim's current hash differs from it and the "
+           "claim has no `revised:` entry from it (`hash_before`): a definition cannot change silently. Re-rendering "
+           "this page from stored results keeps the hashes those results were measured under.", "",
+           "| claim | measured under | current spec hash | test | seeds | practical margin | revisions |",
+           "|---|---|---|---|---|---|---|"]
     for c in claims:
-        out.append(f"| `{c.name}` | `{spec_hash(c)}` | {c.test} | {c.seeds or 'budget'} | "
-                   f"{'–' if c.practical_margin is None else f'{c.practical_margin:g}'} | {len(c.revised)} |")
+        got = measured.get(c.name)
+        out.append(f"| `{c.name}` | {f'`{got}`' if got else '–'} | `{spec_hash(c)}` | {c.test} | "
+                   f"{c.seeds or 'budget'} | {'–' if c.practical_margin is None else f'{c.practical_margin:g}'} | "
+                   f"{len(c.revised)} |")
     return out + [""]
 
 
@@ -208,7 +215,8 @@ def write_docs(report: dict, path: Path) -> None:
               "paper's recipe where the scale allows; each section below names its source and its deviations. The "
               "per-seed details show the underlying numbers (e.g. both bits/byte values, both slopes).", ""]
     shown = {c["name"] for c in report["claims"]}   # a claim added since these results is not listed yet
-    lines += revisions_lines([c for c in CLAIMS if c.name in shown]) + spec_lines([c for c in CLAIMS if c.name in shown])
+    listed = [c for c in CLAIMS if c.name in shown]
+    lines += revisions_lines(listed) + spec_lines(listed, {c["name"]: c.get("spec_hash") for c in report["claims"]})
     lines += ["## What each metric means, and the per-seed values", ""]
     for c in report["claims"]:
         vals = ", ".join(_fmt(v) for v in c["values"]) if c["values"] else "none"
