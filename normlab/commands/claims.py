@@ -172,6 +172,7 @@ def _flat(d: dict, prefix: str = "") -> dict:
 def write_docs(report: dict, path: Path) -> None:
     from normlab.experiments.claims.specs import CLAIMS, grid_claim_names
     from normlab.io import write_text
+    from normlab.report.markdown import md_code, md_fence
 
     GRID_CLAIMS = grid_claim_names()
 
@@ -186,7 +187,7 @@ def write_docs(report: dict, path: Path) -> None:
         "",
         f"Budget **{report['budget']}**, {report['seeds']} seeds, written {date} by",
         "",
-        f"    {report['command']}",
+        *md_fence(str(report["command"])),  # the command line holds user paths: a fence they cannot close
         "",
         *([f"> These are **{report['budget']}-budget** results, not the full budget: `normlab claims --budget full` "
            "had not finished when this file was written. Re-run it (complete runs are reused) to replace this file.",
@@ -195,7 +196,7 @@ def write_docs(report: dict, path: Path) -> None:
         f"at the end {m['loadavg_at_end']} (the machine was shared with other jobs). Wall time {report['elapsed_s'] / 60:.1f} "
         f"min ({report['trained_runs']} runs trained, {report['reused_runs']} reused).",
         "",
-        f"Setup: corpus `{b['source']}` (bytes tokenizer), context {b['context']}, width {b['width']}, {b['heads']} heads; "
+        f"Setup: corpus {md_code(b['source'])} (bytes tokenizer), context {b['context']}, width {b['width']}, {b['heads']} heads; "
         f"shallow models {b['depth']} blocks, depth studies {b['deep_depth']} blocks; {b['steps']} steps of batch "
         f"{b['batch_size']}, peak LR {b['lr']}, warm-up {b['warmup_steps']} steps (except where a claim says), AdamW. "
         "One run per variant and seed (seeds 0..n-1 drive init and data order); runs are shared between claims.",
@@ -244,7 +245,8 @@ def write_docs(report: dict, path: Path) -> None:
                 f"{k} = " + ", ".join(_fmt(d.get(k)) if isinstance(d.get(k), (int, float)) else "n/a"
                                      for d in c["details"]) for k in keys) + ".")
             lines.append("")
-    lines += [f"Raw results: `{report['out']}/claims.json` (per-seed values, details and run directories).", ""]
+    lines += [f"Raw results: {md_code(str(report['out']) + '/claims.json')} (per-seed values, details and run "
+              "directories).", ""]
     write_text(path, "\n".join(lines))
 
 
