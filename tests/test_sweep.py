@@ -87,3 +87,20 @@ def test_the_docs_sweep_example_parses_as_written():
     sweep = parse_sweep(raw)
     assert sweep.lr_grid == [0.001, 0.00316, 0.01, 0.0316, 0.1]
     assert len(sweep.runs) == 3 * 2 * 5 * 2  # variants x depth x lr x seeds
+
+
+@pytest.mark.parametrize("kind", ["dir", "fifo", "missing"])
+def test_sweep_file_that_is_not_a_file_says_what_it_is(kind, tmp_path, cache):
+    import os
+
+    from tests.helpers import assert_bad_input, run_inproc
+
+    p = tmp_path / "s.yaml"
+    if kind == "dir":
+        p.mkdir()
+    elif kind == "fifo":
+        os.mkfifo(p)
+    expected = {"dir": "is a directory", "fifo": "is not a regular file", "missing": "not found"}[kind]
+    proc = run_inproc("compare", str(p), "--out", str(tmp_path / "out"), cache=cache)
+    assert_bad_input(proc, f"sweep file {p}", expected)
+    assert not (tmp_path / "out").exists()

@@ -331,6 +331,10 @@ def load_sweep(path: str | Path | None = None, *, preset: str | None = None) -> 
     if (path is None) == (preset is None):
         raise NormlabError("compare needs a SWEEP.yaml or --preset NAME (not both); presets: " + ", ".join(list_presets()))
     p = preset_path(preset) if preset is not None else Path(path)
+    if p.is_dir():
+        raise NormlabError(f"sweep file {p} is a directory; give a sweep YAML file (or --preset NAME)")
+    if p.exists() and not p.is_file():
+        raise NormlabError(f"sweep file {p} is not a regular file (a fifo, device or socket); give a sweep YAML file")
     if not p.is_file():
         hint = f" (a preset? use --preset {path})" if preset is None and str(path) in list_presets() else ""
         raise NormlabError(f"sweep file {p} not found{hint}")
