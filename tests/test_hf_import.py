@@ -333,3 +333,19 @@ def test_param_total_limit_counts_the_whole_model():
         ModelConfig(**kw).validate()
     ModelConfig(**{**kw, "vocab_size": 2**16}).validate()
     assert math.isfinite(n)
+
+
+def test_dependency_io_drops_stdout_and_answers_no_prompt(capsys):
+    import sys
+
+    from normlab.errors import NormlabError
+    from normlab.interop.hf_files import dependency_io
+
+    with dependency_io():
+        print("Do you wish to run the custom code? [y/N]")
+        assert sys.stdin.read() == ""
+        with pytest.raises(NormlabError, match="asked a question on standard input"):
+            input("Do you wish to run the custom code? [y/N] ")
+    assert capsys.readouterr().out == ""
+    print("after")
+    assert capsys.readouterr().out == "after\n"

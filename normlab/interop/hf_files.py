@@ -346,7 +346,7 @@ def load_tensors_checked(found: dict[str, tuple[Path, str]]) -> dict[str, Any]:
             with safe_open(str(path), framework="pt") as f:
                 for key, name in items:
                     out[key] = f.get_tensor(name).to(torch.float32)
-        except NormlabError:
+        except (NormlabError, MemoryError):
             raise
         except Exception as e:  # safetensors' own checks (overlapping offsets, ...): one line
             raise NormlabError(f"{path} is not a readable safetensors file ({_first_line(e)})") from None

@@ -221,11 +221,20 @@ def read_hf_model(transformers, hf_dir: Path) -> tuple[str, Any, dict[str, Any],
 def build_hf(transformers, arch: str, hc, tensors: dict[str, Any], tied: dict[str, str]) -> torch.nn.Module:
     """The family's own ``transformers`` class (no ``Auto*``, no remote code) holding exactly ``tensors``."""
     cls = getattr(transformers, CLASSES[arch][1])
-    with dependency_io():
-        hf = cls(hc).float()
-        missing, unexpected = hf.load_state_dict(tensors, strict=False)
-        if tied:
-            hf.tie_weights()
+    try:
+        with dependency_io():
+            hf = cls(hc).float()
+            missing, unexpected = hf.load_state_dict(tensors, strict=False)
+            if tied:
+                hf.tie_weights()
+    except NormlabError:
+        raise
+    except MemoryError:  # guarded: the out-of-memory line
+        raise
+    except Exception as e:  # noqa: BLE001 - transformers' model construction on user data: one line
+        first = (str(e).strip().splitlines() or [""])[0][:160]
+        raise NormlabError(f"transformers cannot build the {arch} model of config.json ({type(e).__name__}: "
+                           f"{first})") from None
     if set(missing) - set(tied) or unexpected:  # check_tensors made these exact: a bug, never a user error
         raise RuntimeError(f"HF import of {arch}: missing {sorted(missing)[:3]}, unexpected {sorted(unexpected)[:3]}")
     return hf.eval()
