@@ -29,7 +29,8 @@ EVIL = [
     "&amp; &lt;b&gt; entity",
     "``` fence",
 ]
-LIVE = [r"<script", r"<svg", r"<img\s[^>]*src=(?!['\"]?(data:|report_))", r"<b onclick", r"<b>not bold</b>", r"<del>", r"<s>", r"<a\s",
+LIVE = [r"<script", r"<svg", r"<img\s[^>]*src=(?!['\"]?(data:|report_))", r"<b onclick", r"<b>not bold</b>",
+        r"<del>", r"<s>", r"<a\s",
         r"<strong>(bold|b)</strong>", r"<code>(c|code|x)</code>", r"<em>em</em>", r"<h[1-6]>(injected|h)\b"]
 """Tags planted markup would produce (the report's own images are data: URIs or report_*.png)."""
 

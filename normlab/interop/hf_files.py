@@ -206,7 +206,8 @@ def weight_files(hf_dir: Path) -> list[Path]:
             raise NormlabError(f"{index} is not a safetensors index (a JSON object with 'weight_map')") from None
         files = []
         for n in names:
-            if not isinstance(n, str) or "/" in n or "\\" in n or n in ("", ".", "..") or not n.endswith(".safetensors"):
+            plain = isinstance(n, str) and "/" not in n and "\\" not in n and n not in ("", ".", "..")
+            if not plain or not n.endswith(".safetensors"):
                 raise NormlabError(f"{index} names shard {json.dumps(n)[:60]}; shards must be *.safetensors files "
                                    "in the model directory")
             if not (hf_dir / n).is_file():
