@@ -209,3 +209,44 @@ def test_claims_page_keeps_user_paths_inert(tmp_path):
     assert fences and fences[0].content.rstrip("\n") == report["command"]
     codes = [c.content for t in tokens if t.type == "inline" for c in t.children if c.type == "code_inline"]
     assert f"{evil_out}/claims.json" in codes and report["budget_spec"]["source"] in codes
+
+
+def test_scaling_section_escapes_variant_names(tmp_path):
+    """A size sweep whose variants are named with markup: the scaling section's sentences and tables (which quote
+    the names) are text in report.md and report.html."""
+    from normlab.experiments.store import Store
+    from normlab.experiments.sweep import dump_spec, parse_sweep
+    from normlab.experiments.worker import record
+    from tests.test_scaling import BASE, LAWS, _non_embedding
+
+    names = {"<img src=x onerror=alert(8)>": "pre", "**b** [l](http://e.vil) `c`": "post"}
+    sweep = parse_sweep({"name": "sizes", "base": BASE, "seeds": [0, 1], "sizes": [[16, 1], [32, 1], [48, 2], [64, 3]],
+                         "variants": [{"name": n, "set": {"model.placement": p}} for n, p in names.items()]})
+    d = tmp_path / "sizes"
+    d.mkdir()
+    (d / "sweep.yaml").write_text(dump_spec(sweep))
+    store = Store(d / "results.sqlite")
+    store.create(sweep.name, sweep.hash)
+    store.register([{"run_id": r.run_id, "position": i, "variant": r.variant, "seed": r.seed,
+                     "config_hash": r.config_hash, "axes": r.axes, "overrides": r.overrides, "config": r.config}
+                    for i, r in enumerate(sweep.runs)])
+    for r in sweep.runs:
+        law = LAWS["Pre" if names[r.axes["variant"]] == "pre" else "Post"]
+        final = float(law(_non_embedding(r.config))) * (1.0 + (0.004 if r.seed else -0.004))
+        run_dir = d / "runs" / r.run_id
+        run_dir.mkdir(parents=True)
+        recs = [{"step": s + 1, "loss": 2.0, "val_bpb": final + 0.01 * (4 - s)} for s in range(5)]
+        (run_dir / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in recs))
+        summary = {"status": "completed", "step": 5, "steps": 5, "val_bpb": final, "best_val_bpb": final,
+                   "params": 1000}
+        record(store, d, r.run_id, summary, peak_mem_mb=1.0)
+    proc = normlab("report", str(d), cache=tmp_path / "c")
+    assert proc.returncode == 0, proc.stderr
+    md_text = (d / "report.md").read_text()
+    rendered = _md().render(md_text)
+    section = rendered.split("<h2>Scaling</h2>", 1)[1].split("<h2>", 1)[0]
+    for n in names:  # quoted in the section's sentences and tables, shown as exactly their text
+        assert html.escape(n, quote=False) in section, n
+    _no_live_markup(rendered)
+    assert 'href="http://e.vil"' not in rendered
+    _no_live_markup((d / "report.html").read_text().split("</style>", 1)[1])
