@@ -350,3 +350,27 @@ def test_dependency_io_drops_stdout_and_answers_no_prompt(capsys):
     assert capsys.readouterr().out == ""
     print("after")
     assert capsys.readouterr().out == "after\n"
+
+
+def test_sharded_safetensors_import_to_the_same_weights(dirs, corpus, cache, tmp_path):
+    """``model.safetensors.index.json`` and its shards (how transformers saves larger models) import exactly."""
+    from safetensors.torch import load_file, save_file
+
+    from normlab.rundir import load_run
+
+    d = tmp_path / "hf"
+    shutil.copytree(dirs["llama"], d)
+    t = load_file(str(d / "model.safetensors"))
+    (d / "model.safetensors").unlink()
+    names = sorted(t)
+    shards = {"model-00001-of-00002.safetensors": names[: len(names) // 2],
+              "model-00002-of-00002.safetensors": names[len(names) // 2:]}
+    for f, keys in shards.items():
+        save_file({k: t[k] for k in keys}, str(d / f), metadata={"format": "pt"})
+    (d / "model.safetensors.index.json").write_text(json.dumps(
+        {"metadata": {}, "weight_map": {k: f for f, keys in shards.items() for k in keys}}))
+    out = tmp_path / "out"
+    run_inproc("import", str(d), "--out", str(out), "--data", str(corpus), cache=cache, check=True)
+    nl = load_run(out).model.state_dict()
+    assert torch.equal(nl["tok_emb.weight"], t["model.embed_tokens.weight"])
+    assert torch.equal(nl["lm_head.weight"], t["lm_head.weight"])
