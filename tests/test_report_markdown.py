@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from normlab.report.markdown import md_code, md_escape, md_fence, md_table
-from tests.helpers import normlab
+from tests.helpers import run_inproc
 
 EVIL = [
     "<script>alert(1)</script>",
@@ -129,7 +129,7 @@ def _sweep(d: Path) -> Path:
 def test_report_escapes_every_user_string_in_html_and_markdown(tmp_path):
     d = _sweep(tmp_path / "s")
     baseline = "**b** [l](http://e.vil) ~~s~~ `c` # h"
-    proc = normlab("report", str(d), "--baseline", baseline, "--json", cache=tmp_path / "cache")
+    proc = run_inproc("report", str(d), "--baseline", baseline, "--json", cache=tmp_path / "cache")
     assert proc.returncode == 0, proc.stderr
     page, md_text = (d / "report.html").read_text(), (d / "report.md").read_text()
     body = page.split("</style>", 1)[1]
@@ -171,7 +171,7 @@ def test_report_of_run_dirs_with_markup_in_their_names(tmp_path):
     d = _sweep(tmp_path / "s")
     runs = sorted((d / "runs").iterdir())[:2]
     out = tmp_path / "rep"
-    proc = normlab("report", *map(str, runs), "--out", str(out), cache=tmp_path / "cache")
+    proc = run_inproc("report", *map(str, runs), "--out", str(out), cache=tmp_path / "cache")
     assert proc.returncode == 0, proc.stderr
     _no_live_markup((out / "report.html").read_text().split("</style>", 1)[1])
     _no_live_markup(_md().render((out / "report.md").read_text()))
@@ -184,7 +184,7 @@ def test_report_on_a_list_summary_is_one_line(tmp_path):
     run = tmp_path / "single"  # a run of its own (normlab train's output), not inside a sweep directory
     shutil.copytree(sorted((d / "runs").iterdir())[0], run)
     (run / "summary.json").write_text("[1, 2]")
-    proc = normlab("report", str(run), "--out", str(tmp_path / "rep"), cache=tmp_path / "cache")
+    proc = run_inproc("report", str(run), "--out", str(tmp_path / "rep"), cache=tmp_path / "cache")
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     assert proc.stderr.count("\n") == 1 and "must hold a JSON object" in proc.stderr and "summary.json" in proc.stderr
 
@@ -240,7 +240,7 @@ def test_scaling_section_escapes_variant_names(tmp_path):
         summary = {"status": "completed", "step": 5, "steps": 5, "val_bpb": final, "best_val_bpb": final,
                    "params": 1000}
         record(store, d, r.run_id, summary, peak_mem_mb=1.0)
-    proc = normlab("report", str(d), cache=tmp_path / "c")
+    proc = run_inproc("report", str(d), cache=tmp_path / "c")
     assert proc.returncode == 0, proc.stderr
     md_text = (d / "report.md").read_text()
     rendered = _md().render(md_text)
