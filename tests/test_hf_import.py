@@ -374,3 +374,27 @@ def test_sharded_safetensors_import_to_the_same_weights(dirs, corpus, cache, tmp
     nl = load_run(out).model.state_dict()
     assert torch.equal(nl["tok_emb.weight"], t["model.embed_tokens.weight"])
     assert torch.equal(nl["lm_head.weight"], t["lm_head.weight"])
+
+
+def test_every_from_pretrained_call_refuses_remote_code():
+    """Mechanical: every ``*.from_pretrained(...)`` and ``HFLM(...)`` call in the package, tests, examples and
+    benchmarks passes ``trust_remote_code=False``; the one exception is this file's positive control."""
+    import ast
+
+    root = Path(__file__).resolve().parents[1]
+    missing = []
+    for path in [p for d in ("normlab", "tests", "examples", "benchmarks") for p in (root / d).rglob("*.py")]:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.Call):
+                continue
+            f = node.func
+            name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
+            if name not in ("from_pretrained", "HFLM"):
+                continue
+            kw = {k.arg: k.value for k in node.keywords}
+            v = kw.get("trust_remote_code")
+            if path == Path(__file__).resolve() and isinstance(v, ast.Constant) and v.value is True:
+                continue  # the positive control (test_planted_auto_map_file_is_live_code), on a planted file
+            if not (isinstance(v, ast.Constant) and v.value is False):
+                missing.append(f"{path.relative_to(root)}:{node.lineno}")
+    assert not missing, missing
