@@ -120,7 +120,7 @@ BAD = [  # (id, base directory, damage, key words of the one line)
                                                                          "divisible"]),
     ("tie-string", "gpt2", lambda d: edit_config(d, tie_word_embeddings="yes"), ["'tie_word_embeddings'",
                                                                                   "true or false"]),
-    ("bos-negative", "gpt2", lambda d: edit_config(d, bos_token_id=-1), ["'bos_token_id'", "token id"]),
+    ("bos-string", "gpt2", lambda d: edit_config(d, bos_token_id="1"), ["'bos_token_id' is \"1\"", "token id"]),
     ("rope-not-object", "llama", lambda d: edit_config(d, rope_parameters="x"), ["'rope_parameters'", "object"]),
     ("config-list", "gpt2", lambda d: (d / "config.json").write_text("[1, 2]"), ["must hold a JSON object", "list"]),
     ("config-garbage", "gpt2", lambda d: (d / "config.json").write_text("{not json"), ["not valid JSON"]),
@@ -310,11 +310,12 @@ def test_import_without_tokenizer_uses_bytes_and_no_document_token_outside_the_v
 def test_import_keeps_a_document_token_inside_the_vocabulary(dirs, corpus, cache, tmp_path):
     d = tmp_path / "hf"
     shutil.copytree(dirs["gpt2"], d)
-    edit_config(d, bos_token_id=None, eos_token_id=7)
+    edit_config(d, bos_token_id=-1, eos_token_id=7, pad_token_id=-1)  # old LLaMA conversions: pad -1
     out = tmp_path / "out"
     run_inproc("import", str(d), "--out", str(out), "--data", str(corpus), cache=cache, check=True)
     rec = json.loads((out / "hf_import.json").read_text())
     assert rec["doc_start_token"] == 7 and rec["doc_start_source"] == "config.json eos_token_id"
+    assert rec["doc_start_note"] == "bos_token_id -1 is outside the 256-token vocabulary"
 
 
 def test_param_total_limit_counts_the_whole_model():

@@ -74,7 +74,7 @@ BOOLS = ("tie_word_embeddings", "scale_attn_weights", "scale_attn_by_inverse_lay
          "attention_bias", "mlp_bias", "use_sliding_window")
 OPT_STR = ("activation_function", "hidden_act", "hidden_activation")
 OPT_DICT = ("rope_parameters", "rope_scaling")
-TOKEN_IDS = ("bos_token_id", "eos_token_id", "pad_token_id")
+TOKEN_IDS = ("bos_token_id", "eos_token_id")  # any integer: one outside the vocabulary is dropped, with a note
 
 
 @contextlib.contextmanager
@@ -141,9 +141,9 @@ def check_config_types(raw: dict[str, Any], path: Path) -> None:
                 raise _type_error(path, f"{k}.rope_type", raw[k]["rope_type"], "a string")
     for k in TOKEN_IDS:
         v = raw.get(k)
-        ok = v is None or (_is_int(v) and v >= 0) or (isinstance(v, list) and all(_is_int(i) and i >= 0 for i in v))
+        ok = v is None or _is_int(v) or (isinstance(v, list) and all(_is_int(i) for i in v))
         if not ok:
-            raise _type_error(path, k, v, "a token id (an integer >= 0), a list of them, or null")
+            raise _type_error(path, k, v, "a token id (an integer), a list of them, or null")
     lt = raw.get("layer_types")
     if lt is not None and not (isinstance(lt, list) and all(isinstance(t, str) for t in lt)):
         raise _type_error(path, "layer_types", lt, "a list of strings or null")

@@ -155,9 +155,10 @@ def load_hf_weights(model: torch.nn.Module, cfg, arch: str, hf_state: dict[str, 
     model.load_state_dict(state)
 
 
-def _doc_start(hc, vocab: int) -> tuple[int | None, str]:
-    """The document-start token an lm-evaluation-harness run of the HF model would use (``bos_token_id``, else
-    ``eos_token_id``), only when it is a token of the ``vocab``-token model; else None and the reason."""
+def _doc_start(hc, vocab: int) -> tuple[int | None, str, str | None]:
+    """``(token, source, note)``: the document-start token an lm-evaluation-harness run of the HF model would use
+    (``bos_token_id``, else ``eos_token_id``), only when it is a token of the ``vocab``-token model (else None);
+    ``note`` names the ids skipped for lying outside the vocabulary."""
     notes = []
     for key in ("bos_token_id", "eos_token_id"):
         v = getattr(hc, key, None)
@@ -166,9 +167,10 @@ def _doc_start(hc, vocab: int) -> tuple[int | None, str]:
         if v is None:
             continue
         if isinstance(v, int) and 0 <= v < vocab:
-            return v, f"config.json {key}"
+            return v, f"config.json {key}", "; ".join(notes) or None
         notes.append(f"{key} {v} is outside the {vocab}-token vocabulary")
-    return None, "; ".join(notes) or "config.json has no bos_token_id / eos_token_id"
+    note = "; ".join(notes) or None
+    return None, note or "config.json has no bos_token_id / eos_token_id", note
 
 
 def _tokenizer(hf_dir: Path, tmp: Path, out: Path, vocab: int) -> tuple[str, str]:
@@ -287,10 +289,10 @@ def import_hf(hf_dir: str | Path, out: str | Path, *, data: str = "pystdlib", to
             raise NormlabError(f"import of {arch} failed its check (max |logit diff| "
                                f"{check['max_abs_logit_diff']:.3g}, tolerance {LOGIT_TOL:g}; greedy generation "
                                f"{'equal' if check['greedy_equal'] else 'differs'}); nothing written")
-        doc_start, doc_source = _doc_start(hc, vocab)
+        doc_start, doc_source, doc_note = _doc_start(hc, vocab)
         record = {"format": FORMAT, "source": str(hf_dir), "arch": arch, "hf_class": type(hf).__name__, **check,
                   "tolerance": LOGIT_TOL, "dtype": "float32", "eval_split": "val", "doc_start_token": doc_start,
-                  "doc_start_source": doc_source, "data": data, "tokenizer": tokenizer,
+                  "doc_start_source": doc_source, "doc_start_note": doc_note, "data": data, "tokenizer": tokenizer,
                   "tokenizer_source": tok_source}
         write_json(tmp / "hf_import.json", record)
         write_json(tmp / "summary.json", {"status": "completed", "step": 0, "imported_from": str(hf_dir),
