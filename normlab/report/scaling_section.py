@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from normlab.report.markdown import md_escape, md_table
 from normlab.report import scaling_fit as sf
 from normlab.report.analysis import SweepReport
 from normlab.report.scaling import FACTORS, NOISE_LAST_N, ScalingAnalysis, analyse, is_size_sweep, to_json
@@ -180,7 +181,7 @@ def section(rep: SweepReport) -> Section | None:
         import base64
 
         h.append(f"<img alt='loss vs parameters' src='data:image/png;base64,{base64.b64encode(png).decode()}'>")
-    md = ["## Scaling", ""] + [f"- {s}" for s in an.summary] + [""]
+    md = ["## Scaling", ""] + [f"- {md_escape(s)}" for s in an.summary] + [""]
     if png:
         md += [f"![loss vs parameters]({PNG})", ""]
     titles = {"fits": "Fitted scaling laws", "forecast": "Forecasts and crossovers",
@@ -195,10 +196,8 @@ def section(rep: SweepReport) -> Section | None:
         h += ["<tr>" + "".join(f"<td class='{'l' if i == 0 or head[i] == 'crossover' else ''}'>{e(c)}</td>"
                                for i, c in enumerate(r)) + "</tr>" for r in rows]
         h.append("</table>" + (f"<div class='note'>{e(NOTES[key])}</div>" if key in NOTES else ""))
-        md += [f"### {titles[key]}", "", "| " + " | ".join(head) + " |",
-               "| :--- |" + " ---: |" * (len(head) - 1)]
-        md += ["| " + " | ".join(c.replace("|", "\\|") for c in r) + " |" for r in rows]
-        md += [""] + ([NOTES[key], ""] if key in NOTES else [])
+        md += [f"### {titles[key]}", "", md_table(head, rows, [":---"] + ["---:"] * (len(head) - 1))]
+        md += [""] + ([md_escape(NOTES[key]), ""] if key in NOTES else [])
     for nd in an.nd_fits:
         if "error" in nd:
             line = f"L(N, D) for {nd['variant']}: {nd['error']}."
@@ -209,7 +208,7 @@ def section(rep: SweepReport) -> Section | None:
                     f"{_iv(nd['ci95']['beta'], '.4f')}; {nd['n_points']} runs)"
                     + (f" ⚠ degenerate fit: {'; '.join(nd['issues'])}." if nd.get("issues") else "."))
         h.append(f"<p>{e(line)}</p>")
-        md += [line, ""]
+        md += [md_escape(line), ""]
     return Section("".join(h), md, figs, to_json(an))
 
 

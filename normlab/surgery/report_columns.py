@@ -100,7 +100,7 @@ NOTE = ("MaNo (Xie et al. 2024; softmax-normalised logits, p = 4) and the Matrix
 
 def label_free_section(rep) -> tuple[str, str] | None:
     """``(html, markdown)`` of the label-free section, or None."""
-    from normlab.report.render import md_escape  # user strings escaped as in the rest of report.md
+    from normlab.report.markdown import md_escape  # the one Markdown escaper (user strings in report.md)
 
     d = label_free_data(rep)
     if d is None:
@@ -119,5 +119,5 @@ def label_free_section(rep) -> tuple[str, str] | None:
         h.append(f"<tr><td class='l'>{e(r['variant'])}</td>" + "".join(f"<td>{x}</td>" for x in cells) + "</tr>")
         md.append(f"| {md_escape(r['variant'])} | " + " | ".join(cells) + " |")
     h.append(f"</table><p>{e(corr_line)}</p><div class='note'>{e(NOTE)}</div>")
-    md += ["", corr_line, "", NOTE, ""]
+    md += ["", md_escape(corr_line), "", md_escape(NOTE), ""]
     return "".join(h), "\n".join(md)

@@ -143,6 +143,7 @@ def spec_lines(claims: list, measured: dict[str, str | None] | None = None) -> l
 def write_docs(report: dict, path: Path) -> None:
     from normlab.experiments.claims.specs import CLAIMS, grid_claim_names
     from normlab.io import write_text
+    from normlab.report.markdown import md_code, md_fence
 
     GRID_CLAIMS = grid_claim_names()
 
@@ -158,9 +159,9 @@ def write_docs(report: dict, path: Path) -> None:
         "",
         f"Budget **{report['budget']}**, {report['seeds']} seeds, written {date} by",
         "",
-        f"    {report.get('render_command') or report['command']}",
+        *md_fence(str(report.get("render_command") or report["command"])),  # user paths: a fence they cannot close
         "",
-        *([f"> Re-rendered from stored results ({rendered}), measured by `{report['command']}`: the verdicts are "
+        *([f"> Re-rendered from stored results ({rendered}), measured by {md_code(str(report['command']))}: the verdicts are "
            "those of the current rules (Holm over the family, practical margins, observability, collapse rates) "
            "applied to the stored per-seed values. Claims marked ⚠ *earlier definition* were measured under a "
            "definition revised since (see Definitions revised); their row is the old measurement judged under "
@@ -174,7 +175,7 @@ def write_docs(report: dict, path: Path) -> None:
         f"min ({report['trained_runs']} runs trained, {report['reused_runs']} reused).",
         "",
         *([report["note"], ""] if report.get("note") else []),
-        f"Setup: corpus `{b['source']}` (bytes tokenizer), context {b['context']}, width {b['width']}, {b['heads']} heads; "
+        f"Setup: corpus {md_code(b['source'])} (bytes tokenizer), context {b['context']}, width {b['width']}, {b['heads']} heads; "
         f"shallow models {b['depth']} blocks, depth studies {b['deep_depth']} blocks; {b['steps']} steps of batch "
         f"{b['batch_size']}, peak LR {b['lr']}, warm-up {b['warmup_steps']} steps (except where a claim says), AdamW. "
         "One run per variant and seed (seeds 0..n-1 drive init and data order); runs are shared between claims.",
@@ -242,7 +243,8 @@ def write_docs(report: dict, path: Path) -> None:
                 f"{k} = " + ", ".join(_fmt(d.get(k)) if isinstance(d.get(k), (int, float)) else "n/a"
                                      for d in details) for k in keys) + ".")
             lines.append("")
-    lines += [f"Raw results: `{report['out']}/claims.json` (per-seed values, details and run directories).", ""]
+    lines += [f"Raw results: {md_code(str(report['out']) + '/claims.json')} (per-seed values, details and run "
+              "directories).", ""]
     write_text(path, "\n".join(lines))
 
 
