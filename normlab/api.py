@@ -183,7 +183,17 @@ def compare(sweep: str | Path | dict[str, Any], out: str | Path | None = None, *
     else:
         s = load_sweep(sweep)
     sweep_dir = Path(out) if out else default_sweep_dir(s)
-    outcome = run_sweep(s, sweep_dir, workers=workers)
+    from normlab.experiments.plan import looks_of
+
+    if looks_of(s.spec) is not None:  # a sequential plan: seeds in rounds until decided (docs/compare.md)
+        from normlab.experiments.sequential import run_until_decided
+        from normlab.report.sequential import look_record
+
+        seq = run_until_decided(s, sweep_dir, look_record, workers=workers)
+        outcome = seq.outcome
+        outcome.trained = seq.trained
+    else:
+        outcome = run_sweep(s, sweep_dir, workers=workers)
     res: dict[str, Any] = {"sweep_dir": str(sweep_dir), "sweep": s.name, "status": outcome.status,
                            "counts": outcome.counts(), "trained": outcome.trained, "skipped": outcome.skipped,
                            "runs": outcome.runs}

@@ -20,7 +20,8 @@ def os_error_line(e: OSError) -> str:
     path = e.filename if e.filename is not None else ""
     if e.filename2 is not None:
         path = f"{path} -> {e.filename2}"
-    reason = e.strerror or e.__class__.__name__
+    text = str(e).strip().splitlines()
+    reason = e.strerror or (f"{e.__class__.__name__}: {text[0][:200]}" if text else e.__class__.__name__)
     if e.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
         reason += " (check the directory's permissions, or choose another --out)"
     elif e.errno == errno.ENOSPC:

@@ -201,6 +201,22 @@ def param_count(mc: Any) -> int:
     return emb + pos + d * per_block
 
 
+MAX_PARAMS = 10**11
+"""The most parameters a model config may describe (400 GB of float32 weights): every size key can be within its
+range while the product is not, so the total is checked too (``ModelConfig.validate``), before anything is
+allocated."""
+
+
+def check_param_total(mc: Any, what: str = "the model") -> int:
+    """``param_count(mc)``, or a one-line NormlabError when it exceeds :data:`MAX_PARAMS` (the limit named)."""
+    n = param_count(mc)
+    if n > MAX_PARAMS:
+        raise NormlabError(f"{what} has about {n:.3g} parameters (model.vocab_size {mc.vocab_size}, width {mc.width}, "
+                           f"depth {mc.depth}, mlp {mc.mlp_hidden or mc.mlp_ratio}); the limit is {MAX_PARAMS:.0e} "
+                           "parameters")
+    return n
+
+
 def forward_bytes(mc: Any, batch: int, context: int, *, backward: bool) -> int:
     """Activation bytes of one forward (and backward) over ``[batch, context]`` tokens (float32)."""
     s, b, h, a = context, batch, mc.width, mc.heads

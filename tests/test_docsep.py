@@ -103,10 +103,10 @@ def test_export_carries_the_separator_as_a_special_token(corpus, cache, tmp_path
     r = json.loads(run_inproc("export", str(run), "--to", "hf", "--out", str(out), "--json", cache=cache,
                               check=True).stdout)
     assert r["doc_start_token"] == 256 and r["max_abs_logit_diff"] <= 1e-4
-    tok = AutoTokenizer.from_pretrained(out)
+    tok = AutoTokenizer.from_pretrained(out, trust_remote_code=False)
     assert tok.encode("<|doc|>ab", add_special_tokens=False) == [256, 97, 98]
     assert tok.bos_token_id == 256
-    hf = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32).eval()
+    hf = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32, trust_remote_code=False).eval()
     x = torch.tensor([[256, 97, 98, 10, 256, 99]])
     with torch.no_grad():
         assert (load_run(run).model(x) - hf(input_ids=x).logits).abs().max() <= 1e-4

@@ -93,11 +93,11 @@ def test_export_matches_transformers_and_imports_back(name, corpus, cache, tmp_p
     assert r["max_abs_logit_diff"] <= 1e-4 and r["greedy_equal"] is True
     assert json.loads((out / "normlab_export.json").read_text())["max_abs_logit_diff"] == r["max_abs_logit_diff"]
     nl = load_run(run).model
-    hf = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32).eval()
+    hf = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32, trust_remote_code=False).eval()
     x = text_ids()
     with torch.no_grad():
         assert (nl(x) - hf(input_ids=x).logits).abs().max() <= 1e-4
-    tok = AutoTokenizer.from_pretrained(out)
+    tok = AutoTokenizer.from_pretrained(out, trust_remote_code=False)
     s = "héllo wörld\n\tx  y"
     assert tok.encode(s, add_special_tokens=False) == list(s.encode("utf-8"))
     assert tok.decode(list(s.encode("utf-8"))) == s
@@ -202,7 +202,8 @@ def test_export_of_a_bpe_run_gives_autotokenizer_the_same_ids(corpus, cache, tmp
 
     nl_tok = load_tokenizer(out / "tokenizer.json")
     s = (corpus / "d0.txt").read_text(encoding="utf-8")[:300]
-    assert AutoTokenizer.from_pretrained(out).encode(s, add_special_tokens=False) == nl_tok.encode(s.encode()).tolist()
+    hf_tok = AutoTokenizer.from_pretrained(out, trust_remote_code=False)
+    assert hf_tok.encode(s, add_special_tokens=False) == nl_tok.encode(s.encode()).tolist()
 
 
 # ---- harness-exact per-document evaluation ----

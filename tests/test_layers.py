@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1] / "normlab"
 # own package and from lower floors; packages on one floor do not import each other. "" is ``normlab/__init__.py``.
 FLOORS: list[tuple[str, ...]] = [
     ("errors",),
-    ("", "io", "safety", "names", "validate", "aliases", "stats", "resources"),
+    ("", "io", "safety", "names", "validate", "aliases", "stats", "resources", "markdown"),
     ("provenance", "plotting", "data", "norms"),
     ("attention",),
     ("model",),
@@ -192,7 +192,8 @@ def test_run_directory_facts_have_one_definition():
 
 
 # modules whose file names are not a run directory's: the token cache's tokenizer.json, an HF model directory's
-OTHER_DIRECTORIES = {"normlab.data.cache", "normlab.data.tokenizer", "normlab.interop.hf_tokenizer"}
+OTHER_DIRECTORIES = {"normlab.data.cache", "normlab.data.tokenizer", "normlab.interop.hf_tokenizer",
+                     "normlab.interop.hf_files"}
 
 
 def test_run_directory_file_names_are_defined_once():

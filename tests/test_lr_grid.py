@@ -30,7 +30,7 @@ def test_log_spacing_closed_form():
 
 @pytest.mark.parametrize("spec, fragment", [
     ({"min": 1e-3, "max": 1e-1}, "missing points"),
-    ({"min": 1e-3, "max": 1e-1, "points": 0}, "points must be an integer >= 1"),
+    ({"min": 1e-3, "max": 1e-1, "points": 0}, "points must be an integer in [1, 1000]"),
     ({"min": 1e-1, "max": 1e-3, "points": 3}, "must be >= min"),
     ({"min": 0, "max": 1e-3, "points": 3}, "min must be a number > 0"),
     ({"min": 1e-3, "max": 1e-1, "points": 3, "step": 2}, "unknown key 'step'"),

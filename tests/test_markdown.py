@@ -1,4 +1,4 @@
-"""normlab.report.markdown and the report's writers: hostile variant names are escaped in report.md / report.html
+"""normlab.markdown and the report's writers: hostile variant names are escaped in report.md / report.html
 and printed literally, in the surgery sections too; the report never writes through a symlink out of the sweep
 directory."""
 

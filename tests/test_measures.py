@@ -31,7 +31,9 @@ def test_changed_claims_tiny_end_to_end(tmp_path):
             end = json.loads((Path(runs[name]) / "claims_diag.json").read_text())["variance"]["var"][-1]
             init = json.loads((Path(runs[name]) / "claims_diag_init.json").read_text())["variance"]["var"][-1]
             g[name] = math.log(end / init)
-        assert v == pytest.approx(g["deep_pre"] - g["deep_peri"], abs=1e-12)
+        assert d["growth_last_block_diff"] == pytest.approx(g["deep_pre"] - g["deep_peri"], abs=1e-12)
+        assert v == pytest.approx((d["slope_end_pre"] - d["slope_init_pre"])
+                                  - (d["slope_end_peri"] - d["slope_init_peri"]), abs=1e-12)  # the slope measure
         assert d["slope_diff_init"] == pytest.approx(d["slope_init_pre"] - d["slope_init_peri"], abs=1e-12)
     for v, d in zip(rep["peri-variance-magnitude"]["values"], pv["details"]):
         assert v == pytest.approx(math.log10(d["var_end_pre"] / d["var_end_peri"]), abs=1e-12)

@@ -252,7 +252,7 @@ def test_claims_on_ray_match_local(cluster, tmp_path):
     """``normlab claims --executor ray`` trains the missing runs as Ray tasks (files sent back here) and measures
     exactly what the local executor measures."""
     cache = Path(cluster["env"]["NORMLAB_CACHE_DIR"])
-    args = ["claims", "--budget", "tiny", "--only", "dyt-vs-ln", "--seeds", "1", "--json"]
+    args = ["claims", "--budget", "tiny", "--only", "powernorm-lm", "--seeds", "1", "--json"]
     env = {**cluster["env"], "NORMLAB_RAY_FILES": "copy"}
     r = subprocess.run([sys.executable, "-m", "normlab.cli", *args, "--out", str(tmp_path / "ray"), "--executor", "ray",
                         "--address", cluster["address"]], env=env, capture_output=True, text=True, timeout=TIMEOUT)

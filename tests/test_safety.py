@@ -1,17 +1,38 @@
-"""normlab.safety: OS errors (read-only file system, disk full) are one line naming the path, and a retry works;
-Ctrl-C during start-up (imports, data preparation, the loop) exits 130 with nothing half-written; ``guarded``
-maps bad input, OS errors and closed pipes to their exit statuses."""
+"""The one-line error contract for operating-system errors (normlab.safety.os_error_line, guarded)."""
 
 from __future__ import annotations
 
 import errno
-import json
-import os
-from pathlib import Path
 
 import pytest
 
+from normlab.safety import guarded, os_error_line
+import json
+import os
+from pathlib import Path
 from tests.helpers import SHORT, assert_bad_input, run_inproc, tree
+
+
+def test_an_oserror_without_strerror_keeps_its_message(capsys):
+    """A dependency's ``OSError("...")`` (no errno) used to print 'error: OSError' and nothing else."""
+    e = OSError("model.safetensors is missing from DIR\nsecond line")
+    assert os_error_line(e) == "OSError: model.safetensors is missing from DIR"
+
+    def run() -> int:
+        raise e
+
+    assert guarded(run) == 2
+    err = capsys.readouterr().err
+    assert err == "error: OSError: model.safetensors is missing from DIR\n"
+
+
+@pytest.mark.parametrize("e,expected", [
+    (FileNotFoundError(errno.ENOENT, "No such file or directory", "/x/y"), "/x/y: No such file or directory"),
+    (OSError(), "OSError"),
+])
+def test_errno_errors_name_the_path(e, expected):
+    assert os_error_line(e) == expected
+
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

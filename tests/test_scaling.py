@@ -356,3 +356,100 @@ def test_scaling_bad_input(tmp_path):
     (tmp_path / "flat").mkdir()
     make_sweep(tmp_path / "flat", extras=False)
     assert_bad_input(normlab("scaling", str(tmp_path / "flat"), cache=tmp_path / "c"), "not a size sweep")
+
+
+# -- the crossover rule under the family's correction (issue 26) --------------------------------------------------
+# docs/scaling.md's stored per-seed finals (seed 0, seed 1) of the fixed-aspect preset run, per size
+STORED = {
+    "Pre-LN": [(3.7721, 3.7095), (3.3478, 3.3178), (3.1245, 3.2153), (3.0903, 3.0342), (3.0622, 3.1300)],
+    "Peri-LN": [(3.6600, 3.6986), (3.3914, 3.3960), (3.1830, 3.1914), (3.0898, 3.0583), (3.0966, 2.9804)],
+    "Post-LN": [(3.9684, 4.0007), (3.6187, 3.5996), (3.3203, 3.2599), (3.0071, 3.0395), (2.7302, 2.7563)],
+}
+STORED_N = (12_480, 98_944, 333_120, 788_736, 2_659_200)
+
+
+def test_a_sign_change_significant_only_before_holm_is_not_a_crossover():
+    from normlab.stats import holm
+
+    pairs = [("Pre-LN", "Peri-LN"), ("Pre-LN", "Post-LN"), ("Peri-LN", "Post-LN")]
+    raw = {pr: [welch(list(STORED[pr[0]][i]), list(STORED[pr[1]][i])).p for i in range(5)] for pr in pairs}
+    flat = [p for pr in pairs for p in raw[pr]]
+    adj = holm(flat)
+    q = {pr: adj[5 * k:5 * k + 5] for k, pr in enumerate(pairs)}
+    # the page's p-values reproduce; under Holm over the sweep's 15 tests none stays below 0.05
+    assert [raw[pairs[1]][i] for i in (0, 1, 4)] == pytest.approx([0.041, 0.0079, 0.037], abs=1e-3)  # 4-digit finals
+    assert min(adj) == pytest.approx(0.11, abs=0.005) and min(adj) > 0.05
+    diffs = [sum(STORED["Pre-LN"][i]) / 2 - sum(STORED["Post-LN"][i]) / 2 for i in range(5)]
+    fa, fb = _fit(_pure_power_cells(E=2.9, A=40.0, alpha=0.4)), _fit(_pure_power_cells())  # Post-LN: E at the bound
+    unadjusted = [sf.Measured(float(n), d, 5.0, p, f"s{i}") for i, (n, d, p) in
+                  enumerate(zip(STORED_N, diffs, raw[pairs[1]]))]
+    adjusted = [sf.Measured(float(n), d, 5.0, p, f"s{i}", a, "holm") for i, (n, d, p, a) in
+                enumerate(zip(STORED_N, diffs, raw[pairs[1]], q[pairs[1]]))]
+    before = sf.crossover(fa, fb, 1.2e4, 2.7e6, 2.7e8, names=("Pre-LN", "Post-LN"), measured=unadjusted)
+    after = sf.crossover(fa, fb, 1.2e4, 2.7e6, 2.7e8, names=("Pre-LN", "Post-LN"), measured=adjusted)
+    assert before.verdict == "measured crossover"   # what the page printed
+    assert after.verdict == "not resolvable" and not any(m.decisive for m in adjusted)
+    assert "holm 0.11" in adjusted[1].text()
+    # a flip that survives the correction is still stated
+    strong = [sf.Measured(float(n), d, 9.0, 1e-4, f"s{i}", 1e-3, "holm") for i, (n, d) in
+              enumerate(zip(STORED_N, [-0.3, -0.3, 0.0, 0.3, 0.3]))]
+    assert sf.crossover(fa, fb, 1.2e4, 2.7e6, 2.7e8, measured=strong).verdict == "measured crossover"
+
+
+def test_the_stored_sweep_reports_adjusted_p_and_names_its_confounds(tmp_path):
+    from normlab.report.analysis import load
+    from normlab.report.scaling import analyse, to_json
+    from normlab.stats import holm
+
+    d = tmp_path / "sizes"
+    make_size_sweep(d)   # depth 1-3 with width, one lr, a fixed token budget
+    out = to_json(analyse(load(d), replicates=20))
+    assert out["correction"] == "holm"
+    assert [c["kind"] for c in out["confounds"]] == ["depth_with_width", "one_lr", "low_tokens_per_param",
+                                                     "tokens_per_param_varies"]
+    obs = [o for c in out["comparisons"] for o in c["observed"]]
+    assert [o["p_adj"] for o in obs] == pytest.approx(holm([o["welch_p"] for o in obs]))
+    assert all(o["decisive"] == (o["p_adj"] < 0.05) for o in obs)
+    cmp = out["comparisons"][0]
+    assert cmp["confounds"] == [c["kind"] for c in out["confounds"]]
+    if cmp["crossover"]["verdict"] != "not resolvable":
+        assert "confounded with size: depth varies with width" in cmp["crossover"]["text"]
+    assert any(s.startswith("Design confounds (named next to every crossover and forecast): depth varies")
+               for s in out["summary"])
+
+
+def test_a_fixed_depth_best_of_grid_sweep_names_only_its_token_ratio(tmp_path):
+    """The redesigned design through the whole analysis: fixed depth, an lr_grid (the worse rate stored 0.3 higher,
+    so best-of-grid must pick the other), tokens_per_param: only the stated low ratio is a confound."""
+    from normlab.report.analysis import load
+    from normlab.report.scaling import analyse, to_json
+
+    d = tmp_path / "fixed"
+    sweep = parse_sweep({"name": "fixed-depth", "base": BASE, "seeds": [0, 1], "lr_grid": [0.001, 0.01],
+                         "sizes": [[16, 2], [32, 2], [48, 2], [64, 2]], "tokens_per_param": 0.5,
+                         "variants": [{"name": "Pre", "set": {"model.placement": "pre"}},
+                                      {"name": "Post", "set": {"model.placement": "post"}}]})
+    d.mkdir()
+    (d / "sweep.yaml").write_text(dump_spec(sweep))
+    store = Store(d / "results.sqlite")
+    store.create(sweep.name, sweep.hash)
+    store.register([{"run_id": r.run_id, "position": i, "variant": r.variant, "seed": r.seed,
+                     "config_hash": r.config_hash, "axes": r.axes, "overrides": r.overrides, "config": r.config}
+                    for i, r in enumerate(sweep.runs)])
+    for r in sweep.runs:
+        n = _non_embedding(r.config)
+        name = r.axes["variant"]
+        final = float(LAWS[name](n)) * (1.0 + (0.004 if r.seed else -0.004))
+        final += 0.3 if r.config["train"]["lr"] == (0.01 if name == "Pre" else 0.001) else 0.0
+        run_dir = d / "runs" / r.run_id
+        run_dir.mkdir(parents=True)
+        (run_dir / "metrics.jsonl").write_text(json.dumps({"step": 1, "loss": 2.0, "val_bpb": final}) + "\n")
+        record(store, d, r.run_id, {"status": "completed", "step": 1, "steps": 1, "val_bpb": final,
+                                    "best_val_bpb": final, "params": n, "tokens_per_s": 1.0, "elapsed_s": 1.0},
+               peak_mem_mb=1.0)
+    out = to_json(analyse(load(d), replicates=20))
+    assert out["lr_rule"].startswith("best-of-grid")
+    assert [c["kind"] for c in out["confounds"]] == ["low_tokens_per_param"]
+    lrs = {v["variant"]: {p["lr"] for p in v["points"]} for v in out["variants"]}
+    assert lrs == {"Pre": {0.001}, "Post": {0.01}}
+    assert all(p["lrs_tried"] == 2 for v in out["variants"] for p in v["points"])

@@ -1,13 +1,51 @@
-"""normlab.data.sources: inputs that hung or exploded -- a fifo or device as a corpus is refused, not read
-forever."""
+"""normlab.data.sources: the ``english`` corpus (English prose of Python's documentation)."""
 
 from __future__ import annotations
 
-import os
+import collections
+import math
+import platform
+import re
+from pathlib import Path
 
 import pytest
 
+from normlab.data.sources import english_text, load_corpus
+from normlab.errors import NormlabError
+import os
 from tests.helpers import assert_bad_input, run_inproc
+
+DOCS = Path(__file__).resolve().parents[1] / "docs"
+
+
+def test_english_is_one_deterministic_document_of_prose():
+    a, b = load_corpus("english"), load_corpus("english")
+    assert a.meta["content_hash"] == b.meta["content_hash"] and len(a.docs) == 1
+    assert a.meta["kind"] == "english" and a.meta["num_bytes"] > 200_000
+    text = a.docs[0].decode("utf-8")
+    assert text == english_text()
+    assert not any(line.startswith((" ", "\t")) for line in text.splitlines())  # no code or grammar blocks
+    words = collections.Counter(re.findall(r"[a-z]+", text.lower()))
+    assert words.most_common(1)[0][0] == "the" and words["the"] > 0.04 * sum(words.values())
+    letters = sum(ch.isalpha() or ch in " \n.,;:'\"()-" for ch in text)
+    assert letters / len(text) > 0.9  # prose, not symbols
+
+
+def test_english_takes_no_parameters_and_is_listed_in_errors():
+    with pytest.raises(NormlabError, match="takes no parameters"):
+        load_corpus("english?x=1")
+    with pytest.raises(NormlabError, match="english"):
+        load_corpus("englsh:foo")
+
+
+@pytest.mark.skipif(platform.python_version() != "3.11.7", reason="docs/data.md measured the corpus of Python 3.11.7")
+def test_docs_state_the_measured_size_and_unigram_entropy():
+    data = load_corpus("english").docs[0]
+    n = len(data)
+    h = -sum(c / n * math.log2(c / n) for c in collections.Counter(data).values())
+    text = (DOCS / "data.md").read_text()
+    assert f"{n:,} bytes, byte unigram entropy {h:.3f} bits/byte" in text
+
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

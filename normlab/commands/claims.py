@@ -1,15 +1,16 @@
 """``normlab claims``: re-measure published normalization claims (normlab.experiments.claims).
 
-Prints a table (claim, paper, metric, expected, measured mean ± 95% CI half-width, verdict) or, with ``--json``,
-one object whose ``claims`` list holds ``{claim, paper, metric, expected, measured, ci, verdict, ...}``.
-Results go to ``OUT/claims.json`` (default ``runs/claims-<budget>``); ``--budget full`` (or ``--docs``) also writes
-``docs/claims.md`` under the current directory (``--docs FILE`` names another file).
+Prints a table (claim, paper, metric, expected, measured mean ± raw 95% CI half-width, Holm-adjusted p, verdict)
+and every revised definition, or, with ``--json``, one object whose ``claims`` list holds ``{claim, paper, metric,
+expected, measured, ci, p, p_adj, verdict, raw_verdict, spec_hash, revised, ...}``. Results go to
+``OUT/claims.json`` (default ``runs/claims-<budget>``); ``--budget full`` (or ``--docs``) also writes
+``docs/claims.md`` under the current directory (``--docs FILE`` names another file). ``--render CLAIMS_JSON``
+trains nothing: it judges a stored ``claims.json`` under the current rules and prints / writes the page from it.
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime
 import os
 import platform
 import shlex
@@ -21,29 +22,41 @@ from normlab.errors import EXIT_INTERRUPTED
 DOCS = Path("docs") / "claims.md"  # relative to the current directory (the repo root in a checkout), never the package
 
 
-def _fmt(v: float | None) -> str:
-    if v is None:
-        return "n/a"
-    a = abs(v)
-    return f"{v:.2e}" if (a != 0 and (a < 1e-3 or a >= 1e4)) else f"{v:.4f}"
+def render(args: argparse.Namespace) -> int:
+    """``--render CLAIMS_JSON``: judge a stored report under the current rules; print it, and with ``--docs``
+    write the page. Nothing is trained or measured."""
+    from normlab.errors import NormlabError
+    from normlab.experiments.claims.execution import judge
+    from normlab.io import read_json
 
+    src = Path(args.render)
+    if not src.is_file():
+        raise NormlabError(f"--render {src}: no such file; give a claims.json written by normlab claims")
+    stored = read_json(src, "claims results")
+    need = ("claims", "budget", "budget_spec", "seeds", "command", "machine", "out")
+    if not isinstance(stored, dict) or any(k not in stored for k in need) or not isinstance(stored["claims"], list):
+        raise NormlabError(f"--render {src} is not a claims.json written by normlab claims (needs the keys "
+                           f"{', '.join(need)})")
+    try:
+        report = judge({**stored, "rendered_from": str(src)})
+    except (KeyError, TypeError, ValueError) as e:
+        raise NormlabError(f"--render {src}: a claim entry is malformed ({e})") from None
+    report["render_command"] = " ".join(shlex.quote(p) for p in ["normlab", "claims", "--render", str(src)]
+                                        + (["--docs"] if args.docs else []))
+    if args.docs:
+        from normlab.experiments.claims.docs import write_docs
 
-def measured_text(c: dict) -> str:
-    if c["measured"] is None:
-        return "n/a"
-    if c.get("direction") == "exact":
-        return f"{_fmt(c['measured'])} (max)"
-    if c["ci"] is None:
-        return f"{_fmt(c['measured'])} (n={c['n']})"
-    half = (c["ci"][1] - c["ci"][0]) / 2
-    return f"{_fmt(c['measured'])} ± {_fmt(half)}"
+        write_docs(report, Path(args.docs) if isinstance(args.docs, str) else DOCS)
+    return show(report, args)
 
 
 def run_claims(args: argparse.Namespace) -> int:
-    from normlab.io import dumps
     from normlab.errors import NormlabError
     from normlab.experiments.claims import get_budget, run_suite, select
+    from normlab.io import dumps
 
+    if args.render:
+        return render(args)
     budget = get_budget(args.budget)
     claims = select(args.only)
     out = Path(args.out) if args.out else Path("runs") / f"claims-{budget.name}"
@@ -79,28 +92,53 @@ def run_claims(args: argparse.Namespace) -> int:
 
     saved = save_report(out / "claims.json", report)
     if budget.name == "full" or args.docs:
+        from normlab.experiments.claims.docs import write_docs
+
         write_docs(saved, Path(args.docs) if isinstance(args.docs, str) else DOCS)
+    show(saved, args)
+    if not args.json:
+        print(f"wrote {out / 'claims.json'} ({saved['trained_runs']} trained, {saved['reused_runs']} reused, "
+              f"{saved['elapsed_s']:.0f} s)")
+    return 0
+
+
+def show(report: dict, args: argparse.Namespace) -> int:
+    """Print the judged ``report``: one JSON object (``--json``), or the verdict table, the reasons of the
+    undecided claims and every revised definition."""
+    from normlab.io import dumps
+
     if args.json:
         print(dumps(report, default=float))
         return 0
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
-    t = Table("claim", "paper", "metric", "expected", "measured (mean ± 95% CI)", "verdict",
-              title=f"normlab claims — budget {budget.name}, {report['seeds']} seed(s)")
-    colour = {"held": "green", "not held": "red", "inconclusive": "yellow"}
-    from rich.markup import escape
+    from normlab.experiments.claims.docs import _p, measured_text
 
+    t = Table("claim", "paper", "metric", "expected", "measured (mean ± raw 95% CI)", "p",
+              f"{report.get('correction', 'holm')} p", "verdict",
+              title=f"normlab claims — budget {report['budget']}, {report['seeds']} seed(s)")
+    colour = {"held": "green", "not held": "red", "inconclusive": "yellow", "within margin": "cyan",
+              "not observable at this scale": "magenta"}
     for c in report["claims"]:
+        mark = "" if c.get("current_definition", True) else " (earlier definition)"
         t.add_row(escape(f"{c['name']}: {c['claim']}"), escape(c["paper"]), escape(c["metric"]), escape(c["expected"]),
-                  escape(measured_text(c)), f"[{colour[c['verdict']]}]{c['verdict']}[/]")
+                  escape(measured_text(c)), _p(c.get("p")), _p(c.get("p_adj")),
+                  f"[{colour.get(c['verdict'], 'white')}]{escape(c['verdict'] + mark)}[/]")
     con = Console()
     con.print(t)
     for c in report["claims"]:
-        if c["verdict"] == "inconclusive" or c["n"] == 0:
+        if c["verdict"] != "held" or c["n"] == 0:
             con.print(escape(f"{c['name']}: {c['reason']}"))
-    con.print(f"wrote {out / 'claims.json'} ({report['trained_runs']} trained, {report['reused_runs']} reused, "
-              f"{report['elapsed_s']:.0f} s)")
+    from normlab.experiments.claims.specs import CLAIMS
+
+    shown = {c["name"] for c in report["claims"]}
+    revs = [(c.name, r) for c in CLAIMS if c.name in shown for r in c.revised]
+    if revs:
+        con.print("Definitions revised (date, claim: what changed; why; verdict before):")
+        for name, r in sorted(revs, key=lambda x: (x[1].date, x[0])):
+            con.print(escape(f"- {r.date}, {name}: {r.what}; why: {r.why}; verdict before: {r.verdict_before}"))
     return 0
 
 
@@ -133,123 +171,6 @@ def machine() -> dict:
             "loadavg_at_end": [round(x, 2) for x in load] if load else None}
 
 
-def claim_scale(c: dict) -> str:
-    """Model width, blocks, steps and training tokens of the runs behind claim ``c`` (one seed's run directories,
-    a grid variant's at every learning rate, read from their ``config.yaml``; tokens = steps x batch x grad_accum x
-    context); ``n/a`` without runs."""
-    from normlab.errors import NormlabError
-    from normlab.run.rundir import open_config
-
-    shapes: dict[tuple, None] = {}
-    first = ((c.get("runs") or [{}])[0] or {}).values()  # variant -> run dir, or lr -> run dir for a grid variant
-    for run_dir in [d for v in first for d in (v.values() if isinstance(v, dict) else [v])]:
-        try:
-            cfg = open_config(run_dir)
-        except NormlabError:
-            continue
-        m, t = cfg.model, cfg.train
-        tokens = t.steps * t.batch_size * t.grad_accum * m.context
-        shapes[(m.width, m.depth, t.steps, tokens)] = None
-    if not shapes:
-        return "n/a"
-    return "; ".join(f"width {w}, {d} blocks, {s} steps, {_count(tok)} tokens" for w, d, s, tok in shapes)
-
-
-def _count(n: int) -> str:
-    return f"{n / 1e6:.3g}M" if n >= 1e6 else f"{n / 1e3:.3g}k"
-
-
-def _flat(d: dict, prefix: str = "") -> dict:
-    out = {}
-    for k, v in d.items():
-        if isinstance(v, dict):
-            out.update(_flat(v, f"{prefix}{k}."))
-        else:
-            out[f"{prefix}{k}"] = v
-    return out
-
-
-def write_docs(report: dict, path: Path) -> None:
-    from normlab.experiments.claims.specs import CLAIMS, grid_claim_names
-    from normlab.io import write_text
-
-    GRID_CLAIMS = grid_claim_names()
-
-    meaning = {c.name: c.meaning for c in CLAIMS}
-    provenance = {c.name: ([f"Source: {c.source}."] if c.source else [])
-                  + ([f"Deviations: {c.deviations}"] if c.deviations else []) for c in CLAIMS}
-    b = report["budget_spec"]
-    m = report["machine"]
-    date = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
-    lines = [
-        "# Published claims re-measured at CPU scale",
-        "",
-        f"Budget **{report['budget']}**, {report['seeds']} seeds, written {date} by",
-        "",
-        f"    {report['command']}",
-        "",
-        *([f"> These are **{report['budget']}-budget** results, not the full budget: `normlab claims --budget full` "
-           "had not finished when this file was written. Re-run it (complete runs are reused) to replace this file.",
-           ""] if report["budget"] != "full" else []),
-        f"Machine: {m['platform']}, {m['cpu_count']} cores, Python {m['python']}, torch {m['torch']}; load average "
-        f"at the end {m['loadavg_at_end']} (the machine was shared with other jobs). "
-        f"Wall time {report['elapsed_s'] / 60:.1f} "
-        f"min ({report['trained_runs']} runs trained, {report['reused_runs']} reused).",
-        "",
-        f"Setup: corpus `{b['source']}` (bytes tokenizer), context {b['context']}, width {b['width']}, "
-        f"{b['heads']} heads; "
-        f"shallow models {b['depth']} blocks, depth studies {b['deep_depth']} blocks; {b['steps']} steps of batch "
-        f"{b['batch_size']}, peak LR {b['lr']}, warm-up {b['warmup_steps']} steps (except where a claim says), AdamW. "
-        "One run per variant and seed (seeds 0..n-1 drive init and data order); runs are shared between claims.",
-        "",
-        *([f"Learning-rate sweep claims (Wortsman et al. 2023, arXiv:2309.14322): every grid variant is trained at "
-           f"each peak LR in {', '.join(f'{x:g}' for x in b['grid_lrs'])}, {b['grid_depth']} blocks, {b['grid_steps']} "
-           f"steps, warm-up {b['grid_warmup']} steps (except where a claim says); LR sensitivity = mean over the "
-           "grid of min(L, L_init) - L* in bits/byte (a diverged run scores its loss at initialisation).", ""]
-          if "grid_lrs" in b and any(c["name"] in GRID_CLAIMS for c in report["claims"]) else []),
-        "Measured = mean over seeds ± half-width of the 95% Student-t interval (t quantile with n-1 degrees of "
-        "freedom). Verdict: **held** when the CI excludes the no-effect value on the claimed side, **not held** "
-        "when it excludes it on the other side, **inconclusive** otherwise (equivalence claims: CI inside / "
-        "outside the margin; exactness claims: every seed within the tolerance). A claim that does not hold at "
-        "this scale is a finding about small models, not a refutation of the paper.",
-        "",
-        "Scale: the width, blocks, steps and training tokens of the runs behind each claim (from their "
-        "config.yaml; tokens = steps x batch x context).",
-        "",
-        "| # | claim | paper | metric | scale | expected | measured | verdict |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
-    for i, c in enumerate(report["claims"], 1):
-        cells = [str(i), f"{c['claim']} (`{c['name']}`)", c["paper"], c["metric"], claim_scale(c), c["expected"],
-                 measured_text(c), f"**{c['verdict']}**"]
-        lines.append("| " + " | ".join(x.replace("|", "\\|") for x in cells) + " |")
-    lines += ["", "Caveats: these are tiny byte-level models trained for a few hundred steps (validation bits/byte "
-              "of roughly 3-4, far from converged; validation = a fixed sample of windows spread over the split), "
-              "so every verdict is about this scale and budget; 95% intervals over "
-              f"{report['seeds']} seeds are wide, and a claim can flip with more steps. Each claim follows its "
-              "paper's recipe where the scale allows (DyT: the authors' LLaMA recipe with an untied head; LSSAR "
-              "trained with re-weighting, the eval-only switch a separate measurement; PowerNorm groups = heads; "
-              "LINA's input convolution); each section below names its source and its deviations. The per-seed "
-              "details show the underlying numbers (e.g. both bits/byte values, both slopes).",
-              "", "## What each metric means, and the per-seed values", ""]
-    for c in report["claims"]:
-        vals = ", ".join(_fmt(v) for v in c["values"]) if c["values"] else "none"
-        ci = f"[{_fmt(c['ci'][0])}, {_fmt(c['ci'][1])}]" if c["ci"] else "n/a"
-        lines += [f"### `{c['name']}` — {c['verdict']}", "", meaning.get(c["name"], ""), "",
-                  *(sum(([x, ""] for x in provenance.get(c["name"], [])), [])),
-                  f"Per-seed values: {vals}; 95% CI {ci}; {c['reason']}.", ""]
-        details = [_flat(d) for d in c.get("details") or []]
-        c = {**c, "details": details}
-        keys = sorted({k for d in details for k, v in d.items() if isinstance(v, (int, float))})
-        if keys:
-            lines.append("Per-seed details: " + "; ".join(
-                f"{k} = " + ", ".join(_fmt(d.get(k)) if isinstance(d.get(k), (int, float)) else "n/a"
-                                     for d in c["details"]) for k in keys) + ".")
-            lines.append("")
-    lines += [f"Raw results: `{report['out']}/claims.json` (per-seed values, details and run directories).", ""]
-    write_text(path, "\n".join(lines))
-
-
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """Register ``normlab claims`` with their flags (called by ``normlab.cli.build_parser``)."""
     from normlab.validate import int_in
@@ -270,5 +191,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     cl.add_argument("--docs", nargs="?", const=True, default=False, metavar="FILE",
                     help="also write the claims page: FILE, default docs/claims.md under the current directory "
                     "(always done for --budget full)")
+    cl.add_argument("--render", metavar="CLAIMS_JSON",
+                    help="train nothing: judge a stored claims.json under the current rules (Holm over the family, "
+                    "margins, revisions) and print it; with --docs also write the page")
     cl.add_argument("--json", action="store_true")
     cl.set_defaults(func=run_claims)

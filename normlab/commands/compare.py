@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -52,15 +53,117 @@ def print_lr(rep: Any) -> None:
         console.print(t)
 
 
-def run_compare(args: argparse.Namespace) -> int:
-    from normlab.experiments.runner import default_sweep_dir, run_sweep
-    from normlab.experiments.sweep import load_sweep
-    from normlab.report import write_report
+def parse_duration(text: str) -> float:
+    """``90``, ``90s``, ``30m``, ``2h``, ``1h30m`` -> seconds (> 0); anything else is an argparse error."""
+    m = re.fullmatch(r"\s*(?:(\d+(?:\.\d+)?)h)?\s*(?:(\d+(?:\.\d+)?)m)?\s*(?:(\d+(?:\.\d+)?)s?)?\s*", text or "")
+    if not m or not any(m.groups()):
+        raise argparse.ArgumentTypeError(f"invalid duration {text!r}; allowed: seconds or e.g. 90s, 30m, 2h, 1h30m")
+    h, mi, sec = (float(g) if g else 0.0 for g in m.groups())
+    total = h * 3600 + mi * 60 + sec
+    if total <= 0:
+        raise argparse.ArgumentTypeError(f"duration must be > 0, got {text!r}")
+    return total
+
+
+def _execute(sweep: Any, out: Path, args: argparse.Namespace) -> tuple[Any, dict[str, Any] | None]:
+    """Run ``sweep`` in ``out``: in rounds until decided when it has a sequential plan, else once."""
+    from normlab.experiments.plan import looks_of
+    from normlab.experiments.runner import run_sweep
+
+    kw = {"workers": args.workers, "executor": args.executor, "address": args.address}
+    if looks_of(sweep.spec) is None:
+        return run_sweep(sweep, out, **kw), None
+    from normlab.experiments.sequential import run_until_decided
+    from normlab.report.sequential import look_record
+
+    res = run_until_decided(sweep, out, look_record, budget_s=args.budget, **kw)
+    res.outcome.trained = res.trained
+    if res.stopped == "interrupted":
+        res.outcome.status = "interrupted"
+    return res.outcome, {"stopped": res.stopped, "seeds_spent": res.seeds_spent, "looks": len(res.looks)}
+
+
+def _load(args: argparse.Namespace, source: str | None = None) -> Any:
+    """The sweep (with ``--until-decided``'s plan added when it declares none; on ``source`` for a replication)."""
+    from normlab.errors import NormlabError
+    from normlab.experiments.plan import default_plan
+    from normlab.experiments.sweep import load_sweep, parse_sweep
 
     sweep = load_sweep(args.sweep, preset=args.preset)
+    raw = None
+    if args.until_decided or args.max_seeds is not None:
+        if not args.until_decided:
+            raise NormlabError("--max-seeds needs --until-decided")
+        if "sequential" not in sweep.spec:
+            raw = {**sweep.spec, "sequential": default_plan(len(sweep.spec["seeds"]), args.max_seeds)}
+        elif args.max_seeds is not None and args.max_seeds != sweep.spec["sequential"]["looks"][-1]:
+            raise NormlabError(f"--max-seeds {args.max_seeds} contradicts the sweep's sequential plan (looks "
+                               f"{sweep.spec['sequential']['looks']}); change the sweep file instead")
+    elif args.budget is not None and "sequential" not in sweep.spec:
+        raise NormlabError("--budget needs --until-decided (or a sequential: plan in the sweep)")
+    if raw is not None:
+        sweep = parse_sweep(raw, source=f"sweep '{sweep.name}'")
+    if source is not None:
+        sweep = replication_sweep(sweep, source)
+    return sweep
+
+
+def replication_sweep(sweep: Any, source: str) -> Any:
+    """The same declared design on data source ``source``: ``data.source`` set for every run, named
+    ``<name>-on-<source>``, no ``replicate`` key (normlab.experiments.plan)."""
+    from normlab.errors import NormlabError
+    from normlab.experiments.sweep import parse_sweep, slug
+
+    spec = sweep.spec
+    setters = [f"variant '{v['name']}'" for v in spec.get("variants", []) if "data.source" in v["set"]]
+    if "data.source" in spec.get("axes", {}) or setters:
+        raise NormlabError(f"cannot replicate sweep '{sweep.name}' on another source: "
+                           f"{setters[0] if setters else 'an axis'} sets data.source")
+    if spec["base"].get("data", {}).get("source") == source and "data.source" not in spec["set"]:
+        raise NormlabError(f"sweep '{sweep.name}' already runs on {source}; replicate on another source")
+    raw = {k: v for k, v in spec.items() if k != "replicate"}
+    raw.update(name=f"{sweep.name}-on-{slug(source)}", set={**spec["set"], "data.source": source})
+    return parse_sweep(raw, source=f"replication of '{sweep.name}' on {source}")
+
+
+def print_decisions(rep: dict[str, Any]) -> None:
+    """The sequential looks' outcome and each replication's verdicts, one line each (stdout)."""
+    block = rep.get("sequential")
+    if block:
+        print(f"seeds until decided: {len(block['looks'])} look(s), {block['seeds_spent']} seeds, stopped: "
+              f"{block['stopped']}")
+        for c in block["decisions"]:
+            print(f"  {c['variant']} vs {c['baseline']} ({c['metric']}): {c['decision']}")
+    for r in rep.get("replication") or []:
+        print(f"replication on {r['source']}:")
+        for c in r["comparisons"]:
+            print(f"  {c['variant']} vs {c['baseline']} ({c['metric']}): {c['verdict']} "
+                  f"({c['original']['decision']} / {c['replication']['decision']})")
+
+
+def run_compare(args: argparse.Namespace) -> int:
+    from normlab.experiments.runner import default_sweep_dir
+    from normlab.experiments.sweep import slug
+    from normlab.report import write_report
+
+    sweep = _load(args)
+    sources = [s for s in [args.replicate_on or sweep.spec.get("replicate")] if s]
+    replicas = [(s, _load(args, s), f"replication/{slug(s)}") for s in sources]  # checked before anything runs
     out = Path(args.out) if args.out else default_sweep_dir(sweep)
     try:
-        outcome = run_sweep(sweep, out, workers=args.workers, executor=args.executor, address=args.address)
+        outcome, seq = _execute(sweep, out, args)
+        rep_out = []
+        for s, rsweep, rel in replicas:
+            if outcome.status == "interrupted":
+                break
+            from normlab.report.sequential import record_replication
+
+            record_replication(out, s, rel)
+            routcome, rseq = _execute(rsweep, out / rel, args)
+            write_report(out / rel)
+            rep_out.append({"source": s, "sweep_dir": str(out / rel), "status": routcome.status, "sequential": rseq})
+            outcome.status = routcome.status
+            outcome.runs = outcome.runs + routcome.runs
     except KeyboardInterrupt:  # Ctrl-C before any worker started (data preparation, store setup)
         print(f"interrupted before training started; re-run the same command to start {out}", file=sys.stderr)
         return EXIT_INTERRUPTED
@@ -69,6 +172,10 @@ def run_compare(args: argparse.Namespace) -> int:
             "counts": counts, "trained": outcome.trained, "skipped": outcome.skipped, "workers": outcome.workers,
             "threads": outcome.threads, "executor": args.executor, "wall_s": outcome.wall_s,
             "packing": outcome.packing, "sweep_tokens_per_s": outcome.sweep_tokens_per_s}
+    if seq is not None:
+        base["until_decided"] = seq
+    if replicas:
+        base["replications"] = rep_out
     if outcome.status == "interrupted":
         msg = f"interrupted; finished runs are stored in {out}. Re-run the same command to resume."
         print(dumps(base) if args.json else msg, file=sys.stdout if args.json else sys.stderr)
@@ -77,7 +184,8 @@ def run_compare(args: argparse.Namespace) -> int:
     failed = [r for r in outcome.runs if r["status"] not in ("completed", "diverged")]
     if args.json:
         print(dumps({**base, "report_html": rep["html"], "report_md": rep["md"], "ranking": rep["ranking"],
-                     "summary": rep["summary"], "lr": rep["lr"]}, default=float))
+                     "summary": rep["summary"], "lr": rep["lr"], "sequential": rep["sequential"],
+                     "replication": rep["replication"]}, default=float))
     else:
         print(f"\nreport: {rep['html']}\n        {rep['md']}")
         print_lr(rep["report"])
@@ -85,6 +193,7 @@ def run_compare(args: argparse.Namespace) -> int:
             print_ranking(rep["report"])
         for line in rep["summary"]:
             print(f"- {line}")
+        print_decisions(rep)
     if failed:
         ids = ", ".join(r["run_id"] for r in failed)
         print(f"{len(failed)} run(s) did not finish ({ids}); see {out / 'logs'}; re-run to retry them", file=sys.stderr)
@@ -109,5 +218,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                     help="local worker processes (default) or Ray tasks on a cluster (docs/distributed.md)")
     cp.add_argument("--address", metavar="HOST:PORT", help="the Ray cluster (with --executor ray; default: "
                     "RAY_ADDRESS or a new one-machine cluster)")
+    cp.add_argument("--until-decided", action="store_true",
+                    help="run seeds in rounds, a look after each, until every primary comparison is decided "
+                    "(Lan-DeMets O'Brien-Fleming-type alpha spending, Holm over the family; docs/compare.md)")
+    cp.add_argument("--max-seeds", type=int_in(2, 1000), metavar="N",
+                    help="with --until-decided: the seed cap (default: 4 rounds of the sweep's seeds)")
+    cp.add_argument("--budget", type=parse_duration, metavar="DURATION",
+                    help="with --until-decided: start no round that would end past this wall time (90s, 30m, 2h)")
+    cp.add_argument("--replicate-on", metavar="SOURCE",
+                    help="run the same declared design on this data source too (docs/data.md) and show each primary "
+                    "conclusion on both; overrides the sweep's replicate:")
     cp.add_argument("--json", action="store_true", help="print one JSON object at the end (progress goes to stderr)")
     cp.set_defaults(func=run_compare)

@@ -97,6 +97,8 @@ def _eval_documents(args: argparse.Namespace, run, data, context: int, overrides
     if prefix is None and imported.is_file():
         prefix = read_json(imported, "import record").get("doc_start_token")
         why = "the imported model's bos/eos token"
+        if not (isinstance(prefix, int) and 0 <= prefix < run.cfg.model.vocab_size):
+            prefix = None  # an older import's id outside the vocabulary (GPT-2's 50256 in 256 tokens): not a token
     if prefix is None and data.tokenizer.doc_token is not None:
         prefix, why = int(data.tokenizer.doc_token), "the tokenizer's document token (+doc, seen in training)"
     if prefix is None:

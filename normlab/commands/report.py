@@ -41,7 +41,8 @@ def run_report(args: argparse.Namespace) -> int:
         rep = write_report(out, rep=report)
     if args.json:
         print(dumps({"html": rep["html"], "md": rep["md"], "ranking": rep["ranking"], "summary": rep["summary"],
-                     "lr": rep["lr"]}, default=float))
+                     "lr": rep["lr"], "sequential": rep["sequential"], "replication": rep["replication"]},
+                    default=float))
     else:
         print(f"report: {rep['html']}\n        {rep['md']}")
         print_lr(rep["report"])

@@ -31,8 +31,11 @@ def run_scaling(args: argparse.Namespace) -> int:
     from normlab.report.scaling_section import tables
 
     console = Console(width=max(120, Console().width))
-    for key, title in (("fits", "Fitted L(N) = E + A N^-alpha (bits/byte)"), ("forecast", "Forecasts and crossovers")):
+    for key, title in (("fits", "Fitted L(N) = E + A N^-alpha (bits/byte)"), ("forecast", "Forecasts and crossovers"),
+                       ("confounds", "Design confounds (what changes with size besides N)")):
         head, rows = tables(an)[key]
+        if not rows:
+            continue
         table = Table(*head, title=title)
         for r in rows:
             table.add_row(*r)

@@ -95,6 +95,10 @@ def plan_run(args: argparse.Namespace) -> tuple[RunConfig, Path, bool, dict | No
         raise NormlabError("train needs a CONFIG (YAML file or preset: tiny, small) or --resume RUN_DIR")
     cfg = load_config(args.config, args.overrides)
     apply_norm_defaults(cfg)
+    if args.init_from:  # checked here, before any rank starts or anything is written (train --nproc too)
+        from normlab.train.init_from import check_source
+
+        check_source(args.init_from, cfg)
     run_dir = Path(args.out) if args.out else Path("runs") / f"{Path(args.config).stem}-{cfg.hash()[:8]}"
     if run_dir.exists() and not run_dir.is_dir():
         raise NormlabError(f"--out {run_dir} is a file, not a directory; choose a new directory")

@@ -226,8 +226,8 @@ def _resolve_tokenizer(tokenizer) -> tuple[str, int | Tokenizer | None]:
     if isinstance(tokenizer, Path) or (isinstance(base, str) and base != "bytes"
                                        and not base.startswith("bpe:") and Path(base).exists()):
         path = Path(base)
+        tok = with_doc_token(load_tokenizer(path), doc)  # a directory, a device or a fifo: its own one line
         path = path / "tokenizer.json" if path.is_dir() else path
-        tok = with_doc_token(load_tokenizer(path), doc)
         digest = hashlib.sha256(path.read_bytes()).hexdigest()[:16]
         return f"bpe-file:{digest}" + (DOC_SUFFIX if doc else ""), tok
     return parse_tokenizer_spec(tokenizer)

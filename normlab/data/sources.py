@@ -4,6 +4,7 @@ A source string selects a corpus (full syntax in docs/data.md):
 
 - ``synthetic:markov?order=2&alphabet=16&length=2000000&concentration=0.5&seed=0``
 - ``pystdlib``
+- ``english``: English prose of the Python Language Reference shipped with CPython (``pydoc_data.topics``)
 - ``PATH`` (text file: one document), ``DIR[?glob=*.py]`` (each file one document), ``FILE.jsonl[?field=text]``
 - ``hf:NAME[:CONFIG][?split=train&field=text]`` (needs the optional ``datasets`` library)
 
@@ -27,7 +28,7 @@ import numpy as np
 from normlab.data import markov
 from normlab.errors import NormlabError, did_you_mean, unknown
 
-SOURCE_KINDS = ("synthetic", "pystdlib", "hf")  # plus a local path
+SOURCE_KINDS = ("synthetic", "pystdlib", "english", "hf")  # plus a local path
 SYNTHETIC_KINDS = ("markov",)
 STDLIB_EXCLUDED_DIRS = frozenset({"site-packages", "dist-packages", "test", "tests", "idlelib", "__pycache__"})
 # name -> (type, default)
@@ -157,6 +158,30 @@ def _load_pystdlib(source: str, query: str) -> Corpus:
     return Corpus(source, docs, meta)
 
 
+def english_text() -> str:
+    """The ``english`` corpus: the topics of ``pydoc_data.topics`` (the Python Language Reference and library
+    sections CPython ships for ``help()``, PSF licence) sorted by name, each without its indented lines (code
+    examples, grammar productions, tables), blank-line runs collapsed; joined by a blank line. English prose only."""
+    from pydoc_data.topics import topics
+
+    parts = []
+    for name in sorted(topics):
+        lines = [ln.rstrip() for ln in topics[name].splitlines() if not ln.startswith((" ", "\t"))]
+        text = re.sub(r"\n{3,}", "\n\n", "\n".join(lines)).strip()
+        if text:
+            parts.append(text)
+    return "\n\n".join(parts) + "\n"
+
+
+def _load_english(source: str, query: str) -> Corpus:
+    _parse_query(source, query, ())
+    from pydoc_data.topics import topics
+
+    meta = {"kind": "english", "python_version": platform.python_version(), "origin": "pydoc_data.topics",
+            "num_topics": len(topics)}
+    return Corpus(source, [english_text().encode("utf-8")], meta)
+
+
 def _utf8(text: str, where: str) -> bytes:
     try:
         return text.encode("utf-8")
@@ -265,6 +290,8 @@ def load_corpus(source: str) -> Corpus:
     base = source.partition("?")[0]
     if base == "pystdlib":
         corpus = _load_pystdlib(source, source.partition("?")[2])
+    elif base == "english":
+        corpus = _load_english(source, source.partition("?")[2])
     elif m and m.group(1) == "synthetic":
         corpus = _load_synthetic(source, source[m.end():])
     elif m and m.group(1) == "hf":
@@ -273,7 +300,8 @@ def load_corpus(source: str) -> Corpus:
         kind = m.group(1)
         raise NormlabError(
             f"unknown source kind '{kind}'{did_you_mean(kind, SOURCE_KINDS)}; allowed: "
-            f"synthetic:markov?..., pystdlib, hf:NAME[:CONFIG], or a path to a text file, directory or .jsonl file"
+            "synthetic:markov?..., pystdlib, english, hf:NAME[:CONFIG], or a path to a text file, directory or "
+            ".jsonl file"
         )
     else:
         corpus = _load_path(source, source)

@@ -324,6 +324,9 @@ def parse_tokenizer_spec(spec) -> tuple[str, int | None]:
         if n is None or not 256 <= n <= MAX_VOCAB:
             raise NormlabError(f"tokenizer '{spec}': N in bpe:N must be an integer in [256, {MAX_VOCAB}]")
         return f"bpe:{n}", n
+    if isinstance(spec, str) and ("/" in spec or spec.endswith(".json")):
+        raise NormlabError(f"tokenizer file '{spec}' does not exist (a tokenizer is bytes, bpe:N or the path of a "
+                           "tokenizer.json)")
     raise NormlabError(
         f"unknown tokenizer {spec!r}; allowed: bytes, bpe:N (256 <= N <= {MAX_VOCAB}), or a tokenizer.json path, "
         f"each optionally with '{DOC_SUFFIX}' (a document-separator token)"
@@ -341,9 +344,14 @@ def load_tokenizer(path_or_name) -> Tokenizer:
     if isinstance(path_or_name, (str, Path)):
         p = Path(path_or_name).expanduser()
         if p.is_dir():
+            if not (p / "tokenizer.json").exists():
+                raise NormlabError(f"tokenizer directory '{path_or_name}' has no tokenizer.json")
             p = p / "tokenizer.json"
         if p.is_file():
             return BPETokenizer.from_file(p)
+        if p.exists():  # /dev/zero, a fifo, a socket: never read (it could block or never end)
+            raise NormlabError(f"tokenizer file '{p}' is not a regular file (a device, fifo or socket); give a "
+                               "tokenizer.json file")
         if isinstance(path_or_name, str) and path_or_name.startswith("bpe:"):
             raise NormlabError(
                 f"tokenizer '{path_or_name}' must be trained on a corpus: use prepare_data(source, "

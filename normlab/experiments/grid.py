@@ -13,6 +13,7 @@ nearest integer instead and drops duplicates. A list is taken as given (checked:
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 from normlab.errors import NormlabError
@@ -20,7 +21,14 @@ from normlab.errors import NormlabError
 GRID_KEYS = ("min", "max", "points")
 
 
+MAX_POINTS = 1000
+"""The most values a ``{min, max, points}`` grid may expand to (a sweep's total is limited too: ``sweep.MAX_RUNS``)."""
+_NUMBER = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")  # as normlab.config: YAML 1.1 reads 1e-3 as text
+
+
 def _positive(v: Any, what: str) -> float:
+    if isinstance(v, str) and _NUMBER.fullmatch(v.strip()):  # what a user writes: {min: 1e-3} (docs/compare.md)
+        v = float(v)
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
         raise NormlabError(f"{what} must be a number > 0, got {v!r}")
     return float(v)
@@ -55,8 +63,8 @@ def expand_grid(spec: Any, *, name: str = "lr_grid", integer: bool = False, digi
                                f"{', '.join(missing)}")
         lo, hi = _positive(spec["min"], f"{name}.min"), _positive(spec["max"], f"{name}.max")
         pts = spec["points"]
-        if isinstance(pts, bool) or not isinstance(pts, int) or pts < 1:
-            raise NormlabError(f"{name}.points must be an integer >= 1, got {pts!r}")
+        if isinstance(pts, bool) or not isinstance(pts, int) or not 1 <= pts <= MAX_POINTS:
+            raise NormlabError(f"{name}.points must be an integer in [1, {MAX_POINTS}], got {pts!r}")
         if hi < lo:
             raise NormlabError(f"{name}: max ({hi:g}) must be >= min ({lo:g})")
         if pts == 1 and hi != lo:
@@ -67,6 +75,8 @@ def expand_grid(spec: Any, *, name: str = "lr_grid", integer: bool = False, digi
     elif isinstance(spec, list):
         if not spec:
             raise NormlabError(f"{name} is empty; give {{min, max, points}} or a list of values")
+        if len(spec) > MAX_POINTS:
+            raise NormlabError(f"{name} has {len(spec)} values; at most {MAX_POINTS}")
         values = [_positive(v, f"{name} value") for v in spec]
     else:
         raise NormlabError(f"{name} must be {{min: ..., max: ..., points: ...}} (log-spaced) or a list of values, "

@@ -14,6 +14,10 @@
                                                  # with variants, axes and seeds (normlab.experiments.grid)
     baseline: Pre-LN                # optional: the variant the report's paired differences compare with
                                     # (default: the first)
+    primary: lr_sensitivity         # optional: the declared question, its alpha, a sequential plan and a second
+    alpha: 0.05                     # data source to replicate on (normlab.experiments.plan; docs/compare.md)
+    sequential: {max_seeds: 12}
+    replicate: english
 
 With ``lr_grid`` every run's ``axes`` carries ``train.lr`` and ``grid_group``: the label of its variant and other
 axes without the learning rate, which the report uses to draw loss against learning rate per group. ``train.lr``
@@ -44,13 +48,21 @@ from normlab.config import (CONFIG_DIR, RunConfig, _all_keys, _mapping_keys, con
 from normlab.aliases import suggest_key
 from normlab.errors import NormlabError, did_you_mean
 from normlab.experiments.grid import expand_grid
+from normlab.experiments.plan import check_question_keys, resolve_plan
 from normlab.experiments.sizes import SIZE_KEYS, SIZE_OWNED, size_points
 from normlab.io import read_yaml_file
 
 SWEEP_DIR = CONFIG_DIR / "sweeps"
-TOP_KEYS = ("name", "description", "base", "set", "axes", "variants", "seeds", "lr_grid", "baseline", *SIZE_KEYS)
+QUESTION_KEYS = ("primary", "alpha", "sequential", "replicate")  # normlab.experiments.plan
+NOT_HASHED = ("description", "replicate")  # a replication adds a second sweep dir; no run of this one changes
+TOP_KEYS = ("name", "description", "base", "set", "axes", "variants", "seeds", "lr_grid", "baseline", *SIZE_KEYS,
+            *QUESTION_KEYS)
 LR_KEY = "train.lr"
 SECTIONS = ("data", "model", "train", "optim")
+MAX_RUNS = 10_000
+"""The most runs one sweep may expand to (variants x axes x sizes x seeds), checked before expanding."""
+MAX_NAME = 200
+"""The longest variant name (it becomes part of run ids, labels, tables and file names)."""
 
 
 @dataclass
@@ -82,7 +94,7 @@ class Sweep:
     def hash(self) -> str:
         """Hash of the resolved spec (base inlined, overrides flattened; not the description). Config keys that
         a newer normlab adds with a default do not change it, so an upgrade does not orphan a sweep dir."""
-        spec = {k: v for k, v in self.spec.items() if k != "description"}
+        spec = {k: v for k, v in self.spec.items() if k not in NOT_HASHED}
         return hashlib.sha256(json.dumps(spec, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
@@ -219,6 +231,9 @@ def parse_sweep(raw: Any, *, here: Path | None = None, source: str = "sweep") ->
         for i, v in enumerate(variants_raw):
             if not isinstance(v, dict) or not isinstance(v.get("name"), str) or not v["name"].strip():
                 raise NormlabError(f"{source}: variant #{i + 1} needs a 'name' (string) and a 'set' mapping")
+            if len(v["name"]) > MAX_NAME or not v["name"].isprintable():
+                raise NormlabError(f"{source}: variant #{i + 1}'s name ({len(v['name'])} characters, starting "
+                                   f"{v['name'][:20]!r}) must be at most {MAX_NAME} printable characters")
             extra = set(v) - {"name", "set"}
             if extra:
                 raise NormlabError(
@@ -229,11 +244,19 @@ def parse_sweep(raw: Any, *, here: Path | None = None, source: str = "sweep") ->
             variants.append((v["name"], _flatten(v.get("set") or {}, f"{source}: variant '{v['name']}'")))
 
     seeds = raw.get("seeds", [0])
+    if isinstance(seeds, list) and len(seeds) > MAX_RUNS:
+        raise NormlabError(f"{source}: {len(seeds)} seeds; a sweep has at most {MAX_RUNS} runs (MAX_RUNS)")
     if (not isinstance(seeds, list) or not seeds
             or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds)):
         raise NormlabError(f"{source}: seeds must be a non-empty list of integers >= 0, got {seeds!r}")
     if len(set(seeds)) != len(seeds):
         raise NormlabError(f"{source}: seeds contain a duplicate: {seeds}")
+    plan = None
+    if raw.get("sequential") is not None:  # the plan's seeds are all in the design from the start
+        plan, seeds = resolve_plan(raw["sequential"], seeds, source)
+    replicate = raw.get("replicate")
+    if replicate is not None and (not isinstance(replicate, str) or not replicate.strip()):
+        raise NormlabError(f"{source}: replicate must be a data source string (docs/data.md), got {replicate!r}")
 
     lr_grid = None
     if raw.get("lr_grid") is not None:
@@ -244,10 +267,11 @@ def parse_sweep(raw: Any, *, here: Path | None = None, source: str = "sweep") ->
             raise NormlabError(f"{source}: {where} sets {LR_KEY}, but lr_grid already sweeps it; remove one")
     grid_axes = {**axes, LR_KEY: lr_grid} if lr_grid else axes
     short = _short_keys(list(grid_axes))
-    points = ([dict(zip(grid_axes, combo)) for combo in itertools.product(*grid_axes.values())]
-              if grid_axes else [{}])
     named = variants or [("", {})]
     sizes, size_spec = size_points(raw, base, common, source, _apply)  # the size axis (normlab.experiments.sizes)
+    _check_run_count(source, named, grid_axes, sizes, seeds)  # before anything is expanded
+    points = ([dict(zip(grid_axes, combo)) for combo in itertools.product(*grid_axes.values())]
+              if grid_axes else [{}])
     if sizes:
         owned = [k for k in SIZE_OWNED if k in axes] + [f"{k} (variant '{n}')" for n, vs in variants
                                                         for k in SIZE_OWNED if k in vs]
@@ -288,7 +312,8 @@ def parse_sweep(raw: Any, *, here: Path | None = None, source: str = "sweep") ->
     baseline = raw.get("baseline")
     if baseline is not None:
         names = list(dict.fromkeys(r.axes.get("grid_group") or r.variant for r in runs))
-        if baseline not in names:
+        bare = {r.axes["variant"] for r in runs if r.axes.get("variant")}  # with axes: the variant at every point
+        if baseline not in names and baseline not in bare:
             raise NormlabError(f"{source}: baseline {baseline!r} is not a variant{did_you_mean(str(baseline), names)}; "
                                f"variants: {', '.join(names)}")
     ids: set[str] = set()
@@ -302,8 +327,23 @@ def parse_sweep(raw: Any, *, here: Path | None = None, source: str = "sweep") ->
             "set": common, "axes": axes,
             **({"variants": [{"name": n, "set": s} for n, s in variants]} if variants else {}), "seeds": seeds,
             **({"lr_grid": lr_grid} if lr_grid else {}), **size_spec,
-            **({"baseline": baseline} if baseline is not None else {})}
+            **({"baseline": baseline} if baseline is not None else {}),
+            **check_question_keys(raw, source, bool(lr_grid and len(lr_grid) >= 2)),
+            **({"sequential": plan} if plan else {}), **({"replicate": replicate} if replicate else {})}
     return Sweep(name, spec, runs, labels, spec["description"], lr_grid)
+
+
+def _check_run_count(source: str, named: list, grid_axes: dict[str, list[Any]], sizes: list, seeds: list) -> None:
+    """Refuse a sweep of more than :data:`MAX_RUNS` runs (one line with the factors) before expanding it."""
+    factors = [("variants", len(named)), *((f"axis {k}", len(v)) for k, v in grid_axes.items()),
+               ("sizes", len(sizes) or 1), ("seeds", len(seeds))]
+    n = 1
+    for _, f in factors:
+        n *= f
+    if n > MAX_RUNS:
+        parts = " x ".join(f"{f} {what}" for what, f in factors if f != 1) or str(n)
+        raise NormlabError(f"{source}: {n:,} runs ({parts}); a sweep has at most {MAX_RUNS:,} runs (MAX_RUNS): split "
+                           "it or shorten an axis")
 
 
 def _group_label(vname: str, point: dict[str, Any], short: dict[str, str]) -> str:
@@ -319,6 +359,10 @@ def load_sweep(path: str | Path | None = None, *, preset: str | None = None) -> 
             "compare needs a SWEEP.yaml or --preset NAME (not both); presets: " + ", ".join(list_presets())
         )
     p = preset_path(preset) if preset is not None else Path(path)
+    if p.is_dir():
+        raise NormlabError(f"sweep file {p} is a directory; give a sweep YAML file (or --preset NAME)")
+    if p.exists() and not p.is_file():
+        raise NormlabError(f"sweep file {p} is not a regular file (a fifo, device or socket); give a sweep YAML file")
     if not p.is_file():
         hint = f" (a preset? use --preset {path})" if preset is None and str(path) in list_presets() else ""
         raise NormlabError(f"sweep file {p} not found{hint}")

@@ -23,6 +23,7 @@ import torch
 from normlab.errors import NormlabError
 from normlab.interop.arch import hf_arch
 from normlab.interop.check import LOGIT_TOL, compare_models, require_transformers
+from normlab.interop.hf_files import dependency_io
 from normlab.interop.hf_tokenizer import write_hf_tokenizer
 from normlab.interop.mapping import gemma_embed_mul, hf_config, weight_map
 from normlab.io import check_new_dir, publish_dir, write_json
@@ -110,8 +111,10 @@ def export_run(run_dir: str | Path, out: str | Path) -> dict[str, Any]:
         write_hf_tokenizer(data.tokenizer, tmp, cfg.context)
         from transformers import AutoModelForCausalLM
 
-        back = AutoModelForCausalLM.from_pretrained(tmp, dtype=torch.float32)  # check what was written
-        check = compare_models(run.model, back, data.val, cfg.context)
+        with dependency_io():  # our own files, read back as any user would; still no remote code, no prompt
+            back = AutoModelForCausalLM.from_pretrained(tmp, dtype=torch.float32, local_files_only=True,
+                                                        trust_remote_code=False)  # check what was written
+            check = compare_models(run.model, back, data.val, cfg.context)
         doc = data.tokenizer.doc_token  # a +doc tokenizer's separator, else newline (normlab's eval --documents)
         doc_start = int(doc) if doc is not None else int(data.tokenizer.encode(b"\n")[0])
         record = {"format": FORMAT, "source": str(run_dir), "arch": arch, "hf_class": type(back).__name__,

@@ -25,7 +25,7 @@ def harness_document_metrics(hf_dir: str | Path, docs: list[str], *, prefix_toke
             "the harness cross-check needs lm-evaluation-harness: pip install 'normlab[lm-eval]'"
         ) from None
     lm = HFLM(pretrained=str(hf_dir), device="cpu", batch_size=batch_size, max_length=max_length, dtype="float32",
-              prefix_token_id=prefix_token_id)
+              prefix_token_id=prefix_token_id, trust_remote_code=False)
     reqs = [Instance("loglikelihood_rolling", {"page": d}, (d,), i) for i, d in enumerate(docs)]
     lls = lm.loglikelihood_rolling(reqs, disable_tqdm=True)
     per_doc = [process_results({"page": d}, (ll,)) for d, ll in zip(docs, lls, strict=True)]

@@ -4,8 +4,10 @@ Families: GPT-2, GPT-NeoX (sequential residual, full rotary), Llama, Qwen3, Gemm
 attention, default RoPE). The HF config becomes a normlab ``ModelConfig`` (``model_config``, one-line refusal for
 anything normlab has no exact form of), the tensors go through the inverse of ``mapping.weight_map``, and the
 result is checked like an export (``check.compare_models``: max |logit diff| <= 1e-4 on the data's validation
-tokens, greedy generation equal) before the run directory is renamed into place. Nothing is downloaded: ``HF_DIR``
-is a local directory (``from_pretrained(..., local_files_only=True)``).
+tokens, greedy generation equal) before the run directory is renamed into place. Nothing is downloaded and nothing
+in ``HF_DIR`` is executed or unpickled (``hf_files``: ``config.json`` read and type-checked here, only
+transformers' own classes of the six families, never ``Auto*`` / ``from_pretrained``; weights only from
+safetensors, exact to the family's parameter set; parameter total and memory checked before any weight is read).
 
 Run directory: ``config.yaml`` (``data.source`` = ``--data``, ``data.tokenizer`` = ``bytes`` or the HF
 tokenizer's lossless copy ``RUN_DIR/tokenizer.json``), ``model.safetensors``, ``data.json`` / ``provenance.json``
@@ -21,14 +23,27 @@ from typing import Any
 
 import torch
 
+from normlab.data.tokenizer import DOC_SUFFIX
 from normlab.errors import NormlabError
 from normlab.interop.arch import ARCHS
 from normlab.interop.check import LOGIT_TOL, compare_models, require_transformers
-from normlab.data.tokenizer import DOC_SUFFIX
-from normlab.interop.hf_tokenizer import normlab_tokenizer
+from normlab.interop.hf_files import (
+    CLASSES,
+    build_hf_config,
+    check_tensors,
+    dependency_io,
+    expected_tensors,
+    load_tensors_checked,
+    read_header,
+    read_hf_config,
+    tied_pairs,
+    weight_files,
+)
+from normlab.interop.hf_tokenizer import HF_TOKENIZER_FILE, normlab_tokenizer
 from normlab.interop.mapping import weight_map
 from normlab.io import check_new_dir, publish_dir, write_json
 from normlab.run.files import HF_IMPORT_FILE, SUMMARY_FILE, TOKENIZER_FILE
+from normlab.validate import check_param_total
 
 FORMAT = "normlab-hf-import-v1"
 GELU = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh"}
@@ -141,6 +156,93 @@ def load_hf_weights(model: torch.nn.Module, cfg, arch: str, hf_state: dict[str, 
     model.load_state_dict(state)
 
 
+def _doc_start(hc, vocab: int) -> tuple[int | None, str, str | None]:
+    """``(token, source, note)``: the document-start token an lm-evaluation-harness run of the HF model would use
+    (``bos_token_id``, else ``eos_token_id``), only when it is a token of the ``vocab``-token model (else None);
+    ``note`` names the ids skipped for lying outside the vocabulary."""
+    notes = []
+    for key in ("bos_token_id", "eos_token_id"):
+        v = getattr(hc, key, None)
+        if isinstance(v, list):
+            v = v[0] if v else None
+        if v is None:
+            continue
+        if isinstance(v, int) and 0 <= v < vocab:
+            return v, f"config.json {key}", "; ".join(notes) or None
+        notes.append(f"{key} {v} is outside the {vocab}-token vocabulary")
+    note = "; ".join(notes) or None
+    return None, note or "config.json has no bos_token_id / eos_token_id", note
+
+
+def _tokenizer(hf_dir: Path, tmp: Path, out: Path, vocab: int) -> tuple[str, str]:
+    """``(data.tokenizer spec, where it came from)`` when ``--tokenizer`` is not given: the HF directory's lossless
+    byte-level BPE, else bytes for a 256-token vocabulary, else a one-line refusal saying why."""
+    tokenizer = normlab_tokenizer(hf_dir, tmp / TOKENIZER_FILE)
+    if tokenizer is not None:
+        if tokenizer.startswith(str(tmp.resolve())):  # the copy's final place (a +doc suffix kept)
+            tokenizer = str((out / TOKENIZER_FILE).resolve()) + tokenizer[len(str(tmp.resolve() / TOKENIZER_FILE)):]
+            return tokenizer, f"{hf_dir}/tokenizer.json (byte-level BPE, copied)"
+        return tokenizer, f"{hf_dir}/tokenizer.json (the 256 byte tokens)"
+    has = (hf_dir / HF_TOKENIZER_FILE).is_file()
+    what = ("its tokenizer.json is not a lossless byte-level BPE" if has else "it has no tokenizer.json")
+    if vocab == 256:
+        return "bytes", f"bytes ({what}; the vocabulary has 256 tokens)"
+    raise NormlabError(f"{hf_dir}: {what}, and its vocabulary has {vocab} tokens, not the byte tokenizer's 256; "
+                       "pass --tokenizer PATH/tokenizer.json (the tokenizer the model was trained with)")
+
+
+def read_hf_model(transformers, hf_dir: Path) -> tuple[str, Any, dict[str, Any], dict[str, Any]]:
+    """``(arch, HF config, ModelConfig keyword arguments, HF tensors)`` of ``hf_dir``, read as ``hf_files`` says:
+    config checked and limited (``MAX_PARAMS``, available memory) before any weight is read, the safetensors exact
+    to the family's parameter set. Nothing in ``hf_dir`` is executed or unpickled."""
+    from normlab.model import ModelConfig
+    from normlab.validate import check_memory
+
+    arch, raw = read_hf_config(hf_dir)
+    hc = build_hf_config(transformers, arch, raw, hf_dir / "config.json")
+    arch, kw = model_config(hc)
+    try:
+        mc = ModelConfig(**kw).validate()
+    except NormlabError as e:  # normlab's key names: say which file they came from
+        raise NormlabError(f"{hf_dir}/config.json as a normlab model: {e}") from None
+    n = check_param_total(mc, f"the {arch} model of {hf_dir}/config.json")
+    check_memory(16 * n, "the file's tensors, the HF model, the normlab model and a copy: 16 bytes per parameter",
+                 f"importing this {n:.3g}-parameter model", "import a smaller model or free memory")
+    files = weight_files(hf_dir)
+    headers = {f: read_header(f) for f in files}
+    tied = tied_pairs(transformers, arch, hc)
+    found = check_tensors(headers, arch, expected_tensors(transformers, arch, hc), tied)
+    tensors = load_tensors_checked(found)
+    for head, emb in tied.items():
+        if head in tensors and not torch.equal(tensors[head], tensors[emb]):
+            raise NormlabError(f"tensor '{head}' differs from '{emb}', but config.json ties them "
+                               "(tie_word_embeddings: true)")
+        tensors.pop(head, None)
+    return arch, hc, kw, tensors
+
+
+def build_hf(transformers, arch: str, hc, tensors: dict[str, Any], tied: dict[str, str]) -> torch.nn.Module:
+    """The family's own ``transformers`` class (no ``Auto*``, no remote code) holding exactly ``tensors``."""
+    cls = getattr(transformers, CLASSES[arch][1])
+    try:
+        with dependency_io():
+            hf = cls(hc).float()
+            missing, unexpected = hf.load_state_dict(tensors, strict=False)
+            if tied:
+                hf.tie_weights()
+    except NormlabError:
+        raise
+    except MemoryError:  # guarded: the out-of-memory line
+        raise
+    except Exception as e:  # noqa: BLE001 - transformers' model construction on user data: one line
+        first = (str(e).strip().splitlines() or [""])[0][:160]
+        raise NormlabError(f"transformers cannot build the {arch} model of config.json ({type(e).__name__}: "
+                           f"{first})") from None
+    if set(missing) - set(tied) or unexpected:  # check_tensors made these exact: a bug, never a user error
+        raise RuntimeError(f"HF import of {arch}: missing {sorted(missing)[:3]}, unexpected {sorted(unexpected)[:3]}")
+    return hf.eval()
+
+
 def import_hf(hf_dir: str | Path, out: str | Path, *, data: str = "pystdlib", tokenizer: str | None = None
               ) -> dict[str, Any]:
     """Import the HF checkpoint in ``hf_dir`` as a run directory ``out``; returns the import record."""
@@ -151,27 +253,24 @@ def import_hf(hf_dir: str | Path, out: str | Path, *, data: str = "pystdlib", to
 
     transformers = require_transformers()
     hf_dir, out = Path(hf_dir), Path(out)
+    if not hf_dir.is_dir():
+        raise NormlabError(f"{hf_dir} is not a directory (give a local HF model directory)")
     if not (hf_dir / "config.json").is_file():
         raise NormlabError(f"{hf_dir} is not a local HF model directory (no config.json)")
     check_new_dir(out)
-    try:
-        hc = transformers.AutoConfig.from_pretrained(hf_dir, local_files_only=True)
-    except (OSError, ValueError, KeyError) as e:
-        raise NormlabError(f"cannot read {hf_dir}/config.json: {str(e).splitlines()[0]}") from None
-    arch, kw = model_config(hc)
+    arch, hc, kw, tensors = read_hf_model(transformers, hf_dir)
+    tied = tied_pairs(transformers, arch, hc)
+    vocab = int(kw["vocab_size"])
     with publish_dir(out) as tmp:
         if tokenizer is None:
-            tokenizer = normlab_tokenizer(hf_dir, tmp / TOKENIZER_FILE)
-            if tokenizer is None:
-                raise NormlabError(f"{hf_dir} has no tokenizer normlab can use losslessly (byte-level BPE or bytes);"
-                                   " pass --tokenizer bytes or --tokenizer PATH/tokenizer.json")
-            if tokenizer.startswith(str(tmp.resolve())):  # the copy's final place (a +doc suffix kept)
-                tokenizer = str((out / TOKENIZER_FILE).resolve()) + tokenizer[len(str(tmp.resolve() / TOKENIZER_FILE)):]
+            tokenizer, tok_source = _tokenizer(hf_dir, tmp, out, vocab)
+        else:
+            tok_source = "--tokenizer"
         cfg = RunConfig(data=DataConfig(source=data, tokenizer=tokenizer), model=ModelConfig(**kw))
         cfg.validate()
         model = build_model(cfg.model)
-        hf = transformers.AutoModelForCausalLM.from_pretrained(hf_dir, dtype=torch.float32, local_files_only=True)
-        hf.eval()
+        hf = build_hf(transformers, arch, hc, tensors, tied)
+        del tensors
         load_hf_weights(model, cfg.model, arch, hf.state_dict())
         model.eval()
         write_run(tmp, cfg, model)  # config.yaml, model.safetensors (normlab.run.publish)
@@ -184,17 +283,17 @@ def import_hf(hf_dir: str | Path, out: str | Path, *, data: str = "pystdlib", to
         save_run_identity(tmp, cfg, prepared)  # tokenizer.json (BPE), data.json, provenance.json
         if prepared.vocab_size > cfg.model.vocab_size:
             raise NormlabError(f"tokenizer has {prepared.vocab_size} tokens but the model only {cfg.model.vocab_size}")
-        check = compare_models(model, hf, prepared.val, cfg.model.context)
+        with dependency_io():
+            check = compare_models(model, hf, prepared.val, cfg.model.context)
         if not check["max_abs_logit_diff"] <= LOGIT_TOL or not check["greedy_equal"]:
             raise NormlabError(f"import of {arch} failed its check (max |logit diff| "
                                f"{check['max_abs_logit_diff']:.3g}, tolerance {LOGIT_TOL:g}; greedy generation "
                                f"{'equal' if check['greedy_equal'] else 'differs'}); nothing written")
-        doc_start = hc.bos_token_id if hc.bos_token_id is not None else hc.eos_token_id
-        if isinstance(doc_start, list):
-            doc_start = doc_start[0] if doc_start else None
+        doc_start, doc_source, doc_note = _doc_start(hc, vocab)
         record = {"format": FORMAT, "source": str(hf_dir), "arch": arch, "hf_class": type(hf).__name__, **check,
                   "tolerance": LOGIT_TOL, "dtype": "float32", "eval_split": "val", "doc_start_token": doc_start,
-                  "data": data, "tokenizer": tokenizer}
+                  "doc_start_source": doc_source, "doc_start_note": doc_note, "data": data, "tokenizer": tokenizer,
+                  "tokenizer_source": tok_source}
         write_json(tmp / HF_IMPORT_FILE, record)
         write_json(tmp / SUMMARY_FILE, {"status": "completed", "step": 0, "imported_from": str(hf_dir),
                                           "arch": arch, "max_abs_logit_diff": check["max_abs_logit_diff"],

@@ -26,6 +26,7 @@ from normlab.data.tokenizer import DOC_SUFFIX, BPETokenizer, BytesTokenizer, Tok
 from normlab.errors import NormlabError
 from normlab.io import write_json, write_text
 
+HF_TOKENIZER_FILE = "tokenizer.json"  # an HF model directory's tokenizer (a run's is normlab.run.files)
 DOC_TOKEN_TEXT = "<|doc|>"  # the HF spelling of a DocTokenizer's separator
 
 

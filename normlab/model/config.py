@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from normlab.errors import NormlabError, unknown
-from normlab.validate import check_config
+from normlab.validate import check_config, check_param_total
 
 ACTIVATIONS = ("gelu", "gelu_tanh", "swiglu", "selu")
 POSITIONS = ("rope", "learned", "alibi", "none")
@@ -96,6 +96,7 @@ class ModelConfig:
             raise unknown("model.positions", self.positions, POSITIONS)
         if self.placement not in PLACEMENTS:
             raise unknown("model.placement", self.placement, PLACEMENTS)
+        check_param_total(self)  # every size within its range can still multiply to terabytes
         self._validate_attention()
         self._validate_placement()
         get_norm_class(self.norm)

@@ -7,6 +7,7 @@ from typing import Any
 
 from normlab.experiments.lrgrid import STABLE_MARGIN, GridReport, PairedRow
 from normlab.report import lrplots
+from normlab.markdown import md_escape, md_table
 from normlab.stats import MeanCI, t_ppf
 
 
@@ -186,9 +187,10 @@ def md_section(gr: GridReport, mdimg) -> list[str]:
     out: list[str] = []
     if gr.is_grid:
         out += ["## Learning-rate sweep", ""] + mdimg("report_lr_loss.png")
-        out += [_md_table(*ranking_cells(gr)), "", NOTE, ""] + mdimg("report_lr_sensitivity.png")
+        out += [_md_table(*ranking_cells(gr)), "", md_escape(NOTE), ""] + mdimg("report_lr_sensitivity.png")
     if gr.paired:
-        out += [f"## Paired differences vs {gr.baseline}", "", _md_table(*paired_cells(gr)), "", PAIRED_NOTE, ""]
+        out += [f"## Paired differences vs {md_escape(gr.baseline)}", "", _md_table(*paired_cells(gr)), "",
+                md_escape(PAIRED_NOTE), ""]
     sig = [x for n in ("report_lr_signals.png", "report_signal_attn.png", "report_signal_lse.png") for x in mdimg(n)]
     if sig:
         out += ["## Instability signals", ""] + sig
@@ -209,10 +211,7 @@ def _html_table(head: list[str], rows: list[list[str]], best_first: bool = False
 
 
 def _md_table(head: list[str], rows: list[list[str]]) -> str:
-    align = [":---" if c in LEFT else "---:" for c in head]
-    lines = ["| " + " | ".join(head) + " |", "| " + " | ".join(align) + " |"]
-    lines += ["| " + " | ".join(c.replace("|", "\\|") for c in r) + " |" for r in rows]
-    return "\n".join(lines)
+    return md_table(head, rows, [":---" if c in LEFT else "---:" for c in head])
 
 
 def rows_json(gr: GridReport) -> dict[str, Any]:

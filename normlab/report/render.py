@@ -14,8 +14,9 @@ import yaml
 
 from normlab.io import atomic_path, check_file_slot, check_inside, write_text
 from normlab.report import lrsection, plots
+from normlab.report import sequential as seqsection
 from normlab.report.analysis import SweepReport, VariantResult, ci_text, diagnostics, load
-from normlab.report.markdown import md_escape
+from normlab.markdown import md_code, md_escape, md_fence, md_table
 from normlab.report.scaling_section import section as scaling_section
 from normlab.run.files import CONFIG_FILE
 
@@ -81,17 +82,9 @@ def table_cells(rep: SweepReport) -> tuple[list[str], list[list[str]]]:
     return head, rows
 
 
-def _md_code(text: str) -> str:
-    """A code span that a backtick inside ``text`` cannot close."""
-    return f"`` {text} ``" if "`" in text else f"`{text}`"
-
-
 def markdown_table(rep: SweepReport) -> str:
     head, rows = table_cells(rep)
-    align = ["---:" if i != 1 else ":---" for i in range(len(head))]
-    lines = ["| " + " | ".join(head) + " |", "| " + " | ".join(align) + " |"]
-    lines += ["| " + " | ".join(md_escape(c) for c in r) + " |" for r in rows]
-    return "\n".join(lines)
+    return md_table(head, rows, ["---:" if i != 1 else ":---" for i in range(len(head))])
 
 
 def _setup(rep: SweepReport) -> list[tuple[str, str]]:
@@ -213,6 +206,7 @@ def build(rep: SweepReport) -> tuple[str, str, dict[str, bytes]]:
             f"<tr><th class='l'>{e(k)}</th><td class='l'>{e(v)}</td></tr>" for k, v in _run_items(single)) + "</table>")
     if grid:
         h += lrsection.html_section(grid, img)
+    h += seqsection.html_sections(rep.sweep_dir)  # seeds until decided, replications (normlab.report.sequential)
     ranking_title = "Every variant × learning rate" if grid and grid.is_grid else "Ranking"
     h.append(f"<h2>{ranking_title}</h2><table><tr>" + "".join(f"<th class='{'l' if i == 1 else ''}'>{e(c)}</th>"
                                                     for i, c in enumerate(head)) + "</tr>")
@@ -267,13 +261,15 @@ def build(rep: SweepReport) -> tuple[str, str, dict[str, bytes]]:
         f"- {md_escape(s)}" for s in rep.summary]
 
     def mdimg(n: str) -> list[str]:
-        return [f"![{caps[n]}]({n})", ""] if n in figs else []
+        return [f"![{md_escape(caps[n])}]({n})", ""] if n in figs else []
 
     md.append("")
     if single is not None:
-        md += ["## Run", ""] + mdimg("report_run.png") + [f"- **{k}**: {v}" for k, v in _run_items(single)] + [""]
+        md += ["## Run", ""] + mdimg("report_run.png") + [f"- **{md_escape(k)}**: {md_escape(v)}"
+                                                           for k, v in _run_items(single)] + [""]
     if grid:
         md += lrsection.md_section(grid, mdimg)
+    md += seqsection.md_sections(rep.sweep_dir, md_escape)
     md += [f"## {ranking_title}", "", markdown_table(rep), "",
            "Ranked by the mean final validation bits/byte over completed seeds; ± is the half-width of the 95% "
            "Student-t interval. Diverged seeds are counted, not averaged.", ""]
@@ -285,7 +281,7 @@ def build(rep: SweepReport) -> tuple[str, str, dict[str, bytes]]:
     if sections or diag_table:
         md += ["## Diagnostics", ""]
         for s in sections:
-            md += [f"### {s.title}", ""] + mdimg(f"report_diag_{s.category}.png")
+            md += [f"### {md_escape(s.title)}", ""] + mdimg(f"report_diag_{s.category}.png")
         if diag_table:
             md += [_md_matrix(diag_table, rep), ""]
     if "report_extrapolation.png" in figs:
@@ -297,13 +293,13 @@ def build(rep: SweepReport) -> tuple[str, str, dict[str, bytes]]:
     if label_free:
         md += [label_free[1]]
     md += ["## Setup", ""] + [f"- **{k}**: {md_escape(v)}" for k, v in _setup(rep)]
-    md += ["", "## Reproduce", "", whole_note, "", "```", whole, "```", "",
+    md += ["", "## Reproduce", "", md_escape(whole_note), "", *md_fence(whole), "",
            "One run:", "", "| variant | command |", "| :--- | :--- |"]
-    md += [f"| {md_escape(n)} | {_md_code(c).replace('|', chr(92) + '|')} |" for n, _, c in per_run]
+    md += [f"| {md_escape(n)} | {md_code(c, in_table=True)} |" for n, _, c in per_run]
     md += ["", "### Configs", ""]
     for v in rep.variants:
-        md += [f"<details><summary>{md_escape(v.name)}: {md_escape(_overrides_text(v))}</summary>", "", "```yaml",
-               _config_yaml(rep, v).rstrip(), "```", "", "</details>", ""]
+        md += [f"<details><summary>{md_escape(v.name)}: {md_escape(_overrides_text(v))}</summary>", "",
+               *md_fence(_config_yaml(rep, v), "yaml"), "", "</details>", ""]
     return "\n".join(h), "\n".join(md) + "\n", figs
 
 
@@ -355,12 +351,8 @@ def _html_matrix(table: dict[str, dict[str, float]], rep: SweepReport) -> str:
 
 def _md_matrix(table: dict[str, dict[str, float]], rep: SweepReport) -> str:
     cols, names = _matrix_cols(table, rep)
-    lines = ["| variant | " + " | ".join(cols) + " |", "| :--- |" + " ---: |" * len(cols)]
-    for n in names:
-        lines.append(
-            f"| {md_escape(n)} | " + " | ".join(f"{table[c][n]:.4g}" if n in table[c] else "–" for c in cols) + " |"
-        )
-    return "\n".join(lines)
+    rows = [[n, *(f"{table[c][n]:.4g}" if n in table[c] else "–" for c in cols)] for n in names]
+    return md_table(["variant", *cols], rows, [":---"] + ["---:"] * len(cols))
 
 
 def _chmod_readable(path: Path) -> None:
@@ -394,4 +386,5 @@ def write_report(sweep_dir: str | Path, *, baseline: str | None = None, rep: Swe
     for name in ["report.html", "report.md", *figs]:  # shareable files: the usual mode, not mkstemp's 0600
         _chmod_readable(d / name)
     return {"html": str(d / "report.html"), "md": str(d / "report.md"), "ranking": ranking_rows(rep),
-            "summary": rep.summary, "report": rep, "lr": lrsection.rows_json(rep.grid) if rep.grid else None}
+            "summary": rep.summary, "report": rep, "lr": lrsection.rows_json(rep.grid) if rep.grid else None,
+            "sequential": seqsection.sequential_block(d), "replication": seqsection.replication_block(d)}

@@ -19,8 +19,8 @@ from typing import Any
 
 from normlab.errors import NormlabError
 from normlab.experiments.store import Store
-from normlab.run.files import CONFIG_FILE, METRICS_FILE, SUMMARY_FILE
-from normlab.run.rundir import read_metrics
+from normlab.run.files import CONFIG_FILE, METRICS_FILE
+from normlab.run.rundir import read_metrics, read_summary
 from normlab.report.analysis import RunInfo, SweepReport, _load_artifacts, _read_yaml, from_runs
 
 IGNORED = ("seed", "train.lr", "train.threads", "train.log_every", "train.checkpoint_every", "train.keep_checkpoints",
@@ -47,19 +47,23 @@ def _short(key: str, keys: list[str]) -> str:
 
 
 def _summary_row(run_dir: Path, rid: str, position: int, cfg: dict[str, Any]) -> dict[str, Any]:
-    s = _read_json(run_dir / SUMMARY_FILE) or {}
-    status = s.get("status") or "interrupted"
+    s = read_summary(run_dir) or {}  # not a JSON object (a list): one line naming the file
+    status = s.get("status") if isinstance(s.get("status"), str) and s.get("status") else "interrupted"
 
     def num(k: str) -> float | None:
         v = s.get(k)
         return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
+    def integer(k: str) -> int | None:
+        v = s.get(k)
+        return v if isinstance(v, int) and not isinstance(v, bool) else None
+
     return {"run_id": rid, "position": position, "variant": "", "seed": int(cfg.get("seed", 0)), "config_hash": "",
-            "axes": {}, "overrides": {}, "config": cfg, "status": status, "step": s.get("step"),
-            "steps": s.get("steps"), "val_bpb": num("val_bpb") if status == "completed" else None,
+            "axes": {}, "overrides": {}, "config": cfg, "status": status, "step": integer("step"),
+            "steps": integer("steps"), "val_bpb": num("val_bpb") if status == "completed" else None,
             "best_val_bpb": num("best_val_bpb"), "final_val_loss": num("val_loss"), "train_loss": num("train_loss"),
             "entropy_floor_bpb": num("entropy_floor_bpb"), "tokens_per_s": num("tokens_per_s"),
-            "wall_s": num("elapsed_s"), "peak_mem_mb": None, "params": s.get("params"), "train_calls": 1,
+            "wall_s": num("elapsed_s"), "peak_mem_mb": None, "params": integer("params"), "train_calls": 1,
             "error": None}
 
 

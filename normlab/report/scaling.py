@@ -24,7 +24,8 @@ import yaml
 
 from normlab.report import scaling_fit as sf
 from normlab.report.analysis import RunInfo, SweepReport
-from normlab.stats import welch
+from normlab.report.scaling_design import confound_text, confounds
+from normlab.stats import adjust, welch
 
 REPLICATES = 400
 NOISE_LAST_N = 5
@@ -78,6 +79,8 @@ class ScalingAnalysis:
     summary: list[str] = field(default_factory=list)
     n_min: float = 0.0
     n_max: float = 0.0
+    correction: str = "holm"   # the family's multiplicity adjustment (the sweep's ``correction:``, Holm by default)
+    confounds: list[dict[str, Any]] = field(default_factory=list)   # normlab.report.scaling_design.confounds
 
 
 def is_size_sweep(rep: SweepReport) -> bool:
@@ -185,6 +188,9 @@ def analyse(rep: SweepReport, *, replicates: int = REPLICATES, seed: int = 0) ->
                    else f"fixed: {tokens[0]:,} tokens per run" if len(tokens) == 1
                    else f"varies: {len(tokens)} token budgets from {tokens[0]:,} to {tokens[-1]:,}")
     an = ScalingAnalysis(rep.sweep_dir, lr_rule(spec, lrs), tokens_rule, curves)
+    corr = spec.get("correction", "holm")
+    an.correction = corr if isinstance(corr, str) and corr in ("holm", "bh", "none") else "holm"
+    an.confounds = confounds([p for c in curves for p in c.points if p.losses], lr_rule=an.lr_rule)
     all_n = [p.params for c in curves for p in c.points if p.losses]
     if not all_n:
         an.summary.append("No completed run yet: nothing to fit.")
@@ -260,11 +266,22 @@ def _fit_json(fit: sf.FitResult) -> dict[str, Any]:
 
 
 def _compare(an: ScalingAnalysis) -> None:
+    """Every pair's per-size tests, adjusted together over the sweep's family (all pairs x sizes) with the sweep's
+    correction (Holm by default): a size is decisive for a pair only when its adjusted p is below
+    ``sf.SIGNIFICANCE``, so a crossover significant only before the correction is not stated."""
     fitted = [c for c in an.curves if c.fit is not None]
+    pairs = []
     for a, b in sf.pairs([c.name for c in an.curves]):
         ca = next(c for c in an.curves if c.name == a)
         cb = next(c for c in an.curves if c.name == b)
-        entry: dict[str, Any] = {"a": a, "b": b, "observed": _observed(ca, cb)}
+        pairs.append((a, b, ca, cb, _observed(ca, cb)))
+    family = [o for *_, obs in pairs for o in obs]
+    for o, q in zip(family, adjust([o["welch_p"] for o in family], an.correction)):
+        o["p_adj"] = q
+        o["decisive"] = q is not None and q < sf.SIGNIFICANCE
+    for a, b, ca, cb, observed in pairs:
+        entry: dict[str, Any] = {"a": a, "b": b, "correction": an.correction, "family_size": sum(
+            o["welch_p"] is not None for o in family), "observed": observed}
         if ca in fitted and cb in fitted:
             lo = max(min(p.params for p in c.points if p.losses) for c in (ca, cb))
             hi = an.n_max
@@ -275,8 +292,8 @@ def _compare(an: ScalingAnalysis) -> None:
                 entry["forecast"].append({"factor": f, "params": f * hi, "diff": d, "ci95": iv,
                                           "resolvable": not blocked,
                                           "reason": "; ".join(blocked) if blocked else None})
-            measured = [sf.Measured(float(o["params"]), o["diff"], o["seed_snr"], o["welch_p"], o["size"])
-                        for o in entry["observed"]]
+            measured = [sf.Measured(float(o["params"]), o["diff"], o["seed_snr"], o["welch_p"], o["size"],
+                                    o["p_adj"], an.correction) for o in entry["observed"]]
             co = sf.crossover(ca.fit, cb.fit, float(lo), hi, FACTORS[-1] * hi, names=(a, b), measured=measured)
             flip = sf.measured_flip(measured)
             entry["crossover"] = {"verdict": co.verdict, "text": co.text(), "roots": co.roots,
@@ -285,6 +302,9 @@ def _compare(an: ScalingAnalysis) -> None:
                                   "fit_issues": co.blocked,
                                   "measured_flip": [flip[0].size, flip[1].size] if flip else None,
                                   "decisive_sizes": [m.size for m in measured if m.decisive]}
+            if an.confounds and co.verdict != "not resolvable":
+                entry["crossover"]["text"] += f" — {confound_text(an.confounds)}"
+            entry["confounds"] = [c["kind"] for c in an.confounds]
         an.comparisons.append(entry)
     sizes = sorted({p.size for c in an.curves for p in c.points})
     for size in sizes:
@@ -311,7 +331,7 @@ def _observed(a: Curve, b: Curve) -> list[dict[str, Any]]:
                     "seeds": [len(p.losses), len(q.losses)],
                     "seed_snr": sf.seed_snr(list(p.losses.values()), list(q.losses.values())),
                     "step_snr": sf.heineman_snr([p.mean, q.mean], [*p.last.values(), *q.last.values()]),
-                    "welch_p": pv, "decisive": pv is not None and pv < sf.SIGNIFICANCE})
+                    "welch_p": pv, "p_adj": None, "decisive": False})  # p_adj, decisive: set over the family
     return out
 
 
@@ -358,15 +378,25 @@ def _summary(an: ScalingAnalysis) -> list[str]:
             f100 = cmp["forecast"][-1]
             if f100["resolvable"]:
                 line += (f"; forecast {cmp['a']} − {cmp['b']} at 100x ({sf._n(f100['params'])}): "
-                         f"{f100['diff']:+.3f} {_fmt_ci(f100['ci95'])}")
+                         f"{f100['diff']:+.3f} {_fmt_ci(f100['ci95'])}"
+                         + (f" ({confound_text(an.confounds)})" if an.confounds else ""))
             else:
                 line += f"; forecast at 100x not resolvable ({f100['reason']})"
             line += f"; crossover: {cmp['crossover']['text']}"
         out.append(line + ".")
-    out.append(f"A measured difference is decisive at a size when Welch's t-test over the seeds gives p < "
-               f"{sf.SIGNIFICANCE:g} (with 2 seeds per variant: seed SNR above about 4.3); a crossover within the "
-               "trained range counts only when decisive differences of opposite sign bracket it, and forecasts "
-               "and crossovers from a degenerate fit (a parameter at its bound) are not resolvable.")
+    if an.confounds:
+        out.append("Design confounds (named next to every crossover and forecast): "
+                   + "; ".join(c["text"] for c in an.confounds) + ".")
+    else:
+        out.append("Design confounds: none visible (depth fixed or not varying with width, learning rate chosen "
+                   "per size, tokens per parameter constant and at least 20).")
+    fam = sum(o["welch_p"] is not None for c in an.comparisons for o in c["observed"])
+    word = {"holm": "Holm", "bh": "Benjamini-Hochberg", "none": "no"}[an.correction]
+    out.append(f"A measured difference is decisive at a size when Welch's t-test over the seeds, adjusted with "
+               f"{word} correction over the sweep's family of {fam} per-size tests (every pair of variants at "
+               f"every size), gives p < {sf.SIGNIFICANCE:g}; a crossover is stated only when decisive differences "
+               "of opposite sign bracket it (else: not resolvable), and forecasts and crossovers from a degenerate "
+               "fit (a parameter at its bound) are not resolvable.")
     out.append("Intervals are 95% percentile bootstraps over seeds; with 2 seeds per size they are coarse, and "
                "forecasts 100x beyond the largest trained size extrapolate far outside the data.")
     return out
@@ -384,7 +414,8 @@ def to_json(an: ScalingAnalysis) -> dict[str, Any]:
             "fit_issues": c.fit.issues() if c.fit else None})
     return _clean({
         "sweep_dir": str(an.sweep_dir), "params": "non-embedding", "metric": "final validation bits/byte",
-        "lr_rule": an.lr_rule, "tokens_rule": an.tokens_rule,
+        "lr_rule": an.lr_rule, "tokens_rule": an.tokens_rule, "correction": an.correction,
+        "significance": sf.SIGNIFICANCE, "confounds": an.confounds,
         "fit": "Huber on log loss (delta: max(1e-3, 1.345 standard errors)), L-BFGS",
         "bootstrap_replicates": REPLICATES, "level": sf.LEVEL, "noise_last_n": NOISE_LAST_N,
         "range": [an.n_min, an.n_max], "variants": curves, "nd_fits": an.nd_fits, "comparisons": an.comparisons,

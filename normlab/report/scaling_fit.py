@@ -329,15 +329,22 @@ class Measured:
     seed_snr: float | None = None
     p: float | None = None
     size: str = ""
+    p_adj: float | None = None    # ``p`` adjusted over the declared family (Holm by default); None: not adjusted
+    correction: str = ""          # the adjustment's name, e.g. "holm"
 
     @property
     def decisive(self) -> bool:
-        """Significant at ``SIGNIFICANCE`` by Welch's t-test (needs >= 2 seeds per variant)."""
-        return self.p is not None and self.p < SIGNIFICANCE
+        """Significant at ``SIGNIFICANCE`` by Welch's t-test (needs >= 2 seeds per variant), judged on the
+        family-adjusted p-value when one is given (``p_adj``): a sign change significant only before the
+        correction is not decisive."""
+        q = self.p_adj if self.p_adj is not None else self.p
+        return q is not None and q < SIGNIFICANCE
 
     def text(self) -> str:
         snr = f"seed SNR {self.seed_snr:.1f}" if self.seed_snr is not None else "one seed"
         p = f", p = {self.p:.2g}" if self.p is not None else ""
+        if self.p_adj is not None:
+            p += f", {self.correction or 'adjusted'} {self.p_adj:.2g}"
         return f"{self.diff:+.3f} at {self.size or _n(self.params)} ({snr}{p})"
 
 

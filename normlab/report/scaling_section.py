@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from normlab.markdown import md_escape, md_table
 from normlab.report import scaling_fit as sf
 from normlab.report.analysis import SweepReport
 from normlab.report.scaling import FACTORS, NOISE_LAST_N, ScalingAnalysis, analyse, is_size_sweep, to_json
@@ -130,8 +131,12 @@ def tables(an: ScalingAnalysis) -> dict[str, tuple[list[str], list[list[str]]]]:
         for o in cmp["observed"]:
             rows.append([f"{cmp['a']} − {cmp['b']}", o["size"], f"{o['params']:,}", f"{o['diff']:+.4f}",
                          _snr(o["seed_snr"]), _snr(o["step_snr"]),
-                         "–" if o["welch_p"] is None else f"{o['welch_p']:.2g}" + (" ✓" if o["decisive"] else "")])
-    out["snr"] = (["comparison", "size", "N", "difference", "seed SNR", "step SNR", "Welch p"], rows)
+                         "–" if o["welch_p"] is None else f"{o['welch_p']:.2g}",
+                         "–" if o.get("p_adj") is None else f"{o['p_adj']:.2g}" + (" ✓" if o["decisive"] else "")])
+    out["snr"] = (["comparison", "size", "N", "difference", "seed SNR", "step SNR", "Welch p",
+                   f"{an.correction} p"], rows)
+    out["confounds"] = (["confound", "what the design varies with size"],
+                        [[c["kind"], c["text"]] for c in an.confounds])
     return out
 
 
@@ -144,14 +149,21 @@ NOTES = {
                 "forecast by the two fits at 10x and 100x it, with paired-bootstrap 95% intervals. A crossover is "
                 "where the fitted curves intersect between the smallest size and 100x the largest; it counts as "
                 "resolved when at least 95% (or at most 5%) of bootstrap fits agree and, within the trained range, "
-                "when measured differences of opposite sign that are decisive (Welch p < 0.05) bracket it; "
-                "'measured crossover' means the measured sign flips between two decisive sizes. Forecasts and "
+                "when measured differences of opposite sign that are decisive (Welch p adjusted over the sweep's "
+                "family "
+                "of per-size tests, Holm by default, < 0.05) bracket it; 'measured crossover' means the measured "
+                "sign flips between two decisive sizes; a sign change decisive only before the correction is not "
+                "resolvable. The design's confounds are named next to every crossover. Forecasts and "
                 "crossovers from a degenerate fit (a parameter at its bound, or a zero-width bootstrap interval) "
                 "are not resolvable.",
     "snr": f"Seed SNR: |difference| / pooled seed-to-seed sd. Step SNR (Heineman et al. 2025): relative difference "
-    f"/ mean relative sd of each run's last {NOISE_LAST_N} validation evaluations. ⚠ marks SNR < 1: the "
-    "difference is smaller than the noise, so that small-scale conclusion is not trustworthy. Welch p: "
-    "Welch's t-test over seeds; ✓: decisive (p < 0.05).",
+           f"/ mean relative sd of each run's last {NOISE_LAST_N} validation evaluations. ⚠ marks SNR < 1: the "
+           "difference is smaller than the noise, so that small-scale conclusion is not trustworthy. Welch p: "
+           "Welch's t-test over seeds; the next column adjusts it over every pair and size of the sweep (its "
+           "correction); ✓: decisive (adjusted p < 0.05).",
+    "confounds": "What changes with size besides N (normlab.report.scaling_design): depth with width, one learning "
+                 "rate at every size, tokens per parameter below 20 or varying across sizes. A crossover or "
+                 "forecast across such sizes may be an effect of the confound, not of size.",
 }
 
 
@@ -171,12 +183,12 @@ def section(rep: SweepReport) -> Section | None:
         import base64
 
         h.append(f"<img alt='loss vs parameters' src='data:image/png;base64,{base64.b64encode(png).decode()}'>")
-    md = ["## Scaling", ""] + [f"- {s}" for s in an.summary] + [""]
+    md = ["## Scaling", ""] + [f"- {md_escape(s)}" for s in an.summary] + [""]
     if png:
         md += [f"![loss vs parameters]({PNG})", ""]
     titles = {"fits": "Fitted scaling laws", "forecast": "Forecasts and crossovers",
-              "snr": "Signal-to-noise per size", "points": "Points"}
-    for key in ("fits", "forecast", "snr", "points"):
+              "snr": "Signal-to-noise per size", "confounds": "Design confounds", "points": "Points"}
+    for key in ("fits", "forecast", "confounds", "snr", "points"):
         head, rows = tabs[key]
         if not rows:
             continue
@@ -186,10 +198,8 @@ def section(rep: SweepReport) -> Section | None:
         h += ["<tr>" + "".join(f"<td class='{'l' if i == 0 or head[i] == 'crossover' else ''}'>{e(c)}</td>"
                                for i, c in enumerate(r)) + "</tr>" for r in rows]
         h.append("</table>" + (f"<div class='note'>{e(NOTES[key])}</div>" if key in NOTES else ""))
-        md += [f"### {titles[key]}", "", "| " + " | ".join(head) + " |",
-               "| :--- |" + " ---: |" * (len(head) - 1)]
-        md += ["| " + " | ".join(c.replace("|", "\\|") for c in r) + " |" for r in rows]
-        md += [""] + ([NOTES[key], ""] if key in NOTES else [])
+        md += [f"### {titles[key]}", "", md_table(head, rows, [":---"] + ["---:"] * (len(head) - 1))]
+        md += [""] + ([md_escape(NOTES[key]), ""] if key in NOTES else [])
     for nd in an.nd_fits:
         if "error" in nd:
             line = f"L(N, D) for {nd['variant']}: {nd['error']}."
@@ -200,7 +210,7 @@ def section(rep: SweepReport) -> Section | None:
                     f"{_iv(nd['ci95']['beta'], '.4f')}; {nd['n_points']} runs)"
                     + (f" ⚠ degenerate fit: {'; '.join(nd['issues'])}." if nd.get("issues") else "."))
         h.append(f"<p>{e(line)}</p>")
-        md += [line, ""]
+        md += [md_escape(line), ""]
     return Section("".join(h), md, figs, to_json(an))
 
 

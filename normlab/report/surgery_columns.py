@@ -16,7 +16,7 @@ from pathlib import Path
 from statistics import mean
 from typing import Any, Callable
 
-from normlab.report.markdown import md_escape
+from normlab.markdown import md_escape
 from normlab.surgery.robustness import LABEL_FREE_FILE, QUANT_FILE, label_free, pearson, quant_robustness, spearman
 
 W4_RTN = "W4 RTN Δbits/byte"
@@ -121,5 +121,5 @@ def label_free_section(rep) -> tuple[str, str] | None:
         h.append(f"<tr><td class='l'>{e(r['variant'])}</td>" + "".join(f"<td>{x}</td>" for x in cells) + "</tr>")
         md.append(f"| {md_escape(r['variant'])} | " + " | ".join(cells) + " |")
     h.append(f"</table><p>{e(corr_line)}</p><div class='note'>{e(NOTE)}</div>")
-    md += ["", corr_line, "", NOTE, ""]
+    md += ["", md_escape(corr_line), "", md_escape(NOTE), ""]
     return "".join(h), "\n".join(md)

@@ -190,7 +190,7 @@ def save_run_identity(run_dir: str | Path, cfg: RunConfig, data: PreparedData) -
     info = {
         "source": cfg.data.source, "resolved_source": _resolved_source(m), "kind": m.get("kind"),
         "content_hash": m["content_hash"], "num_bytes": m["num_bytes"], "num_docs": m["num_docs"],
-        **({"python_version": m["python_version"]} if m.get("kind") == "pystdlib" else {}),
+        **({"python_version": m["python_version"]} if m.get("kind") in ("pystdlib", "english") else {}),
         "splits": {
             "rule": ("contiguous byte ranges [train | val | test]" if m["num_docs"] < 3 else
                      "per document: sha256(doc)[:8] / 2**64 against the fractions (no random seed)"),

@@ -49,6 +49,13 @@ GROUP_ORDER = ("mlp", "attn", "final")
 EQUIV_TOL = 1e-5
 
 
+def _stop_if_interrupted(summary: dict) -> None:
+    """A fine-tune stopped by Ctrl-C or SIGTERM (status ``interrupted``) stops remove-norm as an interruption
+    (``KeyboardInterrupt``: exit 130, nothing published), not as a failed fine-tune."""
+    if summary.get("status") == "interrupted":
+        raise KeyboardInterrupt
+
+
 def check_removable(cfg, model: nn.Module) -> None:
     """One-line refusal unless ``cfg`` is a Pre-LN layernorm / rmsnorm model."""
     mc = cfg.model
@@ -250,6 +257,7 @@ def remove_norm_run(run_dir: str | Path, out: str | Path, *, steps: int = 100, l
                 tuned_dir = tmp / "stages" / f"{k:02d}-{label}-tuned"
                 ft = _finetune_config(cfg, steps=steps, lr=lr, data_source=data_source)
                 s = train(ft, tuned_dir, init_from=removed_dir, quiet=True)
+                _stop_if_interrupted(s)  # Ctrl-C / SIGTERM: exit 130 with the interrupt line, not a divergence hint
                 if s["status"] != "completed":
                     raise NormlabError(f"remove-norm: the fine-tune of stage {k} ({label}) {s['status']} at step "
                                        f"{s['step']}; try a smaller --lr")
@@ -272,6 +280,7 @@ def remove_norm_run(run_dir: str | Path, out: str | Path, *, steps: int = 100, l
             ctl_dir = tmp / "stages" / "control-ln-finetuned"
             ft = _finetune_config(src.cfg, steps=steps * len(plan), lr=lr, data_source=data_source)
             s = train(ft, ctl_dir, init_from=run_dir, quiet=True)
+            _stop_if_interrupted(s)
             if s["status"] == "completed":
                 c = score(load_run(ctl_dir, final_only=True).model)
                 ctrl = {**c, "steps": steps * len(plan), "run": "stages/control-ln-finetuned",

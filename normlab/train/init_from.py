@@ -21,6 +21,7 @@ from normlab.io import read_json, write_json
 from normlab.run.files import INIT_FROM_FILE, MODEL_FILE
 from normlab.run.tensors import list_checkpoints, load_tensors, model_tensors
 
+DEFAULT_TOKENIZER = "bytes"  # DataConfig's default: a config that does not choose a tokenizer takes the source's
 
 
 def init_weights_path(run_dir: str | Path) -> Path:
@@ -53,10 +54,36 @@ def first_mismatch(model: nn.Module, tensors: dict[str, torch.Tensor]) -> str | 
     return None
 
 
+def _finite_or_refuse(run_dir: str | Path, path: Path, tensors: dict[str, torch.Tensor]) -> None:
+    for name, t in tensors.items():
+        if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+            raise NormlabError(f"--init-from {run_dir}: tensor '{name}' in {path} contains NaN or inf (a diverged "
+                               "run?); start from a run or checkpoint with finite weights")
+
+
+def check_source(init_from: str | Path, cfg) -> None:
+    """Check an ``--init-from`` source before anything is written or any rank starts (one line, exit 2): its
+    weights exist, load and are finite, and the new run's tokenizer is the source's. ``cfg.data.tokenizer`` is set
+    to the source's (so config.yaml says what data.json records); a different tokenizer the config names
+    explicitly (anything but the default ``bytes``) is refused rather than dropped."""
+    path = init_weights_path(init_from)
+    _finite_or_refuse(init_from, path, load_tensors(path, "model file"))
+    src = source_tokenizer(init_from)
+    if src is None:
+        return
+    src = str(src)
+    if cfg.data.tokenizer not in (src, DEFAULT_TOKENIZER):
+        raise NormlabError(f"--init-from {init_from}: data.tokenizer '{cfg.data.tokenizer}' differs from the "
+                           f"source run's tokenizer '{src}' (the model's token ids are the source's); drop the "
+                           "data.tokenizer setting")
+    cfg.data.tokenizer = src
+
+
 def load_init(model: nn.Module, run_dir: str | Path) -> Path:
     """Copy the weights of ``run_dir`` into ``model`` (in place); returns the weights file used."""
     path = init_weights_path(run_dir)
     tensors = load_tensors(path, "model file")
+    _finite_or_refuse(run_dir, path, tensors)
     bad = first_mismatch(model, tensors)
     if bad:
         raise NormlabError(f"--init-from {run_dir}: {bad}; only keys that keep every shape can change")

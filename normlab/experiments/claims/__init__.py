@@ -1,12 +1,14 @@
 """``normlab claims``: published claims about normalization re-measured at CPU scale, with seeds, 95% t-intervals
 and honest verdicts (``held`` / ``not held`` / ``inconclusive``).
 
-- :mod:`.specs`: the claims as data (text, paper, metric, expected direction, variants, measurement name, source,
-  deviations);
+- :mod:`.specs`: the claims as pre-registered specifications (text, paper, metric, expected direction, variants,
+  measurement name, test, seeds, margins, source, deviations, revisions; ``spec_hash``);
 - :mod:`.variants`: the runs they need (each variant's config overrides, the learning-rate grid's variants);
 - :mod:`.measures` (+ :mod:`.measures_lr`, :mod:`.measures_surgery`): the per-seed measurements, plain functions;
 - :mod:`.execution`: training what is missing, reusing what is complete, measuring, ``claims.json``;
-- :mod:`.stats`: the verdict logic (means and Student-t CIs from ``normlab.stats``, the project's one copy);
+- :mod:`.stats`: the verdict logic (means and Student-t CIs from ``normlab.stats``, the project's one copy; Holm
+  over the family of claims with a significance test, practical margins, observability, collapse rates);
+- :mod:`.docs`: docs/claims.md from a report (verdict table with the Holm column, Definitions revised, spec hashes);
 - :mod:`.budgets`: ``tiny`` (tests), ``quick`` (< 15 min on 2 cores), ``full`` (docs/claims.md).
 """
 

@@ -22,8 +22,11 @@ Learning-rate sweep claims (``grid_*``): 7 variants x ``grid_lrs`` x seeds runs 
 ``grid_steps`` steps. ``quick``: 7 x 5 x 3 = 105 runs of 120 steps, each exactly a run of the demo preset (same
 model, lr grid 1e-3 .. 3e-1, steps, validation), so ``normlab claims --reuse runs/demo-quick-<hash>`` copies the 50
 runs the demo already trained for seeds 0 and 1 instead of training them; ``full``: 7 x 5 x 5 = 175 runs of 200
-steps (run 2026-11-24, above). The paper's grid is 3e-4 .. 3e-1 in factors of ~3 over much longer runs; these grids are
-coarser and shorter to fit a CPU.
+steps (run 2026-11-24, above). Since the claims' fixed rules (2026-11-25) ``dyt-vs-ln`` trains DyT and its LayerNorm
+baseline on the grid too
+(``grid_dyt``, ``grid_ln_untied``: 2 x 5 x 5 = 50 more full-budget runs of 6 blocks x 200 steps, about a fifth
+more of the full budget's cost by the 2026-11-24 rates; not measured). The paper's grid is 3e-4 .. 3e-1 in factors
+of ~3 over much longer runs; these grids are coarser and shorter to fit a CPU.
 """
 
 from __future__ import annotations

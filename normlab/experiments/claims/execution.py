@@ -35,8 +35,8 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from normlab.errors import EXIT_INTERRUPTED, NormlabError
 from normlab.experiments.claims.budgets import Budget
-from normlab.experiments.claims.specs import CLAIM_NAMES
-from normlab.experiments.claims.stats import verdict
+from normlab.experiments.claims.specs import CLAIM_NAMES, CLAIMS, spec_hash
+from normlab.experiments.claims.stats import judge_family, verdict
 from normlab.experiments.claims.variants import GRID_VARIANTS, lr_dir, variant_config
 from normlab.io import write_json
 from normlab.run.files import CHECKPOINTS_DIR, SUMMARY_FILE
@@ -301,9 +301,11 @@ def run_suite(claims: list["Claim"], budget: Budget, out: Path, *, seeds: int | 
 
     from normlab.experiments.store import FINAL, Store
 
-    n_seeds = seeds if seeds is not None else budget.seeds
-    if n_seeds < 1:
-        raise NormlabError(f"--seeds must be >= 1, got {n_seeds}")
+    if seeds is not None and seeds < 1:
+        raise NormlabError(f"--seeds must be >= 1, got {seeds}")
+    # a claim pre-registered with its own seed count (Claim.seeds) gets it unless --seeds overrides every claim
+    per_claim = {c.name: seeds if seeds is not None else (c.seeds or budget.seeds) for c in claims}
+    n_seeds = max(per_claim.values(), default=budget.seeds)
     t0 = time.time()
     needed = sorted({v for c in claims for v in c.variants})
     sweep = claims_sweep(budget, needed, n_seeds)
@@ -337,7 +339,7 @@ def run_suite(claims: list["Claim"], budget: Budget, out: Path, *, seeds: int | 
         base = {"name": c.name, "claim": c.claim, "paper": c.paper, "metric": c.metric, "expected": c.expected}
         t = time.time()
         values, details, runs = [], [], []
-        for seed in range(n_seeds):
+        for seed in range(per_claim[c.name]):
             rd = seed_runs(sweep, out, seed, c.variants)
             val, det = measure(c, ctx, rd)
             values.append(val)
@@ -346,21 +348,20 @@ def run_suite(claims: list["Claim"], budget: Budget, out: Path, *, seeds: int | 
         v = verdict(values, c.direction, null=c.null, margin=c.margin, tolerance=c.tolerance)
         results.append({**base, "measured": v["measured"], "ci": v["ci"], "verdict": v["verdict"], "n": v["n"],
                         "reason": v["reason"], "direction": c.direction, "null": c.null, "margin": c.margin,
-                        "tolerance": c.tolerance, "values": values, "seeds": list(range(n_seeds)),
-                        "details": details, "runs": runs, "measure_s": time.time() - t})
-        log(f"{c.name}: {v['verdict']} ({v['reason']})")
+                        "tolerance": c.tolerance, "values": values, "seeds": list(range(per_claim[c.name])),
+                        "details": details, "runs": runs, "measure_s": time.time() - t, **spec_fields(c)})
+        log(f"{c.name}: measured ({v['reason']}; the verdict is judged with the family)")
     report = {"format": "normlab-claims-v1", "budget": budget.name, "budget_spec": budget.to_dict(),
               "seeds": n_seeds, "out": str(out), "trained_runs": trained, "reused_runs": len(sweep.runs) - trained,
               "retrained": retrain, "train_s": train_s, "elapsed_s": time.time() - t0, "claims": results}
-    save_report(out / "claims.json", report)
-    return report
+    return save_report(out / "claims.json", report)
 
 
 def save_report(path: Path, report: dict) -> dict:
     """Write ``report`` to ``path``, keeping the other claims of an existing file with the same budget and seeds
     (so ``--only`` updates its claims without dropping the rest); returns what was written."""
     merged = dict(report)
-    if path.is_file():
+    if path.is_file() and not report.get("rendered_from"):
         try:
             old = json.loads(path.read_text())
         except (OSError, json.JSONDecodeError):
@@ -371,8 +372,46 @@ def save_report(path: Path, report: dict) -> dict:
             merged["claims"] = [new.get(n) or have[n] for n in CLAIM_NAMES if n in new or n in have]
             if len(merged["claims"]) > len(report["claims"]):
                 merged["partial_update"] = sorted(new)
+    merged = judge(merged)
     write_json(path, merged)
     return merged
+
+
+def spec_fields(c: "Claim") -> dict[str, Any]:
+    """What a claim's result records of its pre-registered spec (so a stored result can be judged later, and a
+    result measured under an earlier definition is recognised by its hash)."""
+    return {"spec_hash": spec_hash(c), "test": c.test, "practical_margin": c.practical_margin,
+            "observable": c.observable, "args": list(c.args), "spec_seeds": c.seeds,
+            "revised": [r.to_dict() for r in c.revised], "beside": list(c.beside)}
+
+
+def judge(report: dict, correction: str = "holm") -> dict:
+    """``report`` with every claim's final verdict judged over the family of its claims (normlab.experiments.claims
+    .stats.judge_family: Holm over the claims with a significance test, practical margins, observability,
+    collapse rates). A stored claim without spec fields (measured before they were recorded) is judged with the
+    test its direction implies and no margin; its ``spec_hash`` stays missing, so it reads as measured under an
+    earlier definition."""
+    from normlab.experiments.claims.specs import TESTS
+
+    entries = []
+    for c in report["claims"]:
+        test = c.get("test") if c.get("test") in TESTS else {"exact": "exact", "within": "equivalence"}.get(
+            c["direction"], "t")
+        entries.append({"values": c["values"], "details": c.get("details") or [], "direction": c["direction"],
+                        "null": c.get("null", 0.0), "margin": c.get("margin"), "tolerance": c.get("tolerance"),
+                        "test": test, "practical_margin": c.get("practical_margin"),
+                        "observable": c.get("observable") or "", "args": c.get("args") or []})
+    judged = judge_family(entries, correction)
+    current = {c.name: spec_hash(c) for c in CLAIMS}
+    out = dict(report)
+    out["claims"] = []
+    for c, j in zip(report["claims"], judged):
+        c = {**c, **j}
+        c["current_definition"] = c.get("spec_hash") is not None and current.get(c["name"]) == c.get("spec_hash")
+        out["claims"].append(c)
+    out["correction"] = correction
+    out["family_size"] = sum(j["p"] is not None for j in judged)
+    return out
 
 
 # -- reusing a sweep's runs (normlab claims --reuse SWEEP_DIR) -----------------------------------------------------

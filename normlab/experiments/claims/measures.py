@@ -166,6 +166,43 @@ def m_peri_variance(ctx: Context, runs: dict[str, Path]) -> tuple[float | None, 
     return growth["pre"] - growth["peri"], det
 
 
+def m_peri_variance_depth(ctx: Context, runs: dict[str, Path]) -> tuple[float | None, dict]:
+    """How much training steepened the growth of the hidden-state variance with depth, Pre-LN minus Peri-LN: per
+    model ``slope_end - slope_init`` of ln(var) of the block outputs against the block index (same validation
+    windows; init = the run's own seeded initialisation), nats/block. Details: ``pre_slope_change`` (Pre-LN's
+    own change: the claim's observability rule, the phenomenon is present only when it is positive), the at-init
+    and end slopes and their differences, and :func:`m_peri_variance`'s growth of the last block's variance and
+    the final magnitude."""
+    value, det = m_peri_variance(ctx, runs)
+    if value is None:
+        return None, det
+    det["growth_last_block_diff"] = value
+    det["pre_slope_change"] = det["slope_end_pre"] - det["slope_init_pre"]
+    det["peri_slope_change"] = det["slope_end_peri"] - det["slope_init_peri"]
+    return det["pre_slope_change"] - det["peri_slope_change"], det
+
+
+def m_collapse_diff(ctx: Context, runs: dict[str, Path], a: str, b: str, within: float
+                    ) -> tuple[float | None, dict]:
+    """A split outcome: each run has collapsed (diverged, or its final bits/byte within ``within`` of the unigram
+    bits/byte of the training split) or trained. Value: ``bpb(a) - bpb(b)`` when neither collapsed, else None;
+    details ``collapsed_<v>`` (0/1) per run, which the collapse rates are counted from."""
+    from normlab.experiments.claims.measures_lr import unigram_bpb
+    from normlab.run.rundir import open_config
+
+    level = unigram_bpb(ctx, open_config(runs[a]))
+    det: dict[str, Any] = {"unigram_bpb": level, "collapse_above_bpb": level - within}
+    vals = {}
+    for v in (a, b):
+        x, d = final_bpb(ctx, runs[v])
+        det[f"bpb_{v}"] = x
+        det[f"collapsed_{v}"] = int(d["status"] != "completed" or x >= level - within)
+        vals[v] = x
+    if det[f"collapsed_{a}"] or det[f"collapsed_{b}"]:
+        return None, det
+    return vals[a] - vals[b], det
+
+
 def m_peri_magnitude(ctx: Context, runs: dict[str, Path]) -> tuple[float | None, dict]:
     """log10(var Pre-LN / var Peri-LN) of the last block's output at the end of training (validation windows);
     positive = Peri-LN's hidden states have the smaller variance, as the paper reports."""
@@ -270,7 +307,8 @@ def _registry() -> dict[str, Callable[..., tuple[float | None, dict]]]:
     from normlab.experiments.claims import measures_surgery as sg
 
     return {"exact": m_exact, "growth": m_growth, "diff_slope": m_diff_slope, "massive": m_massive,
-            "peri_variance": m_peri_variance, "peri_magnitude": m_peri_magnitude, "mix": m_mix,
+            "peri_variance_depth": m_peri_variance_depth,
+            "peri_magnitude": m_peri_magnitude, "mix": m_mix, "collapse_diff": m_collapse_diff,
             "bpb_diff": m_bpb_diff, "linear": m_linear, "extrap": m_extrap, "extrap_eval_only": m_extrap_eval_only,
             "removal": sg.m_removal, "hadamard": sg.m_hadamard, "peri_quant": sg.m_peri_quant, "rank": sg.m_rank,
             "sens_diff": lr.m_sens_diff, "best_diff": lr.m_best_diff, "zloss": lr.m_zloss}

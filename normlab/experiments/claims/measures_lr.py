@@ -18,6 +18,19 @@ from typing import Any
 
 from normlab.run.files import METRICS_FILE
 
+def unigram_bpb(ctx: Any, cfg: Any) -> float:
+    """Bits per byte of the unigram model of the training split (its token frequencies): the loss of a model that
+    learned nothing beyond them, the level a collapsed run ends at."""
+    import numpy as np
+
+    data = ctx.data(cfg)
+    ids = np.asarray(data.train)
+    counts = np.bincount(ids, minlength=data.vocab_size).astype(np.float64)
+    p = counts[counts > 0] / counts.sum()
+    bits = float(-(counts[counts > 0] * np.log2(p)).sum())
+    return bits / float(np.asarray(data.token_bytes)[ids].sum())
+
+
 def seed_grid(ctx: Any, grid: dict[float, Path]) -> tuple[float, float, float, dict]:
     """``(LR sensitivity, best loss L*, best lr, details)`` of one variant and seed over ``ctx.budget.grid_lrs``."""
     from normlab.experiments.lrgrid import lr_sensitivity
@@ -36,12 +49,35 @@ def seed_grid(ctx: Any, grid: dict[float, Path]) -> tuple[float, float, float, d
                                  "status": status}
 
 
+COLLAPSE_WITHIN = 0.5  # bits/byte: a grid run ending this close to the unigram level (or diverged) has collapsed
+
+
+def collapse_cells(ctx: Any, variant: str, grid: dict[float, Path], final: dict[str, float | None]) -> dict:
+    """Per learning rate of one variant and seed: ``collapsed_<variant>@<lr>`` (1 when the run diverged or ended
+    within ``COLLAPSE_WITHIN`` bits/byte of the unigram bits/byte of the training split, else 0) and
+    ``bpb_<variant>@<lr>`` (its final bits/byte, None when diverged): the split outcome the collapse rates per
+    condition (Clopper-Pearson) and the loss given no collapse are counted from."""
+    from normlab.run.rundir import open_config
+
+    lrs = sorted(grid)
+    level = unigram_bpb(ctx, open_config(grid[lrs[0]]))
+    out: dict[str, Any] = {"unigram_bpb": level}
+    for lr in lrs:
+        x = final.get(f"{lr:g}")
+        out[f"bpb_{variant}@{lr:g}"] = x
+        out[f"collapsed_{variant}@{lr:g}"] = int(x is None or x >= level - COLLAPSE_WITHIN)
+    return out
+
+
 def m_sens_diff(ctx: Any, runs: dict[str, Any], a: str, b: str) -> tuple[float | None, dict]:
-    """``sensitivity(a) - sensitivity(b)``."""
+    """``sensitivity(a) - sensitivity(b)``; the details carry each learning rate's collapse flag and final loss
+    (:func:`collapse_cells`), so a sensitivity that comes from collapses shows as such."""
     sa, ba, la, da = seed_grid(ctx, runs[a])
     sb, bb, lb, db = seed_grid(ctx, runs[b])
     return sa - sb, {f"sens_{a}": sa, f"sens_{b}": sb, f"best_lr_{a}": la, f"best_lr_{b}": lb,
-                     f"bpb_{a}": da["final_bpb"], f"bpb_{b}": db["final_bpb"], "init_bpb": da["init_bpb"]}
+                     f"bpb_{a}": da["final_bpb"], f"bpb_{b}": db["final_bpb"], "init_bpb": da["init_bpb"],
+                     **collapse_cells(ctx, a, runs[a], da["final_bpb"]),
+                     **collapse_cells(ctx, b, runs[b], db["final_bpb"])}
 
 
 def m_best_diff(ctx: Any, runs: dict[str, Any], a: str, b: str) -> tuple[float | None, dict]:

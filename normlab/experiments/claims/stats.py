@@ -1,7 +1,10 @@
-"""Mean, Student-t confidence interval and the verdict of a claim.
+"""Mean, Student-t confidence interval and the verdict of a claim; the family's final verdicts (``judge_family``:
+Holm over the claims with a significance test, ``within margin``, ``not observable at this scale``, collapse rates
+with Clopper-Pearson intervals), all p-values and intervals from ``normlab.stats``. ``verdict`` below is the raw,
+unadjusted verdict on the 95% CI, which the final one is reported beside.
 
-The CI is ``mean ± t_{1-a/2, n-1} * sd / sqrt(n)`` over per-seed values (``sd`` with ``n - 1``). The t quantile is
-computed without scipy by ``normlab.stats`` (incomplete-beta CDF inverted by bisection).
+The CI is ``mean ± t_{1-a/2, n-1} * sd / sqrt(n)`` over per-seed values (``sd`` with ``n - 1``), from
+``normlab.stats.mean_ci``.
 
 Verdicts (``direction``):
 
@@ -18,7 +21,7 @@ Verdicts (``direction``):
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 from normlab.stats import mean_ci
 
@@ -73,3 +76,144 @@ def verdict(values: Sequence[float | None], direction: str, *, null: float = 0.0
     else:
         v, why = INCONCLUSIVE, f"CI contains {null:g}"
     return {**out, "verdict": v, "reason": why}
+
+
+# -- the family of claims: Holm over the claims with a significance test, margins, observability -------
+ALPHA = 0.05
+WITHIN_MARGIN, NOT_OBSERVABLE = "within margin", "not observable at this scale"
+VERDICTS = (HELD, NOT_HELD, INCONCLUSIVE, WITHIN_MARGIN, NOT_OBSERVABLE)
+
+
+def _p_against(xs: list[float], null: float) -> float | None:
+    """Two-sided one-sample t-test p of ``mean(xs) = null`` (normlab.stats.paired_diff against a constant)."""
+    from normlab.stats import paired_diff
+
+    if len(xs) < 2:
+        return None
+    return paired_diff(xs, [null] * len(xs)).p
+
+
+def raw_p(values: Sequence[float | None], test: str, *, null: float = 0.0, margin: float | None = None
+          ) -> float | None:
+    """The p-value a claim enters the family with (None: no significance test). ``t``/``collapse``: two-sided
+    one-sample t against ``null``. ``equivalence``: with the mean inside ``null ± margin``, the larger of the
+    tests against the two ends (two one-sided tests, each two-sided: conservative); outside, the test against the
+    nearer end."""
+    xs = finite(values)
+    if test in ("t", "collapse"):
+        return _p_against(xs, null)
+    if test == "equivalence" and margin is not None and len(xs) >= 2:
+        lo, hi = _p_against(xs, null - margin), _p_against(xs, null + margin)
+        m = sum(xs) / len(xs)
+        if lo is None or hi is None:
+            return None
+        if null - margin < m < null + margin:
+            return max(lo, hi)
+        return lo if m <= null - margin else hi
+    return None
+
+
+def collapse_rates(details: Sequence[dict], variants: Sequence[str] | None = None, level: float = 0.95
+                   ) -> dict[str, dict]:
+    """Per condition (``variants``, or every ``collapsed_<condition>`` key of the details): collapsed seeds ``k``
+    of ``n`` with the exact Clopper-Pearson interval (normlab.stats.clopper_pearson), and the mean final loss of
+    the seeds that did not collapse (``bpb_<condition>``; None when every seed collapsed or none is recorded)."""
+    from normlab.stats import clopper_pearson
+
+    dicts = [d for d in details if isinstance(d, dict)]
+    conds = list(variants) if variants is not None else list(dict.fromkeys(
+        k.removeprefix("collapsed_") for d in dicts for k in d if k.startswith("collapsed_")))
+    out = {}
+    for v in conds:
+        ks = [(int(d[f"collapsed_{v}"]), d.get(f"bpb_{v}")) for d in dicts if d.get(f"collapsed_{v}") is not None]
+        if ks:
+            cp = clopper_pearson(sum(k for k, _ in ks), len(ks), level)
+            kept = [float(x) for k, x in ks if not k and isinstance(x, (int, float))]
+            out[v] = {"k": cp.k, "n": cp.n, "rate": cp.rate, "ci": [cp.low, cp.high],
+                      "loss_no_collapse": sum(kept) / len(kept) if kept else None, "n_no_collapse": len(kept)}
+    return out
+
+
+def judge_family(entries: list[dict], correction: str = "holm") -> list[dict]:
+    """Final verdicts of a family of claims. Each entry: ``values``, ``details``, ``direction``, ``null``,
+    ``margin``, ``tolerance``, ``test``, ``practical_margin``, ``observable``, ``args``. Returns per entry
+    ``{verdict, reason, p, p_adj, raw_verdict, collapse?, observable_ci?}``:
+
+    - the raw verdict is :func:`verdict` on the 95% CI, unadjusted (kept beside);
+    - claims with a significance test (``t``, ``equivalence``, ``collapse``) are adjusted together
+      (normlab.stats.adjust, Holm by default); a claim is decided only where its adjusted p < 0.05;
+    - ``within margin``: ``|mean - null|`` below the stated ``practical_margin``, whatever the p-value;
+    - ``not observable at this scale``: the claim's ``observable`` details key does not have a 95% CI above 0
+      (the phenomenon the claim explains does not appear here), whatever the value;
+    - ``collapse``: held when the first variant's Clopper-Pearson collapse interval lies above the second's;
+      otherwise the t-test on the seeds where neither collapsed decides as for ``t``.
+    """
+    from normlab.stats import adjust
+
+    ps = [raw_p(e["values"], e["test"], null=e.get("null", 0.0), margin=e.get("margin")) for e in entries]
+    qs = adjust(ps, correction)
+    out = []
+    for e, p, q in zip(entries, ps, qs):
+        raw = verdict(e["values"], e["direction"], null=e.get("null", 0.0), margin=e.get("margin"),
+                      tolerance=e.get("tolerance"))
+        res: dict = {"p": p, "p_adj": q, "correction": correction, "raw_verdict": raw["verdict"],
+                     "raw_reason": raw["reason"]}
+        xs = finite(e["values"])
+        mean = sum(xs) / len(xs) if xs else None
+        null, pm = e.get("null", 0.0), e.get("practical_margin")
+        if e["test"] == "exact":
+            v, why = raw["verdict"], raw["reason"]
+        elif e["test"] == "equivalence":
+            m = e["margin"]
+            if q is None:
+                v, why = INCONCLUSIVE, f"{len(xs)} finite value(s): a test needs at least 2"
+            elif q >= ALPHA:
+                v, why = INCONCLUSIVE, f"{correction}-adjusted p = {q:.2g} >= {ALPHA:g}: not decided against ±{m:g}"
+            elif null - m < mean < null + m:
+                v, why = HELD, f"inside ±{m:g} ({correction}-adjusted p = {q:.2g})"
+            else:
+                v, why = NOT_HELD, f"outside ±{m:g} ({correction}-adjusted p = {q:.2g})"
+        else:
+            v, why = _directional(mean, q, e["direction"], null, correction, len(xs))
+            if e["test"] == "collapse":
+                a, b = e["args"][0], e["args"][1]
+                rates = collapse_rates(e.get("details") or [], (a, b))
+                res["collapse"] = rates
+                if a in rates and b in rates:
+                    ra, rb = rates[a], rates[b]
+                    if ra["ci"][0] > rb["ci"][1]:
+                        v, why = HELD, (f"collapse rate {ra['k']}/{ra['n']} above {rb['k']}/{rb['n']} "
+                                        "(Clopper-Pearson intervals apart)")
+                    else:
+                        why = (f"collapse {ra['k']}/{ra['n']} vs {rb['k']}/{rb['n']} (Clopper-Pearson intervals "
+                               f"overlap); given no collapse ({len(xs)} seed(s)): {why}")
+        if v in (HELD, NOT_HELD, INCONCLUSIVE) and pm is not None and mean is not None and abs(mean - null) < pm \
+                and not (e["test"] == "collapse" and v == HELD and why.startswith("collapse rate")):
+            v, why = WITHIN_MARGIN, f"|mean - {null:g}| = {abs(mean - null):.2g} < the practical margin {pm:g}"
+        if e.get("observable"):
+            obs = [d.get(e["observable"]) if isinstance(d, dict) else None for d in e.get("details") or []]
+            ox = finite(obs)
+            c = mean_ci(ox) if len(ox) >= 2 else None
+            res["observable_ci"] = [c.low, c.high] if c else None
+            if c is None or not c.low > 0:
+                v, why = NOT_OBSERVABLE, (f"{e['observable']} (the phenomenon) has 95% CI "
+                                          f"{'n/a' if c is None else f'[{c.low:.3g}, {c.high:.3g}]'}, not above 0; "
+                                          f"the value alone: {why}")
+        if "collapse" not in res:
+            rates = collapse_rates(e.get("details") or [])
+            if rates:
+                res["collapse"] = rates
+        res.update(verdict=v, reason=why)
+        out.append(res)
+    return out
+
+
+def _directional(mean: float | None, q: float | None, direction: str, null: float, correction: str, n: int
+                 ) -> tuple[str, str]:
+    if q is None or mean is None:
+        return INCONCLUSIVE, f"{n} finite value(s): a test needs at least 2"
+    if q >= ALPHA:
+        return INCONCLUSIVE, f"{correction}-adjusted p = {q:.2g} >= {ALPHA:g}"
+    claimed = mean > null if direction == "greater" else mean < null
+    return (HELD if claimed else NOT_HELD,
+            f"{correction}-adjusted p = {q:.2g}, mean on the {'expected' if claimed else 'opposite'} side of {null:g}")

@@ -52,6 +52,11 @@ GRID_VARIANTS: dict[str, tuple[dict, dict]] = {
     "grid_post": ({"placement": "post"}, {}),
     "grid_peri": ({"placement": "peri"}, {}),
     "grid_mix": ({"placement": "mix", "mix_alpha": 0.25}, {}),
+    # dyt-vs-ln at each model's own best learning rate (the authors tune it per model): DyT with the authors'
+    # LLaMA recipe and alpha0 of their width class closest to ours (7B, d = 4096: attention 0.8, FFN / final 0.2),
+    # against LayerNorm with the same untied head
+    "grid_dyt": (DYT_LLAMA, {}),
+    "grid_ln_untied": ({"tie_embeddings": False}, {}),
 }
 
 
@@ -105,3 +110,26 @@ def grid_config(variant: str, budget: Budget, seed: int, lr: float) -> dict[str,
                   "checkpoint_every": steps, "keep_checkpoints": 1, **train_o},
         "diag": {"every": max(1, steps // 6)},
     }
+
+
+_RUN_FIELDS = ("source", "steps", "batch_size", "context", "width", "heads", "warmup_steps", "lr", "eval_batches",
+               "diag_every", "sample_sequences", "extrap_factors", "extrap_windows")
+_GRID_FIELDS = ("source", "batch_size", "context", "width", "heads", "grid_lrs", "grid_depth", "grid_steps",
+                "grid_warmup", "grid_eval_batches")
+
+
+def recipe(variant: str) -> dict[str, Any]:
+    """A variant's recipe as data, for a claim's pre-registered spec (``specs.spec_hash``): its overrides (a
+    budget-dependent override evaluated on the ``full`` budget) and the ``full`` budget's fields its runs and
+    measurements use (named explicitly, so a new budget field changes no hash)."""
+    from normlab.experiments.claims.budgets import BUDGETS
+
+    b = BUDGETS["full"]
+    if variant in GRID_VARIANTS:
+        model_o, train_o = GRID_VARIANTS[variant]
+        return {"kind": "grid", "model": copy.deepcopy(model_o), "train": copy.deepcopy(train_o),
+                "budget": {k: getattr(b, k) for k in _GRID_FIELDS}}
+    deep, model_o, train_o = VARIANTS[variant]
+    model_o = {k: (v(b) if callable(v) else copy.deepcopy(v)) for k, v in model_o.items()}
+    return {"kind": "deep" if deep else "shallow", "model": model_o, "train": copy.deepcopy(train_o),
+            "budget": {**{k: getattr(b, k) for k in _RUN_FIELDS}, "depth": b.deep_depth if deep else b.depth}}

@@ -1,0 +1,271 @@
+"""docs/claims.md from a claims report (``normlab claims --budget full``, ``--docs``, or ``--render CLAIMS_JSON``):
+the verdict table with the raw 95% interval and the Holm-adjusted p beside it, the scale of each claim, the
+pre-registered specifications (each claim's spec hash, which ``tests/test_claims_specs.py`` compares with
+``specs.spec_hash``), the "Definitions revised" section (every ``Revision`` of every claim: date, what changed,
+why, the verdict before), and per claim its meaning, source, deviations, per-seed values and details.
+"""
+
+from __future__ import annotations
+
+import datetime
+import re
+from pathlib import Path
+
+
+def _fmt(v: float | None) -> str:
+    if v is None:
+        return "n/a"
+    a = abs(v)
+    return f"{v:.2e}" if (a != 0 and (a < 1e-3 or a >= 1e4)) else f"{v:.4f}"
+
+
+def measured_text(c: dict) -> str:
+    if c["measured"] is None:
+        return "n/a"
+    if c.get("direction") == "exact":
+        return f"{_fmt(c['measured'])} (max)"
+    if c["ci"] is None:
+        return f"{_fmt(c['measured'])} (n={c['n']})"
+    half = (c["ci"][1] - c["ci"][0]) / 2
+    return f"{_fmt(c['measured'])} ± {_fmt(half)}"
+
+
+def claim_scale(c: dict) -> str:
+    """Model width, blocks, steps and training tokens of the runs behind claim ``c`` (one seed's run directories,
+    a grid variant's at every learning rate, read from their ``config.yaml``; tokens = steps x batch x grad_accum x
+    context); ``n/a`` without runs."""
+    from normlab.errors import NormlabError
+    from normlab.run.rundir import open_config
+
+    shapes: dict[tuple, None] = {}
+    first = ((c.get("runs") or [{}])[0] or {}).values()  # variant -> run dir, or lr -> run dir for a grid variant
+    for run_dir in [d for v in first for d in (v.values() if isinstance(v, dict) else [v])]:
+        try:
+            cfg = open_config(run_dir)
+        except NormlabError:
+            continue
+        m, t = cfg.model, cfg.train
+        tokens = t.steps * t.batch_size * t.grad_accum * m.context
+        shapes[(m.width, m.depth, t.steps, tokens)] = None
+    if not shapes:
+        return "n/a"
+    return "; ".join(f"width {w}, {d} blocks, {s} steps, {_count(tok)} tokens" for w, d, s, tok in shapes)
+
+
+def _count(n: int) -> str:
+    return f"{n / 1e6:.3g}M" if n >= 1e6 else f"{n / 1e3:.3g}k"
+
+
+def _flat(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.update(_flat(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+HASH_ROW = re.compile(r"^\| `([a-z0-9-]+)` \| `([0-9a-f]{12})` \|")
+"""A row of the "Pre-registered specifications" table of docs/claims.md: claim name and its recorded spec hash."""
+
+
+def recorded_hashes(text: str) -> dict[str, str]:
+    """Claim name -> spec hash recorded in a docs/claims.md text (its "Pre-registered specifications" table)."""
+    return {m.group(1): m.group(2) for m in map(HASH_ROW.match, text.splitlines()) if m}
+
+
+def _p(x: float | None) -> str:
+    return "–" if x is None else f"{x:.2g}"
+
+
+def beside_text(c: dict) -> str:
+    """The means over seeds of the details a claim shows beside its value (``Claim.beside``), e.g. the at-init
+    value of a measure that compares the end of training with initialisation; "" when none."""
+    parts = []
+    for k in c.get("beside") or []:
+        xs = [float(d[k]) for d in c.get("details") or [] if isinstance(d, dict) and isinstance(d.get(k), (int, float))]
+        if xs:
+            parts.append(f"{k} {_fmt(sum(xs) / len(xs))}")
+    return f" (beside it, means: {'; '.join(parts)})" if parts else ""
+
+
+def verdict_cell(c: dict) -> str:
+    cell = f"**{c['verdict']}**"
+    if c.get("raw_verdict") and c["raw_verdict"] != c["verdict"]:
+        cell += f" (unadjusted: {c['raw_verdict']})"
+    if not c.get("current_definition", True):
+        cell += " ⚠ earlier definition"
+    return cell
+
+
+def revisions_lines(claims: list) -> list[str]:
+    """The "Definitions revised" section: every revision of every claim (``claims``: ``specs.Claim`` objects)."""
+    out = ["## Definitions revised", "",
+           "Every change of a claim's metric, recipe, test or margin after a verdict was published, with the "
+           "verdict before it (from the claims' specifications, `revised:`; `normlab claims` prints them too). "
+           "A definition chosen after seeing a verdict is a forking path: read the verdicts of these claims with "
+           "that in mind.", ""]
+    rows = [(c.name, r) for c in claims for r in c.revised]
+    if not rows:
+        return out + ["None.", ""]
+    out += ["| claim | date | what changed | why | verdict before |", "|---|---|---|---|---|"]
+    for name, r in sorted(rows, key=lambda x: (x[1].date, x[0])):
+        cells = [f"`{name}`", r.date, r.what, r.why, r.verdict_before]
+        out.append("| " + " | ".join(x.replace("|", "\\|") for x in cells) + " |")
+    return out + [""]
+
+
+def spec_lines(claims: list, measured: dict[str, str | None] | None = None) -> list[str]:
+    """The "Pre-registered specifications" section: per claim the spec hash its published result was measured under
+    (``measured``: name -> the result's ``spec_hash``; "–" when it predates hashes), which
+    ``tests/test_claims_specs.py`` compares with the current ``specs.spec_hash``, and the current hash beside it."""
+    from normlab.experiments.claims.specs import spec_hash
+
+    measured = measured if measured is not None else {c.name: spec_hash(c) for c in claims}
+    out = ["## Pre-registered specifications", "",
+           "Each claim's measure, margin, test, seeds and recipe are data in its specification "
+           "(normlab/experiments/claims/specs.py); the hash covers all of them (and each variant's overrides with "
+           "the full budget's fields), not the prose. The first hash is the one the result on this page was "
+           "measured under; `tests/test_claims_specs.py` fails when a claim's current hash differs from it and the "
+           "claim has no `revised:` entry from it (`hash_before`): a definition cannot change silently. Re-rendering "
+           "this page from stored results keeps the hashes those results were measured under.", "",
+           "| claim | measured under | current spec hash | test | seeds | practical margin | revisions |",
+           "|---|---|---|---|---|---|---|"]
+    for c in claims:
+        got = measured.get(c.name)
+        out.append(f"| `{c.name}` | {f'`{got}`' if got else '–'} | `{spec_hash(c)}` | {c.test} | "
+                   f"{c.seeds or 'budget'} | {'–' if c.practical_margin is None else f'{c.practical_margin:g}'} | "
+                   f"{len(c.revised)} |")
+    return out + [""]
+
+
+def write_docs(report: dict, path: Path) -> None:
+    from normlab.experiments.claims.specs import CLAIMS, grid_claim_names
+    from normlab.io import write_text
+    from normlab.markdown import md_code, md_fence
+
+    GRID_CLAIMS = grid_claim_names()
+
+    meaning = {c.name: c.meaning for c in CLAIMS}
+    provenance = {c.name: ([f"Source: {c.source}."] if c.source else [])
+                  + ([f"Deviations: {c.deviations}"] if c.deviations else []) for c in CLAIMS}
+    b = report["budget_spec"]
+    m = report["machine"]
+    date = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
+    rendered = report.get("rendered_from")
+    lines = [
+        "# Published claims re-measured at CPU scale",
+        "",
+        f"Budget **{report['budget']}**, {report['seeds']} seeds, written {date} by",
+        "",
+        *md_fence(str(report.get("render_command") or report["command"])),  # user paths: a fence they cannot close
+        "",
+        *([f"> Re-rendered from stored results ({rendered}), measured by {md_code(str(report['command']))}: "
+           "the verdicts are "
+           "those of the current rules (Holm over the family, practical margins, observability, collapse rates) "
+           "applied to the stored per-seed values. Claims marked ⚠ *earlier definition* were measured under a "
+           "definition revised since (see Definitions revised); their row is the old measurement judged under "
+           "the new rules, or, where the stored details allow, recomputed as the note in their section says. "
+           "A from-scratch `normlab claims --budget full` run replaces this page.", ""] if rendered else []),
+        *([f"> These are **{report['budget']}-budget** results, not the full budget: `normlab claims --budget full` "
+           "had not finished when this file was written. Re-run it (complete runs are reused) to replace this file.",
+           ""] if report["budget"] != "full" else []),
+        f"Machine: {m['platform']}, {m['cpu_count']} cores, Python {m['python']}, torch {m['torch']}; load average "
+        f"at the end {m['loadavg_at_end']} (the machine was shared with other jobs). "
+        f"Wall time {report['elapsed_s'] / 60:.1f} "
+        f"min ({report['trained_runs']} runs trained, {report['reused_runs']} reused).",
+        "",
+        *([report["note"], ""] if report.get("note") else []),
+        f"Setup: corpus {md_code(b['source'])} (bytes tokenizer), context {b['context']}, width {b['width']}, "
+        f"{b['heads']} heads; "
+        f"shallow models {b['depth']} blocks, depth studies {b['deep_depth']} blocks; {b['steps']} steps of batch "
+        f"{b['batch_size']}, peak LR {b['lr']}, warm-up {b['warmup_steps']} steps (except where a claim says), AdamW. "
+        "One run per variant and seed (seeds 0..n-1 drive init and data order); runs are shared between claims.",
+        "",
+        *([f"Learning-rate sweep claims (Wortsman et al. 2023, arXiv:2309.14322): every grid variant is trained at "
+           f"each peak LR in {', '.join(f'{x:g}' for x in b['grid_lrs'])}, {b['grid_depth']} blocks, {b['grid_steps']} "
+           f"steps, warm-up {b['grid_warmup']} steps (except where a claim says); LR sensitivity = mean over the "
+           "grid of min(L, L_init) - L* in bits/byte (a diverged run scores its loss at initialisation).", ""]
+          if "grid_lrs" in b and any(c["name"] in GRID_CLAIMS for c in report["claims"]) else []),
+        "Measured = mean over seeds ± half-width of the raw (unadjusted) 95% Student-t interval. p = two-sided "
+        "one-sample t-test of the per-seed values against the no-effect value (equivalence claims: against the "
+        "ends of the margin); **Holm p** = p adjusted with Holm's step-down over the family of the "
+        f"{report.get('family_size', 'n/a')} claims with a significance test (normlab.stats.holm). Verdicts use "
+        "the adjusted p: **held** when it is below 0.05 with the mean on the claimed side, **not held** on the "
+        "other side, **inconclusive** otherwise; **within margin** when the mean differs from the no-effect value "
+        "by less than the claim's stated practical margin, whatever its p-value; **not observable at this scale** "
+        "when the phenomenon the claim explains does not appear here (the claim's observability rule), which is "
+        "not 'not held'. Exactness claims: every seed within the tolerance (no test). Split outcomes (collapse): "
+        "the collapse rate per model with its exact Clopper-Pearson interval, and the test of the loss given no "
+        "collapse. The verdict without the correction is shown beside when it differs. A claim that does not "
+        "hold at this scale is a finding about small models, not a refutation of the paper.",
+        "",
+        "Scale: the width, blocks, steps and training tokens of the runs behind each claim (from their "
+        "config.yaml; tokens = steps x batch x context).",
+        "",
+        "| # | claim | paper | metric | scale | expected | measured (raw 95% CI) | p | Holm p | verdict |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for i, c in enumerate(report["claims"], 1):
+        cells = [str(i), f"{c['claim']} (`{c['name']}`)", c["paper"], c["metric"], c.get("scale") or claim_scale(c),
+                 c["expected"], measured_text(c) + beside_text(c), _p(c.get("p")), _p(c.get("p_adj")),
+                 verdict_cell(c)]
+        lines.append("| " + " | ".join(x.replace("|", "\\|") for x in cells) + " |")
+    lines += ["", "Caveats: these are tiny byte-level models trained for a few hundred steps (validation bits/byte "
+              "of roughly 3-4, far from converged; validation = a fixed sample of windows spread over the split), "
+              "so every verdict is about this scale and budget; 95% intervals over "
+              f"{report['seeds']} seeds are wide, and a claim can flip with more steps. Each claim follows its "
+              "paper's recipe where the scale allows; each section below names its source and its deviations. The "
+              "per-seed details show the underlying numbers (e.g. both bits/byte values, both slopes).", ""]
+    shown = {c["name"] for c in report["claims"]}   # a claim added since these results is not listed yet
+    listed = [c for c in CLAIMS if c.name in shown]
+    lines += revisions_lines(listed) + spec_lines(listed, {c["name"]: c.get("spec_hash") for c in report["claims"]})
+    lines += ["## What each metric means, and the per-seed values", ""]
+    for c in report["claims"]:
+        vals = ", ".join(_fmt(v) for v in c["values"]) if c["values"] else "none"
+        ci = f"[{_fmt(c['ci'][0])}, {_fmt(c['ci'][1])}]" if c["ci"] else "n/a"
+        lines += [f"### `{c['name']}` — {c['verdict']}", "", meaning.get(c["name"], ""), "",
+                  *(sum(([x, ""] for x in provenance.get(c["name"], [])), [])),
+                  *([f"Note: {c['note']}", ""] if c.get("note") else []),
+                  f"Per-seed values: {vals}; raw 95% CI {ci}; p {_p(c.get('p'))}, Holm p {_p(c.get('p_adj'))}; "
+                  f"{c['reason']}.", ""]
+        if c.get("collapse"):
+            lines += ["Collapse per condition (collapsed seeds k/n, exact Clopper-Pearson 95% interval; mean final "
+                      "bits/byte of the seeds that did not collapse): " + "; ".join(
+                          f"`{v}` {r['k']}/{r['n']} [{r['ci'][0]:.2f}, {r['ci'][1]:.2f}], "
+                          f"{_fmt(r.get('loss_no_collapse'))}" for v, r in c["collapse"].items()) + ".", ""]
+        if c.get("observable"):
+            oc = c.get("observable_ci")
+            lines += [f"Observability ({c['observable']}, 95% CI): "
+                      f"{'n/a' if not oc else f'[{_fmt(oc[0])}, {_fmt(oc[1])}]'}.", ""]
+        details = [_flat(d) for d in c.get("details") or []]
+        keys = sorted({k for d in details for k, v in d.items() if isinstance(v, (int, float))})
+        if keys:
+            lines.append("Per-seed details: " + "; ".join(
+                f"{k} = " + ", ".join(_fmt(d.get(k)) if isinstance(d.get(k), (int, float)) else "n/a"
+                                     for d in details) for k in keys) + ".")
+            lines.append("")
+    lines += [f"Raw results: {md_code(str(report['out']) + '/claims.json')} (per-seed values, details and run "
+              "directories).", ""]
+    write_text(path, "\n".join(lines))
+
+
+def unrevised_changes(claims: list, recorded: dict[str, str]) -> list[str]:
+    """One line per claim whose spec hash differs from the hash ``recorded`` for it (docs/claims.md) without a
+    ``Revision`` from that hash (``hash_before``): a definition changed silently. Claims not recorded yet (new
+    ones) are not changes; recorded names that are no claim are reported too."""
+    from normlab.experiments.claims.specs import spec_hash
+
+    out = []
+    names = {c.name for c in claims}
+    for c in claims:
+        old = recorded.get(c.name)
+        if old is None or old == spec_hash(c):
+            continue
+        if not any(r.hash_before == old for r in c.revised):
+            out.append(f"{c.name}: spec hash {spec_hash(c)} differs from the recorded {old} and no revised: entry "
+                       f"has hash_before {old}; add a Revision (date, what changed, why, verdict before, "
+                       f"hash_before='{old}')")
+    out += [f"{n}: recorded in docs/claims.md but no such claim" for n in sorted(set(recorded) - names)]
+    return out

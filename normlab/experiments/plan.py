@@ -1,0 +1,151 @@
+"""A sweep's declared question and its sequential plan, read from the sweep file before anything runs.
+
+    primary: lr_sensitivity        # the metric decided on (PRIMARY_METRICS); default lr_sensitivity with an
+                                   # lr_grid, else final_loss
+    baseline: Pre-LN               # every other variant is compared with it on the primary metric (the family)
+    alpha: 0.05                    # family-wise error over the family (and over every look of a sequential plan)
+    sequential:                    # seeds in rounds until every primary comparison is decided (docs/compare.md)
+      max_seeds: 12                # the cap; looks after every round of len(seeds) seeds (the first round)
+      round: 3                     # optional: seeds added per later round (default: the first round's size)
+      # or: looks: [3, 6, 9, 12]   # the number of seeds at each look; the last is the cap
+    replicate: english             # optional: run the same design on this data source too (docs/compare.md)
+
+``sequential`` is resolved to ``{"looks": [...]}`` in the stored spec and the sweep's ``seeds`` are extended to
+the cap with the next unused integers, so the plan (and the sweep's hash) is fixed before the first run and adding
+seeds through it never changes the design. ``replicate`` is not part of the hash (it adds a second sweep directory
+and changes no run of this one).
+
+``declared_question(spec, groups)`` is the one reader of ``primary`` / ``baseline`` / ``alpha`` for the sequential
+and replication code (normlab.report.sequential).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from normlab.errors import NormlabError, did_you_mean
+
+PRIMARY_METRICS = ("lr_sensitivity", "best_loss", "final_loss")
+PLAN_KEYS = ("max_seeds", "round", "looks")
+MAX_LOOKS = 20
+PLAN_META = "sequential_plan"  # store meta: the plan as stored before the first run (JSON)
+LOOKS_META = "sequential"  # store meta: the looks so far and why the plan stopped (JSON; normlab.report.sequential)
+DEFAULT_ROUNDS = 4  # --until-decided without --max-seeds: four rounds of the sweep's seeds
+
+
+@dataclass(frozen=True)
+class Question:
+    """The declared primary family: every variant in ``variants`` against ``baseline`` on ``primary``."""
+
+    primary: str
+    baseline: str
+    variants: tuple[str, ...]
+    alpha: float
+
+
+def check_question_keys(raw: dict[str, Any], source: str, has_grid: bool) -> dict[str, Any]:
+    """Validate ``primary`` and ``alpha`` (if given); returns the spec entries to store."""
+    out: dict[str, Any] = {}
+    if raw.get("primary") is not None:
+        p = raw["primary"]
+        if p not in PRIMARY_METRICS:
+            raise NormlabError(f"{source}: primary {p!r} is not a primary metric"
+                               f"{did_you_mean(str(p), PRIMARY_METRICS)};"
+                               f" allowed: {', '.join(PRIMARY_METRICS)}")
+        if p == "lr_sensitivity" and not has_grid:
+            raise NormlabError(f"{source}: primary lr_sensitivity needs an lr_grid of at least two learning rates")
+        out["primary"] = p
+    if raw.get("alpha") is not None:
+        a = raw["alpha"]
+        if isinstance(a, bool) or not isinstance(a, (int, float)) or not 0.0 < float(a) < 0.5:
+            raise NormlabError(f"{source}: alpha must be a number in (0, 0.5), got {a!r}")
+        out["alpha"] = float(a)
+    return out
+
+
+def resolve_plan(plan: Any, seeds: list[int], source: str) -> tuple[dict[str, Any], list[int]]:
+    """``(stored plan {"looks": [...]}, the full seed list)`` from a ``sequential:`` mapping and the sweep's seeds
+    (the first look's seeds unless ``looks`` says otherwise)."""
+    if not isinstance(plan, dict) or not plan:
+        raise NormlabError(f"{source}: sequential must be a mapping with max_seeds (and optionally round) or looks")
+    for k in plan:
+        if k not in PLAN_KEYS:
+            raise NormlabError(f"{source}: sequential: unknown key '{k}'{did_you_mean(str(k), PLAN_KEYS)}; "
+                               f"allowed: {', '.join(PLAN_KEYS)}")
+
+    def count(name: str, v: Any, low: int) -> int:
+        if isinstance(v, bool) or not isinstance(v, int) or v < low:
+            raise NormlabError(f"{source}: sequential: {name} must be an integer >= {low}, got {v!r}")
+        return v
+
+    if "looks" in plan:
+        if "max_seeds" in plan or "round" in plan:
+            raise NormlabError(f"{source}: sequential: give looks, or max_seeds (and round), not both")
+        looks = plan["looks"]
+        if not isinstance(looks, list) or not looks:
+            raise NormlabError(f"{source}: sequential: looks must be a non-empty list of seed counts")
+        looks = [count("each look", n, 2) for n in looks]
+        if any(b <= a for a, b in itertools.pairwise(looks)):
+            raise NormlabError(f"{source}: sequential: looks must increase strictly, got {looks}")
+        if len(seeds) > looks[-1]:
+            raise NormlabError(f"{source}: sequential: seeds lists {len(seeds)} seeds, more than the last look "
+                               f"({looks[-1]})")
+    else:
+        if "max_seeds" not in plan:
+            raise NormlabError(f"{source}: sequential: max_seeds is required (or give looks)")
+        first = len(seeds)
+        if first < 2:
+            raise NormlabError(f"{source}: sequential: the first round needs at least 2 seeds (a paired test at the "
+                               f"first look), seeds lists {first}")
+        cap = count("max_seeds", plan["max_seeds"], first)
+        step = count("round", plan.get("round", first), 1)
+        looks = list(range(first, cap + 1, step))
+        if looks[-1] != cap:
+            looks.append(cap)
+    if len(looks) > MAX_LOOKS:
+        raise NormlabError(f"{source}: sequential: {len(looks)} looks, at most {MAX_LOOKS}; use a larger round")
+    extra = [s for s in range(max(seeds) + 1, max(seeds) + 1 + looks[-1] - len(seeds))]
+    return {"looks": looks}, [*seeds, *extra]
+
+
+def default_plan(n_seeds: int, max_seeds: int | None) -> dict[str, Any]:
+    """The ``sequential:`` mapping ``--until-decided [--max-seeds N]`` adds to a sweep that has none."""
+    return {"max_seeds": max_seeds if max_seeds is not None else DEFAULT_ROUNDS * n_seeds}
+
+
+def looks_of(spec: dict[str, Any]) -> list[int] | None:
+    """The seed counts at each look of a stored spec's plan, or None without one."""
+    plan = spec.get("sequential")
+    return list(plan["looks"]) if isinstance(plan, dict) and isinstance(plan.get("looks"), list) else None
+
+
+def fractions(looks: list[int]) -> list[float]:
+    """Information fractions: seeds at each look / the cap (paired differences: information is proportional to n)."""
+    return [n / looks[-1] for n in looks]
+
+
+def declared_question(spec: dict[str, Any], groups: list[str]) -> Question:
+    """The declared family of a stored sweep spec: ``primary`` (default: lr_sensitivity with a grid, else
+    final_loss), ``baseline`` (default: the first group) and ``alpha`` (default 0.05); ``groups``: the sweep's
+    variant labels in order (the grid groups of an lr_grid sweep)."""
+    grid = isinstance(spec.get("lr_grid"), list) and len(spec["lr_grid"]) >= 2
+    primary = spec.get("primary") or ("lr_sensitivity" if grid else "final_loss")
+    baseline = spec.get("baseline") if spec.get("baseline") in groups else (groups[0] if groups else "")
+    alpha = float(spec.get("alpha", 0.05))
+    if not (0.0 < alpha < 1.0 and math.isfinite(alpha)):
+        raise NormlabError(f"alpha must be in (0, 1), got {alpha}")
+    return Question(primary, baseline, tuple(g for g in groups if g != baseline), alpha)
+
+
+def planned_rounds(spec: dict[str, Any], stored_seeds: set[int] | list[int]) -> bool:
+    """True when ``stored_seeds`` (the seeds a store holds runs of) are exactly the first ``looks[k]`` seeds of the
+    spec's sequential plan for some look ``k``: seeds added through the plan, not a design change after results
+    (the report's design-change check asks this before flagging fewer stored seeds than the spec lists)."""
+    looks = looks_of(spec)
+    if looks is None:
+        return False
+    stored = set(stored_seeds)
+    return any(stored == set(spec["seeds"][:n]) for n in looks)

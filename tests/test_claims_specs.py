@@ -1,0 +1,154 @@
+"""Claims as pre-registered specifications (issue 26): the family's Holm adjustment against a hand example, the
+verdict rules (practical margin, observability, split outcomes with Clopper-Pearson), and the spec hashes recorded
+in docs/claims.md (a changed definition without a revised: entry fails)."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+from scipy.stats import binomtest, ttest_1samp
+
+from normlab.experiments.claims.docs import recorded_hashes, spec_lines, unrevised_changes
+from normlab.experiments.claims.specs import CLAIMS, Revision, spec_hash
+from normlab.experiments.claims.stats import collapse_rates, judge_family
+
+DOCS = Path(__file__).resolve().parent.parent / "docs" / "claims.md"
+
+
+def entry(values, direction="greater", test="t", **kw):
+    return {"values": values, "details": kw.pop("details", []), "direction": direction, "null": kw.pop("null", 0.0),
+            "margin": kw.pop("margin", None), "tolerance": kw.pop("tolerance", None), "test": test,
+            "practical_margin": kw.pop("practical_margin", None), "observable": kw.pop("observable", ""),
+            "args": kw.pop("args", [])}
+
+
+def test_holm_over_a_claims_family_matches_a_hand_example():
+    fam = [entry([0.9, 1.1, 1.0, 1.2, 0.8]),                  # strong
+           entry([0.0026, 0.0028, 0.0094, 0.0130, 0.0039]),   # peri-quant's stored deltas: p 0.039 alone
+           entry([-0.2, 0.1, 0.3, -0.1, 0.2]),                # noise
+           entry([1e-5] * 3, direction="exact", test="exact", tolerance=1e-4)]   # no test: not in the family
+    raw = [ttest_1samp(e["values"], 0.0).pvalue for e in fam[:3]]
+    # Holm by hand: sort, multiply by m, m-1, ..., keep the running maximum, cap at 1 (m = 3 tests)
+    order = sorted(range(3), key=lambda i: raw[i])
+    hand, running = [0.0] * 3, 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (3 - rank) * raw[i]))
+        hand[i] = running
+    out = judge_family(fam)
+    assert [o["p"] for o in out[:3]] == pytest.approx(raw, rel=1e-9)
+    assert [o["p_adj"] for o in out[:3]] == pytest.approx(hand, rel=1e-9)
+    assert out[3]["p"] is None and out[3]["p_adj"] is None and out[3]["verdict"] == "held"
+    assert raw[1] == pytest.approx(0.038, abs=1e-3) and hand[1] == pytest.approx(2 * raw[1])
+    # held before the correction, not after: the verdict uses the adjusted p, the raw one is kept beside it
+    assert out[1]["raw_verdict"] == "held" and out[1]["verdict"] == "inconclusive"
+    assert out[0]["verdict"] == "held" and out[2]["verdict"] == "inconclusive"
+
+
+def test_practical_margin_and_not_observable_are_their_own_verdicts():
+    small = [0.0026, 0.0028, 0.0094, 0.0130, 0.0039, 0.003, 0.004, 0.005, 0.006, 0.004]  # decided, but tiny
+    out = judge_family([entry(small, practical_margin=0.01), entry(small)])
+    assert out[0]["p_adj"] < 0.05 and out[0]["verdict"] == "within margin"
+    assert out[1]["verdict"] == "held"
+    # the stored peri-variance slopes: the value is decided positive, but Pre-LN's slope did not steepen
+    pre_change = [0.0051, 0.0200, -0.0080, -0.0145, 0.0087]
+    vals = [0.0452, 0.0575, 0.0388, 0.0341, 0.0466]
+    e = entry(vals, observable="pre_slope_change", details=[{"pre_slope_change": x} for x in pre_change])
+    got = judge_family([e])[0]
+    assert got["verdict"] == "not observable at this scale" and got["observable_ci"][0] < 0 < got["observable_ci"][1]
+    e["details"] = [{"pre_slope_change": x + 0.05} for x in pre_change]
+    assert judge_family([e])[0]["verdict"] == "held"
+
+
+def test_split_outcomes_use_collapse_rates_with_clopper_pearson():
+    # postln-warmup's stored seeds: Post-LN collapsed once (4.49 bits/byte), Pre-LN never
+    det = [{"collapsed_post": int(i == 4), "collapsed_pre": 0} for i in range(5)]
+    vals = [-0.8974, -0.8119, -0.4123, -0.6606, None]   # None: a seed where one run collapsed
+    got = judge_family([entry(vals, test="collapse", args=["post", "pre"], details=det)])[0]
+    cp = binomtest(1, 5).proportion_ci(confidence_level=0.95, method="exact")
+    assert got["collapse"]["post"]["ci"] == pytest.approx([cp.low, cp.high], rel=1e-9)
+    assert got["collapse"]["pre"]["ci"][0] == 0.0
+    assert got["p"] == pytest.approx(ttest_1samp(vals[:4], 0.0).pvalue, rel=1e-9)
+    assert got["verdict"] == "not held" and "intervals overlap" in got["reason"]   # better when it trains
+    det = [{"collapsed_post": 1, "collapsed_pre": 0} for _ in range(8)]
+    got = judge_family([entry([None] * 8, test="collapse", args=["post", "pre"], details=det)])[0]
+    assert got["verdict"] == "held" and got["collapse"]["post"]["k"] == 8
+
+
+@pytest.mark.parametrize("k,n", [(0, 5), (1, 5), (3, 7), (10, 10), (4, 25)])
+def test_collapse_rates_match_scipy_binomtest(k, n):
+    det = [{"collapsed_a": int(i < k)} for i in range(n)]
+    r = collapse_rates(det, ["a"])["a"]
+    ref = binomtest(k, n).proportion_ci(confidence_level=0.95, method="exact")
+    assert (r["k"], r["n"]) == (k, n) and r["ci"] == pytest.approx([ref.low, ref.high], rel=1e-9, abs=1e-12)
+
+
+def test_every_claim_matches_the_hash_recorded_in_docs_or_carries_a_revision():
+    recorded = recorded_hashes(DOCS.read_text())
+    assert recorded, "docs/claims.md records no spec hashes"
+    assert unrevised_changes(CLAIMS, recorded) == []
+
+
+def test_a_spec_change_without_a_revision_is_caught():
+    c = next(c for c in CLAIMS if c.name == "cod-growth")
+    recorded = {c.name: spec_hash(c)}
+    changed = dataclasses.replace(c, null=0.01)                     # a new threshold, silently
+    assert spec_hash(changed) != spec_hash(c)
+    assert len(unrevised_changes([changed], recorded)) == 1
+    revised = dataclasses.replace(changed, revised=(Revision("2026-11-25", "null 0.01", "test", "held (0.06)",
+                                                             spec_hash(c)),))
+    assert unrevised_changes([revised], recorded) == []
+    assert spec_hash(dataclasses.replace(c, meaning="reworded")) == spec_hash(c)   # prose is not the definition
+    rows = recorded_hashes("\n".join(spec_lines([c])))
+    assert rows == {c.name: spec_hash(c)}
+
+
+def test_docs_claims_md_is_what_render_writes_from_the_stored_results(tmp_path):
+    """docs/claims.md is reproducible: `normlab claims --render docs/claims-full-2026-11-24.json --docs` writes it
+    (the line with the writing date aside)."""
+    import json
+
+    from normlab.experiments.claims.docs import write_docs
+    from normlab.experiments.claims.execution import judge
+
+    src = "docs/claims-full-2026-11-24.json"
+    stored = json.loads((DOCS.parent.parent / src).read_text())
+    report = judge({**stored, "rendered_from": src})
+    report["render_command"] = f"normlab claims --render {src} --docs"
+    write_docs(report, tmp_path / "claims.md")
+
+    def body(text: str) -> list[str]:
+        return [ln for ln in text.splitlines() if not ln.startswith("Budget **")]
+
+    assert body((tmp_path / "claims.md").read_text()) == body(DOCS.read_text())
+    by = {c["name"]: c for c in report["claims"]}
+    assert by["peri-variance"]["verdict"] == "not observable at this scale"
+    assert by["peri-quant"]["verdict"] == "within margin" and by["peri-quant"]["raw_verdict"] == "held"
+    assert not by["dyt-vs-ln"]["current_definition"] and by["cod-growth"]["current_definition"]
+
+
+def test_render_bad_input(tmp_path):
+    from tests.helpers import assert_bad_input, run_inproc
+
+    assert_bad_input(run_inproc("claims", "--render", str(tmp_path / "none.json"), cache=tmp_path / "c"),
+                     "no such file")
+    (tmp_path / "x.json").write_text('{"claims": []}')
+    assert_bad_input(run_inproc("claims", "--render", str(tmp_path / "x.json"), cache=tmp_path / "c"),
+                     "is not a claims.json")
+    (tmp_path / "y.json").write_text("[1, 2")
+    p = run_inproc("claims", "--render", str(tmp_path / "y.json"), cache=tmp_path / "c")
+    assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1
+
+
+def test_a_claims_own_seed_count_is_honoured(tmp_path):
+    """``Claim.seeds`` is data: a claim pre-registered with 1 seed is measured on 1, one without on the budget's."""
+    from normlab.experiments.claims import get_budget, run_suite
+
+    exact = next(c for c in CLAIMS if c.name == "exact-conversion")
+    claims = [dataclasses.replace(exact, seeds=1), dataclasses.replace(exact, name="exact-budget-seeds")]
+    rep = run_suite(claims, get_budget("tiny"), tmp_path / "out", log=lambda s: None)
+    by = {c["name"]: c for c in rep["claims"]}
+    assert len(by["exact-conversion"]["values"]) == 1 and by["exact-conversion"]["spec_seeds"] == 1
+    assert len(by["exact-budget-seeds"]["values"]) == get_budget("tiny").seeds == rep["seeds"] == 2
+    assert rep["trained_runs"] == 2 and by["exact-conversion"]["verdict"] == "held"

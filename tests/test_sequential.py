@@ -1,0 +1,223 @@
+"""Seeds until decided: the round loop (normlab.experiments.sequential) and the looks' decisions
+(normlab.report.sequential) on stores written here (no training: the runner is replaced by one that records given
+final losses), checked against scipy's paired t-test and the boundaries; one end-to-end ``compare --until-decided``
+with a replication on the english corpus."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+from scipy.stats import ttest_rel
+
+import normlab.experiments.sequential as seq
+from normlab.experiments.plan import LOOKS_META, PLAN_META
+from normlab.experiments.runner import SweepOutcome, registration
+from normlab.experiments.store import Store
+from normlab.experiments.sweep import dump_spec, parse_sweep
+from normlab.io import write_text
+from normlab.report.sequential import (
+    fixed_decisions,
+    look_record,
+    primary_values,
+    replication_block,
+    sequential_block,
+    verdict,
+)
+from normlab.stats.sequential import HolmLevels, t_to_z
+
+from .helpers import run_inproc
+
+VARIANTS = [{"name": n, "set": {"train.lr": lr}} for n, lr in (("A", 1e-3), ("B", 2e-3), ("C", 3e-3))]
+INIT = 8.0
+
+
+def make_sweep(name="s", **kw):
+    return parse_sweep({"name": name, "base": "tiny", "set": {"train.steps": 6}, "variants": VARIANTS,
+                        "seeds": [0, 1, 2], "sequential": {"max_seeds": 6}, **kw})
+
+
+def noise(seed: int) -> float:
+    return math.sin(7.3 * seed + 1.1)  # deterministic, different per seed
+
+
+def effect_b(variant: str, seed: int) -> float:
+    """B is lower than A by 1.0 with a little noise; C is A plus noise (a true null)."""
+    base = 3.0 + 0.3 * noise(seed)
+    return {"A": base, "B": base - 1.0 + 0.05 * noise(seed + 11), "C": base + 0.2 * noise(seed + 23)}[variant]
+
+
+def fake_runner(values, calls=None, interrupt_at=None):
+    """Stands in for run_sweep: registers the round's runs and records ``values(variant, seed)`` as each run's
+    final loss (init loss INIT), skipping runs already finished, as the real runner does."""
+    def run(sweep, sweep_dir, log=None, **kw):
+        store = Store(sweep_dir / "results.sqlite")
+        store.create(sweep.name, sweep.hash)
+        if not (sweep_dir / "sweep.yaml").is_file():
+            write_text(sweep_dir / "sweep.yaml", dump_spec(sweep))
+        if calls is not None:
+            calls.append({"meta": store.meta(), "seeds": sorted({r.seed for r in sweep.runs})})
+        store.register(registration(sweep))
+        done = {r["run_id"] for r in store.runs() if r["status"] == "completed"}
+        trained = []
+        if interrupt_at is not None and len(calls or []) == interrupt_at:
+            return SweepOutcome(sweep_dir, "interrupted", runs=store.runs())
+        for r in sweep.runs:
+            if r.run_id in done:
+                continue
+            store.finish(r.run_id, {"status": "completed", "val_bpb": values(r.variant, r.seed)},
+                         [(0, "init_val_bpb", INIT)])
+            trained.append(r.run_id)
+        return SweepOutcome(sweep_dir, "completed", trained=trained, runs=store.runs())
+    return run
+
+
+def test_a_look_uses_only_its_seeds_and_matches_scipy_and_the_holm_boundaries(tmp_path, monkeypatch):
+    monkeypatch.setattr(seq, "run_sweep", fake_runner(effect_b))
+    sw = make_sweep()
+    seq.run_sweep(seq.round_sweep(sw, 6), tmp_path, log=None)  # all six seeds stored
+    rec = look_record(tmp_path, 0)  # look 1: seeds 0..2 only
+    a = [effect_b("A", s) for s in range(3)]
+    for c in rec["comparisons"]:
+        mine = [effect_b(c["variant"], s) for s in range(3)]
+        assert c["n"] == 3 and c["diff"] == pytest.approx(np.mean(np.subtract(mine, a)))
+        assert c["z"] == pytest.approx(t_to_z(ttest_rel(mine, a).statistic, 2), rel=1e-9)
+    levels = HolmLevels.build([0.5], 0.05, 2)
+    assert rec["boundary_first"] == pytest.approx(levels.bounds[2][0]) and rec["fraction"] == 0.5
+    assert rec["boundary_last"] == pytest.approx(levels.bounds[1][0])
+    b, c = rec["comparisons"]
+    assert abs(b["z"]) >= levels.bounds[2][0] and b["decision"] == "lower" and b["decided_at_look"] == 1
+    assert c["decision"] == "undecided" and not rec["decided"]
+    rec2 = look_record(tmp_path, 1)
+    assert [c["n"] for c in rec2["comparisons"]] == [6, 6]
+    assert rec2["comparisons"][0]["decided_at_look"] == 1  # a rejection is final
+
+
+def test_the_loop_stores_the_plan_first_stops_when_decided_and_resumes_the_same(tmp_path, monkeypatch):
+    calls: list = []
+    values = lambda v, s: effect_b("A", s) - (1.0 if v != "A" else 0.0) + 0.05 * noise(s + ord(v))
+    monkeypatch.setattr(seq, "run_sweep", fake_runner(values, calls))
+    sw = make_sweep()
+    res = seq.run_until_decided(sw, tmp_path, look_record, log=lambda s: None)
+    assert json.loads(calls[0]["meta"][PLAN_META])["looks"] == [3, 6]  # stored before the first round ran
+    assert [c["seeds"] for c in calls] == [[0, 1, 2]]
+    assert res.stopped == "decided" and res.seeds_spent == 3 and len(res.looks) == 1
+    block = sequential_block(tmp_path)
+    assert block["stopped"] == "decided" and block["seeds_spent"] == 3
+    assert [d["decision"] for d in block["decisions"]] == ["lower", "lower"]
+    again = seq.run_until_decided(sw, tmp_path, look_record, log=lambda s: None)
+    assert again.trained == [] and again.looks == res.looks
+
+
+def test_an_undecided_family_runs_to_the_cap_and_a_budget_stops_between_rounds(tmp_path, monkeypatch):
+    null = lambda v, s: 3.0 + 0.3 * noise(s * 3 + ord(v))
+    calls: list = []
+    monkeypatch.setattr(seq, "run_sweep", fake_runner(null, calls))
+    res = seq.run_until_decided(make_sweep(), tmp_path / "cap", look_record, log=lambda s: None)
+    assert res.stopped == "max_seeds" and res.seeds_spent == 6 and [c["seeds"] for c in calls][-1] == list(range(6))
+    assert all(c["decision"] == "undecided" for c in res.looks[-1]["comparisons"])
+    res = seq.run_until_decided(make_sweep(), tmp_path / "budget", look_record, budget_s=1e-9, log=lambda s: None)
+    assert res.stopped == "budget" and res.seeds_spent == 3
+    assert json.loads(Store(tmp_path / "budget" / "results.sqlite").meta()[LOOKS_META])["stopped"] == "budget"
+
+
+def test_an_interrupted_round_stops_the_plan(tmp_path, monkeypatch):
+    calls: list = []
+    null = lambda v, s: 3.0 + 0.3 * noise(s * 3 + ord(v))
+    monkeypatch.setattr(seq, "run_sweep", fake_runner(null, calls, interrupt_at=2))
+    res = seq.run_until_decided(make_sweep(), tmp_path, look_record, log=lambda s: None)
+    assert res.stopped == "interrupted" and len(res.looks) == 1
+
+
+def test_fixed_decisions_use_holm_over_the_family():
+    from normlab.experiments.plan import Question
+    from normlab.stats import holm
+
+    vals = {"A": {s: effect_b("A", s) for s in range(5)}, "B": {s: effect_b("B", s) for s in range(5)},
+            "C": {s: effect_b("C", s) for s in range(5)}}
+    out = fixed_decisions(vals, Question("final_loss", "A", ("B", "C"), 0.05))
+    ps = [ttest_rel([vals[v][s] for s in range(5)], [vals["A"][s] for s in range(5)]).pvalue for v in "BC"]
+    assert [o["p_holm"] for o in out] == pytest.approx(holm(ps))
+    assert [o["decision"] for o in out] == ["lower", "undecided"]
+
+
+def test_verdicts():
+    assert verdict("lower", "lower") == "replicated"
+    assert verdict("lower", "undecided") == "not replicated"
+    assert verdict("higher", "lower") == "contradicted"
+    assert verdict("undecided", "lower") == "no conclusion to replicate"
+
+
+def test_replication_block_sets_each_conclusion_side_by_side(tmp_path, monkeypatch):
+    from normlab.report.sequential import record_replication
+
+    flipped = lambda v, s: effect_b({"B": "C", "C": "B"}.get(v, v), s)  # B null, C lower
+    monkeypatch.setattr(seq, "run_sweep", fake_runner(effect_b))
+    seq.run_until_decided(make_sweep(), tmp_path, look_record, log=lambda s: None)
+    monkeypatch.setattr(seq, "run_sweep", fake_runner(flipped))
+    seq.run_until_decided(make_sweep("s-on-x"), tmp_path / "replication" / "x", look_record, log=lambda s: None)
+    record_replication(tmp_path, "x", "replication/x")
+    (rep,) = replication_block(tmp_path)
+    assert rep["source"] == "x"
+    rows = {c["variant"]: c for c in rep["comparisons"]}
+    assert rows["B"]["original"]["decision"] == "lower" and rows["B"]["verdict"] == "not replicated"
+    assert rows["C"]["verdict"] == "no conclusion to replicate"
+
+
+def test_primary_values_come_from_the_grid_analysis():
+    from normlab.experiments.lrgrid import GridRun, analyze
+
+    runs = [GridRun(g, lr, s, "completed", 3.0 + lr * 100 + s + (0.5 if g == "B" else 0), INIT, f"{g}{lr}{s}")
+            for g in "AB" for lr in (1e-3, 1e-2) for s in (0, 1)]
+    grid = analyze(runs, "A")
+    sens = primary_values(grid, "lr_sensitivity")
+    best = primary_values(grid, "best_loss")
+    assert sens["A"][0] == pytest.approx((0.9) / 2) and best["B"][1] == pytest.approx(3.0 + 0.1 + 1 + 0.5)
+
+
+def test_compare_until_decided_with_a_replication_end_to_end(tmp_path, cache):
+    """Two variants whose final losses differ by far more than seed noise: decided at the first look (3 seeds of a
+    cap of 6) on a small synthetic corpus and on english; JSON and report state looks, boundaries and seeds."""
+    f = tmp_path / "s.yaml"
+    f.write_text(yaml_text := (
+        "name: e2e\nbase: tiny\nseeds: [0, 1, 2]\nbaseline: slow\nprimary: final_loss\n"
+        "set: {train.steps: 6, train.eval_every: 6, train.checkpoint_every: 6, train.eval_batches: 2,\n"
+        "      data.source: 'synthetic:markov?length=20000'}\n"
+        "variants:\n  - {name: slow, set: {train.lr: 1.0e-5}}\n  - {name: fast, set: {train.lr: 3.0e-3}}\n"))
+    assert "replicate" not in yaml_text
+    p = run_inproc("compare", str(f), "--out", str(tmp_path / "o"), "--workers", "1", "--until-decided",
+                   "--max-seeds", "6", "--replicate-on", "english", "--json", cache=cache)
+    assert p.returncode == 0, p.stderr[-2000:]
+    out = json.loads(p.stdout)
+    assert out["until_decided"] == {"stopped": "decided", "seeds_spent": 3, "looks": 1}
+    s = out["sequential"]
+    assert s["plan"]["looks"] == [3, 6] and [lk["seeds"] for lk in s["looks"]] == [3]
+    assert s["looks"][0]["boundary_first"] == pytest.approx(2.9626, abs=1e-3)  # one comparison, t = 0.5
+    assert s["decisions"][0]["decision"] == "lower" and s["decisions"][0]["decided_at_look"] == 1
+    (r,) = out["replication"]
+    assert r["source"] == "english" and r["comparisons"][0]["verdict"] == "replicated"
+    md = (tmp_path / "o" / "report.md").read_text()
+    assert "## Seeds until decided" in md and "## Replication on english" in md and "| replicated |" in md
+    assert not any((tmp_path / "o" / "runs").glob("*-s3"))  # seeds past the decision were never trained
+
+
+@pytest.mark.parametrize("flags,msg", [
+    (["--max-seeds", "4"], "--max-seeds needs --until-decided"),
+    (["--budget", "10m"], "--budget needs --until-decided"),
+    (["--until-decided", "--max-seeds", "1"], "--max-seeds"),
+    (["--until-decided", "--budget", "soon"], "invalid duration 'soon'"),
+])
+def test_bad_sequential_flags_are_refused_before_anything_runs(tmp_path, cache, flags, msg):
+    f = tmp_path / "s.yaml"
+    f.write_text("name: bad\nbase: tiny\nseeds: [0, 1]\nvariants:\n  - {name: a, set: {train.lr: 0.001}}\n"
+                 "  - {name: b, set: {train.lr: 0.002}}\n")
+    p = run_inproc("compare", str(f), "--out", str(tmp_path / "o"), *flags, cache=cache)
+    assert p.returncode == 2 and msg in p.stderr and not (tmp_path / "o").exists()
+
+
+def test_durations():
+    from normlab.commands.compare import parse_duration
+
+    assert [parse_duration(t) for t in ("90", "90s", "30m", "2h", "1h30m")] == [90, 90, 1800, 7200, 5400]
