@@ -28,8 +28,16 @@ import numpy as np
 
 from normlab.data.progress import mb, stage
 from normlab.data.sources import Corpus, load_corpus
-from normlab.data.tokenizer import (DOC_SUFFIX, BPETokenizer, BytesTokenizer, Tokenizer, load_tokenizer,
-                                    parse_tokenizer_spec, split_doc_suffix, with_doc_token)
+from normlab.data.tokenizer import (
+    DOC_SUFFIX,
+    BPETokenizer,
+    BytesTokenizer,
+    Tokenizer,
+    load_tokenizer,
+    parse_tokenizer_spec,
+    split_doc_suffix,
+    with_doc_token,
+)
 from normlab.errors import NormlabError
 
 CACHE_VERSION = 1
@@ -58,9 +66,17 @@ class PreparedData:
     meta: dict = field(default_factory=dict)
 
     def split(self, name: str) -> np.ndarray:
+        """The token ids ``[N]`` of split ``name``; ``"all"`` is train, val and test joined in that order (for a
+        one-document corpus: the whole file in order; every byte of the corpus exactly once)."""
+        if name == "all":
+            return np.concatenate([self.train, self.val, self.test])
         if name not in SPLITS:
-            raise NormlabError(f"unknown split '{name}'; allowed: {', '.join(SPLITS)}")
+            raise NormlabError(f"unknown split '{name}'; allowed: {', '.join(SPLITS)}, all")
         return getattr(self, name)
+
+    def bytes_of(self, name: str) -> int:
+        """The raw bytes split ``name`` (or ``"all"``) stands for."""
+        return sum(self.split_bytes[s] for s in SPLITS) if name == "all" else int(self.split_bytes[name])
 
 
 def default_cache_dir() -> Path:
