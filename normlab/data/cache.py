@@ -39,6 +39,7 @@ from normlab.data.tokenizer import (
     with_doc_token,
 )
 from normlab.errors import NormlabError
+from normlab.io import make_temp_dir
 
 CACHE_VERSION = 1
 SPLITS = ("train", "val", "test")
@@ -275,7 +276,7 @@ def prepare_data(source: str, tokenizer: str | Path = "bytes", *, cache_dir: str
     cached = _try_open(entry, key)
     if cached is not None:
         return cached
-    tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=root))
+    tmp = make_temp_dir(".tmp-", root)  # the umask honoured, not mkdtemp's 0700 (a shared cache stays readable)
     try:
         _build_entry(tmp, corpus, tok_spec, tok_arg, key, float(val_fraction), float(test_fraction))
         cached = _try_open(entry, key)  # another process may have finished the same entry meanwhile
