@@ -135,7 +135,7 @@ def evaluate(run: Run | str | Path, *, split: str = "val", data: str | None = No
     ctx = context or run.cfg.model.context
     check_context(run.cfg.model, ctx)
     d = run.data(data)
-    m = _evaluate(run.model, d.split(split), d.token_bytes, d.tokenizer.decode, context=ctx, stride=stride,
+    m = _evaluate(run.model, d.split(split), d.token_bytes, d.tokenizer.decode_bytes, context=ctx, stride=stride,
                   batch_size=batch_size, max_tokens=max_tokens)
     m.update({"split": split, "context": ctx, "stride": stride or ctx})
     if d.entropy_floor_bpb is not None:
@@ -159,12 +159,12 @@ def generate(run: Run | str | Path, prompt: str, *, max_new_tokens: int = 200, t
         raise NormlabError("prompt must be a non-empty string")
     run = _as_run(run)
     tok = run.tokenizer
-    ids = tok.encode_prompt(prompt.encode("utf-8"))
+    ids = tok.encode_prompt(prompt)
     use_cache = hasattr(run.model, "step") and hasattr(run.model, "init_state")
     gen = torch.Generator().manual_seed(seed)
     out = list(generate_tokens(run.model, ids, max_new_tokens, context=run.cfg.model.context, use_cache=use_cache,
                                generator=gen, **sampling))
-    return tok.decode(out).decode("utf-8", errors="replace") if out else ""
+    return tok.decode(out)
 
 
 def compare(sweep: str | Path | dict[str, Any], out: str | Path | None = None, *, workers: int | None = None,

@@ -34,7 +34,7 @@ def run_eval(args: argparse.Namespace) -> int:
     if args.doc_start is not None:
         raise NormlabError("--doc-start applies to --documents only")
     tokens = run.tokens
-    m = evaluate(run.model, tokens, data.token_bytes, data.tokenizer.decode, context=context, stride=args.stride,
+    m = evaluate(run.model, tokens, data.token_bytes, data.tokenizer.decode_bytes, context=context, stride=args.stride,
                  batch_size=args.batch_size, max_tokens=args.max_tokens or None)
     m.update({"mode": "stream", "tokenizer": data.tokenizer.name,  # a "+doc" tokenizer's separators are scored too
               "split": args.split, "split_bytes": data.bytes_of(args.split), "context": context,

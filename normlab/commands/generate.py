@@ -52,10 +52,10 @@ def run_generate(args: argparse.Namespace) -> int:
                              use_cache=use_cache, generator=gen, **sampling):
         out.append(t)
         if stream:
-            sys.stdout.write(decoder.decode(tok.decode([t])))
+            sys.stdout.write(decoder.decode(tok.decode_bytes([t])))
             sys.stdout.flush()
     elapsed = time.perf_counter() - t0
-    text = tok.decode(out).decode("utf-8", errors="replace") if out else ""
+    text = tok.decode(out)
     if stream:
         sys.stdout.write(decoder.decode(b"", final=True) + "\n")
         sys.stdout.flush()

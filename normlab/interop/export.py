@@ -113,7 +113,7 @@ def export_run(run_dir: str | Path, out: str | Path) -> dict[str, Any]:
         back = AutoModelForCausalLM.from_pretrained(tmp, dtype=torch.float32)  # check what was written
         check = compare_models(run.model, back, data.val, cfg.context)
         doc = data.tokenizer.doc_token  # a +doc tokenizer's separator, else newline (normlab's eval --documents)
-        doc_start = int(doc) if doc is not None else int(data.tokenizer.encode(b"\n")[0])
+        doc_start = int(doc) if doc is not None else data.tokenizer.encode(b"\n")[0]
         record = {"format": FORMAT, "source": str(run_dir), "arch": arch, "hf_class": type(back).__name__,
                   **check, "tolerance": LOGIT_TOL, "dtype": "float32", "eval_split": "val",
                   "tokenizer": data.tokenizer.name, "doc_start_token": doc_start,

@@ -28,7 +28,7 @@ def initial_eval(model: Any, data: Any, cfg: Any) -> dict[str, float]:
 
     tc, mc = cfg.train, cfg.model
     n = min(tc.eval_batches, INIT_EVAL_BATCHES)
-    val = evaluate(model, data.val, data.token_bytes, data.tokenizer.decode, context=mc.context,
+    val = evaluate(model, data.val, data.token_bytes, data.tokenizer.decode_bytes, context=mc.context,
                    batch_size=tc.batch_size, max_tokens=n * tc.batch_size * mc.context,
                    spread=tc.eval_sample == "spread")
     return {"init_val_loss": val["loss"], "init_val_bpb": val["bpb"]}

@@ -321,7 +321,7 @@ def _train(cfg: RunConfig, run_dir: Path, *, resume: bool, quiet: bool, flag: An
                 report.update(step, last_loss, tok_s)
             if ctx.is_main and (step % tc.eval_every == 0 or step == tc.steps):
                 t_eval = time.time()
-                val = evaluate(model, data.val, data.token_bytes, data.tokenizer.decode, context=mc.context,
+                val = evaluate(model, data.val, data.token_bytes, data.tokenizer.decode_bytes, context=mc.context,
                                batch_size=tc.batch_size, max_tokens=tc.eval_batches * tc.batch_size * mc.context,
                                spread=tc.eval_sample == "spread")
                 best = val["bpb"] if best is None else min(best, val["bpb"])
