@@ -63,11 +63,13 @@ def run_eval(args: argparse.Namespace) -> int:
               "entropy_floor_bpb", "gap_bpb", "tokens", "bytes", "words"):
         if k in m:
             v = m[k]
-            table.add_row(k, f"{v:,}" if isinstance(v, int) else f"{v:.4f}")
+            table.add_row(k, "null" if v is None else f"{v:,}" if isinstance(v, int) else f"{v:.4f}")
     for k in ("mano", "matrix_nuclear_norm"):
         if k in m.get("label_free", {}):
             table.add_row(f"{k} (label-free)", f"{m['label_free'][k]:.6f}")
     Console(markup=False).print(table)
+    if m.get("word_perplexity_null"):
+        print(f"word_perplexity is null: {m['word_perplexity_null']}")
     return 0
 
 
@@ -120,8 +122,10 @@ def _eval_documents(args: argparse.Namespace, run, data, context: int, overrides
     for k in ("loss", "bpb", "token_perplexity", "byte_perplexity", "word_perplexity", "documents",
               "tokens", "bytes", "words", "doc_start_token"):
         v = m[k]
-        table.add_row(k, f"{v:,}" if isinstance(v, int) else f"{v:.4f}")
+        table.add_row(k, "null" if v is None else f"{v:,}" if isinstance(v, int) else f"{v:.4f}")
     Console().print(table)
+    if m.get("word_perplexity_null"):
+        print(f"word_perplexity is null: {m['word_perplexity_null']}")
     return 0
 
 
