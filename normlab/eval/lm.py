@@ -121,7 +121,7 @@ MAX_WORD_NLL = 700.0
 
 def word_perplexity(sum_nll: float, n_words: int, n_bytes: int) -> tuple[float | None, str | None]:
     """``(exp(sum_nll / n_words), None)``, or ``(None, reason)`` when the number would mean nothing: a text with
-    no whitespace has one "word" per document (the harness rule ``len(re.split(r"\s+", text))``), so its "word"
+    no whitespace has one "word" per document (the harness rule ``len(re.split(r"\\s+", text))``), so its "word"
     perplexity is the exponential of the whole text's NLL (1e304 on a synthetic corpus, where the old clamp
     stopped it), as is any text with more than 700 nats per word."""
     per_word = sum_nll / n_words if n_words else math.inf
