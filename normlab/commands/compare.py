@@ -103,7 +103,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     cp.add_argument("--workers", type=int_in(1, 1024), help="parallel worker processes (default: one per core, at most one per run)")
     cp.add_argument("--executor", choices=["local", "ray"], default="local",
                     help="local worker processes (default) or Ray tasks on a cluster (docs/distributed.md)")
-    cp.add_argument("--address", metavar="HOST:PORT", help="the Ray cluster (with --executor ray; default: "
-                    "RAY_ADDRESS or a new one-machine cluster)")
+    cp.add_argument("--address", metavar="auto|HOST:PORT|ray://HOST:PORT",
+                    help="the Ray cluster (with --executor ray): auto (the one 'ray start --head' started here), its "
+                         "GCS address, or ray://HOST:PORT for the Ray client (default: RAY_ADDRESS or a new "
+                         "one-machine cluster)")
     cp.add_argument("--json", action="store_true", help="print one JSON object at the end (progress goes to stderr)")
     cp.set_defaults(func=run_compare)
