@@ -144,7 +144,7 @@ def evaluate(run: Run | str | Path, *, split: str = "val", data: str | None = No
     return m
 
 
-def generate(run: Run | str | Path, prompt: str, *, max_new_tokens: int = 200, temperature: float = 1.0,
+def generate(run: Run | str | Path, prompt: str = "\n", *, max_new_tokens: int = 200, temperature: float = 1.0,
              top_k: int | None = None, top_p: float | None = None, min_p: float | None = None,
              top_nsigma: float | None = None, seed: int = 0) -> str:
     """The sampled continuation of ``prompt`` (text, without the prompt), as ``normlab generate`` would stream it.
