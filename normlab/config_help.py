@@ -15,7 +15,7 @@ import typing
 from collections.abc import Callable
 from typing import Any
 
-from normlab.config import DEVICES, EVAL_SAMPLES, OPTIMIZERS, PRECISIONS, RunConfig, _all_keys, _type_name
+from normlab.config import DEVICES, EVAL_SAMPLES, OPTIMIZERS, PRECISIONS, TRACKERS, RunConfig, _all_keys, _type_name
 from normlab.model.config import ACTIVATIONS, EMBED_SCALES, POSITIONS, RESIDUAL_SCALES
 from normlab.validate import RANGES, Range
 
@@ -88,6 +88,7 @@ KEY_HELP: dict[str, str] = {
     "train.threads": "torch CPU threads (null: auto)",
     "train.precision": "matmul precision: auto, fp32 or bf16 autocast (statistics stay fp32)",
     "train.compile": "torch.compile the model: auto, true or false",
+    "train.track": "where curves and hparams are logged live: tensorboard, wandb, mlflow (a list; [] for none)",
     "optim.name": "optimizer: adamw, adamp or sgdp (docs/optim.md)",
     "optim.nap": "Normalize-and-Project after every step (Lyle et al. 2024)",
     "optim.delta": "AdamP / SGDP: cosine threshold for the projection",
@@ -124,6 +125,7 @@ def _choices() -> dict[str, Callable[[], tuple[str, ...]]]:
         "train.precision": lambda: PRECISIONS,
         "train.compile": lambda: ("auto", "true", "false"),
         "optim.name": lambda: OPTIMIZERS,
+        "train.track": lambda: TRACKERS,
     }
 
 
@@ -177,7 +179,8 @@ def describe_keys(cfg: RunConfig | None = None) -> list[dict[str, Any]]:
         nullable = type(None) in typing.get_args(tp)
         if key in choices:
             row["choices"] = list(choices[key]())
-            row["allowed"] = "one of " + ", ".join(row["choices"]) + (" or null" if nullable else "")
+            many = "a list of any of " if typing.get_origin(tp) is list else "one of "
+            row["allowed"] = many + ", ".join(row["choices"]) + (" or null" if nullable else "")
         elif rng is not None:
             row["range"] = dataclasses.asdict(rng)
             row["allowed"] = rng.text() + (" or null" if nullable else "")

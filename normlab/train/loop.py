@@ -234,8 +234,8 @@ def _train(cfg: RunConfig, run_dir: Path, *, resume: bool, quiet: bool, flag: An
 
     report = ProgressReporter(tc.steps, start, quiet=quiet)
     tracker = flag.tracker = (Tracker(tb_dir if tb_dir is not None else run_dir / "tb", cfg.to_dict(),
-                                      start_step=start)
-                              if ctx.is_main else NullTracker())  # rank 0 alone writes TensorBoard
+                                      start_step=start, track=tc.track)
+                              if ctx.is_main else NullTracker())  # rank 0 alone tracks (train.track)
     nap_note = f" + NaP on {len(nap.params)} weights" if nap else ""
     report.message(
         f"params {model.num_params():,} | weight decay on {len(groups['decay'])} tensors, "
