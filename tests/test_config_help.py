@@ -71,3 +71,20 @@ def test_config_command_json_is_the_resolved_config(cache, tmp_path):
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "train.lr must be > 0" in bad.stderr
     text = run_inproc("config", "tiny", cache=cache, check=True).stdout
     assert "model.norm" in text and "layernorm" in text
+
+
+def test_train_track_is_a_list_and_changes_no_hash():
+    """``train.track`` parses as a list (one name is a list of one), and leaves the config hash and the run
+    fingerprint's config as they were without the key (runs from before it keep their hashes)."""
+    base = load_config("tiny")
+    both = load_config("tiny", ["train.track=[tensorboard, wandb]"])
+    one = load_config("tiny", ["train.track=mlflow"])
+    assert both.train.track == ["tensorboard", "wandb"] and one.train.track == ["mlflow"]
+    assert base.train.track == ["tensorboard"] and base.hash() == both.hash() == one.hash()
+    d = base.to_dict()
+    del d["train"]["track"]
+    import hashlib
+
+    assert base.hash() == hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
+    with pytest.raises(NormlabError, match="train.track lists a tracker twice"):
+        load_config("tiny", ["train.track=[wandb, wandb]"])
