@@ -127,7 +127,8 @@ def _as_run(run: Run | str | Path) -> Run:
 def evaluate(run: Run | str | Path, *, split: str = "val", data: str | None = None, context: int | None = None,
              stride: int | None = None, max_tokens: int | None = None, batch_size: int = 16) -> dict[str, Any]:
     """Loss (nats/token), ``bpb`` (bits/byte), token/byte/word perplexity and counts, as ``normlab eval --json``
-    (nothing is written). ``data``: score another corpus with the run's tokenizer."""
+    (nothing is written). ``split``: ``val``, ``test`` or ``all`` (the whole corpus); ``data``: score another corpus
+    with the run's tokenizer."""
     from normlab.eval.lm import evaluate as _evaluate
     from normlab.rundir import check_context
 
@@ -137,7 +138,7 @@ def evaluate(run: Run | str | Path, *, split: str = "val", data: str | None = No
     d = run.data(data)
     m = _evaluate(run.model, d.split(split), d.token_bytes, d.tokenizer.decode_bytes, context=ctx, stride=stride,
                   batch_size=batch_size, max_tokens=max_tokens)
-    m.update({"split": split, "context": ctx, "stride": stride or ctx})
+    m.update({"split": split, "split_bytes": d.bytes_of(split), "context": ctx, "stride": stride or ctx})
     if d.entropy_floor_bpb is not None:
         m["entropy_floor_bpb"] = d.entropy_floor_bpb
         m["gap_bpb"] = m["bpb"] - d.entropy_floor_bpb

@@ -71,3 +71,16 @@ def test_split_all_with_documents(trained, cache, tmp_path):
 def test_other_commands_refuse_split_all(trained, cache):
     r = run_inproc("calibrate", str(trained), "--split", "all", cache=cache)
     assert r.returncode == 2 and "invalid choice: 'all'" in r.stderr
+
+
+def test_api_evaluate_split_all_equals_the_cli(trained, cache, tmp_path, monkeypatch):
+    import normlab
+
+    f = tmp_path / "file.txt"
+    f.write_bytes(b"the quick brown fox jumps over the lazy dog\n" * 30)
+    monkeypatch.setenv("NORMLAB_CACHE_DIR", str(cache))
+    api = normlab.evaluate(trained, split="all", data=str(f))
+    cli = json.loads(run_inproc("eval", str(trained), "--data", str(f), "--split", "all", "--json", cache=cache,
+                                check=True).stdout)
+    assert api["bpb"] == cli["bpb"] and api["split_bytes"] == cli["split_bytes"] == len(f.read_bytes())
+    assert api["word_perplexity"] == pytest.approx(math.exp(api["loss"] * api["tokens"] / api["words"]))
