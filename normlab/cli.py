@@ -21,7 +21,7 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(EXIT_BAD_INPUT)
 
 
-COMMAND_MODULES = ("train", "evaluate", "convert", "surgery", "interop", "generate", "calibrate", "extrapolate",
+COMMAND_MODULES = ("train", "config", "evaluate", "convert", "surgery", "interop", "generate", "calibrate", "extrapolate",
                    "diagnose", "compare", "runs", "report", "scaling", "claims", "norms", "attention")
 """normlab.commands modules, in the order their commands appear in ``normlab --help``."""
 

@@ -265,3 +265,32 @@ def test_eval_mode_gap_flags_batch_statistic_norms_only():
     assert eval_mode_gap("batchnorm", 2.0, at, at) is None
     assert eval_mode_gap("batchnorm", 2.0, at + 1e-6, at + 1e-6) is not None
     assert eval_mode_gap("batchnorm", None, 3.0, 4.5) is None
+
+
+def test_best_lr_is_a_grid_point_with_the_seeds_spread():
+    """Issue 29 item 7: two seeds whose best learning rates are 1e-3 and 1e-1 used to print their geometric mean,
+    0.01 (no grid point) ×/÷ a factor of ~2e6. Now: the grid point minimising the seed-mean capped loss (numpy
+    argmin over the hand table) and the seeds' own best points."""
+    import numpy as np
+
+    from normlab.report.lrgrid import GridRun, group_grid
+    from normlab.report.lrsection import _best_lr, rows_json
+
+    lrs = [1e-3, 1e-2, 1e-1]
+    table = {0: [3.0, 3.3, 3.6], 1: [3.9, 3.5, 3.4]}  # seed 0 best at 1e-3, seed 1 at 1e-1
+    runs = [GridRun("v", lr, s, "completed", table[s][i], 8.0, f"r{s}{i}") for s in table for i, lr in enumerate(lrs)]
+    g = group_grid("v", runs)
+    means = np.mean([table[0], table[1]], axis=0)  # 3.45, 3.4, 3.5
+    assert g.best_grid_lr() == lrs[int(np.argmin(means))] == 1e-2
+    assert g.seed_best_lrs() == [1e-3, 1e-1]
+    assert _best_lr(g) == "0.01 (seeds: 0.001–0.1)" and "×/÷" not in _best_lr(g)
+    same = group_grid("w", [GridRun("w", lr, s, "completed", table[0][i], 8.0, f"q{s}{i}")
+                            for s in (0, 1, 2) for i, lr in enumerate(lrs)])
+    assert _best_lr(same) == "0.001 (all 3 seeds)"
+    assert _best_lr(group_grid("x", [])) == "–"
+
+    from types import SimpleNamespace
+
+    grid = SimpleNamespace(baseline="v", lrs=lrs, is_grid=True, groups=[g], paired=[])  # what rows_json reads
+    row = rows_json(grid)["variants"][0]
+    assert row["best_lr"] == 1e-2 and row["best_lr_per_seed"] == [1e-3, 1e-1]

@@ -28,9 +28,18 @@ import numpy as np
 
 from normlab.data.progress import mb, stage
 from normlab.data.sources import Corpus, load_corpus
-from normlab.data.tokenizer import (DOC_SUFFIX, BPETokenizer, BytesTokenizer, Tokenizer, load_tokenizer,
-                                    parse_tokenizer_spec, split_doc_suffix, with_doc_token)
+from normlab.data.tokenizer import (
+    DOC_SUFFIX,
+    BPETokenizer,
+    BytesTokenizer,
+    Tokenizer,
+    load_tokenizer,
+    parse_tokenizer_spec,
+    split_doc_suffix,
+    with_doc_token,
+)
 from normlab.errors import NormlabError
+from normlab.io import make_temp_dir
 
 CACHE_VERSION = 1
 SPLITS = ("train", "val", "test")
@@ -58,9 +67,17 @@ class PreparedData:
     meta: dict = field(default_factory=dict)
 
     def split(self, name: str) -> np.ndarray:
+        """The token ids ``[N]`` of split ``name``; ``"all"`` is train, val and test joined in that order (for a
+        one-document corpus: the whole file in order; every byte of the corpus exactly once)."""
+        if name == "all":
+            return np.concatenate([self.train, self.val, self.test])
         if name not in SPLITS:
-            raise NormlabError(f"unknown split '{name}'; allowed: {', '.join(SPLITS)}")
+            raise NormlabError(f"unknown split '{name}'; allowed: {', '.join(SPLITS)}, all")
         return getattr(self, name)
+
+    def bytes_of(self, name: str) -> int:
+        """The raw bytes split ``name`` (or ``"all"``) stands for."""
+        return sum(self.split_bytes[s] for s in SPLITS) if name == "all" else int(self.split_bytes[name])
 
 
 def default_cache_dir() -> Path:
@@ -259,7 +276,7 @@ def prepare_data(source: str, tokenizer: str | Path = "bytes", *, cache_dir: str
     cached = _try_open(entry, key)
     if cached is not None:
         return cached
-    tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=root))
+    tmp = make_temp_dir(".tmp-", root)  # the umask honoured, not mkdtemp's 0700 (a shared cache stays readable)
     try:
         _build_entry(tmp, corpus, tok_spec, tok_arg, key, float(val_fraction), float(test_fraction))
         cached = _try_open(entry, key)  # another process may have finished the same entry meanwhile

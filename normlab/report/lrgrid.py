@@ -108,6 +108,20 @@ class GroupGrid:
                 out[lr] = (mean(xs), min(xs), max(xs))
         return out
 
+    def best_grid_lr(self) -> float | None:
+        """The grid learning rate with the lowest seed-mean (capped) final loss, smallest on a tie; None without a
+        finished seed. Always a grid point, unlike the geometric mean of the seeds' best learning rates (which
+        can fall between points, and whose interval factor over two seeds a decade apart is meaningless)."""
+        curve = self.mean_curve()
+        if not curve or not self.seeds:
+            return None
+        low = min(m for m, _, _ in curve.values())
+        return min(lr for lr, (m, _, _) in curve.items() if m == low)
+
+    def seed_best_lrs(self) -> list[float]:
+        """Each seed's own best grid learning rate, sorted (the spread shown beside :meth:`best_grid_lr`)."""
+        return sorted(s.best_lr for s in self.seeds)
+
     def stable_range(self) -> list[float]:
         """Stable learning rates of the seed-mean curve: no seed diverged and the mean within the margin."""
         curve = self.mean_curve()

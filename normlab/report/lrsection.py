@@ -6,7 +6,7 @@ import html
 from typing import Any
 
 from normlab.report import lrplots
-from normlab.report.lrgrid import STABLE_MARGIN, GridReport, PairedRow
+from normlab.report.lrgrid import STABLE_MARGIN, GridReport, GroupGrid, PairedRow
 from normlab.report.markdown import md_escape, md_table
 from normlab.stats import MeanCI, t_ppf
 
@@ -17,12 +17,18 @@ def _ci(ci: MeanCI | None, digits: int = 3) -> str:
     return f"{ci.mean:.{digits}f} ± {ci.half:.{digits}f}" if ci.half is not None else f"{ci.mean:.{digits}f} (n=1)"
 
 
-def _lr_ci(ci: MeanCI | None) -> str:
-    """Best learning rate: geometric mean over seeds, ×/÷ the 95% interval factor."""
-    if ci is None:
+def _best_lr(g: GroupGrid) -> str:
+    """Best learning rate: the grid point with the lowest seed-mean loss, and where the seeds' own best grid points
+    lie (``0.01 (seeds: 0.003–0.01)``, ``0.01 (all 3 seeds)``); "–" without a finished seed."""
+    lr = g.best_grid_lr()
+    if lr is None:
         return "–"
-    base = f"{10 ** ci.mean:.3g}"
-    return f"{base} ×/÷ {10 ** ci.half:.2g}" if ci.half else base
+    per = g.seed_best_lrs()
+    if len(per) < 2:
+        return f"{lr:g}"
+    if per[0] == per[-1]:
+        return f"{lr:g} (all {len(per)} seeds)"
+    return f"{lr:g} (seeds: {per[0]:g}–{per[-1]:g})"
 
 
 def _range(lrs: list[float]) -> str:
@@ -39,7 +45,7 @@ def ranking_cells(gr: GridReport) -> tuple[list[str], list[list[str]]]:
         div = g.diverged_at()
         n_runs = len(g.runs)
         div_txt = (f"{sum(div.values())}/{n_runs}" + (f" (lr ≥ {min(div):g})" if div else "")) if n_runs else "–"
-        rows.append([str(g.rank or "–"), g.name, _ci(g.sensitivity), _ci(g.best), _lr_ci(g.log10_best_lr),
+        rows.append([str(g.rank or "–"), g.name, _ci(g.sensitivity), _ci(g.best), _best_lr(g),
                      _range(g.stable_range()), _ci(g.stable_decades, 2), div_txt, str(len(g.seeds))])
     return head, rows
 
@@ -89,7 +95,7 @@ def summary(gr: GridReport, counts: dict[str, int]) -> list[str]:
     out.append(f"Lowest LR sensitivity: {lo.name}, {_ci(lo.sensitivity)} bits/byte; highest: {hi.name}, "
                f"{_ci(hi.sensitivity)} (mean ± 95% CI over seeds of mean_lr[min(L, L_init) − L*]).")
     best = min(ranked, key=lambda g: g.best.mean)
-    out.append(f"Lowest best-of-grid loss: {best.name}, {_ci(best.best)} bits/byte at lr {_lr_ci(best.log10_best_lr)}.")
+    out.append(f"Lowest best-of-grid loss: {best.name}, {_ci(best.best)} bits/byte at lr {_best_lr(best)}.")
     for metric in ("LR sensitivity", "best loss", "loss at each (seed, lr)"):
         cap = metric[0].upper() + metric[1:]
         rows = [r for r in gr.paired if r.metric == metric]
@@ -154,8 +160,8 @@ NOTE = (f"LR sensitivity (Wortsman et al. 2023, arXiv:2309.14322): the mean over
         f"min(L, L_init) − L*, with L the final validation bits/byte, L_init the loss at initialisation (a diverged "
         f"run scores L_init) and L* the best of the grid; per seed, then mean ± 95% Student-t interval over seeds. "
         f"Stable range: learning rates where no seed diverged and the seed-mean loss is within {STABLE_MARGIN} "
-        f"bits/byte of the best; its width in decades is per seed. Best lr: geometric mean over seeds ×/÷ the "
-        f"interval factor.")
+        f"bits/byte of the best; its width in decades is per seed. Best lr: the grid point with the lowest seed-mean "
+        f"loss, with the range of the seeds' own best grid points.")
 PAIRED_NOTE = ("Δ = variant − baseline; a seed gives every variant the same batches and validation windows, so "
                "differences are paired by seed (and by (seed, lr) cell); Welch's interval only where two variants "
                "share fewer than 2 seeds. 'within noise' means the 95% interval contains 0; the seed count is what "
@@ -221,7 +227,7 @@ def rows_json(gr: GridReport) -> dict[str, Any]:
     return {
         "baseline": gr.baseline, "learning_rates": gr.lrs, "is_grid": gr.is_grid,
         "variants": [{"variant": g.name, "rank": g.rank, "lr_sensitivity": ci(g.sensitivity), "best_val_bpb": ci(g.best),
-                      "best_lr": None if g.log10_best_lr is None else 10 ** g.log10_best_lr.mean,
+                      "best_lr": g.best_grid_lr(), "best_lr_per_seed": g.seed_best_lrs(),
                       "stable_range": g.stable_range(), "stable_decades": ci(g.stable_decades),
                       "diverged": {f"{k:g}": v for k, v in g.diverged_at().items()},
                       "seeds": [{"seed": s.seed, "lr_sensitivity": s.sensitivity, "best_val_bpb": s.best,

@@ -22,7 +22,7 @@ from normlab.experiments.store import Store
 from normlab.rundir import read_metrics, read_summary
 from normlab.report.analysis import RunInfo, SweepReport, _load_artifacts, _read_yaml, from_runs
 
-IGNORED = ("seed", "train.lr", "train.threads", "train.log_every", "train.checkpoint_every", "train.keep_checkpoints",
+IGNORED = ("seed", "train.lr", "train.threads", "train.track", "train.log_every", "train.checkpoint_every", "train.keep_checkpoints",
            "data.cache_dir", "train.eval_every")
 
 

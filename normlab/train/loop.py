@@ -32,7 +32,7 @@ from normlab.model import build_model
 from normlab.train.losses import lm_loss
 from normlab.train.init_from import load_init, resolve_init, source_tokenizer
 from normlab.train.init_from import write_record as write_init_record
-from normlab.train.init_eval import eval_mode_gap, initial_eval
+from normlab.train.init_eval import eval_mode_gap, initial_eval, near_chance_warning, unigram_bpb
 from normlab.train.checkpoint import list_checkpoints, load_checkpoint, save_checkpoint, save_model
 from normlab.train.distributed import SINGLE, DistContext, StopSignals
 from normlab.train.optim import EffectiveLR, NormalizeAndProject, build_optimizer
@@ -234,8 +234,8 @@ def _train(cfg: RunConfig, run_dir: Path, *, resume: bool, quiet: bool, flag: An
 
     report = ProgressReporter(tc.steps, start, quiet=quiet)
     tracker = flag.tracker = (Tracker(tb_dir if tb_dir is not None else run_dir / "tb", cfg.to_dict(),
-                                      start_step=start)
-                              if ctx.is_main else NullTracker())  # rank 0 alone writes TensorBoard
+                                      start_step=start, track=tc.track)
+                              if ctx.is_main else NullTracker())  # rank 0 alone tracks (train.track)
     nap_note = f" + NaP on {len(nap.params)} weights" if nap else ""
     report.message(
         f"params {model.num_params():,} | weight decay on {len(groups['decay'])} tensors, "
@@ -321,7 +321,7 @@ def _train(cfg: RunConfig, run_dir: Path, *, resume: bool, quiet: bool, flag: An
                 report.update(step, last_loss, tok_s)
             if ctx.is_main and (step % tc.eval_every == 0 or step == tc.steps):
                 t_eval = time.time()
-                val = evaluate(model, data.val, data.token_bytes, data.tokenizer.decode, context=mc.context,
+                val = evaluate(model, data.val, data.token_bytes, data.tokenizer.decode_bytes, context=mc.context,
                                batch_size=tc.batch_size, max_tokens=tc.eval_batches * tc.batch_size * mc.context,
                                spread=tc.eval_sample == "spread")
                 best = val["bpb"] if best is None else min(best, val["bpb"])
@@ -362,6 +362,11 @@ def _train(cfg: RunConfig, run_dir: Path, *, resume: bool, quiet: bool, flag: An
     if gap:
         summary["eval_mode_warning"] = gap
         report.message(f"warning: {gap['message']}")
+    unigram = unigram_bpb(data.val, data.vocab_size, data.split_bytes["val"])
+    flat = near_chance_warning(mc.norm, tc.lr, val.get("bpb"), init.get("init_val_bpb"), unigram)
+    if flat and status == "completed":
+        summary["near_chance_warning"] = flat
+        report.message(f"warning: {flat['message']}")
     if ctx.is_main:
         write_json(run_dir / "summary.json", summary)
     ctx.barrier()  # the other ranks exit only after rank 0 recorded the status
