@@ -70,11 +70,14 @@ def test_a_tiny_nonzero_difference_needs_more_seeds_than_searched_not_no_differe
         return [GridRun(name, 1e-3, s, "completed", f, 8.0, f"{name}-{s}") for s, f in enumerate(finals)]
 
     base = [4.0, 4.1, 3.9]
-    for other, reading in (([4.101, 4.001, 3.901], f"within noise; more than {SEEDS_NEEDED_MAX} seeds to resolve (80% power)"),
-                           (base, "within noise; no difference to resolve")):
-        gr = analyze(runs("base", base) + runs("other", other), baseline="base")
+    question = {"declared": True, "primary": "final_loss", "baseline": "base", "family": ["other"], "alpha": 0.05,
+                "correction": "holm", "paired": True}
+    for other, reading in (([4.101, 4.001, 3.901], f"undecided; more than {SEEDS_NEEDED_MAX} seeds to resolve (80% power)"),
+                           (base, "undecided; no difference to resolve")):
+        gr = analyze(runs("base", base) + runs("other", other), question=question)
         row, = gr.paired
-        assert row.seeds_needed is None and row.diff.sd == pytest.approx(sd if other is not base else 0.0, abs=1e-9)
+        assert row.role == "primary" and row.seeds_needed is None
+        assert row.diff.sd == pytest.approx(sd if other is not base else 0.0, abs=1e-9)
         assert paired_cells(gr)[1][0][-1] == reading
 
 

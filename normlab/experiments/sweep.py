@@ -14,6 +14,10 @@
                                                  # with variants, axes and seeds (normlab.experiments.grid)
     baseline: Pre-LN                # optional: the variant the report's paired differences compare with
                                     # (default: the first)
+    primary: lr_sensitivity         # optional, the declared question (normlab.experiments.design): the metric
+    family: [Peri-LN]               # decided on, the comparisons with the baseline it decides, alpha and the
+    alpha: 0.05                     # multiplicity correction (holm | bh); without primary: every comparison in
+    correction: holm                # the report is exploratory
 
 With ``lr_grid`` every run's ``axes`` carries ``train.lr`` and ``grid_group``: the label of its variant and other
 axes without the learning rate, which the report uses to draw loss against learning rate per group. ``train.lr``
@@ -43,12 +47,14 @@ from normlab.config import (CONFIG_DIR, RunConfig, _all_keys, _mapping_keys, con
                             resolve_config_path)
 from normlab.aliases import suggest_key
 from normlab.errors import NormlabError, did_you_mean
+from normlab.experiments.design import QUESTION_KEYS, make_design, parse_question, question_spec
 from normlab.experiments.grid import expand_grid
 from normlab.experiments.sizes import SIZE_KEYS, SIZE_OWNED, size_points
 from normlab.io import read_yaml_file
 
 SWEEP_DIR = CONFIG_DIR / "sweeps"
-TOP_KEYS = ("name", "description", "base", "set", "axes", "variants", "seeds", "lr_grid", "baseline", *SIZE_KEYS)
+TOP_KEYS = ("name", "description", "base", "set", "axes", "variants", "seeds", "lr_grid", "baseline", *QUESTION_KEYS,
+            *SIZE_KEYS)
 LR_KEY = "train.lr"
 SECTIONS = ("data", "model", "train", "optim")
 
@@ -77,12 +83,20 @@ class Sweep:
     description: str = ""
     lr_grid: list[float] | None = None
     rerun: str = ""  # the command that re-runs it, for sweep.yaml's header (default: normlab compare this file)
+    question: dict[str, Any] = field(default_factory=dict)  # normlab.experiments.design.parse_question
+
+    def design(self) -> dict[str, Any]:
+        """The declared design written to the store before the first run (normlab.experiments.design)."""
+        groups = list(dict.fromkeys(r.axes.get("grid_group") or r.variant for r in self.runs))
+        return make_design(self.question, groups, self.spec.get("seeds") or [], self.lr_grid)
 
     @property
     def hash(self) -> str:
         """Hash of the resolved spec (base inlined, overrides flattened; not the description). Config keys that
-        a newer normlab adds with a default do not change it, so an upgrade does not orphan a sweep dir."""
-        spec = {k: v for k, v in self.spec.items() if k != "description"}
+        a newer normlab adds with a default do not change it, so an upgrade does not orphan a sweep dir. The question
+        keys (``primary``, ``family``, ``alpha``, ``correction``, ``paired``) are not part of it: changing them is
+        recorded in the store and makes the report exploratory (normlab.experiments.design)."""
+        spec = {k: v for k, v in self.spec.items() if k != "description" and k not in QUESTION_KEYS}
         return hashlib.sha256(json.dumps(spec, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
@@ -277,11 +291,8 @@ def parse_sweep(raw: Any, *, here: Path | None = None, source: str = "sweep") ->
                             | ({"grid_group": group} if group else {}))
                 runs.append(SweepRun("", label, seed, run_axes, overrides, cfg_s.to_dict(), cfg_s.hash()))
     baseline = raw.get("baseline")
-    if baseline is not None:
-        names = list(dict.fromkeys(r.axes.get("grid_group") or r.variant for r in runs))
-        if baseline not in names:
-            raise NormlabError(f"{source}: baseline {baseline!r} is not a variant{did_you_mean(str(baseline), names)}; "
-                               f"variants: {', '.join(names)}")
+    names = list(dict.fromkeys(r.axes.get("grid_group") or r.variant for r in runs))
+    question = parse_question(raw, names, grid=bool(lr_grid), source=source)
     ids: set[str] = set()
     for r in runs:
         rid = f"{slug(r.variant)}-s{r.seed}"
@@ -293,8 +304,8 @@ def parse_sweep(raw: Any, *, here: Path | None = None, source: str = "sweep") ->
             "set": common, "axes": axes,
             **({"variants": [{"name": n, "set": s} for n, s in variants]} if variants else {}), "seeds": seeds,
             **({"lr_grid": lr_grid} if lr_grid else {}), **size_spec,
-            **({"baseline": baseline} if baseline is not None else {})}
-    return Sweep(name, spec, runs, labels, spec["description"], lr_grid)
+            **({"baseline": baseline} if baseline is not None else {}), **question_spec(raw)}
+    return Sweep(name, spec, runs, labels, spec["description"], lr_grid, question=question)
 
 
 def _group_label(vname: str, point: dict[str, Any], short: dict[str, str]) -> str:
