@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from normlab.experiments.design import record_design
 from normlab.experiments.runner import registration

@@ -192,7 +192,7 @@ NOTE = (f"LR sensitivity (Wortsman et al. 2023, arXiv:2309.14322): the mean over
 PAIRED_NOTE = ("Δ = variant − baseline over per-seed numbers (the seed is the unit of replication). test: paired t "
                "over the seeds both ran (the design shares seeds), or Welch where the sweep declared paired: false. "
                "role: primary rows form the declared family; their p is adjusted over it (adjusted p, Holm or "
-               "Benjamini–Hochberg) and only they get a verdict (lower / higher where adjusted p ≤ alpha, else "
+               "Benjamini–Hochberg) and only they get a verdict (the sign of Δ where adjusted p ≤ alpha, else "
                "undecided). Exploratory rows are estimates with 95% intervals and unadjusted p, no verdict. "
                "smallest exact p: the least p the exact sign-flip (or permutation) test can reach at this n; exact p "
                "is shown from n = 5. per-seed corr: correlation of the two variants' per-seed values (near 0: the "
