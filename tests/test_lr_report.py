@@ -276,3 +276,26 @@ def test_eval_mode_gap_flags_batch_statistic_norms_only():
     assert eval_mode_gap("batchnorm", 2.0, at, at) is None
     assert eval_mode_gap("batchnorm", 2.0, at + 1e-6, at + 1e-6) is not None
     assert eval_mode_gap("batchnorm", None, 3.0, 4.5) is None
+
+
+@pytest.mark.slow
+def test_report_computes_the_unigram_floor_for_runs_trained_before_it_was_recorded(grid_sweep, tmp_path, cache):
+    """A stored sweep whose summary.json files have no unigram_bpb: the report computes it from each run's own
+    cached training split (normlab.rundir.run_data), so the did-not-learn guard works on old sweeps."""
+    import shutil
+
+    from normlab.data import prepare_data
+
+    out, _ = grid_sweep
+    old = tmp_path / "old"
+    shutil.copytree(out, old)
+    for p in (old / "runs").glob("*/summary.json"):
+        sm = json.loads(p.read_text())
+        sm.pop("unigram_bpb")
+        p.write_text(json.dumps(sm))
+    r = normlab("report", str(old), "--json", cache=cache)
+    assert r.returncode == 0, r.stderr
+    lr = json.loads(r.stdout)["lr"]
+    floor = prepare_data(yaml.safe_load((out / "sweep.yaml").read_text())["base"]["data"]["source"], "bytes",
+                         cache_dir=cache).unigram_bpb
+    assert all(v["unigram_bpb"] == pytest.approx(floor, rel=1e-12) and v["learned"] is False for v in lr["variants"])
