@@ -29,9 +29,17 @@ import numpy as np
 
 from normlab.data.progress import mb, stage
 from normlab.data.sources import Corpus, load_corpus
+from normlab.data.tokenizer import (
+    DOC_SUFFIX,
+    BPETokenizer,
+    BytesTokenizer,
+    Tokenizer,
+    load_tokenizer,
+    parse_tokenizer_spec,
+    split_doc_suffix,
+    with_doc_token,
+)
 from normlab.data.unigram import unigram_bpb
-from normlab.data.tokenizer import (DOC_SUFFIX, BPETokenizer, BytesTokenizer, Tokenizer, load_tokenizer,
-                                    parse_tokenizer_spec, split_doc_suffix, with_doc_token)
 from normlab.errors import NormlabError
 
 CACHE_VERSION = 1
