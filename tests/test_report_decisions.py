@@ -247,3 +247,18 @@ def test_sensitivity_checks_beside_the_paired_test(declared):
     assert r.exact_p == pytest.approx(sum(abs(f) >= abs(sum(d)) - 1e-12 for f in flips) / 32)
     js = next(p for p in rep["lr"]["paired"] if p["variant"] == "Steep" and p["metric"] == "LR sensitivity")
     assert js["min_exact_p"] == 0.0625 and js["role"] == "primary" and js["reading"] == "higher"
+
+
+def test_a_family_member_without_finished_runs_still_counts_in_m():
+    """Holm over the declared family of 3 when one member has no finished run: m = 3 (its p counts as 1), not 2."""
+    from normlab.report.lrgrid import GridRun, analyze
+
+    base = [3.0, 3.1, 2.9, 3.05, 2.95]
+    runs = [GridRun("B", 1e-3, s, "completed", f, 8.0, f"b{s}") for s, f in enumerate(base)]
+    runs += [GridRun("X", 1e-3, s, "completed", f - 0.2 + 0.01 * s, 8.0, f"x{s}") for s, f in enumerate(base)]
+    runs += [GridRun("Gone", 1e-3, s, "failed", None, 8.0, f"g{s}") for s in range(5)]
+    q = {"declared": True, "primary": "final_loss", "baseline": "B", "family": ["X", "Gone"], "alpha": 0.05,
+         "correction": "holm", "paired": True}
+    gr = analyze(runs, question=q)
+    x, = [r for r in gr.paired if r.role == "primary"]
+    assert x.p_adjusted == pytest.approx(multipletests([x.diff.p, 1.0], method="holm")[1][0], rel=1e-12)

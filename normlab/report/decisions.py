@@ -161,8 +161,10 @@ def build_rows(groups: list[Any], base: Any, question: dict[str, Any], *, grid: 
             rows.append(r)
     fam = [r for r in rows if r.role == "primary"]
     if fam:
-        # an untestable member or one whose variant did not learn stays in the family with p = 1 (conservative)
-        ps = [1.0 if (r.note or r.diff.p is None) else r.diff.p for r in fam]
+        # an untestable member, one whose variant did not learn, and one with no finished run at all stay in the
+        # family with p = 1 (m is the declared family's size: conservative)
+        missing = len([f for f in family if f not in {r.variant for r in fam}]) if decide else 0
+        ps = [1.0 if (r.note or r.diff.p is None) else r.diff.p for r in fam] + [1.0] * missing
         for r, q in zip(fam, adjust(ps, question.get("correction", "holm"))):
             r.p_adjusted = q
             r.decided = r.note is None and r.diff.p is not None and q is not None and q <= question.get("alpha", 0.05)
@@ -194,8 +196,12 @@ def family_summary(rows: list[PairedRow], question: dict[str, Any], exploratory:
     fam = [r for r in rows if r.role == "primary"]
     corr = "Holm" if question.get("correction", "holm") == "holm" else "Benjamini–Hochberg"
     metric = METRIC_LABELS.get(question.get("primary", ""), question.get("primary"))
-    out = [(f"Declared question: {metric} of {len(fam)} variant(s) vs {base}, {corr}-adjusted over the family at "
-           f"alpha = {question.get('alpha', 0.05):g}; all other comparisons are exploratory.")]
+    family = question.get("family") or [r.variant for r in fam]
+    out = [(f"Declared question: {metric} of {len(family)} variant(s) vs {base}, {corr}-adjusted over the family at "
+            f"alpha = {question.get('alpha', 0.05):g}; all other comparisons are exploratory.")]
+    absent = [f for f in family if f not in {r.variant for r in fam}]
+    if absent:
+        out.append(f"No finished seeds to compare (counted in the family as p = 1): {', '.join(absent)}.")
     for word in ("lower", "higher"):
         got = [f"{r.variant} ({r.diff.mean:+.3f} ± {r.diff.half:.3f}, adjusted p {_p(r.p_adjusted, eq=True)})"
                for r in fam if r.verdict == word]
