@@ -32,9 +32,12 @@ def _range(lrs: list[float]) -> str:
 
 
 def _dnl(g: GroupGrid) -> str:
-    """``did not learn (best 4.81 ≥ unigram 4.67 − 0.1)``: the variant's worst seed at its best learning rate."""
-    worst = max(s.best for s in g.seeds if s.learned is False)
-    return f"did not learn (best {worst:.3f}, unigram {g.floor:.3f})"
+    """``did not learn [in k/n seeds] (best L, unigram H1)``: L is the worst best-of-grid loss of the seeds that did
+    not learn at their best learning rate."""
+    bad = [s for s in g.seeds if s.learned is False]
+    worst = max(s.best for s in bad)
+    part = "" if len(bad) == len(g.seeds) else f" in {len(bad)}/{len(g.seeds)} seeds"
+    return f"did not learn{part} (best {worst:.3f}, unigram {g.floor:.3f})"
 
 
 def ranking_cells(gr: GridReport) -> tuple[list[str], list[list[str]]]:
