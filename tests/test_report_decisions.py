@@ -262,3 +262,17 @@ def test_a_family_member_without_finished_runs_still_counts_in_m():
     gr = analyze(runs, question=q)
     x, = [r for r in gr.paired if r.role == "primary"]
     assert x.p_adjusted == pytest.approx(multipletests([x.diff.p, 1.0], method="holm")[1][0], rel=1e-12)
+
+
+def test_a_baseline_that_did_not_learn_blocks_lr_sensitivity_decisions():
+    from normlab.report.lrgrid import GridRun, analyze
+
+    def runs(name, shape):
+        return [GridRun(name, lr, s, "completed", shape[i] + 0.01 * s * (i + 1), INIT, f"{name}{s}{i}",
+                        unigram=UNIGRAM) for s in range(3) for i, lr in enumerate(LRS)]
+
+    q = {"declared": True, "primary": "lr_sensitivity", "baseline": "Flat", "family": ["Good"], "alpha": 0.05,
+         "correction": "holm", "paired": True}
+    gr = analyze(runs("Flat", SHAPES["Flat"]) + runs("Good", SHAPES["Smooth"]), question=q)
+    good, = [r for r in gr.paired if r.role == "primary"]
+    assert good.verdict == "baseline did not learn" and not good.decided and good.p_adjusted == 1.0

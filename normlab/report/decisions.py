@@ -85,7 +85,8 @@ class PairedRow:
 
     @property
     def verdict(self) -> str:
-        """``lower`` / ``higher`` (decided), ``undecided``, ``not testable``, ``did not learn`` (primary family);
+        """``lower`` / ``higher`` (decided), ``undecided``, ``not testable``, ``did not learn`` or ``baseline did not
+        learn`` (primary family);
         ``exploratory`` for every other row."""
         if self.role != "primary":
             return "exploratory"
@@ -156,8 +157,10 @@ def build_rows(groups: list[Any], base: Any, question: dict[str, Any], *, grid: 
                 continue
             if decide and m == primary and g.name in family:
                 r.role = "primary"
-                if m == "lr_sensitivity" and (g.learned is False or base.learned is False):
+                if m == "lr_sensitivity" and g.learned is False:
                     r.note = "did not learn"
+                elif m == "lr_sensitivity" and base.learned is False:
+                    r.note = "baseline did not learn"
             rows.append(r)
     fam = [r for r in rows if r.role == "primary"]
     if fam:
@@ -211,10 +214,10 @@ def family_summary(rows: list[PairedRow], question: dict[str, Any], exploratory:
            if r.verdict in ("undecided", "not testable")]
     if und:
         out.append("Undecided at this n: " + "; ".join(und) + ".")
-    dnl = [r.variant for r in fam if r.verdict == "did not learn"]
+    dnl = [r.variant for r in fam if r.verdict in ("did not learn", "baseline did not learn")]
     if dnl:
-        out.append(f"Not decided because a variant did not learn (its LR sensitivity is not comparable): "
-                   f"{', '.join(dnl)}.")
+        out.append(f"Not decided because the variant or {base} did not learn at its best learning rate in some seed "
+                   f"(LR sensitivity is then not comparable): {', '.join(dnl)}.")
     return out
 
 

@@ -102,8 +102,12 @@ def summary(gr: GridReport, counts: dict[str, int]) -> list[str]:
         out += _floor_lines(gr) + comparison_lines(gr)
         return out
     lo, hi = ranked[0], ranked[-1]
-    out.append(f"Lowest LR sensitivity: {lo.name}, {_ci(lo.sensitivity)} bits/byte; highest: {hi.name}, "
-               f"{_ci(hi.sensitivity)} (mean ± 95% CI over seeds of mean_lr[min(L, L_init) − L*]).")
+    how = "(mean ± 95% CI over seeds of mean_lr[min(L, L_init) − L*])"
+    if lo is hi:
+        out.append(f"Only ranked variant on LR sensitivity: {lo.name}, {_ci(lo.sensitivity)} bits/byte {how}.")
+    else:
+        out.append(f"Lowest LR sensitivity: {lo.name}, {_ci(lo.sensitivity)} bits/byte; highest: {hi.name}, "
+                   f"{_ci(hi.sensitivity)} {how}.")
     best = min(ranked, key=lambda g: g.best.mean)
     out.append(f"Lowest best-of-grid loss: {best.name}, {_ci(best.best)} bits/byte at lr {_lr_ci(best.log10_best_lr)}.")
     out += _floor_lines(gr)
