@@ -205,7 +205,8 @@ def run_sweep(sweep: Sweep, sweep_dir: Path, *, workers: int | None = None,
     with _Lock(sweep_dir):
         store = Store(sweep_dir / "results.sqlite")
         store.create(sweep.name, sweep.hash)
-        changed = record_design(store, sweep.design())  # the declared question, before any run (design.py)
+        # the declared question, before any run (design.py); a sweep built in code without one (claims) has none
+        changed = record_design(store, sweep.design()) if sweep.question else []
         if changed:
             log(f"note: the sweep's design changed ({', '.join(changed)}); the change is recorded in the store, and "
                 "if runs had already finished the report treats every comparison as exploratory")
