@@ -22,6 +22,7 @@ import shutil
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
@@ -38,6 +39,7 @@ from normlab.data.tokenizer import (
     split_doc_suffix,
     with_doc_token,
 )
+from normlab.data.unigram import unigram_bpb
 from normlab.errors import NormlabError
 from normlab.io import make_temp_dir
 
@@ -52,7 +54,8 @@ class PreparedData:
 
     ``train``/``val``/``test``: 1-D read-only ``np.memmap`` of uint16 token ids. ``token_bytes [vocab_size]``:
     raw bytes per id, so ``token_bytes[ids].sum() == split_bytes[split]``. ``split_words``: lm-eval-harness
-    word counts. ``entropy_floor_bpb``: exact entropy rate of a synthetic source, else None.
+    word counts. ``entropy_floor_bpb``: exact entropy rate of a synthetic source, else None. ``unigram_bpb``: the
+    train split's unigram entropy per byte (the "did not learn" floor), computed on first use.
     """
 
     train: np.ndarray
@@ -65,6 +68,11 @@ class PreparedData:
     split_words: dict[str, int]
     entropy_floor_bpb: float | None
     meta: dict = field(default_factory=dict)
+
+    @cached_property
+    def unigram_bpb(self) -> float | None:
+        """Unigram entropy of the train split in bits per byte (normlab.data.unigram), computed exactly."""
+        return unigram_bpb(self.train, self.split_bytes.get("train", 0), self.vocab_size)
 
     def split(self, name: str) -> np.ndarray:
         """The token ids ``[N]`` of split ``name``; ``"all"`` is train, val and test joined in that order (for a

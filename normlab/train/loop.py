@@ -347,7 +347,7 @@ def _train(cfg: RunConfig, run_dir: Path, *, resume: bool, quiet: bool, flag: An
     summary = {
         "status": status, "step": step, "steps": tc.steps, "train_loss": last_loss,
         "val_loss": val.get("loss"), "val_bpb": val.get("bpb"), "best_val_bpb": best,
-        "entropy_floor_bpb": data.entropy_floor_bpb,
+        "entropy_floor_bpb": data.entropy_floor_bpb, "unigram_bpb": data.unigram_bpb,
         "gap_bpb": (val["bpb"] - data.entropy_floor_bpb)
         if (val and data.entropy_floor_bpb is not None) else None,
         "tokens_seen": tokens_seen, "tokens_per_s": tokens_seen / max(total_elapsed, 1e-9),
