@@ -302,7 +302,8 @@ def test_best_lr_is_a_grid_point_with_the_seeds_spread():
 
     from types import SimpleNamespace
 
-    grid = SimpleNamespace(baseline="v", lrs=lrs, is_grid=True, groups=[g], paired=[])  # what rows_json reads
+    grid = SimpleNamespace(baseline="v", lrs=lrs, is_grid=True, groups=[g], paired=[], question=None,
+                           exploratory=None)  # what rows_json reads
     row = rows_json(grid)["variants"][0]
     assert row["best_lr"] == 1e-2 and row["best_lr_per_seed"] == [1e-3, 1e-1]
 
