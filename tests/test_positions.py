@@ -123,5 +123,6 @@ def test_tables_are_built_once_and_follow_the_device():
     assert rope._tables is tables and rope._qkv_tables is qkv_tables and {k: id(v) for k, v in tables.items()} == ids
     rope.double().float().to("cpu")
     assert rope._tables is tables
-    assert tables[torch.float32].dtype == torch.complex64 and tables[torch.float64].dtype == torch.complex128
+    assert tables[torch.float32, "complex"].dtype == torch.complex64
+    assert tables[torch.float64, "complex"].dtype == torch.complex128
     assert not any(k.startswith("_") or "tab" in k for k in rope.state_dict())  # nothing of it in checkpoints

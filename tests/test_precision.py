@@ -142,3 +142,25 @@ def test_conversion_of_bf16_run_is_exact_in_fp32(tmp_path, cache):
     row = json.loads(r.stdout)
     assert row["max_abs_logit_diff"] <= 1e-4 and abs(row["bpb_after"] - row["bpb_before"]) <= 1e-6
     assert json.loads((out / "conversion.json").read_text())["dtype"] == "float32"
+
+
+def test_compiled_training_does_not_recompile(tmp_path, cache, monkeypatch):
+    """``train.compile: true`` through the training loop (steps, periodic evaluation, checkpoints): dynamo captures the
+    model once and never recompiles (no table or cache filled in a forward). Dynamo's guards do not depend on the
+    backend, so the test compiles with ``backend="eager"`` (seconds instead of inductor's minutes)."""
+    dynamo = pytest.importorskip("torch._dynamo")
+    if not dynamo.is_dynamo_supported():
+        pytest.skip("torch.compile is not supported on this Python")
+    from torch._dynamo.utils import counters
+
+    real = torch.compile
+    monkeypatch.setattr(torch, "compile", lambda model, **kw: real(model, backend="eager"))
+    dynamo.reset()
+    counters.clear()
+    cfg = load_config("tiny", [*SMALL, "train.steps=6", "train.eval_every=2", "train.log_every=1",
+                               "train.checkpoint_every=3", "train.compile=true", "train.precision=fp32",
+                               f"data.cache_dir={cache}"])
+    out = tmp_path / "run"
+    train(copy.deepcopy(cfg), out, quiet=True)
+    assert counters["stats"]["unique_graphs"] == 1 and counters["stats"]["calls_captured"] > 0
+    assert not counters["recompiles"] and summary(out)["compile"] is True

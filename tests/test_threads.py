@@ -12,8 +12,15 @@ from torch import nn
 
 from normlab.config import load_config
 from normlab.model import build_model
-from normlab.train.threads import (FLOPS_PER_THREAD, CpuBudget, cgroup_quota, decide_threads, resolve_threads,
-                                   set_wait_policy, step_flops)
+from normlab.train.threads import (
+    FLOPS_PER_THREAD,
+    CpuBudget,
+    cgroup_quota,
+    decide_threads,
+    resolve_threads,
+    set_wait_policy,
+    step_flops,
+)
 from tests.helpers import run_inproc
 
 BIG = 100 * FLOPS_PER_THREAD  # a step large enough for 100 threads

@@ -21,7 +21,8 @@ class RotaryEmbedding(nn.Module):
     compiled model sees constant tables and does not recompile after its first step. Positions past ``context``
     (extrapolation, long generation) get a table computed for that call and not kept. float32 / float64 inputs
     rotate as one complex multiply ``(x0 + i x1)(cos + i sin)`` (``view_as_complex``: no copy of a strided q / k
-    view); other dtypes (bf16, fp16, which have no complex kernels on CPU) as ``x * cos2 + swap(x) * sin2``. Both
+    view); other dtypes (bf16, fp16, which have no complex kernels on CPU), and every dtype under
+    ``torch.compile``, as ``x * cos2 + swap(x) * sin2``. Both
     are ``torch.autograd.Function``s with ``setup_context`` and a generated vmap rule (``torch.func`` composes),
     whose backward is the transposed rotation (angle ``-pos * theta``).
     """
@@ -36,7 +37,7 @@ class RotaryEmbedding(nn.Module):
         self.head_dim, self.context, self.base, self.heads = head_dim, context, base, heads
         # device anchor: a zero-size buffer that .to() / .cuda() move (the tables follow it in _apply)
         self.register_buffer("_anchor", torch.empty(0), persistent=False)
-        self._tables: dict[torch.dtype, Any] = {}
+        self._tables: dict[tuple[torch.dtype, str], Any] = {}
         self._build()
 
     def angles(self, start: int, length: int) -> torch.Tensor:
@@ -44,20 +45,21 @@ class RotaryEmbedding(nn.Module):
         inv_freq = 1.0 / (self.base ** (torch.arange(0, self.head_dim, 2, dtype=torch.float64) / self.head_dim))
         return torch.outer(torch.arange(start, start + length, dtype=torch.float64), inv_freq)
 
-    def _table(self, dtype: torch.dtype, device: torch.device, start: int, length: int) -> Any:
-        """Complex ``[length, hd/2]`` for float32 / float64, else the pair tables ``(cos2, sin2)`` ``[length, hd]``
-        (``cos2 = [c0, c0, c1, c1, ...]``, ``sin2 = [-s0, s0, -s1, s1, ...]``)."""
+    def _table(self, dtype: torch.dtype, device: torch.device, start: int, length: int, form: str) -> Any:
+        """``form`` ``complex``: ``[length, hd/2]`` ``cos + i sin`` (float32 / float64 only); ``pair``: the tables
+        ``(cos2, sin2)`` ``[length, hd]`` (``cos2 = [c0, c0, c1, c1, ...]``, ``sin2 = [-s0, s0, -s1, s1, ...]``)."""
         a = self.angles(start, length)
         cos, sin = a.cos(), a.sin()
-        if dtype in self._COMPLEX:
+        if form == "complex":
             return torch.complex(cos, sin).to(device=device, dtype=self._COMPLEX[dtype])
         return (cos.repeat_interleave(2, -1).to(device=device, dtype=dtype),
                 torch.stack((-sin, sin), -1).flatten(-2).to(device=device, dtype=dtype))
 
     def _build(self) -> None:
         dev = self._anchor.device
-        self._tables = {dt: self._table(dt, dev, 0, self.context) for dt in (*self._COMPLEX, *self._REAL)}
-        self._qkv_tables = {dt: _with_identity(tab, self.heads) for dt, tab in self._tables.items()}
+        keys = [(dt, "complex") for dt in self._COMPLEX] + [(dt, "pair") for dt in (*self._COMPLEX, *self._REAL)]
+        self._tables = {key: self._table(key[0], dev, 0, self.context, key[1]) for key in keys}
+        self._qkv_tables = {key: _with_identity(tab, self.heads) for key, tab in self._tables.items()}
 
     def _apply(self, fn, recurse: bool = True):  # .to() / .cuda() / .cpu(): rebuild the tables on the new device
         before = self._anchor.device
@@ -66,19 +68,27 @@ class RotaryEmbedding(nn.Module):
             self._build()
         return out
 
-    def rotate(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
-        """Rotate ``x [..., T, head_dim]`` (any strides) as positions ``offset .. offset+T-1``; same dtype."""
-        T = x.shape[-2]
-        if offset + T <= self.context and x.device == self._anchor.device and x.dtype in self._tables:
-            tab = self._tables[x.dtype]
-            tab = tab[offset : offset + T] if isinstance(tab, torch.Tensor) else tuple(t[offset : offset + T] for t in tab)
-        elif x.dtype in self._COMPLEX or x.dtype in self._REAL:
-            tab = self._table(x.dtype, x.device, offset, T)  # past the table: for this call only
-        else:
-            raise TypeError(f"RoPE rotates floating tensors, got {x.dtype}")
+    def _form(self, dtype: torch.dtype) -> str:
+        """``complex`` for float32 / float64 in eager mode; ``pair`` for other dtypes and under ``torch.compile``
+        (inductor has no complex codegen, and fuses the pair form's multiply-adds into one kernel)."""
+        if dtype not in self._COMPLEX and dtype not in self._REAL:
+            raise TypeError(f"RoPE rotates floating tensors, got {dtype}")
+        return "complex" if dtype in self._COMPLEX and not torch.compiler.is_compiling() else "pair"
+
+    @staticmethod
+    def _apply_table(x: torch.Tensor, tab: Any) -> torch.Tensor:
         if isinstance(tab, torch.Tensor):
             return _ComplexRotation.apply(x, tab)
         return _PairRotation.apply(x, *tab)
+
+    def rotate(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        """Rotate ``x [..., T, head_dim]`` (any strides) as positions ``offset .. offset+T-1``; same dtype."""
+        T, key = x.shape[-2], (x.dtype, self._form(x.dtype))
+        if offset + T <= self.context and x.device == self._anchor.device:
+            tab = _rows(self._tables[key], offset, T)
+        else:  # past the table (or another device): a table for this call only
+            tab = self._table(x.dtype, x.device, offset, T, key[1])
+        return self._apply_table(x, tab)
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, offset: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
         return self.rotate(q, offset), self.rotate(k, offset)
@@ -87,16 +97,19 @@ class RotaryEmbedding(nn.Module):
         """Rotate q and k of the fused projection ``qkv [B, T, 3, H, head_dim]`` (v passes unchanged: its factor is
         ``1 + 0i``) in one kernel each way; the result keeps the ``[B, T, 3, H, hd]`` layout, so q, k, v split from
         it are the same strided views the attention kernel gets without RoPE (learned positions)."""
-        T, H = qkv.shape[1], qkv.shape[3]
-        if (offset + T <= self.context and H == self.heads and qkv.device == self._anchor.device
-                and qkv.dtype in self._qkv_tables):
-            tab = self._qkv_tables[qkv.dtype]
-            tab = tab[offset : offset + T] if isinstance(tab, torch.Tensor) else tuple(t[offset : offset + T] for t in tab)
+        T, H, key = qkv.shape[1], qkv.shape[3], (qkv.dtype, self._form(qkv.dtype))
+        if offset + T <= self.context and H == self.heads and qkv.device == self._anchor.device:
+            tab = _rows(self._qkv_tables[key], offset, T)
         else:
-            tab = _with_identity(self._table(qkv.dtype, qkv.device, offset, T), H)
-        if isinstance(tab, torch.Tensor):
-            return _ComplexRotation.apply(qkv, tab)
-        return _PairRotation.apply(qkv, *tab)
+            tab = _with_identity(self._table(qkv.dtype, qkv.device, offset, T, key[1]), H)
+        return self._apply_table(qkv, tab)
+
+
+def _rows(tab: Any, offset: int, T: int) -> Any:
+    """Rows ``offset .. offset+T-1`` of a table or of a pair of tables."""
+    if isinstance(tab, torch.Tensor):
+        return tab[offset : offset + T]
+    return tuple(t[offset : offset + T] for t in tab)
 
 
 def _with_identity(tab: Any, heads: int) -> Any:
