@@ -13,6 +13,7 @@ from normlab.config import load_config
 from normlab.model import build_model
 from normlab.train import precision as P
 from normlab.train.loop import train
+from normlab.train.threads import step_flops
 from tests.helpers import assert_bad_input, assert_same_weights, kill_9_after, normlab, run_inproc, summary
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -85,6 +86,11 @@ def test_auto_resolution_and_records(tmp_path, cache, monkeypatch):
         monkeypatch.setattr(P, "_cached_probe", lambda c, d, t=(fp32_s, bf16_s): {"fp32": t[0], "bf16": t[1]})
         assert P.resolve_precision(cfg, "cpu")[0] == want
     assert P.resolve_compile("auto", "cpu")[0] is False and P.resolve_compile(True, "cuda")[0] is True
+    # auto on CPU: on exactly from the payback work (when a C++ compiler exists), off below it
+    assert P.resolve_compile("auto", "cpu", 0.99 * P.COMPILE_PAYBACK_FLOPS)[0] is False
+    assert P.resolve_compile("auto", "cpu", P.COMPILE_PAYBACK_FLOPS)[0] is (P.cxx_compiler() is not None)
+    tiny = load_config("tiny")
+    assert P.resolve_compile("auto", "cpu", tiny.train.steps * step_flops(tiny))[0] is False  # presets run eager
     monkeypatch.setattr(P, "cxx_compiler", lambda: None)
     on, why = P.resolve_compile(True, "cpu")
     assert on is False and "no C++ compiler" in why

@@ -103,3 +103,16 @@ def test_run_records_threads(tmp_path, cache):
     assert "threads: 1" in (out / "config.yaml").read_text()
     bad = run_inproc("train", "tiny", "--set", "train.threads=many", "--out", str(tmp_path / "bad"), cache=cache)
     assert bad.returncode == 2 and "train.threads" in bad.stderr and not (tmp_path / "bad").exists()
+
+
+def test_current_load_reads_the_runnable_count(tmp_path):
+    """The instantaneous runnable count (minus this process) counts when it exceeds the 1-minute average."""
+    import os
+
+    from normlab.train.threads import current_load
+
+    f = tmp_path / "loadavg"
+    f.write_text("0.00 0.00 0.00 1000/2000 12345\n")
+    assert current_load(samples=3, interval_s=0.0, path=str(f)) == 999
+    f.write_text("0.00 0.00 0.00 1/2000 12345\n")  # only this process runnable: the average decides
+    assert current_load(samples=1, interval_s=0.0, path=str(f)) == os.getloadavg()[0]

@@ -16,8 +16,10 @@ run used) and returns one line per decision with its reason, printed at start an
   ``<cache dir>/precision_probe.json``); fp32 otherwise.
 - ``train.compile: auto | true | false`` -- ``torch.compile`` of the model (``nn.Module.compile``: parameter names and
   checkpoints unchanged). Needs a C++ compiler on CPU; without one the run says so in one line and runs uncompiled.
-  ``auto`` compiles on CUDA only: on CPU the compile time (tens of seconds) exceeds what it saves in the lab's
-  short runs (docs/benchmarks.md). The compile time is measured (the first step minus a normal step) and reported.
+  ``auto`` compiles on CUDA, and on CPU only for runs whose training FLOPs (steps x the step's FLOPs) reach
+  ``COMPILE_PAYBACK_FLOPS``, the work after which the measured compile time is paid back (docs/benchmarks.md);
+  shorter runs, like all of the lab's presets, run eager. The compile time is measured (the first step minus a
+  normal step) and reported.
 """
 
 from __future__ import annotations
@@ -35,9 +37,14 @@ from typing import Any, Iterator
 import torch
 from torch import nn
 
+from normlab.train.threads import step_flops
+
 DEVICES = ("auto", "cpu", "cuda")
 PRECISIONS = ("auto", "fp32", "bf16")
 BF16_MARGIN = 0.10  # auto picks bf16 only when its probed step is >= 10% faster than fp32's
+# CPU: a run's training FLOPs from which torch.compile pays back its compile time (docs/benchmarks.md: compile
+# time / (eager step - compiled step) at shape S, times S's step FLOPs; see COMPILE_PAYBACK_NOTE)
+COMPILE_PAYBACK_FLOPS = 1e15
 
 
 # ---------------------------------------------------------------------------------------------------- hardware
@@ -165,11 +172,18 @@ def resolve_precision(cfg: Any, device: str) -> tuple[str, str]:
     return pick, f"auto: {why}; bf16 step measured {speedup:.2f}x fp32's at this shape"
 
 
-def resolve_compile(value: bool | str, device: str) -> tuple[bool, str]:
+def resolve_compile(value: bool | str, device: str, work: float = 0.0) -> tuple[bool, str]:
+    """``train.compile`` -> ``(compile?, reason)``. ``work``: the run's training FLOPs (steps x
+    ``normlab.train.threads.step_flops``); on CPU ``auto`` compiles when it reaches ``COMPILE_PAYBACK_FLOPS``."""
     if value == "auto":
         if device != "cuda":
-            return False, "auto: off on CPU (compile time exceeds its saving in short runs)"
-        value, why = True, "auto: on for CUDA"
+            if work < COMPILE_PAYBACK_FLOPS:
+                return False, (f"auto: off on CPU (the run's {work / 1e12:.2g} TFLOP are below the "
+                               f"{COMPILE_PAYBACK_FLOPS / 1e12:.0f} TFLOP where compiling pays back)")
+            value, why = True, (f"auto: on (the run's {work / 1e12:.2g} TFLOP exceed the "
+                                f"{COMPILE_PAYBACK_FLOPS / 1e12:.0f} TFLOP where compiling pays back)")
+        else:
+            value, why = True, "auto: on for CUDA"
     else:
         why = "set in the config"
     if value and device == "cpu" and cxx_compiler() is None:
@@ -182,7 +196,7 @@ def resolve_runtime(cfg: Any) -> list[str]:
     uses, in place; returns the decisions as ``key: value (reason)`` lines."""
     dev, why_dev = resolve_device(cfg.device)
     prec, why_prec = resolve_precision(cfg, dev)
-    comp, why_comp = resolve_compile(cfg.train.compile, dev)
+    comp, why_comp = resolve_compile(cfg.train.compile, dev, cfg.train.steps * step_flops(cfg))
     cfg.device, cfg.train.precision, cfg.train.compile = dev, prec, comp
     return [f"device {dev} ({why_dev})", f"precision {prec} ({why_prec})",
             f"compile {'on' if comp else 'off'} ({why_comp})"]

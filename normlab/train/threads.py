@@ -8,8 +8,9 @@ is large enough to share.
 
 - **usable cores**: the affinity mask (``os.sched_getaffinity``), capped by the cgroup CPU quota (cgroup v2
   ``cpu.max``, v1 ``cpu.cfs_quota_us / cpu.cfs_period_us``), at least 1.
-- **free cores**: ``round(cores - load)`` for the 1-minute load average over the machine's ``cores``, capped by
-  the usable cores (0 when the machine is saturated).
+- **free cores**: ``round(cores - load)`` over the machine's ``cores``, capped by the usable cores (0 when the
+  machine is saturated); ``load`` is the larger of the 1-minute load average and the number of other tasks
+  runnable right now (``/proc/loadavg``; the average lags a minute behind processes that just started).
 - **size cap**: ``floor(flops_per_step / FLOPS_PER_THREAD)`` threads, at least 1 (``6 N`` FLOPs per token for
   ``N`` matrix parameters, nanoGPT's estimate, times the step's tokens).
 - ``auto`` = ``max(1, min(free, usable, size cap))``.
@@ -81,11 +82,28 @@ def read_budget() -> CpuBudget:
         affinity = len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
         affinity = cores
+    return CpuBudget(cores, affinity, cgroup_quota(), current_load())
+
+
+def current_load(samples: int = 5, interval_s: float = 0.01, path: str = "/proc/loadavg") -> float:
+    """The larger of the 1-minute load average and the median number of *other* runnable tasks right now
+    (``/proc/loadavg``'s ``running/total`` field, minus this process, over ``samples`` reads): the average lags a
+    minute behind processes that just started."""
+    import time
+
     try:
-        load = os.getloadavg()[0]
-    except (AttributeError, OSError):
-        load = 0.0
-    return CpuBudget(cores, affinity, cgroup_quota(), load)
+        avg, now = os.getloadavg()[0], []
+        for i in range(samples):
+            with open(path) as f:
+                now.append(max(0, int(f.read().split()[3].split("/")[0]) - 1))
+            if i + 1 < samples:
+                time.sleep(interval_s)
+        return max(avg, sorted(now)[len(now) // 2])
+    except (AttributeError, OSError, ValueError, IndexError):
+        try:
+            return os.getloadavg()[0]
+        except (AttributeError, OSError):
+            return 0.0
 
 
 def step_flops(cfg) -> float:
@@ -106,10 +124,10 @@ def decide_threads(flops: float, budget: CpuBudget) -> tuple[int, str]:
     """``(threads, reason)`` for a step of ``flops`` FLOPs under ``budget`` (the module docstring's rule)."""
     by_size = max(1, math.floor(flops / FLOPS_PER_THREAD))
     n = max(1, min(budget.free, budget.usable, by_size))
-    if n == 1 and budget.free <= 1 and by_size > 1:
-        why = "no second free core"
-    elif n < min(budget.free, budget.usable):
-        why = f"a step of {flops / 1e9:.1f} GFLOP shares among {by_size} thread(s) at most"
+    if budget.free == 0:
+        why = "no free core (one thread)"
+    elif n < budget.free:
+        why = f"the step is too small to share among more than {by_size} thread(s)"
     else:
         why = "one thread per free core"
     return n, f"auto: {why}; {budget.text()}; step {flops / 1e9:.1f} GFLOP"
