@@ -36,30 +36,38 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
-from normlab.train.threads import set_wait_policy  # noqa: E402
+from normlab.train.threads import set_wait_policy
 
 WAIT_POLICY = set_wait_policy()  # as the normlab entry point does, before torch is imported
 
-import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
+import torch
+import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from sections import write_section  # noqa: E402
-from train_throughput import Shape, cpu_model, fixed_batch, flops_per_token, matmul_params, model_config  # noqa: E402
-from train_throughput import xt_runner, xt_version  # noqa: E402
+from sections import write_section
+from train_throughput import (
+    Shape,
+    cpu_model,
+    fixed_batch,
+    flops_per_token,
+    matmul_params,
+    model_config,
+    xt_runner,
+    xt_version,
+)
 
-from normlab.config import RunConfig, TrainConfig  # noqa: E402
-from normlab.model import build_model  # noqa: E402
-from normlab.train import precision as P  # noqa: E402
-from normlab.train.optim import build_optimizer  # noqa: E402
-from normlab.train.threads import decide_threads, read_budget, step_flops  # noqa: E402
+from normlab.config import RunConfig, TrainConfig
+from normlab.model import build_model
+from normlab.train import precision as P
+from normlab.train.optim import build_optimizer
+from normlab.train.threads import decide_threads, read_budget, step_flops
 
 # target = the required normlab-defaults / nanoGPT ratio
 SHAPES = {

@@ -83,7 +83,8 @@ def test_auto_resolution_and_records(tmp_path, cache, monkeypatch):
     assert P.resolve_precision(cfg, "cpu") == ("fp32", "auto: no units")
     monkeypatch.setattr(P, "fast_bf16", lambda device: (True, "units"))
     for fp32_s, bf16_s, want in ((1.0, 0.95, "fp32"), (1.0, 0.5, "bf16"), (1.0, 1.2, "fp32")):
-        monkeypatch.setattr(P, "_cached_probe", lambda c, d, t=(fp32_s, bf16_s): {"fp32": t[0], "bf16": t[1]})
+        monkeypatch.setattr(P, "_cached_probe",
+                            lambda c, d, t=(fp32_s, bf16_s): {"fp32": t[0], "bf16": t[1], "ratio": t[0] / t[1]})
         assert P.resolve_precision(cfg, "cpu")[0] == want
     assert P.resolve_compile("auto", "cpu")[0] is False and P.resolve_compile(True, "cuda")[0] is True
     # auto on CPU: on exactly from the payback work (when a C++ compiler exists), off below it
