@@ -2,9 +2,10 @@
 
 A training step of a small model is thousands of small kernels; each one a parallel region when torch has more than
 one thread. On a machine whose cores are busy with other processes, the second thread is rarely scheduled and every
-region waits for it: measured here (docs/benchmarks.md) a 2-thread step ran 8-14x slower than a 1-thread step at
-load 9-14 on 2 cores. So ``auto`` takes only the cores that are free, and more than one only when the model's step
-is large enough to share.
+region waits for it, while libgomp's idle threads spin (``benchmarks/omp_wait_policy.py``, docs/benchmarks.md:
+200 small regions at 2 threads took 14.7 s with the default policy, 0.87 s with ``PASSIVE`` and 0.25 s at 1
+thread, load 10 on 2 cores). So ``auto`` takes only the cores that are free, and more than one only when the
+model's step is large enough to share.
 
 - **usable cores**: the affinity mask (``os.sched_getaffinity``), capped by the cgroup CPU quota (cgroup v2
   ``cpu.max``, v1 ``cpu.cfs_quota_us / cpu.cfs_period_us``), at least 1.
@@ -17,8 +18,7 @@ is large enough to share.
 
 OpenMP wait policy: after a parallel region libgomp's idle threads spin (for about 300k iterations by default)
 before sleeping. Spinning pays only when every thread has a core to itself; on a busy machine the spinners take
-the cores the other threads need (here: 200 small matmuls with Python work between them took 4.4 s with the
-default policy and 0.14 s with ``OMP_WAIT_POLICY=PASSIVE`` at load ~10). libgomp reads the variable once, when
+the cores the other threads need (the numbers above). libgomp reads the variable once, when
 torch is imported, so ``set_wait_policy`` must run before that: the ``normlab`` entry point calls it, and sets
 ``PASSIVE`` unless the machine's usable cores were all free (a value already in the environment is kept).
 """
@@ -31,7 +31,10 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-FLOPS_PER_THREAD = 2e10  # a thread beyond the first only for steps of at least this many FLOPs (docs/benchmarks.md)
+# a thread beyond the first only for steps of at least this many FLOPs. Not measured on an idle machine (none was
+# available): chosen so the demo (2.2 GFLOP) and S (4.1 GFLOP) shapes stay at one thread and M (146 GFLOP) may use
+# every free core; docs/benchmarks.md has what was measured under load.
+FLOPS_PER_THREAD = 2e10
 
 
 @dataclass(frozen=True)
