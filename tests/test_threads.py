@@ -116,3 +116,17 @@ def test_current_load_reads_the_runnable_count(tmp_path):
     assert current_load(samples=3, interval_s=0.0, path=str(f)) == 999
     f.write_text("0.00 0.00 0.00 1/2000 12345\n")  # only this process runnable: the average decides
     assert current_load(samples=1, interval_s=0.0, path=str(f)) == os.getloadavg()[0]
+
+
+def test_cli_run_records_auto_threads_and_wait_policy(tmp_path, cache):
+    """``normlab train`` (the entry point) with ``train.threads: auto`` under ``OMP_NUM_THREADS=1`` (the test
+    environment): one thread, the reason says why, and the wait policy's account is in the reason."""
+    from tests.helpers import normlab
+
+    out = tmp_path / "run"
+    normlab("train", "tiny", "--set", "train.steps=2", "--set", "model.width=32", "--set", "model.context=32",
+            "--set", "train.eval_batches=1", "--set", "diag.every=0", "--out", str(out), cache=cache, check=True)
+    s = json.loads((out / "summary.json").read_text())
+    assert s["threads"] == 1 and s["threads_reason"].startswith("auto: OMP_NUM_THREADS in the environment")
+    assert "OMP_WAIT_POLICY" in s["threads_reason"]
+    assert "threads: auto" in (out / "config.yaml").read_text()  # decided anew on every start and resume
