@@ -112,8 +112,8 @@ def test_composes_with_torch_func():
 
 
 def test_tables_are_built_once_and_follow_the_device():
-    """No forward adds to or replaces the tables (a compiled model sees constants); ``.to()`` keeps them, float
-    casts of the module do not touch them."""
+    """No float32 / bf16 forward adds to or replaces the tables (a compiled model sees constants); ``.to()`` keeps
+    them, float casts of the module do not touch them."""
     rope = RotaryEmbedding(8, 8, heads=2)
     tables, qkv_tables = rope._tables, rope._qkv_tables
     ids = {k: id(v) for k, v in tables.items()}
@@ -124,5 +124,7 @@ def test_tables_are_built_once_and_follow_the_device():
     rope.double().float().to("cpu")
     assert rope._tables is tables
     assert tables[torch.float32, "complex"].dtype == torch.complex64
+    assert set(tables) == {(torch.float32, "complex"), (torch.float32, "pair"), (torch.bfloat16, "pair")}
+    rope.rotate(torch.randn(1, 2, 8, 8, dtype=torch.float64))  # float64: built on first use, then kept
     assert tables[torch.float64, "complex"].dtype == torch.complex128
     assert not any(k.startswith("_") or "tab" in k for k in rope.state_dict())  # nothing of it in checkpoints

@@ -17,8 +17,9 @@ class RotaryEmbedding(nn.Module):
     ``forward(q, k, offset)``: q, k ``[B, H, T, head_dim]`` -> rotated q, k, positions ``offset .. offset+T-1``.
 
     The tables (angles in float64, then rounded once to each dtype) are built for positions ``0 .. context-1`` at
-    construction and again when the module moves to another device (``_apply``), never inside a forward: a
-    compiled model sees constant tables and does not recompile after its first step. Positions past ``context``
+    construction (float32 and bfloat16: what training uses) and again when the module moves to another device
+    (``_apply``), never inside a training forward: a compiled model sees constant tables and does not recompile
+    after its first step (float64 / float16 tables are built on their first use). Positions past ``context``
     (extrapolation, long generation) get a table computed for that call and not kept. float32 / float64 inputs
     rotate as one complex multiply ``(x0 + i x1)(cos + i sin)`` (``view_as_complex``: no copy of a strided q / k
     view); other dtypes (bf16, fp16, which have no complex kernels on CPU), and every dtype under
@@ -55,11 +56,21 @@ class RotaryEmbedding(nn.Module):
         return (cos.repeat_interleave(2, -1).to(device=device, dtype=dtype),
                 torch.stack((-sin, sin), -1).flatten(-2).to(device=device, dtype=dtype))
 
+    # built at construction: what training uses (fp32 eager, fp32 compiled, bf16 autocast); the others on first use
+    _PREBUILT = ((torch.float32, "complex"), (torch.float32, "pair"), (torch.bfloat16, "pair"))
+
     def _build(self) -> None:
-        dev = self._anchor.device
-        keys = [(dt, "complex") for dt in self._COMPLEX] + [(dt, "pair") for dt in (*self._COMPLEX, *self._REAL)]
-        self._tables = {key: self._table(key[0], dev, 0, self.context, key[1]) for key in keys}
-        self._qkv_tables = {key: _with_identity(tab, self.heads) for key, tab in self._tables.items()}
+        self._tables, self._qkv_tables = {}, {}
+        for key in self._PREBUILT:
+            self._lookup(key, qkv=False), self._lookup(key, qkv=True)
+
+    def _lookup(self, key: tuple[torch.dtype, str], qkv: bool) -> Any:
+        """The full-context table for ``key`` (built once; float64 / float16 on their first use)."""
+        tables = self._qkv_tables if qkv else self._tables
+        if key not in tables:
+            tab = self._table(key[0], self._anchor.device, 0, self.context, key[1])
+            tables[key] = _with_identity(tab, self.heads) if qkv else tab
+        return tables[key]
 
     def _apply(self, fn, recurse: bool = True):  # .to() / .cuda() / .cpu(): rebuild the tables on the new device
         before = self._anchor.device
@@ -85,7 +96,7 @@ class RotaryEmbedding(nn.Module):
         """Rotate ``x [..., T, head_dim]`` (any strides) as positions ``offset .. offset+T-1``; same dtype."""
         T, key = x.shape[-2], (x.dtype, self._form(x.dtype))
         if offset + T <= self.context and x.device == self._anchor.device:
-            tab = _rows(self._tables[key], offset, T)
+            tab = _rows(self._lookup(key, qkv=False), offset, T)
         else:  # past the table (or another device): a table for this call only
             tab = self._table(x.dtype, x.device, offset, T, key[1])
         return self._apply_table(x, tab)
@@ -99,7 +110,7 @@ class RotaryEmbedding(nn.Module):
         it are the same strided views the attention kernel gets without RoPE (learned positions)."""
         T, H, key = qkv.shape[1], qkv.shape[3], (qkv.dtype, self._form(qkv.dtype))
         if offset + T <= self.context and H == self.heads and qkv.device == self._anchor.device:
-            tab = _rows(self._qkv_tables[key], offset, T)
+            tab = _rows(self._lookup(key, qkv=True), offset, T)
         else:
             tab = _with_identity(self._table(qkv.dtype, qkv.device, offset, T, key[1]), H)
         return self._apply_table(qkv, tab)
@@ -119,7 +130,10 @@ def _with_identity(tab: Any, heads: int) -> Any:
     broadcasting a ``[T, 3, 1, .]`` table over ``heads`` (inner loops of ``hd/2`` elements)."""
 
     def qkv(t: torch.Tensor, v_row: torch.Tensor) -> torch.Tensor:
-        return torch.stack((t, t, v_row), 1)[:, :, None].expand(-1, -1, heads, -1).contiguous()
+        out = torch.stack((t, t, v_row), 1)[:, :, None].expand(-1, -1, heads, -1)
+        # materialised for the eager complex multiply (up to 2^22 entries: 32 MiB in complex64); the pair form runs
+        # compiled (inductor broadcasts in its fused kernel) or in bf16, so it stays a broadcast view
+        return out.contiguous() if t.is_complex() and out.numel() <= 2**22 else out
 
     if isinstance(tab, torch.Tensor):
         return qkv(tab, torch.ones_like(tab))
