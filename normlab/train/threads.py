@@ -19,8 +19,8 @@ model's step is large enough to share.
 OpenMP wait policy: after a parallel region libgomp's idle threads spin (for about 300k iterations by default)
 before sleeping. Spinning pays only when every thread has a core to itself; on a busy machine the spinners take
 the cores the other threads need (the numbers above). libgomp reads the variable once, when
-torch is imported, so ``set_wait_policy`` must run before that: the ``normlab`` entry point calls it, and sets
-``PASSIVE`` unless the machine's usable cores were all free (a value already in the environment is kept).
+torch is imported, so ``set_wait_policy`` must run before that: the ``normlab`` entry point calls it and sets
+``PASSIVE`` (a value already in the environment is kept).
 """
 
 from __future__ import annotations
@@ -31,10 +31,12 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-# a thread beyond the first only for steps of at least this many FLOPs. Not measured on an idle machine (none was
-# available): chosen so the demo (2.2 GFLOP) and S (4.1 GFLOP) shapes stay at one thread and M (146 GFLOP) may use
-# every free core; docs/benchmarks.md has what was measured under load.
-FLOPS_PER_THREAD = 2e10
+# a thread beyond the first only for steps of at least this many FLOPs per thread. docs/benchmarks.md ("Training
+# throughput", this 2-core machine at load 1.4): 1 thread ran 0.61x the 2-thread step at shape S (4.1 GFLOP per
+# step) and 0.53x at M, so 2 GFLOP per thread still pays; the tiny preset (0.35 GFLOP) stays at one thread. The
+# demo shape (2.2 GFLOP) gets 2 threads on an idle 2-core machine: not measured idle (no idle machine was
+# available).
+FLOPS_PER_THREAD = 1e9
 
 
 @dataclass(frozen=True)
@@ -154,18 +156,19 @@ def resolve_threads(value: int | str | None, flops: float, budget: CpuBudget | N
 
 
 def set_wait_policy(budget: CpuBudget | None = None, environ: dict[str, str] | None = None) -> str:
-    """Set ``OMP_WAIT_POLICY=PASSIVE`` in ``environ`` (default ``os.environ``) unless already set or the usable
-    cores are all free; returns a one-line account. Effective only before torch is first imported."""
+    """Set ``OMP_WAIT_POLICY=PASSIVE`` in ``environ`` (default ``os.environ``) unless already set; returns a
+    one-line account. Effective only before torch is first imported. Passive also on a machine that is idle at
+    start: a run cannot know that it stays idle (a second run started later would make the first one's spinning
+    threads fight it), and spinning under contention cost 17x here (module docstring); what passive waiting costs
+    on an idle machine was not measured (no idle machine was available)."""
     env = os.environ if environ is None else environ
     if env.get("OMP_WAIT_POLICY"):
         return f"OMP_WAIT_POLICY={env['OMP_WAIT_POLICY']} (from the environment)"
     budget = budget or read_budget()
-    if budget.free >= budget.usable:
-        return "OMP_WAIT_POLICY unset (libgomp's default spin: the usable cores were free at start)"
     if environ is None and "torch" in sys.modules:
         return "OMP_WAIT_POLICY unset (torch was imported before normlab could set it)"
     env["OMP_WAIT_POLICY"] = "PASSIVE"
-    return f"OMP_WAIT_POLICY=PASSIVE (set by normlab: {budget.free} of {budget.usable} usable cores free at start)"
+    return f"OMP_WAIT_POLICY=PASSIVE (set by normlab; {budget.free} of {budget.usable} usable cores free at start)"
 
 
 def wait_policy_note() -> str:
