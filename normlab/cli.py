@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import re
 import sys
 
@@ -56,7 +57,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def entry() -> None:
-    """Console-script entry point. A Ctrl-C while the parser is built (outside ``guarded``) is exit 130 too."""
+    """Console-script entry point. A Ctrl-C while the parser is built (outside ``guarded``) is exit 130 too.
+    First, before torch is imported, the OpenMP wait policy (normlab.train.threads.set_wait_policy)."""
+    from normlab.train.threads import set_wait_policy
+
+    os.environ.setdefault("NORMLAB_WAIT_POLICY_NOTE", set_wait_policy())
     try:
         code = main()
     except KeyboardInterrupt:

@@ -80,7 +80,7 @@ class TrainConfig:
     loss_ceiling: float | None = None
     z_loss: float = 0.0
     logitnorm_tau: float | None = None
-    threads: int | None = None
+    threads: int | str | None = "auto"
     precision: str = "auto"
     compile: bool | str = "auto"
     track: list[str] = field(default_factory=lambda: ["tensorboard"])
@@ -91,6 +91,8 @@ class TrainConfig:
             raise unknown("train.eval_sample", self.eval_sample, EVAL_SAMPLES)
         if self.precision not in PRECISIONS:  # normlab.train.precision: what each value does
             raise unknown("train.precision", self.precision, PRECISIONS)
+        if isinstance(self.threads, str) and self.threads != "auto":
+            raise NormlabError(f"train.threads must be auto, a count >= 1 or null, got {self.threads!r}")
         if self.compile not in (True, False, "auto"):
             raise NormlabError(f"train.compile must be auto, true or false, got {self.compile!r}")
         for t in self.track:

@@ -38,6 +38,7 @@ from normlab.train.distributed import SINGLE, DistContext, StopSignals
 from normlab.train.optim import EffectiveLR, NormalizeAndProject, build_optimizer
 from normlab.train.precision import CompileTimer, autocast, prepare_model, resolve_runtime
 from normlab.train.progress import ProgressReporter
+from normlab.train.threads import resolve_threads, step_flops, wait_policy_note
 from normlab.train.tracking import Tracker
 from normlab.train.schedule import lr_at
 from normlab.validate import check_train_memory
@@ -112,7 +113,7 @@ def _truncate_metrics(path: Path, step: int) -> None:
 
 def train(cfg: RunConfig, run_dir: str | Path, *, resume: bool = False, quiet: bool = False,
           tb_dir: str | Path | None = None, init_from: str | Path | None = None,
-          dist: DistContext | None = None) -> dict[str, Any]:
+          dist: DistContext | None = None, threads: int | None = None) -> dict[str, Any]:
     """Train ``cfg`` into ``run_dir`` (new, or resumed from its last checkpoint). Returns the summary dict.
 
     TensorBoard scalars and hparams are written live to ``tb_dir`` (default ``RUN_DIR/tb``; normlab.train.tracking).
@@ -124,6 +125,9 @@ def train(cfg: RunConfig, run_dir: str | Path, *, resume: bool = False, quiet: b
     first one checkpoints at the next step boundary, also before the first step; a second one stops at once and
     still writes ``summary.json``); ``--resume`` holds ``RUN_DIR/.train.lock`` and first removes the temporary
     files a kill -9 left (``checkpoints/.step_*``, ``.*.tmp``).
+
+    ``threads``: a torch thread count planned by the caller (a sweep worker), over ``train.threads``
+    (normlab.train.threads).
 
     ``dist``: this process's rank in a data-parallel run (``normlab.train.distributed``; only rank 0 writes
     ``run_dir``; SIGINT/SIGTERM on any rank stop all ranks at the same step).
@@ -138,7 +142,7 @@ def train(cfg: RunConfig, run_dir: str | Path, *, resume: bool = False, quiet: b
             clean_stale_temps(run_dir, (".*.tmp",))
         try:
             return _train(cfg, run_dir, resume=resume, quiet=quiet or not ctx.is_main, flag=flag, tb_dir=tb_dir,
-                          init_from=init_from, ctx=ctx)
+                          init_from=init_from, ctx=ctx, threads=threads)
         except KeyboardInterrupt:  # a second Ctrl-C: stop now, keep the last checkpoint, still write the summary
             if getattr(flag, "tracker", None) is not None:
                 flag.tracker.close("interrupted")  # the TensorBoard events end with the session's status
@@ -169,9 +173,7 @@ def _interrupted_summary(cfg: RunConfig, run_dir: Path) -> dict[str, Any]:
 
 def _train(cfg: RunConfig, run_dir: Path, *, resume: bool, quiet: bool, flag: Any,
            tb_dir: str | Path | None = None, init_from: str | Path | None = None,
-           ctx: DistContext = SINGLE) -> dict[str, Any]:
-    if cfg.train.threads:
-        torch.set_num_threads(cfg.train.threads)
+           ctx: DistContext = SINGLE, threads: int | None = None) -> dict[str, Any]:
     from normlab.rundir import read_data_info, run_data, save_run_identity
 
     # a resumed run keeps its own tokenizer and refuses a changed corpus (normlab.rundir)
@@ -181,7 +183,12 @@ def _train(cfg: RunConfig, run_dir: Path, *, resume: bool, quiet: bool, flag: An
     apply_norm_defaults(cfg)
     cfg.validate()
     check_train_memory(cfg)  # before anything is allocated or written
+    n_threads, why_threads = resolve_threads(cfg.train.threads, step_flops(cfg), override=threads)
+    if n_threads:  # before the precision probe, which measures at this thread count
+        torch.set_num_threads(n_threads)
+    why_threads = f"{why_threads}; {wait_policy_note()}"  # train.threads stays as set: a resume decides anew
     runtime = resolve_runtime(cfg)  # device / precision / compile: auto -> what this machine uses (config.yaml)
+    runtime.append(f"threads {torch.get_num_threads()} ({why_threads})")
     tc, mc, oc, dev = cfg.train, cfg.model, cfg.optim, cfg.device
 
     torch.manual_seed(cfg.seed)
@@ -354,6 +361,7 @@ def _train(cfg: RunConfig, run_dir: Path, *, resume: bool, quiet: bool, flag: An
         "elapsed_s": total_elapsed, "params": model.num_params(), "config_hash": cfg.hash(),
         "loss_spikes": diag.summary(), "run_dir": str(run_dir), **init,
         "device": dev, "precision": tc.precision, "compile": tc.compile, "compile_s": timer.compile_s,
+        "threads": torch.get_num_threads(), "threads_reason": why_threads,
     }
     if init_src is not None:
         summary["init_from"] = str(init_src)
