@@ -17,7 +17,7 @@ $(BIN)/python:
 # torch first (the local CPU wheel), then the project: a plain torch requirement would pull CUDA packages.
 $(STAMP): $(BIN)/python pyproject.toml
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e '.[test,hf,interop,lm-eval,ray]'
+	$(BIN)/pip install -q -e '.[test,hf,interop,lm-eval,ray,tensorboard,wandb,mlflow]'
 	touch $(STAMP)
 
 install: $(STAMP)

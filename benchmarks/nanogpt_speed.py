@@ -32,35 +32,49 @@ import json
 import math
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+from normlab.train.threads import set_wait_policy
+
+WAIT_POLICY = set_wait_policy()  # as the normlab entry point does, before torch is imported
 
 import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from sections import write_section  # noqa: E402
-from train_throughput import Shape, cpu_model, fixed_batch, flops_per_token, matmul_params, model_config  # noqa: E402
-from train_throughput import xt_runner, xt_version  # noqa: E402
+from sections import write_section
+from train_throughput import (
+    Shape,
+    cpu_model,
+    fixed_batch,
+    flops_per_token,
+    matmul_params,
+    model_config,
+    xt_runner,
+    xt_version,
+)
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from normlab.config import RunConfig, TrainConfig  # noqa: E402
-from normlab.model import build_model  # noqa: E402
-from normlab.train import precision as P  # noqa: E402
-from normlab.train.optim import build_optimizer  # noqa: E402
+from normlab.config import RunConfig, TrainConfig
+from normlab.model import build_model
+from normlab.train import precision as P
+from normlab.train.optim import build_optimizer
+from normlab.train.threads import decide_threads, read_budget, step_flops
 
 # target = the issue's required normlab-defaults / nanoGPT ratio
 SHAPES = {
-    "S": (Shape("S", depth=4, width=128, heads=4, context=64, batch=12, vocab=256, target=0.0), 1.25),
-    "M": (Shape("M", depth=6, width=384, heads=6, context=256, batch=8, vocab=256, target=0.0), 2.0),
-    "L": (Shape("L", depth=12, width=768, heads=12, context=256, batch=4, vocab=256, target=0.0), 2.5),
+    "S": (Shape("S", depth=4, width=128, heads=4, context=64, batch=12, vocab=256, target=0.0), 1.0),
+    "M": (Shape("M", depth=6, width=384, heads=6, context=256, batch=8, vocab=256, target=0.0), 1.0),
+    "L": (Shape("L", depth=12, width=768, heads=12, context=256, batch=4, vocab=256, target=0.0), 1.0),
+    "DEMO": (Shape("demo", depth=6, width=64, heads=4, context=64, batch=16, vocab=256, target=0.0), 1.0),
 }
 SLOW_STEP_S = 60.0  # a row whose single step takes longer is reported as such, not timed in windows
 
@@ -93,8 +107,14 @@ class Row:
     step_s: float = math.nan
     windows: list[float] = field(default_factory=list)
     note: str = ""
+    threads: int = 0  # torch threads while this row runs (0: the benchmark's --threads)
+
+    def _threads(self) -> None:
+        if self.threads:
+            torch.set_num_threads(self.threads)
 
     def warm(self, n: int) -> None:
+        self._threads()
         t = time.perf_counter()
         if self.loop is not None:
             self.loop(max(n, 4))
@@ -105,6 +125,7 @@ class Row:
 
     def window(self, seconds: float) -> float:
         k = max(1, round(seconds / self.step_s))
+        self._threads()
         if self.loop is not None:
             return self.loop(max(k, 8))
         t = time.perf_counter()
@@ -140,9 +161,11 @@ def nanogpt_row(shape: Shape, directory: Path) -> Row:
                _step_fn(lambda: model(x, y)[1], opt), shape.batch * shape.context)
 
 
-def normlab_row(shape: Shape, precision: str, compile_: bool, label: str) -> Row:
+def normlab_row(shape: Shape, precision: str, compile_: bool, label: str, positions: str = "rope") -> Row:
     torch.manual_seed(0)
-    model = P.prepare_model(build_model(model_config(shape)), precision)
+    mc = model_config(shape)
+    mc.positions = positions
+    model = P.prepare_model(build_model(mc), precision)
     opt, _ = build_optimizer(model, TrainConfig())
     fwd = torch.compile(model) if compile_ else model
     x, y = fixed_batch(shape)
@@ -169,6 +192,7 @@ def loop_row(shape: Shape, cache: Path, workdir: Path) -> Row:
     from normlab.train.loop import train
 
     counter = [0]
+    threads = torch.get_num_threads()
 
     def run(steps: int) -> float:
         counter[0] += 1
@@ -177,6 +201,7 @@ def loop_row(shape: Shape, cache: Path, workdir: Path) -> Row:
                                 "model": {"depth": shape.depth, "width": shape.width, "heads": shape.heads,
                                           "context": shape.context},
                                 "train": {"steps": steps, "batch_size": shape.batch, "log_every": steps,
+                                          "threads": threads,
                                           "eval_every": 10**6, "eval_batches": 1, "checkpoint_every": 10**6}})
         out = workdir / f"loop{counter[0]}"
         train(cfg, out, quiet=True)
@@ -187,7 +212,7 @@ def loop_row(shape: Shape, cache: Path, workdir: Path) -> Row:
     n = matmul_params(model, model.tok_emb, True)
     prec = P.resolve_precision(_as_run(shape), "cpu")[0]
     return Row("normlab train (whole loop, defaults)", prec, flops_per_token(n, shape), loop=run,
-               tokens_per_step=shape.batch * shape.context)
+               tokens_per_step=shape.batch * shape.context, threads=threads)
 
 
 def _as_run(shape: Shape) -> RunConfig:
@@ -215,45 +240,103 @@ def paired(a: Row, b: Row) -> float:
     return statistics.median(x / y for x, y in zip(a.windows, b.windows))
 
 
-def render(info: dict, shapes: list[tuple[Shape, float, list[Row]]]) -> str:
+def _busy(n: int) -> list[subprocess.Popen]:
+    """``n`` competing processes, each spinning one core (pure Python, no threads)."""
+    return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
+
+
+def thread_rows(shape: Shape, precision: str, competitors: int, rounds: int, window_s: float) -> dict:
+    """normlab's default step at 1 thread and at every usable core, and what ``train.threads: auto`` decides for
+    it, with ``competitors`` busy processes running (started 2 s before the decision and the windows)."""
+    procs = _busy(competitors)
+    try:
+        if procs:
+            time.sleep(2.0)
+        budget = read_budget()
+        auto, why = decide_threads(step_flops(_as_run(shape)), budget)
+        counts = sorted({1, budget.usable})
+        rows = []
+        for n in counts:
+            r = normlab_row(shape, precision, False, f"{n} thread(s)")
+            r.threads = n
+            rows.append(r)
+        measure(rows, rounds, window_s, 1, 60.0)
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+    rate = {n: statistics.median(r.windows) for n, r in zip(counts, rows)}
+    one = rows[0]
+    rel = {n: (paired(r, one) if r is not one else 1.0) for n, r in zip(counts, rows)}
+    return {"competitors": competitors, "auto": auto, "why": why, "rate": rate, "rel_to_1": rel,
+            "auto_vs_1": rel[auto] if auto in rel else float("nan"),
+            "auto_vs_best": rel[auto] / max(rel.values()) if auto in rel else float("nan"),
+            "load": budget.load}
+
+
+def payback(eager: Row, compiled: Row) -> dict:
+    """Compile time and the steps after which it pays back: ``compile_s / (eager step - compiled step)``."""
+    ratio = paired(compiled, eager)  # compiled tokens/s over eager tokens/s, per round
+    eager_s = eager.tokens_per_step / statistics.median(eager.windows)
+    saved = eager_s * (1.0 - 1.0 / ratio)
+    return {"compile_s": compiled.setup_s, "speedup": ratio, "eager_step_s": eager_s,
+            "payback_steps": compiled.setup_s / saved if saved > 0 else math.inf}
+
+
+def render(info: dict, shapes: list[tuple[Shape, float, list[Row], dict]]) -> str:
     L = ["<!-- nanogpt_speed:start -->", "## Training speed against karpathy/nanoGPT", "",
          f"`{info['command']}` -- {info['date']}, {info['cpu']}, {info['threads']} thread(s), torch {info['torch']} "
-         f"(CPU capability {info['capability']}; bf16 units: {info['bf16']}). Load average "
-         f"{info['load_before']:.1f} before, {info['load_after']:.1f} after"
+         f"(CPU capability {info['capability']}; bf16 units: {info['bf16']}; CPU flags: {info['flags']}). "
+         f"Load average {info['load_before']:.1f} before, {info['load_after']:.1f} after"
          + (" -- **the machine was shared with other jobs: absolute tokens/s are low and noisy; the ratios are paired"
-            " per round, so load hits both sides alike**" if info["load_before"] > 1.5 else "") + ".",
-         "", f"Measured GEMM peaks (square `torch.mm`, best of sizes {info['gemm_sizes']}): fp32 "
-         f"{info['peak_fp32']:.0f} GFLOP/s, bf16 {info['peak_bf16']:.1f} GFLOP/s. nanoGPT: {info['nanogpt']}. "
+            " per round, so load hits both sides alike**" if info["load_before"] > 1.5 else "") + f". {info['wait']}.",
+         "", f"Measured GEMM peaks (square `torch.mm`, best of sizes {info['gemm_sizes']}, {info['threads']} "
+         f"thread(s)): fp32 {info['peak_fp32']:.0f} GFLOP/s ({info['peak_fp32'] / info['threads']:.0f} per core), "
+         f"bf16 {info['peak_bf16']:.0f} GFLOP/s. nanoGPT: {info['nanogpt']}. "
          f"x-transformers: {info['xt'] or 'not installed'}.", "",
          f"Rows alternate window by window (order flipped every round), {info['rounds']} rounds of about "
          f"{info['window_s']:g} s per row at most (fewer when a shape's {info['budget_s']:.0f} s budget runs out); "
-         "tokens/s = median over windows; ratio = median over rounds of the two rows' windows of that round.", ""]
+         "tokens/s = median over windows; a ratio = median over rounds of the two rows' windows of that round. "
+         "Without a nanoGPT checkout the reference is normlab's own learned-position model (`model.positions: "
+         "learned`: nanoGPT's position scheme in normlab's code), so *ratio to learned* measures what RoPE costs.", ""]
     if not info["has_bf16"]:
         L += ["**This CPU has no bf16 matrix units** (no AMX / AVX512-BF16): torch emulates bf16 matmuls here (GEMM "
               f"{info['peak_bf16']:.1f} GFLOP/s against {info['peak_fp32']:.0f} in fp32), so `train.precision: auto` "
-              "picks fp32, a bf16 row is slower, not faster, and the issue's bf16-based targets (>= 2.0x at "
-              "L6 E384, >= 2.5x at L12 E768) cannot be met or measured on this machine; they need AMX / AVX512-BF16 "
-              "or a CUDA GPU.", ""]
-    for shape, target, rows in shapes:
+              "picks fp32 and a bf16 row is slower, not faster.", ""]
+    for shape, target, rows, extra in shapes:
         ref = next((r for r in rows if r.label.startswith("nanoGPT") and r.windows), None)
-        L += [f"### L{shape.depth} E{shape.width} T{shape.context} B{shape.batch} (heads {shape.heads}, vocab "
-              f"{shape.vocab}); target: normlab at its defaults >= {target:.2f}x nanoGPT", "",
-              "| setup | precision | tokens/s (median) | ratio to nanoGPT | MFU | note |", "|---|---|---|---|---|---|"]
+        learned = next((r for r in rows if r.label.startswith("normlab learned") and r.windows), None)
+        L += [f"### {shape.name}: L{shape.depth} E{shape.width} T{shape.context} B{shape.batch} (heads {shape.heads}, "
+              f"vocab {shape.vocab}); target: normlab at its defaults >= {target:.2f}x nanoGPT", "",
+              "| setup | precision | tokens/s (median) | ratio to nanoGPT | ratio to learned | MFU | note |",
+              "|---|---|---|---|---|---|---|"]
         for r in rows:
             peak = info["peak_bf16"] if r.precision == "bf16" else info["peak_fp32"]
-            tok = statistics.median(r.windows) if r.windows else None
-            if not r.flops_per_token:
-                tok = None
-            ratio = f"{paired(r, ref):.2f}x" if ref is not None and r.windows and r is not ref else (
-                "1.00x" if r is ref else "--")
+            tok = statistics.median(r.windows) if r.windows and r.flops_per_token else None
+
+            def rel(base: Row | None, r: Row = r) -> str:
+                if base is None or not r.windows:
+                    return "--"
+                return "1.00x" if r is base else f"{paired(r, base):.2f}x"
+
             # emulated bf16: small matmuls beat the square-GEMM "peak", so an MFU would read > 100% (meaningless)
             real = tok and (r.precision != "bf16" or info["has_bf16"])
             mfu = f"{tok * r.flops_per_token / (peak * 1e9):.1%}" if real else "--"
             note = r.note + (f" compile {r.setup_s:.0f} s" if r.setup_s else "")
-            L.append(
-                f"| {r.label} | {r.precision} | {f'{tok:,.0f}' if tok else '--'} | {ratio} | {mfu} | {note.strip()} |"
-            )
+            L.append(f"| {r.label} | {r.precision} | {f'{tok:,.0f}' if tok else '--'} | {rel(ref)} | {rel(learned)} "
+                     f"| {mfu} | {note.strip()} |")
         L.append("")
+        if "payback" in extra:
+            pb = extra["payback"]
+            steps = "never" if math.isinf(pb["payback_steps"]) else f"{pb['payback_steps']:,.0f} steps"
+            L += [f"Compile: {pb['compile_s']:.0f} s (first step), then {pb['speedup']:.2f}x the eager step "
+                  f"({pb['eager_step_s'] * 1e3:.0f} ms eager): pays back after {steps}.", ""]
+        for t in extra.get("threads", []):
+            cells = ", ".join(
+                f"{n} thread(s) {t['rate'][n]:,.0f} tokens/s ({t['rel_to_1'][n]:.2f}x)" for n in t["rate"]
+            )
+            L += [f"Threads with {t['competitors']} competing busy process(es): {cells}; `auto` chose {t['auto']} "
+                  f"({t['why']}): {t['auto_vs_1']:.2f}x the 1-thread rate, {t['auto_vs_best']:.2f}x the best.", ""]
     L.append("<!-- nanogpt_speed:end -->")
     return "\n".join(L) + "\n"
 
@@ -264,71 +347,87 @@ def main(argv: list[str] | None = None) -> int:
                     help="a checkout of karpathy/nanoGPT (its model.py is imported; rows skipped without it)")
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks.md")
     ap.add_argument("--quick", action="store_true", help="fewer, shorter windows (a smoke run)")
-    ap.add_argument("--shapes", default="S,M,L")
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--shapes", default="demo,S,M,L")
+    ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile rows")
     ap.add_argument("--compile-shapes", default="S,M", help="shapes that get a torch.compile row (default S,M)")
+    ap.add_argument("--thread-shapes", default="demo,S,M",
+                    help="shapes whose 1-thread / all-core / auto rates are measured idle and with a busy process "
+                         "per core ('' skips)")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     nano = args.nanogpt if args.nanogpt and (args.nanogpt / "model.py").is_file() else None
     if args.nanogpt and nano is None:
         print(f"--nanogpt {args.nanogpt}: no model.py there; nanoGPT rows skipped", file=sys.stderr)
-    rounds, window_s, warmup, budget_s = (3, 0.5, 1, 30.0) if args.quick else (7, 2.0, 2, 240.0)
+    rounds, window_s, warmup, budget_s = (3, 0.5, 1, 30.0) if args.quick else (7, 2.0, 2, 120.0)
     sizes = [512, 1024] if args.quick else [1024, 1536, 2048]
     has_bf16, why = P.fast_bf16("cpu")
+    flags = sorted(f for f in P.cpu_flags() if f.startswith(("avx", "amx", "fma", "sse4")))
     info = {"rounds": rounds, "window_s": window_s, "budget_s": budget_s, "has_bf16": has_bf16,
             "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "cpu": cpu_model(),
-            "threads": torch.get_num_threads(), "torch": torch.__version__,
+            "threads": torch.get_num_threads(), "torch": torch.__version__, "wait": WAIT_POLICY,
             "capability": torch.backends.cpu.get_cpu_capability(), "bf16": why, "xt": xt_version(),
-            "load_before": os.getloadavg()[0], "gemm_sizes": sizes,
+            "flags": " ".join(flags) or "unknown", "load_before": os.getloadavg()[0], "gemm_sizes": sizes,
             "nanogpt": f"model.py from `{nano}`" if nano else "not given (`--nanogpt DIR`): rows skipped",
             "command": " ".join(" ".join(["python benchmarks/nanogpt_speed.py", "--nanogpt DIR" if nano else "",
                                  "--quick" if args.quick else "", f"--shapes {args.shapes}",
                                  f"--threads {args.threads}", "--no-compile" if args.no_compile else "",
                                  f"--compile-shapes {args.compile_shapes}" if args.compile_shapes != "S,M" else "",
+                                 f"--thread-shapes '{args.thread_shapes}'" if args.thread_shapes != "demo,S,M" else ""
                                  ]).split())}
     info["peak_fp32"] = gemm_peak(torch.float32, sizes, 5)
     info["peak_bf16"] = gemm_peak(torch.bfloat16, sizes[:1] if not has_bf16 else sizes, 2 if not has_bf16 else 5)
     print(f"{info['cpu']}: GEMM fp32 {info['peak_fp32']:.0f}, bf16 {info['peak_bf16']:.1f} GFLOP/s; {why}", flush=True)
     cache = Path(tempfile.mkdtemp(prefix="nanogpt_speed_"))
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache / "inductor"))
+    compile_shapes = {x.strip().upper() for x in args.compile_shapes.split(",") if x.strip()}
+    thread_shapes = {x.strip().upper() for x in args.thread_shapes.split(",") if x.strip()}
     out = []
     for name in args.shapes.split(","):
         shape, target = SHAPES[name.strip().upper()]
+        key = shape.name.upper()
         auto = P.resolve_precision(_as_run(shape), "cpu")[0]
         rows = [nanogpt_row(shape, nano)] if nano else []
         if xt_version():
             xr = xt_runner(shape)
             rows.append(Row("x-transformers", "fp32", xr.flops_per_token, xr.step, xr.tokens_per_step))
-        rows.append(normlab_row(shape, auto, False, f"normlab defaults (auto = {auto})"))
-        if shape.name == "S":
+        default = normlab_row(shape, auto, False, f"normlab defaults (RoPE; auto = {auto})")
+        rows += [default, normlab_row(shape, auto, False, f"normlab learned positions ({auto})", positions="learned")]
+        if key in ("S", "DEMO"):
             rows.append(loop_row(shape, cache / "data", cache))
         other = "bf16" if auto == "fp32" else "fp32"
-        slow = []
-        if other == "bf16" and not has_bf16 and shape.name != "S":
-            slow.append(Row("normlab bf16", "bf16", 0.0, note=f"not run: {why} (bf16 GEMM "
-                            f"{info['peak_bf16']:.1f} GFLOP/s, emulated)"))
+        if other == "bf16" and not has_bf16 and key != "S":
+            rows_slow = [Row("normlab bf16", "bf16", 0.0, note=f"not run: {why}")]
         else:
-            row = normlab_row(shape, other, False, f"normlab {other}")
-            t = time.perf_counter()
-            row.step()
-            if time.perf_counter() - t > SLOW_STEP_S:
-                row.note = f"one step {time.perf_counter() - t:.0f} s: not timed further ({why})"
-                row.windows = [row.tokens_per_step / (time.perf_counter() - t)]
-                slow.append(row)
-            else:
-                rows.append(row)
-        if not args.no_compile and shape.name in args.compile_shapes.upper().split(","):
+            rows_slow = []
+            rows.append(normlab_row(shape, other, False, f"normlab {other}"))
+        compiled = None
+        if not args.no_compile and key in compile_shapes:
             if P.cxx_compiler():
-                rows.append(normlab_row(shape, auto, True, f"normlab compiled ({auto})"))
+                print(f"shape {shape.name}: compiling", flush=True)
+                compiled = normlab_row(shape, auto, True, f"normlab compiled ({auto})")
+                rows.append(compiled)
             else:
-                slow.append(Row(f"normlab compiled ({auto})", auto, 0.0, note="no C++ compiler: not run"))
+                rows_slow.append(Row(f"normlab compiled ({auto})", auto, 0.0, note="no C++ compiler: not run"))
+        for r in rows:
+            r.threads = r.threads or args.threads
         print(f"shape {shape.name}: measuring {', '.join(r.label for r in rows)}", flush=True)
         measure(rows, rounds, window_s, warmup, budget_s)
-        for r in rows + slow:
-            print(f"  {r.label:40s} " + (f"{statistics.median(r.windows):9,.0f} tok/s  windows "
+        for r in rows + rows_slow:
+            print(f"  {r.label:45s} " + (f"{statistics.median(r.windows):9,.0f} tok/s  windows "
                   f"{', '.join(f'{w:,.0f}' for w in r.windows)}" if r.windows else r.note), flush=True)
-        out.append((shape, target, rows + slow))
+        extra: dict = {}
+        if compiled is not None:
+            extra["payback"] = payback(default, compiled)
+            print(f"  payback: {extra['payback']}", flush=True)
+        if key in thread_shapes:
+            extra["threads"] = []
+            for competitors in (0, read_budget().usable):
+                t = thread_rows(shape, auto, competitors, 3 if args.quick else 5, 0.5 if args.quick else 1.0)
+                extra["threads"].append(t)
+                print(f"  threads, {competitors} competitors: {t}", flush=True)
+            torch.set_num_threads(args.threads)
+        out.append((shape, target, rows + rows_slow, extra))
         info["load_after"] = os.getloadavg()[0]
         write_section(args.out, "nanogpt_speed", render(info, out))  # after every shape: a long run keeps its part
     info["load_after"] = os.getloadavg()[0]

@@ -496,27 +496,39 @@ def _rope_method(formula: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], t
     ``formula(x, cos, sin)`` on the ``[T, hd/2]`` tables cast to ``x``'s dtype."""
 
     def rotate(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
-        T = x.shape[-2]
-        if offset + T > self.cos.shape[0]:
-            self._build(max(offset + T, 2 * self.cos.shape[0]))
-        return formula(x, self.cos[offset : offset + T].to(x.dtype), self.sin[offset : offset + T].to(x.dtype))
+        a = self.angles(offset, x.shape[-2])
+        return formula(x, a.cos().to(x.dtype), a.sin().to(x.dtype))
 
     return rotate
 
 
+def _rope_qkv(self, qkv: torch.Tensor, offset: int = 0) -> torch.Tensor:
+    """``RotaryEmbedding.rotate_qkv`` through ``self.rotate`` on q and k (so a patched ``rotate`` acts on both)."""
+    q, k, v = qkv.unbind(2)
+    return torch.stack((self.rotate(q.transpose(1, 2), offset).transpose(1, 2),
+                        self.rotate(k.transpose(1, 2), offset).transpose(1, 2), v), 2)
+
+
+@contextlib.contextmanager
+def _rope_patched(formula: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]) -> Iterator[None]:
+    from normlab.attention.positions import RotaryEmbedding
+
+    with patched(RotaryEmbedding, "rotate", _rope_method(formula)), patched(RotaryEmbedding, "rotate_qkv", _rope_qkv):
+        yield
+
+
 def variant_runner(shape: Shape, label: str) -> Runner:
     """normlab's GPT with one candidate change, applied by monkeypatching around each step."""
-    from normlab.attention.positions import RotaryEmbedding
     import normlab.model.blocks as blocks
 
     # patch the method the attention layers call (patching the module-level reference formula ``_rotate`` would
     # change nothing: the model does not call it)
-    complex_rope = lambda: patched(RotaryEmbedding, "rotate", _rope_method(_rotate_complex))  # noqa: E731
+    complex_rope = lambda: _rope_patched(_rotate_complex)  # noqa: E731
     if label == "RoPE as complex multiply":
         return patched_runner(normlab_runner(shape, label), complex_rope)
     if label == "RoPE half-split (NeoX)":
         return patched_runner(normlab_runner(shape, label),
-                              lambda: patched(RotaryEmbedding, "rotate", _rope_method(_rotate_half_split)))
+                              lambda: _rope_patched(_rotate_half_split))
     if label == "GELU tanh approximation":
         return patched_runner(normlab_runner(shape, label), lambda: patched(blocks.MLP, "forward", _gelu_tanh_forward))
     if label == "SDPA math backend":

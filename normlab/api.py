@@ -128,7 +128,8 @@ def _as_run(run: Run | str | Path) -> Run:
 def evaluate(run: Run | str | Path, *, split: str = "val", data: str | None = None, context: int | None = None,
              stride: int | None = None, max_tokens: int | None = None, batch_size: int = 16) -> dict[str, Any]:
     """Loss (nats/token), ``bpb`` (bits/byte), token/byte/word perplexity and counts, as ``normlab eval --json``
-    (nothing is written). ``data``: score another corpus with the run's tokenizer."""
+    (nothing is written). ``split``: ``val``, ``test`` or ``all`` (the whole corpus); ``data``: score another corpus
+    with the run's tokenizer."""
     from normlab.eval.lm import evaluate as _evaluate
     from normlab.run.rundir import check_context
 
@@ -136,16 +137,16 @@ def evaluate(run: Run | str | Path, *, split: str = "val", data: str | None = No
     ctx = context or run.cfg.model.context
     check_context(run.cfg.model, ctx)
     d = run.data(data)
-    m = _evaluate(run.model, d.split(split), d.token_bytes, d.tokenizer.decode, context=ctx, stride=stride,
+    m = _evaluate(run.model, d.split(split), d.token_bytes, d.tokenizer.decode_bytes, context=ctx, stride=stride,
                   batch_size=batch_size, max_tokens=max_tokens)
-    m.update({"split": split, "context": ctx, "stride": stride or ctx})
+    m.update({"split": split, "split_bytes": d.bytes_of(split), "context": ctx, "stride": stride or ctx})
     if d.entropy_floor_bpb is not None:
         m["entropy_floor_bpb"] = d.entropy_floor_bpb
         m["gap_bpb"] = m["bpb"] - d.entropy_floor_bpb
     return m
 
 
-def generate(run: Run | str | Path, prompt: str, *, max_new_tokens: int = 200, temperature: float = 1.0,
+def generate(run: Run | str | Path, prompt: str = "\n", *, max_new_tokens: int = 200, temperature: float = 1.0,
              top_k: int | None = None, top_p: float | None = None, min_p: float | None = None,
              top_nsigma: float | None = None, seed: int = 0) -> str:
     """The sampled continuation of ``prompt`` (text, without the prompt), as ``normlab generate`` would stream it.
@@ -160,12 +161,12 @@ def generate(run: Run | str | Path, prompt: str, *, max_new_tokens: int = 200, t
         raise NormlabError("prompt must be a non-empty string")
     run = _as_run(run)
     tok = run.tokenizer
-    ids = tok.encode_prompt(prompt.encode("utf-8"))
+    ids = tok.encode_prompt(prompt)
     use_cache = hasattr(run.model, "step") and hasattr(run.model, "init_state")
     gen = torch.Generator().manual_seed(seed)
     out = list(generate_tokens(run.model, ids, max_new_tokens, context=run.cfg.model.context, use_cache=use_cache,
                                generator=gen, **sampling))
-    return tok.decode(out).decode("utf-8", errors="replace") if out else ""
+    return tok.decode(out)
 
 
 def compare(sweep: str | Path | dict[str, Any], out: str | Path | None = None, *, workers: int | None = None,

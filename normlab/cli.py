@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import re
 import sys
 
@@ -21,8 +22,9 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(EXIT_BAD_INPUT)
 
 
-COMMAND_MODULES = ("train", "eval", "convert", "remove_norm", "quantize", "export", "import_", "generate", "calibrate",
-                   "extrapolate", "diagnose", "compare", "runs", "report", "scaling", "claims", "norms", "attention")
+COMMAND_MODULES = ("train", "config", "eval", "convert", "remove_norm", "quantize", "export", "import_", "generate",
+                   "calibrate", "extrapolate", "diagnose", "compare", "runs", "report", "scaling", "claims", "norms",
+                   "attention")
 """normlab.commands modules, in the order their commands appear in ``normlab --help``."""
 
 
@@ -56,7 +58,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def entry() -> None:
-    """Console-script entry point. A Ctrl-C while the parser is built (outside ``guarded``) is exit 130 too."""
+    """Console-script entry point. A Ctrl-C while the parser is built (outside ``guarded``) is exit 130 too.
+    First, before torch is imported, the OpenMP wait policy (normlab.train.threads.set_wait_policy)."""
+    from normlab.train.threads import set_wait_policy
+
+    os.environ.setdefault("NORMLAB_WAIT_POLICY_NOTE", set_wait_policy())
     try:
         code = main()
     except KeyboardInterrupt:

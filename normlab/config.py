@@ -47,6 +47,7 @@ class DataConfig:
 
 EVAL_SAMPLES = ("spread", "head")
 PRECISIONS = ("auto", "fp32", "bf16")
+TRACKERS = ("tensorboard", "wandb", "mlflow")  # normlab.train.tracking: each through the library's own logger
 DEVICES = ("auto", "cpu", "cuda")
 
 
@@ -80,9 +81,10 @@ class TrainConfig:
     loss_ceiling: float | None = None
     z_loss: float = 0.0
     logitnorm_tau: float | None = None
-    threads: int | None = None
+    threads: int | str | None = "auto"
     precision: str = "auto"
     compile: bool | str = "auto"
+    track: list[str] = field(default_factory=lambda: ["tensorboard"])
 
     def validate(self) -> "TrainConfig":
         check_config(self, "train.")  # numeric ranges: normlab.validate.RANGES
@@ -90,8 +92,15 @@ class TrainConfig:
             raise unknown("train.eval_sample", self.eval_sample, EVAL_SAMPLES)
         if self.precision not in PRECISIONS:  # normlab.train.precision: what each value does
             raise unknown("train.precision", self.precision, PRECISIONS)
+        if isinstance(self.threads, str) and self.threads != "auto":
+            raise NormlabError(f"train.threads must be auto, a count >= 1 or null, got {self.threads!r}")
         if self.compile not in (True, False, "auto"):
             raise NormlabError(f"train.compile must be auto, true or false, got {self.compile!r}")
+        for t in self.track:
+            if t not in TRACKERS:
+                raise unknown("train.track entry", t, TRACKERS)
+        if len(set(self.track)) != len(self.track):
+            raise NormlabError(f"train.track lists a tracker twice: {self.track}")
         return self
 
 
@@ -170,13 +179,18 @@ class RunConfig:
         return asdict(self)
 
     def hash(self) -> str:
-        """Stable short hash of the whole config (used to detect a changed config on resume)."""
-        blob = json.dumps(self.to_dict(), sort_keys=True).encode()
+        """Stable short hash of the whole config (used to detect a changed config on resume). ``train.track`` is
+        left out: where the curves are logged changes no number (and runs from before the key keep their hash)."""
+        d = self.to_dict()
+        d["train"].pop("track", None)
+        blob = json.dumps(d, sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
 
 
 def _type_name(tp: Any) -> str:
     args = typing.get_args(tp)
+    if typing.get_origin(tp) is list:
+        return f"list of {args[0].__name__}"
     if args:
         return " or ".join("null" if a is type(None) else a.__name__ for a in args)
     return tp.__name__
@@ -201,6 +215,12 @@ def _coerce(key: str, value: Any, tp: Any) -> Any:
         if isinstance(value, dict) and all(isinstance(k, str) for k in value):
             return dict(value)
         raise NormlabError(f"{key} must be a mapping of option names to values, got {type(value).__name__}")
+    if origin is list:  # a list of strings; one string is a list of one (--set train.track=wandb)
+        if isinstance(value, str):
+            return [value]
+        if isinstance(value, list) and all(isinstance(v, str) for v in value):
+            return list(value)
+        raise NormlabError(f"{key} must be a list of names, e.g. [tensorboard, wandb], got {value!r}")
     if tp is bool:
         if isinstance(value, bool):
             return value

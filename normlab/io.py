@@ -23,15 +23,59 @@ import yaml
 from normlab.errors import NormlabError
 
 
+def current_umask() -> int:
+    """The process's umask, read without changing it where Linux shows it (``/proc/self/status``); elsewhere the
+    usual set-and-restore."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _as_open_would(path: str | Path, directory: bool = False) -> None:
+    """Give a ``mkstemp`` file (0600) or ``mkdtemp`` directory (0700) the mode ``open()`` / ``mkdir()`` would have
+    given it: 0666 / 0777 less the umask, so colleagues on a shared file system can read what normlab writes
+    exactly when they could read a file the user wrote any other way."""
+    os.chmod(path, (0o777 if directory else 0o666) & ~current_umask())
+
+
+def honour_umask(root: str | Path) -> None:
+    """Give every file and directory under ``root`` (and ``root``) the mode ``open()`` / ``mkdir()`` would
+    (executables keep their x bits): writers that create 0600 files themselves (safetensors' ``save_file``,
+    ``save_pretrained`` through it) then publish files as readable as anything else the user writes."""
+    mask = current_umask()
+    for dirpath, dirnames, filenames in os.walk(root):
+        os.chmod(dirpath, 0o777 & ~mask)
+        for name in filenames:
+            p = os.path.join(dirpath, name)
+            if not os.path.islink(p):
+                os.chmod(p, (0o777 if os.stat(p).st_mode & 0o100 else 0o666) & ~mask)
+
+
+def make_temp_dir(prefix: str, parent: str | Path) -> Path:
+    """``tempfile.mkdtemp`` in ``parent`` with the mode ``mkdir()`` would give (the umask honoured, not 0700)."""
+    tmp = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
+    _as_open_would(tmp, directory=True)
+    return tmp
+
+
 @contextmanager
 def atomic_path(path: str | Path) -> Iterator[Path]:
-    """Yield a temp path beside ``path``; on success it replaces ``path`` atomically, on error it is removed."""
+    """Yield a temp path beside ``path``; on success it replaces ``path`` atomically, on error it is removed. The
+    file ends with the mode ``open(path, "w")`` would give it (0666 less the umask), not ``mkstemp``'s 0600."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
     try:
         yield Path(tmp)
+        _as_open_would(tmp)  # after the writer: one that recreates the file (safetensors) would keep 0600
         with open(tmp, "rb") as f:
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -53,14 +97,15 @@ def publish_dir(out: str | Path, *, replace: bool = False) -> Iterator[Path]:
     """Build a whole output directory atomically: yield a fresh temp directory beside ``out``
     (``.NAME.XXXXXXXX``); when the block ends without error it is renamed to ``out`` (an empty ``out`` is
     replaced; with ``replace``, any existing ``out`` is), on error it is removed, so ``out`` is either
-    absent/empty or complete. Temp directories of this name that a killed earlier command left behind are removed
-    first."""
+    absent/empty or complete; its mode is what ``mkdir()`` gives (the umask honoured). Temp directories of this
+    name that a killed earlier command left behind are removed first."""
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     clean_stale_temps(out.parent, (f"{glob.escape('.' + out.name)}.????????",))
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    tmp = make_temp_dir(f".{out.name}.", out.parent)
     try:
         yield tmp
+        honour_umask(tmp)
         if out.exists() and replace:
             shutil.rmtree(out)
         elif out.exists():

@@ -14,7 +14,7 @@ import normlab
 from tests.helpers import cli_env, run_inproc
 
 ROOT = Path(__file__).resolve().parent.parent
-EXAMPLE = ROOT / "examples" / "api_example.py"
+EXAMPLE = ROOT / "normlab" / "examples" / "api.py"
 
 
 def test_docs_api_shows_the_example_that_runs():
@@ -27,8 +27,8 @@ def test_docs_api_shows_the_example_that_runs():
 
 @pytest.mark.slow
 def test_example_script_matches_the_cli(tmp_path, cache):
-    proc = subprocess.run([sys.executable, str(EXAMPLE), str(tmp_path / "ex"), "--steps", "8"], cwd=tmp_path,
-                          env=cli_env(cache), capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-m", "normlab.examples.api", str(tmp_path / "ex"), "--steps", "8"],
+                          cwd=tmp_path, env=cli_env(cache), capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
     r = json.loads(proc.stdout)
     run = tmp_path / "ex" / "rms"

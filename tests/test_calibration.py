@@ -92,6 +92,25 @@ def test_reliability_png(tmp_path):
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_temperature_that_raises_ece_says_so():
+    """Issue 29 item 7. Fit half: overconfident logits (NLL wants T > 1); held-out half: exactly calibrated at
+    T = 1 (two classes, confidence 0.8, right 80% of the time), so the fitted T raises its ECE from 0 (closed form)."""
+    from normlab.eval.calibration import ece_note
+
+    z_fit = torch.tensor([[3.0, 0.0]] * 10, dtype=torch.float64)
+    y_fit = torch.tensor([0] * 7 + [1] * 3)
+    p = 0.8
+    z_held = torch.tensor([[math.log(p / (1 - p)), 0.0]] * 10, dtype=torch.float64)
+    y_held = torch.tensor([0] * 8 + [1] * 2)
+    t = fit_temperature(z_fit, y_fit)
+    before, after = calibration_stats(z_held, y_held, 1.0), calibration_stats(z_held, y_held, t)
+    assert t > 1 and before["ece"] == pytest.approx(0.0, abs=1e-12) and after["ece"] > 0.01
+    note = ece_note(before, after, t)
+    assert note.startswith(f"temperature scaling raised the held-out ECE (0.0000 -> {after['ece']:.4f})")
+    assert "did not lower the held-out NLL" in note  # NLL at T = 1 is optimal on a calibrated half
+    assert ece_note(after, before, 1.0) is None  # lowered: nothing to say
+
+
 def test_calibrate_cli(tmp_path_factory):
     run, cache = tiny_run(tmp_path_factory)
     r = normlab("calibrate", str(run), "--max-tokens", "2000", "--json", cache=cache, check=True)
@@ -102,6 +121,7 @@ def test_calibrate_cli(tmp_path_factory):
     assert m["nll_before"] == pytest.approx(m["nll_before"])
     assert json.loads((run / "calibration.json").read_text())["temperature"] == m["temperature"]
     assert (run / "reliability.png").read_bytes()[:4] == b"\x89PNG"
+    assert ("ece_note" in m) == (m["ece_after"] > m["ece_before"])  # said exactly when scaling raised ECE
     assert_bad_input(normlab("calibrate", str(run), "--max-tokens", "1", cache=cache), "--max-tokens")
     assert_bad_input(normlab("calibrate", str(run / "nope"), cache=cache), "does not exist")
 

@@ -61,7 +61,7 @@ def write_files(root: Path, files: dict[str, bytes]) -> Path:
 
 
 def split_bytes_of(d: PreparedData, s: str) -> bytes:
-    return d.tokenizer.decode(np.asarray(d.split(s)))
+    return d.tokenizer.decode_bytes(np.asarray(d.split(s)))
 
 
 # ---------------------------------------------------------------- Markov entropy rate
@@ -402,7 +402,7 @@ def bpe() -> BPETokenizer:
 @given(st.binary(max_size=300))
 def test_bpe_round_trips_arbitrary_bytes(bpe, data):
     ids = bpe.encode(data)
-    assert bpe.decode(ids) == data
+    assert bpe.decode_bytes(ids) == data
     assert int(bpe.token_bytes()[ids].sum()) == len(data)
 
 
@@ -411,7 +411,7 @@ def test_bpe_edge_cases(bpe):
                b"\x80" * 5 + "héllo".encode() + b"\xf0\x9f\x98", bytes(range(256)) * 3]
     for s in samples:
         ids = bpe.encode(s)
-        assert bpe.decode(ids) == s and int(bpe.token_bytes()[ids].sum()) == len(s)
+        assert bpe.decode_bytes(ids) == s and int(bpe.token_bytes()[ids].sum()) == len(s)
     merged = bpe.encode(b"def f(x):\n    return x + 1\n")
     assert len(merged) < 20  # merges are used on text like the training data
     assert bpe.vocab_size == 400 and bpe.name == "bpe:400"
@@ -423,16 +423,16 @@ def test_bpe_long_document_in_pieces(bpe):
 
     data = ("é" * 700_000 + "\n" + "ab" * 300_000).encode() + b"\xff"
     ids = bpe.encode(data)
-    assert bpe.decode(ids) == data and len(list(tok_mod._pieces(data))) >= 2
+    assert bpe.decode_bytes(ids) == data and len(list(tok_mod._pieces(data))) >= 2
     assert int(bpe.token_bytes()[ids].sum()) == len(data)
 
 
 def test_bytes_tokenizer():
     tok = load_tokenizer("bytes")
     data = bytes(range(256)) + b"abc"
-    ids = tok.encode(data)
+    ids = tok.encode(data, return_array=True)
     assert ids.dtype == np.uint16 and list(ids[:256]) == list(range(256))
-    assert tok.decode(ids) == data and tok.vocab_size == 256
+    assert tok.decode_bytes(ids) == data and tok.vocab_size == 256
     assert (tok.token_bytes() == 1).all() and tok.token_bytes().shape == (256,)
     with pytest.raises(NormlabError, match=r"\[0, 256\)"):
         tok.decode([300])
@@ -483,7 +483,7 @@ def test_bpe_is_trained_on_train_split_only(tmp_path):
     d = prepare_data(str(tmp_path / "t.txt"), "bpe:320", cache_dir=tmp_path / "c", val_fraction=0.3,
                      test_fraction=0.3)
     assert d.split_bytes["train"] < len(train)
-    vocab = [d.tokenizer.decode([i]) for i in range(d.vocab_size)]
+    vocab = [d.tokenizer.decode_bytes([i]) for i in range(d.vocab_size)]
     assert not any(b"qz" in v or b"zx" in v or b"xv" in v for v in vocab)
     assert any(b"cat" in v for v in vocab)
     assert (Path(d.meta["cache_dir"]) / "tokenizer.json").is_file()
@@ -514,7 +514,7 @@ def test_prepare_with_a_saved_tokenizer_reuses_it(tmp_path):
     b = prepare_data("synthetic:markov?length=20000&seed=2", str(saved), cache_dir=tmp_path)
     assert b.meta["tokenizer_spec"].startswith("bpe-file:") and b.vocab_size == a.vocab_size
     data = load_corpus("synthetic:markov?length=20000&seed=2").docs[0]
-    assert np.array_equal(np.asarray(b.train), a.tokenizer.encode(data[: b.split_bytes["train"]]))
+    assert np.array_equal(np.asarray(b.train), a.tokenizer.encode(data[: b.split_bytes["train"]], return_array=True))
     again = prepare_data("synthetic:markov?length=20000&seed=2", Path(saved).parent, cache_dir=tmp_path)
     assert again.meta["cache_dir"] == b.meta["cache_dir"]
 
@@ -532,7 +532,7 @@ def test_cache_key_depends_on_tokenizer_fractions_and_content(tmp_path):
     d = prepare_data("synthetic:markov?length=5000", "bpe:256", cache_dir=tmp_path)
     assert len({x.meta["cache_dir"] for x in (a, b, c, d)}) == 4
     assert d.vocab_size == 256 and d.train.size == a.train.size  # bpe:256 has no merges: one token per byte
-    assert d.tokenizer.decode(d.train) == a.tokenizer.decode(a.train)
+    assert d.tokenizer.decode_bytes(d.train) == a.tokenizer.decode_bytes(a.train)
 
 
 @pytest.mark.parametrize("damage", ["truncate_val", "delete_meta", "delete_tokenizer", "garble_meta",

@@ -41,8 +41,8 @@ def test_bytes_doc_stream_is_the_split_documents_each_after_a_separator(corpus, 
         assert data.split(s).tolist() == _joined(docs[s], 256, lambda d: np.frombuffer(d, np.uint8)), s
         assert data.split_bytes[s] == plain.split_bytes[s] == sum(map(len, docs[s]))
         assert int(data.token_bytes[np.asarray(data.split(s))].sum()) == data.split_bytes[s]
-        assert data.tokenizer.decode(data.split(s)) == b"".join(docs[s])
-    assert data.tokenizer.encode(b"ab").tolist() == [97, 98]  # one string: no separator
+        assert data.tokenizer.decode_bytes(data.split(s)) == b"".join(docs[s])
+    assert data.tokenizer.encode(b"ab") == [97, 98]  # one string: no separator
 
 
 def test_bpe_doc_separates_documents_and_keeps_the_base_encoding(corpus, tmp_path):  # noqa: F811
@@ -51,7 +51,7 @@ def test_bpe_doc_separates_documents_and_keeps_the_base_encoding(corpus, tmp_pat
     assert isinstance(tok, DocTokenizer) and tok.vocab_size == 301 and tok.doc_token == 300
     docs = split_docs(load_corpus(str(corpus)).docs, 0.05, 0.05)["train"]
     assert data.train.tolist() == _joined(docs, 300, tok.base.encode)
-    assert tok.decode(data.train) == b"".join(docs)
+    assert tok.decode_bytes(data.train) == b"".join(docs)
     again = prepare_data(str(corpus), "bpe:300+doc", cache_dir=tmp_path)  # reopened from the cache entry
     assert again.tokenizer.name == "bpe:300+doc" and again.train.tolist() == data.train.tolist()
 

@@ -117,3 +117,17 @@ def test_spread_score_equals_per_window_reference():
         with torch.no_grad():
             ref += float(F.cross_entropy(m(x)[0].double(), y, reduction="sum"))
     assert len(scored) == 24 and abs(total - ref) < 1e-6
+
+
+def test_word_perplexity_is_null_with_a_reason_when_degenerate():
+    """Closed forms: exp(NLL / words) when words >= 2 and NLL/word <= 700; otherwise null and a reason (a text with
+    no whitespace is one harness word, whose perplexity exp(total NLL) was printed as 1.01e304 = exp(700))."""
+    from normlab.eval.lm import lm_metrics
+
+    m = lm_metrics(30.0, 20, 40, 6)
+    assert m["word_perplexity"] == pytest.approx(math.exp(5.0)) and "word_perplexity_null" not in m
+    one = lm_metrics(5000.0, 2000, 2000, 1)
+    assert one["word_perplexity"] is None and "1 whitespace-separated word in 2000 bytes" in one["word_perplexity_null"]
+    many = lm_metrics(7010.0, 2000, 2000, 10)  # 701 nats per word: exp overflows what float64 shows meaningfully
+    assert many["word_perplexity"] is None and many["bpb"] == pytest.approx(7010 / (2000 * math.log(2)))
+    assert lm_metrics(7000.0, 2000, 2000, 10)["word_perplexity"] == pytest.approx(math.exp(700.0))

@@ -43,9 +43,25 @@ def test_bad_address_is_one_line(sweep_file, tmp_path, cache):
                    f"127.0.0.1:{port}", cache=cache)
     assert_bad_input(r, "cannot reach a Ray cluster", f"127.0.0.1:{port}")
     assert_bad_input(run_inproc("compare", str(sweep_file), "--out", str(tmp_path / "o"), "--executor", "ray",
-                                "--address", "nohost", cache=cache), "--address must be HOST:PORT")
+                                "--address", "nohost", cache=cache), "--address must be auto, HOST:PORT")
+    r = run_inproc("compare", str(sweep_file), "--out", str(tmp_path / "o"), "--executor", "ray", "--address",
+                   f"ray://127.0.0.1:{port}", cache=cache)  # the Ray client form is accepted, then checked
+    assert_bad_input(r, "cannot reach a Ray cluster", f"ray://127.0.0.1:{port}")
+    assert_bad_input(run_inproc("compare", str(sweep_file), "--out", str(tmp_path / "o"), "--executor", "ray",
+                                "--address", "ray://h/x:1", cache=cache), "ray://HOST:PORT")
     assert_bad_input(run_inproc("claims", "--budget", "tiny", "--out", str(tmp_path / "o"), "--executor", "ray",
                                 "--address", f"127.0.0.1:{port}", cache=cache), "cannot reach a Ray cluster")
+    assert not (tmp_path / "o").exists()
+
+
+def test_address_auto_follows_ray_address(sweep_file, tmp_path, cache, monkeypatch):
+    """``auto`` is resolved as Ray resolves it: ``RAY_ADDRESS`` first (here a port where nothing listens)."""
+    pytest.importorskip("ray")
+    port = _free_port()
+    monkeypatch.setenv("RAY_ADDRESS", f"127.0.0.1:{port}")
+    r = run_inproc("compare", str(sweep_file), "--out", str(tmp_path / "o"), "--executor", "ray", "--address",
+                   "auto", cache=cache)
+    assert_bad_input(r, "cannot reach a Ray cluster at --address auto", f"127.0.0.1:{port}")
     assert not (tmp_path / "o").exists()
 
 

@@ -137,7 +137,7 @@ def test_bad_compare_arguments(tmp_path, cache):
     assert_bad_input(normlab("compare", str(f), "--out", str(tmp_path / "w0"), "--workers", "0", cache=cache),
                      "--workers must be >= 1")
     assert not (tmp_path / "w0").exists()
-    assert_bad_input(normlab("runs", str(tmp_path / "full"), cache=cache), "no results.sqlite")
+    assert_bad_input(normlab("runs", str(tmp_path / "full"), cache=cache), "holds no normlab runs")
     assert_bad_input(normlab("runs", str(tmp_path / "nope"), cache=cache), "does not exist")
     (tmp_path / "junk").mkdir()
     (tmp_path / "junk" / "results.sqlite").write_bytes(b"this is not sqlite" * 100)

@@ -65,6 +65,7 @@ def test_wheel_ships_presets_and_sweeps(installed):
     names = set(zipfile.ZipFile(installed["wheel"]).namelist())
     shipped = {p.relative_to(ROOT).as_posix() for p in (ROOT / "normlab" / "configs").rglob("*.yaml")}
     assert shipped and shipped <= names
+    assert "normlab/examples/api.py" in names  # docs/api.md's example runs from a wheel install (issue 29)
     assert not any(n.startswith(("tests/", "docs/", "benchmarks/")) for n in names)
 
 
@@ -96,3 +97,11 @@ def test_installed_train_preset_and_compare(installed):
                     "from normlab.experiments.sweep import list_presets; print(list_presets())"],
                    cwd, env).stdout
     assert "quick" in presets
+    # issue 29, as a new user from the wheel: the folder of runs lists, the config explains itself, the example runs
+    listed = json.loads(_run([exe, "runs", ".", "--json"], cwd, env).stdout)
+    assert [r["path"] for r in listed["runs"]] == ["run"] and listed["sweeps"] == ["sweep"]
+    assert listed["runs"][0]["status"] == "completed" and listed["runs"][0]["val_bpb"] == s["val_bpb"]
+    keys = json.loads(_run([exe, "config", "tiny", "--json"], cwd, env).stdout)["keys"]
+    assert all(k["description"] for k in keys)
+    usage = _run([str(installed["py"]), "-m", "normlab.examples.api", "--help"], cwd, env).stdout
+    assert "python -m normlab.examples.api" in usage

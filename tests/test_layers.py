@@ -30,6 +30,7 @@ FLOORS: list[tuple[str, ...]] = [
     ("attention",),
     ("model",),
     ("config",),
+    ("config_help",),
     ("run",),
     ("eval", "diagnostics"),
     ("train",),
@@ -39,7 +40,7 @@ FLOORS: list[tuple[str, ...]] = [
     ("report",),
     ("commands",),
     ("cli", "api"),
-    ("demo", "__main__"),
+    ("demo", "__main__", "examples"),
 ]
 FLOOR = {name: i for i, floor in enumerate(FLOORS) for name in floor}
 

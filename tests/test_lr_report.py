@@ -72,13 +72,15 @@ def test_a_tiny_nonzero_difference_needs_more_seeds_than_searched_not_no_differe
         return [GridRun(name, 1e-3, s, "completed", f, 8.0, f"{name}-{s}") for s, f in enumerate(finals)]
 
     base = [4.0, 4.1, 3.9]
-    for other, reading in (
-        ([4.101, 4.001, 3.901], f"within noise; more than {SEEDS_NEEDED_MAX} seeds to resolve (80% power)"),
-        (base, "within noise; no difference to resolve"),
-    ):
-        gr = analyze(runs("base", base) + runs("other", other), baseline="base")
+    question = {"declared": True, "primary": "final_loss", "baseline": "base", "family": ["other"], "alpha": 0.05,
+                "correction": "holm", "paired": True}
+    for other, reading in (([4.101, 4.001, 3.901],
+                            f"undecided; more than {SEEDS_NEEDED_MAX} seeds to resolve (80% power)"),
+                           (base, "undecided; no difference to resolve")):
+        gr = analyze(runs("base", base) + runs("other", other), question=question)
         row, = gr.paired
-        assert row.seeds_needed is None and row.diff.sd == pytest.approx(sd if other is not base else 0.0, abs=1e-9)
+        assert row.role == "primary" and row.seeds_needed is None
+        assert row.diff.sd == pytest.approx(sd if other is not base else 0.0, abs=1e-9)
         assert paired_cells(gr)[1][0][-1] == reading
 
 
@@ -201,18 +203,26 @@ def test_report_lr_section_numbers_match_the_store(grid_sweep, cache):
         half = 12.706204736174707 * abs(sens[(name, 0)] - sens[(name, 1)]) / math.sqrt(2) / math.sqrt(2)
         assert got[name]["lr_sensitivity"]["mean"] == pytest.approx(m)
         assert got[name]["lr_sensitivity"]["ci95"] == pytest.approx(half, rel=1e-6)
-        assert f"| {name} | {m:.3f} ± {half:.3f} |" in md
+        # 10 steps learn only the unigram distribution (best loss within DID_NOT_LEARN_MARGIN of it): not ranked
+        worst = max(min(per[(name, s)].values()) for s in (0, 1))
+        assert got[name]["learned"] is False and got[name]["rank"] is None
+        assert f"| – | {name} | did not learn (best {worst:.3f}, unigram " in md
         best = [min(per[(name, s)].values()) for s in (0, 1)]
         assert got[name]["best_val_bpb"]["mean"] == pytest.approx(mean(best))
     pair = next(p for p in lr["paired"] if p["metric"] == "LR sensitivity")
     diffs = [sens[("Pre-LN + QK-norm", s)] - sens[("Pre-LN", s)] for s in (0, 1)]
     assert pair["paired"] and pair["n"] == 2 and pair["diff"] == pytest.approx(mean(diffs))
-    cells = next(p for p in lr["paired"] if p["metric"] == "loss at each (seed, lr)")
-    assert cells["n"] == 6
-    # the summary states the (seed, lr)-cell comparison with the same numbers as the table
-    cell_text = f"Pre-LN + QK-norm ({cells['diff']:+.3f} ± {cells['ci95']:.3f}"
-    assert any(s.startswith("Loss at each (seed, lr)") and "paired over (seed, lr) cells" in s and cell_text in s
-               for s in res["summary"]), res["summary"]
+    # every run recorded its training split's unigram floor (summary.json unigram_bpb), the report's "did not learn"
+    from normlab.data import prepare_data
+
+    floor = prepare_data(yaml.safe_load((out / "sweep.yaml").read_text())["base"]["data"]["source"], "bytes",
+                         cache_dir=cache).unigram_bpb
+    assert all(v["unigram_bpb"] == pytest.approx(floor, rel=1e-12) for v in lr["variants"])
+    # no declared question: every comparison is exploratory
+    assert {p["role"] for p in lr["paired"]} == {"exploratory"} and lr["question"]["declared"] is False
+    # the seed is the unit of replication: no comparison over (seed, lr) cells
+    assert {p["metric"] for p in lr["paired"]} == {"LR sensitivity", "best loss"}
+    assert not any("(seed, lr)" in s for s in res["summary"]), res["summary"]
     # report order: summary, then the learning-rate section before the per-cell table
     assert md.index("## Learning-rate sweep") < md.index("## Paired differences vs Pre-LN") < md.index(
         "## Every variant × learning rate")
@@ -269,3 +279,56 @@ def test_eval_mode_gap_flags_batch_statistic_norms_only():
     assert eval_mode_gap("batchnorm", 2.0, at, at) is None
     assert eval_mode_gap("batchnorm", 2.0, at + 1e-6, at + 1e-6) is not None
     assert eval_mode_gap("batchnorm", None, 3.0, 4.5) is None
+
+
+def test_best_lr_is_a_grid_point_with_the_seeds_spread():
+    """Two seeds whose best learning rates are 1e-3 and 1e-1 used to print their geometric mean,
+    0.01 (no grid point) ×/÷ a factor of ~2e6. Now: the grid point minimising the seed-mean capped loss (numpy
+    argmin over the hand table) and the seeds' own best points."""
+    import numpy as np
+
+    from normlab.experiments.lrgrid import GridRun, group_grid
+    from normlab.report.lrsection import _best_lr, rows_json
+
+    lrs = [1e-3, 1e-2, 1e-1]
+    table = {0: [3.0, 3.3, 3.6], 1: [3.9, 3.5, 3.4]}  # seed 0 best at 1e-3, seed 1 at 1e-1
+    runs = [GridRun("v", lr, s, "completed", table[s][i], 8.0, f"r{s}{i}") for s in table for i, lr in enumerate(lrs)]
+    g = group_grid("v", runs)
+    means = np.mean([table[0], table[1]], axis=0)  # 3.45, 3.4, 3.5
+    assert g.best_grid_lr() == lrs[int(np.argmin(means))] == 1e-2
+    assert g.seed_best_lrs() == [1e-3, 1e-1]
+    assert _best_lr(g) == "0.01 (seeds: 0.001–0.1)" and "×/÷" not in _best_lr(g)
+    same = group_grid("w", [GridRun("w", lr, s, "completed", table[0][i], 8.0, f"q{s}{i}")
+                            for s in (0, 1, 2) for i, lr in enumerate(lrs)])
+    assert _best_lr(same) == "0.001 (all 3 seeds)"
+    assert _best_lr(group_grid("x", [])) == "–"
+
+    from types import SimpleNamespace
+
+    grid = SimpleNamespace(baseline="v", lrs=lrs, is_grid=True, groups=[g], paired=[], question=None,
+                           exploratory=None)  # what rows_json reads
+    row = rows_json(grid)["variants"][0]
+    assert row["best_lr"] == 1e-2 and row["best_lr_per_seed"] == [1e-3, 1e-1]
+
+
+@pytest.mark.slow
+def test_report_computes_the_unigram_floor_for_runs_trained_before_it_was_recorded(grid_sweep, tmp_path, cache):
+    """A stored sweep whose summary.json files have no unigram_bpb: the report computes it from each run's own
+    cached training split (normlab.run.rundir.run_data), so the did-not-learn guard works on old sweeps."""
+    import shutil
+
+    from normlab.data import prepare_data
+
+    out, _ = grid_sweep
+    old = tmp_path / "old"
+    shutil.copytree(out, old)
+    for p in (old / "runs").glob("*/summary.json"):
+        sm = json.loads(p.read_text())
+        sm.pop("unigram_bpb")
+        p.write_text(json.dumps(sm))
+    r = normlab("report", str(old), "--json", cache=cache)
+    assert r.returncode == 0, r.stderr
+    lr = json.loads(r.stdout)["lr"]
+    floor = prepare_data(yaml.safe_load((out / "sweep.yaml").read_text())["base"]["data"]["source"], "bytes",
+                         cache_dir=cache).unigram_bpb
+    assert all(v["unigram_bpb"] == pytest.approx(floor, rel=1e-12) and v["learned"] is False for v in lr["variants"])

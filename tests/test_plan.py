@@ -61,7 +61,7 @@ def test_the_first_round_needs_two_seeds_and_question_keys_are_checked():
         sweep(primary="best_los")
     with pytest.raises(NormlabError, match="needs an lr_grid"):
         sweep(primary="lr_sensitivity")
-    with pytest.raises(NormlabError, match=r"alpha must be a number in \(0, 0.5\)"):
+    with pytest.raises(NormlabError, match=r"alpha must be a number in \(0, 0.5\]"):
         sweep(alpha=0.7)
     with pytest.raises(NormlabError, match="replicate must be a data source"):
         sweep(replicate=3)

@@ -13,6 +13,7 @@ from normlab.config import load_config
 from normlab.model import build_model
 from normlab.train import precision as P
 from normlab.train.loop import train
+from normlab.train.threads import step_flops
 from tests.helpers import assert_bad_input, assert_same_weights, kill_9_after, normlab, run_inproc, summary
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -84,9 +85,15 @@ def test_auto_resolution_and_records(tmp_path, cache, monkeypatch):
     assert P.resolve_precision(cfg, "cpu") == ("fp32", "auto: no units")
     monkeypatch.setattr(P, "fast_bf16", lambda device: (True, "units"))
     for fp32_s, bf16_s, want in ((1.0, 0.95, "fp32"), (1.0, 0.5, "bf16"), (1.0, 1.2, "fp32")):
-        monkeypatch.setattr(P, "_cached_probe", lambda c, d, t=(fp32_s, bf16_s): {"fp32": t[0], "bf16": t[1]})
+        monkeypatch.setattr(P, "_cached_probe",
+                            lambda c, d, t=(fp32_s, bf16_s): {"fp32": t[0], "bf16": t[1], "ratio": t[0] / t[1]})
         assert P.resolve_precision(cfg, "cpu")[0] == want
     assert P.resolve_compile("auto", "cpu")[0] is False and P.resolve_compile(True, "cuda")[0] is True
+    # auto on CPU: on exactly from the payback work (when a C++ compiler exists), off below it
+    assert P.resolve_compile("auto", "cpu", 0.99 * P.COMPILE_PAYBACK_FLOPS)[0] is False
+    assert P.resolve_compile("auto", "cpu", P.COMPILE_PAYBACK_FLOPS)[0] is (P.cxx_compiler() is not None)
+    tiny = load_config("tiny")
+    assert P.resolve_compile("auto", "cpu", tiny.train.steps * step_flops(tiny))[0] is False  # presets run eager
     monkeypatch.setattr(P, "cxx_compiler", lambda: None)
     on, why = P.resolve_compile(True, "cpu")
     assert on is False and "no C++ compiler" in why
@@ -146,33 +153,23 @@ def test_conversion_of_bf16_run_is_exact_in_fp32(tmp_path, cache):
     assert json.loads((out / "conversion.json").read_text())["dtype"] == "float32"
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
-def test_rope_fast_path_is_bit_identical_to_pairwise_formula(dtype):
-    """RotaryEmbedding.rotate (cached pair tables, hand-written backward) gives exactly the pairwise formula
-    ``_rotate`` (``[x0 cos - x1 sin, x0 sin + x1 cos]``) on the input-dtype tables, at offset 0, an offset, past
-    the table's length (regrown) and on a strided q view of a qkv tensor; gradients too (autograd of ``_rotate``)."""
-    from normlab.attention.positions import RotaryEmbedding, _rotate
+def test_compiled_training_does_not_recompile(tmp_path, cache, monkeypatch):
+    """``train.compile: true`` through the training loop (steps, periodic evaluation, checkpoints): dynamo captures the
+    model once and never recompiles (no table or cache filled in a forward). Dynamo's guards do not depend on the
+    backend, so the test compiles with ``backend="eager"`` (seconds instead of inductor's minutes)."""
+    dynamo = pytest.importorskip("torch._dynamo")
+    if not dynamo.is_dynamo_supported():
+        pytest.skip("torch.compile is not supported on this Python")
+    from torch._dynamo.utils import counters
 
-    rope = RotaryEmbedding(16, 8)
-    for offset, T in ((0, 8), (3, 5), (6, 9)):
-        x = torch.randn(2, 3, T, 16, dtype=torch.float64).to(dtype).requires_grad_()
-        y = rope.rotate(x, offset)
-        x_ref = x.detach().clone().requires_grad_()
-        cos, sin = (t[offset : offset + T].to(dtype) for t in (rope.cos, rope.sin))
-        ref = _rotate(x_ref, cos, sin)
-        assert y.dtype == dtype and torch.equal(y, ref)
-        g = torch.randn_like(y)
-        y.backward(g)
-        ref.backward(g)
-        assert torch.equal(x.grad, x_ref.grad)
-    # the attention layer's q / k: strided views of the qkv projection ([B, T, 3, H, hd] permuted), not contiguous
-    qkv = torch.randn(2, 8, 3, 3, 16, dtype=torch.float64).to(dtype).requires_grad_()
-    q = qkv.permute(2, 0, 3, 1, 4)[0]
-    qkv_ref = qkv.detach().clone().requires_grad_()
-    q_ref = qkv_ref.permute(2, 0, 3, 1, 4)[0]
-    y, ref = rope.rotate(q), _rotate(q_ref, rope.cos[:8].to(dtype), rope.sin[:8].to(dtype))
-    assert not q.is_contiguous() and torch.equal(y, ref)
-    g = torch.randn_like(y)
-    y.backward(g)
-    ref.backward(g)
-    assert torch.equal(qkv.grad, qkv_ref.grad)
+    real = torch.compile
+    monkeypatch.setattr(torch, "compile", lambda model, **kw: real(model, backend="eager"))
+    dynamo.reset()
+    counters.clear()
+    cfg = load_config("tiny", [*SMALL, "train.steps=6", "train.eval_every=2", "train.log_every=1",
+                               "train.checkpoint_every=3", "train.compile=true", "train.precision=fp32",
+                               f"data.cache_dir={cache}"])
+    out = tmp_path / "run"
+    train(copy.deepcopy(cfg), out, quiet=True)
+    assert counters["stats"]["unique_graphs"] == 1 and counters["stats"]["calls_captured"] > 0
+    assert not counters["recompiles"] and summary(out)["compile"] is True

@@ -63,3 +63,19 @@ def test_compare_prints_running_runs_step_eta_and_log(tmp_path, cache, monkeypat
     assert all(0 <= int(s) <= 80 and p == str(log) for s, _, p in lines) and log.is_file()
     assert all(eta == "n/a" for s, eta, _ in lines if int(s) == 0)
     assert json.loads(proc.stdout)["counts"] == {"completed": 1}
+
+
+def test_training_progress_without_a_terminal_prints_elapsed_and_eta(monkeypatch, capsys):
+    """Issue 29 item 8: plain progress lines carry elapsed time and ETA, by hand: 30 s for steps 10 -> 40 of 100
+    (resumed at 10) leaves 60 steps at 1 s each."""
+    from normlab.train import progress as train_progress
+
+    clock = iter([1000.0, 1030.0, 1100.0])
+    monkeypatch.setattr(train_progress.time, "time", lambda: next(clock))
+    rep = train_progress.ProgressReporter(100, start=10)  # stderr is captured: not a terminal
+    rep.update(40, 3.25, 1234.0)
+    rep.update(100, 3.0, 1000.0)
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0] == "step 40/100 loss 3.2500 1,234 tok/s elapsed 0:00:30 eta 0:01:00"
+    assert lines[1] == "step 100/100 loss 3.0000 1,000 tok/s elapsed 0:01:40 eta 0:00:00"
+    assert train_progress._hms(3725.4) == "1:02:05"

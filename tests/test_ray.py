@@ -136,12 +136,13 @@ def cluster(tmp_path_factory, cache):
                     f"node start-up window is fixed); see {tmp}/{name}-*.log")
 
     try:
-        gcs, dash = _free_ports(2)
-        head = start(["--head", "--port", str(gcs), "--include-dashboard=false", "--dashboard-port", str(dash)],
-                     "head")
+        gcs, dash, client = _free_ports(3)
+        head = start(["--head", "--port", str(gcs), "--include-dashboard=false", "--dashboard-port", str(dash),
+                      "--ray-client-server-port", str(client)], "head")
         address = f"127.0.0.1:{gcs}"
         worker = start(["--address", address], "worker")
-        yield {"address": address, "env": env, "head": head, "worker": worker, "tmp": tmp}
+        yield {"address": address, "client": f"ray://127.0.0.1:{client}", "env": env, "head": head,
+               "worker": worker, "tmp": tmp}
     finally:
         for n in nodes:
             n.kill()
@@ -155,10 +156,11 @@ def _sweep(path: Path, **spec) -> Path:
     return path
 
 
-def _compare(cluster, sweep: Path, out: Path, env_extra: dict | None = None) -> subprocess.CompletedProcess:
+def _compare(cluster, sweep: Path, out: Path, env_extra: dict | None = None,
+             address: str | None = None) -> subprocess.CompletedProcess:
     env = {**cluster["env"], **(env_extra or {})}
     return subprocess.run([sys.executable, "-m", "normlab.cli", "compare", str(sweep), "--out", str(out),
-                           "--executor", "ray", "--address", cluster["address"], "--json"], env=env,
+                           "--executor", "ray", "--address", address or cluster["address"], "--json"], env=env,
                           capture_output=True, text=True, timeout=TIMEOUT)
 
 
@@ -204,6 +206,23 @@ def test_four_run_sweep_with_files_sent_back(cluster, tmp_path):
     lrows = {x["run_id"]: x for x in Store(local / "results.sqlite").runs()}
     for k in rows:
         assert lrows[k]["status"] == rows[k]["status"] and lrows[k]["val_bpb"] == rows[k]["val_bpb"]
+
+
+def test_address_auto_and_ray_client(cluster, tmp_path):
+    """``--address auto`` (Ray's convention; here resolved through RAY_ADDRESS, as ray.init does) and the Ray
+    client form ``ray://HOST:PORT`` both train a run on the cluster, to the numbers of the GCS-address form."""
+    f = _sweep(tmp_path / "s.yaml", name="a", base="tiny", set=FAST, seeds=[0],
+               variants=[{"name": "Pre", "set": {"model.placement": "pre"}}])
+    results = {}
+    for name, address, extra in (("gcs", None, {}), ("auto", "auto", {"RAY_ADDRESS": cluster["address"]}),
+                                 ("client", cluster["client"], {})):
+        out = tmp_path / name
+        r = _compare(cluster, f, out, extra, address=address)
+        assert r.returncode == 0, (name, r.stderr[-3000:])
+        res = json.loads(r.stdout)
+        assert res["counts"] == {"completed": 1} and res["executor"] == "ray", name
+        results[name] = next(iter(_rows_once(out, 1).values()))["val_bpb"]
+    assert results["auto"] == results["gcs"] == results["client"]
 
 
 def test_killed_worker_node_loses_no_row(cluster, tmp_path):

@@ -184,8 +184,9 @@ def test_summary_states_what_the_numbers_show(report):
     _, js = report
     text = "\n".join(js["summary"])
     assert "Lowest mean final validation bits/byte: Alpha" in text
-    assert re.search(r"Within noise of Alpha.*Gamma", text)
-    assert re.search(r"Worse than Alpha beyond noise.*Beta", text)
+    # the best variant is chosen by the data: its differences are exploratory estimates, never verdicts
+    assert re.search(r"Differences from Alpha, exploratory.*Gamma \+0\.0455 ± .*Beta \+0\.4994 ± ", text)
+    assert not re.search(r"\b(lower|higher|worse|better)\b|beyond noise|within noise", text, re.IGNORECASE)
     assert "Gamma diverged in 1 of 3 seeds (at step 7)" in text
     assert f"entropy floor is {FLOOR:.4f}" in text
 

@@ -101,3 +101,12 @@ def test_t_functions_and_paired_diff_match_scipy():
     w = stats.welch_diff(a, b)
     assert w.p == pytest.approx(sps.ttest_ind(a, b, equal_var=False).pvalue)
     assert stats.two_sided_t_p(40.0, 3) == pytest.approx(2 * sps.t.sf(40.0, 3), rel=1e-9)
+
+
+@pytest.mark.parametrize("na, nb", [(3, 3), (5, 5), (3, 4), (2, 5)])
+def test_min_permutation_p_is_reached_by_separated_groups(na, nb):
+    from normlab.stats import min_permutation_p, permutation_p
+
+    a, b = [float(i) for i in range(na)], [100.0 + i for i in range(nb)]
+    assert permutation_p(a, b) == pytest.approx(min_permutation_p(na, nb))
+    assert min_permutation_p(na, nb) == (2 if na == nb else 1) / math.comb(na + nb, na)

@@ -86,8 +86,8 @@ def test_the_docs_sweep_example_parses_as_written():
     assert raw["lr_grid"]["min"] == "1e-3"
     sweep = parse_sweep(raw)
     assert sweep.lr_grid == [0.001, 0.00316, 0.01, 0.0316, 0.1]
-    # variants x depth x lr x seeds (the sequential plan extends 2 to max_seeds 12)
-    assert len(sweep.runs) == 3 * 2 * 5 * 12
+    # variants x lr x seeds (the sequential plan extends 2 to max_seeds 12)
+    assert len(sweep.runs) == 3 * 5 * 12
 
 
 @pytest.mark.parametrize("kind", ["dir", "fifo", "missing"])

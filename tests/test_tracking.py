@@ -1,5 +1,7 @@
-"""Live TensorBoard tracking (normlab.train.tracking): a single ``normlab train`` writes scalars and hparams while it
-trains; the event files are decoded with the protobuf classes of tensorboardX and checked against metrics.jsonl."""
+"""Live tracking (normlab.train.tracking): a single ``normlab train`` writes TensorBoard scalars and hparams while it
+trains, read back with tensorboard's own ``EventAccumulator`` during training and its CRC-checked record reader
+after, and checked against metrics.jsonl; W&B (offline mode, its local ``.wandb`` file read with W&B's own protobuf
+schema) and MLflow (a local store read with ``MlflowClient``) get the same names, values and hyperparameters."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import sys
 import time
 
 import pytest
+import yaml
 
 from normlab.train.tracking import flat_hparams, read_hparams, read_scalars
 from tests.helpers import cli_env
@@ -21,14 +24,21 @@ def test_single_run_writes_tensorboard_while_it_trains(tmp_path, cache):
             "--set", "train.checkpoint_every=5000", "--set", "model.context=16", "--out", str(out)]
     proc = subprocess.Popen([sys.executable, "-m", "normlab", *args], env=cli_env(cache),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
     seen: list = []
     alive = False
+    live_tags: list = []
     try:
         deadline = time.time() + 180
         while time.time() < deadline and proc.poll() is None:
             if (out / "tb").is_dir():
                 seen = read_scalars(out / "tb")
                 if sum(t == "val/bpb" for t, _, _ in seen) >= 2:
+                    acc = EventAccumulator(str(out / "tb"))  # what the TensorBoard viewer does with live files
+                    acc.Reload()
+                    live_tags = acc.Tags()["scalars"]
+                    live_val = [(e.step, e.value) for e in acc.Scalars("val/bpb")]
                     alive = proc.poll() is None  # read while the run is still training
                     break
             time.sleep(0.2)
@@ -36,6 +46,9 @@ def test_single_run_writes_tensorboard_while_it_trains(tmp_path, cache):
         proc.send_signal(signal.SIGINT)  # checkpoint and stop (status interrupted)
         proc.wait(timeout=120)
     assert alive, "no validation scalars appeared while the run trained"
+    assert {"train/loss", "val/bpb", "val/loss"} <= set(live_tags) and len(live_val) >= 2
+    assert all(v == pytest.approx(w, rel=1e-6) for (_, v), (_, w) in
+               zip(live_val, sorted((s, v) for t, s, v in seen if t == "val/bpb"), strict=False))
     assert {"train/loss", "train/lr", "train/grad_norm", "perf/tokens_per_s", "val/loss"} <= {t for t, _, _ in seen}
     assert any(t.startswith("diag/") for t, _, _ in seen)  # training-time diagnostics (diag.every: 10)
 
@@ -60,3 +73,88 @@ def test_single_run_writes_tensorboard_while_it_trains(tmp_path, cache):
 def test_flat_hparams():
     assert flat_hparams({"model": {"norm": "rmsnorm", "norm_options": {}, "x": None, "l": [1, 2]}, "seed": 3}) == {
         "model.norm": "rmsnorm", "model.norm_options": "{}", "model.l": "[1, 2]", "seed": 3}
+
+
+def _wandb_records(path):
+    """The ``Record`` protos of a W&B ``.wandb`` file: a 7-byte ``:W&B`` header, then the LevelDB log framing W&B
+    documents for it (32 KiB blocks; each chunk ``crc32c(4) length(2) type(1)``: 1 full, 2 first, 3 middle, 4
+    last), each record parsed with W&B's own schema (``wandb.proto.wandb_internal_pb2.Record``)."""
+    import struct
+
+    from wandb.proto.wandb_internal_pb2 import Record
+
+    data = path.read_bytes()
+    assert data[:4] == b":W&B"
+    pos, block, pending, out = 7, 32768, b"", []
+    while pos + 7 <= len(data):
+        left = block - pos % block
+        if left < 7:
+            pos += left
+            continue
+        length, kind = struct.unpack("<HB", data[pos + 4:pos + 7])
+        chunk = data[pos + 7:pos + 7 + length]
+        pos += 7 + length
+        if kind == 0 and length == 0:
+            continue
+        pending = chunk if kind in (1, 2) else pending + chunk
+        if kind in (1, 4):
+            out.append(Record.FromString(pending))
+    return out
+
+
+def test_wandb_offline_and_mlflow_log_what_tensorboard_logs(tmp_path, cache, monkeypatch):
+    wandb = pytest.importorskip("wandb")
+    mlflow_client = pytest.importorskip("mlflow.tracking")
+    env = {**cli_env(cache), "WANDB_MODE": "offline", "WANDB_SILENT": "true", "MLFLOW_DISABLE_TELEMETRY": "true",
+           "WANDB_DISABLE_GIT": "true"}
+    env.pop("MLFLOW_TRACKING_URI", None)
+    out = tmp_path / "run"
+    subprocess.run([sys.executable, "-m", "normlab", "train", "tiny", "--set", "train.steps=6", "--set",
+                    "train.log_every=2", "--set", "train.eval_every=3", "--set", "model.context=16", "--set",
+                    "train.track=[tensorboard, wandb, mlflow]", "--out", str(out)], env=env, check=True,
+                   capture_output=True, timeout=300)
+    tb = {(t, s): v for t, s, v in read_scalars(out / "tb")}
+    hp = read_hparams(out / "tb")
+    assert ("val/bpb", 6) in tb and ("train/loss", 6) in tb and hp["status"] == "STATUS_SUCCESS"
+
+    # MLflow: the local store under the run directory, read with MLflow's own client
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    client = mlflow_client.MlflowClient(tracking_uri=(out / "mlruns").as_uri())
+    exp = client.get_experiment_by_name("normlab")
+    (run,) = client.search_runs([exp.experiment_id])
+    assert run.info.status == "FINISHED" and run.data.tags["normlab.status"] == "completed"
+    assert run.info.run_name == "run"
+    assert run.data.params == {
+        k: str(v) for k, v in flat_hparams(yaml.safe_load((out / "config.yaml").read_text())).items()
+    }
+    for tag in {t for t, _ in tb}:
+        hist = {m.step: m.value for m in client.get_metric_history(run.info.run_id, tag.replace("@", "_"))}
+        assert hist == pytest.approx({s: v for (t, s), v in tb.items() if t == tag}, rel=1e-6), tag
+
+    # W&B offline: the run's .wandb file holds the config, every history row and the final status
+    (wfile,) = (out / "wandb").glob("offline-run-*/run-*.wandb")
+    history, config, summary = {}, {}, {}
+    for rec in _wandb_records(wfile):
+        kind = rec.WhichOneof("record_type")
+        if kind == "history":
+            items = {i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in rec.history.item}
+            step = rec.history.step.num
+            history.update({(k, step): v for k, v in items.items() if not k.startswith("_")})
+        elif kind == "config":
+            config.update({i.key: json.loads(i.value_json) for i in rec.config.update})
+        elif kind == "summary":
+            summary.update({i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in rec.summary.update})
+        elif kind == "run":
+            config.update({i.key: json.loads(i.value_json) for i in rec.run.config.update})
+    assert history.keys() == tb.keys()
+    assert all(history[k] == pytest.approx(tb[k], rel=1e-6) for k in tb)
+    flat = flat_hparams(yaml.safe_load((out / "config.yaml").read_text()))
+    assert {k: (v.get("value") if isinstance(v, dict) else v) for k, v in config.items() if k in flat} == flat
+    assert summary.get("status") == "completed" and wandb.__version__
+
+
+def test_unknown_or_missing_tracker_is_one_line(tmp_path, cache):
+    from tests.helpers import assert_bad_input, run_inproc
+
+    r = run_inproc("train", "tiny", "--set", "train.track=[tensorbord]", "--out", str(tmp_path / "r"), cache=cache)
+    assert_bad_input(r, "unknown train.track entry 'tensorbord'", "did you mean 'tensorboard'")

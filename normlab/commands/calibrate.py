@@ -17,7 +17,8 @@ LOGITS_BUDGET = 1 << 30  # bytes of float32 logits held in memory (caps the toke
 
 
 def run_calibrate(args: argparse.Namespace) -> int:
-    from normlab.eval.calibration import calibration_stats, collect_logits, fit_temperature, reliability_diagram
+    from normlab.eval.calibration import (calibration_stats, collect_logits, ece_note, fit_temperature,
+                                          reliability_diagram)
     from normlab.run.rundir import open_run
 
     if args.max_tokens < 0 or args.batch_size < 1:
@@ -45,6 +46,9 @@ def run_calibrate(args: argparse.Namespace) -> int:
         "bins": 15, "run_dir": str(args.run_dir), "weights": str(run.weights),
         "reliability_before": before["bins"], "reliability_after": after["bins"], **run.data_record,
     }
+    why = ece_note(before, after, temperature)
+    if why:
+        m["ece_note"] = why
     if n < (args.max_tokens or avail) and n == cap:
         m["note"] = f"token count capped at {cap} to hold the logits in {LOGITS_BUDGET >> 20} MiB"
     write_json(run_dir / f"calibration{sfx}.json", m)
@@ -61,6 +65,8 @@ def run_calibrate(args: argparse.Namespace) -> int:
     for k in ("ece", "nll", "brier"):
         table.add_row(k, f"{m[k + '_before']:.4f}", f"{m[k + '_after']:.4f}")
     Console(markup=False).print(table)
+    if why:
+        print(f"note: {why}")
     print(f"wrote {run_dir / f'calibration{sfx}.json'} and {run_dir / f'reliability{sfx}.png'}")
     return 0
 

@@ -187,7 +187,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                                                           "sweep directory (e.g. the demo's) instead of training them")
     cl.add_argument("--executor", choices=["local", "ray"], default="local",
                     help="local processes (default) or Ray tasks on a cluster (docs/distributed.md)")
-    cl.add_argument("--address", metavar="HOST:PORT", help="the Ray cluster (with --executor ray)")
+    cl.add_argument("--address", metavar="auto|HOST:PORT|ray://HOST:PORT",
+                    help="the Ray cluster (with --executor ray): auto, HOST:PORT or ray://HOST:PORT")
     cl.add_argument("--docs", nargs="?", const=True, default=False, metavar="FILE",
                     help="also write the claims page: FILE, default docs/claims.md under the current directory "
                     "(always done for --budget full)")

@@ -216,8 +216,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     cp.add_argument("--executor", choices=["local", "ray"], default="local",
                     help="local worker processes (default) or Ray tasks on a cluster (docs/distributed.md)")
-    cp.add_argument("--address", metavar="HOST:PORT", help="the Ray cluster (with --executor ray; default: "
-                    "RAY_ADDRESS or a new one-machine cluster)")
+    cp.add_argument("--address", metavar="auto|HOST:PORT|ray://HOST:PORT",
+                    help="the Ray cluster (with --executor ray): auto (the one 'ray start --head' started here), its "
+                         "GCS address, or ray://HOST:PORT for the Ray client (default: RAY_ADDRESS or a new "
+                         "one-machine cluster)")
     cp.add_argument("--until-decided", action="store_true",
                     help="run seeds in rounds, a look after each, until every primary comparison is decided "
                     "(Lan-DeMets O'Brien-Fleming-type alpha spending, Holm over the family; docs/compare.md)")

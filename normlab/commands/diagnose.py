@@ -28,7 +28,7 @@ def run_diagnose(args: argparse.Namespace) -> int:
     out_json = check_file_slot(check_inside(run_dir, run_dir / f"diagnostics{sfx}.json"))
     tokens = run.tokens
     idx, targets, starts = sample_sequences(tokens, args.sequences, context)
-    if cfg.train.threads:
+    if isinstance(cfg.train.threads, int):  # a count set in the run's config (auto / null: torch's default)
         torch.set_num_threads(cfg.train.threads)
     result = diagnose_model(run.model, idx, targets)
     records = training_records(run_dir)

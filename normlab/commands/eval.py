@@ -37,10 +37,11 @@ def run_eval(args: argparse.Namespace) -> int:
     if args.doc_start is not None:
         raise NormlabError("--doc-start applies to --documents only")
     tokens = run.tokens
-    m = evaluate(run.model, tokens, data.token_bytes, data.tokenizer.decode, context=context, stride=args.stride,
+    m = evaluate(run.model, tokens, data.token_bytes, data.tokenizer.decode_bytes, context=context, stride=args.stride,
                  batch_size=args.batch_size, max_tokens=args.max_tokens or None)
     m.update({"mode": "stream", "tokenizer": data.tokenizer.name,  # a "+doc" tokenizer's separators are scored too
-              "split": args.split, "context": context, "stride": args.stride or context,
+              "split": args.split, "split_bytes": data.bytes_of(args.split), "context": context,
+              "stride": args.stride or context,
               "run_dir": str(args.run_dir), "weights": str(run.weights)})
     if data.entropy_floor_bpb is not None:
         m["entropy_floor_bpb"] = data.entropy_floor_bpb
@@ -68,11 +69,13 @@ def run_eval(args: argparse.Namespace) -> int:
               "entropy_floor_bpb", "gap_bpb", "tokens", "bytes", "words"):
         if k in m:
             v = m[k]
-            table.add_row(k, f"{v:,}" if isinstance(v, int) else f"{v:.4f}")
+            table.add_row(k, "null" if v is None else f"{v:,}" if isinstance(v, int) else f"{v:.4f}")
     for k in ("mano", "matrix_nuclear_norm"):
         if k in m.get("label_free", {}):
             table.add_row(f"{k} (label-free)", f"{m['label_free'][k]:.6f}")
     Console(markup=False).print(table)
+    if m.get("word_perplexity_null"):
+        print(f"word_perplexity is null: {m['word_perplexity_null']}")
     return 0
 
 
@@ -84,6 +87,7 @@ def _eval_documents(args: argparse.Namespace, run, data, context: int, overrides
     if args.stride is not None:
         raise NormlabError("--stride does not apply to --documents (the harness scores disjoint windows)")
     docs = split_documents(args.run_dir, run.cfg, data, args.split, source=run.source)
+    split_bytes = sum(len(d) for d in docs)
     if args.max_tokens:  # whole documents, in split order, until at least N tokens
         kept, n = [], 0
         for d in docs:
@@ -107,8 +111,8 @@ def _eval_documents(args: argparse.Namespace, run, data, context: int, overrides
         raise NormlabError(f"--doc-start {prefix} is not a token id of this model (0..{run.cfg.model.vocab_size - 1})")
     m = evaluate_documents(run.model, docs, data.tokenizer.encode, prefix, context=context,
                            batch_size=args.batch_size)
-    m.update({"mode": "documents", "tokenizer": data.tokenizer.name, "split": args.split, "context": context,
-              "doc_start_token": prefix,
+    m.update({"mode": "documents", "tokenizer": data.tokenizer.name, "split": args.split,
+              "split_bytes": split_bytes, "context": context, "doc_start_token": prefix,
               "doc_start_source": why, "word_count": "per document, len(re.split(r'\\s+', doc))",
               "run_dir": str(args.run_dir), "weights": str(run.weights)})
     if overrides:
@@ -126,20 +130,24 @@ def _eval_documents(args: argparse.Namespace, run, data, context: int, overrides
     for k in ("loss", "bpb", "token_perplexity", "byte_perplexity", "word_perplexity", "documents",
               "tokens", "bytes", "words", "doc_start_token"):
         v = m[k]
-        table.add_row(k, f"{v:,}" if isinstance(v, int) else f"{v:.4f}")
+        table.add_row(k, "null" if v is None else f"{v:,}" if isinstance(v, int) else f"{v:.4f}")
     Console().print(table)
+    if m.get("word_perplexity_null"):
+        print(f"word_perplexity is null: {m['word_perplexity_null']}")
     return 0
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """Register ``normlab eval`` with their flags (called by ``normlab.cli.build_parser``)."""
-    from normlab.validate import int_in
     from normlab.commands.args import data_arg, eval_set_arg
+    from normlab.validate import int_in
 
     e = sub.add_parser("eval", help="evaluate a run: loss, bits-per-byte, perplexities")
     eval_set_arg(e)
     e.add_argument("run_dir")
-    e.add_argument("--split", choices=["val", "test"], default="val")
+    e.add_argument("--split", choices=["val", "test", "all"], default="val",
+                   help="which part of the corpus to score: val, test, or all (the whole corpus: train, val and "
+                        "test; e.g. a file given with --data)")
     e.add_argument("--context", type=int_in(1, 2**20), help="window length (default: the training context)")
     e.add_argument("--stride", type=int_in(1, 2**20), help="sliding-window stride (default: context = non-overlapping)")
     e.add_argument("--batch-size", type=int_in(1, 2**16), default=16)

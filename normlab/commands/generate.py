@@ -52,10 +52,10 @@ def run_generate(args: argparse.Namespace) -> int:
                              use_cache=use_cache, generator=gen, **sampling):
         out.append(t)
         if stream:
-            sys.stdout.write(decoder.decode(tok.decode([t])))
+            sys.stdout.write(decoder.decode(tok.decode_bytes([t])))
             sys.stdout.flush()
     elapsed = time.perf_counter() - t0
-    text = tok.decode(out).decode("utf-8", errors="replace") if out else ""
+    text = tok.decode(out)
     if stream:
         sys.stdout.write(decoder.decode(b"", final=True) + "\n")
         sys.stdout.flush()
@@ -74,7 +74,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
     g = sub.add_parser("generate", help="sample a continuation of a prompt (tokens stream to stdout)")
     g.add_argument("run_dir")
-    g.add_argument("--prompt", required=True, help="text to continue")
+    g.add_argument("--prompt", default="\n", help="text to continue (default: a newline, as nanoGPT samples from "
+                                                    "'\\n': the start of a line)")
     g.add_argument("--max-new-tokens", type=int_in(0, 100_000), default=200)
     g.add_argument("--temperature", type=float, default=1.0, help="0 = greedy")
     g.add_argument("--top-k", type=int_in(1, 2**31), help="keep the k most likely tokens")

@@ -1,15 +1,19 @@
-"""``normlab runs SWEEP_DIR [--format table|csv|json]``: list the runs of a sweep from its results store."""
+"""``normlab runs DIR [--format table|csv|json]``: list the runs of a sweep from its results store, or, for any
+other folder (``runs/``, where ``normlab train`` writes by default), the single run directories under it."""
 
 from __future__ import annotations
 
 import argparse
 import csv
 import json
+import os
 import sys
 from pathlib import Path
+from typing import Any
 
 from normlab.errors import NormlabError
 from normlab.io import dumps
+from normlab.run.files import CHECKPOINTS_DIR, CONFIG_FILE, METRICS_FILE, SUMMARY_FILE
 
 COLUMNS = ("run_id", "variant", "seed", "status", "step", "steps", "val_bpb", "best_val_bpb", "final_val_loss",
            "entropy_floor_bpb", "tokens_per_s", "wall_s", "peak_mem_mb", "params", "train_calls", "config_hash",
@@ -33,7 +37,9 @@ def run_runs(args: argparse.Namespace) -> int:
 
     d = Path(args.sweep_dir)
     if not d.is_dir():
-        raise NormlabError(f"sweep directory {d} does not exist")
+        raise NormlabError(f"directory {d} does not exist")
+    if not (d / "results.sqlite").is_file():
+        return _list_run_dirs(d, "json" if args.json else args.format)
     store = Store(d / "results.sqlite")
     meta = store.meta()
     rows = store.runs()
@@ -64,10 +70,95 @@ def run_runs(args: argparse.Namespace) -> int:
     return 0
 
 
+RUN_COLUMNS = ("path", "status", "step", "steps", "val_bpb", "best_val_bpb", "norm", "config_hash")
+SKIP_DIRS = {CHECKPOINTS_DIR, "tb", "logs", "diagnostics", ".git", "__pycache__"}
+
+
+def find_run_dirs(root: Path) -> tuple[list[Path], list[Path]]:
+    """``(run directories, sweep directories)`` under ``root`` (``root`` itself included), sorted. A run directory
+    holds ``config.yaml`` and ``summary.json`` or ``metrics.jsonl``; a sweep directory ``results.sqlite``. Neither
+    is searched further (a sweep's own runs are listed by ``normlab runs SWEEP_DIR``)."""
+    runs, sweeps = [], []
+    for dirpath, dirnames, filenames in os.walk(root):
+        names = set(filenames)
+        if "results.sqlite" in names:
+            sweeps.append(Path(dirpath))
+            dirnames[:] = []
+        elif CONFIG_FILE in names and names & {SUMMARY_FILE, METRICS_FILE}:
+            runs.append(Path(dirpath))
+            dirnames[:] = []
+        else:
+            dirnames[:] = sorted(n for n in dirnames if n not in SKIP_DIRS and not n.startswith("."))
+    return sorted(runs), sorted(sweeps)
+
+
+def describe_run(run_dir: Path) -> dict[str, Any]:
+    """One row of ``normlab runs`` for a single run directory, from its files only (no torch): ``status`` from
+    ``summary.json`` (``unfinished`` without one: still training, or killed; ``step`` then is the last logged),
+    ``val_bpb`` / ``best_val_bpb`` the final and best validation bits/byte, ``config_hash`` the resolved config's
+    hash (``RunConfig.hash``, as ``summary.json`` and sweeps record it)."""
+    from normlab.run.rundir import last_step, open_config, read_summary
+
+    row: dict[str, Any] = {"path": str(run_dir), "status": "unfinished", "step": None, "steps": None,
+                           "val_bpb": None, "best_val_bpb": None, "norm": None, "config_hash": None, "error": None}
+    try:
+        cfg = open_config(run_dir)
+        row.update(steps=cfg.train.steps, norm=cfg.model.norm, config_hash=cfg.hash())
+    except NormlabError as e:
+        row.update(status="unreadable", error=str(e))
+        return row
+    try:
+        summary = read_summary(run_dir)
+    except NormlabError as e:
+        summary, row["error"] = None, str(e)
+    if summary is not None:
+        row.update({k: summary.get(k, row[k]) for k in ("status", "step", "steps", "val_bpb", "best_val_bpb")})
+        row["config_hash"] = summary.get("config_hash") or row["config_hash"]
+    else:
+        row["step"] = last_step(run_dir / METRICS_FILE)
+    return row
+
+
+def _rel(path: str, root: Path) -> str:
+    rel = Path(path).relative_to(root)
+    return str(rel) if str(rel) != "." else str(root)
+
+
+def _list_run_dirs(d: Path, fmt: str) -> int:
+    found, sweeps = find_run_dirs(d)
+    if not found and not sweeps:
+        raise NormlabError(f"{d} holds no normlab runs (a run directory has config.yaml and summary.json or "
+                           "metrics.jsonl; a sweep directory results.sqlite)")
+    rows = [describe_run(p) for p in found]
+    if fmt == "json":
+        print(dumps({"dir": str(d), "runs": rows, "sweeps": [str(s) for s in sweeps]}))
+    elif fmt == "csv":
+        w = csv.writer(sys.stdout, lineterminator="\n")
+        w.writerow([*RUN_COLUMNS, "error"])
+        for r in rows:
+            w.writerow([("" if r[c] is None else r[c]) for c in (*RUN_COLUMNS, "error")])
+    else:
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table("run", "status", "step", "final val bpb", "best val bpb", "norm", "config hash",
+                      title=f"{d}: {len(rows)} runs")
+        for r in rows:
+            step = f"{r['step']}/{r['steps']}" if r["step"] is not None else "–"
+            table.add_row(_rel(r["path"], d), r["status"], step, _fmt(r["val_bpb"], "val_bpb"),
+                          _fmt(r["best_val_bpb"], "val_bpb"), _fmt(r["norm"], "norm"), _fmt(r["config_hash"], ""))
+        console = Console(width=max(140, Console().width), markup=False)
+        console.print(table)
+        for s in sweeps:
+            console.print(f"sweep {s}: list its runs with 'normlab runs {s}'", soft_wrap=True)
+    return 0
+
+
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """Register ``normlab runs`` with their flags (called by ``normlab.cli.build_parser``)."""
-    rn = sub.add_parser("runs", help="list the runs of a sweep directory")
-    rn.add_argument("sweep_dir")
+    rn = sub.add_parser("runs", help="list the runs of a sweep directory, or the run directories under a folder")
+    rn.add_argument("sweep_dir", metavar="DIR", help="a sweep directory, or any folder holding run directories "
+                                                     "(e.g. runs/)")
     rn.add_argument("--format", choices=["table", "csv", "json"], default="table")
     rn.add_argument("--json", action="store_true", help="same as --format json")
     rn.set_defaults(func=run_runs)

@@ -76,7 +76,7 @@ def convert_run(run_dir: str | Path, kind: str, out: str | Path | None = None, *
     ctx = cfg.model.context
 
     def bpb(m: torch.nn.Module) -> tuple[float, int]:
-        r = evaluate(m, data.val, data.token_bytes, data.tokenizer.decode, context=ctx, batch_size=batch_size,
+        r = evaluate(m, data.val, data.token_bytes, data.tokenizer.decode_bytes, context=ctx, batch_size=batch_size,
                      max_tokens=max_tokens)
         return r["bpb"], r["tokens"]
 

@@ -22,15 +22,26 @@ import shutil
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
 
 from normlab.data.progress import mb, stage
 from normlab.data.sources import Corpus, load_corpus
-from normlab.data.tokenizer import (DOC_SUFFIX, BPETokenizer, BytesTokenizer, Tokenizer, load_tokenizer,
-                                    parse_tokenizer_spec, split_doc_suffix, with_doc_token)
+from normlab.data.tokenizer import (
+    DOC_SUFFIX,
+    BPETokenizer,
+    BytesTokenizer,
+    Tokenizer,
+    load_tokenizer,
+    parse_tokenizer_spec,
+    split_doc_suffix,
+    with_doc_token,
+)
+from normlab.data.unigram import unigram_bpb
 from normlab.errors import NormlabError
+from normlab.io import make_temp_dir
 
 CACHE_VERSION = 1
 SPLITS = ("train", "val", "test")
@@ -43,7 +54,8 @@ class PreparedData:
 
     ``train``/``val``/``test``: 1-D read-only ``np.memmap`` of uint16 token ids. ``token_bytes [vocab_size]``:
     raw bytes per id, so ``token_bytes[ids].sum() == split_bytes[split]``. ``split_words``: lm-eval-harness
-    word counts. ``entropy_floor_bpb``: exact entropy rate of a synthetic source, else None.
+    word counts. ``entropy_floor_bpb``: exact entropy rate of a synthetic source, else None. ``unigram_bpb``: the
+    train split's unigram entropy per byte (the "did not learn" floor), computed on first use.
     """
 
     train: np.ndarray
@@ -57,10 +69,23 @@ class PreparedData:
     entropy_floor_bpb: float | None
     meta: dict = field(default_factory=dict)
 
+    @cached_property
+    def unigram_bpb(self) -> float | None:
+        """Unigram entropy of the train split in bits per byte (normlab.data.unigram), computed exactly."""
+        return unigram_bpb(self.train, self.split_bytes.get("train", 0), self.vocab_size)
+
     def split(self, name: str) -> np.ndarray:
+        """The token ids ``[N]`` of split ``name``; ``"all"`` is train, val and test joined in that order (for a
+        one-document corpus: the whole file in order; every byte of the corpus exactly once)."""
+        if name == "all":
+            return np.concatenate([self.train, self.val, self.test])
         if name not in SPLITS:
-            raise NormlabError(f"unknown split '{name}'; allowed: {', '.join(SPLITS)}")
+            raise NormlabError(f"unknown split '{name}'; allowed: {', '.join(SPLITS)}, all")
         return getattr(self, name)
+
+    def bytes_of(self, name: str) -> int:
+        """The raw bytes split ``name`` (or ``"all"``) stands for."""
+        return sum(self.split_bytes[s] for s in SPLITS) if name == "all" else int(self.split_bytes[name])
 
 
 def default_cache_dir() -> Path:
@@ -259,7 +284,7 @@ def prepare_data(source: str, tokenizer: str | Path = "bytes", *, cache_dir: str
     cached = _try_open(entry, key)
     if cached is not None:
         return cached
-    tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=root))
+    tmp = make_temp_dir(".tmp-", root)  # the umask honoured, not mkdtemp's 0700 (a shared cache stays readable)
     try:
         _build_entry(tmp, corpus, tok_spec, tok_arg, key, float(val_fraction), float(test_fraction))
         cached = _try_open(entry, key)  # another process may have finished the same entry meanwhile

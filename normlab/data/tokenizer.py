@@ -6,8 +6,10 @@ Byte-level BPE (Radford et al. 2019, GPT-2): every byte is first mapped to one p
 
 The ``tokenizers`` library only accepts ``str``, so input bytes are decoded as UTF-8 with ``surrogateescape``:
 valid UTF-8 runs go through the BPE model, and each byte of an invalid run is emitted as its single-byte base
-token. Decoding maps ids back to bytes through the vocabulary, never through UTF-8, so ``decode(encode(b))
-== b`` for every ``b``.
+token. ``decode_bytes`` maps ids back to bytes through the vocabulary, never through UTF-8, so
+``decode_bytes(encode(b)) == b`` for every ``b``; ``decode`` gives that as text (``str``, UTF-8 with invalid
+sequences replaced), and ``encode`` takes ``str`` or ``bytes`` and returns a list of ints (the Hugging Face
+names, ``Tokenizer``).
 """
 
 from __future__ import annotations
@@ -44,30 +46,61 @@ def bytes_to_unicode() -> dict[int, str]:
     return {b: chr(c) for b, c in zip(bs, cs, strict=True)}
 
 
-class Tokenizer:
-    """Interface shared by the byte and BPE tokenizers.
+def _as_bytes(text: str | bytes | bytearray | memoryview) -> bytes:
+    """``str`` as UTF-8 (lone surrogates from undecodable argv bytes come back as those bytes), bytes as is."""
+    if isinstance(text, str):
+        return text.encode("utf-8", "surrogateescape")
+    if isinstance(text, (bytes, bytearray, memoryview)):
+        return bytes(text)
+    raise NormlabError(f"a tokenizer encodes str (UTF-8) or bytes, got {type(text).__name__}")
 
-    ``encode(data: bytes) -> np.ndarray`` (uint16 ids), ``decode(ids) -> bytes``, ``token_bytes() -> int64
-    [vocab_size]`` raw bytes per id.
+
+class Tokenizer:
+    """Interface shared by the byte and BPE tokenizers, with the names a Hugging Face tokenizer has.
+
+    - ``encode(text) -> list[int]``: ``text`` is ``str`` (encoded as UTF-8) or ``bytes``;
+      ``encode(text, return_array=True)`` gives a uint16 ``np.ndarray [N]`` instead (what the data layer stores);
+    - ``decode(ids) -> str``: UTF-8 with invalid sequences replaced by U+FFFD, as ``tokenizers`` does;
+      ``decode_bytes(ids) -> bytes`` is lossless (``decode_bytes(encode(b)) == b`` for every ``b``);
+    - ``batch_decode(list_of_ids) -> list[str]``, ``tok(text) -> {"input_ids": [...]}``, ``len(tok)`` and
+      ``vocab_size`` (the number of ids), ``token_bytes() -> int64 [vocab_size]`` raw bytes per id.
     """
 
     name: str
     vocab_size: int
     doc_token: int | None = None  # the document-separator id (``DocTokenizer``), else None
 
-    def encode(self, data: bytes) -> np.ndarray:
-        return self.encode_docs([data])
+    def encode(self, text: str | bytes, *, return_array: bool = False) -> list[int] | np.ndarray:
+        """Token ids of ``text`` (no special tokens: a ``+doc`` tokenizer adds no separator for one string)."""
+        ids = self.encode_docs([_as_bytes(text)])
+        return ids if return_array else ids.tolist()
 
-    def encode_prompt(self, data: bytes) -> list[int]:
-        """The ids a model is prompted with for ``data``, the start of a document: ``encode(data)``, after the
+    def decode(self, ids) -> str:
+        """The text of ``ids``: their bytes decoded as UTF-8, invalid sequences replaced (U+FFFD)."""
+        return self.decode_bytes(ids).decode("utf-8", errors="replace")
+
+    def batch_decode(self, sequences) -> list[str]:
+        """``[decode(ids) for ids in sequences]``."""
+        return [self.decode(ids) for ids in sequences]
+
+    def __call__(self, text: str | bytes) -> dict[str, list[int]]:
+        """``{"input_ids": encode(text)}``, as a Hugging Face tokenizer's call returns for one string."""
+        return {"input_ids": self.encode(text)}
+
+    def __len__(self) -> int:
+        return self.vocab_size
+
+    def encode_prompt(self, text: str | bytes) -> list[int]:
+        """The ids a model is prompted with for ``text``, the start of a document: ``encode(text)``, after the
         document token when the tokenizer has one (as every training document starts; ``DocTokenizer``)."""
-        ids = [int(i) for i in self.encode(data)]
+        ids = self.encode(text)
         return ids if self.doc_token is None else [self.doc_token, *ids]
 
     def encode_docs(self, docs: Iterable[bytes]) -> np.ndarray:  # concatenated ids of all docs
         raise NotImplementedError
 
-    def decode(self, ids) -> bytes:
+    def decode_bytes(self, ids) -> bytes:
+        """The raw bytes ``ids`` stand for (lossless)."""
         raise NotImplementedError
 
     def token_bytes(self) -> np.ndarray:
@@ -92,7 +125,7 @@ class BytesTokenizer(Tokenizer):
     def encode_docs(self, docs: Iterable[bytes]) -> np.ndarray:
         return np.frombuffer(b"".join(docs), dtype=np.uint8).astype(np.uint16)
 
-    def decode(self, ids) -> bytes:
+    def decode_bytes(self, ids) -> bytes:
         return self._check_ids(ids).astype(np.uint8).tobytes()
 
     def token_bytes(self) -> np.ndarray:
@@ -238,7 +271,7 @@ class BPETokenizer(Tokenizer):
             flush()
         return np.concatenate(out) if out else np.empty(0, dtype=np.uint16)
 
-    def decode(self, ids) -> bytes:
+    def decode_bytes(self, ids) -> bytes:
         table = self._table
         return b"".join([table[i] for i in self._check_ids(ids).tolist()])
 
@@ -268,19 +301,19 @@ class DocTokenizer(Tokenizer):
         self.vocab_size = base.vocab_size + 1
         self.name = base.name + DOC_SUFFIX
 
-    def encode(self, data: bytes) -> np.ndarray:
-        return self.base.encode(data)
-
     def encode_docs(self, docs: Iterable[bytes]) -> np.ndarray:
         sep = np.array([self.doc_token], dtype=np.uint16)
         parts: list[np.ndarray] = []
         for d in docs:
-            parts += [sep, np.asarray(self.base.encode(d), dtype=np.uint16)]
+            parts += [sep, self.base.encode(d, return_array=True)]
         return np.concatenate(parts) if parts else np.zeros(0, dtype=np.uint16)
 
-    def decode(self, ids) -> bytes:
+    def encode(self, text: str | bytes, *, return_array: bool = False) -> list[int] | np.ndarray:
+        return self.base.encode(text, return_array=return_array)  # one string: no separator
+
+    def decode_bytes(self, ids) -> bytes:
         arr = self._check_ids(ids)
-        return self.base.decode(arr[arr != self.doc_token])
+        return self.base.decode_bytes(arr[arr != self.doc_token])
 
     def token_bytes(self) -> np.ndarray:
         return np.append(self.base.token_bytes(), 0).astype(np.int64)

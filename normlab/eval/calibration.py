@@ -152,6 +152,21 @@ def collect_logits(model: torch.nn.Module, tokens: np.ndarray, *, context: int, 
     return torch.cat(out_z), torch.cat(out_y)
 
 
+def ece_note(before: dict, after: dict, temperature: float) -> str | None:
+    """A sentence when temperature scaling raised the held-out ECE (``calibration_stats`` dicts), else None.
+
+    ``T`` minimises NLL on the fit half (Guo et al. 2017), not the binned ECE; on a model that is already well
+    calibrated the NLL-optimal ``T`` can leave ECE higher on the held-out half, and a lower NLL is then the only
+    thing scaling bought."""
+    if after["ece"] <= before["ece"]:
+        return None
+    nll = "lowered" if after["nll"] < before["nll"] else "did not lower"
+    return (f"temperature scaling raised the held-out ECE ({before['ece']:.4f} -> {after['ece']:.4f}): T = "
+            f"{temperature:.4f} minimises NLL on the fit half, not ECE, and {nll} the held-out NLL "
+            f"({before['nll']:.4f} -> {after['nll']:.4f}); the unscaled model was already calibrated to ECE "
+            f"{before['ece']:.4f}, so keep T = 1 if ECE is what matters")
+
+
 def reliability_diagram(before: dict, after: dict, path: str | Path, *, temperature: float, title: str = "") -> None:
     """Write a two-panel reliability diagram PNG (before / after temperature scaling) from ``calibration_stats``."""
     from normlab.plotting import pyplot, save_png

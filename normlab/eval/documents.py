@@ -88,7 +88,8 @@ def evaluate_documents(model: torch.nn.Module, docs: list[bytes], encode, prefix
 def split_documents(run_dir, cfg, data, split: str, source: str | None = None) -> list[bytes]:
     """The documents of ``split``, as the data layer splits them (``split_docs``), of the corpus ``data`` was
     prepared from: ``source`` (``--data``), else the run's recorded local path (``data.json``), else
-    ``cfg.data.source``; checked against ``data``'s content hash."""
+    ``cfg.data.source``; checked against ``data``'s content hash. ``split="all"``: every document of the corpus, in
+    corpus order."""
     from pathlib import Path
 
     from normlab.data import load_corpus, split_docs
@@ -101,4 +102,6 @@ def split_documents(run_dir, cfg, data, split: str, source: str | None = None) -
     corpus = load_corpus(source)
     if data.meta.get("content_hash") not in (None, corpus.meta["content_hash"]):
         raise NormlabError(f"corpus '{source}' is not the one the evaluation data was prepared from")
+    if split == "all":
+        return list(corpus.docs)
     return split_docs(corpus.docs, cfg.data.val_fraction, cfg.data.test_fraction)[split]

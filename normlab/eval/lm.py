@@ -115,20 +115,42 @@ def window_nll(model: torch.nn.Module, tokens: np.ndarray, wins: list[tuple[int,
             yield nll[r, L - k :], y[r, L - k :]
 
 
-def lm_metrics(sum_nll: float, n_tokens: int, n_bytes: int, n_words: int) -> dict[str, float]:
-    """The harness metrics from pooled totals."""
+MAX_WORD_NLL = 700.0
+"""Nats per word above which ``exp`` leaves float64 (``exp(709.8)`` overflows): word perplexity is then null."""
+
+
+def word_perplexity(sum_nll: float, n_words: int, n_bytes: int) -> tuple[float | None, str | None]:
+    """``(exp(sum_nll / n_words), None)``, or ``(None, reason)`` when the number would mean nothing: a text with
+    no whitespace has one "word" per document (the harness rule ``len(re.split(r"\\s+", text))``), so its "word"
+    perplexity is the exponential of the whole text's NLL (1e304 on a synthetic corpus, where the old clamp
+    stopped it), as is any text with more than 700 nats per word."""
+    per_word = sum_nll / n_words if n_words else math.inf
+    if n_words < 2 or per_word > MAX_WORD_NLL:
+        return None, (f"{n_words} whitespace-separated word{'s' if n_words != 1 else ''} in {n_bytes} bytes "
+                      f"({per_word:.3g} nats per word): the text has (almost) no whitespace, so perplexity per word "
+                      "is not a meaningful number")
+    return math.exp(per_word), None
+
+
+def lm_metrics(sum_nll: float, n_tokens: int, n_bytes: int, n_words: int) -> dict[str, float | None]:
+    """The harness metrics from pooled totals (``word_perplexity`` null with ``word_perplexity_null`` giving the
+    reason when it would be meaningless: :func:`word_perplexity`)."""
     loss = sum_nll / n_tokens
     bpb = sum_nll / (n_bytes * math.log(2))
-    return {
+    wppl, why = word_perplexity(sum_nll, n_words, n_bytes)
+    out: dict[str, float | None] = {
         "loss": loss,
         "bpb": bpb,
         "token_perplexity": math.exp(min(loss, 700.0)),
         "byte_perplexity": 2.0 ** min(bpb, 1000.0),
-        "word_perplexity": math.exp(min(sum_nll / max(n_words, 1), 700.0)),
+        "word_perplexity": wppl,
         "tokens": n_tokens,
         "bytes": n_bytes,
         "words": n_words,
     }
+    if why:
+        out["word_perplexity_null"] = why
+    return out
 
 
 def count_words(text: bytes) -> int:

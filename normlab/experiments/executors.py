@@ -1,9 +1,12 @@
 """Where a sweep's runs train: ``local`` worker processes (``normlab.experiments.runner``) or a Ray cluster.
 
-``normlab compare SWEEP --executor ray [--address HOST:PORT]`` (and ``normlab claims --executor ray``) submits every
+``normlab compare SWEEP --executor ray [--address auto|HOST:PORT|ray://HOST:PORT]`` (and ``normlab claims
+--executor ray``) submits every
 run as one Ray task (Moritz et al. 2018, "Ray: A Distributed Framework for Emerging AI Applications",
-arXiv:1712.05889) asking for ``threads`` CPUs, or one GPU when the cluster has GPUs. Without ``--address`` Ray
-connects to the cluster named by ``RAY_ADDRESS`` or starts a one-machine cluster.
+arXiv:1712.05889) asking for ``threads`` CPUs, or one GPU when the cluster has GPUs. ``--address`` takes what
+``ray.init`` takes: ``auto`` (the cluster ``ray start --head`` started on this machine, or ``RAY_ADDRESS``),
+``HOST:PORT`` (a cluster's GCS address) or ``ray://HOST:PORT`` (the Ray client server of a remote cluster). Without
+``--address`` Ray connects to the cluster named by ``RAY_ADDRESS`` or starts a one-machine cluster.
 
 - **The driver alone writes the results store**: a task returns the run's summary (and, when needed, its files);
   the driver (``normlab compare``) records the row and the curves, as a local worker does. The trainer writes its
@@ -62,18 +65,45 @@ def check_executor(name: str, address: str | None) -> None:
         raise NormlabError(f"--executor ray needs Ray, which is not installed: {INSTALL_HINT}") from None
     if address:
         host, port = _split_address(address)
+        shown = address
+        if address == "auto":
+            host, port = _auto_address()
+            shown = f"auto ({host}:{port})"
         try:
             socket.create_connection((host, port), timeout=5).close()
         except OSError as e:
-            raise NormlabError(f"cannot reach a Ray cluster at --address {address} ({e.strerror or e}); start one "
+            raise NormlabError(f"cannot reach a Ray cluster at --address {shown} ({e.strerror or e}); start one "
                                "with 'ray start --head --port PORT' or give the address it printed") from None
 
 
+ADDRESS_FORMS = "auto, HOST:PORT (e.g. 10.0.0.1:6379) or ray://HOST:PORT (Ray client, e.g. ray://10.0.0.1:10001)"
+
+
 def _split_address(address: str) -> tuple[str, int]:
-    host, _, port = address.rpartition(":")
-    if not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise NormlabError(f"--address must be HOST:PORT (e.g. 10.0.0.1:6379), got '{address}'")
-    return host, int(port)
+    """``(host, port)`` of ``HOST:PORT`` or ``ray://HOST:PORT``; ``("", 0)`` for ``auto`` (resolved by Ray)."""
+    if address == "auto":
+        return "", 0
+    rest = address[len("ray://"):] if address.startswith("ray://") else address
+    host, _, port = rest.rpartition(":")
+    if not host or "/" in rest or not port.isdigit() or not 0 < int(port) < 65536:
+        raise NormlabError(f"--address must be {ADDRESS_FORMS}; got '{address}'")
+    return host.strip("[]"), int(port)
+
+
+def _auto_address() -> tuple[str, int]:
+    """What Ray's ``address="auto"`` finds (``RAY_ADDRESS``, else the cluster ``ray start`` recorded on this
+    machine), as ``(host, port)``; none is a one-line error."""
+    env = os.environ.get("RAY_ADDRESS")
+    if env and env != "auto":
+        return _split_address(env)
+    try:
+        from ray._private.services import canonicalize_bootstrap_address_or_die
+
+        found = canonicalize_bootstrap_address_or_die("auto")
+    except Exception:  # noqa: BLE001 - Ray raises ConnectionError, or anything from its private lookup
+        raise NormlabError("--address auto: no running Ray cluster found on this machine; start one with "
+                           "'ray start --head' or give its address (HOST:PORT or ray://HOST:PORT)") from None
+    return _split_address(found)
 
 
 def connect(address: str | None) -> Any:

@@ -12,12 +12,14 @@ the grid point reaching ``L*`` (the smallest such lr on a tie). The stable range
 run neither diverged nor ended more than ``STABLE_MARGIN`` bits/byte above ``L*``. Every per-seed number gets a 95%
 Student-t interval over seeds (the best learning rate on a log10 scale).
 
-Paired comparisons (normlab.stats): a seed fixes the data order and the validation windows of every variant
-(common random numbers), so each variant is compared with the baseline by the per-seed differences (paired t over
-seeds), and the capped losses also by the differences over every (seed, lr) cell both ran; only when two variants
-share fewer than two seeds does the comparison fall back to Welch's unpaired interval. An interval that contains 0
-comes with ``seeds_needed``: how many seeds the observed spread of the differences would need to resolve the
-observed difference with 80% power.
+"Did not learn" (docs/compare.md): a run whose final loss is no more than ``DID_NOT_LEARN_MARGIN`` bits/byte
+below the training split's unigram entropy per byte (normlab.data.unigram; the loss of the best context-free
+model) learned only frequencies. A seed whose best learning rate did not learn makes its variant unrankable on LR
+sensitivity (a model that fails uniformly has a small sensitivity); per learning rate, the collapse rate (did not
+learn or diverged) gets an exact Clopper-Pearson interval and the loss is reported over the seeds that did not
+collapse.
+
+Comparisons with the baseline and the decisions on them: normlab.experiments.decisions (per-seed numbers only).
 """
 
 from __future__ import annotations
@@ -27,9 +29,14 @@ from dataclasses import dataclass, field
 from statistics import mean
 from typing import Any
 
-from normlab.stats import SEEDS_NEEDED_MAX, Diff, MeanCI, mean_ci, paired_diff, seeds_needed, welch_diff
+from normlab.experiments.decisions import PairedRow, build_rows, default_question
+from normlab.stats import ClopperPearson, MeanCI, clopper_pearson, mean_ci
 
 STABLE_MARGIN = 0.1  # bits/byte above the best loss of the same seed
+DID_NOT_LEARN_MARGIN = 0.1  # bits/byte: a final loss >= unigram entropy - this margin "did not learn"
+
+__all__ = ["DID_NOT_LEARN_MARGIN", "STABLE_MARGIN", "GridReport", "GridRun", "GroupGrid", "PairedRow", "SeedGrid",
+           "analyze", "grid_runs_from_rows", "lr_sensitivity", "stable_lrs"]
 
 
 def _finite(v: Any) -> bool:
@@ -64,10 +71,19 @@ class GridRun:
     init: float | None
     run_id: str
     curves: dict[str, list[tuple[int, float]]] = field(default_factory=dict)
+    unigram: float | None = None  # the training split's unigram entropy, bits/byte (summary.json unigram_bpb)
 
     @property
     def diverged(self) -> bool:
         return self.status == "diverged"
+
+    def collapsed(self, floor: float | None) -> bool | None:
+        """Diverged, or finished no more than DID_NOT_LEARN_MARGIN below ``floor``; None if unknown."""
+        if self.diverged:
+            return True
+        if floor is None or not _finite(self.final) or self.status != "completed":
+            return None
+        return self.final >= floor - DID_NOT_LEARN_MARGIN
 
 
 @dataclass
@@ -79,6 +95,17 @@ class SeedGrid:
     best: float
     best_lr: float
     stable: list[float]
+    learned: bool | None = None  # its best learning rate ended below the unigram floor - margin (None: no floor)
+
+
+@dataclass
+class CollapseRow:
+    """One learning rate of one variant: seeds that collapsed (did not learn or diverged) with the exact interval,
+    and the final loss over the seeds that did not."""
+
+    lr: float
+    rate: ClopperPearson
+    loss_ok: MeanCI | None
 
 
 @dataclass
@@ -94,6 +121,27 @@ class GroupGrid:
     log10_best_lr: MeanCI | None = None
     stable_decades: MeanCI | None = None
     rank: int | None = None
+    floor: float | None = None  # unigram entropy of the training split, bits/byte
+
+    @property
+    def learned(self) -> bool | None:
+        """False when a seed did not learn at its own best learning rate (no LR-sensitivity rank); None: no floor."""
+        flags = [s.learned for s in self.seeds]
+        if not flags or any(f is None for f in flags):
+            return None
+        return all(flags)
+
+    def collapse(self) -> list[CollapseRow]:
+        """Per learning rate with a known floor: the collapse rate over finished seeds and the loss given none."""
+        out = []
+        for lr in self.lrs:
+            runs = [r for r in self.runs if r.lr == lr and r.status in ("completed", "diverged")]
+            flags = [r.collapsed(self.floor) for r in runs]
+            if not runs or any(f is None for f in flags):
+                continue
+            ok = [r.final for r, f in zip(runs, flags) if not f]
+            out.append(CollapseRow(lr, clopper_pearson(sum(flags), len(runs)), mean_ci(ok) if ok else None))
+        return out
 
     def capped(self, seed: SeedGrid, lr: float) -> float:
         v = seed.losses.get(lr)
@@ -107,6 +155,20 @@ class GroupGrid:
             if xs:
                 out[lr] = (mean(xs), min(xs), max(xs))
         return out
+
+    def best_grid_lr(self) -> float | None:
+        """The grid learning rate with the lowest seed-mean (capped) final loss, smallest on a tie; None without a
+        finished seed. Always a grid point, unlike the geometric mean of the seeds' best learning rates (which
+        can fall between points, and whose interval factor over two seeds a decade apart is meaningless)."""
+        curve = self.mean_curve()
+        if not curve or not self.seeds:
+            return None
+        low = min(m for m, _, _ in curve.values())
+        return min(lr for lr, (m, _, _) in curve.items() if m == low)
+
+    def seed_best_lrs(self) -> list[float]:
+        """Each seed's own best grid learning rate, sorted (the spread shown beside :meth:`best_grid_lr`)."""
+        return sorted(s.best_lr for s in self.seeds)
 
     def stable_range(self) -> list[float]:
         """Stable learning rates of the seed-mean curve: no seed diverged and the mean within the margin."""
@@ -126,46 +188,28 @@ class GroupGrid:
 
 
 @dataclass
-class PairedRow:
-    """``variant - baseline`` for one metric."""
-
-    variant: str
-    baseline: str
-    metric: str
-    diff: Diff
-    seeds_needed: int | None
-    seeds_needed_more_than: int | None = None  # within noise, a difference, but more seeds than the search covers
-
-    @property
-    def verdict(self) -> str:
-        d = self.diff
-        if d.half is None:
-            return "not testable (fewer than 2 pairs)"
-        if d.resolved:
-            return "lower" if d.mean < 0 else "higher"
-        return "within noise"
-
-
-@dataclass
 class GridReport:
     groups: list[GroupGrid]
     baseline: str | None
     paired: list[PairedRow]
     lrs: list[float]
+    question: dict[str, Any] = field(default_factory=dict)  # the declared (or default) question
+    exploratory: str | None = None  # why no comparison is decided (design changed after results), else None
 
     @property
     def is_grid(self) -> bool:
         return any(len(g.lrs) >= 2 for g in self.groups)
 
 
-def _seed_grid(runs: list[GridRun], fallback_init: float | None) -> SeedGrid | None:
+def _seed_grid(runs: list[GridRun], fallback_init: float | None, floor: float | None) -> SeedGrid | None:
     inits = [r.init for r in runs if _finite(r.init)]
     init = mean(inits) if inits else fallback_init
     if init is None:
         return None
     losses = {r.lr: (r.final if r.status == "completed" and _finite(r.final) else None) for r in runs}
     sens, best, best_lr = lr_sensitivity(losses, init)
-    return SeedGrid(runs[0].seed, losses, init, sens, best, best_lr, stable_lrs(losses, best))
+    learned = None if floor is None else best < floor - DID_NOT_LEARN_MARGIN
+    return SeedGrid(runs[0].seed, losses, init, sens, best, best_lr, stable_lrs(losses, best), learned)
 
 
 def group_grid(name: str, runs: list[GridRun]) -> GroupGrid:
@@ -174,12 +218,14 @@ def group_grid(name: str, runs: list[GridRun]) -> GroupGrid:
     lrs = sorted({r.lr for r in runs})
     inits = [r.init for r in done if _finite(r.init)]
     fallback = mean(inits) if inits else None
+    floors = [r.unigram for r in runs if _finite(r.unigram)]
+    floor = mean(floors) if floors else None
     seeds = []
     for s in sorted({r.seed for r in done}):
-        sg = _seed_grid([r for r in done if r.seed == s], fallback)
+        sg = _seed_grid([r for r in done if r.seed == s], fallback, floor)
         if sg is not None:
             seeds.append(sg)
-    g = GroupGrid(name, runs, lrs, seeds)
+    g = GroupGrid(name, runs, lrs, seeds, floor=floor)
     if seeds:
         g.sensitivity = mean_ci([s.sensitivity for s in seeds])
         g.best = mean_ci([s.best for s in seeds])
@@ -188,74 +234,32 @@ def group_grid(name: str, runs: list[GridRun]) -> GroupGrid:
     return g
 
 
-def _compare(g: GroupGrid, b: GroupGrid, metric: str, get) -> PairedRow | None:
-    mine, base = {s.seed: get(s) for s in g.seeds}, {s.seed: get(s) for s in b.seeds}
-    common = sorted(set(mine) & set(base))
-    if len(common) >= 2:
-        d = paired_diff([mine[s] for s in common], [base[s] for s in common])
-    elif len(mine) >= 2 and len(base) >= 2:
-        d = welch_diff(list(mine.values()), list(base.values()))
-    elif common:
-        d = paired_diff([mine[common[0]]], [base[common[0]]])
-    else:
-        return None
-    need = None if d.resolved or d.half is None else seeds_needed(d.mean, d.sd)
-    return PairedRow(g.name, b.name, metric, d, need, _beyond(d, need, SEEDS_NEEDED_MAX))
-
-
-def _beyond(d: Diff, need: int | None, limit: int) -> int | None:
-    """``limit`` when an unresolved nonzero difference with a spread needs more seeds than ``seeds_needed``
-    searched (it returned None), else None: "no difference to resolve" is for a difference of exactly 0."""
-    if need is not None or d.resolved or d.half is None or d.mean == 0.0 or not d.sd or not math.isfinite(d.sd):
-        return None
-    return limit
-
-
-def _compare_cells(g: GroupGrid, b: GroupGrid) -> PairedRow | None:
-    """Capped loss over every (seed, lr) cell both variants ran."""
-    bs = {s.seed: s for s in b.seeds}
-    a, c = [], []
-    for s in g.seeds:
-        if s.seed not in bs:
-            continue
-        for lr in sorted(set(s.losses) & set(bs[s.seed].losses)):
-            a.append(g.capped(s, lr))
-            c.append(b.capped(bs[s.seed], lr))
-    if len(a) < 2:
-        return None
-    d = paired_diff(a, c)
-    need = over = None
-    if not d.resolved and d.half is not None and d.sd is not None:
-        cells_per_seed = max(1, len(a) // max(1, len({s.seed for s in g.seeds} & set(bs))))
-        n_cells = seeds_needed(d.mean, d.sd)
-        need = None if n_cells is None else max(2, math.ceil(n_cells / cells_per_seed))
-        over = _beyond(d, n_cells, math.ceil(SEEDS_NEEDED_MAX / cells_per_seed))
-    return PairedRow(g.name, b.name, "loss at each (seed, lr)", d, need, over)
-
-
-def analyze(runs: list[GridRun], baseline: str | None = None, order: list[str] | None = None) -> GridReport:
-    """Group ``runs`` by variant, rank by mean LR sensitivity (best loss on a grid of one lr) and compare each
-    variant with ``baseline`` (default: the first variant in ``order``)."""
+def analyze(runs: list[GridRun], baseline: str | None = None, order: list[str] | None = None, *,
+            question: dict[str, Any] | None = None, exploratory: str | None = None) -> GridReport:
+    """Group ``runs`` by variant, rank by mean LR sensitivity (best loss on a grid of one lr; a variant that did not
+    learn at its best learning rate gets no LR-sensitivity rank) and compare each variant with the baseline
+    (``question["baseline"]``, else ``baseline``, else the first variant in ``order``): normlab.experiments.decisions.
+    ``question``: the sweep's declared question (normlab.experiments.design; default: undeclared, exploratory);
+    ``exploratory``: a reason to decide nothing (the design changed after results)."""
     order = order or list(dict.fromkeys(r.group for r in runs))
     groups = [group_grid(n, [r for r in runs if r.group == n]) for n in order]
     lrs = sorted({r.lr for r in runs})
     grid = any(len(g.lrs) >= 2 for g in groups)
     key = (lambda g: g.sensitivity.mean) if grid else (lambda g: g.best.mean)
-    ranked = sorted((g for g in groups if g.seeds), key=lambda g: (key(g), g.best.mean))
+    ranked = sorted((g for g in groups if g.seeds and not (grid and g.learned is False)),
+                    key=lambda g: (key(g), g.best.mean))
     for i, g in enumerate(ranked):
         g.rank = i + 1
+    if question is not None and question.get("baseline") in order:
+        baseline = question["baseline"]
     base_name = baseline if baseline in order else (order[0] if order else None)
+    q = dict(question) if question is not None else default_question(base_name, grid)
+    q["baseline"] = base_name
     base = next((g for g in groups if g.name == base_name), None)
     paired: list[PairedRow] = []
     if base is not None and base.seeds:
-        for g in groups:
-            if g is base or not g.seeds:
-                continue
-            rows = [_compare(g, base, "best loss" if grid else "final loss", lambda s: s.best)]
-            if grid:
-                rows += [_compare(g, base, "LR sensitivity", lambda s: s.sensitivity), _compare_cells(g, base)]
-            paired += [r for r in rows if r is not None]
-    return GridReport(groups, base_name, paired, lrs)
+        paired = build_rows(groups, base, q, grid=grid, exploratory=exploratory)
+    return GridReport(groups, base_name, paired, lrs, q, exploratory)
 
 
 def grid_runs_from_rows(rows: list[dict[str, Any]], curves: dict[str, dict], summaries: dict[str, dict | None]
@@ -272,7 +276,9 @@ def grid_runs_from_rows(rows: list[dict[str, Any]], curves: dict[str, dict], sum
             init = float(summaries[rid]["init_val_bpb"])
         group = (row.get("axes") or {}).get("grid_group") or row["variant"]
         lr = float(row["config"]["train"]["lr"])
-        out.append(GridRun(group, lr, int(row["seed"]), row["status"], row.get("val_bpb"), init, rid, c))
+        sm = summaries.get(rid) or {}
+        uni = float(sm["unigram_bpb"]) if _finite(sm.get("unigram_bpb")) else None
+        out.append(GridRun(group, lr, int(row["seed"]), row["status"], row.get("val_bpb"), init, rid, c, uni))
     return out
 
 

@@ -46,26 +46,6 @@ class Question:
     alpha: float
 
 
-def check_question_keys(raw: dict[str, Any], source: str, has_grid: bool) -> dict[str, Any]:
-    """Validate ``primary`` and ``alpha`` (if given); returns the spec entries to store."""
-    out: dict[str, Any] = {}
-    if raw.get("primary") is not None:
-        p = raw["primary"]
-        if p not in PRIMARY_METRICS:
-            raise NormlabError(f"{source}: primary {p!r} is not a primary metric"
-                               f"{did_you_mean(str(p), PRIMARY_METRICS)};"
-                               f" allowed: {', '.join(PRIMARY_METRICS)}")
-        if p == "lr_sensitivity" and not has_grid:
-            raise NormlabError(f"{source}: primary lr_sensitivity needs an lr_grid of at least two learning rates")
-        out["primary"] = p
-    if raw.get("alpha") is not None:
-        a = raw["alpha"]
-        if isinstance(a, bool) or not isinstance(a, (int, float)) or not 0.0 < float(a) < 0.5:
-            raise NormlabError(f"{source}: alpha must be a number in (0, 0.5), got {a!r}")
-        out["alpha"] = float(a)
-    return out
-
-
 def resolve_plan(plan: Any, seeds: list[int], source: str) -> tuple[dict[str, Any], list[int]]:
     """``(stored plan {"looks": [...]}, the full seed list)`` from a ``sequential:`` mapping and the sweep's seeds
     (the first look's seeds unless ``looks`` says otherwise)."""
@@ -137,7 +117,9 @@ def declared_question(spec: dict[str, Any], groups: list[str]) -> Question:
     alpha = float(spec.get("alpha", 0.05))
     if not (0.0 < alpha < 1.0 and math.isfinite(alpha)):
         raise NormlabError(f"alpha must be in (0, 1), got {alpha}")
-    return Question(primary, baseline, tuple(g for g in groups if g != baseline), alpha)
+    family = spec.get("family")  # the declared family (normlab.experiments.design), else every other group
+    members = [g for g in groups if g != baseline and (not isinstance(family, list) or g in family)]
+    return Question(primary, baseline, tuple(members), alpha)
 
 
 def planned_rounds(spec: dict[str, Any], stored_seeds: set[int] | list[int]) -> bool:

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any, Callable, TextIO
 
 from normlab.errors import EXIT_FAILED, EXIT_INTERRUPTED, NormlabError
+from normlab.experiments.design import record_design
 from normlab.experiments.progress import SweepProgress, describe_row, stopping_message
 from normlab.experiments.store import FINAL, Store
 from normlab.experiments.sweep import Sweep, dump_spec
@@ -173,7 +174,12 @@ def run_sweep(sweep: Sweep, sweep_dir: Path, *, workers: int | None = None,
     with _Lock(sweep_dir):
         store = Store(sweep_dir / "results.sqlite")
         store.create(sweep.name, sweep.hash)
-        if not (sweep_dir / "sweep.yaml").is_file():
+        # the declared question, before any run (design.py); a sweep built in code without one (claims) has none
+        changed = record_design(store, sweep.design()) if sweep.question else []
+        if changed:
+            log(f"note: the sweep's design changed ({', '.join(changed)}); the change is recorded in the store, and "
+                "if runs had already finished the report treats every comparison as exploratory")
+        if changed or not (sweep_dir / "sweep.yaml").is_file():
             from normlab.io import write_text
 
             write_text(sweep_dir / "sweep.yaml", dump_spec(sweep))

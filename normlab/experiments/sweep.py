@@ -14,10 +14,12 @@
                                                  # with variants, axes and seeds (normlab.experiments.grid)
     baseline: Pre-LN                # optional: the variant the report's paired differences compare with
                                     # (default: the first)
-    primary: lr_sensitivity         # optional: the declared question, its alpha, a sequential plan and a second
-    alpha: 0.05                     # data source to replicate on (normlab.experiments.plan; docs/compare.md)
-    sequential: {max_seeds: 12}
-    replicate: english
+    primary: lr_sensitivity         # optional, the declared question (normlab.experiments.design): the metric
+    family: [Peri-LN]               # decided on, the comparisons with the baseline it decides, alpha and the
+    alpha: 0.05                     # multiplicity correction (holm | bh); without primary: every comparison in
+    correction: holm                # the report is exploratory
+    sequential: {max_seeds: 12}     # optional: seeds in rounds until decided (normlab.experiments.plan)
+    replicate: english              # optional: the same design on a second data source (docs/compare.md)
 
 With ``lr_grid`` every run's ``axes`` carries ``train.lr`` and ``grid_group``: the label of its variant and other
 axes without the learning rate, which the report uses to draw loss against learning rate per group. ``train.lr``
@@ -47,16 +49,18 @@ from normlab.config import (CONFIG_DIR, RunConfig, _all_keys, _mapping_keys, con
                             resolve_config_path)
 from normlab.aliases import suggest_key
 from normlab.errors import NormlabError, did_you_mean
+from normlab.experiments.design import QUESTION_KEYS, make_design, parse_question, question_spec
 from normlab.experiments.grid import expand_grid
-from normlab.experiments.plan import check_question_keys, resolve_plan
+from normlab.experiments.plan import resolve_plan
 from normlab.experiments.sizes import SIZE_KEYS, SIZE_OWNED, size_points
 from normlab.io import read_yaml_file
 
 SWEEP_DIR = CONFIG_DIR / "sweeps"
-QUESTION_KEYS = ("primary", "alpha", "sequential", "replicate")  # normlab.experiments.plan
-NOT_HASHED = ("description", "replicate")  # a replication adds a second sweep dir; no run of this one changes
-TOP_KEYS = ("name", "description", "base", "set", "axes", "variants", "seeds", "lr_grid", "baseline", *SIZE_KEYS,
-            *QUESTION_KEYS)
+PLAN_KEYS = ("sequential", "replicate")  # normlab.experiments.plan
+NOT_HASHED = ("description", "replicate", *QUESTION_KEYS)  # a replication adds a second sweep dir; the question
+# keys' changes are recorded in the store instead (normlab.experiments.design)
+TOP_KEYS = ("name", "description", "base", "set", "axes", "variants", "seeds", "lr_grid", "baseline", *QUESTION_KEYS,
+            *PLAN_KEYS, *SIZE_KEYS)
 LR_KEY = "train.lr"
 SECTIONS = ("data", "model", "train", "optim")
 MAX_RUNS = 10_000
@@ -89,11 +93,20 @@ class Sweep:
     description: str = ""
     lr_grid: list[float] | None = None
     rerun: str = ""  # the command that re-runs it, for sweep.yaml's header (default: normlab compare this file)
+    question: dict[str, Any] = field(default_factory=dict)  # normlab.experiments.design.parse_question
+
+    def design(self) -> dict[str, Any]:
+        """The declared design written to the store before the first run (normlab.experiments.design)."""
+        groups = list(dict.fromkeys(r.axes.get("grid_group") or r.variant for r in self.runs))
+        return make_design(self.question, groups, self.spec.get("seeds") or [], self.lr_grid)
 
     @property
     def hash(self) -> str:
         """Hash of the resolved spec (base inlined, overrides flattened; not the description). Config keys that
-        a newer normlab adds with a default do not change it, so an upgrade does not orphan a sweep dir."""
+        a newer normlab adds with a default do not change it, so an upgrade does not orphan a sweep dir. The question
+        keys (``primary``, ``family``, ``alpha``, ``correction``, ``paired``) are not part of it: changing them is
+        recorded in the store and makes the report exploratory (normlab.experiments.design); nor is ``replicate``
+        (a replication is a second sweep directory). A ``sequential`` plan is: it fixes the seeds."""
         spec = {k: v for k, v in self.spec.items() if k not in NOT_HASHED}
         return hashlib.sha256(json.dumps(spec, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
@@ -310,12 +323,11 @@ def parse_sweep(raw: Any, *, here: Path | None = None, source: str = "sweep") ->
                             | ({"grid_group": group} if group else {}))
                 runs.append(SweepRun("", label, seed, run_axes, overrides, cfg_s.to_dict(), cfg_s.hash()))
     baseline = raw.get("baseline")
-    if baseline is not None:
-        names = list(dict.fromkeys(r.axes.get("grid_group") or r.variant for r in runs))
-        bare = {r.axes["variant"] for r in runs if r.axes.get("variant")}  # with axes: the variant at every point
-        if baseline not in names and baseline not in bare:
-            raise NormlabError(f"{source}: baseline {baseline!r} is not a variant{did_you_mean(str(baseline), names)}; "
-                               f"variants: {', '.join(names)}")
+    names = list(dict.fromkeys(r.axes.get("grid_group") or r.variant for r in runs))
+    question = parse_question(raw, names, grid=bool(lr_grid), source=source)
+    if plan and question["correction"] != "holm":
+        raise NormlabError(f"{source}: a sequential plan decides with group-sequential Holm; correction "
+                           f"{question['correction']!r} is not available with it (use correction: holm)")
     ids: set[str] = set()
     for r in runs:
         rid = f"{slug(r.variant)}-s{r.seed}"
@@ -327,10 +339,9 @@ def parse_sweep(raw: Any, *, here: Path | None = None, source: str = "sweep") ->
             "set": common, "axes": axes,
             **({"variants": [{"name": n, "set": s} for n, s in variants]} if variants else {}), "seeds": seeds,
             **({"lr_grid": lr_grid} if lr_grid else {}), **size_spec,
-            **({"baseline": baseline} if baseline is not None else {}),
-            **check_question_keys(raw, source, bool(lr_grid and len(lr_grid) >= 2)),
+            **({"baseline": baseline} if baseline is not None else {}), **question_spec(raw),
             **({"sequential": plan} if plan else {}), **({"replicate": replicate} if replicate else {})}
-    return Sweep(name, spec, runs, labels, spec["description"], lr_grid)
+    return Sweep(name, spec, runs, labels, spec["description"], lr_grid, question=question)
 
 
 def _check_run_count(source: str, named: list, grid_axes: dict[str, list[Any]], sizes: list, seeds: list) -> None:

@@ -84,10 +84,10 @@ def train_run(run_dir: Path, config: dict[str, Any], threads: int | None = None,
     if threads:
         torch.set_num_threads(threads)
     if (run_dir / CONFIG_FILE).is_file():
-        return train(open_config(run_dir), run_dir, resume=True, quiet=False, tb_dir=tb_dir)
+        return train(open_config(run_dir), run_dir, resume=True, quiet=False, tb_dir=tb_dir, threads=threads)
     if run_dir.exists():  # a run that died before writing its config: start it afresh
         shutil.rmtree(run_dir)
-    return train(config_from_dict(config), run_dir, resume=False, quiet=False, tb_dir=tb_dir)
+    return train(config_from_dict(config), run_dir, resume=False, quiet=False, tb_dir=tb_dir, threads=threads)
 
 
 def finished_summary(run_dir: Path) -> dict[str, Any] | None:

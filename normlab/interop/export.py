@@ -116,14 +116,16 @@ def export_run(run_dir: str | Path, out: str | Path) -> dict[str, Any]:
                                                         trust_remote_code=False)  # check what was written
             check = compare_models(run.model, back, data.val, cfg.context)
         doc = data.tokenizer.doc_token  # a +doc tokenizer's separator, else newline (normlab's eval --documents)
-        doc_start = int(doc) if doc is not None else int(data.tokenizer.encode(b"\n")[0])
-        record = {"format": FORMAT, "source": str(run_dir), "arch": arch, "hf_class": type(back).__name__,
+        doc_start = int(doc) if doc is not None else data.tokenizer.encode(b"\n")[0]
+        # absolute paths: the record (and the lm-eval arguments in it) must work from any working directory
+        record = {"format": FORMAT, "source": str(run_dir.resolve()), "arch": arch, "hf_class": type(back).__name__,
                   **check, "tolerance": LOGIT_TOL, "dtype": "float32", "eval_split": "val",
                   "tokenizer": data.tokenizer.name, "doc_start_token": doc_start,
-                  "lm_eval_model_args": f"pretrained={out},prefix_token_id={doc_start},max_length={cfg.context}"}
+                  "lm_eval_model_args": f"pretrained={out.resolve()},prefix_token_id={doc_start},"
+                                        f"max_length={cfg.context}"}
         if not check["max_abs_logit_diff"] <= LOGIT_TOL or not check["greedy_equal"]:
             raise NormlabError(f"export to HF {arch} failed its check (max |logit diff| "
                                f"{check['max_abs_logit_diff']:.3g}, tolerance {LOGIT_TOL:g}; greedy generation "
                                f"{'equal' if check['greedy_equal'] else 'differs'}); nothing written")
         write_json(tmp / "normlab_export.json", record)
-    return {**record, "out": str(out)}
+    return {**record, "out": str(out.resolve())}

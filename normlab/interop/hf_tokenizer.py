@@ -93,7 +93,7 @@ def normlab_tokenizer(hf_dir: Path, dest: Path) -> str | None:
     except NormlabError:
         dest.unlink(missing_ok=True)
         return None
-    if tok.vocab_size == 256 and all(tok.decode([i]) == bytes([i]) for i in range(256)):
+    if tok.vocab_size == 256 and all(tok.decode_bytes([i]) == bytes([i]) for i in range(256)):
         dest.unlink(missing_ok=True)
         return "bytes" + suffix
     return str(dest.resolve()) + suffix

@@ -45,7 +45,7 @@ class GPT(nn.Module):
         self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.width)
         self.embed_scale = embed_scale(cfg)
         self.pos_emb = nn.Embedding(cfg.context, cfg.width) if cfg.positions == "learned" else None
-        rope = RotaryEmbedding(cfg.head_dim, cfg.context, cfg.rope_base) if cfg.positions == "rope" else None
+        rope = RotaryEmbedding(cfg.head_dim, cfg.context, cfg.rope_base, cfg.heads) if cfg.positions == "rope" else None
         self.drop = nn.Dropout(cfg.dropout)
 
         def norm(site: str) -> nn.Module:

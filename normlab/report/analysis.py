@@ -2,8 +2,9 @@
 
 Ranking: per variant, the mean and 95% t-interval of the final validation bits-per-byte over its completed seeds
 (diverged or unfinished seeds are counted, not averaged). Summary sentences are generated from these numbers
-only: a difference is called "beyond noise" when Welch's t-test gives p < 0.05, and the overlap of the 95%
-intervals is reported alongside.
+only. Decisions ("lower", "higher", "beyond noise") are made only on the sweep's declared primary family
+(normlab.experiments.decisions, ``primary_family``); the differences from the best variant of a ranking are
+exploratory estimates (Welch interval, unadjusted p), never verdicts: that comparison is chosen by the data.
 
 Optional per-run artifacts are read defensively (a missing, unreadable or differently shaped file is skipped):
 ``diagnostics.json`` (``normlab diagnose``), ``extrapolation.json`` (``{"results": [{factor, context, loss,
@@ -21,11 +22,13 @@ from pathlib import Path
 from statistics import mean
 from typing import Any
 
+from normlab.errors import NormlabError
+from normlab.experiments.design import changed_after_results, stored_design
 from normlab.experiments.lrgrid import GridReport, analyze, grid_runs_from_rows
 from normlab.experiments.store import Store
 from normlab.names import GRAD_NORM_PREFIXES, read_bpb
 from normlab.run.files import SUMMARY_FILE
-from normlab.stats import MeanCI, Welch, mean_ci, t_ppf, welch
+from normlab.stats import MeanCI, Welch, mean_ci, t_ppf, welch, welch_diff
 
 ALPHA = 0.05
 
@@ -104,7 +107,8 @@ def _load_artifacts(run: RunInfo, run_dir: Path) -> None:
 
 def load(sweep_dir: str | Path, baseline: str | None = None) -> SweepReport:
     """Read the store and the run directories of ``sweep_dir`` and compute the ranking and the summary.
-    ``baseline``: the variant the paired comparisons use (default: the sweep's ``baseline:``, else its first)."""
+    ``baseline``: the variant the comparisons use (default: the declared design's, else the sweep's ``baseline:``,
+    else its first); a baseline other than the declared one is a question asked after the data: exploratory."""
     sweep_dir = Path(sweep_dir)
     store = Store(sweep_dir / "results.sqlite")
     meta = store.meta()
@@ -115,10 +119,17 @@ def load(sweep_dir: str | Path, baseline: str | None = None) -> SweepReport:
         info = RunInfo(row, curves.get(row["run_id"], {}))
         _load_artifacts(info, sweep_dir / "runs" / row["run_id"])
         runs.append(info)
-    if baseline is None:
+    question = stored_design(meta)
+    if question is None:  # a store written before designs were recorded: the sweep file's keys
         spec = _read_yaml(sweep_dir / "sweep.yaml")
-        baseline = spec.get("baseline") if isinstance(spec, dict) else None
-    return from_runs(sweep_dir, meta, runs, baseline)
+        question = {"declared": False, "baseline": spec.get("baseline")} if isinstance(spec, dict) else None
+    why = changed_after_results(meta, rows)
+    if (baseline is not None and question is not None and question.get("declared")
+            and baseline != question.get("baseline")):
+        why = why or f"the baseline {baseline} was chosen when reporting (--baseline), not declared"
+    if baseline is None and question is not None:
+        baseline = question.get("baseline")
+    return from_runs(sweep_dir, meta, runs, baseline, question=question, exploratory=why)
 
 
 def _read_yaml(path: Path) -> Any:
@@ -130,8 +141,45 @@ def _read_yaml(path: Path) -> Any:
         return None
 
 
-def from_runs(sweep_dir: Path, meta: dict[str, str], runs: list[RunInfo], baseline: str | None = None) -> SweepReport:
-    """The report of ``runs`` (from a results store, or from run directories: normlab.report.rundirs)."""
+def _question(question: dict[str, Any] | None, grid: bool) -> dict[str, Any] | None:
+    """A stored design's question, or None (analyze's default: undeclared); a declared grid metric that the runs
+    cannot give (a design changed from a grid to one learning rate) falls back to the default."""
+    if question is None or not question.get("declared"):
+        return None if question is None else {**question, "declared": False,
+                                               "primary": "lr_sensitivity" if grid else "final_loss"}
+    return question
+
+
+def unigram_floors(runs: list[RunInfo], sweep_dir: Path) -> None:
+    """Fill ``summary["unigram_bpb"]`` of runs trained before normlab recorded it: computed exactly from the
+    training split of the run's own corpus (normlab.run.rundir.run_data, identity-checked; the token cache is reused),
+    once per distinct corpus and tokenizer. A run whose corpus cannot be read keeps no floor."""
+    from normlab import rundir
+
+    cache: dict[str, float | None] = {}
+    for r in runs:
+        if r.summary is None or _num(r.summary.get("unigram_bpb")):
+            continue
+        d = r.path or sweep_dir / "runs" / r.row["run_id"]
+        try:
+            info = rundir.read_data_info(d)
+            if info is None:
+                continue
+            key = json.dumps([info.get("content_hash"), info.get("tokenizer"), (r.row.get("config") or {}).get("data")],
+                             sort_keys=True, default=str)
+            if key not in cache:
+                cache[key] = rundir.run_data(d, rundir.open_config(d)).unigram_bpb
+        except (NormlabError, OSError, ValueError, KeyError, TypeError):
+            continue
+        if cache.get(key) is not None:
+            r.summary["unigram_bpb"] = cache[key]
+
+
+def from_runs(sweep_dir: Path, meta: dict[str, str], runs: list[RunInfo], baseline: str | None = None, *,
+              question: dict[str, Any] | None = None, exploratory: str | None = None) -> SweepReport:
+    """The report of ``runs`` (from a results store, or from run directories: normlab.report.rundirs).
+    ``question``: the declared design (normlab.experiments.design), None for none; ``exploratory``: why nothing
+    may be decided."""
     order: list[str] = []
     for r in runs:
         if r.row["variant"] not in order:
@@ -139,10 +187,28 @@ def from_runs(sweep_dir: Path, meta: dict[str, str], runs: list[RunInfo], baseli
     variants = [_variant(name, [r for r in runs if r.row["variant"] == name]) for name in order]
     _rank(variants)
     rep = SweepReport(sweep_dir, meta, runs, variants)
-    rep.grid = analyze(grid_runs_from_rows([r.row for r in runs], {r.row["run_id"]: r.curves for r in runs},
-                                           {r.row["run_id"]: r.summary for r in runs}), baseline)
+    unigram_floors(runs, sweep_dir)
+    gruns = grid_runs_from_rows([r.row for r in runs], {r.row["run_id"]: r.curves for r in runs},
+                                {r.row["run_id"]: r.summary for r in runs})
+    grid = len({(g.group, g.lr) for g in gruns}) > len({g.group for g in gruns})
+    q = _question(question, grid)
+    if q is not None and baseline is not None:
+        q = {**q, "baseline": baseline}
+    rep.grid = analyze(gruns, baseline, question=q, exploratory=exploratory)
     rep.summary = summarize(rep)
     return rep
+
+
+def primary_family(sweep_dir: str | Path) -> GridReport:
+    """The declared question of the sweep in ``sweep_dir`` answered from its stored per-seed results.
+
+    Returns the GridReport; its ``question`` is the stored design's question (``declared``, ``primary``,
+    ``baseline``, ``family``, ``alpha``, ``correction``, ``paired``), ``exploratory`` says why nothing may be decided
+    (None when the family is decided), and ``[r for r in rep.paired if r.role == "primary"]`` are the family's
+    comparisons (normlab.experiments.decisions.PairedRow): ``r.diff`` (mean, half, n, sd, df, raw two-sided ``p``),
+    ``r.p_adjusted`` (over the family), ``r.decided`` (adjusted p <= alpha), ``r.verdict`` (lower / higher /
+    undecided / not testable / did not learn). Torch-free; reads only the store and the run directories."""
+    return load(sweep_dir).grid
 
 
 def _variant(name: str, runs: list[RunInfo]) -> VariantResult:
@@ -226,24 +292,14 @@ def _summarize_cells(rep: SweepReport) -> list[str]:
     ns = sorted({v.ci.n for v in ranked})
     out.append(f"Lowest mean final validation bits/byte: {best.name}, {ci_text(best.ci)} "
                f"(mean ± 95% CI half-width over {best.ci.n} seed{'s' if best.ci.n > 1 else ''}).")
-    within, beyond, untested = [], [], []
+    items = []
     for v in ranked[1:]:
-        delta = v.ci.mean - best.ci.mean
-        w = v.vs_best
-        if w is None:
-            untested.append(f"{v.name} (+{delta:.4f})")
-        elif w.p < ALPHA:
-            beyond.append(f"{v.name} (+{delta:.4f}, {_p(w.p)})")
-        else:
-            ov = overlap(v.ci, best.ci)
-            within.append(f"{v.name} (+{delta:.4f}, {_p(w.p)}{', CIs overlap' if ov else ''})")
-    if within:
-        out.append(f"Within noise of {best.name} (Welch t-test p ≥ {ALPHA}): " + "; ".join(within) + ".")
-    if beyond:
-        out.append(f"Worse than {best.name} beyond noise (Welch p < {ALPHA}): " + "; ".join(beyond) + ".")
-    if untested:
-        out.append(f"Not testable against {best.name} (fewer than 2 completed seeds, or no seed-to-seed variation): "
-                   + "; ".join(untested) + ".")
+        d = welch_diff(v.finals, best.finals)
+        est = f"{d.mean:+.4f} ± {d.half:.4f}" if d.half is not None else f"{d.mean:+.4f}"
+        items.append(f"{v.name} {est}" + (f" (Welch p = {v.vs_best.p:.3g}, unadjusted)" if v.vs_best else ""))
+    if items:
+        out.append(f"Differences from {best.name}, exploratory (the lowest mean is chosen by the data; Welch 95% "
+                   "intervals, no verdict): " + "; ".join(items) + ".")
     for v in vs:
         if v.other:  # never drop a seed silently: say which runs have no final result
             ids = ", ".join(f"{r.row['run_id']} ({r.row['status']})" for r in v.other)

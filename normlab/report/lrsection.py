@@ -5,10 +5,11 @@ from __future__ import annotations
 import html
 from typing import Any
 
-from normlab.experiments.lrgrid import STABLE_MARGIN, GridReport, PairedRow
-from normlab.report import lrplots
+from normlab.experiments.decisions import METRIC_LABELS, PairedRow, family_summary, need_text
+from normlab.experiments.lrgrid import DID_NOT_LEARN_MARGIN, STABLE_MARGIN, GridReport, GroupGrid
 from normlab.markdown import md_escape, md_table
-from normlab.stats import MeanCI, t_ppf
+from normlab.report import lrplots
+from normlab.stats import MeanCI, pooled_sd, t_ppf
 
 
 def _ci(ci: MeanCI | None, digits: int = 3) -> str:
@@ -17,18 +18,33 @@ def _ci(ci: MeanCI | None, digits: int = 3) -> str:
     return f"{ci.mean:.{digits}f} ± {ci.half:.{digits}f}" if ci.half is not None else f"{ci.mean:.{digits}f} (n=1)"
 
 
-def _lr_ci(ci: MeanCI | None) -> str:
-    """Best learning rate: geometric mean over seeds, ×/÷ the 95% interval factor."""
-    if ci is None:
+def _best_lr(g: GroupGrid) -> str:
+    """Best learning rate: the grid point with the lowest seed-mean loss, and where the seeds' own best grid points
+    lie (``0.01 (seeds: 0.003–0.01)``, ``0.01 (all 3 seeds)``); "–" without a finished seed."""
+    lr = g.best_grid_lr()
+    if lr is None:
         return "–"
-    base = f"{10 ** ci.mean:.3g}"
-    return f"{base} ×/÷ {10 ** ci.half:.2g}" if ci.half else base
+    per = g.seed_best_lrs()
+    if len(per) < 2:
+        return f"{lr:g}"
+    if per[0] == per[-1]:
+        return f"{lr:g} (all {len(per)} seeds)"
+    return f"{lr:g} (seeds: {per[0]:g}–{per[-1]:g})"
 
 
 def _range(lrs: list[float]) -> str:
     if not lrs:
         return "none"
     return f"{lrs[0]:g}" if len(lrs) == 1 else f"{lrs[0]:g} – {lrs[-1]:g}"
+
+
+def _dnl(g: GroupGrid) -> str:
+    """``did not learn [in k/n seeds] (best L, unigram H1)``: L is the worst best-of-grid loss of the seeds that did
+    not learn at their best learning rate."""
+    bad = [s for s in g.seeds if s.learned is False]
+    worst = max(s.best for s in bad)
+    part = "" if len(bad) == len(g.seeds) else f" in {len(bad)}/{len(g.seeds)} seeds"
+    return f"did not learn{part} (best {worst:.3f}, unigram {g.floor:.3f})"
 
 
 def ranking_cells(gr: GridReport) -> tuple[list[str], list[list[str]]]:
@@ -39,37 +55,42 @@ def ranking_cells(gr: GridReport) -> tuple[list[str], list[list[str]]]:
         div = g.diverged_at()
         n_runs = len(g.runs)
         div_txt = (f"{sum(div.values())}/{n_runs}" + (f" (lr ≥ {min(div):g})" if div else "")) if n_runs else "–"
-        rows.append([str(g.rank or "–"), g.name, _ci(g.sensitivity), _ci(g.best), _lr_ci(g.log10_best_lr),
+        sens = _dnl(g) if g.learned is False else _ci(g.sensitivity)
+        rows.append([str(g.rank or "–"), g.name, sens, _ci(g.best), _best_lr(g),
                      _range(g.stable_range()), _ci(g.stable_decades, 2), div_txt, str(len(g.seeds))])
     return head, rows
 
 
+def _pv(p: float | None, *, eq: bool = False) -> str:
+    """A p-value as text (3 significant digits, "< 0.001"); ``eq``: prefixed "= " unless it is "< 0.001"."""
+    if p is None:
+        return "–"
+    text = "< 0.001" if p < 0.001 else f"{p:.3g}"
+    return f"= {text}" if eq and not text.startswith("<") else text
+
+
 def paired_cells(gr: GridReport) -> tuple[list[str], list[list[str]]]:
-    head = ["variant", "metric", f"Δ vs {gr.baseline} (bits/byte)", "p", "test", "n", "reading"]
+    head = ["variant", "metric", "role", f"Δ vs {gr.baseline} (bits/byte)", "p", "adjusted p", "test", "n",
+            "smallest exact p", "exact p", "per-seed corr", "Welch p", "reading"]
     rows = []
     for r in gr.paired:
         d = r.diff
         delta = f"{d.mean:+.3f} ± {d.half:.3f}" if d.half is not None else f"{d.mean:+.3f}"
-        p = "–" if d.p is None else ("< 0.001" if d.p < 0.001 else f"{d.p:.3f}")
         test = "paired t" if d.paired else "Welch"
-        rows.append([r.variant, r.metric, delta, p, test, str(d.n), _reading(r)])
+        corr = "–" if r.correlation is None else f"{r.correlation:+.2f}"
+        rows.append([r.variant, r.metric, r.role, delta, _pv(d.p), _pv(r.p_adjusted) if r.role == "primary" else "–",
+                     test, str(d.n), _pv(r.min_exact_p), _pv(r.exact_p), corr,
+                     _pv(r.welch.p if r.welch else None), _reading(r)])
     return head, rows
-
-
-def _need(r: PairedRow) -> str | None:
-    """How many seeds would resolve ``r`` at 80% power, as words; None when there is nothing to resolve."""
-    if r.seeds_needed:
-        return f"~{r.seeds_needed} seeds"
-    if r.seeds_needed_more_than:
-        return f"more than {r.seeds_needed_more_than} seeds"
-    return None
 
 
 def _reading(r: PairedRow) -> str:
     v = r.verdict
-    if v == "within noise":
-        need = _need(r)
-        return f"within noise; {need + ' to resolve (80% power)' if need else 'no difference to resolve'}"
+    need = need_text(r)
+    if v == "undecided" and r.diff.mean == 0.0:
+        return f"{v}; no difference to resolve"
+    if v in ("undecided", "not testable"):
+        return f"{v}; {need} to resolve (80% power)" if need else v
     return v
 
 
@@ -81,39 +102,23 @@ def summary(gr: GridReport, counts: dict[str, int]) -> list[str]:
     status = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
     out.append(f"{len(gr.groups)} variants × {len(gr.lrs)} learning rates ({gr.lrs[0]:g} to {gr.lrs[-1]:g}) × "
                f"{len(seeds)} seed{'s' if len(seeds) != 1 else ''} = {n_runs} runs ({status}).")
-    ranked = sorted((g for g in gr.groups if g.sensitivity is not None), key=lambda g: g.rank or 0)
+    ranked = sorted((g for g in gr.groups if g.sensitivity is not None and g.rank is not None),
+                    key=lambda g: g.rank or 0)
     if not ranked:
-        out.append("No variant has a finished grid yet, so nothing is ranked.")
+        out.append("No variant has a finished grid that learned, so nothing is ranked.")
+        out += _floor_lines(gr) + comparison_lines(gr)
         return out
     lo, hi = ranked[0], ranked[-1]
-    out.append(f"Lowest LR sensitivity: {lo.name}, {_ci(lo.sensitivity)} bits/byte; highest: {hi.name}, "
-               f"{_ci(hi.sensitivity)} (mean ± 95% CI over seeds of mean_lr[min(L, L_init) − L*]).")
+    how = "(mean ± 95% CI over seeds of mean_lr[min(L, L_init) − L*])"
+    if lo is hi:
+        out.append(f"Only ranked variant on LR sensitivity: {lo.name}, {_ci(lo.sensitivity)} bits/byte {how}.")
+    else:
+        out.append(f"Lowest LR sensitivity: {lo.name}, {_ci(lo.sensitivity)} bits/byte; highest: {hi.name}, "
+                   f"{_ci(hi.sensitivity)} {how}.")
     best = min(ranked, key=lambda g: g.best.mean)
-    out.append(f"Lowest best-of-grid loss: {best.name}, {_ci(best.best)} bits/byte at lr {_lr_ci(best.log10_best_lr)}.")
-    for metric in ("LR sensitivity", "best loss", "loss at each (seed, lr)"):
-        cap = metric[0].upper() + metric[1:]
-        rows = [r for r in gr.paired if r.metric == metric]
-        if not rows:
-            continue
-        lower = [f"{r.variant} ({r.diff.mean:+.3f} ± {r.diff.half:.3f})" for r in rows if r.verdict == "lower"]
-        higher = [f"{r.variant} ({r.diff.mean:+.3f} ± {r.diff.half:.3f})" for r in rows if r.verdict == "higher"]
-        noise = [f"{r.variant} ({r.diff.mean:+.3f} ± {r.diff.half:.3f}"
-                 + (f", {_need(r)} to resolve" if _need(r) else "") + ")"
-                 for r in rows if r.verdict == "within noise"]
-        cells = metric.startswith("loss at each")
-        unit = "(seed, lr) cells" if cells else "seeds"
-        how = (f"paired over {unit}" if all(r.diff.paired for r in rows)
-               else f"paired over {unit} where possible, else Welch")
-        if cells:  # the learning rates of one seed share its initialisation and batches: not independent samples
-            how += "; descriptive, as the cells of one seed are not independent"
-        beyond = "" if cells else " beyond noise"
-        if lower:
-            out.append(f"{cap} lower than {gr.baseline}{beyond} ({how}): " + "; ".join(lower) + ".")
-        if higher:
-            out.append(f"{cap} higher than {gr.baseline}{beyond} ({how}): " + "; ".join(higher) + ".")
-        if noise:
-            out.append(f"{cap} within noise of {gr.baseline} ({how}; seeds needed at 80% power from the "
-                       "observed spread): " + "; ".join(noise) + ".")
+    out.append(f"Lowest best-of-grid loss: {best.name}, {_ci(best.best)} bits/byte at lr {_best_lr(best)}.")
+    out += _floor_lines(gr)
+    out += comparison_lines(gr)
     for g in gr.groups:
         div = g.diverged_at()
         if div:
@@ -126,18 +131,59 @@ def summary(gr: GridReport, counts: dict[str, int]) -> list[str]:
     return out
 
 
-def paired_summary(gr: GridReport) -> list[str]:
-    """For a sweep at one learning rate: the paired comparisons with the baseline, as sentences."""
-    out = []
-    for r in gr.paired:
-        d = r.diff
-        if d.half is None:
-            continue
-        test = "paired over seeds" if d.paired else "Welch, unpaired"
-        tail = (f"; {_need(r)} would resolve it at 80% power" if r.verdict == "within noise" and _need(r) else "")
-        out.append(f"{r.variant} − {r.baseline}: {d.mean:+.4f} ± {d.half:.4f} bits/byte ({test}, n = {d.n}): "
-                   f"{r.verdict}{tail}.")
+def _floor_lines(gr: GridReport) -> list[str]:
+    """The unigram floor, the variants that did not learn, and learning rates where the seeds split."""
+    floors = sorted({round(g.floor, 6) for g in gr.groups if g.floor is not None})
+    if not floors:
+        return [("No unigram floor is recorded for these runs (trained before normlab recorded unigram_bpb, and the "
+                "corpus cache could not be read), so no run is checked for 'did not learn'.")]
+    out = [(f"Unigram entropy of the training split: {', '.join(f'{f:.3f}' for f in floors)} bits/byte (the loss of "
+           f"the best context-free model); a run ending within {DID_NOT_LEARN_MARGIN} bits/byte of it, or above, did "
+           "not learn.")]
+    for g in gr.groups:
+        if g.learned is False:
+            n_bad = sum(1 for s in g.seeds if s.learned is False)
+            out.append(f"{g.name} did not learn at its best learning rate in {n_bad} of {len(g.seeds)} seeds "
+                       f"(best-of-grid loss {_ci(g.best)} bits/byte): it gets no LR-sensitivity rank.")
+        split = [c for c in g.collapse() if 0 < c.rate.k < c.rate.n]
+        if split:
+            parts = [f"lr {c.lr:g}: {c.rate.k}/{c.rate.n} collapsed ({c.rate.rate:.0%}, 95% CI "
+                     f"{c.rate.low:.0%}–{c.rate.high:.0%}), loss of the others {_ci(c.loss_ok)}" for c in split]
+            out.append(f"{g.name}'s seeds split (some collapsed: did not learn or diverged; some trained): "
+                       + "; ".join(parts) + ".")
     return out
+
+
+def comparison_lines(gr: GridReport) -> list[str]:
+    """The declared question's decisions, then every other comparison as an exploratory estimate (no verdict)."""
+    out = family_summary(gr.paired, gr.question, gr.exploratory)
+    rest = [r for r in gr.paired if r.role != "primary"]
+    for metric in dict.fromkeys(r.metric for r in rest):
+        rows = [r for r in rest if r.metric == metric]
+        items = []
+        for r in rows:
+            d = r.diff
+            est = f"{d.mean:+.3f} ± {d.half:.3f}" if d.half is not None else f"{d.mean:+.3f} (n = {d.n})"
+            items.append(f"{r.variant} {est}" + (f" (p {_pv(d.p, eq=True)}, unadjusted)" if d.p is not None else ""))
+        how = "paired over seeds" if all(r.diff.paired for r in rows) else "Welch over seeds"
+        out.append(f"{metric[0].upper() + metric[1:]} − {gr.baseline}, exploratory ({how}, 95% intervals): "
+                   + "; ".join(items) + ".")
+    metric_key = gr.question.get("primary")
+    label = METRIC_LABELS.get(metric_key or "", "")
+    getter = {"lr_sensitivity": lambda s: s.sensitivity}.get(metric_key or "", lambda s: s.best)
+    learned = [g for g in gr.groups if g.seeds and g.learned is not False]
+    pooled = pooled_sd([[getter(s) for s in g.seeds] for g in learned])
+    if pooled is not None and any(r.seeds for r in gr.paired):
+        out.append(f"Seeds needed (80% power, two-sided 5%) use the SD of the per-seed {label or 'metric'} pooled over "
+                   f"{len(learned)} variant(s) that learned: {pooled.sd:.3f} bits/byte with {pooled.df} df (95% CI "
+                   f"{pooled.low:.3f}–{pooled.high:.3f}), for unpaired seed noise; the range is the seeds at the "
+                   "ends of that interval.")
+    return out
+
+
+def paired_summary(gr: GridReport) -> list[str]:
+    """For a sweep at one learning rate: the comparisons with the baseline, as sentences."""
+    return comparison_lines(gr) if gr.paired else []
 
 
 def figures(gr: GridReport, cmap: dict[str, Any]) -> dict[str, tuple[bytes | None, str]]:
@@ -155,12 +201,17 @@ NOTE = (f"LR sensitivity (Wortsman et al. 2023, arXiv:2309.14322): the mean over
         f"min(L, L_init) − L*, with L the final validation bits/byte, L_init the loss at initialisation (a diverged "
         f"run scores L_init) and L* the best of the grid; per seed, then mean ± 95% Student-t interval over seeds. "
         f"Stable range: learning rates where no seed diverged and the seed-mean loss is within {STABLE_MARGIN} "
-        f"bits/byte of the best; its width in decades is per seed. Best lr: geometric mean over seeds ×/÷ the "
-        f"interval factor.")
-PAIRED_NOTE = ("Δ = variant − baseline; a seed gives every variant the same batches and validation windows, so "
-               "differences are paired by seed (and by (seed, lr) cell); Welch's interval only where two variants "
-               "share fewer than 2 seeds. 'within noise' means the 95% interval contains 0; the seed count is what "
-               "the observed spread of the differences needs to resolve the observed difference with 80% power.")
+        f"bits/byte of the best; its width in decades is per seed. Best lr: the grid point with the lowest seed-mean "
+        f"loss, with the range of the seeds' own best grid points.")
+PAIRED_NOTE = ("Δ = variant − baseline over per-seed numbers (the seed is the unit of replication). test: paired t "
+               "over the seeds both ran (the design shares seeds), or Welch where the sweep declared paired: false. "
+               "role: primary rows form the declared family; their p is adjusted over it (adjusted p, Holm or "
+               "Benjamini–Hochberg) and only they get a verdict (the sign of Δ where adjusted p ≤ alpha, else "
+               "undecided). Exploratory rows are estimates with 95% intervals and unadjusted p, no verdict. "
+               "smallest exact p: the least p the exact sign-flip (or permutation) test can reach at this n; exact p "
+               "is shown from n = 5. per-seed corr: correlation of the two variants' per-seed values (near 0: the "
+               "pairing shares no noise). Welch p: the unpaired test, a sensitivity check. Seeds needed: from the SD "
+               "pooled over all variants that learned, with the range from its 95% interval.")
 
 
 def html_section(gr: GridReport, img) -> list[str]:
@@ -175,12 +226,35 @@ def html_section(gr: GridReport, img) -> list[str]:
         head, rows = paired_cells(gr)
         out.append(f"<h2>Paired differences vs {e(str(gr.baseline))}</h2>" + _html_table(head, rows))
         out.append(f"<div class='note'>{e(PAIRED_NOTE)}</div>")
+    head, rows = collapse_cells(gr)
+    if rows:
+        out.append("<h2>Collapse per learning rate</h2>" + _html_table(head, rows))
+        out.append(f"<div class='note'>{e(COLLAPSE_NOTE)}</div>")
     sig = [img(n) for n in ("report_lr_signals.png", "report_signal_attn.png", "report_signal_lse.png")]
     if any(sig):
         out.append("<h2>Instability signals</h2><div class='note'>Recorded every diag.every steps "
                    "(normlab.diagnostics.instability): attention logit growth and output logit divergence "
                    "(Wortsman et al. 2023).</div>" + "".join(sig))
     return out
+
+
+def collapse_cells(gr: GridReport) -> tuple[list[str], list[list[str]]]:
+    """Learning rates where some seed collapsed (did not learn or diverged): the rate with its exact interval and
+    the loss of the seeds that did not collapse."""
+    head = ["variant", "lr", "collapsed", "rate (95% Clopper–Pearson)", "loss given no collapse"]
+    rows = []
+    for g in gr.groups:
+        for c in g.collapse():
+            if c.rate.k:
+                rows.append([g.name, f"{c.lr:g}", f"{c.rate.k}/{c.rate.n}",
+                             f"{c.rate.rate:.0%} ({c.rate.low:.0%}–{c.rate.high:.0%})", _ci(c.loss_ok)])
+    return head, rows
+
+
+COLLAPSE_NOTE = (f"Collapsed: diverged, or the final loss is within {DID_NOT_LEARN_MARGIN} bits/byte of the training "
+                 "split's unigram entropy per byte or above it (the model learned only byte/token frequencies). The "
+                 "loss is the mean ± 95% interval over the seeds that did not collapse, not an interval over a "
+                 "bimodal outcome.")
 
 
 def md_section(gr: GridReport, mdimg) -> list[str]:
@@ -191,13 +265,16 @@ def md_section(gr: GridReport, mdimg) -> list[str]:
     if gr.paired:
         out += [f"## Paired differences vs {md_escape(gr.baseline)}", "", _md_table(*paired_cells(gr)), "",
                 md_escape(PAIRED_NOTE), ""]
+    head, rows = collapse_cells(gr)
+    if rows:
+        out += ["## Collapse per learning rate", "", _md_table(head, rows), "", md_escape(COLLAPSE_NOTE), ""]
     sig = [x for n in ("report_lr_signals.png", "report_signal_attn.png", "report_signal_lse.png") for x in mdimg(n)]
     if sig:
         out += ["## Instability signals", ""] + sig
     return out
 
 
-LEFT = ("variant", "metric", "reading", "stable range")
+LEFT = ("variant", "metric", "role", "reading", "stable range")
 
 
 def _html_table(head: list[str], rows: list[list[str]], best_first: bool = False) -> str:
@@ -219,19 +296,31 @@ def rows_json(gr: GridReport) -> dict[str, Any]:
     def ci(c: MeanCI | None) -> dict | None:
         return None if c is None else {"mean": c.mean, "ci95": c.half, "n": c.n}
 
+    def diff(d: Any) -> dict | None:
+        return None if d is None else {"diff": d.mean, "ci95": d.half, "p": d.p, "n": d.n}
+
     return {
         "baseline": gr.baseline, "learning_rates": gr.lrs, "is_grid": gr.is_grid,
+        "question": gr.question, "exploratory_reason": gr.exploratory,
         "variants": [{"variant": g.name, "rank": g.rank, "lr_sensitivity": ci(g.sensitivity),
                       "best_val_bpb": ci(g.best),
-                      "best_lr": None if g.log10_best_lr is None else 10 ** g.log10_best_lr.mean,
+                      "best_lr": g.best_grid_lr(), "best_lr_per_seed": g.seed_best_lrs(),
                       "stable_range": g.stable_range(), "stable_decades": ci(g.stable_decades),
                       "diverged": {f"{k:g}": v for k, v in g.diverged_at().items()},
+                      "unigram_bpb": g.floor, "learned": g.learned,
+                      "collapse": [{"lr": c.lr, "collapsed": c.rate.k, "n": c.rate.n, "rate": c.rate.rate,
+                                    "rate_ci95": [c.rate.low, c.rate.high], "loss_given_no_collapse": ci(c.loss_ok)}
+                                   for c in g.collapse()],
                       "seeds": [{"seed": s.seed, "lr_sensitivity": s.sensitivity, "best_val_bpb": s.best,
-                                 "best_lr": s.best_lr, "init_val_bpb": s.init,
+                                 "best_lr": s.best_lr, "init_val_bpb": s.init, "learned": s.learned,
                                  "losses": {f"{k:g}": v for k, v in s.losses.items()}} for s in g.seeds]}
                      for g in gr.groups],
-        "paired": [{"variant": r.variant, "baseline": r.baseline, "metric": r.metric, "diff": r.diff.mean,
-                    "ci95": r.diff.half, "p": r.diff.p, "n": r.diff.n, "paired": r.diff.paired,
-                    "reading": r.verdict, "seeds_needed": r.seeds_needed,
-                    "seeds_needed_more_than": r.seeds_needed_more_than} for r in gr.paired],
+        "paired": [{"variant": r.variant, "baseline": r.baseline, "metric": r.metric, "role": r.role,
+                    "diff": r.diff.mean, "ci95": r.diff.half, "p": r.diff.p, "p_adjusted": r.p_adjusted,
+                    "decided": r.decided, "n": r.diff.n, "paired": r.diff.paired, "reading": r.verdict,
+                    "correlation": r.correlation, "welch": diff(r.welch), "exact_p": r.exact_p,
+                    "min_exact_p": r.min_exact_p, "seeds_needed": r.seeds_needed,
+                    "seeds_needed_more_than": r.seeds_needed_more_than,
+                    "seeds_needed_range": None if r.seeds is None else [r.seeds.low, r.seeds.high]}
+                   for r in gr.paired],
     }

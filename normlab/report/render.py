@@ -355,17 +355,6 @@ def _md_matrix(table: dict[str, dict[str, float]], rep: SweepReport) -> str:
     return md_table(["variant", *cols], rows, [":---"] + ["---:"] * len(cols))
 
 
-def _chmod_readable(path: Path) -> None:
-    import os
-
-    mask = os.umask(0)
-    os.umask(mask)
-    try:
-        path.chmod(0o666 & ~mask)
-    except OSError:
-        pass
-
-
 def write_report(sweep_dir: str | Path, *, baseline: str | None = None, rep: SweepReport | None = None
                  ) -> dict[str, Any]:
     """Write report.html, report.md and report_*.png into ``sweep_dir`` (of ``rep``, default: the sweep's own
@@ -383,8 +372,6 @@ def write_report(sweep_dir: str | Path, *, baseline: str | None = None, rep: Swe
             tmp.write_bytes(png)
     write_text(d / "report.html", text_html)
     write_text(d / "report.md", text_md)
-    for name in ["report.html", "report.md", *figs]:  # shareable files: the usual mode, not mkstemp's 0600
-        _chmod_readable(d / name)
     return {"html": str(d / "report.html"), "md": str(d / "report.md"), "ranking": ranking_rows(rep),
             "summary": rep.summary, "report": rep, "lr": lrsection.rows_json(rep.grid) if rep.grid else None,
             "sequential": seqsection.sequential_block(d), "replication": seqsection.replication_block(d)}

@@ -23,8 +23,8 @@ from normlab.run.files import CONFIG_FILE, METRICS_FILE
 from normlab.run.rundir import read_metrics, read_summary
 from normlab.report.analysis import RunInfo, SweepReport, _load_artifacts, _read_yaml, from_runs
 
-IGNORED = ("seed", "train.lr", "train.threads", "train.log_every", "train.checkpoint_every", "train.keep_checkpoints",
-           "data.cache_dir", "train.eval_every")
+IGNORED = ("seed", "train.lr", "train.threads", "train.track", "train.log_every", "train.checkpoint_every",
+           "train.keep_checkpoints", "data.cache_dir", "train.eval_every")
 
 
 def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -43,7 +43,9 @@ def fingerprint_record(cfg: Any, model: Any) -> dict[str, Any]:
     from normlab.provenance import git_commit
 
     lay = layout(model)
-    body = {"config": cfg.to_dict(), **lay, "normlab": __version__, "torch": torch.__version__}
+    conf = cfg.to_dict()
+    conf.get("train", {}).pop("track", None)  # where curves are logged changes no number (as RunConfig.hash)
+    body = {"config": conf, **lay, "normlab": __version__, "torch": torch.__version__}
     digest = hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":"), default=str).encode()).hexdigest()
     return {"sha256": digest, "normlab": __version__, "torch": torch.__version__, "git_commit": git_commit(),
             "parameter_tensors": len(lay["parameters"]), "layout": lay}

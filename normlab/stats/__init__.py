@@ -10,6 +10,7 @@ own p-values). Torch-free; computes with ``scipy.stats``. Formulas: ../shared SP
 from normlab.stats.exact import (
     ClopperPearson,
     clopper_pearson,
+    min_permutation_p,
     min_sign_flip_p,
     permutation_p,
     sign_flip_p,
@@ -50,6 +51,7 @@ __all__ = [
     "clopper_pearson",
     "holm",
     "mean_ci",
+    "min_permutation_p",
     "min_sign_flip_p",
     "paired_diff",
     "permutation_p",

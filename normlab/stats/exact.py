@@ -29,6 +29,14 @@ def min_sign_flip_p(n: int) -> float:
     return 1.0 if n <= 0 else min(1.0, 2.0 / 2.0**n)
 
 
+def min_permutation_p(n_a: int, n_b: int) -> float:
+    """The smallest two-sided p the exact permutation test can reach with groups of ``n_a`` and ``n_b`` distinct
+    values: ``2 / C(n_a + n_b, n_a)`` when the sizes are equal (a split and its mirror), else ``1 / C(...)``."""
+    if n_a <= 0 or n_b <= 0:
+        return 1.0
+    return min(1.0, (2.0 if n_a == n_b else 1.0) / math.comb(n_a + n_b, n_a))
+
+
 def _abs_mean_diff(x, y, axis=-1):
     return np.abs(np.mean(x, axis=axis) - np.mean(y, axis=axis))
 

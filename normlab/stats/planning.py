@@ -14,11 +14,12 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from statistics import stdev
 
+import numpy as np
 from scipy.stats import chi2 as _chi2
-
-from normlab.stats.intervals import t_ppf
+from scipy.stats import t as _t
 
 SEEDS_NEEDED_MAX = 1000
 """``seeds_needed`` searches up to this many seeds; beyond it the report says "more than" this."""
@@ -36,10 +37,16 @@ def seeds_needed(delta: float, sd: float | None, *, level: float = 0.95, power: 
         return 2 if delta else None
     if delta == 0.0:
         return None
-    for n in range(2, max_n + 1):
-        if (t_ppf(0.5 + level / 2.0, n - 1) + t_ppf(power, n - 1)) * sd / math.sqrt(n) <= abs(delta):
-            return n
-    return None
+    ns, factor = _factors(level, power, max_n)  # (t_{(1+level)/2, n-1} + t_{power, n-1}) / sqrt(n), n = 2..max_n
+    hit = np.nonzero(factor * sd <= abs(delta))[0]
+    return int(ns[hit[0]]) if hit.size else None
+
+
+@lru_cache(maxsize=16)
+def _factors(level: float, power: float, max_n: int) -> tuple[np.ndarray, np.ndarray]:
+    """``n = 2..max_n`` and ``(t_{(1+level)/2, n-1} + t_{power, n-1}) / sqrt(n)`` (scipy, vectorised once)."""
+    ns = np.arange(2, max_n + 1)
+    return ns, (_t.ppf(0.5 + level / 2.0, ns - 1) + _t.ppf(power, ns - 1)) / np.sqrt(ns)
 
 
 @dataclass(frozen=True)

@@ -221,7 +221,7 @@ def remove_norm_run(run_dir: str | Path, out: str | Path, *, steps: int = 100, l
         run_data(run_dir, src.cfg, source=data_source)  # a bad --data fails here, before any work
 
     def score(m: nn.Module) -> dict[str, float]:
-        r = evaluate(m, data.val, data.token_bytes, data.tokenizer.decode, context=ctx, batch_size=batch_size,
+        r = evaluate(m, data.val, data.token_bytes, data.tokenizer.decode_bytes, context=ctx, batch_size=batch_size,
                      max_tokens=max_tokens)
         return {"loss": r["loss"], "bpb": r["bpb"]}
 

@@ -76,8 +76,8 @@ def label_free(run_dir: str | Path, *, max_tokens: int = 8192, batch_size: int =
     src = load_run(run_dir, final_only=True)
     data = run_data(run_dir, src.cfg)
     ctx = src.cfg.model.context
-    ev = evaluate(src.model, data.val, data.token_bytes, data.tokenizer.decode, context=ctx, batch_size=batch_size,
-                  max_tokens=max_tokens)
+    ev = evaluate(src.model, data.val, data.token_bytes, data.tokenizer.decode_bytes, context=ctx,
+                  batch_size=batch_size, max_tokens=max_tokens)
     scores = label_free_scores(src.model, data.val, context=ctx, max_tokens=max_tokens, batch_size=batch_size)
     out = {"settings": settings, **scores, "loss": ev["loss"], "bpb": ev["bpb"]}
     write_json(run_dir / LABEL_FREE_FILE, out)

@@ -79,7 +79,7 @@ def quantize_model(model: torch.nn.Module, cfg, data, *, weights: int, group: in
     ctx = cfg.model.context
 
     def score(m: torch.nn.Module) -> dict[str, float]:
-        return evaluate(m, data.val, data.token_bytes, data.tokenizer.decode, context=ctx, batch_size=batch_size,
+        return evaluate(m, data.val, data.token_bytes, data.tokenizer.decode_bytes, context=ctx, batch_size=batch_size,
                         max_tokens=max_tokens)
 
     before = score(model)

@@ -12,10 +12,18 @@ running estimates; when those disagree the eval-mode loss is far above the train
 bits/byte in eval against ~4.0 for LayerNorm on the same run length). :func:`eval_mode_gap` names it with both
 numbers when the validation bits/byte exceed the training loss (converted to bits/byte with the validation
 split's bits-per-nat ratio) by more than ``EVAL_GAP_BPB``.
+
+A run whose final validation bits/byte stayed nearer the loss at initialisation than the validation split's own
+unigram entropy (:func:`unigram_bpb`: the best any predictor that ignores context can do on it) stayed near chance:
+:func:`near_chance_warning` says so, naming the learning rate, and for a batch-statistic norm that this is the known
+failure at a learning rate tuned for LayerNorm (measured on the ``tiny`` preset, lr 0.003, 60 steps, with
+``normlab train tiny --set model.norm=NAME``: BatchNorm 7.00 bits/byte, initialisation 8.00, unigram entropy 4.00;
+LayerNorm 4.01, Unified Normalization 4.06).
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 INIT_EVAL_BATCHES = 8
@@ -28,7 +36,7 @@ def initial_eval(model: Any, data: Any, cfg: Any) -> dict[str, float]:
 
     tc, mc = cfg.train, cfg.model
     n = min(tc.eval_batches, INIT_EVAL_BATCHES)
-    val = evaluate(model, data.val, data.token_bytes, data.tokenizer.decode, context=mc.context,
+    val = evaluate(model, data.val, data.token_bytes, data.tokenizer.decode_bytes, context=mc.context,
                    batch_size=tc.batch_size, max_tokens=n * tc.batch_size * mc.context,
                    spread=tc.eval_sample == "spread")
     return {"init_val_loss": val["loss"], "init_val_bpb": val["bpb"]}
@@ -60,3 +68,34 @@ def eval_mode_gap(norm: str, train_loss: float | None, val_loss: float | None,
     msg = (f"{norm} scores {val_bpb:.2f} bits/byte in eval mode (running statistics) but its training loss is "
            f"{train_bpb:.2f} bits/byte (batch statistics): the eval-mode number understates what it learned")
     return {"train_bpb": train_bpb, "val_bpb": val_bpb, "gap_bpb": gap, "message": msg}
+
+
+def unigram_bpb(tokens: Any, vocab_size: int, n_bytes: int) -> float | None:
+    """Unigram entropy of ``tokens [N]`` in bits per byte: ``-sum_v p_v log2 p_v * N / n_bytes`` with ``p`` the
+    split's own token frequencies (so no context-free predictor does better on these tokens); None when empty."""
+    import numpy as np
+
+    n = len(tokens)
+    if n == 0 or n_bytes <= 0:
+        return None
+    counts = np.bincount(np.asarray(tokens, dtype=np.int64), minlength=vocab_size)
+    p = counts[counts > 0] / n
+    return float(-(p * np.log2(p)).sum() * n / n_bytes)
+
+
+def near_chance_warning(norm: str, lr: float, val_bpb: float | None, init_bpb: float | None,
+                        unigram: float | None) -> dict[str, Any] | None:
+    """``{val_bpb, init_val_bpb, unigram_bpb, message}`` when the final validation bits/byte stayed nearer the loss
+    at initialisation (chance) than the split's unigram entropy ``unigram`` (what ignoring context already gives):
+    ``val_bpb - unigram > (init_bpb - unigram) / 2``; else None."""
+    if None in (val_bpb, init_bpb, unigram) or not math.isfinite(val_bpb) or init_bpb <= unigram:
+        return None
+    if val_bpb - unigram <= (init_bpb - unigram) / 2:
+        return None
+    hint = (f"; batch-statistic norms such as {norm} often fail to train at a learning rate that suits LayerNorm: "
+            "try a lower train.lr or a learning-rate grid (normlab compare, lr_grid)") if is_batch_stat(norm) else (
+            "; try another train.lr (normlab compare, lr_grid) or more train.steps")
+    msg = (f"the run stayed near chance: validation {val_bpb:.2f} bits/byte against {init_bpb:.2f} at "
+           f"initialisation, while the validation split's unigram entropy (no context at all) is {unigram:.2f}, "
+           f"at train.lr {lr:g}{hint}")
+    return {"val_bpb": val_bpb, "init_val_bpb": init_bpb, "unigram_bpb": unigram, "message": msg}

@@ -33,12 +33,13 @@ from normlab.model import build_model
 from normlab.train.losses import lm_loss
 from normlab.train.init_from import load_init, resolve_init, source_tokenizer
 from normlab.train.init_from import write_record as write_init_record
-from normlab.train.init_eval import eval_mode_gap, initial_eval
+from normlab.train.init_eval import eval_mode_gap, initial_eval, near_chance_warning, unigram_bpb
 from normlab.run.tensors import list_checkpoints, load_checkpoint, save_checkpoint, save_model
 from normlab.train.distributed import SINGLE, DistContext, StopSignals
 from normlab.train.optim import EffectiveLR, NormalizeAndProject, build_optimizer
 from normlab.train.precision import CompileTimer, autocast, prepare_model, resolve_runtime
 from normlab.train.progress import ProgressReporter
+from normlab.train.threads import resolve_threads, step_flops, wait_policy_note
 from normlab.train.tracking import Tracker
 from normlab.train.schedule import lr_at
 from normlab.validate import check_train_memory
@@ -113,7 +114,7 @@ def _truncate_metrics(path: Path, step: int) -> None:
 
 def train(cfg: RunConfig, run_dir: str | Path, *, resume: bool = False, quiet: bool = False,
           tb_dir: str | Path | None = None, init_from: str | Path | None = None,
-          dist: DistContext | None = None) -> dict[str, Any]:
+          dist: DistContext | None = None, threads: int | None = None) -> dict[str, Any]:
     """Train ``cfg`` into ``run_dir`` (new, or resumed from its last checkpoint). Returns the summary dict.
 
     TensorBoard scalars and hparams are written live to ``tb_dir`` (default ``RUN_DIR/tb``; normlab.train.tracking).
@@ -125,6 +126,9 @@ def train(cfg: RunConfig, run_dir: str | Path, *, resume: bool = False, quiet: b
     first one checkpoints at the next step boundary, also before the first step; a second one stops at once and
     still writes ``summary.json``); ``--resume`` holds ``RUN_DIR/.train.lock`` and first removes the temporary
     files a kill -9 left (``checkpoints/.step_*``, ``.*.tmp``).
+
+    ``threads``: a torch thread count planned by the caller (a sweep worker), over ``train.threads``
+    (normlab.train.threads).
 
     ``dist``: this process's rank in a data-parallel run (``normlab.train.distributed``; only rank 0 writes
     ``run_dir``; SIGINT/SIGTERM on any rank stop all ranks at the same step).
@@ -139,7 +143,7 @@ def train(cfg: RunConfig, run_dir: str | Path, *, resume: bool = False, quiet: b
             clean_stale_temps(run_dir, (".*.tmp",))
         try:
             return _train(cfg, run_dir, resume=resume, quiet=quiet or not ctx.is_main, flag=flag, tb_dir=tb_dir,
-                          init_from=init_from, ctx=ctx)
+                          init_from=init_from, ctx=ctx, threads=threads)
         except KeyboardInterrupt:  # a second Ctrl-C: stop now, keep the last checkpoint, still write the summary
             if getattr(flag, "tracker", None) is not None:
                 flag.tracker.close("interrupted")  # the TensorBoard events end with the session's status
@@ -170,9 +174,7 @@ def _interrupted_summary(cfg: RunConfig, run_dir: Path) -> dict[str, Any]:
 
 def _train(cfg: RunConfig, run_dir: Path, *, resume: bool, quiet: bool, flag: Any,
            tb_dir: str | Path | None = None, init_from: str | Path | None = None,
-           ctx: DistContext = SINGLE) -> dict[str, Any]:
-    if cfg.train.threads:
-        torch.set_num_threads(cfg.train.threads)
+           ctx: DistContext = SINGLE, threads: int | None = None) -> dict[str, Any]:
     from normlab.run.rundir import read_data_info, run_data, save_run_identity
 
     # a resumed run keeps its own tokenizer and refuses a changed corpus (normlab.run.rundir)
@@ -182,7 +184,12 @@ def _train(cfg: RunConfig, run_dir: Path, *, resume: bool, quiet: bool, flag: An
     apply_norm_defaults(cfg)
     cfg.validate()
     check_train_memory(cfg)  # before anything is allocated or written
+    n_threads, why_threads = resolve_threads(cfg.train.threads, step_flops(cfg), override=threads)
+    if n_threads:  # before the precision probe, which measures at this thread count
+        torch.set_num_threads(n_threads)
+    why_threads = f"{why_threads}; {wait_policy_note()}"  # train.threads stays as set: a resume decides anew
     runtime = resolve_runtime(cfg)  # device / precision / compile: auto -> what this machine uses (config.yaml)
+    runtime.append(f"threads {torch.get_num_threads()} ({why_threads})")
     tc, mc, oc, dev = cfg.train, cfg.model, cfg.optim, cfg.device
 
     torch.manual_seed(cfg.seed)
@@ -236,8 +243,8 @@ def _train(cfg: RunConfig, run_dir: Path, *, resume: bool, quiet: bool, flag: An
 
     report = ProgressReporter(tc.steps, start, quiet=quiet)
     tracker = flag.tracker = (Tracker(tb_dir if tb_dir is not None else run_dir / "tb", cfg.to_dict(),
-                                      start_step=start)
-                              if ctx.is_main else NullTracker())  # rank 0 alone writes TensorBoard
+                                      start_step=start, track=tc.track)
+                              if ctx.is_main else NullTracker())  # rank 0 alone tracks (train.track)
     nap_note = f" + NaP on {len(nap.params)} weights" if nap else ""
     report.message(
         f"params {model.num_params():,} | weight decay on {len(groups['decay'])} tensors, "
@@ -327,7 +334,7 @@ def _train(cfg: RunConfig, run_dir: Path, *, resume: bool, quiet: bool, flag: An
                 report.update(step, last_loss, tok_s)
             if ctx.is_main and (step % tc.eval_every == 0 or step == tc.steps):
                 t_eval = time.time()
-                val = evaluate(model, data.val, data.token_bytes, data.tokenizer.decode, context=mc.context,
+                val = evaluate(model, data.val, data.token_bytes, data.tokenizer.decode_bytes, context=mc.context,
                                batch_size=tc.batch_size, max_tokens=tc.eval_batches * tc.batch_size * mc.context,
                                spread=tc.eval_sample == "spread")
                 best = val["bpb"] if best is None else min(best, val["bpb"])
@@ -353,13 +360,14 @@ def _train(cfg: RunConfig, run_dir: Path, *, resume: bool, quiet: bool, flag: An
     summary = {
         "status": status, "step": step, "steps": tc.steps, "train_loss": last_loss,
         "val_loss": val.get("loss"), "val_bpb": val.get("bpb"), "best_val_bpb": best,
-        "entropy_floor_bpb": data.entropy_floor_bpb,
+        "entropy_floor_bpb": data.entropy_floor_bpb, "unigram_bpb": data.unigram_bpb,
         "gap_bpb": (val["bpb"] - data.entropy_floor_bpb)
         if (val and data.entropy_floor_bpb is not None) else None,
         "tokens_seen": tokens_seen, "tokens_per_s": tokens_seen / max(total_elapsed, 1e-9),
         "elapsed_s": total_elapsed, "params": model.num_params(), "config_hash": cfg.hash(),
         "loss_spikes": diag.summary(), "run_dir": str(run_dir), **init,
         "device": dev, "precision": tc.precision, "compile": tc.compile, "compile_s": timer.compile_s,
+        "threads": torch.get_num_threads(), "threads_reason": why_threads,
     }
     if init_src is not None:
         summary["init_from"] = str(init_src)
@@ -368,6 +376,11 @@ def _train(cfg: RunConfig, run_dir: Path, *, resume: bool, quiet: bool, flag: An
     if gap:
         summary["eval_mode_warning"] = gap
         report.message(f"warning: {gap['message']}")
+    unigram = unigram_bpb(data.val, data.vocab_size, data.split_bytes["val"])
+    flat = near_chance_warning(mc.norm, tc.lr, val.get("bpb"), init.get("init_val_bpb"), unigram)
+    if flat and status == "completed":
+        summary["near_chance_warning"] = flat
+        report.message(f"warning: {flat['message']}")
     if ctx.is_main:
         write_json(run_dir / SUMMARY_FILE, summary)
     ctx.barrier()  # the other ranks exit only after rank 0 recorded the status

@@ -12,12 +12,14 @@ run used) and returns one line per decision with its reason, printed at start an
   (they cast to fp32). Softmax on bf16 scores accumulates its max and normaliser in fp32 inside torch's kernels
   (SDPA's flash kernel and ``torch.softmax`` both use an fp32 accumulator). ``auto`` picks bf16 only where the
   hardware has fast bf16 (a CPU with AMX or AVX512-BF16, a CUDA device with bf16) *and* a probe at the model's
-  shape measures it at least ``BF16_MARGIN`` faster than fp32 (the probe is cached per machine and shape in
-  ``<cache dir>/precision_probe.json``); fp32 otherwise.
+  shape (paired rounds, median ratio) measures it at least ``BF16_MARGIN`` faster than fp32 (the probe is cached
+  per machine and shape in ``<cache dir>/precision_probe.json``); fp32 otherwise.
 - ``train.compile: auto | true | false`` -- ``torch.compile`` of the model (``nn.Module.compile``: parameter names and
   checkpoints unchanged). Needs a C++ compiler on CPU; without one the run says so in one line and runs uncompiled.
-  ``auto`` compiles on CUDA only: on CPU the compile time (tens of seconds) exceeds what it saves in the lab's
-  short runs (docs/benchmarks.md). The compile time is measured (the first step minus a normal step) and reported.
+  ``auto`` compiles on CUDA, and on CPU only for runs whose training FLOPs (steps x the step's FLOPs) reach
+  ``COMPILE_PAYBACK_FLOPS``, the work after which the measured compile time is paid back (docs/benchmarks.md);
+  shorter runs, like all of the lab's presets, run eager. The compile time is measured (the first step minus a
+  normal step) and reported.
 """
 
 from __future__ import annotations
@@ -29,15 +31,23 @@ import os
 import platform
 import shutil
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import torch
 from torch import nn
 
+from normlab.train.threads import step_flops
+
 DEVICES = ("auto", "cpu", "cuda")
 PRECISIONS = ("auto", "fp32", "bf16")
 BF16_MARGIN = 0.10  # auto picks bf16 only when its probed step is >= 10% faster than fp32's
+# CPU: a run's training FLOPs from which torch.compile pays back its compile time. Measured at shape S
+# (benchmarks/nanogpt_speed.py, docs/benchmarks.md): 169 s of compile, then 1.31x the eager step, paid back after
+# 848 steps of 4.1 GFLOP = 3.5e12 FLOPs. Expressing it as work assumes the compile time and the fraction of a step
+# that compiling saves stay near S's (larger models: a longer compile, but a larger saving per step).
+COMPILE_PAYBACK_FLOPS = 3.5e12
 
 
 # ---------------------------------------------------------------------------------------------------- hardware
@@ -103,14 +113,17 @@ def _probe_key(cfg: Any, device: str) -> str:
     m = cfg.model
     # the shape only (not the norm or placement): every variant of a sweep at one shape gets the same precision
     shape = {k: getattr(m, k) for k in ("vocab_size", "context", "width", "depth", "heads", "mlp_ratio", "attention")}
-    return json.dumps({"cpu": cpu_name() if device == "cpu" else torch.cuda.get_device_name(), "device": device,
+    return json.dumps({"probe": 2, "cpu": cpu_name() if device == "cpu" else torch.cuda.get_device_name(),
+                       "device": device,
                        "threads": torch.get_num_threads(), "torch": torch.__version__, "batch": cfg.train.batch_size,
                        **shape}, sort_keys=True)
 
 
-def probe_step_times(cfg: Any, device: str, reps: int = 3) -> dict[str, float]:
-    """Median seconds of one forward + backward at ``cfg``'s model shape and batch, fp32 and bf16 interleaved.
-    Runs under ``torch.random.fork_rng`` so the run's seeded RNG streams are untouched."""
+def probe_step_times(cfg: Any, device: str, reps: int = 9, budget_s: float = 30.0) -> dict[str, float]:
+    """One forward + backward at ``cfg``'s model shape and batch in fp32 and in bf16, alternating which goes first,
+    for ``reps`` rounds or until ``budget_s`` is spent (at least 3 rounds after a warm-up round). Returns the median
+    seconds of each and ``ratio``, the median over rounds of ``fp32 / bf16`` within a round (paired: load on a shared
+    machine hits both alike). Runs under ``torch.random.fork_rng`` so the run's seeded RNG streams are untouched."""
     from normlab.model import build_model
 
     with torch.random.fork_rng(devices=[]):
@@ -118,8 +131,9 @@ def probe_step_times(cfg: Any, device: str, reps: int = 3) -> dict[str, float]:
         prepare_model(model, "bf16")
         idx = torch.randint(cfg.model.vocab_size, (cfg.train.batch_size, cfg.model.context), device=device)
         times: dict[str, list[float]] = {"fp32": [], "bf16": []}
+        t0 = time.perf_counter()
         for rep in range(reps + 1):
-            for prec in ("fp32", "bf16"):
+            for prec in ("fp32", "bf16") if rep % 2 else ("bf16", "fp32"):
                 t = time.perf_counter()
                 with autocast(device, prec):
                     out = model(idx)
@@ -129,7 +143,12 @@ def probe_step_times(cfg: Any, device: str, reps: int = 3) -> dict[str, float]:
                 if rep:  # the first round warms up
                     times[prec].append(time.perf_counter() - t)
                 model.zero_grad(set_to_none=True)
-    return {k: sorted(v)[len(v) // 2] for k, v in times.items()}
+            if rep >= 3 and time.perf_counter() - t0 > budget_s:
+                break
+    ratios = sorted(a / b for a, b in zip(times["fp32"], times["bf16"]))
+    out = {k: sorted(v)[len(v) // 2] for k, v in times.items()}
+    out["ratio"] = ratios[len(ratios) // 2]
+    return out
 
 
 def _cached_probe(cfg: Any, device: str) -> dict[str, float]:
@@ -163,16 +182,23 @@ def resolve_precision(cfg: Any, device: str) -> tuple[str, str]:
     if not ok:
         return "fp32", f"auto: {why}"
     t = _cached_probe(cfg, device)
-    speedup = t["fp32"] / max(t["bf16"], 1e-12)
+    speedup = t["ratio"]
     pick = "bf16" if speedup >= 1.0 + BF16_MARGIN else "fp32"
     return pick, f"auto: {why}; bf16 step measured {speedup:.2f}x fp32's at this shape"
 
 
-def resolve_compile(value: bool | str, device: str) -> tuple[bool, str]:
+def resolve_compile(value: bool | str, device: str, work: float = 0.0) -> tuple[bool, str]:
+    """``train.compile`` -> ``(compile?, reason)``. ``work``: the run's training FLOPs (steps x
+    ``normlab.train.threads.step_flops``); on CPU ``auto`` compiles when it reaches ``COMPILE_PAYBACK_FLOPS``."""
     if value == "auto":
         if device != "cuda":
-            return False, "auto: off on CPU (compile time exceeds its saving in short runs)"
-        value, why = True, "auto: on for CUDA"
+            if work < COMPILE_PAYBACK_FLOPS:
+                return False, (f"auto: off on CPU (the run's {work / 1e12:.2g} TFLOP are below the "
+                               f"{COMPILE_PAYBACK_FLOPS / 1e12:.0f} TFLOP where compiling pays back)")
+            value, why = True, (f"auto: on (the run's {work / 1e12:.2g} TFLOP exceed the "
+                                f"{COMPILE_PAYBACK_FLOPS / 1e12:.0f} TFLOP where compiling pays back)")
+        else:
+            value, why = True, "auto: on for CUDA"
     else:
         why = "set in the config"
     if value and device == "cpu" and cxx_compiler() is None:
@@ -185,7 +211,7 @@ def resolve_runtime(cfg: Any) -> list[str]:
     uses, in place; returns the decisions as ``key: value (reason)`` lines."""
     dev, why_dev = resolve_device(cfg.device)
     prec, why_prec = resolve_precision(cfg, dev)
-    comp, why_comp = resolve_compile(cfg.train.compile, dev)
+    comp, why_comp = resolve_compile(cfg.train.compile, dev, cfg.train.steps * step_flops(cfg))
     cfg.device, cfg.train.precision, cfg.train.compile = dev, prec, comp
     return [f"device {dev} ({why_dev})", f"precision {prec} ({why_prec})",
             f"compile {'on' if comp else 'off'} ({why_comp})"]

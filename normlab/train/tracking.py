@@ -1,25 +1,45 @@
-"""Live TensorBoard tracking of a training run, written with ``tensorboardX``'s ``SummaryWriter`` while it trains.
+"""Live tracking of a training run: TensorBoard (default), Weights & Biases and MLflow, each through the library's
+own logger, chosen by ``train.track`` (a list: ``[tensorboard]``, ``[tensorboard, wandb, mlflow]``, ``[]``).
 
-Every record the trainer appends to ``metrics.jsonl`` is also written as scalars and flushed at once, so
-``tensorboard --logdir RUN_DIR/tb`` (a single run) or ``--logdir SWEEP_DIR/tb`` (a sweep) shows the curves during
-training: ``train/loss``, ``train/lr``, ``train/grad_norm``, ``val/loss``, ``val/bpb``,
-``perf/tokens_per_s``, and the diagnostics (``diag/...``) and any other numeric key under its own name. The run's
-flattened config (``model.norm``, ``train.lr``, ...) is written as TensorBoard HParams at the start (session start
-info, metrics ``val/bpb``, ``val/loss``, ``train/loss``) and the final status at the end (session end
-info). A resumed run purges the events after its checkpoint step (``purge_step``), so curves never double.
+Every record the trainer appends to ``metrics.jsonl`` goes to every tracker at once under the same names:
+``train/loss``, ``train/lr``, ``train/grad_norm``, ``val/loss``, ``val/bpb``, ``perf/tokens_per_s``, and the
+diagnostics (``diag/...``) and any other numeric key under its own name. The run's flattened config
+(``model.norm``, ``train.lr``, ...: :func:`flat_hparams`) is each tracker's hyperparameters, and the final status
+ends each run.
 
-``read_scalars`` decodes event files with the protobuf classes shipped in tensorboardX (used by the tests and the
-API; reading needs no ``tensorboard`` install).
+- **tensorboard** (``tensorboardX``'s ``SummaryWriter``, flushed after every record): ``tensorboard --logdir
+  RUN_DIR/tb`` (a single run) or ``--logdir SWEEP_DIR/tb`` (a sweep) shows the curves during training; the config
+  is written as TensorBoard HParams (session start info, metrics ``val/bpb``, ``val/loss``, ``train/loss``) and the
+  status as the session end info. A resumed run purges the events after its checkpoint step (``purge_step``).
+- **wandb** (``pip install 'normlab[wandb]'``; ``wandb.init``/``run.log``/``run.finish``): the project is
+  ``$WANDB_PROJECT`` or ``normlab``, the run name the run directory's (a sweep's run id), the config the flattened
+  hparams, the status ``summary["status"]``; files go under ``ROOT/wandb`` (``ROOT``: the run directory, or the
+  sweep directory). ``WANDB_MODE=offline`` logs to those local files only (``wandb sync`` uploads them later).
+  A resumed run continues the same W&B run (its id is derived from the event directory's path).
+- **mlflow** (``pip install 'normlab[mlflow]'``; ``MlflowClient``): ``$MLFLOW_TRACKING_URI`` when set, else a local
+  file store ``ROOT/mlruns`` (``mlflow ui --backend-store-uri ROOT/mlruns``; normlab sets
+  ``MLFLOW_ALLOW_FILE_STORE=true`` for that store, which MLflow 3 keeps in maintenance mode); experiment
+  ``$MLFLOW_EXPERIMENT_NAME`` or ``normlab``; params the flattened hparams, metrics the names above (characters
+  MLflow refuses become ``_``), the end status ``FINISHED`` / ``FAILED`` / ``KILLED`` and a ``normlab.status`` tag.
+  A resumed run continues the same MLflow run (found by its ``normlab.run_path`` tag).
+
+``read_scalars`` / ``read_hparams`` read the event files with the ``tensorboard`` package's own reader (CRC-checked:
+a damaged record ends the read), so reading needs ``pip install 'normlab[tensorboard]'``.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
-import struct
+import os
+import re
 from pathlib import Path
 from typing import Any
 
+from normlab.errors import NormlabError
+
+TRACKERS = ("tensorboard", "wandb", "mlflow")
 TB_NAMES = {"loss": "train/loss", "lr": "train/lr", "grad_norm": "train/grad_norm", "val_bpb": "val/bpb",
             "val_loss": "val/loss", "tokens_per_s": "perf/tokens_per_s"}
 TB_SKIP = ("step", "elapsed_s")
@@ -41,7 +61,13 @@ def flat_hparams(config: dict[str, Any], prefix: str = "") -> dict[str, bool | i
     return out
 
 
-class Tracker:
+def _scalars(record: dict[str, Any]) -> dict[str, float]:
+    """``{tracker name: value}`` of a metrics record's finite numbers (``step`` and ``elapsed_s`` left out)."""
+    return {TB_NAMES.get(k, k): float(v) for k, v in record.items()
+            if k not in TB_SKIP and not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v)}
+
+
+class TensorBoardTracker:
     """``log(record)`` after each metrics record, ``close(status)`` at the end. ``log_dir``: the event directory."""
 
     def __init__(self, log_dir: str | Path, config: dict[str, Any], *, start_step: int = 0):
@@ -59,10 +85,8 @@ class Tracker:
         step = record.get("step")
         if not isinstance(step, int):
             return
-        for k, v in record.items():
-            if k in TB_SKIP or isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-                continue
-            self.writer.add_scalar(TB_NAMES.get(k, k), float(v), step)
+        for name, v in _scalars(record).items():
+            self.writer.add_scalar(name, v, step)
         self.writer.flush()  # live: visible to TensorBoard now, not at the next 10 s flush
 
     def close(self, status: str) -> None:
@@ -83,25 +107,24 @@ class Tracker:
         self.writer = None
 
 
-def _records(path: Path):
-    """TFRecord framing: ``uint64 length | uint32 crc | data | uint32 crc`` (a record cut by a crash is skipped)."""
-    data = path.read_bytes()
-    i = 0
-    while i + 12 <= len(data):
-        (length,) = struct.unpack("<Q", data[i : i + 8])
-        if i + 16 + length > len(data):
-            return
-        yield data[i + 12 : i + 12 + length]
-        i += 16 + length
+def _need_tensorboard() -> None:
+    try:
+        import tensorboard  # noqa: F401
+    except ImportError:
+        raise NormlabError("reading TensorBoard event files needs the tensorboard package: "
+                           "pip install 'normlab[tensorboard]'") from None
 
 
 def read_events(log_dir: str | Path) -> list:
-    """Every ``Event`` proto of the event files in ``log_dir`` (file order, then record order)."""
-    from tensorboardX.proto.event_pb2 import Event
+    """Every ``Event`` proto of the event files in ``log_dir`` (file order, then record order), read with
+    tensorboard's own record reader (``RawEventFileLoader``: CRC-checked; a damaged or cut record ends the file)."""
+    _need_tensorboard()
+    from tensorboard.backend.event_processing.event_file_loader import RawEventFileLoader
+    from tensorboard.compat.proto.event_pb2 import Event
 
     events = []
     for f in sorted(Path(log_dir).glob("events.out.tfevents.*")):
-        events += [Event.FromString(r) for r in _records(f)]
+        events += [Event.FromString(raw) for raw in RawEventFileLoader(str(f)).Load()]
     return events
 
 
@@ -113,8 +136,9 @@ def read_scalars(log_dir: str | Path) -> list[tuple[str, int, float]]:
 
 def read_hparams(log_dir: str | Path) -> dict[str, Any]:
     """The HParams session start values (``{"model.norm": "layernorm", ...}``) and ``status`` when the run ended."""
-    from tensorboardX.proto.api_pb2 import Status
-    from tensorboardX.proto.plugin_hparams_pb2 import HParamsPluginData
+    _need_tensorboard()
+    from tensorboard.plugins.hparams.api_pb2 import Status
+    from tensorboard.plugins.hparams.plugin_data_pb2 import HParamsPluginData
 
     out: dict[str, Any] = {}
     for e in read_events(log_dir):
@@ -128,3 +152,138 @@ def read_hparams(log_dir: str | Path) -> dict[str, Any]:
             if d.HasField("session_end_info"):
                 out["status"] = Status.Name(d.session_end_info.status)
     return out
+
+
+def _root_and_name(log_dir: Path) -> tuple[Path, str]:
+    """``(ROOT, run name)``: the directory holding ``tb/`` (a run directory, or a sweep directory) and the run's
+    name (the run directory's; a sweep run's id, ``SWEEP_DIR/tb/RUN_ID``)."""
+    for p in (log_dir, *log_dir.parents):
+        if p.name == "tb":
+            return p.parent, (log_dir.name if p != log_dir else p.parent.name)
+    return log_dir.parent, log_dir.name
+
+
+def _run_key(log_dir: Path) -> str:
+    return hashlib.sha256(str(log_dir.resolve()).encode()).hexdigest()[:16]
+
+
+def _missing(kind: str, what: str) -> NormlabError:
+    return NormlabError(f"train.track {kind} needs {what}, which is not installed: pip install 'normlab[{kind}]' "
+                        f"(or remove {kind} from train.track)")
+
+
+class WandbTracker:
+    """Weights & Biases through ``wandb.init`` / ``run.log`` / ``run.finish`` (see the module docstring)."""
+
+    def __init__(self, log_dir: Path, config: dict[str, Any], *, start_step: int = 0):
+        try:
+            import wandb
+        except ImportError:
+            raise _missing("wandb", "Weights & Biases (wandb)") from None
+        root, name = _root_and_name(log_dir)
+        try:
+            self.run = wandb.init(project=os.environ.get("WANDB_PROJECT", "normlab"), name=name,
+                                  id=f"normlab-{_run_key(log_dir)}", resume="allow", dir=str(root),
+                                  config=flat_hparams(config), reinit="create_new")
+        except Exception as e:  # noqa: BLE001 - wandb raises its own errors (no login, no network, ...)
+            why = (str(e).strip().splitlines() or [type(e).__name__])[0][:160]
+            raise NormlabError(f"train.track wandb: cannot start a W&B run ({why}); log in with 'wandb login', "
+                               "or set WANDB_MODE=offline to log to local files") from None
+        self.dir = Path(self.run.dir).parent  # ROOT/wandb/<offline-|>run-<time>-<id>
+
+    def log(self, record: dict[str, Any]) -> None:
+        step = record.get("step")
+        if isinstance(step, int) and self.run is not None:
+            self.run.log(_scalars(record), step=step)
+
+    def close(self, status: str) -> None:
+        if self.run is None:
+            return
+        self.run.summary["status"] = status
+        self.run.finish(exit_code=0 if status in ("completed", "interrupted") else 1)
+        self.run = None
+
+
+_MLFLOW_BAD = re.compile(r"[^A-Za-z0-9_\-. /]")
+MLFLOW_STATUS = {"completed": "FINISHED", "diverged": "FAILED", "failed": "FAILED", "interrupted": "KILLED"}
+
+
+class MlflowTracker:
+    """MLflow through ``MlflowClient`` (see the module docstring)."""
+
+    def __init__(self, log_dir: Path, config: dict[str, Any], *, start_step: int = 0):
+        try:
+            from mlflow.entities import Param
+            from mlflow.tracking import MlflowClient
+        except ImportError:
+            raise _missing("mlflow", "MLflow (mlflow-skinny)") from None
+        root, name = _root_and_name(log_dir)
+        uri = os.environ.get("MLFLOW_TRACKING_URI")
+        if not uri:
+            uri = (root / "mlruns").resolve().as_uri()
+            os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")  # MLflow 3: the local store, by opt-in
+        self.client = MlflowClient(tracking_uri=uri)
+        self.uri = uri
+        exp_name = os.environ.get("MLFLOW_EXPERIMENT_NAME", "normlab")
+        exp = self.client.get_experiment_by_name(exp_name)
+        exp_id = exp.experiment_id if exp is not None else self.client.create_experiment(exp_name)
+        path = str(log_dir.resolve())
+        found = self.client.search_runs([exp_id], filter_string=f"tags.`normlab.run_path` = '{path}'",
+                                        max_results=1) if start_step else []
+        if found:
+            self.run_id = found[0].info.run_id
+        else:
+            run = self.client.create_run(exp_id, run_name=name, tags={"normlab.run_path": path})
+            self.run_id = run.info.run_id
+            params = [Param(k, str(v)[:6000]) for k, v in flat_hparams(config).items()]
+            for i in range(0, len(params), 100):  # MLflow takes at most 100 params per batch
+                self.client.log_batch(self.run_id, params=params[i:i + 100])
+
+    def log(self, record: dict[str, Any]) -> None:
+        from mlflow.entities import Metric
+
+        step = record.get("step")
+        if not isinstance(step, int) or self.run_id is None:
+            return
+        import time
+
+        now = int(time.time() * 1000)
+        metrics = [Metric(_MLFLOW_BAD.sub("_", k), v, now, step) for k, v in _scalars(record).items()]
+        for i in range(0, len(metrics), 1000):
+            self.client.log_batch(self.run_id, metrics=metrics[i:i + 1000])
+
+    def close(self, status: str) -> None:
+        if self.run_id is None:
+            return
+        self.client.set_tag(self.run_id, "normlab.status", status)
+        self.client.set_terminated(self.run_id, MLFLOW_STATUS.get(status, "FAILED"))
+        self.run_id = None
+
+
+class Tracker:
+    """Every tracker of ``track`` (``train.track``) behind one ``log(record)`` / ``close(status)``. ``log_dir``: the
+    TensorBoard event directory (``RUN_DIR/tb`` or ``SWEEP_DIR/tb/RUN_ID``), which also names W&B's and MLflow's
+    root and run (module docstring)."""
+
+    def __init__(self, log_dir: str | Path, config: dict[str, Any], *, start_step: int = 0,
+                 track: list[str] | tuple[str, ...] = ("tensorboard",)):
+        self.log_dir = Path(log_dir)
+        kinds = {"tensorboard": TensorBoardTracker, "wandb": WandbTracker, "mlflow": MlflowTracker}
+        self.trackers: list[Any] = []
+        try:
+            for kind in track:
+                if kind not in kinds:
+                    raise NormlabError(f"unknown tracker '{kind}' in train.track; allowed: {', '.join(TRACKERS)}")
+                self.trackers.append(kinds[kind](self.log_dir, config, start_step=start_step))
+        except BaseException:
+            self.close("failed")
+            raise
+
+    def log(self, record: dict[str, Any]) -> None:
+        for t in self.trackers:
+            t.log(record)
+
+    def close(self, status: str) -> None:
+        """End every tracker's run with ``status``; a second call does nothing."""
+        for t in self.trackers:
+            t.close(status)

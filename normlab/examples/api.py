@@ -1,6 +1,6 @@
 """normlab's Python API in one script (docs/api.md): build, train, load, evaluate, generate, compare.
 
-    python examples/api_example.py OUT_DIR [--steps N]
+    python -m normlab.examples.api OUT_DIR [--steps N]
 
 Trains a tiny Pre-RMSNorm model on the synthetic Markov corpus of the ``tiny`` preset, scores it, samples from it,
 runs a two-variant sweep, and prints one JSON object with the results (runs in well under a minute on 2 cores).
@@ -16,7 +16,7 @@ import normlab
 
 
 def main() -> None:
-    p = argparse.ArgumentParser()
+    p = argparse.ArgumentParser(prog="python -m normlab.examples.api")
     p.add_argument("out", help="folder for the run and the sweep")
     p.add_argument("--steps", type=int, default=20)
     args = p.parse_args()

@@ -3,7 +3,7 @@ to 4 significant digits), so ``normlab claims --render`` can judge stored result
 the run directories. Used once for docs/claims-full-2026-11-24.json:
 
     git show 4262037:docs/claims.md > /tmp/page.md
-    PYTHONPATH=. python examples/claims_page_to_json.py /tmp/page.md docs/claims-full-2026-11-24.json
+    PYTHONPATH=. python scripts/claims_page_to_json.py /tmp/page.md docs/claims-full-2026-11-24.json
     normlab claims --render docs/claims-full-2026-11-24.json --docs
 
 Claims whose measurement is unchanged since that run keep their values (their spec hash is today's: a practical
@@ -135,7 +135,7 @@ def main(src: str, dest: str) -> None:
               "note": (f"Stored results of the from-scratch full run written {page['written']} (240 runs trained, "
                        "24 claims, 5 seeds; the page of that run is in git: `git show 4262037:docs/claims.md`), "
                        "rebuilt from that page's per-seed values and details (4 significant digits) by "
-                       "examples/claims_page_to_json.py into docs/claims-full-2026-11-24.json.")}
+                       "scripts/claims_page_to_json.py into docs/claims-full-2026-11-24.json.")}
     write_json(Path(dest), report)
 
 

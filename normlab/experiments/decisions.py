@@ -1,0 +1,252 @@
+"""Comparisons with the baseline, and the decisions the report may state (docs/compare.md, "Declared questions").
+
+The unit of replication is the seed: every comparison is over per-seed numbers (LR sensitivity, best-of-grid loss,
+final loss), never over learning rates, steps or windows of one seed. The test is fixed by the design: a paired t
+over the seeds both variants ran when the design shares seeds (``paired: true``, the default), else Welch; the
+per-seed correlation (how much noise the pairing shares) and Welch's interval are printed beside it as a
+sensitivity check; with ``n >= 5`` the exact sign-flip (paired) or permutation (unpaired) p too; every row states
+the smallest p its n can reach with the exact test (``min_sign_flip_p``: 0.25 at n = 3, 0.0625 at n = 5).
+
+Only the primary family — the declared metric, each family variant against the baseline — is decided: its p-values
+are adjusted over the family (Holm's step-down by default, Benjamini–Hochberg with ``correction: bh``; an
+untestable member counts as p = 1), and a member is "lower" / "higher" where the adjusted p <= alpha, "undecided"
+otherwise. Every other row is "exploratory": an estimate with its interval, no verdict. A sweep that declared no
+``primary:``, or whose design changed after results existed, has no primary family: everything is exploratory.
+
+"Seeds needed" comes from the SD of the per-seed metric pooled over all variants that learned (``pooled_sd``),
+for a difference of independent seeds (``sd(d) = sqrt(2) sigma``), with the range from that SD's 95% interval
+(``seeds_needed_range``). All p-values, intervals and adjustments come from ``normlab.stats``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from statistics import StatisticsError, correlation
+from typing import Any
+
+from normlab.stats import (
+    Diff,
+    SeedsRange,
+    adjust,
+    min_permutation_p,
+    min_sign_flip_p,
+    paired_diff,
+    permutation_p,
+    pooled_sd,
+    seeds_needed_range,
+    sign_flip_p,
+    welch_diff,
+)
+
+EXACT_MIN_N = 5
+METRIC_LABELS = {"lr_sensitivity": "LR sensitivity", "best_loss": "best loss", "final_loss": "final loss"}
+VERDICT_WORDS = ("lower", "higher", "beyond noise")
+"""Words that state a decision; the report uses them only for the primary family (tests/test_report_decisions.py)."""
+
+
+def default_question(baseline: str | None, grid: bool) -> dict[str, Any]:
+    """The question of a sweep that declared none: the usual metric, every variant vs ``baseline``, exploratory."""
+    return {"declared": False, "primary": "lr_sensitivity" if grid else "final_loss", "baseline": baseline,
+            "family": None, "alpha": 0.05, "correction": "holm", "paired": True}
+
+
+@dataclass
+class PairedRow:
+    """``variant - baseline`` for one per-seed metric. ``diff``: the design's test (paired t over shared seeds, or
+    Welch); ``role``: ``primary`` (a member of the declared family) or ``exploratory``."""
+
+    variant: str
+    baseline: str
+    metric: str
+    diff: Diff
+    role: str = "exploratory"
+    p_adjusted: float | None = None
+    decided: bool = False
+    correlation: float | None = None
+    welch: Diff | None = None
+    exact_p: float | None = None
+    min_exact_p: float | None = None
+    seeds: SeedsRange | None = None
+    note: str | None = None  # why a family member cannot be decided ("did not learn")
+
+    @property
+    def seeds_needed(self) -> int | None:
+        return None if self.seeds is None or self.diff.mean == 0.0 else self.seeds.n
+
+    @property
+    def seeds_needed_more_than(self) -> int | None:
+        from normlab.stats import SEEDS_NEEDED_MAX
+
+        if self.seeds is None or self.diff.mean == 0.0 or self.seeds.n is not None:
+            return None
+        return SEEDS_NEEDED_MAX
+
+    @property
+    def verdict(self) -> str:
+        """``lower`` / ``higher`` (decided), ``undecided``, ``not testable``, ``did not learn`` or ``baseline did not
+        learn`` (primary family);
+        ``exploratory`` for every other row."""
+        if self.role != "primary":
+            return "exploratory"
+        if self.note:
+            return self.note
+        if self.diff.p is None:
+            return "not testable"
+        if self.decided:
+            return "lower" if self.diff.mean < 0 else "higher"
+        return "undecided"
+
+
+def _values(group: Any, get: Callable[[Any], float]) -> dict[int, float]:
+    return {s.seed: get(s) for s in group.seeds}
+
+
+def compare(g: Any, b: Any, metric: str, get: Callable[[Any], float], *, paired: bool = True) -> PairedRow | None:
+    """``g - b`` over per-seed values ``get(seed_grid)`` with the design's test and its sensitivity checks."""
+    mine, base = _values(g, get), _values(b, get)
+    if not mine or not base:
+        return None
+    common = sorted(set(mine) & set(base))
+    a, c = [mine[s] for s in common], [base[s] for s in common]
+    if paired and common:
+        d = paired_diff(a, c)
+    elif paired:  # no shared seed: the estimate only, untestable under a paired design
+        w = welch_diff(list(mine.values()), list(base.values()))
+        d = Diff(w.mean, w.half, w.n, w.sd, w.df, None, False)
+    else:
+        d = welch_diff(list(mine.values()), list(base.values()))
+    row = PairedRow(g.name, b.name, metric, d)
+    if len(common) >= 3:
+        try:
+            row.correlation = correlation(a, c)
+        except StatisticsError:  # a constant sample
+            row.correlation = None
+    if len(mine) >= 2 and len(base) >= 2:
+        row.welch = welch_diff(list(mine.values()), list(base.values()))
+    if paired:
+        row.min_exact_p = min_sign_flip_p(len(common))
+        if len(common) >= EXACT_MIN_N:
+            row.exact_p = sign_flip_p([x - y for x, y in zip(a, c)])
+    else:
+        row.min_exact_p = min_permutation_p(len(mine), len(base))
+        if min(len(mine), len(base)) >= EXACT_MIN_N:
+            row.exact_p = permutation_p(list(mine.values()), list(base.values()))
+    return row
+
+
+def build_rows(groups: list[Any], base: Any, question: dict[str, Any], *, grid: bool, exploratory: str | None
+               ) -> list[PairedRow]:
+    """Every comparison of each group with ``base`` (LR sensitivity and best loss on a grid, final loss at one
+    learning rate), the primary family decided as in the module docstring."""
+    metrics = ["lr_sensitivity", "best_loss"] if grid else ["final_loss"]
+    getters = {"lr_sensitivity": lambda s: s.sensitivity, "best_loss": lambda s: s.best, "final_loss": lambda s: s.best}
+    primary = question.get("primary")
+    family = question.get("family")
+    if family is None:
+        family = [g.name for g in groups if g is not base]
+    decide = bool(question.get("declared")) and exploratory is None and primary in metrics
+    rows: list[PairedRow] = []
+    for g in groups:
+        if g is base or not g.seeds:
+            continue
+        for m in metrics:
+            r = compare(g, base, METRIC_LABELS[m], getters[m], paired=question.get("paired", True))
+            if r is None:
+                continue
+            if decide and m == primary and g.name in family:
+                r.role = "primary"
+                if m == "lr_sensitivity" and g.learned is False:
+                    r.note = "did not learn"
+                elif m == "lr_sensitivity" and base.learned is False:
+                    r.note = "baseline did not learn"
+            rows.append(r)
+    fam = [r for r in rows if r.role == "primary"]
+    if fam:
+        # an untestable member, one whose variant did not learn, and one with no finished run at all stay in the
+        # family with p = 1 (m is the declared family's size: conservative)
+        missing = len([f for f in family if f not in {r.variant for r in fam}]) if decide else 0
+        ps = [1.0 if (r.note or r.diff.p is None) else r.diff.p for r in fam] + [1.0] * missing
+        for r, q in zip(fam, adjust(ps, question.get("correction", "holm"))):
+            r.p_adjusted = q
+            r.decided = r.note is None and r.diff.p is not None and q is not None and q <= question.get("alpha", 0.05)
+    _plan(rows, groups, getters, metrics)
+    return rows
+
+
+def _plan(rows: list[PairedRow], groups: list[Any], getters: dict, metrics: list[str]) -> None:
+    """Seeds needed for each undecided row, from the SD pooled over every group that learned."""
+    for m in metrics:
+        label = METRIC_LABELS[m]
+        learned = [g for g in groups if g.seeds and g.learned is not False]
+        pooled = pooled_sd([[getters[m](s) for s in g.seeds] for g in learned])
+        for r in rows:
+            if r.metric != label or r.decided or pooled is None or r.note or not math.isfinite(r.diff.mean):
+                continue
+            r.seeds = seeds_needed_range(r.diff.mean, pooled)
+
+
+def family_summary(rows: list[PairedRow], question: dict[str, Any], exploratory: str | None) -> list[str]:
+    """Sentences about the declared question: what was decided, under which correction, or why nothing was."""
+    base = question.get("baseline")
+    if exploratory:
+        return [f"Every comparison below is exploratory (estimates with 95% intervals, no verdicts): {exploratory}."]
+    if not question.get("declared"):
+        return [(f"This sweep declared no question (no primary: key), so every comparison with {base} is exploratory: "
+                "an estimate with its 95% interval and an unadjusted p, no verdict. Declare primary:, family:, "
+                "alpha: and correction: before running to have the report decide (docs/compare.md).")]
+    fam = [r for r in rows if r.role == "primary"]
+    corr = "Holm" if question.get("correction", "holm") == "holm" else "Benjamini–Hochberg"
+    metric = METRIC_LABELS.get(question.get("primary", ""), question.get("primary"))
+    family = question.get("family") or [r.variant for r in fam]
+    out = [(f"Declared question: {metric} of {len(family)} variant(s) vs {base}, {corr}-adjusted over the family at "
+            f"alpha = {question.get('alpha', 0.05):g}; all other comparisons are exploratory.")]
+    absent = [f for f in family if f not in {r.variant for r in fam}]
+    if absent:
+        out.append(f"No finished seeds to compare (counted in the family as p = 1): {', '.join(absent)}.")
+    for word in ("lower", "higher"):
+        got = [f"{r.variant} ({r.diff.mean:+.3f} ± {r.diff.half:.3f}, adjusted p {_p(r.p_adjusted, eq=True)})"
+               for r in fam if r.verdict == word]
+        if got:
+            out.append(f"{metric[0].upper() + metric[1:]} {word} than {base} beyond noise: " + "; ".join(got) + ".")
+    und = [f"{r.variant} ({_est(r)}, adjusted p {_p(r.p_adjusted, eq=True)}{_need_txt(r)})" for r in fam
+           if r.verdict in ("undecided", "not testable")]
+    if und:
+        out.append("Undecided at this n: " + "; ".join(und) + ".")
+    dnl = [r.variant for r in fam if r.verdict in ("did not learn", "baseline did not learn")]
+    if dnl:
+        out.append(f"Not decided because the variant or {base} did not learn at its best learning rate in some seed "
+                   f"(LR sensitivity is then not comparable): {', '.join(dnl)}.")
+    return out
+
+
+def _est(r: PairedRow) -> str:
+    d = r.diff
+    return f"{d.mean:+.3f} ± {d.half:.3f}" if d.half is not None else f"{d.mean:+.3f}"
+
+
+def _p(p: float | None, *, eq: bool = False) -> str:
+    text = "–" if p is None else ("< 0.001" if p < 0.001 else f"{p:.3g}")
+    return f"= {text}" if eq and text[0] not in "<–" else text
+
+
+def need_text(r: PairedRow) -> str | None:
+    """"~N seeds (range L–H)" at 80% power from the pooled SD, or None."""
+    s = r.seeds
+    if s is None or r.diff.mean == 0.0:
+        return None
+    from normlab.stats import SEEDS_NEEDED_MAX
+
+    def one(n: int | None) -> str:
+        return str(n) if n is not None else f">{SEEDS_NEEDED_MAX}"
+
+    if s.low is None:
+        return f"more than {SEEDS_NEEDED_MAX} seeds"
+    mid = f"~{s.n}" if s.n is not None else f"more than {SEEDS_NEEDED_MAX}"
+    return f"{mid} seeds (range {one(s.low)}–{one(s.high)})"
+
+
+def _need_txt(r: PairedRow) -> str:
+    t = need_text(r)
+    return f", {t} to resolve" if t else ""

@@ -1,0 +1,90 @@
+"""``normlab config`` (issue 29 item 5): every key described, and each listed range or choice list is what
+validation itself accepts and refuses (the reference: ``config_from_dict``'s own errors)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from normlab.config import _all_keys, apply_overrides, config_from_dict, load_config
+from normlab.config_help import KEY_HELP, describe_keys
+from normlab.errors import NormlabError
+from normlab.run.rundir import apply_norm_defaults
+from tests.helpers import run_inproc
+
+ROWS = {r["key"]: r for r in describe_keys()}
+
+
+def _refusal(key: str, value) -> str:
+    with pytest.raises(NormlabError) as e:
+        config_from_dict(apply_overrides({}, [f"{key}={value}"]))
+    return str(e.value)
+
+
+def test_every_key_has_a_one_line_description():
+    assert set(KEY_HELP) == set(_all_keys()), "add the new config key to normlab.config_help.KEY_HELP"
+    assert all(d and "\n" not in d for d in KEY_HELP.values())
+
+
+@pytest.mark.parametrize("key", [k for k, r in ROWS.items() if "range" in r])
+def test_listed_ranges_are_what_validation_refuses(key):
+    r = ROWS[key]["range"]
+    outside = []
+    if r["lo"] is not None:
+        outside.append(r["lo"] if r["lo_open"] else (r["lo"] - 1 if r["integer"] else r["lo"] - 1e-3))
+    if r["hi"] is not None and r["hi"] < 1e12:
+        outside.append(r["hi"] if r["hi_open"] else (r["hi"] + 1 if r["integer"] else r["hi"] + 1e-3))
+    assert outside
+    for v in outside:
+        msg = _refusal(key, int(v) if r["integer"] else v)
+        assert key in msg and ROWS[key]["allowed"].removesuffix(" or null").split(" (")[0] in msg, msg
+
+
+@pytest.mark.parametrize("key", [k for k, r in ROWS.items() if "choices" in r and k != "train.compile"])
+def test_listed_choices_are_what_validation_lists(key):
+    msg = _refusal(key, "zzz-not-a-choice")
+    assert "allowed: " in msg, msg
+    allowed = msg.split("allowed: ")[1].split(";")[0].split(", ")
+    assert sorted(allowed) == sorted(ROWS[key]["choices"]), msg
+
+
+def test_config_command_json_is_the_resolved_config(cache, tmp_path):
+    out = json.loads(run_inproc("config", "tiny", "--set", "model.norm=unified", "--set", "train.lr=0.01",
+                                "--json", cache=cache, check=True).stdout)
+    cfg = load_config("tiny", ["model.norm=unified", "train.lr=0.01"])
+    apply_norm_defaults(cfg)  # what train records in config.yaml (unified's statistics warm-up)
+    assert out["config"] == json.loads(json.dumps(cfg.to_dict())) and out["config_hash"] == cfg.hash()
+    keys = {r["key"]: r for r in out["keys"]}
+    assert list(keys) == _all_keys()
+    assert keys["train.lr"]["value"] == 0.01 and keys["train.lr"]["default"] == 0.003 == 3e-3
+    assert keys["model.norm"]["value"] == "unified" and "rmsnorm" in keys["model.norm"]["choices"]
+    assert keys["train.lr"]["description"] == KEY_HELP["train.lr"]
+
+    run = tmp_path / "run"
+    run_inproc("train", "tiny", "--set", "train.steps=1", "--set", "model.context=16", "--out", str(run),
+               cache=cache, check=True)
+    saved = json.loads(run_inproc("config", str(run), "--json", cache=cache, check=True).stdout)
+    assert saved["config"] == yaml.safe_load((run / "config.yaml").read_text())
+    bad = run_inproc("config", "tiny", "--set", "train.lr=-1", cache=cache)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "train.lr must be > 0" in bad.stderr
+    text = run_inproc("config", "tiny", cache=cache, check=True).stdout
+    assert "model.norm" in text and "layernorm" in text
+
+
+def test_train_track_is_a_list_and_changes_no_hash():
+    """``train.track`` parses as a list (one name is a list of one), and leaves the config hash and the run
+    fingerprint's config as they were without the key (runs from before it keep their hashes)."""
+    base = load_config("tiny")
+    both = load_config("tiny", ["train.track=[tensorboard, wandb]"])
+    one = load_config("tiny", ["train.track=mlflow"])
+    assert both.train.track == ["tensorboard", "wandb"] and one.train.track == ["mlflow"]
+    assert base.train.track == ["tensorboard"] and base.hash() == both.hash() == one.hash()
+    d = base.to_dict()
+    del d["train"]["track"]
+    import hashlib
+
+    assert base.hash() == hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
+    with pytest.raises(NormlabError, match="train.track lists a tracker twice"):
+        load_config("tiny", ["train.track=[wandb, wandb]"])

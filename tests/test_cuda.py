@@ -1,0 +1,59 @@
+"""The CUDA path, one command away from verified: ``python -m pytest tests/test_cuda.py`` on a machine with a GPU.
+Skipped without one. Train, resume bit-exactly after kill -9, and convert on ``cuda`` in fp32 and bf16; a 2-process
+NCCL DDP run when two GPUs exist (its loss curve equals the 1-process run's up to reduction order)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from tests.helpers import assert_same_weights, kill_9_after, normlab, summary
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+SMALL = ["model.width=32", "model.context=32", "train.batch_size=4", "train.eval_batches=1", "diag.every=0",
+         "device=cuda"]
+CLI_SMALL = [a for kv in SMALL for a in ("--set", kv)]
+
+
+def _losses(run_dir) -> list[float]:
+    return [r["loss"] for r in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines()) if "loss" in r]
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_cuda_train_resume_convert(precision, tmp_path, cache):
+    args = ["train", "tiny", *CLI_SMALL, "--set", f"train.precision={precision}", "--set", "train.steps=16",
+            "--set", "train.checkpoint_every=4", "--set", "train.eval_every=8", "--set", "model.dropout=0.1"]
+    ref = tmp_path / "ref"
+    normlab(*args, "--out", str(ref), cache=cache, check=True)
+    s = summary(ref)
+    assert (s["device"], s["precision"], s["status"]) == ("cuda", precision, "completed")
+    assert s["val_bpb"] is not None and s["val_bpb"] < 8.0  # learned something below uniform over bytes
+    out = tmp_path / "killed"
+    kill_9_after(args, out, cache, 8)
+    assert not (out / "model.safetensors").exists(), "run finished before it could be killed"
+    r = normlab("train", "--resume", str(out), cache=cache)
+    assert r.returncode == 0, r.stderr
+    assert_same_weights(ref, out)
+    assert _losses(ref) == _losses(out)
+    conv = tmp_path / "conv"
+    r = normlab("convert", str(ref), "--to", "rmsnorm", "--out", str(conv), "--json", cache=cache, check=True)
+    row = json.loads(r.stdout)
+    assert row["max_abs_logit_diff"] <= 1e-4 and abs(row["bpb_after"] - row["bpb_before"]) <= 1e-6
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA devices")
+def test_two_process_nccl_ddp_step(tmp_path, cache):
+    """``--nproc 2`` on two GPUs (backend ``cpu:gloo,cuda:nccl``): same global batch and data order as one process,
+    so the losses agree to float32 reduction-order round-off."""
+    base = ["train", "tiny", *CLI_SMALL, "--set", "train.steps=4", "--set", "train.log_every=1",
+            "--set", "train.precision=fp32", "--set", "model.dropout=0.0"]
+    one, two = tmp_path / "one", tmp_path / "two"
+    normlab(*base, "--out", str(one), cache=cache, check=True)
+    normlab(*base, "--nproc", "2", "--out", str(two), cache=cache, check=True)
+    assert summary(two)["status"] == "completed"
+    a, b = _losses(one), _losses(two)
+    assert len(a) == len(b) > 0
+    assert max(abs(x - y) for x, y in zip(a, b)) < 1e-4

@@ -1,0 +1,35 @@
+"""The export record stores absolute paths (issue 29 item 8): an export made with relative paths from one directory
+loads, through the ``pretrained=`` path it records, in transformers from another directory."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.helpers import cli_env
+
+
+def test_export_record_paths_work_from_another_directory(tmp_path, cache):
+    transformers = pytest.importorskip("transformers")
+    env = cli_env(cache)
+    work = tmp_path / "work"
+    work.mkdir()
+    subprocess.run([sys.executable, "-m", "normlab", "train", "tiny", "--set", "train.steps=2", "--set",
+                    "train.eval_every=2", "--set", "model.context=16", "--out", "run"], cwd=work, env=env,
+                   check=True, capture_output=True)
+    subprocess.run([sys.executable, "-m", "normlab", "export", "run", "--to", "hf", "--out", "hf"], cwd=work,
+                   env=env, check=True, capture_output=True)
+    rec = json.loads((work / "hf" / "normlab_export.json").read_text())
+    assert rec["source"] == str((work / "run").resolve())
+    args = dict(kv.split("=", 1) for kv in rec["lm_eval_model_args"].split(","))
+    assert args["pretrained"] == str((work / "hf").resolve())
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    code = ("import sys, transformers; m = transformers.AutoModelForCausalLM.from_pretrained(sys.argv[1]); "
+            "print(type(m).__name__)")
+    out = subprocess.run([sys.executable, "-c", code, args["pretrained"]], cwd=elsewhere, env=env, check=True,
+                         capture_output=True, text=True).stdout.strip()
+    assert out == rec["hf_class"] and transformers.__version__

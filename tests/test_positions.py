@@ -1,0 +1,132 @@
+"""RoPE (normlab.attention.positions.RotaryEmbedding) against the RoFormer formula written out here (Su et al.
+2021, arXiv:2104.09864, eq. 34: pairs ``(x[2i], x[2i+1])`` rotated by ``m * theta_i``, ``theta_i = base^(-2i/d)``),
+its gradients (``gradcheck`` in float64), ``torch.func`` (vmap, grad) and the constant tables."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from normlab.attention.positions import RotaryEmbedding, _PairRotation
+
+
+def roformer(x: torch.Tensor, offset: int, base: float = 10000.0) -> torch.Tensor:
+    """The rotation of RoFormer eq. 34 in float64 with Python's ``math.cos`` / ``math.sin``, one pair at a time.
+    ``x [..., T, d]`` -> same shape, float64."""
+    x = x.double()
+    T, d = x.shape[-2], x.shape[-1]
+    out = torch.empty_like(x)
+    for m in range(T):
+        for i in range(d // 2):
+            a = (offset + m) * base ** (-2 * i / d)
+            c, s = math.cos(a), math.sin(a)
+            x0, x1 = x[..., m, 2 * i], x[..., m, 2 * i + 1]
+            out[..., m, 2 * i] = x0 * c - x1 * s
+            out[..., m, 2 * i + 1] = x0 * s + x1 * c
+    return out
+
+
+TOL = {torch.float32: {"atol": 2e-6, "rtol": 2e-6}, torch.float64: {"atol": 1e-12, "rtol": 1e-12},
+       torch.bfloat16: {"atol": 3e-2, "rtol": 3e-2}}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_rotate_matches_roformer_formula(dtype):
+    """At offset 0, inside the table, past the table (``context`` 8), and on a strided q view of a qkv tensor."""
+    torch.manual_seed(0)
+    rope = RotaryEmbedding(16, 8)
+    for offset, T in ((0, 8), (3, 5), (6, 9)):
+        x = torch.randn(2, 3, T, 16, dtype=dtype)
+        y = rope.rotate(x, offset)
+        assert y.dtype == dtype and y.shape == x.shape
+        torch.testing.assert_close(y.double(), roformer(x, offset), **TOL[dtype])
+    qkv = torch.randn(2, 8, 3, 3, 16, dtype=dtype)
+    q = qkv.permute(2, 0, 3, 1, 4)[0]
+    assert not q.is_contiguous()
+    torch.testing.assert_close(rope.rotate(q).double(), roformer(q, 0), **TOL[dtype])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("offset, T", [(0, 8), (2, 5), (5, 7)])
+def test_rotate_qkv_rotates_q_and_k_and_leaves_v(dtype, offset, T):
+    torch.manual_seed(1)
+    rope = RotaryEmbedding(8, 8, heads=3)
+    qkv = torch.randn(2, T, 3, 3, 8, dtype=dtype)
+    out = rope.rotate_qkv(qkv, offset)
+    q, k, v = out.permute(2, 0, 3, 1, 4).unbind(0)
+    q0, k0, v0 = qkv.permute(2, 0, 3, 1, 4).unbind(0)
+    torch.testing.assert_close(q.double(), roformer(q0, offset), **TOL[dtype])
+    torch.testing.assert_close(k.double(), roformer(k0, offset), **TOL[dtype])
+    assert torch.equal(v, v0)
+
+
+def test_gradcheck_float64():
+    """Both autograd Functions: the complex multiply (float32 / float64) and the pair form (bf16 / fp16, checked
+    here on float64 tables built from the formula)."""
+    torch.manual_seed(2)
+    rope = RotaryEmbedding(8, 6, heads=2)
+    x = torch.randn(2, 2, 6, 8, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda t: rope.rotate(t, 0), (x,))
+    assert torch.autograd.gradcheck(lambda t: rope.rotate(t, 3), (x,))  # past the table: per-call table
+    qkv = torch.randn(2, 6, 3, 2, 8, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(rope.rotate_qkv, (qkv,))
+    a = rope.angles(0, 6)
+    cos2 = a.cos().repeat_interleave(2, -1)
+    sin2 = torch.stack((-a.sin(), a.sin()), -1).flatten(-2)
+    torch.testing.assert_close(_PairRotation.apply(x, cos2, sin2), roformer(x, 0), atol=1e-12, rtol=1e-12)
+    assert torch.autograd.gradcheck(lambda t: _PairRotation.apply(t, cos2, sin2), (x,))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_backward_is_the_transposed_rotation(dtype):
+    """d/dx <R x, g> = R^T g = the rotation by the opposite angles: with g = R x, the gradient is x itself."""
+    torch.manual_seed(3)
+    rope = RotaryEmbedding(8, 8)
+    x = torch.randn(2, 2, 8, 8, dtype=dtype, requires_grad=True)
+    y = rope.rotate(x)
+    (y * y.detach()).sum().backward()
+    torch.testing.assert_close(x.grad, x.detach(), **TOL[dtype])
+
+
+def test_composes_with_torch_func():
+    """vmap over a leading batch equals the loop; grad (and vmap of grad) of <rotate(x), w> is R^T w, the RoFormer
+    rotation of w by the negated angles."""
+    torch.manual_seed(4)
+    rope = RotaryEmbedding(8, 8, heads=2)
+    xs = torch.randn(5, 2, 8, 8)
+    out = torch.func.vmap(lambda t: rope.rotate(t, 1))(xs)
+    torch.testing.assert_close(out, torch.stack([rope.rotate(t, 1) for t in xs]))
+    qkvs = torch.randn(4, 2, 8, 3, 2, 8)
+    torch.testing.assert_close(torch.func.vmap(rope.rotate_qkv)(qkvs), torch.stack([rope.rotate_qkv(t) for t in qkvs]))
+    w = torch.randn(2, 8, 8, dtype=torch.float64)
+    def swap(t):  # (x0, x1) -> (x1, x0) in every pair: swap . R(a) . swap = R(-a) = R(a)^T
+        return t.unflatten(-1, (-1, 2)).flip(-1).flatten(-2)
+
+    transposed = swap(roformer(swap(w), 0))
+    g = torch.func.grad(lambda t: (rope.rotate(t) * w).sum())(torch.randn(2, 8, 8, dtype=torch.float64))
+    torch.testing.assert_close(g, transposed, atol=1e-12, rtol=1e-12)
+    gs = torch.func.vmap(torch.func.grad(lambda t: (rope.rotate(t) * w).sum()))(
+        torch.randn(3, 2, 8, 8, dtype=torch.float64)
+    )
+    torch.testing.assert_close(gs, transposed.expand(3, -1, -1, -1), atol=1e-12, rtol=1e-12)
+
+
+def test_tables_are_built_once_and_follow_the_device():
+    """No float32 / bf16 forward adds to or replaces the tables (a compiled model sees constants); ``.to()`` keeps
+    them, float casts of the module do not touch them."""
+    rope = RotaryEmbedding(8, 8, heads=2)
+    tables, qkv_tables = rope._tables, rope._qkv_tables
+    ids = {k: id(v) for k, v in tables.items()}
+    for x in (torch.randn(1, 2, 8, 8), torch.randn(1, 2, 20, 8), torch.randn(1, 2, 4, 8, dtype=torch.bfloat16)):
+        rope.rotate(x, 2)
+    rope.rotate_qkv(torch.randn(1, 12, 3, 2, 8))
+    assert rope._tables is tables and rope._qkv_tables is qkv_tables and {k: id(v) for k, v in tables.items()} == ids
+    rope.double().float().to("cpu")
+    assert rope._tables is tables
+    assert tables[torch.float32, "complex"].dtype == torch.complex64
+    assert set(tables) == {(torch.float32, "complex"), (torch.float32, "pair"), (torch.bfloat16, "pair")}
+    rope.rotate(torch.randn(1, 2, 8, 8, dtype=torch.float64))  # float64: built on first use, then kept
+    assert tables[torch.float64, "complex"].dtype == torch.complex128
+    assert not any(k.startswith("_") or "tab" in k for k in rope.state_dict())  # nothing of it in checkpoints
