@@ -104,6 +104,8 @@ class OptimConfig:
     ``name``: ``adamw`` (torch), ``adamp`` / ``sgdp`` (Heo et al. 2021, the authors' ``adamp`` package; ``delta``,
     ``wd_ratio``; ``momentum`` is SGDP's). ``nap``: Normalize-and-Project (Lyle et al. 2024) after every step.
     ``effective_lr_every``: record ``||dW|| / ||W||`` of the weights feeding norms every N steps (0 = off).
+    ``perp_grad``: perp-Grad (Prieto et al. 2025): before every step, remove from each parameter's gradient its
+    component along the parameter and rescale it to the original gradient norm (normlab.train.optim.orthograd_).
     Learning rate, betas, weight decay and its grouping (``train.wd_norm``) stay in ``train``.
     """
 
@@ -113,6 +115,7 @@ class OptimConfig:
     wd_ratio: float = 0.1
     momentum: float = 0.9
     effective_lr_every: int = 0
+    perp_grad: bool = False
 
     def validate(self) -> "OptimConfig":
         if self.name not in OPTIMIZERS:

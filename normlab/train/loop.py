@@ -284,6 +284,7 @@ def _train(cfg: RunConfig, run_dir: Path, *, resume: bool, quiet: bool, flag: An
                     with autocast(dev, tc.precision):
                         logits = step_fwd(x)
                     loss, parts = lm_loss(logits.float(), y, z_loss=tc.z_loss, logitnorm_tau=tc.logitnorm_tau)
+                    diag.observe_output(logits, y)  # diag: Softmax Collapse counts (diagnostic steps only)
                     (loss * share / tc.grad_accum).backward()  # share: this rank's part of the global batch
                 loss_sum += float(parts.pop("ce")) * share  # raw cross-entropy: what is logged and checked
                 for k, v in parts.items():
