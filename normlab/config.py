@@ -45,6 +45,7 @@ class DataConfig:
 
 
 EVAL_SAMPLES = ("spread", "head")
+CLIPS = ("global", "adagc")  # normlab.train.clipping
 PRECISIONS = ("auto", "fp32", "bf16")
 DEVICES = ("auto", "cpu", "cuda")
 
@@ -70,6 +71,10 @@ class TrainConfig:
     beta1: float = 0.9
     beta2: float = 0.95
     grad_clip: float = 1.0
+    clip: str = "global"
+    adagc_lambda: float = 1.05
+    adagc_beta: float = 0.98
+    adagc_warmup: int | None = None
     eval_every: int = 50
     eval_batches: int = 8
     eval_sample: str = "spread"
@@ -85,6 +90,8 @@ class TrainConfig:
 
     def validate(self) -> "TrainConfig":
         check_config(self, "train.")  # numeric ranges: normlab.validate.RANGES
+        if self.clip not in CLIPS:  # normlab.train.clipping: what each value does
+            raise unknown("train.clip", self.clip, CLIPS)
         if self.eval_sample not in EVAL_SAMPLES:
             raise unknown("train.eval_sample", self.eval_sample, EVAL_SAMPLES)
         if self.precision not in PRECISIONS:  # normlab.train.precision: what each value does

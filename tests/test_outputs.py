@@ -85,7 +85,7 @@ def test_model_output_stablemax_is_log_stablemax_of_the_softmax_models_logits():
 
 
 def test_unknown_output_is_one_line():
-    with pytest.raises(NormlabError, match=r"model.output 'sparsemax'.*softmax, stablemax"):
+    with pytest.raises(NormlabError, match=r"model.output .sparsemax.*allowed: softmax, stablemax"):
         ModelConfig(output="sparsemax").validate()
 
 
