@@ -18,6 +18,9 @@ What is recorded (flat numeric keys in ``metrics.jsonl``, one record per diagnos
   positions whose float32 softmax gives the target probability exactly 1 (zero gradient), and of logits beyond the
   float32 ``exp`` range (normlab.diagnostics.collapse; the loop passes the logits and targets to
   :meth:`TrainDiagnostics.observe_output`);
+- ``diag/tev_mean``, ``diag/tev_std``: Token Embedding Variability (Chung et al. 2024), and
+  ``diag/head_rms_inf_norm``, ``diag/head_spectral_norm``: the output layer's operator norms (Filatov et al. 2025;
+  normlab.diagnostics.weightnorms), of the weights as they are after the step's backward, before the update;
 - ``diag/loss_spike`` (= 1) and ``diag/loss_baseline`` on a step whose loss is a spike (any step, diag step or
   not): ``loss > spike_factor * mean(previous spike_window losses)``, needing a full window. Non-finite losses
   count as spikes.
@@ -41,6 +44,7 @@ from torch import nn
 from normlab.config import DiagConfig
 from normlab.diagnostics.collapse import softmax_collapse
 from normlab.diagnostics.instability import InstabilityProbe
+from normlab.diagnostics.weightnorms import weight_norm_record
 
 MAX_LISTED_SPIKES = 1000
 
@@ -267,6 +271,7 @@ class TrainDiagnostics:
                     rec[f"diag/norm_rms/{key.split('/', 1)[1]}"] = m.rms()
             rec.update(grad_norms(self.model))
             rec.update(self.probe.read())
+            rec.update(weight_norm_record(self.model))
             c, b, n, m = self._collapse
             if n:
                 rec.update({"diag/softmax_collapse": float(c) / n, "diag/logits_beyond_exp": float(b) / m})

@@ -287,7 +287,7 @@ def signal_series(curves: dict[str, list[tuple[int, float]]]) -> dict[str, list[
     out = {}
     if by_step:
         out["attn_logit_max"] = sorted(by_step.items())
-    for key in ("output_lse", "softmax_collapse"):
+    for key in ("output_lse", "softmax_collapse", "tev_mean", "head_rms_inf_norm"):
         if curves.get(f"diag/{key}"):
             out[key] = list(curves[f"diag/{key}"])
     return out
@@ -295,7 +295,9 @@ def signal_series(curves: dict[str, list[tuple[int, float]]]) -> dict[str, list[
 
 SIGNALS = {"attn_logit_max": "largest pre-softmax attention logit (max over blocks)",
            "output_lse": "mean logsumexp of the output logits (log Z)",
-           "softmax_collapse": "fraction of positions in Softmax Collapse (fp32 target probability exactly 1)"}
+           "softmax_collapse": "fraction of positions in Softmax Collapse (fp32 target probability exactly 1)",
+           "tev_mean": "Token Embedding Variability (mean over the vocabulary)",
+           "head_rms_inf_norm": "output layer's RMS->inf operator norm"}
 
 
 def signal_at_end(run: GridRun, key: str) -> float | None:

@@ -146,6 +146,8 @@ def figures(gr: GridReport, cmap: dict[str, Any]) -> dict[str, tuple[bytes | Non
         "report_signal_attn.png": (lrplots.signals_vs_step_png(gr, "attn_logit_max"),
                                    "Attention logit growth against step"),
         "report_signal_lse.png": (lrplots.signals_vs_step_png(gr, "output_lse"), "Output logsumexp against step"),
+        "report_signal_tev.png": (lrplots.loss_and_signal_vs_step_png(gr, "tev_mean"),
+                                  "Token Embedding Variability beside the training loss against step"),
     }
 
 
@@ -161,6 +163,9 @@ PAIRED_NOTE = ("Δ = variant − baseline; a seed gives every variant the same b
                "the observed spread of the differences needs to resolve the observed difference with 80% power.")
 
 
+SIGNAL_FIGURES = ("report_lr_signals.png", "report_signal_attn.png", "report_signal_lse.png", "report_signal_tev.png")
+
+
 def html_section(gr: GridReport, img) -> list[str]:
     e = html.escape
     out: list[str] = []
@@ -173,11 +178,12 @@ def html_section(gr: GridReport, img) -> list[str]:
         head, rows = paired_cells(gr)
         out.append(f"<h2>Paired differences vs {e(str(gr.baseline))}</h2>" + _html_table(head, rows))
         out.append(f"<div class='note'>{e(PAIRED_NOTE)}</div>")
-    sig = [img(n) for n in ("report_lr_signals.png", "report_signal_attn.png", "report_signal_lse.png")]
+    sig = [img(n) for n in SIGNAL_FIGURES]
     if any(sig):
         out.append("<h2>Instability signals</h2><div class='note'>Recorded every diag.every steps "
                    "(normlab.diagnostics.instability): attention logit growth and output logit divergence "
-                   "(Wortsman et al. 2023).</div>" + "".join(sig))
+                   "(Wortsman et al. 2023), Softmax Collapse (Prieto et al. 2025), Token Embedding Variability "
+                   "(Chung et al. 2024) and the output layer's RMS->inf norm (Filatov et al. 2025).</div>" + "".join(sig))
     return out
 
 
@@ -188,7 +194,7 @@ def md_section(gr: GridReport, mdimg) -> list[str]:
         out += [_md_table(*ranking_cells(gr)), "", NOTE, ""] + mdimg("report_lr_sensitivity.png")
     if gr.paired:
         out += [f"## Paired differences vs {gr.baseline}", "", _md_table(*paired_cells(gr)), "", PAIRED_NOTE, ""]
-    sig = [x for n in ("report_lr_signals.png", "report_signal_attn.png", "report_signal_lse.png") for x in mdimg(n)]
+    sig = [x for n in SIGNAL_FIGURES for x in mdimg(n)]
     if sig:
         out += ["## Instability signals", ""] + sig
     return out

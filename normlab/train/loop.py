@@ -23,6 +23,7 @@ import torch
 
 from normlab.config import RunConfig, dump_config
 from normlab.diagnostics.training import TrainDiagnostics
+from normlab.diagnostics.weightnorms import weight_norm_record
 from normlab.errors import NormlabError
 from normlab.eval.lm import evaluate
 from normlab.io import clean_stale_temps, dumps, exclusive_lock, read_json_object, write_json, write_text
@@ -357,6 +358,7 @@ def _train(cfg: RunConfig, run_dir: Path, *, resume: bool, quiet: bool, flag: An
         "tokens_seen": tokens_seen, "tokens_per_s": tokens_seen / max(total_elapsed, 1e-9),
         "elapsed_s": total_elapsed, "params": model.num_params(), "config_hash": cfg.hash(),
         "loss_spikes": diag.summary(), **clipper.summary(), "run_dir": str(run_dir), **init,
+        "weight_norms": {k.split("/", 1)[1]: v for k, v in weight_norm_record(model).items()},  # TEV, head norms
         "device": dev, "precision": tc.precision, "compile": tc.compile, "compile_s": timer.compile_s,
     }
     if init_src is not None:
