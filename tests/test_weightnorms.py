@@ -80,3 +80,25 @@ def test_report_draws_tev_beside_the_loss():
     assert png is not None and png.startswith(b"\x89PNG")
     assert loss_and_signal_vs_step_png(analyze([GridRun("a", 1e-3, 0, "completed", 4.0, 8.0, "x", {})]),
                                        "tev_mean") is None
+
+
+def test_scaling_shows_the_head_norm_at_each_sizes_best_learning_rate(tmp_path):
+    from tests.test_scaling import make_size_sweep
+
+    d = tmp_path / "sizes"
+    finals = make_size_sweep(d)
+    want: dict[tuple[str, str], list[float]] = {}
+    for i, (rid, (variant, size, seed, final, n)) in enumerate(sorted(finals.items())):
+        path = d / "runs" / rid / "summary.json"
+        s = json.loads(path.read_text()) if path.is_file() else {"status": "completed", "val_bpb": final}
+        s["weight_norms"] = {"head_rms_inf_norm": 10.0 + i, "head_spectral_norm": 1.0}
+        path.write_text(json.dumps(s))
+        want.setdefault((variant, size), []).append(10.0 + i)
+    proc = normlab("scaling", str(d), "--json", cache=tmp_path / "c")
+    assert proc.returncode == 0, proc.stderr
+    for v in json.loads(proc.stdout)["variants"]:
+        for p in v["points"]:
+            vals = want[(v["variant"], p["size"])]
+            assert p["head_rms_inf_norm"] == pytest.approx(sum(vals) / len(vals))
+    text = normlab("scaling", str(d), cache=tmp_path / "c").stdout
+    assert "Each size at its best learning rate" in text and "head RMS->inf" in text, text

@@ -31,7 +31,8 @@ def run_scaling(args: argparse.Namespace) -> int:
     from normlab.report.scaling_section import tables
 
     console = Console(width=max(120, Console().width))
-    for key, title in (("fits", "Fitted L(N) = E + A N^-alpha (bits/byte)"), ("forecast", "Forecasts and crossovers")):
+    for key, title in (("fits", "Fitted L(N) = E + A N^-alpha (bits/byte)"), ("forecast", "Forecasts and crossovers"),
+                       ("points", "Each size at its best learning rate (head norm: Filatov et al. 2025)")):
         head, rows = tables(an)[key]
         table = Table(*head, title=title)
         for r in rows:
