@@ -70,7 +70,7 @@ def test_stablemax_limits_and_continuity():
 
 
 def test_model_output_stablemax_is_log_stablemax_of_the_softmax_models_logits():
-    kw = dict(vocab_size=40, context=12, width=32, depth=2, heads=4, logit_softcap=5.0)
+    kw = {"vocab_size": 40, "context": 12, "width": 32, "depth": 2, "heads": 4, "logit_softcap": 5.0}
     torch.manual_seed(0)
     a = build_model(ModelConfig(**kw)).double().eval()
     torch.manual_seed(0)

@@ -13,8 +13,12 @@ import torch
 
 from normlab.config import DiagConfig
 from normlab.diagnostics.training import TrainDiagnostics
-from normlab.diagnostics.weightnorms import (rms_to_inf_norm, spectral_norm, token_embedding_variability,
-                                             weight_norm_record)
+from normlab.diagnostics.weightnorms import (
+    rms_to_inf_norm,
+    spectral_norm,
+    token_embedding_variability,
+    weight_norm_record,
+)
 from normlab.model import ModelConfig, build_model
 from normlab.report.lrgrid import GridRun, analyze
 from normlab.report.lrplots import loss_and_signal_vs_step_png
@@ -40,7 +44,7 @@ def test_operator_norms_match_their_definitions():
     assert spectral_norm(W) == pytest.approx(float(np.linalg.svd(W.numpy(), compute_uv=False)[0]), rel=1e-12)
     # RMS -> inf: sup_x ||W x||_inf / ||x||_RMS, attained at x = the row of largest norm
     r = rms_to_inf_norm(W)
-    rms = lambda x: float(x.pow(2).mean().sqrt())  # noqa: E731
+    rms = lambda x: float(x.pow(2).mean().sqrt())
     best = W[int(W.norm(dim=1).argmax())]
     assert float((W @ best).abs().max()) / rms(best) == pytest.approx(r, rel=1e-12)
     for _ in range(200):  # no direction does better

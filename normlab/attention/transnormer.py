@@ -80,7 +80,7 @@ class TransNormerAttention(AttentionBase):
     qk_norm_refusal = "TransNormer's NormAttention normalises its output, not q and k (set qk_norm: false)"
 
     @classmethod
-    def from_config(cls, cfg, rope: RotaryEmbedding | None, **common) -> "TransNormerAttention":
+    def from_config(cls, cfg, rope: RotaryEmbedding | None, **common) -> TransNormerAttention:
         return cls(cfg.width, cfg.heads, rope=rope, chunk=cfg.linear_chunk, norm_eps=cfg.norm_eps, **common)
 
     def __init__(self, width: int, heads: int, *, in_width: int | None = None, out_width: int | None = None,

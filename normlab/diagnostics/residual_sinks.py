@@ -22,7 +22,7 @@ on its sinks now, not how training would adapt without them.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
