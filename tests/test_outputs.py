@@ -183,3 +183,12 @@ def test_training_diagnostics_record_the_collapse_fractions():
     off.observe_output(logits, y)
     off.after_backward(0, 1.0)
     assert "diag/softmax_collapse" not in off.collect()
+
+
+def test_hf_export_refuses_stablemax_in_one_line():
+    from normlab.interop.arch import hf_arch
+
+    cfg = ModelConfig(norm="rmsnorm", activation="swiglu", positions="rope", output="stablemax").validate()
+    with pytest.raises(NormlabError, match="model.output 'stablemax'"):
+        hf_arch(cfg)
+    assert hf_arch(ModelConfig(norm="rmsnorm", activation="swiglu", positions="rope").validate())
