@@ -159,7 +159,8 @@ def loss_and_signal_vs_step_png(gr: GridReport, key: str) -> bytes | None:
         for ax in (axes[0][i], axes[1][i]):
             ax.tick_params(labelsize=7)
             ax.grid(alpha=0.3)
-    axes[0][0].legend(fontsize=6)
+    most = max(range(min(cols, len(groups))), key=lambda i: len({r.lr for r in groups[i].runs}))
+    axes[0][most].legend(fontsize=6)  # the panel with the most learning rates names them
     fig.suptitle(SIGNALS[key] + " beside the training loss (first seed; dashed: diverged)", fontsize=10)
     fig.tight_layout()
     return _png(fig)
