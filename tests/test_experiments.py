@@ -72,7 +72,9 @@ def test_presets_validate():
     norms = {r.variant: r.config["model"]["norm"] for r in dyt.runs}
     assert sorted(set(norms.values())) == ["dyt", "layernorm", "none"]
     att = load_sweep(preset="attention")
-    assert {r.config["model"]["attention"] for r in att.runs} == {"softmax", "softplus", "linear", "nala"}
+    assert {r.config["model"]["attention"] for r in att.runs} == {"softmax", "softplus", "linear", "nala",
+                                                                  "transnormer"}
+    assert len(att.runs) == 20
 
 
 def test_stored_sweep_file_has_the_same_hash(tmp_path):

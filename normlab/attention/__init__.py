@@ -4,6 +4,7 @@
 - ``softplus`` -- normlab.attention.softplus (LSSA, re-weighting LSSAR)
 - ``linear``   -- normlab.attention.linear (LINA: relu kernel, causal division normalisation, conv, KV gate)
 - ``nala``     -- normlab.attention.nala (NaLaFormer norm-aware kernel)
+- ``transnormer`` -- normlab.attention.transnormer (TransNormer NormAttention: no denominator, SRMSNorm output)
 
 Each kind is one class registered in ``normlab.attention.registry`` that declares its own facts (config options and
 their checks, score matrix, eval-time keys, context limit, convertible/exportable); the registry is the one list of
@@ -26,6 +27,7 @@ from normlab.attention.softmax import CausalSelfAttention  # noqa: E402  isort: 
 from normlab.attention.softplus import SoftplusAttention  # noqa: E402  isort: skip
 from normlab.attention.linear import LinearAttention  # noqa: E402  isort: skip
 from normlab.attention.nala import NaLaAttention  # noqa: E402  isort: skip
+from normlab.attention.transnormer import TransNormerAttention  # noqa: E402  isort: skip
 
 if TYPE_CHECKING:
     from normlab.model.config import ModelConfig
@@ -49,6 +51,6 @@ def set_eval_options(model: nn.Module, cfg: "ModelConfig") -> None:
 
 
 __all__ = ["AttentionState", "CausalSelfAttention", "LinearAttention", "NaLaAttention", "RotaryEmbedding",
-           "SoftplusAttention", "attention_names", "build_attention", "check_attention_config",
+           "SoftplusAttention", "TransNormerAttention", "attention_names", "build_attention", "check_attention_config",
            "check_attention_context", "eval_time_keys", "get_attention_class", "list_attention", "register_attention",
            "set_eval_options"]
