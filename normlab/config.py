@@ -46,6 +46,7 @@ class DataConfig:
 
 
 EVAL_SAMPLES = ("spread", "head")
+CLIPS = ("global", "adagc")  # normlab.train.clipping
 PRECISIONS = ("auto", "fp32", "bf16")
 TRACKERS = ("tensorboard", "wandb", "mlflow")  # normlab.train.tracking: each through the library's own logger
 DEVICES = ("auto", "cpu", "cuda")
@@ -72,6 +73,10 @@ class TrainConfig:
     beta1: float = 0.9
     beta2: float = 0.95
     grad_clip: float = 1.0
+    clip: str = "global"
+    adagc_lambda: float = 1.05
+    adagc_beta: float = 0.98
+    adagc_warmup: int | None = None
     eval_every: int = 50
     eval_batches: int = 8
     eval_sample: str = "spread"
@@ -88,6 +93,8 @@ class TrainConfig:
 
     def validate(self) -> "TrainConfig":
         check_config(self, "train.")  # numeric ranges: normlab.validate.RANGES
+        if self.clip not in CLIPS:  # normlab.train.clipping: what each value does
+            raise unknown("train.clip", self.clip, CLIPS)
         if self.eval_sample not in EVAL_SAMPLES:
             raise unknown("train.eval_sample", self.eval_sample, EVAL_SAMPLES)
         if self.precision not in PRECISIONS:  # normlab.train.precision: what each value does
@@ -114,6 +121,8 @@ class OptimConfig:
     ``name``: ``adamw`` (torch), ``adamp`` / ``sgdp`` (Heo et al. 2021, the authors' ``adamp`` package; ``delta``,
     ``wd_ratio``; ``momentum`` is SGDP's). ``nap``: Normalize-and-Project (Lyle et al. 2024) after every step.
     ``effective_lr_every``: record ``||dW|| / ||W||`` of the weights feeding norms every N steps (0 = off).
+    ``perp_grad``: perp-Grad (Prieto et al. 2025): before every step, remove from each parameter's gradient its
+    component along the parameter and rescale it to the original gradient norm (normlab.train.optim.orthograd_).
     Learning rate, betas, weight decay and its grouping (``train.wd_norm``) stay in ``train``.
     """
 
@@ -123,6 +132,7 @@ class OptimConfig:
     wd_ratio: float = 0.1
     momentum: float = 0.9
     effective_lr_every: int = 0
+    perp_grad: bool = False
 
     def validate(self) -> "OptimConfig":
         if self.name not in OPTIMIZERS:

@@ -62,7 +62,11 @@ def test_expansion_cartesian_variants_seeds():
 def test_presets_validate():
     assert {"quick", "depth", "attention"} <= set(list_presets())
     quick = load_sweep(preset="quick")
-    assert len(quick.variants) >= 6 and sorted({r.seed for r in quick.runs}) == [0, 1, 2]
+    assert len({r.axes["grid_group"] for r in quick.runs}) == 4 and sorted({r.seed for r in quick.runs}) == [0, 1, 2, 3]
+    assert quick.question["declared"] and len(quick.question["family"]) <= 3  # few questions, decided
+    explore = load_sweep(preset="quick-explore")
+    # the old design: exploratory
+    assert len({r.axes["grid_group"] for r in explore.runs}) == 6 and not explore.question["declared"]
     assert {r.config["data"]["source"] for r in quick.runs} == {"pystdlib"}
     assert len(load_sweep(preset="depth").runs) == 30
     dyt = load_sweep(preset="dyt")
@@ -70,7 +74,9 @@ def test_presets_validate():
     norms = {r.variant: r.config["model"]["norm"] for r in dyt.runs}
     assert sorted(set(norms.values())) == ["dyt", "layernorm", "none"]
     att = load_sweep(preset="attention")
-    assert {r.config["model"]["attention"] for r in att.runs} == {"softmax", "softplus", "linear", "nala"}
+    assert {r.config["model"]["attention"] for r in att.runs} == {"softmax", "softplus", "linear", "nala",
+                                                                  "transnormer"}
+    assert len(att.runs) == 20
 
 
 def test_stored_sweep_file_has_the_same_hash(tmp_path):

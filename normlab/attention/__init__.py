@@ -4,6 +4,7 @@
 - ``nala``     -- normlab.attention.nala (NaLaFormer norm-aware kernel)
 - ``softmax``  -- normlab.attention.softmax (SDPA; QK-norm, score softcap, ALiBi; the default)
 - ``softplus`` -- normlab.attention.softplus (LSSA, re-weighting LSSAR)
+- ``transnormer`` -- normlab.attention.transnormer (TransNormer NormAttention: no denominator, SRMSNorm output)
 
 Each kind is one class registered in ``normlab.attention.registry`` that declares its own facts (config options and
 their checks, score matrix, eval-time keys, context limit, convertible/exportable); the registry is the one list of

@@ -30,7 +30,7 @@ def run_diagnose(args: argparse.Namespace) -> int:
     idx, targets, starts = sample_sequences(tokens, args.sequences, context)
     if isinstance(cfg.train.threads, int):  # a count set in the run's config (auto / null: torch's default)
         torch.set_num_threads(cfg.train.threads)
-    result = diagnose_model(run.model, idx, targets)
+    result = diagnose_model(run.model, idx, targets, ablate_residual=args.ablate_residual_sinks)
     records = training_records(run_dir)
     spikes = None
     if (run_dir / SUMMARY_FILE).is_file():
@@ -82,6 +82,13 @@ def _print_headline(d: dict) -> None:
                      f"mean first-token importance {s['first_token_importance_mean']:.3f}")
     else:
         lines.append(f"attention sinks unavailable: {s['reason']}")
+    rs = d["residual_sinks"]
+    lines.append(f"residual sinks (|h| > {rs['ratio']:g}x median on >= {rs['persist']:.0%} of tokens): dims "
+                 f"{rs['dims'] or 'none'}; largest share of mean(h^2) {rs['max_rms_share']:.1%}")
+    ab = d.get("residual_sink_ablation")
+    if ab:
+        lines.append(f"clipping them to the median scale: loss {ab['base_loss']:.4f} -> {ab['clipped_loss']:.4f} "
+                     f"({ab['increase']:+.4f} nats/token; as many other dims clipped: {ab['control_increase']:+.4f})")
     tr = d["training"]
     if tr.get("loss_spikes") is not None:
         lines.append(f"loss spikes during training: {tr['loss_spikes']['count']}")
@@ -102,6 +109,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     dg.add_argument("--split", choices=["val", "test"], default="val")
     dg.add_argument("--sequences", type=int_in(1, 4096), default=16, help="number of sequences in the fixed sample")
     dg.add_argument("--context", type=int_in(1, 2**20), help="tokens per sequence (default: the training context)")
+    dg.add_argument("--ablate-residual-sinks", action="store_true",
+                    help="also the loss with the residual-sink dims clipped to the median scale at every block "
+                    "output (Qiu et al. 2026), against as many other dims clipped")
     data_arg(dg)
     dg.add_argument("--json", action="store_true")
     dg.set_defaults(func=run_diagnose)

@@ -11,7 +11,7 @@ def print_listing(key: str, rows: list[dict], columns: dict[str, Callable[[dict]
 
     With ``as_json``: one JSON object ``{key: rows}`` on stdout. Otherwise a rich table whose headings are the
     keys of ``columns`` and whose cells are ``columns[heading](row)``, printed with markup off (paper titles may
-    hold square brackets).
+    hold square brackets). The first column (the names) is never wrapped or truncated.
     """
     if as_json:
         print(json.dumps({key: rows}))
@@ -20,7 +20,11 @@ def print_listing(key: str, rows: list[dict], columns: dict[str, Callable[[dict]
     from rich.table import Table
 
     table = Table(*columns)
-    for r in rows:
-        table.add_row(*(cell(r) for cell in columns.values()))
+    cells = [[cell(r) for cell in columns.values()] for r in rows]
+    if cells:  # the first column (the names) is never wrapped or cut, however narrow the terminal
+        table.columns[0].no_wrap = True
+        table.columns[0].min_width = max(len(c[0]) for c in cells)
+    for c in cells:
+        table.add_row(*c)
     Console(markup=False).print(table)
     return 0

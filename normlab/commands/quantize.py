@@ -12,7 +12,9 @@ def run_quantize(args: argparse.Namespace) -> int:
 
     acts = None if args.acts == "none" else int(args.acts)
     r = quantize_run(args.run_dir, args.out, weights=args.weights, group=args.group, acts=acts, rotate=args.rotate,
-                     max_tokens=args.max_tokens, batch_size=args.batch_size, seed=args.seed)
+                     max_tokens=args.max_tokens, batch_size=args.batch_size, seed=args.seed, grid=args.grid,
+                     tweak=args.norm_tweak, tweak_samples=args.tweak_samples, tweak_lr=args.tweak_lr,
+                     linearity=args.linearity)
     if args.json:
         print(json.dumps(r, default=float))
         return 0
@@ -31,6 +33,16 @@ def run_quantize(args: argparse.Namespace) -> int:
     if rot:
         print(f"rotation: {rot['rotation']} after --to {rot['conversion']}; max |logit diff| before quantization "
               f"{rot['max_abs_logit_diff']:.3g} (tolerance {rot['tolerance']:g})")
+    nt = r.get("norm_tweak")
+    if nt:
+        e = nt["output_error"]
+        print(f"norm tweak ({nt['samples']} training-split windows, lr {nt['lr']:g}): output error calibration "
+              f"{e['calibration']['before']:.3g} -> {e['calibration']['after']:.3g}, held-out "
+              f"{e['held_out']['before']:.3g} -> {e['held_out']['after']:.3g}")
+    lin = r.get("linearity")
+    if lin:
+        rows = ", ".join(f"W{x['bits']} {x['measured']:+.4f} vs {x['predicted']:+.4f}" for x in lin["rows"])
+        print(f"linearity theorem ({lin['grid']} grid), measured vs predicted bits/byte increase: {rows}")
     print(f"bits/byte {r['bpb_before']:.4f} -> {r['bpb_after']:.4f} ({r['bpb_increase']:+.4f}) on "
           f"{r['eval_tokens']:,} validation tokens; {r['note']}")
     return 0
@@ -38,7 +50,7 @@ def run_quantize(args: argparse.Namespace) -> int:
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """Register ``normlab quantize`` with its flags (called by ``normlab.cli.build_parser``)."""
-    from normlab.validate import int_in
+    from normlab.validate import float_in, int_in
 
     qz = sub.add_parser("quantize", help="simulated RTN quantization of a run (optional Hadamard rotation, QuaRot "
                         "style) -> a fake-quantized run directory and per-layer statistics")
@@ -50,8 +62,20 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     qz.add_argument("--acts", choices=["8", "none"], default="none", help="per-token activation bits at linear inputs")
     qz.add_argument("--rotate", choices=["none", "hadamard"], default="none",
                     help="hadamard: exact conversion to parameter-free RMSNorm, then a randomized Hadamard rotation")
+    qz.add_argument("--grid", choices=["rtn", "higgs"], default="rtn",
+                    help="rtn: round to nearest on a uniform grid; higgs: randomized Hadamard per group + Lloyd-Max "
+                    "Gaussian grid (Malinovskii et al. 2024)")
+    qz.add_argument("--norm-tweak", action="store_true",
+                    help="Norm Tweaking (Li et al. 2024): fit each block's norm parameters so the quantized block's "
+                    "channel statistics match the float block's, on windows of the training split")
+    qz.add_argument("--tweak-samples", type=int_in(1, 4096), default=32, help="Norm Tweaking calibration windows")
+    qz.add_argument("--tweak-lr", type=float_in(0, 10, lo_open=True), default=1e-3,
+                    help="Norm Tweaking Adam learning rate")
+    qz.add_argument("--linearity", action="store_true",
+                    help="HIGGS linearity-theorem check: predicted vs measured bits/byte increase at 8, 4, 3 bits")
     qz.add_argument("--out", required=True, help="new run directory (must not exist or be empty)")
-    qz.add_argument("--seed", type=int_in(0, 2**31 - 1), default=0, help="seed of the random signs of the rotation")
+    qz.add_argument("--seed", type=int_in(0, 2**31 - 1), default=0,
+                    help="seed of the random signs of the rotation, the HIGGS Hadamard and the linearity noise")
     qz.add_argument(
         "--max-tokens", type=int_in(1, 2**40), default=8192, help="validation tokens for the bits/byte change"
     )

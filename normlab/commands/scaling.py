@@ -32,6 +32,7 @@ def run_scaling(args: argparse.Namespace) -> int:
 
     console = Console(width=max(120, Console().width))
     for key, title in (("fits", "Fitted L(N) = E + A N^-alpha (bits/byte)"), ("forecast", "Forecasts and crossovers"),
+                       ("points", "Each size at its best learning rate (head norm: Filatov et al. 2025)"),
                        ("confounds", "Design confounds (what changes with size besides N)")):
         head, rows = tables(an)[key]
         if not rows:

@@ -18,6 +18,7 @@ from normlab.diagnostics.depth import variance_by_depth
 from normlab.diagnostics.effectiveness import angular_distances, skip_losses
 from normlab.diagnostics.massive import massive_by_block
 from normlab.diagnostics.normstats import norm_parameter_stats
+from normlab.diagnostics.residual_sinks import ablate_residual_sinks, residual_sinks_by_block
 from normlab.diagnostics.sinks import EPSILON, SINK_CONTEXT, sink_analysis
 from normlab.errors import NormlabError
 from normlab.run.files import METRICS_FILE
@@ -39,11 +40,13 @@ def sample_sequences(tokens: np.ndarray, n: int, context: int) -> tuple[torch.Te
 
 @torch.no_grad()
 def diagnose_model(model: nn.Module, idx: torch.Tensor, targets: torch.Tensor, *,
-                   sink_context: int = SINK_CONTEXT, epsilon: float = EPSILON) -> dict:
+                   sink_context: int = SINK_CONTEXT, epsilon: float = EPSILON,
+                   ablate_residual: bool = False) -> dict:
     """Every post-hoc analysis of ``model`` on ``idx, targets [N, T]`` (eval mode; hooks removed afterwards).
 
     Sections: ``variance`` (:mod:`.depth`), ``massive`` (:mod:`.massive`), ``sinks`` (:mod:`.sinks`, on the first
-    ``sink_context`` tokens), ``layer_effectiveness`` (:mod:`.effectiveness`), ``norm_params`` (:mod:`.normstats`).
+    ``sink_context`` tokens), ``layer_effectiveness`` (:mod:`.effectiveness`), ``norm_params`` (:mod:`.normstats`),
+    ``residual_sinks`` (:mod:`.residual_sinks`; with ``ablate_residual`` also ``residual_sink_ablation``).
     """
     stream = capture_stream(model, idx)
     hidden = stream.hidden
@@ -52,12 +55,16 @@ def diagnose_model(model: nn.Module, idx: torch.Tensor, targets: torch.Tensor, *
     eff = {"base_loss": skip["base_loss"],
            "blocks": [{"block": l, "angular_distance": a, "skip_loss": s, "skip_loss_increase": d}
                       for l, (a, s, d) in enumerate(zip(ang, skip["skip_loss"], skip["skip_loss_increase"]))]}
+    rsinks = residual_sinks_by_block(hidden[1:])
+    extra = {"residual_sink_ablation": ablate_residual_sinks(model, idx, targets, rsinks)} if ablate_residual else {}
     return {
         "variance": variance_by_depth(hidden),
         "massive": massive_by_block(hidden),
         "sinks": sink_analysis(model, idx, context=sink_context, epsilon=epsilon),
         "layer_effectiveness": eff,
         "norm_params": norm_parameter_stats(model),
+        "residual_sinks": rsinks,
+        **extra,
     }
 
 

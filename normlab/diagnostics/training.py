@@ -14,6 +14,13 @@ What is recorded (flat numeric keys in ``metrics.jsonl``, one record per diagnos
   ``diag/grad_norm/embed_norm`` for the model-level norms;
 - ``diag/attn_logit_max/<l>``, ``diag/output_lse``: the instability signals of Wortsman et al. 2023 (largest
   pre-softmax attention logit per block, mean logsumexp of the output logits; normlab.diagnostics.instability);
+- ``diag/softmax_collapse``, ``diag/logits_beyond_exp``: Softmax Collapse (Prieto et al. 2025): the fraction of
+  positions whose float32 softmax gives the target probability exactly 1 (zero gradient), and of logits beyond the
+  float32 ``exp`` range (normlab.diagnostics.collapse; the loop passes the logits and targets to
+  :meth:`TrainDiagnostics.observe_output`);
+- ``diag/tev_mean``, ``diag/tev_std``: Token Embedding Variability (Chung et al. 2024), and
+  ``diag/head_rms_inf_norm``, ``diag/head_spectral_norm``: the output layer's operator norms (Filatov et al. 2025;
+  normlab.diagnostics.weightnorms), of the weights as they are after the step's backward, before the update;
 - ``diag/loss_spike`` (= 1) and ``diag/loss_baseline`` on a step whose loss is a spike (any step, diag step or
   not): ``loss > spike_factor * mean(previous spike_window losses)``, needing a full window. Non-finite losses
   count as spikes.
@@ -35,7 +42,9 @@ import torch
 from torch import nn
 
 from normlab.config import DiagConfig
+from normlab.diagnostics.collapse import softmax_collapse
 from normlab.diagnostics.instability import InstabilityProbe
+from normlab.diagnostics.weightnorms import weight_norm_record
 
 MAX_LISTED_SPIKES = 1000
 
@@ -186,6 +195,7 @@ class TrainDiagnostics:
         self._moments: dict[str, _Moments] = {}
         self._record: dict[str, Any] = {}
         self.probe = InstabilityProbe(model)
+        self._collapse: list[Any] = [0, 0, 0, 0]  # collapsed positions, beyond-exp logits, positions, logits
 
     def is_diag_step(self, step: int) -> bool:
         return self.cfg.every > 0 and (step + 1) % self.cfg.every == 0
@@ -197,6 +207,7 @@ class TrainDiagnostics:
             return
         self.remove_hooks()
         self._moments = {}
+        self._collapse = [0, 0, 0, 0]
 
         def stat(key: str):
             m = self._moments.setdefault(key, _Moments())
@@ -222,6 +233,15 @@ class TrainDiagnostics:
         for name, m in norm_modules(self.model).items():
             self._handles.append(m.register_forward_hook(stat(f"norm/{name}")))
         self.probe.attach()
+
+    def observe_output(self, logits: torch.Tensor, targets: torch.Tensor) -> None:
+        """Count Softmax Collapse in a micro-batch's ``logits [B, T, V]`` against ``targets [B, T]`` (diagnostic
+        steps only: does nothing when no hooks are attached)."""
+        if not self._handles:
+            return
+        with torch.no_grad():
+            for i, v in enumerate(softmax_collapse(logits, targets)):
+                self._collapse[i] = self._collapse[i] + v
 
     def remove_hooks(self) -> None:
         for h in self._handles:
@@ -251,6 +271,10 @@ class TrainDiagnostics:
                     rec[f"diag/norm_rms/{key.split('/', 1)[1]}"] = m.rms()
             rec.update(grad_norms(self.model))
             rec.update(self.probe.read())
+            rec.update(weight_norm_record(self.model))
+            c, b, n, m = self._collapse
+            if n:
+                rec.update({"diag/softmax_collapse": float(c) / n, "diag/logits_beyond_exp": float(b) / m})
             self._moments = {}
         if rec:
             rec = {"step": step + 1, **rec}

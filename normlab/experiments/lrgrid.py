@@ -293,13 +293,17 @@ def signal_series(curves: dict[str, list[tuple[int, float]]]) -> dict[str, list[
     out = {}
     if by_step:
         out["attn_logit_max"] = sorted(by_step.items())
-    if curves.get("diag/output_lse"):
-        out["output_lse"] = list(curves["diag/output_lse"])
+    for key in ("output_lse", "softmax_collapse", "tev_mean", "head_rms_inf_norm"):
+        if curves.get(f"diag/{key}"):
+            out[key] = list(curves[f"diag/{key}"])
     return out
 
 
 SIGNALS = {"attn_logit_max": "largest pre-softmax attention logit (max over blocks)",
-           "output_lse": "mean logsumexp of the output logits (log Z)"}
+           "output_lse": "mean logsumexp of the output logits (log Z)",
+           "softmax_collapse": "fraction of positions in Softmax Collapse (fp32 target probability exactly 1)",
+           "tev_mean": "Token Embedding Variability (mean over the vocabulary)",
+           "head_rms_inf_norm": "output layer's RMS->inf operator norm"}
 
 
 def signal_at_end(run: GridRun, key: str) -> float | None:

@@ -60,6 +60,8 @@ def hf_arch(cfg: "ModelConfig") -> str:
         raise _refuse(f"model.residual_scale '{c.residual_scale}' (none would export)")
     if not final_norm_on(c):
         raise _refuse("model.final_norm: false (every HF family has a final norm)")
+    if c.output != "softmax":
+        raise _refuse(f"model.output '{c.output}' (HF models end in a softmax; softmax would export)")
     if c.head_bias:
         raise _refuse("model.head_bias: true (HF LM heads have no bias)")
     if c.positions not in ("rope", "learned"):

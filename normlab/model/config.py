@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from normlab.errors import NormlabError, unknown
+from normlab.model.outputs import OUTPUTS
 from normlab.validate import check_config, check_param_total
 
 ACTIVATIONS = ("gelu", "gelu_tanh", "swiglu", "selu")
@@ -38,6 +39,9 @@ class ModelConfig:
     ``lssa_power`` (softplus; evaluation-time switchable), ``linear_conv`` / ``linear_conv_source`` (``value``:
     NaLaFormer's causal depthwise conv of the values; ``input``: LINA's, of the attention input) / ``linear_gate`` /
     ``linear_chunk`` (linear, nala). Pairs without a meaning are refused by ``validate``.
+
+    ``output``: the output probability map, ``softmax`` or ``stablemax`` (Prieto et al. 2025; the model then
+    returns ``log StableMax(logits)``, normlab.model.outputs), after ``logit_softcap`` when both are set.
     """
 
     vocab_size: int = 256
@@ -76,6 +80,7 @@ class ModelConfig:
     embed_scale_init: float | None = None
     head_bias: bool = False
     logit_softcap: float | None = None
+    output: str = "softmax"
     init_std: float = 0.02
 
     def validate(self) -> "ModelConfig":
@@ -96,6 +101,8 @@ class ModelConfig:
             raise unknown("model.positions", self.positions, POSITIONS)
         if self.placement not in PLACEMENTS:
             raise unknown("model.placement", self.placement, PLACEMENTS)
+        if self.output not in OUTPUTS:  # normlab.model.outputs: softmax or StableMax (Prieto et al. 2025)
+            raise unknown("model.output", self.output, OUTPUTS)
         check_param_total(self)  # every size within its range can still multiply to terabytes
         self._validate_attention()
         self._validate_placement()

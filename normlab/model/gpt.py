@@ -18,6 +18,7 @@ from torch import nn
 from normlab.attention import AttentionState, RotaryEmbedding, build_attention
 from normlab.model.blocks import MLP, Block
 from normlab.model.config import ModelConfig
+from normlab.model.outputs import apply_output
 from normlab.model.placements import block_sites, embed_norm_on, final_norm_on, layernorm_scale, residual_scale
 from normlab.norms import build_norm
 
@@ -93,7 +94,7 @@ class GPT(nn.Module):
         logits = self.lm_head(self.final_norm(x))
         if self.cfg.logit_softcap is not None:  # Gemma 2 final-logit softcap, train and eval
             logits = softcap(logits, self.cfg.logit_softcap)
-        return logits
+        return apply_output(logits, self.cfg.output)  # model.output: softmax (unchanged) or log StableMax
 
     def init_state(self, batch_size: int) -> list[AttentionState]:
         """Empty incremental-decoding state for ``batch_size`` sequences: one ``AttentionState`` per block (KV cache

@@ -124,3 +124,43 @@ def signals_vs_step_png(gr: GridReport, key: str) -> bytes | None:
     fig.suptitle(SIGNALS[key] + " against step (first seed; dashed: diverged)", fontsize=10)
     fig.tight_layout()
     return png(fig)
+
+
+def loss_and_signal_vs_step_png(gr: GridReport, key: str) -> bytes | None:
+    """Training loss (top row) and a signal (bottom row, e.g. ``tev_mean``) against the step, one column per variant,
+    one line per learning rate (first seed), diverged runs dashed: the signal beside the loss it should anticipate
+    (Chung et al. 2024: TEV rises with the instability that precedes loss spikes)."""
+    groups = [g for g in gr.groups if any(signal_series(r.curves).get(key) for r in g.runs)]
+    if not groups:
+        return None
+    import matplotlib
+
+    lrs = sorted({r.lr for g in groups for r in g.runs})
+    cm = matplotlib.colormaps["viridis"]
+    color = {lr: cm(i / max(1, len(lrs) - 1)) for i, lr in enumerate(lrs)}
+    cols = min(4, len(groups))
+    fig = Figure(figsize=(3.6 * cols, 5.4))
+    axes = fig.subplots(2, cols, squeeze=False, sharex="col")
+    for i, g in enumerate(groups[:cols]):
+        first: dict[float, GridRun] = {}
+        for r in sorted(g.runs, key=lambda r: r.seed):
+            first.setdefault(r.lr, r)
+        for lr, r in sorted(first.items()):
+            ls = "--" if r.diverged else "-"
+            loss = r.curves.get("loss") or []
+            axes[0][i].plot([s for s, _ in loss], [v for _, v in loss], color=color[lr], lw=1.1, ls=ls,
+                            label=f"lr {lr:g}")
+            pts = signal_series(r.curves).get(key) or []
+            axes[1][i].plot([s for s, _ in pts], [v for _, v in pts], color=color[lr], lw=1.3, ls=ls)
+        axes[0][i].set_title(g.name, fontsize=9)
+        axes[0][i].set_ylabel("training loss (nats)", fontsize=8)
+        axes[1][i].set_ylabel(key, fontsize=8)
+        axes[1][i].set_xlabel("step", fontsize=8)
+        for ax in (axes[0][i], axes[1][i]):
+            ax.tick_params(labelsize=7)
+            ax.grid(alpha=0.3)
+    most = max(range(min(cols, len(groups))), key=lambda i: len({r.lr for r in groups[i].runs}))
+    axes[0][most].legend(fontsize=6)  # the panel with the most learning rates names them
+    fig.suptitle(SIGNALS[key] + " beside the training loss (first seed; dashed: diverged)", fontsize=10)
+    fig.tight_layout()
+    return png(fig)

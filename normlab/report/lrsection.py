@@ -194,6 +194,8 @@ def figures(gr: GridReport, cmap: dict[str, Any]) -> dict[str, tuple[bytes | Non
         "report_signal_attn.png": (lrplots.signals_vs_step_png(gr, "attn_logit_max"),
                                    "Attention logit growth against step"),
         "report_signal_lse.png": (lrplots.signals_vs_step_png(gr, "output_lse"), "Output logsumexp against step"),
+        "report_signal_tev.png": (lrplots.loss_and_signal_vs_step_png(gr, "tev_mean"),
+                                  "Token Embedding Variability beside the training loss against step"),
     }
 
 
@@ -214,6 +216,9 @@ PAIRED_NOTE = ("Δ = variant − baseline over per-seed numbers (the seed is the
                "pooled over all variants that learned, with the range from its 95% interval.")
 
 
+SIGNAL_FIGURES = ("report_lr_signals.png", "report_signal_attn.png", "report_signal_lse.png", "report_signal_tev.png")
+
+
 def html_section(gr: GridReport, img) -> list[str]:
     e = html.escape
     out: list[str] = []
@@ -230,11 +235,13 @@ def html_section(gr: GridReport, img) -> list[str]:
     if rows:
         out.append("<h2>Collapse per learning rate</h2>" + _html_table(head, rows))
         out.append(f"<div class='note'>{e(COLLAPSE_NOTE)}</div>")
-    sig = [img(n) for n in ("report_lr_signals.png", "report_signal_attn.png", "report_signal_lse.png")]
+    sig = [img(n) for n in SIGNAL_FIGURES]
     if any(sig):
         out.append("<h2>Instability signals</h2><div class='note'>Recorded every diag.every steps "
                    "(normlab.diagnostics.instability): attention logit growth and output logit divergence "
-                   "(Wortsman et al. 2023).</div>" + "".join(sig))
+                   "(Wortsman et al. 2023), Softmax Collapse (Prieto et al. 2025), Token Embedding Variability "
+                   "(Chung et al. 2024) and the output layer's RMS->inf norm (Filatov et al. 2025).</div>"
+                   + "".join(sig))
     return out
 
 
@@ -268,7 +275,7 @@ def md_section(gr: GridReport, mdimg) -> list[str]:
     head, rows = collapse_cells(gr)
     if rows:
         out += ["## Collapse per learning rate", "", _md_table(head, rows), "", md_escape(COLLAPSE_NOTE), ""]
-    sig = [x for n in ("report_lr_signals.png", "report_signal_attn.png", "report_signal_lse.png") for x in mdimg(n)]
+    sig = [x for n in SIGNAL_FIGURES for x in mdimg(n)]
     if sig:
         out += ["## Instability signals", ""] + sig
     return out

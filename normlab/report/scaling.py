@@ -48,6 +48,7 @@ class Point:
     diverged: int = 0
     unfinished: int = 0
     lrs_tried: int = 1
+    head_norm: float | None = None  # mean over the ok seeds of the output layer's RMS->inf norm (Filatov et al. 2025)
 
     @property
     def mean(self) -> float | None:
@@ -145,11 +146,20 @@ def _collect(rep: SweepReport) -> list[Curve]:
                 last={r.row["seed"]: _last_values(r, NOISE_LAST_N) for r in ok},
                 diverged=sum(r.row["status"] == "diverged" for r in chosen),
                 unfinished=sum(r.row["status"] not in ("completed", "diverged") for r in chosen),
-                lrs_tried=len(by_lr)))
+                lrs_tried=len(by_lr), head_norm=_head_norm(ok)))
         pts.sort(key=lambda p: (p.params, p.tokens))
         base = next((r.row["axes"].get("variant", "") for r in rep.runs if _curve_name(r.row["axes"]) == name), "")
         curves.append(Curve(name, base or name, pts))
     return curves
+
+
+def _head_norm(runs: list[RunInfo]) -> float | None:
+    """Mean final ``weight_norms.head_rms_inf_norm`` (summary.json) of ``runs``: the output layer's operator norm
+    that "Optimal Scaling Needs Optimal Norm" (Filatov et al. 2025) finds constant at the optimum across sizes."""
+    vals = [r.summary["weight_norms"].get("head_rms_inf_norm") for r in runs
+            if r.summary and isinstance(r.summary.get("weight_norms"), dict)]
+    vals = [float(v) for v in vals if isinstance(v, (int, float)) and math.isfinite(v)]
+    return mean(vals) if vals else None
 
 
 def _ok(r: RunInfo) -> bool:
@@ -409,7 +419,8 @@ def to_json(an: ScalingAnalysis) -> dict[str, Any]:
             "variant": c.name,
             "points": [{"size": p.size, "width": p.width, "depth": p.depth, "params": p.params, "tokens": p.tokens,
                         "lr": p.lr, "lrs_tried": p.lrs_tried, "losses": {str(s): v for s, v in p.losses.items()},
-                        "mean": p.mean, "diverged": p.diverged, "unfinished": p.unfinished} for p in c.points],
+                        "mean": p.mean, "diverged": p.diverged, "unfinished": p.unfinished,
+                        "head_rms_inf_norm": p.head_norm} for p in c.points],
             "fit": _fit_json(c.fit) if c.fit else None, "fit_error": c.fit_error,
             "fit_issues": c.fit.issues() if c.fit else None})
     return _clean({

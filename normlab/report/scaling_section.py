@@ -104,9 +104,10 @@ def tables(an: ScalingAnalysis) -> dict[str, tuple[list[str], list[list[str]]]]:
     for c in an.curves:
         for p in c.points:
             rows.append([c.name, p.size, f"{p.params:,}", f"{p.tokens:,}", f"{p.lr:g}",
-                         _num(p.mean), str(len(p.losses)), str(p.diverged + p.unfinished)])
+                         _num(p.mean), str(len(p.losses)), str(p.diverged + p.unfinished),
+                         "—" if p.head_norm is None else f"{p.head_norm:.3g}"])
     out["points"] = (["variant", "size", "N (non-emb.)", "tokens", "lr", "mean val bpb", "seeds ok",
-                      "diverged / unfinished"], rows)
+                      "diverged / unfinished", "head RMS->inf norm"], rows)
 
     rows = []
     for cmp in an.comparisons:

@@ -1,4 +1,5 @@
-"""``normlab quantize RUN_DIR --weights 8|4|3 [--group G] [--acts 8|none] [--rotate none|hadamard] --out DIR``.
+"""``normlab quantize RUN_DIR --weights 8|4|3 [--group G] [--grid rtn|higgs] [--norm-tweak] [--linearity]
+[--acts 8|none] [--rotate none|hadamard] --out DIR``.
 
 1. load the run; bits/byte of the unquantized model on the first ``max_tokens`` validation tokens;
 2. ``--rotate hadamard``: exact conversion to the parameter-free RMSNorm form (normlab.convert: ``rmsnorm`` for
@@ -6,8 +7,11 @@
    (normlab.surgery.rotate); the rotated fp32 model must match the original's logits to ``ROTATE_TOL`` on
    validation windows, else nothing is written;
 3. input statistics of every linear that will be quantized (the outliers the rotation is meant to spread);
-4. RTN fake-quantization of the weights (normlab.surgery.quantize), optional per-token 8-bit activations;
-5. bits/byte again; the output is a normal run directory (fp32 fake-quantized weights, the possibly converted
+4. fake-quantization of the weights: RTN (normlab.surgery.quantize) or the HIGGS grid (normlab.surgery.higgs);
+   ``--norm-tweak``: Norm Tweaking of the block norms on training-split windows (normlab.surgery.norm_tweak);
+   optional per-token 8-bit activations;
+5. bits/byte again; ``--linearity``: the HIGGS linearity-theorem check at 8, 4 and 3 bits; the output is a normal
+   run directory (fp32 fake-quantized weights, the possibly converted
    config) plus ``quantization.json``. Simulated: nothing runs in low precision, and the written run does not
    carry the activation quantization (``quantization.json`` records it; re-evaluating the run directory scores
    the weight-only model).
@@ -25,7 +29,9 @@ import torch
 from normlab.errors import NormlabError
 from normlab.io import check_new_dir
 from normlab.run.files import SUMMARY_FILE
-from normlab.surgery.quantize import ACT_BITS, WEIGHT_BITS, act_quant, activation_stats, quantize_weights
+from normlab.surgery.higgs import GRIDS, linearity_check, quantize_layers
+from normlab.surgery.norm_tweak import TWEAK_LR, norm_tweak, output_error
+from normlab.surgery.quantize import ACT_BITS, WEIGHT_BITS, act_quant, activation_stats
 
 FORMAT = "normlab-quantization-v1"
 ROTATE_TOL = 1e-4
@@ -64,7 +70,9 @@ def rotated_copy(model: torch.nn.Module, cfg, tokens: np.ndarray, seed: int = 0)
 
 def quantize_model(model: torch.nn.Module, cfg, data, *, weights: int, group: int | None = None,
                    acts: int | None = None, rotate: str = "none", max_tokens: int = 8192, batch_size: int = 16,
-                   seed: int = 0, stat_windows: int = 8) -> tuple[Any, torch.nn.Module, dict[str, Any]]:
+                   seed: int = 0, stat_windows: int = 8, grid: str = "rtn", tweak: bool = False,
+                   tweak_samples: int = 32, tweak_lr: float = TWEAK_LR,
+                   linearity: bool = False) -> tuple[Any, torch.nn.Module, dict[str, Any]]:
     """Quantize a copy of ``model`` (built from ``cfg``; ``data`` its PreparedData); ``(config, model, record)``."""
     from normlab.eval.lm import evaluate
 
@@ -74,6 +82,10 @@ def quantize_model(model: torch.nn.Module, cfg, data, *, weights: int, group: in
         raise NormlabError(f"--acts {acts} is not supported; allowed: 8, none")
     if rotate not in ROTATIONS:
         raise NormlabError(f"--rotate {rotate} is not supported; allowed: {', '.join(ROTATIONS)}")
+    if grid not in GRIDS:
+        raise NormlabError(f"--grid {grid} is not supported; allowed: {', '.join(GRIDS)}")
+    if grid == "higgs" and group is not None and group & (group - 1):
+        raise NormlabError(f"--grid higgs needs --group to be a power of two (its Hadamard blocks), got {group}")
     if group is not None and (group < 1 or cfg.model.width % group):
         raise NormlabError(f"--group {group} must be >= 1 and divide the width {cfg.model.width}")
     ctx = cfg.model.context
@@ -90,15 +102,29 @@ def quantize_model(model: torch.nn.Module, cfg, data, *, weights: int, group: in
         work = copy.deepcopy(model).eval()
     sample = _windows(data.val, ctx, stat_windows)
     acts_before = activation_stats(work, sample)
-    layers = quantize_weights(work, weights, group)
+    ref = copy.deepcopy(work) if tweak or linearity else None  # the float model in the form being quantized
+    layers = quantize_layers(work, weights, group, grid, seed)
+    tweak_info = None
+    if tweak:  # Norm Tweaking: calibration windows of the training split, held-out windows of the validation split
+        calib, held = _windows(data.train, ctx, tweak_samples), _windows(data.val, ctx, tweak_samples)
+        err0 = {"calibration": output_error(ref, work, calib), "held_out": output_error(ref, work, held)}
+        tweak_info = norm_tweak(ref, work, calib, lr=tweak_lr)
+        tweak_info["output_error"] = {k: {"before": v, "after": output_error(ref, work, x)}
+                                      for (k, v), x in zip(err0.items(), (calib, held))}
     with act_quant(work, acts):
         after = score(work)
+    lin = None
+    if linearity:  # HIGGS linearity theorem: predicted vs measured bits/byte increase at every supported width
+        lin = linearity_check(ref, lambda m: score(m)["bpb"], WEIGHT_BITS, grid=grid, group=group, seed=seed)
     for n, st in layers.items():
         st["act"] = acts_before.get(n)
     record = {
         "format": FORMAT, "simulated": True, "note": SIMULATED, "weights": weights, "group": group,
-        "acts": acts, "rotate": rotate, "rotation": rot_info, "scheme": "RTN symmetric, per "
-        + (f"group of {group} inputs" if group else "output channel"),
+        "acts": acts, "rotate": rotate, "rotation": rot_info, "grid": grid,
+        "scheme": ("RTN symmetric, per " + (f"group of {group} inputs" if group else "output channel")) if grid == "rtn"
+        else f"HIGGS: randomized Hadamard per group of {group or 'the largest power-of-two divisor of the input'} "
+             "inputs, Lloyd-Max Gaussian grid scaled by the group RMS",
+        "norm_tweak": tweak_info, "linearity": lin,
         "bpb_before": before["bpb"], "bpb_after": after["bpb"],
         "bpb_increase": after["bpb"] - before["bpb"],
         "loss_before": before["loss"], "loss_after": after["loss"], "loss_increase": after["loss"] - before["loss"],
@@ -113,7 +139,8 @@ def quantize_model(model: torch.nn.Module, cfg, data, *, weights: int, group: in
 
 def quantize_run(run_dir: str | Path, out: str | Path, *, weights: int, group: int | None = None,
                  acts: int | None = None, rotate: str = "none", max_tokens: int = 8192, batch_size: int = 16,
-                 seed: int = 0) -> dict[str, Any]:
+                 seed: int = 0, grid: str = "rtn", tweak: bool = False, tweak_samples: int = 32,
+                 tweak_lr: float = TWEAK_LR, linearity: bool = False) -> dict[str, Any]:
     """Quantize the run in ``run_dir`` and write it to ``out`` (whole or absent); returns the record."""
     from normlab.io import read_json
     from normlab.run.publish import publish_run
@@ -128,7 +155,9 @@ def quantize_run(run_dir: str | Path, out: str | Path, *, weights: int, group: i
     src = load_run(run_dir, final_only=True)
     data = run_data(run_dir, src.cfg)  # the run's own tokenizer; a changed corpus is refused
     cfg, model, record = quantize_model(src.model, src.cfg, data, weights=weights, group=group, acts=acts,
-                                        rotate=rotate, max_tokens=max_tokens, batch_size=batch_size, seed=seed)
+                                        rotate=rotate, max_tokens=max_tokens, batch_size=batch_size, seed=seed,
+                                        grid=grid, tweak=tweak, tweak_samples=tweak_samples, tweak_lr=tweak_lr,
+                                        linearity=linearity)
     record.update({"source": str(run_dir), "source_config_hash": src.cfg.hash(), "config_hash": cfg.hash()})
     with publish_run(out, cfg, model, derived_from=run_dir) as pending:
         src_summary = read_json(run_dir / SUMMARY_FILE, "summary") if (run_dir / SUMMARY_FILE).is_file() else {}

@@ -23,6 +23,7 @@ import torch
 
 from normlab.config import RunConfig, dump_config
 from normlab.diagnostics.training import TrainDiagnostics
+from normlab.diagnostics.weightnorms import weight_norm_record
 from normlab.errors import NormlabError
 from normlab.eval.lm import evaluate
 from normlab.io import clean_stale_temps, dumps, exclusive_lock, read_json_object, write_json, write_text
@@ -35,6 +36,7 @@ from normlab.train.init_from import load_init, resolve_init, source_tokenizer
 from normlab.train.init_from import write_record as write_init_record
 from normlab.train.init_eval import eval_mode_gap, initial_eval, near_chance_warning, unigram_bpb
 from normlab.run.tensors import list_checkpoints, load_checkpoint, save_checkpoint, save_model
+from normlab.train.clipping import build_clipper
 from normlab.train.distributed import SINGLE, DistContext, StopSignals
 from normlab.train.optim import EffectiveLR, NormalizeAndProject, build_optimizer
 from normlab.train.precision import CompileTimer, autocast, prepare_model, resolve_runtime
@@ -201,6 +203,7 @@ def _train(cfg: RunConfig, run_dir: Path, *, resume: bool, quiet: bool, flag: An
     fwd = torch.compile(ddp) if tc.compile else ddp  # diagnostic steps run `ddp` (eager, with hooks)
     timer = CompileTimer(tc.compile)
     opt, groups = build_optimizer(model, tc, oc)
+    clipper = build_clipper(model, tc)  # train.clip: global clip_grad_norm_ or AdaGC (per-tensor EMA thresholds)
     rows, share = ctx.rows(tc.batch_size), ctx.weight(tc.batch_size)
     nap = NormalizeAndProject(model) if oc.nap else None  # init norms of the seeded init, before any resume load
     eff_lr = EffectiveLR({n: p for n, p in model.named_parameters() if n in groups["feeds_norm"]})
@@ -220,6 +223,7 @@ def _train(cfg: RunConfig, run_dir: Path, *, resume: bool, quiet: bool, flag: An
             if nap is not None:
                 nap.check(state.get("nap_init_norms"), str(ckpts[-1]))
             diag.load_state_dict(state.get("diag"))  # diag: the loss-spike window
+            clipper.load_state_dict(state.get("clip"))  # AdaGC's thresholds
             torch.set_rng_state(_rng_from_json(state["rng"]["torch"]))
             if "cuda" in state["rng"]:
                 torch.cuda.set_rng_state(_rng_from_json(state["rng"]["cuda"]))
@@ -259,7 +263,6 @@ def _train(cfg: RunConfig, run_dir: Path, *, resume: bool, quiet: bool, flag: An
     step = start
     mark_t, mark_tokens = time.time(), tokens_seen
     t_start = time.time()
-    params = [p for p in model.parameters() if p.requires_grad]
 
     def checkpoint(at: int) -> None:
         if not ctx.is_main:
@@ -269,6 +272,7 @@ def _train(cfg: RunConfig, run_dir: Path, *, resume: bool, quiet: bool, flag: An
         if dev == "cuda":
             state["rng"]["cuda"] = _rng_to_json(torch.cuda.get_rng_state())
         state["diag"] = diag.state_dict()  # diag
+        state["clip"] = clipper.state_dict()
         state["final"] = {"train_loss": last_loss, "val_loss": val.get("loss"), "val_bpb": val.get("bpb")}
         if nap is not None:
             state["nap_init_norms"] = nap.to_json()
@@ -293,6 +297,7 @@ def _train(cfg: RunConfig, run_dir: Path, *, resume: bool, quiet: bool, flag: An
                     with autocast(dev, tc.precision):
                         logits = step_fwd(x)
                     loss, parts = lm_loss(logits.float(), y, z_loss=tc.z_loss, logitnorm_tau=tc.logitnorm_tau)
+                    diag.observe_output(logits, y)  # diag: Softmax Collapse counts (diagnostic steps only)
                     (loss * share / tc.grad_accum).backward()  # share: this rank's part of the global batch
                 loss_sum += float(parts.pop("ce")) * share  # raw cross-entropy: what is logged and checked
                 for k, v in parts.items():
@@ -302,9 +307,7 @@ def _train(cfg: RunConfig, run_dir: Path, *, resume: bool, quiet: bool, flag: An
                 loss_sum, extra = sums[0], dict(zip(extra, sums[1:]))
             last_loss = loss_sum / tc.grad_accum
             diag.after_backward(step, last_loss)  # diag: grad norms (before clipping), spike check; hooks removed
-            grad_norm = float(
-                torch.nn.utils.clip_grad_norm_(params, tc.grad_clip if tc.grad_clip > 0 else float("inf"))
-            )
+            grad_norm = clipper.clip(step)  # the global norm before clipping
             if not math.isfinite(last_loss) or last_loss > ceiling or not math.isfinite(grad_norm):
                 status = "diverged"
                 step += 1
@@ -330,7 +333,7 @@ def _train(cfg: RunConfig, run_dir: Path, *, resume: bool, quiet: bool, flag: An
                 now = time.time()
                 tok_s = (tokens_seen - mark_tokens) / max(now - mark_t, 1e-9)
                 record |= {"step": step, "loss": last_loss, "lr": lr, "grad_norm": grad_norm,
-                           "tokens_per_s": tok_s, "elapsed_s": elapsed + now - t_start, **extra}
+                           "tokens_per_s": tok_s, "elapsed_s": elapsed + now - t_start, **extra, **clipper.metrics()}
                 report.update(step, last_loss, tok_s)
             if ctx.is_main and (step % tc.eval_every == 0 or step == tc.steps):
                 t_eval = time.time()
@@ -365,7 +368,8 @@ def _train(cfg: RunConfig, run_dir: Path, *, resume: bool, quiet: bool, flag: An
         if (val and data.entropy_floor_bpb is not None) else None,
         "tokens_seen": tokens_seen, "tokens_per_s": tokens_seen / max(total_elapsed, 1e-9),
         "elapsed_s": total_elapsed, "params": model.num_params(), "config_hash": cfg.hash(),
-        "loss_spikes": diag.summary(), "run_dir": str(run_dir), **init,
+        "loss_spikes": diag.summary(), **clipper.summary(), "run_dir": str(run_dir), **init,
+        "weight_norms": {k.split("/", 1)[1]: v for k, v in weight_norm_record(model).items()},  # TEV, head norms
         "device": dev, "precision": tc.precision, "compile": tc.compile, "compile_s": timer.compile_s,
         "threads": torch.get_num_threads(), "threads_reason": why_threads,
     }

@@ -16,6 +16,9 @@ Norm-aware pieces (docs/optim.md):
   learning"): after each step, rescale each of those weights to its Frobenius norm at initialisation.
 - :class:`EffectiveLR`: per-step ``||dW|| / ||W||`` of the same weights (the effective step size AdamP and NaP
   are about).
+- :func:`orthograd_` (``optim.perp_grad``; perp-Grad of Prieto et al. 2025, "Grokking at the Edge of Numerical
+  Stability"): the gradient of every parameter without its component along the parameter, rescaled to the
+  original gradient norm, applied as a step pre-hook of any of the optimizers above.
 """
 
 from __future__ import annotations
@@ -86,8 +89,39 @@ def build_optimizer(model: nn.Module, tcfg: TrainConfig,
                    delta=ocfg.delta, wd_ratio=ocfg.wd_ratio)
     else:  # OptimConfig.validate() lists the allowed names
         raise NormlabError(f"unknown optim.name '{ocfg.name}'")
+    if ocfg.perp_grad:  # after clipping (the loop clips before opt.step), as the authors' OrthoGrad wrapper
+        opt.register_step_pre_hook(_orthograd_hook)
     names["feeds_norm"] = list(weights_feeding_norms(model))
     return opt, names
+
+
+ORTHO_EPS = 1e-30  # as the authors' orthograd.py (LucasPrietoAl/grokking-at-the-edge-of-numerical-stability)
+
+
+@torch.no_grad()
+def orthograd_(params: Any) -> None:
+    """perp-Grad in place (Prieto et al. 2025, arXiv:2501.04697, Section 6; the authors' ``OrthoGrad``): for every
+    parameter ``w`` (flattened, any shape) with gradient ``g``::
+
+        g_perp = g - (w . g / (w . w + 1e-30)) w        # remove the naive-loss-minimisation direction
+        g     <- g_perp * ||g|| / (||g_perp|| + 1e-30)  # keep the gradient's norm
+
+    The first line is the paper's definition; the rescaling is what their released optimizer does. Parameters
+    without a gradient are skipped; computed in float32 (float64 for float64 gradients), written back in the
+    gradient's dtype."""
+    for p in params:
+        if p.grad is None:
+            continue
+        work = torch.float64 if p.grad.dtype == torch.float64 else torch.float32
+        w, g = p.detach().reshape(-1).to(work), p.grad.reshape(-1).to(work)
+        g_perp = g - (torch.dot(w, g) / (torch.dot(w, w) + ORTHO_EPS)) * w
+        g_perp = g_perp * (g.norm() / (g_perp.norm() + ORTHO_EPS))
+        p.grad.copy_(g_perp.view_as(p.grad).to(p.grad.dtype))
+
+
+def _orthograd_hook(opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+    """Step pre-hook: :func:`orthograd_` over every parameter the optimizer updates."""
+    orthograd_(p for g in opt.param_groups for p in g["params"])
 
 
 def _adamp_class(name: str) -> type[torch.optim.Optimizer]:

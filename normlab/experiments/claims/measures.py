@@ -303,6 +303,7 @@ def m_extrap_eval_only(ctx: Context, runs: dict[str, Path]) -> tuple[float | Non
 
 
 def _registry() -> dict[str, Callable[..., tuple[float | None, dict]]]:
+    from normlab.experiments.claims import measures_literature as lit
     from normlab.experiments.claims import measures_lr as lr
     from normlab.experiments.claims import measures_surgery as sg
 
@@ -311,7 +312,7 @@ def _registry() -> dict[str, Callable[..., tuple[float | None, dict]]]:
             "peri_magnitude": m_peri_magnitude, "mix": m_mix, "collapse_diff": m_collapse_diff,
             "bpb_diff": m_bpb_diff, "linear": m_linear, "extrap": m_extrap, "extrap_eval_only": m_extrap_eval_only,
             "removal": sg.m_removal, "hadamard": sg.m_hadamard, "peri_quant": sg.m_peri_quant, "rank": sg.m_rank,
-            "sens_diff": lr.m_sens_diff, "best_diff": lr.m_best_diff, "zloss": lr.m_zloss}
+            "sens_diff": lr.m_sens_diff, "best_diff": lr.m_best_diff, "zloss": lr.m_zloss, **lit.MEASURES}
 
 
 MEASURES = _registry()

@@ -405,6 +405,97 @@ CLAIMS: list[Claim] = [
           practical_margin=BPB_MARGIN,
           revised=(Revision(R1125, f"practical margin {BPB_MARGIN} bits/byte", MARGIN_WHY,
                             "inconclusive (-0.028 ± 0.051)"),)),
+    # techniques from the seed literature (measures_literature.py)
+    Claim("adagc-lr-sensitivity", "AdaGC lowers the learning-rate sensitivity of Pre-LN compared with global "
+          "gradient clipping", "Wang et al. 2025, AdaGC (arXiv:2502.11034)",
+          "LR sensitivity(Pre-LN, global clipping 1.0) - LR sensitivity(Pre-LN, AdaGC), bits/byte", "> 0", "greater",
+          ("grid_pre", "grid_pre_adagc"), "sens_diff", args=("grid_pre", "grid_pre_adagc"),
+          meaning=LR_SENSITIVITY + " AdaGC (train.clip: adagc): every parameter tensor clipped to 1.05 x an EMA "
+                                   "(0.98) of its own clipped gradient norm, global clipping at 1.0 during the "
+                                   "warm-up. Positive = AdaGC less sensitive.",
+          source="paper section 3 (the AdaGC update; lambda_rel 1.05, beta 0.98) and its loss-spike experiments",
+          deviations="the warm-up of global clipping is the learning-rate warm-up (10% of the grid's steps) "
+                     "instead of the paper's fixed count of steps; 6-block models for the grid's steps instead of "
+                     "7B-13B LLMs."),
+    Claim("adagc-spikes", "AdaGC has fewer loss spikes than global gradient clipping",
+          "Wang et al. 2025, AdaGC (arXiv:2502.11034)",
+          "loss spikes summed over the learning-rate grid: Pre-LN (global clipping) - Pre-LN + AdaGC", "> 0",
+          "greater", ("grid_pre", "grid_pre_adagc"), "spike_diff", args=("grid_pre", "grid_pre_adagc"),
+          meaning="Loss spikes as the training loop counts them (a step whose loss exceeds 2x the mean of the "
+                  "previous 20; summary.json loss_spikes), summed over the runs of the grid of one seed. "
+                  "Positive = fewer spikes with AdaGC.",
+          source="paper section 4 (loss spikes of global clipping vs AdaGC)",
+          deviations="as adagc-lr-sensitivity; the paper's spike score is not reproduced, the loop's spike count "
+                     "stands in for it."),
+    Claim("stablemax-collapse", "With StableMax the Softmax-Collapse fraction stays at zero where softmax collapses",
+          "Prieto et al. 2025, Grokking at the Edge of Numerical Stability (arXiv:2501.04697)",
+          "fraction of positions in Softmax Collapse (fp32 target probability exactly 1) at the last diagnostic step, "
+          "highest grid lr: softmax - StableMax", "> 0", "greater", ("grid_pre", "grid_pre_stablemax"), "collapse",
+          meaning="diag/softmax_collapse (normlab.diagnostics.collapse) of Pre-LN with softmax output and with "
+                  "model.output: stablemax at the grid's highest learning rate. Positive = softmax collapses "
+                  "more. Details give the largest fraction over the grid.",
+          source="paper section 3 (Softmax Collapse) and section 5 (StableMax)",
+          deviations="a byte-level language model at learning rates up to the grid's highest, not the paper's "
+                     "algorithmic tasks trained for 10^4-10^5 steps past memorisation; a model that never becomes "
+                     "confident enough cannot collapse, and then both fractions are 0."),
+    Claim("tev-instability", "Token Embedding Variability is larger where Pre-LN training is unstable",
+          "Chung et al. 2024, Stable Language Model Pre-training by Reducing Embedding Variability "
+          "(arXiv:2409.07787)", "TEV (mean over the vocabulary) at the last diagnostic step: highest grid lr - best "
+          "lr, Pre-LN", "> 0", "greater", ("grid_pre",), "tev",
+          meaning="diag/tev_mean (normlab.diagnostics.weightnorms) of Pre-LN at the grid's highest learning rate "
+                  "minus at its best learning rate (lowest final loss). Positive = the unstable end of the grid has "
+                  "the more variable embeddings, as the paper's proxy says. Details give TEV at every lr.",
+          source="paper section 2 (TEV as a proxy for the gradient variance of Pre-LN models)",
+          deviations="TEV compared across learning rates at the end of short runs, not tracked before loss spikes "
+                     "of GPT-2 pre-training."),
+    Claim("transnormer-vs-linear", "NormAttention (a norm after the attention, no denominator) trains to a lower "
+          "loss than division-normalised linear attention", "Qin et al. 2022, The Devil in Linear Transformer "
+          "(TransNormer, arXiv:2210.10340)", "val bpb(linear) - bpb(transnormer)", "> 0", "greater",
+          ("linear", "transnormer"), "bpb_diff", args=("linear", "transnormer"),
+          meaning="Both with RoPE in a Pre-LN 4-block model: model.attention: linear (relu kernel, division by "
+                  "phi(q).z) vs transnormer (1 + elu kernel, no denominator, SRMSNorm on the output). Positive = "
+                  "NormAttention better.",
+          source="paper section 3 (NormAttention) and its language-modelling results against linear transformers",
+          deviations="every block uses NormAttention (TransNormer's diagonal softmax attention in the lower layers is "
+                     "not built), no output gate; byte-level pystdlib instead of WikiText-103."),
+    Claim("residual-sink-clipping", "Clipping the residual sinks to the median scale hurts more than clipping as "
+          "many other dimensions", "Qiu et al. 2026, A Unified View of Attention and Residual Sinks "
+          "(arXiv:2601.22966)", "loss increase (nats/token) with the sink dims clipped - with as many other dims "
+          "clipped, deep Pre-LN", "> 0", "greater", ("deep_pre",), "residual_sinks",
+          meaning="Residual sinks by normlab.diagnostics.residual_sinks (dims above 10x the block's median |h| on "
+                  ">= 50% of tokens) on the validation sample; all blocks' sink dims clamped to [-median, median] "
+                  "at the block outputs vs the same for as many random non-sink dims. Positive = the model relies "
+                  "on its outliers (outlier-driven rescaling). 0 when no sink is found.",
+          source="paper section 4 (clipping outliers while keeping the normalization degrades the model)",
+          deviations="clipping at evaluation of a trained model instead of during training; a stated detection "
+                     "criterion instead of the paper's reading of activation plots."),
+    Claim("higgs-w3", "The HIGGS grid (Hadamard + Gaussian MSE-optimal levels) loses less than round-to-nearest "
+          "at 3 bits", "Malinovskii et al. 2024, HIGGS (arXiv:2411.17525)",
+          "Δbpb(W3 RTN) - Δbpb(W3 HIGGS), Pre-LN (bits/byte)", "> 0", "greater", ("ln",), "quant_diff",
+          args=(3, "higgs"),
+          meaning="normlab quantize --weights 3 vs --weights 3 --grid higgs on each seed's Pre-LN run (every linear "
+                  "inside the blocks; embeddings and head fp32). Positive = HIGGS loses less.",
+          source="paper section 4 (HIGGS grids; data-free quantization results)",
+          deviations="scalar Lloyd-Max grids only (no vector grids), group RMS as the scale, simulated (fake-quant)."),
+    Claim("norm-tweak-w3", "Norm Tweaking reduces the loss increase of 3-bit weight quantization",
+          "Li et al. 2024, Norm Tweaking (AAAI 2024, arXiv:2309.02784)",
+          "Δbpb(W3 RTN) - Δbpb(W3 RTN + Norm Tweaking), Pre-LN (bits/byte)", "> 0", "greater", ("ln",),
+          "quant_diff", args=(3, "tweak"),
+          meaning="normlab quantize --weights 3 vs --weights 3 --norm-tweak (32 training-split windows, Adam lr "
+                  "1e-3, one pass). Positive = Norm Tweaking recovers loss. Details give the output error on the "
+                  "calibration and held-out windows.",
+          source="paper section 3 (Algorithm 1, the channel-wise distribution loss)",
+          deviations="training-split windows instead of self-generated calibration data; RTN instead of GPTQ "
+                     "underneath; learning rate for small models."),
+    Claim("linearity-w4", "The linearity theorem predicts the 4-bit loss increase within a factor of 2",
+          "Malinovskii et al. 2024, HIGGS (arXiv:2411.17525)",
+          "log2(predicted / measured Δbpb), W4 RTN, Pre-LN", "|Δ| < 1", "within", ("ln",), "linearity", args=(4,),
+          margin=1.0,
+          meaning="Per-layer coefficients a_l from Gaussian noise of relative squared error 0.01 on one layer at a "
+                  "time; predicted Δbpb = sum_l a_l t_l with t_l the W4 RTN relative errors; held when the CI of "
+                  "log2(predicted/measured) lies inside (-1, 1).",
+          source="paper section 3 (Theorem 1 and its calibration of the coefficients by noise)",
+          deviations="one noise draw per layer; bits/byte on validation tokens instead of perplexity."),
 ]
 CLAIM_NAMES = [c.name for c in CLAIMS]
 

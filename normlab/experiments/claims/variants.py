@@ -33,6 +33,9 @@ VARIANTS: dict[str, tuple[bool, dict, dict]] = {
     # LINA's locality branch: causal depthwise conv of the attention input (techmonsterwang/LINA dw_conv)
     "linear_conv": (False, {"attention": "linear", "linear_conv": 4, "linear_conv_source": "input"}, {}),
     "softplus": (False, {"attention": "softplus"}, {}),
+    # division-normalised linear attention without extras vs TransNormer's NormAttention (Qin et al. 2022)
+    "linear": (False, {"attention": "linear"}, {}),
+    "transnormer": (False, {"attention": "transnormer"}, {}),
     # softplus attention trained with LSSAR re-weighting on, as the paper trains it
     "softplus_lssar": (False, {"attention": "softplus", "lssa_reweight": True}, {}),
     "deep_pre": (True, {}, {}),
@@ -57,6 +60,8 @@ GRID_VARIANTS: dict[str, tuple[dict, dict]] = {
     # against LayerNorm with the same untied head
     "grid_dyt": (DYT_LLAMA, {}),
     "grid_ln_untied": ({"tie_embeddings": False}, {}),
+    "grid_pre_adagc": ({}, {"clip": "adagc"}),  # AdaGC (Wang et al. 2025) instead of global clipping
+    "grid_pre_stablemax": ({"output": "stablemax"}, {}),  # StableMax (Prieto et al. 2025) instead of softmax
 }
 
 

@@ -1,0 +1,155 @@
+"""Gradient clipping (``train.clip``): global norm clipping or AdaGC.
+
+- ``global`` (default): ``torch.nn.utils.clip_grad_norm_`` over all parameters at ``train.grad_clip``
+  (0 = no clipping).
+- ``adagc``: AdaGC (Wang et al. 2025, "AdaGC: Improving Training Stability for Large Language Model Pretraining",
+  arXiv:2502.11034; ICML version "AdaGC: Enhancing LLM Pretraining Stability via Adaptive Gradient Clipping").
+  Each parameter tensor ``i`` keeps ``gamma_i``, an exponential moving average of its own *clipped* gradient
+  norm, and is clipped relative to it::
+
+      warm-up (t < T_start):  h   = min(1, lambda_abs / ||g_t||)           (global clipping, ||g_t|| over all)
+                              g^_i = h g_i,   gamma_i = min(gamma_i, ||g^_i||)    (gamma_i starts at +inf)
+      after:                  h_i = min(1, lambda_rel gamma_i / ||g_i||)   (gamma_i of the previous step)
+                              g^_i = h_i g_i,  gamma_i = beta gamma_i + (1 - beta) ||g^_i||
+
+  ``lambda_abs`` = ``train.grad_clip`` (0: no clipping during the warm-up), ``lambda_rel`` =
+  ``train.adagc_lambda`` (1.05), ``beta`` = ``train.adagc_beta`` (0.98), ``T_start`` = ``train.adagc_warmup``
+  (default: the learning-rate warm-up, ``train.warmup_steps``; scaled down with the run, as our runs have
+  hundreds of steps where the paper's have tens of thousands).
+
+Both return the global gradient norm *before* clipping (what the loop logs as ``grad_norm`` and checks for
+divergence). AdaGC's state (``gamma`` and the per-group clip counts) is saved in every checkpoint, so a resumed run
+clips exactly as an uninterrupted one. Per parameter group (``attn``, ``mlp``, ``norm``, ``embed``, ``head``,
+``other``: :func:`param_group`) it logs, on logging steps, ``adagc/clipped/<group>`` (the share of the group's
+tensors clipped at that step) and ``adagc/threshold/<group>`` (the mean ``lambda_rel * gamma`` over them), and
+``summary.json`` gets ``adagc_clipped: {group: clipped tensor-steps over the run}``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from torch import nn
+
+CLIPS = ("global", "adagc")
+CLIP_EPS = 1e-6  # as torch.nn.utils.clip_grad_norm_: max_norm / (norm + 1e-6)
+
+
+def param_group(name: str) -> str:
+    """The logging group of a GPT parameter: ``attn`` / ``mlp`` (a block's sublayer), ``norm`` (a norm site or the
+    embedding / final norm), ``embed`` (token and position embeddings), ``head`` (an untied LM head), ``other``."""
+    parts = name.split(".")
+    if parts[0] == "blocks" and len(parts) > 2:
+        return parts[2] if parts[2] in ("attn", "mlp") else "norm"
+    if parts[0] in ("tok_emb", "pos_emb"):
+        return "embed"
+    if parts[0] in ("final_norm", "embed_norm"):
+        return "norm"
+    if parts[0] == "lm_head":
+        return "head"
+    return "other"
+
+
+class GlobalClip:
+    """``clip_grad_norm_`` over ``params`` at ``max_norm`` (0 = none)."""
+
+    def __init__(self, params: list[nn.Parameter], max_norm: float):
+        self.params, self.max_norm = params, max_norm
+
+    def clip(self, step: int) -> float:
+        return float(torch.nn.utils.clip_grad_norm_(self.params, self.max_norm if self.max_norm > 0 else math.inf))
+
+    def metrics(self) -> dict[str, float]:
+        return {}
+
+    def summary(self) -> dict[str, Any]:
+        return {}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any] | None) -> None:
+        pass
+
+
+class AdaGC:
+    """AdaGC over named parameters (see the module docstring). ``clip(step)`` with ``step`` the 0-based index of
+    the step being run clips the gradients in place and returns the global norm before clipping."""
+
+    def __init__(self, named: dict[str, nn.Parameter], *, lambda_abs: float, lambda_rel: float, beta: float,
+                 warmup: int):
+        self.names = list(named)
+        self.params = [named[n] for n in self.names]
+        self.groups = [param_group(n) for n in self.names]
+        self.lambda_abs, self.lambda_rel, self.beta, self.warmup = lambda_abs, lambda_rel, beta, warmup
+        self.gamma = torch.full((len(self.params),), math.inf, dtype=torch.float64)
+        self.counts: dict[str, int] = {g: 0 for g in dict.fromkeys(self.groups)}
+        self._last: dict[str, float] = {}
+
+    @torch.no_grad()
+    def clip(self, step: int) -> float:
+        have = [i for i, p in enumerate(self.params) if p.grad is not None]
+        if not have:
+            return 0.0
+        grads = [self.params[i].grad for i in have]
+        norms = torch.stack([torch.linalg.vector_norm(g.detach().double()) for g in grads]).cpu()
+        total = float(torch.linalg.vector_norm(norms))
+        idx = torch.tensor(have)
+        gamma = self.gamma[idx]
+        if step < self.warmup:
+            h = min(1.0, self.lambda_abs / (total + CLIP_EPS)) if self.lambda_abs > 0 else 1.0
+            scale = torch.full_like(norms, h)
+            new_gamma = torch.minimum(gamma, norms * scale)
+        else:
+            scale = (self.lambda_rel * gamma / (norms + CLIP_EPS)).clamp(max=1.0)
+            scale = torch.where(torch.isfinite(gamma), scale, torch.ones_like(scale))  # never seen: not clipped
+            clipped = norms * scale
+            new_gamma = torch.where(torch.isfinite(gamma), self.beta * gamma + (1 - self.beta) * clipped, clipped)
+        self.gamma[idx] = new_gamma
+        for g, s in zip(grads, scale.tolist()):
+            if s < 1.0:
+                g.mul_(s)
+        per: dict[str, list[tuple[bool, float]]] = {}
+        for j, i in enumerate(have):
+            per.setdefault(self.groups[i], []).append((scale[j].item() < 1.0, float(self.lambda_rel * new_gamma[j])))
+        last: dict[str, float] = {}
+        for grp, rows in per.items():
+            n_clip = sum(c for c, _ in rows)
+            self.counts[grp] = self.counts.get(grp, 0) + n_clip
+            last[f"adagc/clipped/{grp}"] = n_clip / len(rows)
+            finite = [t for _, t in rows if math.isfinite(t)]
+            if finite:
+                last[f"adagc/threshold/{grp}"] = sum(finite) / len(finite)
+        self._last = last
+        return total
+
+    def metrics(self) -> dict[str, float]:
+        """The last step's per-group clip share and mean threshold (flat keys for metrics.jsonl)."""
+        return dict(self._last)
+
+    def summary(self) -> dict[str, Any]:
+        return {"adagc_clipped": dict(self.counts)}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"gamma": [None if not math.isfinite(v) else v for v in self.gamma.tolist()], "names": self.names,
+                "counts": dict(self.counts)}
+
+    def load_state_dict(self, state: dict[str, Any] | None) -> None:
+        if not state:
+            return
+        if state.get("names") != self.names:
+            raise ValueError("the AdaGC state in the checkpoint is for other parameters")
+        self.gamma = torch.tensor([math.inf if v is None else float(v) for v in state["gamma"]], dtype=torch.float64)
+        self.counts = {k: int(v) for k, v in state["counts"].items()}
+
+
+def build_clipper(model: nn.Module, tcfg: Any) -> GlobalClip | AdaGC:
+    """The clipper ``train.clip`` names, over ``model``'s trainable parameters (tied weights once)."""
+    named = {n: p for n, p in model.named_parameters() if p.requires_grad}
+    if tcfg.clip == "adagc":
+        warmup = tcfg.adagc_warmup if tcfg.adagc_warmup is not None else tcfg.warmup_steps
+        return AdaGC(named, lambda_abs=tcfg.grad_clip, lambda_rel=tcfg.adagc_lambda, beta=tcfg.adagc_beta,
+                     warmup=warmup)
+    return GlobalClip(list(named.values()), tcfg.grad_clip)

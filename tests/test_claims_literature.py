@@ -1,0 +1,52 @@
+"""The seed-literature claims (issue 31; normlab.experiments.claims.measures_literature) end to end at the tiny
+budget: every claim gets a verdict, and the per-seed values are what the run directories say (summary.json,
+metrics.jsonl), recomputed here independently."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from normlab.experiments.claims.stats import HELD, INCONCLUSIVE, NOT_HELD
+from tests.helpers import run_inproc
+
+NAMES = ("adagc-lr-sensitivity,adagc-spikes,stablemax-collapse,tev-instability,transnormer-vs-linear,"
+         "residual-sink-clipping,higgs-w3,norm-tweak-w3,linearity-w4")
+
+
+def last(run: Path, key: str) -> float | None:
+    vals = [(r["step"], r[key]) for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines())
+            if key in r]
+    return max(vals)[1] if vals else None
+
+
+@pytest.mark.slow
+def test_literature_claims_tiny_end_to_end(tmp_path):
+    out = tmp_path / "claims"
+    p = run_inproc("claims", "--budget", "tiny", "--only", NAMES, "--out", str(out), "--json",
+                   cache=tmp_path / "cache", check=True)
+    rep = {c["name"]: c for c in json.loads(p.stdout)["claims"]}
+    assert set(rep) == set(NAMES.split(","))
+    assert all(c["verdict"] in (HELD, NOT_HELD, INCONCLUSIVE) for c in rep.values())
+    summary = lambda d: json.loads((Path(d) / "summary.json").read_text())  # noqa: E731
+    for seed, runs in enumerate(rep["transnormer-vs-linear"]["runs"]):
+        want = summary(runs["linear"])["val_bpb"] - summary(runs["transnormer"])["val_bpb"]
+        assert rep["transnormer-vs-linear"]["values"][seed] == pytest.approx(want, abs=1e-12)
+    for seed, runs in enumerate(rep["adagc-spikes"]["runs"]):
+        count = lambda v: sum(summary(d)["loss_spikes"]["count"] for d in runs[v].values())  # noqa: E731
+        assert rep["adagc-spikes"]["values"][seed] == count("grid_pre") - count("grid_pre_adagc")
+        assert all(summary(d).get("adagc_clipped") is not None for d in runs["grid_pre_adagc"].values()
+                   if summary(d)["status"] == "completed")
+    for seed, runs in enumerate(rep["stablemax-collapse"]["runs"]):
+        top = max(runs["grid_pre"], key=float)
+        want = (last(Path(runs["grid_pre"][top]), "diag/softmax_collapse")
+                - last(Path(runs["grid_pre_stablemax"][top]), "diag/softmax_collapse"))
+        assert rep["stablemax-collapse"]["values"][seed] == pytest.approx(want, abs=1e-12)
+    for seed, det in enumerate(rep["tev-instability"]["details"]):
+        runs = rep["tev-instability"]["runs"][seed]["grid_pre"]
+        top = max(runs, key=float)
+        assert det["tev_top_lr"] == pytest.approx(last(Path(runs[top]), "diag/tev_mean"))
+    for det in rep["norm-tweak-w3"]["details"]:
+        assert set(det["output_error"]) == {"calibration", "held_out"}
