@@ -154,7 +154,7 @@ def unigram_floors(runs: list[RunInfo], sweep_dir: Path) -> None:
     """Fill ``summary["unigram_bpb"]`` of runs trained before normlab recorded it: computed exactly from the
     training split of the run's own corpus (normlab.run.rundir.run_data, identity-checked; the token cache is reused),
     once per distinct corpus and tokenizer. A run whose corpus cannot be read keeps no floor."""
-    from normlab import rundir
+    from normlab.run import rundir
 
     cache: dict[str, float | None] = {}
     for r in runs:
