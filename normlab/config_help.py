@@ -15,7 +15,8 @@ import typing
 from collections.abc import Callable
 from typing import Any
 
-from normlab.config import DEVICES, EVAL_SAMPLES, OPTIMIZERS, PRECISIONS, TRACKERS, RunConfig, _all_keys, _type_name
+from normlab.config import (CLIPS, DEVICES, EVAL_SAMPLES, OPTIMIZERS, PRECISIONS, TRACKERS, RunConfig, _all_keys,
+                            _type_name)
 from normlab.model.config import ACTIVATIONS, EMBED_SCALES, POSITIONS, RESIDUAL_SCALES
 from normlab.validate import RANGES, Range
 
@@ -37,6 +38,7 @@ KEY_HELP: dict[str, str] = {
     "model.activation": "MLP activation",
     "model.positions": "position encoding: rope, learned table, alibi bias or none",
     "model.attention": "attention kind (normlab attention lists them; docs/attention.md)",
+    "model.output": "output distribution: softmax, or StableMax (Prieto et al. 2025; docs/output.md)",
     "model.qk_norm": "RMSNorm on queries and keys before the scores (softmax, linear)",
     "model.qk_norm_scope": "qk_norm over each head's head_dim (head, Qwen3) or over all heads' q, k (width, OLMo 2)",
     "model.attn_softcap": "softmax score cap c: s = c * tanh(s / c) (null: no cap)",
@@ -76,6 +78,10 @@ KEY_HELP: dict[str, str] = {
     "train.beta1": "Adam beta1",
     "train.beta2": "Adam beta2",
     "train.grad_clip": "clip the global gradient norm to this (0: no clipping)",
+    "train.clip": "gradient clipping: global norm, or AdaGC's per-tensor adaptive thresholds (Wang et al. 2025)",
+    "train.adagc_lambda": "AdaGC: clip each tensor to lambda x the EMA of its clipped gradient norm",
+    "train.adagc_beta": "AdaGC: EMA coefficient of each tensor's gradient norm",
+    "train.adagc_warmup": "AdaGC: steps of global clipping that initialise the EMA (null: the LR warm-up)",
     "train.eval_every": "validate every N steps (and at the end)",
     "train.eval_batches": "validation batches per evaluation",
     "train.eval_sample": "validation windows spread over the whole split, or its head",
@@ -90,6 +96,7 @@ KEY_HELP: dict[str, str] = {
     "train.compile": "torch.compile the model: auto, true or false",
     "train.track": "where curves and hparams are logged live: tensorboard, wandb, mlflow (a list; [] for none)",
     "optim.name": "optimizer: adamw, adamp or sgdp (docs/optim.md)",
+    "optim.perp_grad": "perp-Grad: remove the gradient component along each weight (Prieto et al. 2025)",
     "optim.nap": "Normalize-and-Project after every step (Lyle et al. 2024)",
     "optim.delta": "AdamP / SGDP: cosine threshold for the projection",
     "optim.wd_ratio": "AdamP / SGDP: weight-decay ratio on projected (scale-invariant) weights",
@@ -106,6 +113,7 @@ def _choices() -> dict[str, Callable[[], tuple[str, ...]]]:
     from normlab.attention import attention_names
     from normlab.attention.linear import CONV_SOURCES, GATES
     from normlab.attention.softmax import QK_NORM_SCOPES
+    from normlab.model.outputs import OUTPUTS
     from normlab.model.placements import PLACEMENTS
     from normlab.norms import norm_names
 
@@ -114,6 +122,7 @@ def _choices() -> dict[str, Callable[[], tuple[str, ...]]]:
         "model.activation": lambda: ACTIVATIONS,
         "model.positions": lambda: POSITIONS,
         "model.attention": lambda: tuple(attention_names()),
+        "model.output": lambda: OUTPUTS,
         "model.qk_norm_scope": lambda: tuple(QK_NORM_SCOPES),
         "model.linear_conv_source": lambda: tuple(CONV_SOURCES),
         "model.linear_gate": lambda: tuple(GATES),
@@ -126,6 +135,7 @@ def _choices() -> dict[str, Callable[[], tuple[str, ...]]]:
         "train.compile": lambda: ("auto", "true", "false"),
         "optim.name": lambda: OPTIMIZERS,
         "train.track": lambda: TRACKERS,
+        "train.clip": lambda: CLIPS,
     }
 
 

@@ -65,7 +65,7 @@ def test_wheel_ships_presets_and_sweeps(installed):
     names = set(zipfile.ZipFile(installed["wheel"]).namelist())
     shipped = {p.relative_to(ROOT).as_posix() for p in (ROOT / "normlab" / "configs").rglob("*.yaml")}
     assert shipped and shipped <= names
-    assert "normlab/examples/api.py" in names  # docs/api.md's example runs from a wheel install (issue 29)
+    assert "normlab/examples/api.py" in names  # docs/api.md's example runs from a wheel install
     assert not any(n.startswith(("tests/", "docs/", "benchmarks/")) for n in names)
 
 

@@ -65,8 +65,8 @@ def test_permutation_matches_scipy_exact(a, b):
         y = [pooled[i] for i in range(len(pooled)) if i not in idx]
         vals.append(abs(sum(x) / na - sum(y) / len(y)))
     ref = sum(v >= obs * (1 - 1e-9) for v in vals) / len(vals)
-    if any(abs(v - obs) < 1e-6 * max(1.0, obs) and v < obs * (1 - 1e-9) for v in vals):
-        return  # a near-tie the two tolerances may count differently
+    if any(0.0 < abs(v - obs) < 1e-6 * max(1.0, obs) for v in vals):
+        return  # a near-tie (within 1e-6 but not equal): the two tie tolerances may count it differently
     assert stats.permutation_p(a, b) == pytest.approx(ref, abs=1e-9)
 
 

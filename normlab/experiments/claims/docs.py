@@ -248,6 +248,9 @@ def write_docs(report: dict, path: Path) -> None:
             lines.append("")
     lines += [f"Raw results: {md_code(str(report['out']) + '/claims.json')} (per-seed values, details and run "
               "directories).", ""]
+    lines += ["Claims added from the seed-literature techniques (AdaGC, StableMax, TEV, TransNormer, residual sinks, "
+              "HIGGS, Norm Tweaking, the linearity theorem) and not yet in a full run: their first measurement, at "
+              "the quick budget with 2 seeds, is in [claims-literature.md](claims-literature.md).", ""]
     write_text(path, "\n".join(lines))
 
 

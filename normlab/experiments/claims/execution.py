@@ -415,10 +415,17 @@ def judge(report: dict, correction: str = "holm") -> dict:
 
 
 # -- reusing a sweep's runs (normlab claims --reuse SWEEP_DIR) -----------------------------------------------------
+NOT_RESULTS = ("threads", "track")
+"""``train`` keys that change no number of a run (how many threads trained it, where its curves were logged): a
+sweep's workers set their own thread count, so two configs that differ only here are the same run."""
+
+
 def _resolved_key(cfg: dict[str, Any]) -> str:
     from normlab.config import config_from_dict
 
-    return json.dumps(config_from_dict(copy.deepcopy(cfg)).to_dict(), sort_keys=True)
+    d = config_from_dict(copy.deepcopy(cfg)).to_dict()
+    d["train"] = {k: v for k, v in d["train"].items() if k not in NOT_RESULTS}
+    return json.dumps(d, sort_keys=True)
 
 
 def find_reusable(sweep_dir: Path, cfg: dict[str, Any], wait_s: float = 7200.0) -> Path | None:
