@@ -18,7 +18,7 @@ multipletests = pytest.importorskip("statsmodels.stats.multitest").multipletests
 pvals = st.lists(st.floats(min_value=0.0, max_value=1.0, allow_nan=False), min_size=1, max_size=12)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(pvals)
 def test_holm_and_bh_match_statsmodels(ps):
     for name, method in (("holm", "holm"), ("bh", "fdr_bh")):

@@ -250,7 +250,7 @@ def write_docs(report: dict, path: Path) -> None:
               "directories).", ""]
     lines += ["Claims added from the seed-literature techniques (AdaGC, StableMax, TEV, TransNormer, residual sinks, "
               "HIGGS, Norm Tweaking, the linearity theorem) and not yet in a full run: their first measurement, at "
-              "the quick budget with 2 seeds, is in [claims-literature.md](claims-literature.md).", ""]
+              "the quick budget with 2 seeds, is in docs/claims-literature.md.", ""]
     write_text(path, "\n".join(lines))
 
 
