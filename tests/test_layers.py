@@ -260,3 +260,51 @@ def test_no_issue_numbers_in_the_source():
     found = [f"{_module(p)}:{i}" for p in FILES for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
              if re.search(r"\bissues? #?\d+", line, re.IGNORECASE)]
     assert not found, found
+
+
+def _defined_names(init: Path) -> set[str]:
+    """Names a package's ``__init__.py`` binds at module level (defs, classes, assignments, imports)."""
+    names: set[str] = set()
+    for n in ast.parse(init.read_text(encoding="utf-8")).body:
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(n.name)
+        elif isinstance(n, (ast.Assign, ast.AnnAssign)):
+            for t in n.targets if isinstance(n, ast.Assign) else [n.target]:
+                names |= {x.id for x in ast.walk(t) if isinstance(x, ast.Name)}
+        elif isinstance(n, (ast.Import, ast.ImportFrom)):
+            names |= {(a.asname or a.name).split(".")[0] for a in n.names}
+    return names
+
+
+def _resolves(mod: str) -> bool:
+    rel = Path(*mod.split("."))
+    return (ROOT.parent / rel).with_suffix(".py").is_file() or (ROOT.parent / rel / "__init__.py").is_file()
+
+
+@pytest.mark.parametrize("path", sorted(ROOT.rglob("*.py")), ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_normlab_import_resolves(path):
+    """Every ``import normlab.x`` / ``from normlab.x import y`` names a module that exists, and ``y`` is a submodule
+    or a name the package binds: a moved module leaves no stale import behind, not even inside a function (the
+    floors above cannot see an import of a module that no longer exists)."""
+    mod = _module(path)
+    pkg = mod if path.name == "__init__.py" else mod.rpartition(".")[0]
+    bad = []
+    for n in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(n, ast.Import):
+            bad += [a.name for a in n.names if a.name.startswith("normlab") and not _resolves(a.name)]
+        elif isinstance(n, ast.ImportFrom):
+            base = n.module or ""
+            if n.level:
+                up = pkg.split(".")[: len(pkg.split(".")) - (n.level - 1)]
+                base = ".".join(up + ([base] if base else []))
+            if not base.startswith("normlab"):
+                continue
+            if not _resolves(base):
+                bad.append(base)
+                continue
+            init = ROOT.parent / Path(*base.split(".")) / "__init__.py"
+            if init.is_file():
+                names = _defined_names(init)
+                bad += [f"{base}.{a.name}" for a in n.names
+                        if a.name != "*" and not _resolves(f"{base}.{a.name}") and a.name not in names]
+    assert not bad, f"{mod} imports what does not exist: {bad}"
