@@ -112,8 +112,8 @@ def export_run(run_dir: str | Path, out: str | Path) -> dict[str, Any]:
         from transformers import AutoModelForCausalLM
 
         with dependency_io():  # our own files, read back as any user would; still no remote code, no prompt
-            back = AutoModelForCausalLM.from_pretrained(tmp, dtype=torch.float32, local_files_only=True,
-                                                        trust_remote_code=False)  # check what was written
+            back = AutoModelForCausalLM.from_pretrained(tmp, trust_remote_code=False, dtype=torch.float32,
+                                                        local_files_only=True)  # check what was written
             check = compare_models(run.model, back, data.val, cfg.context)
         doc = data.tokenizer.doc_token  # a +doc tokenizer's separator, else newline (normlab's eval --documents)
         doc_start = int(doc) if doc is not None else data.tokenizer.encode(b"\n")[0]

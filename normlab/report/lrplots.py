@@ -89,27 +89,39 @@ def signals_vs_lr_png(gr: GridReport, cmap: dict[str, Any]) -> bytes | None:
     return png(fig)
 
 
-def signals_vs_step_png(gr: GridReport, key: str) -> bytes | None:
-    """One panel per variant: the signal against the training step, one line per learning rate (seed 0 of each
-    learning rate, or its first seed), diverged runs dashed."""
+def _signal_groups(gr: GridReport, key: str) -> tuple[list, dict[float, Any]]:
+    """The variants that recorded signal ``key``, and a viridis colour per learning rate of theirs."""
     groups = [g for g in gr.groups if any(signal_series(r.curves).get(key) for r in g.runs)]
     if not groups:
-        return None
+        return [], {}
     import matplotlib
 
     lrs = sorted({r.lr for g in groups for r in g.runs})
     cm = matplotlib.colormaps["viridis"]
-    color = {lr: cm(i / max(1, len(lrs) - 1)) for i, lr in enumerate(lrs)}
+    return groups, {lr: cm(i / max(1, len(lrs) - 1)) for i, lr in enumerate(lrs)}
+
+
+def _first_seed_per_lr(g: Any) -> list[tuple[float, GridRun]]:
+    """``(lr, run)`` of the lowest seed at each learning rate of variant ``g``, by learning rate."""
+    first: dict[float, GridRun] = {}
+    for r in sorted(g.runs, key=lambda r: r.seed):
+        first.setdefault(r.lr, r)
+    return sorted(first.items())
+
+
+def signals_vs_step_png(gr: GridReport, key: str) -> bytes | None:
+    """One panel per variant: the signal against the training step, one line per learning rate (seed 0 of each
+    learning rate, or its first seed), diverged runs dashed."""
+    groups, color = _signal_groups(gr, key)
+    if not groups:
+        return None
     cols = min(4, len(groups))
     rows = math.ceil(len(groups) / cols)
     fig = Figure(figsize=(3.6 * cols, 2.8 * rows + 0.4))
     axes = fig.subplots(rows, cols, squeeze=False)
     for i, g in enumerate(groups):
         ax = axes[i // cols][i % cols]
-        first: dict[float, GridRun] = {}
-        for r in sorted(g.runs, key=lambda r: r.seed):
-            first.setdefault(r.lr, r)
-        for lr, r in sorted(first.items()):
+        for lr, r in _first_seed_per_lr(g):
             pts = signal_series(r.curves).get(key)
             if pts:
                 ax.plot([s for s, _ in pts], [v for _, v in pts], color=color[lr], lw=1.3,
@@ -130,22 +142,14 @@ def loss_and_signal_vs_step_png(gr: GridReport, key: str) -> bytes | None:
     """Training loss (top row) and a signal (bottom row, e.g. ``tev_mean``) against the step, one column per variant,
     one line per learning rate (first seed), diverged runs dashed: the signal beside the loss it should anticipate
     (Chung et al. 2024: TEV rises with the instability that precedes loss spikes)."""
-    groups = [g for g in gr.groups if any(signal_series(r.curves).get(key) for r in g.runs)]
+    groups, color = _signal_groups(gr, key)
     if not groups:
         return None
-    import matplotlib
-
-    lrs = sorted({r.lr for g in groups for r in g.runs})
-    cm = matplotlib.colormaps["viridis"]
-    color = {lr: cm(i / max(1, len(lrs) - 1)) for i, lr in enumerate(lrs)}
     cols = min(4, len(groups))
     fig = Figure(figsize=(3.6 * cols, 5.4))
     axes = fig.subplots(2, cols, squeeze=False, sharex="col")
     for i, g in enumerate(groups[:cols]):
-        first: dict[float, GridRun] = {}
-        for r in sorted(g.runs, key=lambda r: r.seed):
-            first.setdefault(r.lr, r)
-        for lr, r in sorted(first.items()):
+        for lr, r in _first_seed_per_lr(g):
             ls = "--" if r.diverged else "-"
             loss = r.curves.get("loss") or []
             axes[0][i].plot([s for s, _ in loss], [v for _, v in loss], color=color[lr], lw=1.1, ls=ls,
