@@ -218,6 +218,10 @@ def test_address_auto_and_ray_client(cluster, tmp_path):
                                  ("client", cluster["client"], {})):
         out = tmp_path / name
         r = _compare(cluster, f, out, extra, address=address)
+        if name == "client" and r.returncode != 0 and "Initialization failure from server" in r.stderr:
+            # Ray's client server starts a per-connection server; under load its first start can time out
+            # (seen once in a full run): one retry, same command, same output dir (the sweep resumes)
+            r = _compare(cluster, f, out, extra, address=address)
         assert r.returncode == 0, (name, r.stderr[-3000:])
         res = json.loads(r.stdout)
         assert res["counts"] == {"completed": 1} and res["executor"] == "ray", name
