@@ -185,9 +185,16 @@ def normlab_row(shape: Shape, precision: str, compile_: bool, label: str, positi
     return row
 
 
+LOOP_LR = 6e-4  # nanoGPT train.py's learning rate: both loops train stably at it (normlab's 3e-3 diverges at S here)
+LOOP_LOG = 10  # normlab's log interval in the whole-loop rows: tokens/s per 10 steps, the first interval dropped
+
+
 def loop_row(shape: Shape, cache: Path, workdir: Path) -> Row:
-    """``normlab.train.loop.train`` at normlab's default config, this shape, bytes of the tiny preset's synthetic
-    corpus (vocab 256), evaluation and checkpoints only at the end; tokens/s as the loop reports it."""
+    """``normlab.train.loop.train`` at normlab's default config except the learning rate (``LOOP_LR``, nanoGPT's),
+    this shape, bytes of the tiny preset's synthetic corpus (vocab 256), evaluation and checkpoints only at the end.
+    A window is one run of the loop; its rate is the median of the loop's own ``tokens_per_s`` records (one per
+    ``LOOP_LOG`` steps: batch sampling, lr schedule, clipping, loss checks and logging included), the first dropped
+    (start-up and first-step allocation), the way nanoGPT's per-iteration ``time`` is read below."""
     from normlab.config import config_from_dict
     from normlab.train.loop import train
 
@@ -196,23 +203,74 @@ def loop_row(shape: Shape, cache: Path, workdir: Path) -> Row:
 
     def run(steps: int) -> float:
         counter[0] += 1
+        steps = max(steps, 3 * LOOP_LOG)
         cfg = config_from_dict({"data": {"source": "synthetic:markov?order=2&alphabet=16&length=300000&seed=0",
                                          "cache_dir": str(cache)},
                                 "model": {"depth": shape.depth, "width": shape.width, "heads": shape.heads,
                                           "context": shape.context},
-                                "train": {"steps": steps, "batch_size": shape.batch, "log_every": steps,
-                                          "threads": threads,
+                                "train": {"steps": steps, "batch_size": shape.batch, "log_every": LOOP_LOG,
+                                          "threads": threads, "lr": LOOP_LR,
                                           "eval_every": 10**6, "eval_batches": 1, "checkpoint_every": 10**6}})
         out = workdir / f"loop{counter[0]}"
         train(cfg, out, quiet=True)
-        recs = [l for l in (out / "metrics.jsonl").read_text().splitlines() if "tokens_per_s" in l]
-        return float(json.loads(recs[-1])["tokens_per_s"])
+        recs = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+        rates = [float(r["tokens_per_s"]) for r in recs if "tokens_per_s" in r and r.get("step", 0) % LOOP_LOG == 0]
+        summary = json.loads((out / "summary.json").read_text())
+        if summary.get("status") != "completed":
+            raise RuntimeError(f"the whole-loop row's run ended {summary.get('status')}: its rate is not a loop's")
+        return statistics.median(rates[1:] or rates)
 
     model = build_model(model_config(shape))
     n = matmul_params(model, model.tok_emb, True)
     prec = P.resolve_precision(_as_run(shape), "cpu")[0]
     return Row("normlab train (whole loop, defaults)", prec, flops_per_token(n, shape), loop=run,
-               tokens_per_step=shape.batch * shape.context, threads=threads)
+               tokens_per_step=shape.batch * shape.context, threads=threads,
+               note=f"lr {LOOP_LR:g}; median tokens/s per {LOOP_LOG} steps")
+
+
+def nanogpt_loop_row(shape: Shape, directory: Path, workdir: Path) -> Row:
+    """karpathy/nanoGPT's own ``train.py``, run as a subprocess in a scratch directory laid out the way it expects
+    (``data/<dataset>/train.bin``, ``val.bin``, ``meta.pkl`` with the vocabulary size, which the script reads, and
+    its ``configurator.py`` copied from the checkout), at this shape: ``--device=cpu --compile=False
+    --dtype=float32``, no gradient accumulation, warm-up 20 iterations and cosine decay over the run to a tenth
+    (normlab's schedule), grad clip 1.0 (both), evaluation only at iteration 0 with one batch. A window is one run;
+    its rate is the median of the script's per-iteration ``time`` after its first 5 iterations."""
+    import pickle
+    import re
+    import shutil
+
+    import numpy as np
+
+    root = workdir / "nanogpt_loop"
+    data = root / "data" / "normlab_bench"
+    data.mkdir(parents=True, exist_ok=True)
+    tokens = np.random.default_rng(0).integers(0, shape.vocab, 300_000, dtype=np.uint16)
+    tokens.tofile(data / "train.bin")
+    tokens[:30_000].tofile(data / "val.bin")
+    with open(data / "meta.pkl", "wb") as f:  # written here, read by nanoGPT's script (its vocabulary size)
+        pickle.dump({"vocab_size": shape.vocab}, f)
+    shutil.copy(directory / "configurator.py", root / "configurator.py")
+    threads = torch.get_num_threads()
+
+    def run(steps: int) -> float:
+        steps = max(steps, 3 * LOOP_LOG)
+        argv = [sys.executable, str(directory / "train.py"), "--dataset=normlab_bench", f"--out_dir={root / 'out'}",
+                "--device=cpu", "--compile=False", "--dtype=float32", f"--batch_size={shape.batch}",
+                f"--block_size={shape.context}", f"--n_layer={shape.depth}", f"--n_head={shape.heads}",
+                f"--n_embd={shape.width}", "--bias=False", "--dropout=0.0", "--gradient_accumulation_steps=1",
+                f"--max_iters={steps}", "--eval_interval=1000000", "--eval_iters=1", "--log_interval=1",
+                "--always_save_checkpoint=False", f"--learning_rate={LOOP_LR}", "--warmup_iters=20",
+                f"--lr_decay_iters={steps}", f"--min_lr={LOOP_LR / 10}"]
+        env = dict(os.environ, OMP_NUM_THREADS=str(threads))
+        res = subprocess.run(argv, cwd=root, env=env, capture_output=True, text=True, timeout=1800)
+        if res.returncode != 0:
+            raise RuntimeError(f"nanoGPT train.py failed: {res.stderr.strip().splitlines()[-1:]}")
+        dts = [float(m) for m in re.findall(r"time ([0-9.]+)ms", res.stdout)]
+        return shape.batch * shape.context / (statistics.median(dts[5:] or dts) / 1e3)
+
+    return Row("nanoGPT train.py (whole loop)", "fp32", nanogpt_row(shape, directory).flops_per_token, loop=run,
+               tokens_per_step=shape.batch * shape.context, threads=threads,
+               note=f"lr {LOOP_LR:g}; median per-iteration time")
 
 
 def _as_run(shape: Shape) -> RunConfig:
@@ -304,10 +362,12 @@ def render(info: dict, shapes: list[tuple[Shape, float, list[Row], dict]]) -> st
               f"{info['peak_bf16']:.1f} GFLOP/s against {info['peak_fp32']:.0f} in fp32), so `train.precision: auto` "
               "picks fp32 and a bf16 row is slower, not faster.", ""]
     for shape, target, rows, extra in shapes:
-        ref = next((r for r in rows if r.label.startswith("nanoGPT") and r.windows), None)
+        ref = next((r for r in rows if r.label.startswith("nanoGPT") and r.loop is None and r.windows), None)
+        ref_loop = next((r for r in rows if r.label.startswith("nanoGPT") and r.loop is not None and r.windows), None)
         learned = next((r for r in rows if r.label.startswith("normlab learned") and r.windows), None)
         L += [f"### {shape.name}: L{shape.depth} E{shape.width} T{shape.context} B{shape.batch} (heads {shape.heads}, "
-              f"vocab {shape.vocab}); target: normlab at its defaults >= {target:.2f}x nanoGPT", "",
+              f"vocab {shape.vocab}); target: normlab at its defaults >= {target:.2f}x nanoGPT"
+              + ("; whole-loop rows against nanoGPT's train.py loop" if ref_loop else ""), "",
               "| setup | precision | tokens/s (median) | ratio to nanoGPT | ratio to learned | MFU | note |",
               "|---|---|---|---|---|---|---|"]
         for r in rows:
@@ -323,7 +383,8 @@ def render(info: dict, shapes: list[tuple[Shape, float, list[Row], dict]]) -> st
             real = tok and (r.precision != "bf16" or info["has_bf16"])
             mfu = f"{tok * r.flops_per_token / (peak * 1e9):.1%}" if real else "--"
             note = r.note + (f" compile {r.setup_s:.0f} s" if r.setup_s else "")
-            L.append(f"| {r.label} | {r.precision} | {f'{tok:,.0f}' if tok else '--'} | {rel(ref)} | {rel(learned)} "
+            base = ref_loop if r.loop and ref_loop else ref
+            L.append(f"| {r.label} | {r.precision} | {f'{tok:,.0f}' if tok else '--'} | {rel(base)} | {rel(learned)} "
                      f"| {mfu} | {note.strip()} |")
         L.append("")
         if "payback" in extra:
@@ -395,6 +456,8 @@ def main(argv: list[str] | None = None) -> int:
         rows += [default, normlab_row(shape, auto, False, f"normlab learned positions ({auto})", positions="learned")]
         if key in ("S", "DEMO"):
             rows.append(loop_row(shape, cache / "data", cache))
+            if nano:
+                rows.append(nanogpt_loop_row(shape, nano, cache))
         other = "bf16" if auto == "fp32" else "fp32"
         if other == "bf16" and not has_bf16 and key != "S":
             rows_slow = [Row("normlab bf16", "bf16", 0.0, note=f"not run: {why}")]

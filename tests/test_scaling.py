@@ -453,3 +453,12 @@ def test_a_fixed_depth_best_of_grid_sweep_names_only_its_token_ratio(tmp_path):
     lrs = {v["variant"]: {p["lr"] for p in v["points"]} for v in out["variants"]}
     assert lrs == {"Pre": {0.001}, "Post": {0.01}}
     assert all(p["lrs_tried"] == 2 for v in out["variants"] for p in v["points"])
+    # tokens_per_param gives one token budget per size (D = r N): L(N) is fitted along that rule, not refused
+    # (a refusal left the redesigned preset with no fit, forecast or crossover at all)
+    for v in out["variants"]:
+        assert v["fit_error"] is None and v["fit"] is not None
+        ns = np.array([p["params"] for p in v["points"]], dtype=float)
+        law = LAWS[v["variant"]]
+        fitted = v["fit"]["params"]
+        pred = fitted["E"] + fitted["A"] * ns ** -fitted["alpha"]
+        assert np.allclose(pred, law.E + law.A * ns ** -law.alpha, rtol=0.01)  # the generating law, +-0.4% noise

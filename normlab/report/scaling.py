@@ -215,8 +215,13 @@ def analyse(rep: SweepReport, *, replicates: int = REPLICATES, seed: int = 0) ->
     with _one_thread():
         for c in curves:
             cells = c.cells()
-            if len({cell.d for cell in cells.values()}) > 1:  # several budgets in one curve: fit the largest one
-                c.fit_error = "several token budgets in one curve; see the L(N, D) fit"
+            budgets: dict[float, set[float | None]] = {}
+            for cell in cells.values():
+                budgets.setdefault(cell.n, set()).add(cell.d)
+            # one size on several token budgets: L(N) would mix them (L(N, D) is fitted below). One budget per size
+            # (fixed tokens, or tokens_per_param: D = r N) is a curve L(N) along that rule, fitted as such.
+            if any(len(ds) > 1 for ds in budgets.values()):
+                c.fit_error = "one size trained on several token budgets; see the L(N, D) fit"
                 continue
             c.fit_error = _fit_error(c, False)
             if c.fit_error is None:

@@ -66,9 +66,10 @@ def confounds(points: Iterable[_Point], *, lr_rule: str = "", level: float = TOK
     tpp = {(p.width, p.depth): p.tokens / p.params for p in pts}
     lo, hi = min(tpp.values()), max(tpp.values())
     if lo < level:
+        span = _num(lo) if _num(lo) == _num(hi) else f"{_num(lo)}-{_num(hi)}"
         out.append({"kind": "low_tokens_per_param", "min": lo, "max": hi, "level": level,
-                    "short": f"{_num(lo)}-{_num(hi)} tokens per parameter (below {level:g})",
-                    "text": f"{_num(lo)}-{_num(hi)} tokens per parameter, below {level:g} (Hoffmann et al. "
+                    "short": f"{span} tokens per parameter (below {level:g})",
+                    "text": f"{span} tokens per parameter, below {level:g} (Hoffmann et al. "
                             "2022's compute-optimal ratio) at "
                             f"{sum(v < level for v in tpp.values())} of {len(tpp)} sizes: the models are not "
                             "trained to capacity, and the fitted E is this token budget's floor"})
