@@ -130,3 +130,48 @@ def test_tables_are_built_once_and_follow_the_device():
     rope.rotate(torch.randn(1, 2, 8, 8, dtype=torch.float64))  # float64: built on first use, then kept
     assert tables[torch.float64, "complex"].dtype == torch.complex128
     assert not any(k.startswith("_") or "tab" in k for k in rope.state_dict())  # nothing of it in checkpoints
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+@pytest.mark.parametrize("head_dim, offset, T", [(8, 0, 8), (8, 2, 5), (16, 5, 7), (32, 0, 12)])
+def test_rotate_split_is_rotate_qkv_then_the_head_split_values_and_gradients(dtype, head_dim, offset, T):
+    """``rotate_split`` (one autograd node: q, k rotated, v a view, d qkv written in the projection's layout) gives
+    what ``rotate_qkv`` + permute/unbind give, forward and backward, and q, k match the RoFormer formula; the
+    gradient comes back contiguous in ``[B, T, 3, H, hd]``. With head_dim >= 16 the complex multiplies run on whole
+    SIMD vectors in both layouts and agree bit for bit (runs stored before this path reproduce exactly); at
+    head_dim 8 the short rows can take the scalar path in one layout: equal to round-off."""
+    torch.manual_seed(7)
+    rope = RotaryEmbedding(head_dim, 12, heads=3)
+    qkv = torch.randn(2, T, 3, 3, head_dim, dtype=dtype, requires_grad=True)
+    ref = rope.rotate_qkv(qkv, offset).permute(2, 0, 3, 1, 4).unbind(0)
+    got = rope.rotate_split(qkv, offset)
+    q0, k0, v0 = qkv.detach().permute(2, 0, 3, 1, 4).unbind(0)
+    torch.testing.assert_close(got[0].double(), roformer(q0, offset), **TOL[dtype])
+    torch.testing.assert_close(got[1].double(), roformer(k0, offset), **TOL[dtype])
+    assert torch.equal(got[2], v0)
+    ws = [torch.randn(2, 3, T, head_dim, dtype=dtype) for _ in ref]  # the layout SDPA's backward returns
+    (g_ref,) = torch.autograd.grad(ref, qkv, ws)
+    (g_got,) = torch.autograd.grad(got, qkv, ws)
+    exact = head_dim >= 16 or dtype == torch.bfloat16  # bf16 takes the pair form on both paths
+    for a, b in zip(ref, got):
+        assert torch.equal(a, b) if exact else torch.allclose(a, b, atol=0, rtol=2 ** -22)
+    assert torch.equal(g_ref, g_got) if exact else torch.allclose(g_ref, g_got, atol=1e-6, rtol=1e-6)
+    assert g_got.is_contiguous() or dtype == torch.bfloat16  # the pair form keeps the old path
+
+
+def test_rotate_split_gradcheck_and_torch_func():
+    torch.manual_seed(8)
+    rope = RotaryEmbedding(8, 8, heads=2)
+    x = torch.randn(2, 6, 3, 2, 8, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda t: rope.rotate_split(t, 1), (x,))
+    assert torch.autograd.gradgradcheck(lambda t: rope.rotate_split(t, 1), (x,))
+    xs = torch.randn(3, 2, 6, 3, 2, 8, dtype=torch.float64)
+    for i, out in enumerate(torch.func.vmap(rope.rotate_split)(xs)):
+        torch.testing.assert_close(out, torch.stack([rope.rotate_split(t)[i] for t in xs]))
+
+    def f(t):
+        return sum((o * (i + 1)).sum() for i, o in enumerate(rope.rotate_split(t)))
+
+    leaves = [t.clone().requires_grad_() for t in xs]
+    expected = torch.stack([torch.autograd.grad(f(t), t)[0] for t in leaves])
+    torch.testing.assert_close(torch.func.vmap(torch.func.grad(f))(xs), expected)

@@ -63,9 +63,18 @@ class RotaryEmbedding(nn.Module):
     _PREBUILT = ((torch.float32, "complex"), (torch.float32, "pair"), (torch.bfloat16, "pair"))
 
     def _build(self) -> None:
-        self._tables, self._qkv_tables = {}, {}
+        self._tables, self._qkv_tables, self._qkv_conj = {}, {}, {}
         for key in self._PREBUILT:
             self._lookup(key, qkv=False), self._lookup(key, qkv=True)
+            if key[1] == "complex":
+                self._conj_lookup(key)
+
+    def _conj_lookup(self, key: tuple[torch.dtype, str]) -> torch.Tensor:
+        """The conjugate of the fused-projection table (the backward's rotation by ``-pos * theta``), materialised
+        once: a lazy ``conj()`` view would be resolved into a fresh copy on every backward."""
+        if key not in self._qkv_conj:
+            self._qkv_conj[key] = self._lookup(key, qkv=True).conj().resolve_conj()
+        return self._qkv_conj[key]
 
     def _lookup(self, key: tuple[torch.dtype, str], qkv: bool) -> Any:
         """The full-context table for ``key`` (built once; float64 / float16 on their first use)."""
@@ -106,6 +115,21 @@ class RotaryEmbedding(nn.Module):
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, offset: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
         return self.rotate(q, offset), self.rotate(k, offset)
+
+    def rotate_split(self, qkv: torch.Tensor, offset: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The fused projection ``qkv [B, T, 3, H, head_dim]`` -> ``q, k, v [B, H, T, head_dim]``, q and k rotated as
+        positions ``offset .. offset+T-1``: ``rotate_qkv`` followed by the head split, with the same values. In
+        float32 / float64 eager mode within the table, one autograd node does both: v is not multiplied by its
+        identity factor, and the backward writes ``d qkv`` in the projection's layout in one pass (instead of
+        stacking the three head gradients, rotating them and copying them back into that layout)."""
+        T, H, key = qkv.shape[1], qkv.shape[3], (qkv.dtype, self._form(qkv.dtype))
+        if (key[1] == "complex" and offset + T <= self.context and H == self.heads
+                and qkv.device == self._anchor.device):
+            tab = self._lookup(key, qkv=True)[offset : offset + T, :2]
+            conj = self._conj_lookup(key)[offset : offset + T, :2]
+            return _ComplexRotateSplit.apply(qkv, tab, conj)
+        q, k, v = self.rotate_qkv(qkv, offset).permute(2, 0, 3, 1, 4).unbind(0)
+        return q, k, v
 
     def rotate_qkv(self, qkv: torch.Tensor, offset: int = 0) -> torch.Tensor:
         """Rotate q and k of the fused projection ``qkv [B, T, 3, H, head_dim]`` (v passes unchanged: its factor is
@@ -171,6 +195,39 @@ class _ComplexRotation(torch.autograd.Function):
     def backward(ctx, g: torch.Tensor):
         (f,) = ctx.saved_tensors
         return torch.view_as_real(_as_complex(g) * f.conj()).flatten(-2), None
+
+
+class _ComplexRotateSplit(torch.autograd.Function):
+    """``qkv [B, T, 3, H, hd] -> q, k, v [B, H, T, hd]`` with ``q, k`` rotated: ``y = x * f`` on complex pairs,
+    ``f [T, 2, H, hd/2]`` (cos + i sin for q and k) a constant, v a view of the input. Backward: ``d qkv = (dq *
+    conj(f), dk * conj(f), dv)`` written straight into a ``[B, T, 3, H, hd]`` tensor, the layout the projection's
+    backward wants (the transposed rotation, as in ``_ComplexRotation``). Under double backward or a ``torch.func``
+    transform the backward uses out-of-place ops (same values)."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(qkv: torch.Tensor, f: torch.Tensor, f_conj: torch.Tensor):
+        qk = torch.view_as_real(_as_complex(qkv[:, :, :2]) * f).flatten(-2)  # [B, T, 2, H, hd]
+        return qk[:, :, 0].transpose(1, 2), qk[:, :, 1].transpose(1, 2), qkv[:, :, 2].transpose(1, 2)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output) -> None:
+        ctx.save_for_backward(inputs[2])
+
+    @staticmethod
+    def backward(ctx, gq: torch.Tensor, gk: torch.Tensor, gv: torch.Tensor):
+        (fc,) = ctx.saved_tensors
+        gq, gk, gv = (g.transpose(1, 2) for g in (gq, gk, gv))  # [B, T, H, hd]
+        if torch.is_grad_enabled() or torch._C._are_functorch_transforms_active():
+            rot = torch.view_as_real(_as_complex(torch.stack((gq, gk), 2)) * fc).flatten(-2)
+            return torch.cat((rot, gv.unsqueeze(2)), 2), None, None
+        out = gv.new_empty(gv.shape[0], gv.shape[1], 3, *gv.shape[2:])
+        out[:, :, 2].copy_(gv)
+        oc = torch.view_as_complex(out.unflatten(-1, (-1, 2)))
+        torch.mul(_as_complex(gq), fc[:, 0], out=oc[:, :, 0])
+        torch.mul(_as_complex(gk), fc[:, 1], out=oc[:, :, 1])
+        return out, None, None
 
 
 def _swap_pairs(x: torch.Tensor) -> torch.Tensor:

@@ -96,9 +96,7 @@ class CausalSelfAttention(AttentionBase):
         """``x [B, T, in_width] -> q, k, v [B, H, T, head_dim]`` with QK-norm and RoPE (positions from ``offset``)."""
         if self.rope is not None and self.q_norm is None:  # q and k rotated together, in the projection's layout
             B, T, _ = x.shape
-            qkv = self.rope.rotate_qkv(self.qkv(x).view(B, T, 3, self.heads, self.head_dim), offset)
-            q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)
-            return q, k, v
+            return self.rope.rotate_split(self.qkv(x).view(B, T, 3, self.heads, self.head_dim), offset)
         q, k, v = self.split_heads(x)
         if self.q_norm is not None and self.qk_norm_scope == "width":  # [B, H, T, hd] -> [B, T, width] and back
             B, H, T, D = q.shape
