@@ -161,19 +161,24 @@ def write_docs(report: dict, path: Path) -> None:
         "",
         *md_fence(str(report.get("render_command") or report["command"])),  # user paths: a fence they cannot close
         "",
+        *([f"> Rendered from the stored results of this run ({rendered}, measured by "
+           f"{md_code(str(report['command']))}): every claim was measured under its current definition.", ""]
+          if rendered and all(c.get("current_definition", True) for c in report["claims"]) else []),
         *([f"> Re-rendered from stored results ({rendered}), measured by {md_code(str(report['command']))}: "
            "the verdicts are "
            "those of the current rules (Holm over the family, practical margins, observability, collapse rates) "
            "applied to the stored per-seed values. Claims marked ⚠ *earlier definition* were measured under a "
            "definition revised since (see Definitions revised); their row is the old measurement judged under "
            "the new rules, or, where the stored details allow, recomputed as the note in their section says. "
-           "A from-scratch `normlab claims --budget full` run replaces this page.", ""] if rendered else []),
+           "A from-scratch `normlab claims --budget full` run replaces this page.", ""]
+          if rendered and not all(c.get("current_definition", True) for c in report["claims"]) else []),
         *([f"> These are **{report['budget']}-budget** results, not the full budget: `normlab claims --budget full` "
            "had not finished when this file was written. Re-run it (complete runs are reused) to replace this file.",
            ""] if report["budget"] != "full" else []),
         f"Machine: {m['platform']}, {m['cpu_count']} cores, Python {m['python']}, torch {m['torch']}; load average "
-        f"at the end {m['loadavg_at_end']} (the machine was shared with other jobs). "
-        f"Wall time {report['elapsed_s'] / 60:.1f} "
+        f"at the end {m['loadavg_at_end']}"
+        + (" (the machine was shared with other jobs). " if m["loadavg_at_end"][0] > m["cpu_count"] else ". ")
+        + f"Wall time {report['elapsed_s'] / 60:.1f} "
         f"min ({report['trained_runs']} runs trained, {report['reused_runs']} reused).",
         "",
         *([report["note"], ""] if report.get("note") else []),
