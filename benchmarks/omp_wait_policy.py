@@ -5,7 +5,11 @@ each parallel region) and ``PASSIVE`` (its threads sleep), alternating. libgomp 
 imported, so each setting needs its own process (normlab's entry point sets it before importing torch:
 normlab.train.threads.set_wait_policy).
 
-    python benchmarks/omp_wait_policy.py [--reps 3] [--threads 2] [--json]
+``--step S`` times normlab's training step at benchmarks/nanogpt_speed.py's shape S (forward, backward, AdamW;
+30 steps after 5 of warm-up) instead of the synthetic pattern: what the policy costs where it matters, e.g. on an
+idle machine, where spinning could pay.
+
+    python benchmarks/omp_wait_policy.py [--reps 3] [--threads 2] [--step S] [--json]
 """
 
 from __future__ import annotations
@@ -31,11 +35,44 @@ print(wall, (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime))
 """
 
 
-def run(policy: str | None, threads: int) -> tuple[float, float]:
+STEP_CHILD = """
+import resource, sys, time
+sys.path.insert(0, sys.argv[2])
+import torch
+import torch.nn.functional as F
+from train_throughput import Shape, fixed_batch, model_config
+from normlab.config import TrainConfig
+from normlab.model import build_model
+from normlab.train.optim import build_optimizer
+torch.set_num_threads(int(sys.argv[1]))
+shape = Shape("S", depth=4, width=128, heads=4, context=64, batch=12, vocab=256, target=0.0)
+torch.manual_seed(0)
+model = build_model(model_config(shape))
+opt, _ = build_optimizer(model, TrainConfig())
+x, y = fixed_batch(shape)
+def step():
+    logits = model(x)
+    F.cross_entropy(logits.view(-1, logits.size(-1)), y.reshape(-1)).backward()
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+for _ in range(5):
+    step()
+t0, r0 = time.perf_counter(), resource.getrusage(resource.RUSAGE_SELF)
+for _ in range(30):
+    step()
+r1, wall = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter() - t0
+print(wall, (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime))
+"""
+
+
+def run(policy: str | None, threads: int, step: bool = False) -> tuple[float, float]:
     env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
     if policy:
         env["OMP_WAIT_POLICY"] = policy
-    out = subprocess.run([sys.executable, "-c", CHILD, str(threads)], env=env, capture_output=True, text=True,
+    here = os.path.dirname(os.path.abspath(__file__))
+    env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(here), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    code, extra = (STEP_CHILD, [here]) if step else (CHILD, [])
+    out = subprocess.run([sys.executable, "-c", code, str(threads), *extra], env=env, capture_output=True, text=True,
                          check=True).stdout.split()
     return float(out[0]), float(out[1])
 
@@ -44,6 +81,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--step", choices=["S"], default=None,
+                    help="time normlab's training step at shape S instead of the synthetic pattern")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     if args.reps < 1 or args.threads < 1:
@@ -53,14 +92,15 @@ def main(argv: list[str] | None = None) -> int:
     res: dict[str, list[tuple[float, float]]] = {"unset": [], "PASSIVE": []}
     for i in range(args.reps):
         for policy in ("unset", "PASSIVE") if i % 2 == 0 else ("PASSIVE", "unset"):
-            res[policy].append(run(None if policy == "unset" else policy, args.threads))
+            res[policy].append(run(None if policy == "unset" else policy, args.threads, bool(args.step)))
     row = {p: {"wall_s": statistics.median(w for w, _ in v), "cpu_s": statistics.median(c for _, c in v)}
            for p, v in res.items()}
-    row |= {"threads": args.threads, "reps": args.reps, "load_before": load, "load_after": os.getloadavg()[0]}
+    row |= {"threads": args.threads, "reps": args.reps, "load_before": load, "load_after": os.getloadavg()[0],
+            "work": "30 training steps at shape S" if args.step else "200 parallel regions"}
     if args.json:
         print(json.dumps(row))
     else:
-        print(f"{args.threads} threads, load {load:.1f}: 200 regions take {row['unset']['wall_s']:.2f} s with "
+        print(f"{args.threads} threads, load {load:.1f}: {row['work']} take {row['unset']['wall_s']:.2f} s with "
               f"OMP_WAIT_POLICY unset and {row['PASSIVE']['wall_s']:.2f} s with PASSIVE (median of {args.reps})")
     return 0
 

@@ -393,14 +393,20 @@ def judge(report: dict, correction: str = "holm") -> dict:
     earlier definition."""
     from normlab.experiments.claims.specs import TESTS
 
+    specs = {s.name: s for s in CLAIMS}
     entries = []
     for c in report["claims"]:
+        observable = c.get("observable") or ""
+        spec = specs.get(c["name"])
+        if spec is not None and spec.observable and any(isinstance(d, dict) and spec.observable in d
+                                                        for d in c.get("details") or []):
+            observable = spec.observable  # a current observability rule reads stored details only: it applies
         test = c.get("test") if c.get("test") in TESTS else {"exact": "exact", "within": "equivalence"}.get(
             c["direction"], "t")
         entries.append({"values": c["values"], "details": c.get("details") or [], "direction": c["direction"],
                         "null": c.get("null", 0.0), "margin": c.get("margin"), "tolerance": c.get("tolerance"),
                         "test": test, "practical_margin": c.get("practical_margin"),
-                        "observable": c.get("observable") or "", "args": c.get("args") or []})
+                        "observable": observable, "args": c.get("args") or []})
     judged = judge_family(entries, correction)
     current = {c.name: spec_hash(c) for c in CLAIMS}
     out = dict(report)

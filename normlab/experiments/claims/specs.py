@@ -98,6 +98,9 @@ def spec_hash(claim: Claim) -> str:
 
 R1123 = "2026-11-23"   # faithful recipes (commit 6132de0), published in docs/claims.md 2026-11-24 (7f2686e)
 R1125 = "2026-11-25"   # measures the initialisation cannot dominate, split outcomes, practical margins
+R1126 = "2026-11-26"   # observability rules for measures that are 0 by construction when the phenomenon is absent
+ABSENT_WHY = ("the measure is 0 by construction when the phenomenon is absent, so a run without it cannot test the "
+              "claim; the full run of 2026-11-26 found it in no seed, and 'inconclusive' did not say why")
 BPB_MARGIN = 0.01      # bits/byte: a difference below it is "within margin" (bits/byte claims of this suite)
 MARGIN_WHY = ("an effect below 0.01 bits/byte is smaller than the run-to-run spread of one model at this scale "
               "and of no practical use, whatever its p-value")
@@ -244,7 +247,11 @@ CLAIMS: list[Claim] = [
                      "start it at 0.16 (docs/norms.md measures that variant far worse); alpha inits of their smallest "
                      "model (7B; smaller than theirs, ours might want larger); GELU MLP and LayerNorm baseline "
                      "instead of SwiGLU and RMSNorm; the grid's depth and steps (full: 6 blocks, 200 steps) and its "
-                     "learning rates 1e-3 .. 0.3 instead of their tuned 7B schedule.",
+                     "learning rates 1e-3 .. 0.3 instead of their tuned 7B schedule. What that budget does to "
+                     "DyT: in the full run of 2026-11-26 its best-of-grid loss (4.34-4.74 bits/byte) stayed above "
+                     "the collapse level (unigram entropy 4.67 minus 0.5) in every seed, LayerNorm's at 3.40-3.54: "
+                     "at 200 steps DyT learned little beyond byte frequencies at any grid rate, so 'not held' "
+                     "says DyT does not train at this budget, not that it converges to a worse loss.",
           revised=(Revision(R1123, "recipe: the authors' LLaMA recipe (untied head, no bias, alpha0 0.8/0.2/0.2, "
                             "embedding scalar) against LayerNorm with the same untied head, instead of DyT with "
                             "the suite's defaults against the tied LayerNorm model", "follow the authors' recipe",
@@ -437,7 +444,11 @@ CLAIMS: list[Claim] = [
           source="paper section 3 (Softmax Collapse) and section 5 (StableMax)",
           deviations="a byte-level language model at learning rates up to the grid's highest, not the paper's "
                      "algorithmic tasks trained for 10^4-10^5 steps past memorisation; a model that never becomes "
-                     "confident enough cannot collapse, and then both fractions are 0."),
+                     "confident enough cannot collapse, and then both fractions are 0.",
+          observable="collapse_softmax",
+          revised=(Revision(R1126, "observability rule: softmax's collapse fraction (collapse_softmax) must have a "
+                            "95% CI above 0, else 'not observable at this scale'", ABSENT_WHY,
+                            "inconclusive (0.0000 ± 0.0000, every seed 0)", "2830f83d8fb3"),)),
     Claim("tev-instability", "Token Embedding Variability is larger where Pre-LN training is unstable",
           "Chung et al. 2024, Stable Language Model Pre-training by Reducing Embedding Variability "
           "(arXiv:2409.07787)", "TEV (mean over the vocabulary) at the last diagnostic step: highest grid lr - best "
@@ -468,7 +479,11 @@ CLAIMS: list[Claim] = [
                   "on its outliers (outlier-driven rescaling). 0 when no sink is found.",
           source="paper section 4 (clipping outliers while keeping the normalization degrades the model)",
           deviations="clipping at evaluation of a trained model instead of during training; a stated detection "
-                     "criterion instead of the paper's reading of activation plots."),
+                     "criterion instead of the paper's reading of activation plots.",
+          observable="max_rms_share",
+          revised=(Revision(R1126, "observability rule: the sink dims' share of the residual RMS (max_rms_share, 0 "
+                            "when no sink is found) must have a 95% CI above 0, else 'not observable at this scale'",
+                            ABSENT_WHY, "inconclusive (0.0000 ± 0.0000, no sink in any seed)", "827d26c74c2f"),)),
     Claim("higgs-w3", "The HIGGS grid (Hadamard + Gaussian MSE-optimal levels) loses less than round-to-nearest "
           "at 3 bits", "Malinovskii et al. 2024, HIGGS (arXiv:2411.17525)",
           "Δbpb(W3 RTN) - Δbpb(W3 HIGGS), Pre-LN (bits/byte)", "> 0", "greater", ("ln",), "quant_diff",
