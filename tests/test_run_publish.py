@@ -74,3 +74,26 @@ def test_write_run_fills_an_existing_directory(small, tmp_path):
     assert read_summary(stage) == {"status": "completed"} and (stage / TOKENIZER_FILE).read_text() == '{"t": 1}'
     assert json.loads((stage / "r.json").read_text()) == {"k": [1, 2]}
     assert load_run(stage, final_only=True).cfg.hash() == cfg.hash()
+
+
+def test_finish_run_writes_the_weights_then_the_summary_last(small, tmp_path, monkeypatch):
+    import normlab.run.publish as publish
+
+    cfg, model = small
+    run = tmp_path / "run"
+    publish.write_config(run, cfg)
+    assert yaml.safe_load((run / CONFIG_FILE).read_text()) == cfg.to_dict()
+    seen = []
+    real = publish.write_json
+    monkeypatch.setattr(publish, "write_json",
+                        lambda path, obj: (seen.append((path.name, (run / MODEL_FILE).is_file())), real(path, obj)))
+    publish.finish_run(run, cfg, model, {"status": "completed", "step": 3})
+    assert seen == [(SUMMARY_FILE, True)]  # the weights were on disk when the summary was written
+    assert read_summary(run) == {"status": "completed", "step": 3}
+    for a, b in zip(model.state_dict().values(), load_run(run, final_only=True).model.state_dict().values(),
+                    strict=True):
+        assert torch.equal(a, b)
+    stopped = tmp_path / "stopped"
+    publish.write_config(stopped, cfg)
+    publish.finish_run(stopped, cfg, None, {"status": "interrupted"})  # a stopped run: no weights, a summary
+    assert sorted(p.name for p in stopped.iterdir()) == [CONFIG_FILE, SUMMARY_FILE]
