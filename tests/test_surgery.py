@@ -195,6 +195,14 @@ def test_remove_norm_leaves_no_statistic_and_records_stages(trained, tmp_path, c
     assert affine_defect(torch.nn.LayerNorm(64), 64) > 0.1  # while a LayerNorm is not
     ev = json.loads(run_inproc("eval", str(out), "--max-tokens", "1024", "--json", cache=cache, check=True).stdout)
     assert ev["loss"] == pytest.approx(rec["final"]["loss"], abs=1e-9)
+    # every recorded path names the published directory, never the publish temp dir (.noln.XXXX) it was built in
+    texts = {f: f.read_text() for f in out.rglob("*") if f.suffix in (".json", ".jsonl", ".yaml")}
+    assert texts and not [f for f, t in texts.items() if f".{out.name}." in t]
+    for s in r["stages"]:
+        stage = out / s["run"]
+        assert json.loads((stage / "summary.json").read_text())["run_dir"] == str(stage)
+        init = json.loads((stage / "init_from.json").read_text())
+        assert Path(init["weights"]).is_file() and Path(init["init_from"]).parent == out / "stages"
 
 
 def test_fixedscale_live_equals_layernorm_and_fixed_divides_by_scale():
