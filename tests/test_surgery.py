@@ -294,7 +294,6 @@ def test_spearman_and_pearson_by_hand():
 # ---------------------------------------------------------------- report columns
 def test_report_quantization_and_label_free_columns(tmp_path):
     from normlab.surgery.robustness import FORMAT
-    from tests.helpers import normlab
     from tests.test_report import make_sweep
 
     (tmp_path / "sweep").mkdir()
@@ -313,7 +312,7 @@ def test_report_quantization_and_label_free_columns(tmp_path):
         (run / "label_free.json").write_text(json.dumps({
             "settings": {"format": FORMAT, "max_tokens": 8192}, "mano": 1.0 - loss[run.name] / 10,
             "matrix_nuclear_norm": loss[run.name] ** 2, "loss": loss[run.name], "bpb": 3.0}))
-    p = normlab("report", str(d), "--quantize", "--label-free", "--json", cache=d / "cache")
+    p = run_inproc("report", str(d), "--quantize", "--label-free", "--json", cache=d / "cache")
     assert p.returncode == 0, p.stderr
     md = (d / "report.md").read_text()
     assert "W4 RTN Δbits/byte" in md and "W4 + Hadamard Δbits/byte" in md and "max massive ratio" in md
