@@ -1,4 +1,5 @@
-"""Shared helpers for the end-to-end tests: run the CLI in a subprocess and read run directories."""
+"""Shared helpers for the tests: run the CLI in this process (``run_inproc``) or in a subprocess (``normlab``), read
+run directories, seeded tensors for the norm tests."""
 
 from __future__ import annotations
 
@@ -32,14 +33,22 @@ def normlab(*args: str, cache: Path, check: bool = False, **kw) -> subprocess.Co
 
 
 def run_inproc(*args: str, cache: Path, check: bool = False) -> subprocess.CompletedProcess:
-    """Run the CLI in this process (fast path for error and eval tests); same exit codes and streams."""
+    """Run the CLI in this process (``normlab.cli.main``, no torch import per call); same exit codes and streams.
+
+    What a command changes process-wide is put back afterwards: ``NORMLAB_CACHE_DIR`` and the torch thread count
+    (train, the claims and the packer set it from ``train.threads``). Signal handlers are restored by the commands
+    themselves. Keep a subprocess (``normlab``) for signals, a real process's exit, installs and import-time
+    environment variables."""
     import contextlib
     import io
+
+    import torch
 
     from normlab.cli import main
 
     out, err = io.StringIO(), io.StringIO()
     old = os.environ.get("NORMLAB_CACHE_DIR")
+    threads = torch.get_num_threads()
     os.environ["NORMLAB_CACHE_DIR"] = str(cache)
     try:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
@@ -48,6 +57,7 @@ def run_inproc(*args: str, cache: Path, check: bool = False) -> subprocess.Compl
             except SystemExit as e:  # argparse errors
                 code = int(e.code or 0)
     finally:
+        torch.set_num_threads(threads)
         if old is None:
             os.environ.pop("NORMLAB_CACHE_DIR", None)
         else:
@@ -161,3 +171,22 @@ def make_sweep(d: Path, rows=HOSTILE) -> Path:
         st.finish(f"r{i}", {"status": status, "val_bpb": val, "best_val_bpb": val, "step": 8, "steps": 8,
                             "tokens_per_s": 100.0}, [(4, "val_bpb", 2.0), (8, "val_bpb", 1.5)])
     return d
+
+
+def rand(*shape, seed=0, scale=1.0, shift=0.0):
+    """A seeded fp64 normal tensor (the norm tests' inputs; their references are computed in fp64)."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, generator=g, dtype=torch.float64) * scale + shift
+
+
+def randomize_affine(m, seed=1):
+    """Move a norm's ``weight`` (around 1) and ``bias`` (around 0) off their init, seeded."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in (m.weight, m.bias):
+            if p is not None:
+                p.copy_(torch.randn(p.shape, generator=g, dtype=p.dtype) * 0.5 + (1.0 if p is m.weight else 0.0))

@@ -13,7 +13,7 @@ from torch import nn
 from normlab.config import TrainConfig
 from normlab.errors import NormlabError
 from normlab.train.clipping import AdaGC, GlobalClip, param_group
-from tests.helpers import normlab, summary, weights
+from tests.helpers import run_inproc, summary, weights
 
 
 def set_grads(params, norms):
@@ -91,7 +91,7 @@ def test_adagc_trains_logs_per_group_and_resumes_exactly(tmp_path):
             "--set", "train.eval_every=12", "--set", "train.clip=adagc", "--set", "train.warmup_steps=3",
             "--set", "train.adagc_lambda=0.5"]
     cache = tmp_path / "cache"
-    normlab("train", "tiny", *sets, "--out", str(tmp_path / "a"), cache=cache, check=True)
+    run_inproc("train", "tiny", *sets, "--out", str(tmp_path / "a"), cache=cache, check=True)
     s = summary(tmp_path / "a")
     assert s["status"] == "completed" and sum(s["adagc_clipped"].values()) > 0  # lambda 0.5 clips
     recs = [json.loads(line) for line in (tmp_path / "a" / "metrics.jsonl").read_text().splitlines()]
@@ -108,6 +108,6 @@ def test_adagc_trains_logs_per_group_and_resumes_exactly(tmp_path):
     (tmp_path / "b" / "model.safetensors").unlink()
     state = json.loads((ckpts[0] / "state.json").read_text())
     assert state["clip"]["names"] and len(state["clip"]["gamma"]) == len(state["clip"]["names"])
-    normlab("train", "--resume", str(tmp_path / "b"), cache=cache, check=True)
+    run_inproc("train", "--resume", str(tmp_path / "b"), cache=cache, check=True)
     wa, wb = weights(tmp_path / "a"), weights(tmp_path / "b")
     assert all(torch.equal(wa[k], wb[k]) for k in wa)

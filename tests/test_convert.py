@@ -22,7 +22,7 @@ from normlab.io import write_text
 from normlab.model import build_model
 from normlab.norms import build_norm, registry
 from normlab.run.tensors import save_model
-from tests.helpers import normlab, scratch_norm
+from tests.helpers import run_inproc, scratch_norm
 
 V, CTX = 50, 16
 VARIANTS = {
@@ -310,12 +310,12 @@ def test_norm_without_protocol_is_refused(monkeypatch):
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory, cache):
     out = tmp_path_factory.mktemp("runs") / "X"
-    normlab("train", "tiny", "--set", "train.steps=10", "--out", str(out), cache=cache, check=True)
+    run_inproc("train", "tiny", "--set", "train.steps=10", "--out", str(out), cache=cache, check=True)
     return out
 
 
 def _eval_bpb(run_dir, cache):
-    r = normlab("eval", str(run_dir), "--json", cache=cache, check=True)
+    r = run_inproc("eval", str(run_dir), "--json", cache=cache, check=True)
     return json.loads(r.stdout)["bpb"]
 
 
@@ -323,7 +323,7 @@ def test_cli_convert_then_eval_matches(tiny_run, tmp_path, cache):
     before = _eval_bpb(tiny_run, cache)
     for kind in ("rmsnorm", "crmsnorm"):
         out = tmp_path / kind
-        r = normlab("convert", str(tiny_run), "--to", kind, "--out", str(out), "--json", cache=cache, check=True)
+        r = run_inproc("convert", str(tiny_run), "--to", kind, "--out", str(out), "--json", cache=cache, check=True)
         row = json.loads(r.stdout)
         assert set(row) == {"max_abs_logit_diff", "bpb_before", "bpb_after", "out", "kind"}
         assert row["kind"] == kind and row["out"] == str(out) and row["max_abs_logit_diff"] <= 1e-4
@@ -337,7 +337,7 @@ def test_cli_convert_then_eval_matches(tiny_run, tmp_path, cache):
 
 
 def test_cli_refusals_are_one_line(tiny_run, tmp_path, cache):
-    r = normlab("convert", str(tiny_run), "--to", "rmsnorm", "--out", str(tiny_run), cache=cache)
+    r = run_inproc("convert", str(tiny_run), "--to", "rmsnorm", "--out", str(tiny_run), cache=cache)
     assert r.returncode == 2 and "already exists and is not empty" in r.stderr and r.stderr.count("\n") == 1
     post = tmp_path / "post"  # a Post-LN run directory with the tiny run's data settings
     d = load_run(tiny_run).cfg.to_dict()
@@ -346,7 +346,7 @@ def test_cli_refusals_are_one_line(tiny_run, tmp_path, cache):
     torch.manual_seed(0)
     write_text(post / "config.yaml", dump_config(cfg))
     save_model(build_model(cfg.model), post / "model.safetensors", cfg.hash())
-    r = normlab("convert", str(post), "--to", "folded", cache=cache)
+    r = run_inproc("convert", str(post), "--to", "folded", cache=cache)
     assert r.returncode == 2 and "placement 'post'" in r.stderr and r.stderr.count("\n") == 1
     assert not (tmp_path / "post-folded").exists()
 

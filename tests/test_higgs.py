@@ -20,7 +20,7 @@ from normlab.surgery.higgs import higgs_quantize, linearity_check, lloyd_max, qu
 from normlab.surgery.norm_tweak import dist_loss, norm_tweak, output_error
 from normlab.surgery.quantize import quantized_linears, rtn
 from normlab.surgery.rotate import sylvester
-from tests.helpers import normlab
+from tests.helpers import run_inproc
 
 MAX_1960 = {1: [0.7979], 2: [0.4528, 1.5104], 3: [0.2451, 0.7560, 1.3440, 2.1520]}  # positive levels
 
@@ -107,17 +107,17 @@ def test_norm_tweak_lowers_the_output_error_on_calibration_and_held_out_data(gri
 def test_quantize_cli_grid_tweak_and_linearity(tmp_path):
     cache = tmp_path / "cache"
     run = tmp_path / "run"
-    normlab("train", "tiny", "--set", "train.steps=6", "--set", "train.eval_every=6", "--out", str(run),
-            cache=cache, check=True)
-    r = json.loads(normlab("quantize", str(run), "--weights", "4", "--grid", "higgs", "--norm-tweak",
-                           "--tweak-samples", "4", "--linearity", "--max-tokens", "512", "--out",
-                           str(tmp_path / "q"), "--json", cache=cache, check=True).stdout)
+    run_inproc("train", "tiny", "--set", "train.steps=6", "--set", "train.eval_every=6", "--out", str(run),
+               cache=cache, check=True)
+    r = json.loads(run_inproc("quantize", str(run), "--weights", "4", "--grid", "higgs", "--norm-tweak",
+                              "--tweak-samples", "4", "--linearity", "--max-tokens", "512", "--out",
+                              str(tmp_path / "q"), "--json", cache=cache, check=True).stdout)
     assert r["grid"] == "higgs" and r["scheme"].startswith("HIGGS")
     assert r["norm_tweak"]["samples"] == 4 and set(r["norm_tweak"]["output_error"]) == {"calibration", "held_out"}
     assert [x["bits"] for x in r["linearity"]["rows"]] == [8, 4, 3]
     saved = json.loads((tmp_path / "q" / "quantization.json").read_text())
     assert saved["linearity"]["rows"] == r["linearity"]["rows"]
-    bad = normlab("quantize", str(run), "--weights", "4", "--grid", "higgs", "--group", "48", "--out",
-                  str(tmp_path / "q2"), cache=cache)
+    bad = run_inproc("quantize", str(run), "--weights", "4", "--grid", "higgs", "--group", "48", "--out",
+                     str(tmp_path / "q2"), cache=cache)
     assert bad.returncode == 2 and "power of two" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "q2").exists()

@@ -7,6 +7,7 @@
 - no command except ``train`` imports the training loop, and outside ``train/`` only the modules that train do (a
   run directory's files have one owner: normlab.run.rundir); each run-directory fact is defined once, in its owner;
 - the run-directory readers, the JSON/text I/O and the report stay torch-free (sweep workers and reports use them).
+- tests/ mirrors normlab/: every test file is named after the module it tests (a few cross-cutting ones aside).
 """
 
 from __future__ import annotations
@@ -308,3 +309,18 @@ def test_every_normlab_import_resolves(path):
                 bad += [f"{base}.{a.name}" for a in n.names
                         if a.name != "*" and not _resolves(f"{base}.{a.name}") and a.name not in names]
     assert not bad, f"{mod} imports what does not exist: {bad}"
+
+
+# Test files named for no module: properties of the whole package (docs, layers, install, --help) and the tests that
+# need hardware or a cluster the suite may not have (cuda: a GPU; ray: a local Ray cluster, all slow).
+CROSS_CUTTING_TESTS = {"test_docs", "test_layers", "test_install", "test_help", "test_cuda", "test_ray"}
+
+
+def test_every_test_file_is_named_after_a_module():
+    """tests/ mirrors normlab/: ``tests/test_<name>.py`` tests the module or package ``<name>`` (a command module
+    named after a keyword, ``import_``, counts as ``import``), so a newcomer finds a module's tests by its name."""
+    names = {p.parent.name if p.name == "__init__.py" else p.stem.rstrip("_") for p in ROOT.rglob("*.py")}
+    tests = Path(__file__).resolve().parent
+    stray = [p.name for p in sorted(tests.glob("test_*.py"))
+             if p.stem not in CROSS_CUTTING_TESTS and p.stem.removeprefix("test_") not in names]
+    assert not stray, f"test files named after no module of normlab/: {stray}"

@@ -14,7 +14,7 @@ from normlab.model import ModelConfig, build_model
 from normlab.run.rundir import open_config
 from normlab.run.tensors import load_optimizer_tensors, optimizer_tensors
 from normlab.train.optim import EffectiveLR, NormalizeAndProject, build_optimizer, weights_feeding_norms
-from tests.helpers import TINY, assert_same_weights, kill_9_after, normlab, summary, weights
+from tests.helpers import TINY, assert_same_weights, kill_9_after, normlab, run_inproc, summary, weights
 
 
 def cfg(**kw) -> ModelConfig:
@@ -308,6 +308,6 @@ def test_adamp_nap_resume_after_kill_9_is_bit_exact(nap_run, tmp_path, cache):
 
 def test_sgdp_run_completes(tmp_path, cache):
     out = tmp_path / "sgdp"
-    r = normlab("train", "tiny", "--set", "train.steps=6", "--set", "optim.name=sgdp", "--set", "train.lr=0.05",
-                "--out", str(out), "--json", cache=cache, check=True)
+    r = run_inproc("train", "tiny", "--set", "train.steps=6", "--set", "optim.name=sgdp", "--set", "train.lr=0.05",
+                   "--out", str(out), "--json", cache=cache, check=True)
     assert json.loads(r.stdout)["status"] == "completed"

@@ -1,9 +1,14 @@
 """StableMax (Prieto et al. 2025, normlab.model.outputs) against its closed form, its gradient and its limits, and
 ``model.output: stablemax`` wired into the model; perp-Grad (normlab.train.optim.orthograd_) against its
 definition; the Softmax-Collapse detector (normlab.diagnostics.collapse) on logits that collapse in float32 and
-not in float64."""
+not in float64.
+
+Output-normalization options wired into the model and the training loop."""
 
 from __future__ import annotations
+
+import json
+import math
 
 import pytest
 import torch
@@ -16,7 +21,7 @@ from normlab.errors import NormlabError
 from normlab.model import ModelConfig, build_model
 from normlab.model.outputs import log_stablemax, stablemax
 from normlab.train.optim import build_optimizer, orthograd_
-
+from tests.helpers import run_inproc
 
 def s_ref(x: float) -> float:
     return x + 1 if x >= 0 else 1 / (1 - x)
@@ -90,8 +95,6 @@ def test_unknown_output_is_one_line():
 
 
 # ---------------------------------------------------------------- perp-Grad
-
-
 def test_orthograd_removes_the_weight_direction_and_keeps_the_norm():
     g = torch.Generator().manual_seed(1)
     p = torch.nn.Parameter(torch.randn(5, 3, dtype=torch.float64, generator=g))
@@ -124,8 +127,6 @@ def test_perp_grad_option_projects_before_the_optimizer_step():
 
 
 # ---------------------------------------------------------------- Softmax Collapse
-
-
 def margin_logits(margin: float, V: int = 8, n: int = 5) -> tuple[torch.Tensor, torch.Tensor]:
     z = torch.zeros(n, V, dtype=torch.float64)
     z[:, 3] = margin
@@ -192,3 +193,39 @@ def test_hf_export_refuses_stablemax_in_one_line():
     with pytest.raises(NormlabError, match="model.output 'stablemax'"):
         hf_arch(cfg)
     assert hf_arch(ModelConfig(norm="rmsnorm", activation="swiglu", positions="rope").validate())
+
+
+# ---------------------------------------------------------------- output options wired into model and loop
+def test_logit_softcap_in_forward():
+    torch.manual_seed(0)
+    plain = build_model(ModelConfig(vocab_size=40, context=8, width=16, depth=1, heads=2))
+    torch.manual_seed(0)
+    capped = build_model(ModelConfig(vocab_size=40, context=8, width=16, depth=1, heads=2, logit_softcap=0.05))
+    x = torch.randint(0, 40, (2, 8))
+    raw = plain(x)
+    torch.testing.assert_close(capped(x), 0.05 * torch.tanh(raw / 0.05))
+    assert capped(x).abs().max() < 0.05
+
+
+def test_selu_uses_lecun_normal_init():
+    torch.manual_seed(0)
+    m = build_model(ModelConfig(width=256, heads=4, depth=2, norm="none", activation="selu"))
+    fc = m.blocks[0].mlp.fc.weight
+    assert abs(fc.std().item() - 1 / math.sqrt(256)) < 0.05 / math.sqrt(256)
+    proj = m.blocks[1].mlp.proj.weight  # fan_in = 4 * 256, no depth scaling
+    assert abs(proj.std().item() - 1 / math.sqrt(1024)) < 0.05 / math.sqrt(1024)
+    x = torch.randn(4096, 256)
+    assert abs(torch.nn.functional.selu(m.blocks[0].mlp.fc(x)).var().item() - 1.0) < 0.1  # self-normalising
+
+
+def test_z_loss_and_logitnorm_are_logged(tmp_path):
+    cache = tmp_path / "cache"
+    for key, name in (("train.z_loss=0.001", "z_loss"), ("train.logitnorm_tau=0.04", "logitnorm_ce")):
+        out = tmp_path / name
+        run_inproc("train", "tiny", "--set", key, "--set", "train.steps=4", "--set", "train.log_every=2",
+                   "--out", str(out), cache=cache, check=True)
+        recs = [json.loads(l) for l in (out / "metrics.jsonl").read_text().splitlines()]
+        logged = [r for r in recs if name in r]
+        assert logged and all(r[name] > 0 for r in logged)
+        # the logged 'loss' stays the raw cross-entropy (near ln 16 .. ln 256 early on), not the objective
+        assert all(1.0 < r["loss"] < math.log(256) + 0.5 for r in logged)

@@ -100,8 +100,8 @@ def test_auto_resolution_and_records(tmp_path, cache, monkeypatch):
     monkeypatch.undo()
 
     out = tmp_path / "run"
-    r = normlab("train", "tiny", *CLI_SMALL, "--set", "train.steps=2", "--set", "train.precision=bf16",
-                "--out", str(out), cache=cache)
+    r = run_inproc("train", "tiny", *CLI_SMALL, "--set", "train.steps=2", "--set", "train.precision=bf16",
+                   "--out", str(out), cache=cache)
     assert r.returncode == 0, r.stderr
     assert "device cpu" in r.stderr and "precision bf16 (set in the config)" in r.stderr
     saved = (out / "config.yaml").read_text()
@@ -110,11 +110,11 @@ def test_auto_resolution_and_records(tmp_path, cache, monkeypatch):
     assert (s["device"], s["precision"], s["compile"], s["compile_s"]) == ("cpu", "bf16", False, None)
     want = "bf16" if P.fast_bf16("cpu")[0] else "fp32"
     out2 = tmp_path / "auto"
-    normlab("train", "tiny", *CLI_SMALL, "--set", "train.steps=2", "--out", str(out2), cache=cache, check=True)
+    run_inproc("train", "tiny", *CLI_SMALL, "--set", "train.steps=2", "--out", str(out2), cache=cache, check=True)
     if want == "fp32":
         assert summary(out2)["precision"] == "fp32"
     # --resume with the same (auto) config matches the resolved config.yaml
-    r = normlab("train", "tiny", *CLI_SMALL, "--set", "train.steps=2", "--resume", str(out2), cache=cache)
+    r = run_inproc("train", "tiny", *CLI_SMALL, "--set", "train.steps=2", "--resume", str(out2), cache=cache)
     assert r.returncode == 0, r.stderr
 
 
@@ -144,10 +144,10 @@ def test_bf16_resume_after_kill_9_is_bit_exact(tmp_path, cache):
 
 def test_conversion_of_bf16_run_is_exact_in_fp32(tmp_path, cache):
     run = tmp_path / "run"
-    normlab("train", "tiny", *CLI_SMALL, "--set", "train.precision=bf16", "--set", "train.steps=4",
-            "--out", str(run), cache=cache, check=True)
+    run_inproc("train", "tiny", *CLI_SMALL, "--set", "train.precision=bf16", "--set", "train.steps=4",
+               "--out", str(run), cache=cache, check=True)
     out = tmp_path / "conv"
-    r = normlab("convert", str(run), "--to", "rmsnorm", "--out", str(out), "--json", cache=cache, check=True)
+    r = run_inproc("convert", str(run), "--to", "rmsnorm", "--out", str(out), "--json", cache=cache, check=True)
     row = json.loads(r.stdout)
     assert row["max_abs_logit_diff"] <= 1e-4 and abs(row["bpb_after"] - row["bpb_before"]) <= 1e-6
     assert json.loads((out / "conversion.json").read_text())["dtype"] == "float32"

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 from normlab.diagnostics.residual_sinks import ablate_residual_sinks, residual_sinks, residual_sinks_by_block
 from normlab.model import ModelConfig, build_model
-from tests.helpers import normlab
+from tests.helpers import run_inproc
 
 
 def planted(seed: int = 0) -> torch.Tensor:
@@ -85,14 +85,14 @@ def test_ablation_matches_a_hand_written_forward():
 def test_diagnose_cli_reports_and_ablates(tmp_path):
     run = tmp_path / "run"
     cache = tmp_path / "cache"
-    normlab("train", "tiny", "--set", "train.steps=4", "--set", "train.eval_every=4", "--out", str(run),
-            cache=cache, check=True)
-    out = json.loads(normlab("diagnose", str(run), "--sequences", "4", "--ablate-residual-sinks", "--json",
-                             cache=cache, check=True).stdout)
+    run_inproc("train", "tiny", "--set", "train.steps=4", "--set", "train.eval_every=4", "--out", str(run),
+               cache=cache, check=True)
+    out = json.loads(run_inproc("diagnose", str(run), "--sequences", "4", "--ablate-residual-sinks", "--json",
+                                cache=cache, check=True).stdout)
     rs, ab = out["residual_sinks"], out["residual_sink_ablation"]
     assert len(rs["blocks"]) == out["model"]["depth"] and rs["ratio"] == 10.0
     assert ab["base_loss"] == pytest.approx(out["layer_effectiveness"]["base_loss"], rel=1e-9)
     if not rs["dims"]:  # nothing clipped: the ablation changes nothing
         assert ab["clipped_loss"] == ab["base_loss"]
-    text = normlab("diagnose", str(run), "--sequences", "4", cache=cache, check=True).stdout
+    text = run_inproc("diagnose", str(run), "--sequences", "4", cache=cache, check=True).stdout
     assert "residual sinks" in text

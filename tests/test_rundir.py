@@ -1,14 +1,22 @@
 """normlab.run.rundir: a damaged run directory is one line naming what is wrong (and nothing is written); junk and
-non-UTF-8 metrics lines are skipped."""
+non-UTF-8 metrics lines are skipped.
+
+Self-contained run directories (normlab.run.rundir): the run keeps its tokenizer, data identity and provenance; it
+works after being moved, from any working directory, with an empty token cache; a changed corpus is refused with
+one line naming what changed; ``--data`` scores another corpus with the run's own tokenizer."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
+import sysconfig
 from pathlib import Path
 
 import pytest
 
+import normlab
+from normlab.data import BPETokenizer, split_docs
 from tests.helpers import assert_bad_input, run_inproc, tree
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -77,3 +85,116 @@ def test_junk_and_non_utf8_metrics_lines_are_skipped(run_copy, cache):
     assert json.loads(proc.stdout)["training"]["records"] == 0  # diag.every=0: no diag records, none invented
     steps = sorted({s for s, _, _ in read_metrics(run_copy / "metrics.jsonl")})
     assert steps == good  # the good lines, nothing from the junk
+
+
+# ---------------------------------------------------------------- self-contained run directories
+SHORT = ["--set", "train.steps=4", "--set", "train.eval_every=2", "--set", "train.checkpoint_every=2",
+         "--set", "data.tokenizer=bpe:300", "--set", "model.context=32"]
+
+
+def _text(names: list[str]) -> bytes:
+    """Real text: some files of the installed standard library."""
+    root = Path(sysconfig.get_paths()["stdlib"])
+    return b"".join((root / n).read_bytes() for n in names)
+
+
+@pytest.fixture(scope="module")
+def moved(tmp_path_factory):
+    """Train in directory A on the relative corpus ``corpus.txt``; evaluate there; move the run to B."""
+    base = tmp_path_factory.mktemp("selfcontained")
+    a, b = base / "a", base / "b"
+    a.mkdir()
+    b.mkdir()
+    (a / "corpus.txt").write_bytes(_text(["textwrap.py", "shlex.py", "fnmatch.py"]))
+    mp = pytest.MonkeyPatch()
+    mp.chdir(a)
+    try:
+        run_inproc("train", "tiny", *SHORT, "--set", "data.source=corpus.txt", "--out", "run",
+                   cache=base / "cache1", check=True)
+        before = json.loads(run_inproc("eval", "run", "--json", cache=base / "cache1", check=True).stdout)
+    finally:
+        mp.undo()
+    shutil.move(str(a / "run"), str(b / "run"))
+    return {"base": base, "corpus": a / "corpus.txt", "run": b / "run", "before": before}
+
+
+def test_run_directory_records_identity_and_provenance(moved):
+    run, corpus = moved["run"], moved["corpus"]
+    info = json.loads((run / "data.json").read_text())
+    raw = corpus.read_bytes()
+    h = hashlib.sha256(len(raw).to_bytes(8, "little") + raw).hexdigest()  # content_hash of one document
+    assert info["content_hash"] == h and info["num_bytes"] == len(raw) and info["num_docs"] == 1
+    assert info["source"] == "corpus.txt" and info["resolved_source"] == str(corpus.resolve())
+    assert info["splits"]["val_fraction"] == 0.05 and info["data_order_seed"] == 0
+    assert sum(info["splits"]["bytes"].values()) == len(raw)
+    tok = info["tokenizer"]
+    assert tok["kind"] == "bpe" and tok["vocab_size"] == 300
+    assert tok["sha256"] == hashlib.sha256((run / "tokenizer.json").read_bytes()).hexdigest()
+    prov = json.loads((run / "provenance.json").read_text())
+    assert prov["normlab_version"] == normlab.__version__
+    assert prov["git_commit"] is None or len(prov["git_commit"]) == 40
+
+
+def test_moved_run_works_from_another_directory_with_an_empty_cache(moved, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # neither the training directory nor the run's parent
+    after = json.loads(run_inproc("eval", str(moved["run"]), "--json", cache=tmp_path / "fresh", check=True).stdout)
+    assert after["bpb"] == moved["before"]["bpb"]
+    assert after["tokens"] == moved["before"]["tokens"]
+
+
+def test_data_scores_another_corpus_with_the_runs_tokenizer(moved, tmp_path):
+    other = tmp_path / "other.txt"
+    other_bytes = _text(["glob.py", "bisect.py", "colorsys.py"])
+    other.write_bytes(other_bytes)
+    run = moved["run"]
+    plain = (run / "eval_val.json").read_text()
+    m = json.loads(run_inproc("eval", str(run), "--data", str(other), "--json", cache=moved["base"] / "cache1",
+                              check=True).stdout)
+    # the run's own tokenizer.json encodes the other corpus's val split into exactly the tokens scored
+    # (a BPE retrained on the other corpus would give another count)
+    val = split_docs([other_bytes], 0.05, 0.05)["val"]
+    ids = BPETokenizer.from_file(run / "tokenizer.json").encode_docs(val)
+    tb = BPETokenizer.from_file(run / "tokenizer.json").token_bytes()
+    assert m["tokens"] == len(ids) - 1 and m["bytes"] == int(tb[ids[1:]].sum())  # every token but the first is a target
+    assert m["data"]["source"] == str(other)
+    assert (run / f"eval_val_data-{m['data']['content_hash'][:12]}.json").is_file()
+    assert (run / "eval_val.json").read_text() == plain  # the plain evaluation is not overwritten
+    c = json.loads(run_inproc("calibrate", str(run), "--data", str(other), "--json", "--max-tokens", "200",
+                              cache=moved["base"] / "cache1", check=True).stdout)
+    assert c["data"]["content_hash"] == m["data"]["content_hash"]
+
+
+def test_changed_corpus_is_refused(moved, tmp_path):
+    corpus, run = moved["corpus"], moved["run"]
+    original = corpus.read_bytes()
+    try:
+        corpus.write_bytes(original + b"# appended\n")
+        cache = tmp_path / "cache"
+        for cmd in (["eval", str(run)], ["diagnose", str(run)], ["calibrate", str(run)],
+                    ["extrapolate", str(run), "--factors", "1"]):
+            proc = run_inproc(*cmd, cache=cache)
+            assert_bad_input(proc, "changed since", f"size {len(original):,} -> {len(original) + 11:,} bytes",
+                             "--data")
+        assert not list(cache.glob("*bpe*"))  # refused before anything was tokenized
+    finally:
+        corpus.write_bytes(original)
+
+
+def test_generate_needs_no_corpus_and_a_modified_tokenizer_is_refused(moved, tmp_path):
+    src, run = moved["run"], tmp_path / "copy"
+    shutil.copytree(src, run)
+    corpus = moved["corpus"]
+    hidden = corpus.with_suffix(".hidden")
+    corpus.rename(hidden)
+    try:
+        g = json.loads(run_inproc("generate", str(run), "--prompt", "def ", "--max-new-tokens", "5",
+                                  "--temperature", "0", "--json", cache=tmp_path / "c", check=True).stdout)
+        assert len(g["tokens"]) == 5 and all(0 <= t < 300 for t in g["tokens"])
+        expected = BPETokenizer.from_file(run / "tokenizer.json").decode(g["tokens"])  # str: UTF-8 with replacement
+        assert g["text"] == expected
+        assert_bad_input(run_inproc("eval", str(run), cache=tmp_path / "c"), "is gone", "--data")
+    finally:
+        hidden.rename(corpus)
+    tok = json.loads((run / "tokenizer.json").read_text())
+    (run / "tokenizer.json").write_text(json.dumps(tok, indent=1))
+    assert_bad_input(run_inproc("eval", str(run), cache=tmp_path / "c"), "tokenizer.json was modified")

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from normlab.errors import EXIT_DIVERGED, EXIT_INTERRUPTED
-from tests.helpers import TINY, assert_same_weights, cli_env, kill_9_after, normlab, summary
+from tests.helpers import TINY, assert_same_weights, cli_env, kill_9_after, normlab, run_inproc, summary
 
 
 @pytest.fixture(scope="module")
@@ -75,7 +75,7 @@ def test_ctrl_c_then_resume_is_bit_exact(reference_run, tmp_path, cache, sig):
 
 def test_divergence_is_a_result(tmp_path, cache):
     out = tmp_path / "div"
-    r = normlab("train", "tiny", "--set", "train.loss_ceiling=3.0", "--out", str(out), "--json", cache=cache)
+    r = run_inproc("train", "tiny", "--set", "train.loss_ceiling=3.0", "--out", str(out), "--json", cache=cache)
     assert r.returncode == EXIT_DIVERGED
     s = json.loads(r.stdout)
     assert s["status"] == "diverged" and s["step"] == 1 and summary(out)["status"] == "diverged"
@@ -108,7 +108,7 @@ def test_gap_to_entropy_floor_shrinks_with_steps(tmp_path, cache):
     gaps = []
     for steps in (20, 150):
         out = tmp_path / f"s{steps}"
-        r = normlab("train", "tiny", "--set", f"train.steps={steps}", "--out", str(out), "--json", cache=cache,
-                    check=True)
+        r = run_inproc("train", "tiny", "--set", f"train.steps={steps}", "--out", str(out), "--json", cache=cache,
+                       check=True)
         gaps.append(json.loads(r.stdout)["gap_bpb"])
     assert gaps[1] < gaps[0] - 0.1 and gaps[1] > 0

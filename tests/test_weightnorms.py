@@ -22,7 +22,7 @@ from normlab.diagnostics.weightnorms import (
 from normlab.model import ModelConfig, build_model
 from normlab.experiments.lrgrid import GridRun, analyze
 from normlab.report.lrplots import loss_and_signal_vs_step_png
-from tests.helpers import normlab, summary, weights
+from tests.helpers import run_inproc, summary, weights
 
 
 def test_tev_matches_its_definition():
@@ -65,8 +65,8 @@ def test_training_diagnostics_and_summary_record_them(tmp_path):
     assert rec["diag/head_spectral_norm"] == pytest.approx(float(torch.linalg.matrix_norm(E.detach(), 2)), rel=1e-5)
     # end to end: metrics every diag.every steps and the final weights' values in summary.json
     run = tmp_path / "run"
-    normlab("train", "tiny", "--set", "train.steps=8", "--set", "diag.every=4", "--set", "train.eval_every=8",
-            "--out", str(run), cache=tmp_path / "cache", check=True)
+    run_inproc("train", "tiny", "--set", "train.steps=8", "--set", "diag.every=4", "--set", "train.eval_every=8",
+               "--out", str(run), cache=tmp_path / "cache", check=True)
     recs = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in recs if "diag/tev_mean" in r] == [4, 8]
     w = weights(run)
@@ -98,11 +98,11 @@ def test_scaling_shows_the_head_norm_at_each_sizes_best_learning_rate(tmp_path):
         s["weight_norms"] = {"head_rms_inf_norm": 10.0 + i, "head_spectral_norm": 1.0}
         path.write_text(json.dumps(s))
         want.setdefault((variant, size), []).append(10.0 + i)
-    proc = normlab("scaling", str(d), "--json", cache=tmp_path / "c")
+    proc = run_inproc("scaling", str(d), "--json", cache=tmp_path / "c")
     assert proc.returncode == 0, proc.stderr
     for v in json.loads(proc.stdout)["variants"]:
         for p in v["points"]:
             vals = want[(v["variant"], p["size"])]
             assert p["head_rms_inf_norm"] == pytest.approx(sum(vals) / len(vals))
-    text = normlab("scaling", str(d), cache=tmp_path / "c").stdout
+    text = run_inproc("scaling", str(d), cache=tmp_path / "c").stdout
     assert "Each size at its best learning rate" in text and "head RMS->inf" in text, text

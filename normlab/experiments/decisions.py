@@ -43,7 +43,7 @@ from normlab.stats import (
 EXACT_MIN_N = 5
 METRIC_LABELS = {"lr_sensitivity": "LR sensitivity", "best_loss": "best loss", "final_loss": "final loss"}
 VERDICT_WORDS = ("lower", "higher", "beyond noise")
-"""Words that state a decision; the report uses them only for the primary family (tests/test_report_decisions.py)."""
+"""Words that state a decision; the report uses them only for the primary family (tests/test_decisions.py)."""
 
 
 def default_question(baseline: str | None, grid: bool) -> dict[str, Any]:

@@ -5,7 +5,9 @@ A finished run directory holds ``config.yaml`` (``dump_config``), ``model.safete
 metadata, normlab.run.tensors.save_model), the identity files of the run it was derived from (``tokenizer.json``,
 ``data.json``, ``provenance.json``: a derived run stays self-contained), the writer's own records (``conversion.json``,
 ``quantization.json``, ``removal.json``, ``hf_import.json``) and ``summary.json``, written last. Used by convert,
-quantize, remove-norm and import; the trainer writes the same files in place as it trains (normlab.train.loop).
+quantize, remove-norm and import. The trainer builds its directory in place as it trains (normlab.train.loop) but
+writes these same files through here: ``write_config`` when it starts, ``finish_run`` (model.safetensors, then
+summary.json last) when it ends or stops.
 """
 
 from __future__ import annotations
@@ -37,19 +39,38 @@ def copy_identity(src: str | Path, dst: str | Path) -> None:
             shutil.copy2(Path(src) / name, Path(dst) / name)
 
 
+def write_config(path: str | Path, config: RunConfig) -> None:
+    """Write ``config.yaml`` (normlab.config.dump_config) into the directory ``path`` (created if missing)."""
+    from normlab.config import dump_config
+
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    write_text(path / CONFIG_FILE, dump_config(config))
+
+
+def finish_run(path: str | Path, config: RunConfig, model: nn.Module | None, summary: dict[str, Any]) -> None:
+    """End a run's files in ``path``: ``model.safetensors`` (when ``model`` is given; a stopped run has none), then
+    ``summary.json``, always last (a reader that sees the summary sees every other file)."""
+    from normlab.run.tensors import save_model
+
+    path = Path(path)
+    if model is not None:
+        save_model(model, path / MODEL_FILE, config.hash())
+    write_json(path / SUMMARY_FILE, summary)
+
+
 def write_run(path: str | Path, config: RunConfig, model: nn.Module, summary: dict[str, Any] | None = None, *,
               derived_from: str | Path | None = None, records: dict[str, dict[str, Any]] | None = None) -> None:
     """Write a run's files into the directory ``path`` (created if missing): the identity files of
     ``derived_from``, ``config.yaml``, ``model.safetensors``, each ``records`` item (file name -> JSON object) and,
     when given, ``summary.json``."""
-    from normlab.config import dump_config
     from normlab.run.tensors import save_model
 
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     if derived_from is not None:
         copy_identity(derived_from, path)
-    write_text(path / CONFIG_FILE, dump_config(config))
+    write_config(path, config)
     save_model(model, path / MODEL_FILE, config.hash())
     for name, record in (records or {}).items():
         write_json(path / name, record)
@@ -88,4 +109,4 @@ def publish_run(out: str | Path, config: RunConfig, model: nn.Module, *,
         write_json(tmp / SUMMARY_FILE, run.summary)
 
 
-__all__ = ["IDENTITY_FILES", "PendingRun", "copy_identity", "publish_run", "write_run"]
+__all__ = ["IDENTITY_FILES", "PendingRun", "copy_identity", "finish_run", "publish_run", "write_config", "write_run"]

@@ -38,9 +38,10 @@ import torch
 from torch import nn
 
 from normlab.errors import NormlabError
-from normlab.io import check_new_dir, publish_dir
+from normlab.io import check_new_dir, publish_dir, read_json, write_json
 from normlab.model.placements import IN_SITES, block_sites
 from normlab.norms.fixedscale import FixedScaleNorm
+from normlab.run.files import INIT_FROM_FILE, SUMMARY_FILE
 
 FORMAT = "normlab-norm-removal-v1"
 NORMS = ("layernorm", "rmsnorm")
@@ -183,6 +184,20 @@ def _write_run(path: Path, cfg, model: nn.Module, summary: dict[str, Any], name:
               derived_from=source, records=records)
 
 
+def _published_paths(stage: Path, tmp: Path, out: Path) -> None:
+    """A stage trained inside the publish temp dir ``tmp`` recorded its paths there (``run_dir``, ``init_from``,
+    ``weights``); name the published ones under ``out`` instead (init_from.json first, summary.json last)."""
+    for name in (INIT_FROM_FILE, SUMMARY_FILE):
+        path = stage / name
+        if not path.is_file():
+            continue
+        record = read_json(path, name)
+        fixed = {k: str(out / Path(v).relative_to(tmp)) if isinstance(v, str) and Path(v).is_relative_to(tmp) else v
+                 for k, v in record.items()}
+        if fixed != record:
+            write_json(path, fixed)
+
+
 def _finetune_config(cfg, *, steps: int, lr: float, data_source: str | None):
     from normlab.config import config_from_dict
 
@@ -249,7 +264,7 @@ def remove_norm_run(run_dir: str | Path, out: str | Path, *, steps: int = 100, l
             removed_dir = tmp / "stages" / f"{k:02d}-{label}-removed"
             after_removal = score(model)
             _write_run(removed_dir, cfg, model, {"val_loss": after_removal["loss"], "val_bpb": after_removal["bpb"]},
-                       source=run_dir)
+                       name=out / removed_dir.relative_to(tmp), source=run_dir)
             rec = {"stage": k, "label": label, "sites": names, "scales": scales, "after_removal": after_removal,
                    "removal_delta_nats": after_removal["loss"] - base["loss"],
                    "removal_delta_bpb": after_removal["bpb"] - base["bpb"]}
@@ -257,6 +272,7 @@ def remove_norm_run(run_dir: str | Path, out: str | Path, *, steps: int = 100, l
                 tuned_dir = tmp / "stages" / f"{k:02d}-{label}-tuned"
                 ft = _finetune_config(cfg, steps=steps, lr=lr, data_source=data_source)
                 s = train(ft, tuned_dir, init_from=removed_dir, quiet=True)
+                _published_paths(tuned_dir, tmp, out)
                 _stop_if_interrupted(s)  # Ctrl-C / SIGTERM: exit 130 with the interrupt line, not a divergence hint
                 if s["status"] != "completed":
                     raise NormlabError(f"remove-norm: the fine-tune of stage {k} ({label}) {s['status']} at step "
@@ -280,6 +296,7 @@ def remove_norm_run(run_dir: str | Path, out: str | Path, *, steps: int = 100, l
             ctl_dir = tmp / "stages" / "control-ln-finetuned"
             ft = _finetune_config(src.cfg, steps=steps * len(plan), lr=lr, data_source=data_source)
             s = train(ft, ctl_dir, init_from=run_dir, quiet=True)
+            _published_paths(ctl_dir, tmp, out)
             _stop_if_interrupted(s)
             if s["status"] == "completed":
                 c = score(load_run(ctl_dir, final_only=True).model)

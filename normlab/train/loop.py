@@ -21,13 +21,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from normlab.config import RunConfig, dump_config
+from normlab.config import RunConfig
 from normlab.diagnostics.training import TrainDiagnostics
 from normlab.diagnostics.weightnorms import weight_norm_record
 from normlab.errors import NormlabError
 from normlab.eval.lm import evaluate
 from normlab.io import clean_stale_temps, dumps, exclusive_lock, read_json_object, write_json, write_text
-from normlab.run.files import CHECKPOINTS_DIR, CONFIG_FILE, METRICS_FILE, MODEL_FILE, PARAM_GROUPS_FILE, SUMMARY_FILE
+from normlab.run.files import CHECKPOINTS_DIR, CONFIG_FILE, METRICS_FILE, PARAM_GROUPS_FILE
+from normlab.run.publish import finish_run, write_config
 from normlab.run.fingerprint import write_fingerprint
 from normlab.run.rundir import apply_norm_defaults, load_data, read_initial, read_jsonl
 from normlab.model import build_model
@@ -35,7 +36,7 @@ from normlab.train.losses import lm_loss
 from normlab.train.init_from import load_init, resolve_init, source_tokenizer
 from normlab.train.init_from import write_record as write_init_record
 from normlab.train.init_eval import eval_mode_gap, initial_eval, near_chance_warning, unigram_bpb
-from normlab.run.tensors import list_checkpoints, load_checkpoint, save_checkpoint, save_model
+from normlab.run.tensors import list_checkpoints, load_checkpoint, save_checkpoint
 from normlab.train.clipping import build_clipper
 from normlab.train.distributed import SINGLE, DistContext, StopSignals
 from normlab.train.optim import EffectiveLR, NormalizeAndProject, build_optimizer
@@ -170,7 +171,7 @@ def _interrupted_summary(cfg: RunConfig, run_dir: Path) -> dict[str, Any]:
         "tokens_seen": state.get("tokens_seen", 0), "tokens_per_s": 0.0, "elapsed_s": state.get("elapsed_s", 0.0),
         "params": None, "config_hash": cfg.hash(), "loss_spikes": None, "run_dir": str(run_dir),
     }
-    write_json(run_dir / SUMMARY_FILE, summary)
+    finish_run(run_dir, cfg, None, summary)  # no model.safetensors: resumable from the last checkpoint
     return summary
 
 
@@ -234,7 +235,7 @@ def _train(cfg: RunConfig, run_dir: Path, *, resume: bool, quiet: bool, flag: An
         init = read_initial(metrics_path)
     elif ctx.is_main:
         run_dir.mkdir(parents=True, exist_ok=True)
-        write_text(run_dir / CONFIG_FILE, dump_config(cfg))
+        write_config(run_dir, cfg)  # config.yaml (normlab.run.publish)
         write_json(run_dir / PARAM_GROUPS_FILE, groups)
         save_run_identity(run_dir, cfg, data)  # tokenizer.json, data.json, provenance.json
         write_fingerprint(run_dir, cfg, model)  # fingerprint.json: config + parameter layout + versions
@@ -358,8 +359,6 @@ def _train(cfg: RunConfig, run_dir: Path, *, resume: bool, quiet: bool, flag: An
     tracker.close(status)
 
     total_elapsed = elapsed + time.time() - t_start
-    if status == "completed" and ctx.is_main:
-        save_model(model, run_dir / MODEL_FILE, cfg.hash())
     summary = {
         "status": status, "step": step, "steps": tc.steps, "train_loss": last_loss,
         "val_loss": val.get("loss"), "val_bpb": val.get("bpb"), "best_val_bpb": best,
@@ -385,7 +384,7 @@ def _train(cfg: RunConfig, run_dir: Path, *, resume: bool, quiet: bool, flag: An
     if flat and status == "completed":
         summary["near_chance_warning"] = flat
         report.message(f"warning: {flat['message']}")
-    if ctx.is_main:
-        write_json(run_dir / SUMMARY_FILE, summary)
+    if ctx.is_main:  # model.safetensors (a completed run's), then summary.json last (normlab.run.publish)
+        finish_run(run_dir, cfg, model if status == "completed" else None, summary)
     ctx.barrier()  # the other ranks exit only after rank 0 recorded the status
     return summary

@@ -9,7 +9,7 @@ its arguments, null, margins, tolerance, test, seeds, the observability rule, an
 overrides and the full budget). docs/claims.md records each claim's hash; a claim whose hash differs from the
 recorded one must carry a ``Revision`` in ``revised`` (date, what changed, why, the verdict before, and the hash
 before), which ``normlab claims`` prints and docs/claims.md lists under "Definitions revised", so every forking path
-is visible (``tests/test_claims_specs.py``). Changing what a measurement function computes means registering it
+is visible (``tests/test_specs.py``). Changing what a measurement function computes means registering it
 under a new name, so the change shows in the hash.
 
 Adding a claim: one ``Claim`` here (with its source and deviations; the fields after ``deviations`` have defaults,

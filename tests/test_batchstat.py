@@ -1,0 +1,143 @@
+"""normlab.norms.batchstat: BatchNorm over tokens against torch.nn.BatchNorm1d, and what every
+batch-statistic norm (BatchNorm, PowerNorm, Unified) shares: eval changes no state and mixes no
+sequences, warm-up counts optimizer steps, a resume mid-warm-up is bit-exact."""
+
+from __future__ import annotations
+
+
+import pytest
+import torch
+from safetensors.torch import load as st_load
+from safetensors.torch import save as st_save
+
+from normlab.norms import build_norm, norm_names
+from tests.helpers import rand, randomize_affine
+
+D = 8
+BATCH_STAT = ("batchnorm", "powernorm", "unified")
+
+
+# ---------------------------------------------------------------- BatchNorm over tokens
+def test_batchnorm_matches_torch_train_and_eval():
+    m = build_norm("batchnorm", D, eps=1e-5).double()
+    ref = torch.nn.BatchNorm1d(D, eps=1e-5, momentum=0.1).double()
+    randomize_affine(m)
+    with torch.no_grad():
+        ref.weight.copy_(m.weight), ref.bias.copy_(m.bias)
+    for step in range(3):
+        x = rand(4, 6, D, seed=step, scale=2.0, shift=1.5).requires_grad_()
+        xr = x.detach().clone().requires_grad_()
+        y, yr = m(x), ref(xr.reshape(-1, D)).reshape(4, 6, D)
+        torch.testing.assert_close(y, yr)
+        dy = rand(4, 6, D, seed=10 + step)
+        (y * dy).sum().backward(), (yr * dy).sum().backward()
+        torch.testing.assert_close(x.grad, xr.grad)
+    torch.testing.assert_close(m.running_mean, ref.running_mean)
+    torch.testing.assert_close(m.running_var, ref.running_var)
+    assert m.num_batches.item() == 3 and m.num_batches.dtype == torch.long
+    m.eval(), ref.eval()
+    x = rand(2, 5, D, seed=7, shift=1.0)
+    torch.testing.assert_close(m(x), ref(x.reshape(-1, D)).reshape(2, 5, D))
+
+
+def test_batchnorm_mask_uses_real_tokens_only():
+    m = build_norm("batchnorm", D).double()
+    ref = torch.nn.BatchNorm1d(D).double()
+    x = rand(3, 5, D, scale=2.0, shift=1.0)
+    mask = torch.ones(3, 5, dtype=torch.bool)
+    mask[1, 3:] = False
+    mask[2, 1:] = False
+    y = m(x, mask=mask)
+    torch.testing.assert_close(y[mask], ref(x[mask]))
+    torch.testing.assert_close(m.running_mean, ref.running_mean)
+    torch.testing.assert_close(m.running_var, ref.running_var)
+
+
+# ---------------------------------------------------------------- shared batch-statistic behaviour
+def warm(m, n=4):
+    m.train()
+    for i in range(n):
+        x = rand(3, 5, D, seed=100 + i, scale=2.0, shift=0.5).float().requires_grad_()
+        m(x).pow(2).sum().backward()
+        for p in m.parameters():
+            p.grad = None
+
+
+@pytest.mark.parametrize("name", BATCH_STAT)
+def test_eval_does_not_change_state(name):
+    m = build_norm(name, D, warmup=1) if name != "batchnorm" else build_norm(name, D)
+    warm(m)
+    before = {k: v.clone() for k, v in m.state_dict().items()}
+    m.eval()
+    x = rand(3, 5, D, seed=1).float().requires_grad_()
+    m(x).sum().backward()
+    after = m.state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before)
+    m.train()
+    m(x)
+    assert not all(torch.equal(before[k], m.state_dict()[k]) for k in before)  # training does change it
+
+
+@pytest.mark.parametrize("name", norm_names())
+def test_eval_output_does_not_depend_on_other_sequences(name):
+    torch.manual_seed(0)
+    m = build_norm(name, D)
+    warm(m)
+    m.eval()
+    x = rand(3, 5, D, seed=2).float()
+    x2 = x.clone()
+    x2[1:] = rand(2, 5, D, seed=3, scale=10.0).float()
+    torch.testing.assert_close(m(x)[0], m(x2)[0])
+    torch.testing.assert_close(m(x)[0], m(x[:1])[0])
+    if name in BATCH_STAT:  # training mode uses batch statistics: the same change does leak
+        m.train()
+        assert not torch.allclose(m(x)[0], m(x2)[0])
+
+
+@pytest.mark.parametrize("name", ("powernorm", "unified"))
+def test_warmup_counts_optimizer_steps_under_grad_accumulation(name):
+    for set_to_none in (True, False):
+        m = build_norm(name, D, warmup=3)
+        opt = torch.optim.SGD(m.parameters(), lr=0.01)
+        for _ in range(3):
+            for micro in range(2):
+                m(rand(2, 3, D, seed=micro).float()).pow(2).mean().backward()
+            opt.step()
+            opt.zero_grad(set_to_none=set_to_none)
+        assert m.num_batches.item() == 6 and m.step.item() == 3, set_to_none
+
+
+@pytest.mark.parametrize("name, opts", [("powernorm", {"warmup": 4, "groups": 2}),
+                                        ("unified", {"warmup": 4, "window": 2}),
+                                        ("batchnorm", {})])
+def test_state_dict_resume_is_bit_exact_mid_warmup(name, opts):
+    def run_step(m, opt, i):
+        x = rand(3, 5, D, seed=200 + i, scale=1.0 + i).float().requires_grad_()
+        y = m(x)
+        (y * rand(3, 5, D, seed=300 + i).float()).sum().backward()
+        grads = [x.grad.clone()] + [p.grad.clone() for p in m.parameters()]
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return y.detach(), grads
+
+    torch.manual_seed(0)
+    a = build_norm(name, D, **opts)
+    opt_a = torch.optim.SGD(a.parameters(), lr=0.05)
+    for i in range(3):
+        run_step(a, opt_a, i)
+    blob = st_save(a.state_dict())  # through safetensors, as checkpoints are written
+    b = build_norm(name, D, **opts)
+    b.load_state_dict(st_load(blob))
+    opt_b = torch.optim.SGD(b.parameters(), lr=0.05)
+    assert a.step.item() == 3 and a.step.dtype == torch.long
+    for i in range(3, 5):  # step 4 is the last warm-up step, step 5 the first after it
+        ya, ga = run_step(a, opt_a, i)
+        yb, gb = run_step(b, opt_b, i)
+        assert torch.equal(ya, yb) and all(torch.equal(p, q) for p, q in zip(ga, gb))
+    for k, v in a.state_dict().items():
+        assert torch.equal(v, b.state_dict()[k]), k
+    fresh = build_norm(name, D, **opts)  # and the state really matters: a fresh module differs
+    opt_f = torch.optim.SGD(fresh.parameters(), lr=0.05)
+    yf, _ = run_step(fresh, opt_f, 5)
+    ya, _ = run_step(a, opt_a, 5)
+    assert not torch.equal(ya, yf)
