@@ -81,14 +81,14 @@ def test_divergence_is_a_result(tmp_path, cache):
     assert s["status"] == "diverged" and s["step"] == 1 and summary(out)["status"] == "diverged"
 
 
-def test_gradient_accumulation_matches_big_batch(tmp_path, cache):
+def test_gradient_accumulation_matches_big_batch(tmp_path, cache, monkeypatch):
     """Two micro-batches of 4 sum to the same gradient as one batch of 8 drawn from the same windows."""
     from normlab.config import load_config
     from normlab.model import build_model
     from normlab.run.rundir import load_data
     from normlab.train.loop import get_batch
 
-    os.environ["NORMLAB_CACHE_DIR"] = str(cache)
+    monkeypatch.setenv("NORMLAB_CACHE_DIR", str(cache))
     cfg = load_config("tiny")
     data = load_data(cfg)
     cfg.model.vocab_size = data.vocab_size
