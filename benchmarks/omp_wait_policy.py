@@ -9,7 +9,11 @@ normlab.train.threads.set_wait_policy).
 30 steps after 5 of warm-up) instead of the synthetic pattern: what the policy costs where it matters, e.g. on an
 idle machine, where spinning could pay.
 
-    python benchmarks/omp_wait_policy.py [--reps 3] [--threads 2] [--step S] [--json]
+``--spincount N`` adds a third setting, ``OMP_WAIT_POLICY`` unset with ``GOMP_SPINCOUNT=N`` (libgomp spins N
+iterations, then sleeps: what normlab sets when every core is free at start); ``--competitors K`` runs K busy
+processes (one core each) during the measurement.
+
+    python benchmarks/omp_wait_policy.py [--reps 3] [--threads 2] [--step S] [--spincount N] [--competitors K] [--json]
 """
 
 from __future__ import annotations
@@ -66,8 +70,11 @@ print(wall, (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime))
 
 
 def run(policy: str | None, threads: int, step: bool = False) -> tuple[float, float]:
-    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
-    if policy:
+    """``policy``: None (libgomp's default), ``PASSIVE``, or ``spin=N`` (GOMP_SPINCOUNT=N, policy unset)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
+    if policy and policy.startswith("spin="):
+        env["GOMP_SPINCOUNT"] = policy[5:]
+    elif policy:
         env["OMP_WAIT_POLICY"] = policy
     here = os.path.dirname(os.path.abspath(__file__))
     env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(here), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
@@ -83,20 +90,31 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--step", choices=["S"], default=None,
                     help="time normlab's training step at shape S instead of the synthetic pattern")
+    ap.add_argument("--spincount", type=int, default=None, metavar="N",
+                    help="also measure OMP_WAIT_POLICY unset with GOMP_SPINCOUNT=N")
+    ap.add_argument("--competitors", type=int, default=0, metavar="K", help="busy processes during the measurement")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     if args.reps < 1 or args.threads < 1:
         print("error: --reps and --threads must be >= 1", file=sys.stderr)
         return 2
     load = os.getloadavg()[0]
-    res: dict[str, list[tuple[float, float]]] = {"unset": [], "PASSIVE": []}
-    for i in range(args.reps):
-        for policy in ("unset", "PASSIVE") if i % 2 == 0 else ("PASSIVE", "unset"):
-            res[policy].append(run(None if policy == "unset" else policy, args.threads, bool(args.step)))
+    arms = ["unset", "PASSIVE"] + ([f"spin={args.spincount}"] if args.spincount is not None else [])
+    res: dict[str, list[tuple[float, float]]] = {a: [] for a in arms}
+    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.competitors)]
+    try:
+        for i in range(args.reps):
+            for policy in arms if i % 2 == 0 else arms[::-1]:
+                res[policy].append(run(None if policy == "unset" else policy, args.threads, bool(args.step)))
+    finally:
+        for b in busy:
+            b.kill()
+            b.wait()
     row = {p: {"wall_s": statistics.median(w for w, _ in v), "cpu_s": statistics.median(c for _, c in v)}
            for p, v in res.items()}
     row |= {"threads": args.threads, "reps": args.reps, "load_before": load, "load_after": os.getloadavg()[0],
-            "work": "30 training steps at shape S" if args.step else "200 parallel regions"}
+            "work": "30 training steps at shape S" if args.step else "200 parallel regions",
+            "competitors": args.competitors}
     if args.json:
         print(json.dumps(row))
     else:

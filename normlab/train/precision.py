@@ -43,11 +43,13 @@ from normlab.train.threads import step_flops
 DEVICES = ("auto", "cpu", "cuda")
 PRECISIONS = ("auto", "fp32", "bf16")
 BF16_MARGIN = 0.10  # auto picks bf16 only when its probed step is >= 10% faster than fp32's
-# CPU: a run's training FLOPs from which torch.compile pays back its compile time. Measured at shape S
-# (benchmarks/nanogpt_speed.py, docs/benchmarks.md): 169 s of compile, then 1.31x the eager step, paid back after
-# 848 steps of 4.1 GFLOP = 3.5e12 FLOPs. Expressing it as work assumes the compile time and the fraction of a step
-# that compiling saves stay near S's (larger models: a longer compile, but a larger saving per step).
-COMPILE_PAYBACK_FLOPS = 3.5e12
+# CPU: a run's training FLOPs from which torch.compile pays back its compile time. Measured on an idle 2-core AMD
+# EPYC (AVX512-BF16), 1 thread, cold inductor cache (benchmarks/nanogpt_speed.py, docs/benchmarks.md, 2026-11-26):
+# S compiled in 21 s for 1.028x the eager step (pays back after 11,849 steps of 4.1 GFLOP = 4.8e13 FLOPs), M in 25 s
+# for 1.019x (1,267 steps of 146 GFLOP = 1.9e14). The larger of the two: compile only where both shapes would have
+# paid back. (An earlier measurement under load, 169 s for 1.31x at S, gave 3.5e12; on an idle machine the eager
+# step gains far less.) Expressing it as work assumes the compile time and the saved fraction stay near S's and M's.
+COMPILE_PAYBACK_FLOPS = 1.9e14
 
 
 # ---------------------------------------------------------------------------------------------------- hardware

@@ -18,9 +18,16 @@ model's step is large enough to share.
 
 OpenMP wait policy: after a parallel region libgomp's idle threads spin (for about 300k iterations by default)
 before sleeping. Spinning pays only when every thread has a core to itself; on a busy machine the spinners take
-the cores the other threads need (the numbers above). libgomp reads the variable once, when
-torch is imported, so ``set_wait_policy`` must run before that: the ``normlab`` entry point calls it and sets
-``PASSIVE`` (a value already in the environment is kept).
+the cores the other threads need (the numbers above). libgomp reads the variables once, when torch is imported,
+so ``set_wait_policy`` must run before that: the ``normlab`` entry point calls it and sets ``PASSIVE``, also on a
+machine that is idle at start, where it costs: at shape S, 30 training steps on 2 threads took 2.02 s with
+``PASSIVE``, 1.26 s with libgomp's default spin and 1.35 s with a bounded spin (``GOMP_SPINCOUNT=30000``), against
+2.11 s on one thread (idle 2-core AMD EPYC, ``benchmarks/omp_wait_policy.py --step S --spincount 30000``,
+docs/benchmarks.md). It stays passive because a run cannot know that the machine stays idle: with two busy
+processes started beside it, the same 30 steps took 4.5 s passive but 5.3-75 s with the default spin and 2.7-16 s
+with the bounded one (same command with ``--competitors 2``, repeated), a collapse the policy exists to prevent. On a
+machine you know stays dedicated, set ``GOMP_SPINCOUNT`` or ``OMP_WAIT_POLICY`` yourself: a value of either in the
+environment is kept.
 """
 
 from __future__ import annotations
@@ -31,12 +38,11 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-# a thread beyond the first only for steps of at least this many FLOPs per thread. docs/benchmarks.md ("Training
-# throughput", this 2-core machine at load 1.4): 1 thread ran 0.61x the 2-thread step at shape S (4.1 GFLOP per
-# step) and 0.53x at M, so 2 GFLOP per thread still pays; the tiny preset (0.35 GFLOP) stays at one thread. The
-# demo shape (2.2 GFLOP) gets 2 threads on an idle 2-core machine: not measured idle (no idle machine was
-# available).
-FLOPS_PER_THREAD = 1e9
+# a thread beyond the first only for steps of at least this many FLOPs per thread. Measured on an idle 2-core AMD
+# EPYC (benchmarks/nanogpt_speed.py's thread rows, docs/benchmarks.md, 2026-11-26, OMP_WAIT_POLICY=PASSIVE): at the
+# demo shape (2.2 GFLOP per step) 2 threads ran 0.95x one thread, at S (4.1 GFLOP) 1.15x, at M (146 GFLOP) more.
+# 1.5 GFLOP per thread puts the demo at one thread and S, M at two. (The earlier 1e9 came from a loaded machine.)
+FLOPS_PER_THREAD = 1.5e9
 
 
 @dataclass(frozen=True)
@@ -156,14 +162,13 @@ def resolve_threads(value: int | str | None, flops: float, budget: CpuBudget | N
 
 
 def set_wait_policy(budget: CpuBudget | None = None, environ: dict[str, str] | None = None) -> str:
-    """Set ``OMP_WAIT_POLICY=PASSIVE`` in ``environ`` (default ``os.environ``) unless already set; returns a
-    one-line account. Effective only before torch is first imported. Passive also on a machine that is idle at
-    start: a run cannot know that it stays idle (a second run started later would make the first one's spinning
-    threads fight it), and spinning under contention cost 17x here (module docstring); what passive waiting costs
-    on an idle machine was not measured (no idle machine was available)."""
+    """Set ``OMP_WAIT_POLICY=PASSIVE`` in ``environ`` (default ``os.environ``) unless the environment sets
+    ``OMP_WAIT_POLICY`` or ``GOMP_SPINCOUNT``; returns a one-line account. Effective only before torch is first
+    imported. Passive also on a machine that is idle at start (the module docstring gives the measured cost and why)."""
     env = os.environ if environ is None else environ
-    if env.get("OMP_WAIT_POLICY"):
-        return f"OMP_WAIT_POLICY={env['OMP_WAIT_POLICY']} (from the environment)"
+    for var in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT"):
+        if env.get(var):
+            return f"{var}={env[var]} (from the environment)"
     budget = budget or read_budget()
     if environ is None and "torch" in sys.modules:
         return "OMP_WAIT_POLICY unset (torch was imported before normlab could set it)"
@@ -173,6 +178,5 @@ def set_wait_policy(budget: CpuBudget | None = None, environ: dict[str, str] | N
 
 def wait_policy_note() -> str:
     """The account ``set_wait_policy`` left in ``NORMLAB_WAIT_POLICY_NOTE``, else what the environment says."""
-    return os.environ.get("NORMLAB_WAIT_POLICY_NOTE") or (
-        f"OMP_WAIT_POLICY={os.environ['OMP_WAIT_POLICY']}" if os.environ.get("OMP_WAIT_POLICY") else
-        "OMP_WAIT_POLICY unset")
+    set_vars = [f"{v}={os.environ[v]}" for v in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT") if os.environ.get(v)]
+    return os.environ.get("NORMLAB_WAIT_POLICY_NOTE") or (", ".join(set_vars) or "OMP_WAIT_POLICY unset")
