@@ -24,8 +24,8 @@ machine that is idle at start, where it costs: at shape S, 30 training steps on 
 ``PASSIVE``, 1.26 s with libgomp's default spin and 1.35 s with a bounded spin (``GOMP_SPINCOUNT=30000``), against
 2.11 s on one thread (idle 2-core AMD EPYC, ``benchmarks/omp_wait_policy.py --step S --spincount 30000``,
 docs/benchmarks.md). It stays passive because a run cannot know that the machine stays idle: with two busy
-processes started beside it, the same 30 steps took 4.5 s passive but 5.3-75 s with the default spin and 2.7-16 s
-with the bounded one (same command with ``--competitors 2``, repeated), a collapse the policy exists to prevent. On a
+processes started beside it, the same 30 steps took 4.5 s passive, 5.3 s with the default spin and 16.3 s with the
+bounded one (same command with ``--competitors 2``): spinning under contention is erratic and can collapse. On a
 machine you know stays dedicated, set ``GOMP_SPINCOUNT`` or ``OMP_WAIT_POLICY`` yourself: a value of either in the
 environment is kept.
 """
