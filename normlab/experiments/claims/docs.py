@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime
 import re
 from pathlib import Path
+from typing import Any
 
 
 def _fmt(v: float | None) -> str:
@@ -140,6 +141,11 @@ def spec_lines(claims: list, measured: dict[str, str | None] | None = None) -> l
     return out + [""]
 
 
+def _first(load: Any) -> float:
+    """The 1-minute figure of a stored load average (a list of three, or one number in older reports)."""
+    return float(load[0] if isinstance(load, (list, tuple)) else load)
+
+
 def write_docs(report: dict, path: Path) -> None:
     from normlab.experiments.claims.specs import CLAIMS, grid_claim_names
     from normlab.io import write_text
@@ -177,7 +183,7 @@ def write_docs(report: dict, path: Path) -> None:
            ""] if report["budget"] != "full" else []),
         f"Machine: {m['platform']}, {m['cpu_count']} cores, Python {m['python']}, torch {m['torch']}; load average "
         f"at the end {m['loadavg_at_end']}"
-        + (" (the machine was shared with other jobs). " if m["loadavg_at_end"][0] > m["cpu_count"] else ". ")
+        + (" (the machine was shared with other jobs). " if _first(m["loadavg_at_end"]) > m["cpu_count"] else ". ")
         + f"Wall time {report['elapsed_s'] / 60:.1f} "
         f"min ({report['trained_runs']} runs trained, {report['reused_runs']} reused).",
         "",
