@@ -95,8 +95,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--competitors", type=int, default=0, metavar="K", help="busy processes during the measurement")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
-    if args.reps < 1 or args.threads < 1:
-        print("error: --reps and --threads must be >= 1", file=sys.stderr)
+    if args.reps < 1 or args.threads < 1 or args.competitors < 0 or (args.spincount is not None and args.spincount < 0):
+        print("error: --reps and --threads must be >= 1, --competitors and --spincount >= 0", file=sys.stderr)
         return 2
     load = os.getloadavg()[0]
     arms = ["unset", "PASSIVE"] + ([f"spin={args.spincount}"] if args.spincount is not None else [])

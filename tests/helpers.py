@@ -190,3 +190,19 @@ def randomize_affine(m, seed=1):
         for p in (m.weight, m.bias):
             if p is not None:
                 p.copy_(torch.randn(p.shape, generator=g, dtype=p.dtype) * 0.5 + (1.0 if p is m.weight else 0.0))
+
+
+def register_sweep(d: Path, sweep):
+    """A parsed sweep stored without training: ``d/sweep.yaml`` and ``d/results.sqlite`` with every run registered
+    (the experiments store's own schema); returns the ``Store`` for the test to record finished runs in."""
+    from normlab.experiments.store import Store
+    from normlab.experiments.sweep import dump_spec
+
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "sweep.yaml").write_text(dump_spec(sweep))
+    store = Store(d / "results.sqlite")
+    store.create(sweep.name, sweep.hash)
+    store.register([{"run_id": r.run_id, "position": i, "variant": r.variant, "seed": r.seed,
+                     "config_hash": r.config_hash, "axes": r.axes, "overrides": r.overrides, "config": r.config}
+                    for i, r in enumerate(sweep.runs)])
+    return store

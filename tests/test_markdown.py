@@ -274,22 +274,16 @@ def test_claims_page_keeps_user_paths_inert(tmp_path):
 def test_scaling_section_escapes_variant_names(tmp_path):
     """A size sweep whose variants are named with markup: the scaling section's sentences and tables (which quote
     the names) are text in report.md and report.html."""
-    from normlab.experiments.store import Store
-    from normlab.experiments.sweep import dump_spec, parse_sweep
+    from normlab.experiments.sweep import parse_sweep
     from normlab.experiments.worker import record
+    from tests.helpers import register_sweep
     from tests.test_scaling import BASE, LAWS, _non_embedding
 
     names = {"<img src=x onerror=alert(8)>": "pre", "**b** [l](http://e.vil) `c`": "post"}
     sweep = parse_sweep({"name": "sizes", "base": BASE, "seeds": [0, 1], "sizes": [[16, 1], [32, 1], [48, 2], [64, 3]],
                          "variants": [{"name": n, "set": {"model.placement": p}} for n, p in names.items()]})
     d = tmp_path / "sizes"
-    d.mkdir()
-    (d / "sweep.yaml").write_text(dump_spec(sweep))
-    store = Store(d / "results.sqlite")
-    store.create(sweep.name, sweep.hash)
-    store.register([{"run_id": r.run_id, "position": i, "variant": r.variant, "seed": r.seed,
-                     "config_hash": r.config_hash, "axes": r.axes, "overrides": r.overrides, "config": r.config}
-                    for i, r in enumerate(sweep.runs)])
+    store = register_sweep(d, sweep)
     for r in sweep.runs:
         law = LAWS["Pre" if names[r.axes["variant"]] == "pre" else "Post"]
         final = float(law(_non_embedding(r.config))) * (1.0 + (0.004 if r.seed else -0.004))

@@ -15,13 +15,12 @@ from scipy.stats import ttest_ind
 from normlab.config import config_from_dict
 from normlab.errors import NormlabError
 from normlab.experiments.sweep import parse_sweep
-from normlab.experiments.store import Store
 from normlab.experiments.sweep import dump_spec
 from normlab.experiments.worker import record
 from normlab.model.build import build_model
 from normlab.report import scaling_fit as sf
 from normlab.stats import welch
-from tests.helpers import assert_bad_input
+from tests.helpers import assert_bad_input, register_sweep
 from tests.helpers import run_inproc as normlab
 
 
@@ -278,13 +277,7 @@ def make_size_sweep(d):
                          "sizes": [[16, 1], [32, 1], [48, 2], [64, 3]],
                          "variants": [{"name": "Pre", "set": {"model.placement": "pre"}},
                                       {"name": "Post", "set": {"model.placement": "post"}}]})
-    d.mkdir(parents=True, exist_ok=True)
-    (d / "sweep.yaml").write_text(dump_spec(sweep))
-    store = Store(d / "results.sqlite")
-    store.create(sweep.name, sweep.hash)
-    store.register([{"run_id": r.run_id, "position": i, "variant": r.variant, "seed": r.seed,
-                     "config_hash": r.config_hash, "axes": r.axes, "overrides": r.overrides, "config": r.config}
-                    for i, r in enumerate(sweep.runs)])
+    store = register_sweep(d, sweep)
     finals = {}
     for r in sweep.runs:
         n = _non_embedding(r.config)
@@ -429,13 +422,7 @@ def test_a_fixed_depth_best_of_grid_sweep_names_only_its_token_ratio(tmp_path):
                          "sizes": [[16, 2], [32, 2], [48, 2], [64, 2]], "tokens_per_param": 0.5,
                          "variants": [{"name": "Pre", "set": {"model.placement": "pre"}},
                                       {"name": "Post", "set": {"model.placement": "post"}}]})
-    d.mkdir()
-    (d / "sweep.yaml").write_text(dump_spec(sweep))
-    store = Store(d / "results.sqlite")
-    store.create(sweep.name, sweep.hash)
-    store.register([{"run_id": r.run_id, "position": i, "variant": r.variant, "seed": r.seed,
-                     "config_hash": r.config_hash, "axes": r.axes, "overrides": r.overrides, "config": r.config}
-                    for i, r in enumerate(sweep.runs)])
+    store = register_sweep(d, sweep)
     for r in sweep.runs:
         n = _non_embedding(r.config)
         name = r.axes["variant"]

@@ -22,10 +22,11 @@ the cores the other threads need (the numbers above). libgomp reads the variable
 so ``set_wait_policy`` must run before that: the ``normlab`` entry point calls it and sets ``PASSIVE``, also on a
 machine that is idle at start, where it costs: at shape S, 30 training steps on 2 threads took 2.02 s with
 ``PASSIVE``, 1.26 s with libgomp's default spin and 1.35 s with a bounded spin (``GOMP_SPINCOUNT=30000``), against
-2.11 s on one thread (idle 2-core AMD EPYC, ``benchmarks/omp_wait_policy.py --step S --spincount 30000``,
-docs/benchmarks.md). It stays passive because a run cannot know that the machine stays idle: with two busy
-processes started beside it, the same 30 steps took 4.5 s passive, 5.3 s with the default spin and 16.3 s with the
-bounded one (same command with ``--competitors 2``): spinning under contention is erratic and can collapse. On a
+2.05 s on one thread (idle 2-core AMD EPYC, ``benchmarks/omp_wait_policy.py --step S --spincount 30000`` and
+``--threads 1``; docs/benchmarks.md). It stays passive because a run cannot know that the machine stays idle: with
+two busy processes started beside it, the same 30 steps took 4.5 s passive, 5.3 s with the default spin and 16.3 s
+with the bounded one (same command with ``--competitors 2``): spinning under contention is erratic and can
+collapse. On a
 machine you know stays dedicated, set ``GOMP_SPINCOUNT`` or ``OMP_WAIT_POLICY`` yourself: a value of either in the
 environment is kept.
 """

@@ -261,9 +261,8 @@ def write_docs(report: dict, path: Path) -> None:
               "directories).", ""]
     missing = [c.name for c in CLAIMS if c.name not in {x["name"] for x in report["claims"]}]
     if missing:  # a run of part of the suite (--only, or a report stored before those claims existed)
-        lines += [f"Claims not in this run: {', '.join(md_code(n) for n in missing)}. The seed-literature ones "
-                  "(AdaGC, StableMax, TEV, TransNormer, residual sinks, HIGGS, Norm Tweaking, the linearity "
-                  "theorem) were first measured at the quick budget with 2 seeds: docs/claims-literature.md.", ""]
+        lines += [f"Claims not in this run: {', '.join(md_code(n) for n in missing)} (`normlab claims --only NAME` "
+                  "measures them; complete runs are reused).", ""]
     write_text(path, "\n".join(lines))
 
 
