@@ -89,6 +89,7 @@ class TrainConfig:
     threads: int | str | None = "auto"
     precision: str = "auto"
     compile: bool | str = "auto"
+    deterministic: bool = True
     track: list[str] = field(default_factory=lambda: ["tensorboard"])
 
     def validate(self) -> "TrainConfig":
@@ -188,12 +189,20 @@ class RunConfig:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
-    def hash(self) -> str:
-        """Stable short hash of the whole config (used to detect a changed config on resume). ``train.track`` is
-        left out: where the curves are logged changes no number (and runs from before the key keep their hash)."""
+    def identity_dict(self) -> dict[str, Any]:
+        """``to_dict()`` less keys that came later and leave a run as it was, so runs from before keep their hashes:
+        ``train.track`` (where the curves are logged; changes no number) and ``train.deterministic`` at its default
+        (true, which is how every earlier CPU run trained)."""
         d = self.to_dict()
         d["train"].pop("track", None)
-        blob = json.dumps(d, sort_keys=True).encode()
+        if d["train"].get("deterministic") is True:
+            d["train"].pop("deterministic")
+        return d
+
+    def hash(self) -> str:
+        """Stable short hash of the whole config (used to detect a changed config on resume), over
+        ``identity_dict()``."""
+        blob = json.dumps(self.identity_dict(), sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
 
 

@@ -94,6 +94,7 @@ KEY_HELP: dict[str, str] = {
     "train.threads": "torch CPU threads (null: auto)",
     "train.precision": "matmul precision: auto, fp32 or bf16 autocast (statistics stay fp32)",
     "train.compile": "torch.compile the model: auto, true or false",
+    "train.deterministic": "CUDA: deterministic kernels, so a resumed run is bit-identical (CPU: always)",
     "train.track": "where curves and hparams are logged live: tensorboard, wandb, mlflow (a list; [] for none)",
     "optim.name": "optimizer: adamw, adamp or sgdp (docs/optim.md)",
     "optim.perp_grad": "perp-Grad: remove the gradient component along each weight (Prieto et al. 2025)",

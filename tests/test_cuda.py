@@ -1,6 +1,8 @@
 """The CUDA path, one command away from verified: ``python -m pytest tests/test_cuda.py`` on a machine with a GPU.
-Skipped without one. Train, resume bit-exactly after kill -9, and convert on ``cuda`` in fp32 and bf16; a 2-process
-NCCL DDP run when two GPUs exist (its loss curve equals the 1-process run's up to reduction order)."""
+Skipped without one. Train, resume bit-exactly after kill -9, and convert on ``cuda`` in fp32 and bf16; two runs
+with the diagnostics on and compiled (``train.compile: auto`` is on for CUDA) are bit-identical under
+``train.deterministic`` (no op of the model, its backward or the diagnostics lacks a deterministic CUDA kernel); a
+2-process NCCL DDP run when two GPUs exist (its loss curve equals the 1-process run's up to reduction order)."""
 
 from __future__ import annotations
 
@@ -42,6 +44,20 @@ def test_cuda_train_resume_convert(precision, tmp_path, cache):
     r = normlab("convert", str(ref), "--to", "rmsnorm", "--out", str(conv), "--json", cache=cache, check=True)
     row = json.loads(r.stdout)
     assert row["max_abs_logit_diff"] <= 1e-4 and abs(row["bpb_after"] - row["bpb_before"]) <= 1e-6
+
+
+def test_cuda_runs_with_diagnostics_are_bit_identical(tmp_path, cache):
+    """Default diagnostics (every ``diag.every`` steps, hooks on every block), compiled, dropout on: two runs give the
+    same weights and losses bit for bit under the default ``train.deterministic: true``."""
+    args = ["train", "tiny", "--set", "device=cuda", "--set", "train.steps=20", "--set", "diag.every=5",
+            "--set", "train.eval_every=10", "--set", "model.dropout=0.1"]
+    a, b = tmp_path / "a", tmp_path / "b"
+    for out in (a, b):
+        normlab(*args, "--out", str(out), cache=cache, check=True)
+    s = summary(a)
+    assert (s["device"], s["compile"], s["status"]) == ("cuda", True, "completed")
+    assert_same_weights(a, b)
+    assert _losses(a) == _losses(b)
 
 
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA devices")

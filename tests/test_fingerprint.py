@@ -17,7 +17,7 @@ torch.set_num_threads(1)
 
 
 class _Cfg:
-    def to_dict(self):
+    def identity_dict(self):
         return {"model": {"width": 4}}
 
 

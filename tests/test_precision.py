@@ -4,6 +4,7 @@ statistics under autocast, bit-exact resume and exact conversions of a bf16 run.
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 
 import pytest
@@ -116,6 +117,39 @@ def test_auto_resolution_and_records(tmp_path, cache, monkeypatch):
     # --resume with the same (auto) config matches the resolved config.yaml
     r = run_inproc("train", "tiny", *CLI_SMALL, "--set", "train.steps=2", "--resume", str(out2), cache=cache)
     assert r.returncode == 0, r.stderr
+
+
+def test_deterministic_kernels_switch_on_cuda_only_and_are_restored(monkeypatch):
+    """``train.deterministic`` switches torch's deterministic algorithms on for a CUDA run only, sets a cuBLAS
+    workspace config where none is set (keeps a user's), and ``kept_determinism`` restores the setting after the run."""
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    with P.kept_determinism():
+        assert P.use_deterministic_kernels("cpu", True) == "" and not torch.are_deterministic_algorithms_enabled()
+        assert "train.deterministic: false" in P.use_deterministic_kernels("cuda", False)
+        assert not torch.are_deterministic_algorithms_enabled()
+        assert "CUBLAS_WORKSPACE_CONFIG=:4096:8" in P.use_deterministic_kernels("cuda", True)
+        assert torch.are_deterministic_algorithms_enabled()
+    assert not torch.are_deterministic_algorithms_enabled()
+    monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":16:8")
+    with P.kept_determinism():
+        assert ":16:8" in P.use_deterministic_kernels("cuda", True)
+    assert not torch.are_deterministic_algorithms_enabled()
+
+
+def test_deterministic_key_keeps_old_hashes_and_rejects_non_bools(tmp_path, cache):
+    """A config at the default ``train.deterministic: true`` hashes as before the key existed (older runs resume);
+    ``false`` is a different run. A non-boolean value is refused in one line."""
+    from normlab.config import config_from_dict
+
+    a = config_from_dict({})
+    d = a.to_dict()
+    d["train"].pop("track"), d["train"].pop("deterministic")
+    old = hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
+    assert a.hash() == old != config_from_dict({"train": {"deterministic": False}}).hash()
+    out = tmp_path / "x"
+    assert_bad_input(run_inproc("train", "tiny", "--set", "train.deterministic=maybe", "--out", str(out),
+                                cache=cache), "train.deterministic")
+    assert not out.exists()
 
 
 @pytest.mark.parametrize("bad, frag", [("train.precision=fp16", "train.precision"),

@@ -43,8 +43,7 @@ def fingerprint_record(cfg: Any, model: Any) -> dict[str, Any]:
     from normlab.provenance import git_commit
 
     lay = layout(model)
-    conf = cfg.to_dict()
-    conf.get("train", {}).pop("track", None)  # where curves are logged changes no number (as RunConfig.hash)
+    conf = cfg.identity_dict()  # as RunConfig.hash: without keys added later at their default
     body = {"config": conf, **lay, "normlab": __version__, "torch": torch.__version__}
     digest = hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":"), default=str).encode()).hexdigest()
     return {"sha256": digest, "normlab": __version__, "torch": torch.__version__, "git_commit": git_commit(),

@@ -40,7 +40,7 @@ from normlab.run.tensors import list_checkpoints, load_checkpoint, save_checkpoi
 from normlab.train.clipping import build_clipper
 from normlab.train.distributed import SINGLE, DistContext, StopSignals
 from normlab.train.optim import EffectiveLR, NormalizeAndProject, build_optimizer
-from normlab.train.precision import CompileTimer, autocast, prepare_model, resolve_runtime
+from normlab.train.precision import CompileTimer, autocast, kept_determinism, prepare_model, resolve_runtime
 from normlab.train.progress import ProgressReporter
 from normlab.train.threads import resolve_threads, step_flops, wait_policy_note
 from normlab.train.tracking import Tracker
@@ -139,7 +139,7 @@ def train(cfg: RunConfig, run_dir: str | Path, *, resume: bool = False, quiet: b
     run_dir = Path(run_dir)
     ctx = dist or SINGLE
     owner = resume and ctx.is_main
-    with (StopSignals() if ctx.active else _StopFlag()) as flag, (
+    with (StopSignals() if ctx.active else _StopFlag()) as flag, kept_determinism(), (
             exclusive_lock(run_dir / ".train.lock", f"run {run_dir}") if owner else contextlib.nullcontext()):
         if owner:
             clean_stale_temps(run_dir / CHECKPOINTS_DIR, (".step_*",))

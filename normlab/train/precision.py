@@ -20,6 +20,12 @@ run used) and returns one line per decision with its reason, printed at start an
   ``COMPILE_PAYBACK_FLOPS``, the work after which the measured compile time is paid back (docs/benchmarks.md);
   shorter runs, like all of the lab's presets, run eager. The compile time is measured (the first step minus a
   normal step) and reported.
+- ``train.deterministic: true | false`` (default true) -- on CUDA, ``torch.use_deterministic_algorithms(True)`` for
+  the run (restored after it) and ``CUBLAS_WORKSPACE_CONFIG=:4096:8`` where unset: SDPA then runs deterministic
+  backward kernels, inductor avoids atomic adds and cuBLAS a shared workspace, so a run resumed after kill -9 is
+  bit-identical to one never stopped (tests/test_cuda.py). Without it, CUDA's atomic-add kernels make two identical
+  runs differ in the last bits. On CPU nothing changes: the kernels normlab runs there give the same bits for the
+  same inputs and thread count (the resume tests check it).
 """
 
 from __future__ import annotations
@@ -128,7 +134,7 @@ def probe_step_times(cfg: Any, device: str, reps: int = 9, budget_s: float = 30.
     machine hits both alike). Runs under ``torch.random.fork_rng`` so the run's seeded RNG streams are untouched."""
     from normlab.model import build_model
 
-    with torch.random.fork_rng(devices=[]):
+    with torch.random.fork_rng(devices=[torch.cuda.current_device()] if device == "cuda" else []):
         model = build_model(cfg.model).to(device)
         prepare_model(model, "bf16")
         idx = torch.randint(cfg.model.vocab_size, (cfg.train.batch_size, cfg.model.context), device=device)
@@ -210,13 +216,38 @@ def resolve_compile(value: bool | str, device: str, work: float = 0.0) -> tuple[
 
 def resolve_runtime(cfg: Any) -> list[str]:
     """Replace ``auto`` in ``cfg.device``, ``cfg.train.precision`` and ``cfg.train.compile`` by what this machine
-    uses, in place; returns the decisions as ``key: value (reason)`` lines."""
+    uses, in place, and switch on deterministic CUDA kernels (``train.deterministic``); returns the decisions as
+    ``key: value (reason)`` lines."""
     dev, why_dev = resolve_device(cfg.device)
+    why_det = use_deterministic_kernels(dev, cfg.train.deterministic)  # before the precision probe's first matmul
     prec, why_prec = resolve_precision(cfg, dev)
     comp, why_comp = resolve_compile(cfg.train.compile, dev, cfg.train.steps * step_flops(cfg))
     cfg.device, cfg.train.precision, cfg.train.compile = dev, prec, comp
-    return [f"device {dev} ({why_dev})", f"precision {prec} ({why_prec})",
-            f"compile {'on' if comp else 'off'} ({why_comp})"]
+    lines = [f"device {dev} ({why_dev})", f"precision {prec} ({why_prec})",
+             f"compile {'on' if comp else 'off'} ({why_comp})"]
+    return lines + ([f"deterministic {why_det}"] if why_det else [])
+
+
+def use_deterministic_kernels(device: str, on: bool) -> str:
+    """``train.deterministic`` on ``device``: switch torch's deterministic algorithms on for CUDA (the caller restores
+    the previous setting with ``kept_determinism``); returns the reason line (empty on CPU: nothing to decide)."""
+    if device != "cuda":
+        return ""
+    if not on:
+        return "no (train.deterministic: false; a resumed CUDA run can differ in the last bits)"
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # read when cuBLAS makes its workspace
+    torch.use_deterministic_algorithms(True)
+    return f"yes (torch.use_deterministic_algorithms, CUBLAS_WORKSPACE_CONFIG={os.environ['CUBLAS_WORKSPACE_CONFIG']})"
+
+
+@contextlib.contextmanager
+def kept_determinism() -> Iterator[None]:
+    """Restore torch's deterministic-algorithms setting on exit (a run switches it on for CUDA)."""
+    before = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled())
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(before[0], warn_only=before[1])
 
 
 def fill_auto(cfg: Any, resolved: Any) -> None:
