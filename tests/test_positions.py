@@ -163,8 +163,13 @@ def test_rotate_split_gradcheck_and_torch_func():
     torch.manual_seed(8)
     rope = RotaryEmbedding(8, 8, heads=2)
     x = torch.randn(2, 6, 3, 2, 8, dtype=torch.float64, requires_grad=True)
+    # plain autograd runs the classic-form node (less per-call overhead), torch.func the setup_context form; both
+    # are checked here: gradcheck / gradgradcheck the first, vmap and grad below the second
+    assert type(rope.rotate_split(x, 1)[0].grad_fn).__name__ == "_ComplexRotateSplitEagerBackward"
     assert torch.autograd.gradcheck(lambda t: rope.rotate_split(t, 1), (x,))
     assert torch.autograd.gradgradcheck(lambda t: rope.rotate_split(t, 1), (x,))
+    full = torch.randn(2, 8, 3, 2, 8, dtype=torch.float64, requires_grad=True)  # T = context: the unsliced tables
+    assert torch.autograd.gradcheck(rope.rotate_split, (full,))
     xs = torch.randn(3, 2, 6, 3, 2, 8, dtype=torch.float64)
     for i, out in enumerate(torch.func.vmap(rope.rotate_split)(xs)):
         torch.testing.assert_close(out, torch.stack([rope.rotate_split(t)[i] for t in xs]))
