@@ -21,7 +21,7 @@ def entry(values, direction="greater", test="t", **kw):
     return {"values": values, "details": kw.pop("details", []), "direction": direction, "null": kw.pop("null", 0.0),
             "margin": kw.pop("margin", None), "tolerance": kw.pop("tolerance", None), "test": test,
             "practical_margin": kw.pop("practical_margin", None), "observable": kw.pop("observable", ""),
-            "args": kw.pop("args", [])}
+            "args": kw.pop("args", []), "must_learn": kw.pop("must_learn", []), "unigram_bpb": kw.pop("unigram", None)}
 
 
 def test_holm_over_a_claims_family_matches_a_hand_example():
@@ -58,6 +58,26 @@ def test_practical_margin_and_not_observable_are_their_own_verdicts():
     got = judge_family([e])[0]
     assert got["verdict"] == "not observable at this scale" and got["observable_ci"][0] < 0 < got["observable_ci"][1]
     e["details"] = [{"pre_slope_change": x + 0.05} for x in pre_change]
+    assert judge_family([e])[0]["verdict"] == "held"
+
+
+def test_a_comparison_with_a_model_that_did_not_learn_is_not_observable():
+    """The learning rule (``must_learn``): a seed whose loss is not below unigram - 0.1 (lrgrid.DID_NOT_LEARN_MARGIN)
+    makes the comparison 'not observable at this scale', naming the model and k of n; at 0.1 below it learned."""
+    from normlab.experiments.lrgrid import DID_NOT_LEARN_MARGIN
+
+    level = 4.67
+    good = [{"best_a": 3.4 + 0.01 * i, "best_b": 3.5} for i in range(5)]
+    vals = [-0.10, -0.09, -0.11, -0.10, -0.12]  # decided: a better than b
+    e = entry(vals, direction="less", details=good, must_learn=["best_a", "best_b"], unigram=level)
+    got = judge_family([e])[0]
+    assert got["verdict"] == "held" and got["did_not_learn"] == {"best_a": {"k": 0, "n": 5}, "best_b": {"k": 0, "n": 5}}
+    edge = level - DID_NOT_LEARN_MARGIN
+    e["details"] = [{**d, "best_b": x} for d, x in zip(good, [3.5, edge, edge - 1e-9, float("nan"), 4.9])]
+    got = judge_family([e])[0]
+    assert got["verdict"] == "not observable at this scale" and got["raw_verdict"] == "held"
+    assert got["did_not_learn"]["best_b"] == {"k": 3, "n": 5} and "best_b in 3 of 5 seeds" in got["reason"]
+    e["unigram_bpb"] = None  # no unigram level recorded: the rule cannot apply, the verdict stands
     assert judge_family([e])[0]["verdict"] == "held"
 
 
@@ -107,7 +127,8 @@ def test_a_spec_change_without_a_revision_is_caught():
 def test_docs_claims_md_is_what_render_writes_from_the_stored_results(tmp_path):
     """docs/claims.md is reproducible: `normlab claims --render docs/claims-full-2026-11-26.json --docs` writes it
     (the line with the writing date aside). The stored run is the from-scratch full run of 2026-11-26; the two
-    claims whose observability rule was added after it are judged by that rule from their stored details."""
+    claims whose observability rule and the two whose learning rule were added after it are judged by those rules from
+    their stored details (the unigram level from the report's other claims)."""
     import json
 
     from normlab.experiments.claims.docs import write_docs
@@ -126,11 +147,16 @@ def test_docs_claims_md_is_what_render_writes_from_the_stored_results(tmp_path):
     by = {c["name"]: c for c in report["claims"]}
     assert by["peri-variance"]["verdict"] == "not observable at this scale"
     assert by["peri-quant"]["verdict"] == "within margin" and by["peri-quant"]["raw_verdict"] == "inconclusive"
-    assert by["dyt-vs-ln"]["current_definition"] and by["cod-growth"]["current_definition"]
+    assert by["cod-growth"]["current_definition"]
     for name in ("stablemax-collapse", "residual-sink-clipping"):  # all-zero measures: the phenomenon is absent
         assert set(by[name]["values"]) == {0.0}
         assert by[name]["verdict"] == "not observable at this scale" and not by[name]["current_definition"]
-    assert sum(not c["current_definition"] for c in report["claims"]) == 2
+    # the learning rule: DyT's best-of-grid loss within 0.1 of the unigram level in 3 of 5 seeds (4.74 vs 4.67)
+    dyt = by["dyt-vs-ln"]
+    assert dyt["verdict"] == "not observable at this scale" and dyt["raw_verdict"] == "not held"
+    assert dyt["did_not_learn"] == {"best_grid_dyt": {"k": 3, "n": 5}, "best_grid_ln_untied": {"k": 0, "n": 5}}
+    assert by["mixln-lr-best"]["verdict"] == "inconclusive" and not by["mixln-lr-best"]["current_definition"]
+    assert sum(not c["current_definition"] for c in report["claims"]) == 4
 
 
 def test_render_bad_input(tmp_path):

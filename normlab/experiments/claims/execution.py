@@ -381,8 +381,19 @@ def spec_fields(c: "Claim") -> dict[str, Any]:
     """What a claim's result records of its pre-registered spec (so a stored result can be judged later, and a
     result measured under an earlier definition is recognised by its hash)."""
     return {"spec_hash": spec_hash(c), "test": c.test, "practical_margin": c.practical_margin,
-            "observable": c.observable, "args": list(c.args), "spec_seeds": c.seeds,
+            "observable": c.observable, "must_learn": list(c.must_learn), "args": list(c.args),
+            "spec_seeds": c.seeds,
             "revised": [r.to_dict() for r in c.revised], "beside": list(c.beside)}
+
+
+def report_unigram(report: dict) -> float | None:
+    """The unigram bits/byte of the report's training split, from any claim's details that record it (every claim of
+    one report trains on the same corpus and split, so it is one number); None if none does."""
+    for c in report.get("claims") or []:
+        for d in c.get("details") or []:
+            if isinstance(d, dict) and isinstance(d.get("unigram_bpb"), (int, float)):
+                return float(d["unigram_bpb"])
+    return None
 
 
 def judge(report: dict, correction: str = "holm") -> dict:
@@ -394,19 +405,24 @@ def judge(report: dict, correction: str = "holm") -> dict:
     from normlab.experiments.claims.specs import TESTS
 
     specs = {s.name: s for s in CLAIMS}
+    unigram = report_unigram(report)
     entries = []
     for c in report["claims"]:
         observable = c.get("observable") or ""
+        must_learn = list(c.get("must_learn") or [])
         spec = specs.get(c["name"])
-        if spec is not None and spec.observable and any(isinstance(d, dict) and spec.observable in d
-                                                        for d in c.get("details") or []):
+        details = [d for d in c.get("details") or [] if isinstance(d, dict)]
+        if spec is not None and spec.observable and any(spec.observable in d for d in details):
             observable = spec.observable  # a current observability rule reads stored details only: it applies
+        if spec is not None and spec.must_learn and all(k in d for d in details for k in spec.must_learn):
+            must_learn = list(spec.must_learn)  # so does the learning rule
         test = c.get("test") if c.get("test") in TESTS else {"exact": "exact", "within": "equivalence"}.get(
             c["direction"], "t")
         entries.append({"values": c["values"], "details": c.get("details") or [], "direction": c["direction"],
                         "null": c.get("null", 0.0), "margin": c.get("margin"), "tolerance": c.get("tolerance"),
                         "test": test, "practical_margin": c.get("practical_margin"),
-                        "observable": observable, "args": c.get("args") or []})
+                        "observable": observable, "args": c.get("args") or [], "must_learn": must_learn,
+                        "unigram_bpb": next((d["unigram_bpb"] for d in details if "unigram_bpb" in d), unigram)})
     judged = judge_family(entries, correction)
     current = {c.name: spec_hash(c) for c in CLAIMS}
     out = dict(report)

@@ -81,10 +81,14 @@ def m_sens_diff(ctx: Any, runs: dict[str, Any], a: str, b: str) -> tuple[float |
 
 
 def m_best_diff(ctx: Any, runs: dict[str, Any], a: str, b: str) -> tuple[float | None, dict]:
-    """``L*(a) - L*(b)``: best-of-grid final validation bits/byte."""
+    """``L*(a) - L*(b)``: best-of-grid final validation bits/byte; details record both, their learning rates and the
+    unigram bits/byte of the training split (the claims' learning rule, ``Claim.must_learn``)."""
+    from normlab.run.rundir import open_config
+
     sa, ba, la, da = seed_grid(ctx, runs[a])
     sb, bb, lb, db = seed_grid(ctx, runs[b])
-    return ba - bb, {f"best_{a}": ba, f"best_{b}": bb, f"best_lr_{a}": la, f"best_lr_{b}": lb}
+    level = unigram_bpb(ctx, open_config(runs[a][min(runs[a])]))
+    return ba - bb, {f"best_{a}": ba, f"best_{b}": bb, f"best_lr_{a}": la, f"best_lr_{b}": lb, "unigram_bpb": level}
 
 
 def last_lse(run_dir: Path) -> float | None:

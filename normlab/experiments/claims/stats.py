@@ -199,6 +199,8 @@ def judge_family(entries: list[dict], correction: str = "holm") -> list[dict]:
                 v, why = NOT_OBSERVABLE, (f"{e['observable']} (the phenomenon) has 95% CI "
                                           f"{'n/a' if c is None else f'[{c.low:.3g}, {c.high:.3g}]'}, not above 0; "
                                           f"the value alone: {why}")
+        if e.get("must_learn"):
+            v, why = _learning_rule(e, res, v, why)
         if "collapse" not in res:
             rates = collapse_rates(e.get("details") or [])
             if rates:
@@ -206,6 +208,31 @@ def judge_family(entries: list[dict], correction: str = "holm") -> list[dict]:
         res.update(verdict=v, reason=why)
         out.append(res)
     return out
+
+
+def _learning_rule(e: dict, res: dict, v: str, why: str) -> tuple[str, str]:
+    """``must_learn``: every listed details key (a model's bits/byte per seed) must end below the unigram bits/byte
+    minus ``DID_NOT_LEARN_MARGIN`` in every seed; a model that did not learn in some seed makes the comparison
+    ``not observable at this scale`` (naming it, with k of n seeds). Records ``did_not_learn``."""
+    from normlab.experiments.lrgrid import DID_NOT_LEARN_MARGIN
+
+    level = e.get("unigram_bpb")
+    if not isinstance(level, (int, float)):
+        return v, why
+    details = [d for d in e.get("details") or [] if isinstance(d, dict)]
+    bad = {}
+    for key in e["must_learn"]:
+        xs = [d.get(key) for d in details]
+        k = sum(1 for x in xs if not (isinstance(x, (int, float)) and math.isfinite(x)
+                                      and x < level - DID_NOT_LEARN_MARGIN))
+        res.setdefault("did_not_learn", {})[key] = {"k": k, "n": len(xs)}
+        if k:
+            worst = max((x for x in xs if isinstance(x, (int, float)) and math.isfinite(x)), default=None)
+            bad[key] = f"{key} in {k} of {len(xs)} seeds" + (f" (up to {worst:.3g})" if worst is not None else "")
+    if not bad:
+        return v, why
+    return NOT_OBSERVABLE, (f"did not learn: {'; '.join(bad.values())}, not below the unigram {level:.3g} - "
+                            f"{DID_NOT_LEARN_MARGIN:g} bits/byte; the value alone: {why}")
 
 
 def _directional(mean: float | None, q: float | None, direction: str, null: float, correction: str, n: int
