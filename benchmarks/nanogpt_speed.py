@@ -43,9 +43,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+from normlab.train.heap import set_heap_policy
 from normlab.train.threads import set_wait_policy
 
+USER_ENV = dict(os.environ)  # nanoGPT's train.py runs with the environment as the user gave it
 WAIT_POLICY = set_wait_policy()  # as the normlab entry point does, before torch is imported
+HEAP_POLICY = set_heap_policy()  # likewise (normlab.train.heap): the in-process rows, nanoGPT's included, share it
 
 import torch
 import torch.nn.functional as F
@@ -261,7 +264,7 @@ def nanogpt_loop_row(shape: Shape, directory: Path, workdir: Path) -> Row:
                 f"--max_iters={steps}", "--eval_interval=1000000", "--eval_iters=1", "--log_interval=1",
                 "--always_save_checkpoint=False", f"--learning_rate={LOOP_LR}", "--warmup_iters=20",
                 f"--lr_decay_iters={steps}", f"--min_lr={LOOP_LR / 10}"]
-        env = dict(os.environ, OMP_NUM_THREADS=str(threads))
+        env = dict(USER_ENV, OMP_NUM_THREADS=str(threads))  # nanoGPT as its users run it: no normlab settings
         res = subprocess.run(argv, cwd=root, env=env, capture_output=True, text=True, timeout=1800)
         if res.returncode != 0:
             raise RuntimeError(f"nanoGPT train.py failed: {res.stderr.strip().splitlines()[-1:]}")
@@ -352,7 +355,8 @@ def render(info: dict, shapes: list[tuple[Shape, float, list[Row], dict]]) -> st
          f"(CPU capability {info['capability']}; bf16 units: {info['bf16']}; CPU flags: {info['flags']}). "
          f"Load average {info['load_before']:.1f} before, {info['load_after']:.1f} after"
          + (" -- **the machine was shared with other jobs: absolute tokens/s are low and noisy; the ratios are paired"
-            " per round, so load hits both sides alike**" if info["load_before"] > 1.5 else "") + f". {info['wait']}.",
+            " per round, so load hits both sides alike**" if info["load_before"] > 1.5 else "") + f". {info['wait']}; "
+         f"{info['heap']} (normlab.train.heap; this process's rows share it, nanoGPT's train.py runs without it).",
          "", f"Measured GEMM peaks (square `torch.mm`, best of sizes {info['gemm_sizes']}, {info['threads']} "
          f"thread(s)): fp32 {info['peak_fp32']:.0f} GFLOP/s ({info['peak_fp32'] / info['threads']:.0f} per core), "
          f"bf16 {info['peak_bf16']:.0f} GFLOP/s. nanoGPT: {info['nanogpt']}. "
@@ -432,6 +436,7 @@ def main(argv: list[str] | None = None) -> int:
     info = {"rounds": rounds, "window_s": window_s, "budget_s": budget_s, "has_bf16": has_bf16,
             "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "cpu": cpu_model(),
             "threads": torch.get_num_threads(), "torch": torch.__version__, "wait": WAIT_POLICY,
+            "heap": HEAP_POLICY,
             "capability": torch.backends.cpu.get_cpu_capability(), "bf16": why, "xt": xt_version(),
             "flags": " ".join(flags) or "unknown", "load_before": os.getloadavg()[0], "gemm_sizes": sizes,
             "nanogpt": f"model.py from `{nano}`" if nano else "not given (`--nanogpt DIR`): rows skipped",

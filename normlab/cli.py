@@ -59,10 +59,13 @@ def main(argv: list[str] | None = None) -> int:
 
 def entry() -> None:
     """Console-script entry point. A Ctrl-C while the parser is built (outside ``guarded``) is exit 130 too.
-    First, before torch is imported, the OpenMP wait policy (normlab.train.threads.set_wait_policy)."""
+    First, before torch is imported, the OpenMP wait policy (normlab.train.threads.set_wait_policy) and the C heap's
+    (normlab.train.heap.set_heap_policy)."""
+    from normlab.train.heap import set_heap_policy
     from normlab.train.threads import set_wait_policy
 
     os.environ.setdefault("NORMLAB_WAIT_POLICY_NOTE", set_wait_policy())
+    os.environ.setdefault("NORMLAB_HEAP_NOTE", set_heap_policy())
     try:
         code = main()
     except KeyboardInterrupt:

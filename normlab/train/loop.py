@@ -41,6 +41,7 @@ from normlab.train.clipping import build_clipper
 from normlab.train.distributed import SINGLE, DistContext, StopSignals
 from normlab.train.optim import EffectiveLR, NormalizeAndProject, build_optimizer
 from normlab.train.precision import CompileTimer, autocast, kept_determinism, prepare_model, resolve_runtime
+from normlab.train.heap import heap_policy_note
 from normlab.train.progress import ProgressReporter
 from normlab.train.threads import resolve_threads, step_flops, wait_policy_note
 from normlab.train.tracking import Tracker
@@ -193,6 +194,7 @@ def _train(cfg: RunConfig, run_dir: Path, *, resume: bool, quiet: bool, flag: An
     why_threads = f"{why_threads}; {wait_policy_note()}"  # train.threads stays as set: a resume decides anew
     runtime = resolve_runtime(cfg)  # device / precision / compile: auto -> what this machine uses (config.yaml)
     runtime.append(f"threads {torch.get_num_threads()} ({why_threads})")
+    runtime.append(heap_policy_note())
     tc, mc, oc, dev = cfg.train, cfg.model, cfg.optim, cfg.device
 
     torch.manual_seed(cfg.seed)
