@@ -105,17 +105,49 @@ def test_run_records_threads(tmp_path, cache):
     assert bad.returncode == 2 and "train.threads" in bad.stderr and not (tmp_path / "bad").exists()
 
 
-def test_current_load_reads_the_runnable_count(tmp_path):
+def test_current_load_reads_the_runnable_count(tmp_path, monkeypatch):
     """The instantaneous runnable count (minus this process) counts when it exceeds the 1-minute average."""
     import os
 
+    from normlab.train import threads as T
     from normlab.train.threads import current_load
 
+    monkeypatch.setattr(T, "_OWN", [0.0, 0.0])  # no earlier run of this process to take off
     f = tmp_path / "loadavg"
     f.write_text("0.00 0.00 0.00 1000/2000 12345\n")
     assert current_load(samples=3, interval_s=0.0, path=str(f)) == 999
     f.write_text("0.00 0.00 0.00 1/2000 12345\n")  # only this process runnable: the average decides
     assert current_load(samples=1, interval_s=0.0, path=str(f)) == os.getloadavg()[0]
+
+
+def test_own_runs_are_taken_off_the_load_average(tmp_path, monkeypatch):
+    """This process's earlier runs leave their share of the 1-minute load average, which the kernel updates every
+    5 s as ``L = L e^(-5/60) + n (1 - e^(-5/60))`` (kernel/sched/loadavg.c, n = runnable tasks): ``own_load`` is that
+    average for this process's runs alone, and ``current_load`` takes it off."""
+    import math
+
+    from normlab.train import threads as T
+
+    monkeypatch.setattr(T, "_OWN", [0.0, 0.0])
+    sim, e, want = 0.0, math.exp(-5 / 60), {}
+    for t in range(945, 1151, 5):           # the kernel's update at every 5-second tick
+        n = 1 if t <= 1000 else (2 if 1060 < t <= 1090 else 0)
+        sim = sim * e + n * (1 - e)
+        want[t] = sim
+    T.record_run(60.0, 60.0, end=1000.0)    # one thread busy from 940 to 1000 s
+    assert T.own_load(1000.0) == pytest.approx(want[1000], rel=1e-9)
+    assert T.own_load(1060.0) == pytest.approx(want[1060], rel=1e-9)
+    T.record_run(30.0, 60.0, end=1090.0)    # idle until 1060 s, then two threads for 30 s
+    assert T.own_load(1090.0) == pytest.approx(want[1090], rel=1e-9)
+    assert T.own_load(1150.0) == pytest.approx(want[1150], rel=1e-9)
+    # a machine whose only load was this process's last run: the thread decision sees it free again
+    f = tmp_path / "loadavg"
+    f.write_text("0.00 0.00 0.00 1/2000 12345\n")
+    monkeypatch.setattr(T, "own_load", lambda at=None: 0.8)
+    monkeypatch.setattr(T.os, "getloadavg", lambda: (1.3, 1.0, 0.5))
+    assert T.current_load(samples=1, interval_s=0.0, path=str(f)) == pytest.approx(0.5)
+    monkeypatch.setattr(T, "own_load", lambda at=None: 2.0)
+    assert T.current_load(samples=1, interval_s=0.0, path=str(f)) == 0.0
 
 
 def test_cli_run_records_auto_threads_and_wait_policy(tmp_path, cache):

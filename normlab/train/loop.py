@@ -43,7 +43,7 @@ from normlab.train.optim import EffectiveLR, NormalizeAndProject, build_optimize
 from normlab.train.precision import CompileTimer, autocast, kept_determinism, prepare_model, resolve_runtime
 from normlab.train.heap import heap_policy_note
 from normlab.train.progress import ProgressReporter
-from normlab.train.threads import resolve_threads, step_flops, wait_policy_note
+from normlab.train.threads import record_run, resolve_threads, step_flops, wait_policy_note
 from normlab.train.tracking import Tracker
 from normlab.train.schedule import lr_at
 from normlab.validate import check_train_memory
@@ -140,6 +140,22 @@ def train(cfg: RunConfig, run_dir: str | Path, *, resume: bool = False, quiet: b
     run_dir = Path(run_dir)
     ctx = dist or SINGLE
     owner = resume and ctx.is_main
+    with _own_load_record():  # this run's CPU use, taken off the load average by the next run's thread decision
+        return _train_locked(cfg, run_dir, resume=resume, quiet=quiet, tb_dir=tb_dir, init_from=init_from, ctx=ctx,
+                             threads=threads, owner=owner)
+
+
+@contextlib.contextmanager
+def _own_load_record():
+    t0, c0 = time.monotonic(), time.process_time()
+    try:
+        yield
+    finally:
+        record_run(time.monotonic() - t0, time.process_time() - c0)
+
+
+def _train_locked(cfg: RunConfig, run_dir: Path, *, resume: bool, quiet: bool, tb_dir: Any, init_from: Any,
+                  ctx: DistContext, threads: int | None, owner: bool) -> dict[str, Any]:
     with (StopSignals() if ctx.active else _StopFlag()) as flag, kept_determinism(), (
             exclusive_lock(run_dir / ".train.lock", f"run {run_dir}") if owner else contextlib.nullcontext()):
         if owner:

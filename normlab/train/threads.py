@@ -11,7 +11,10 @@ model's step is large enough to share.
   ``cpu.max``, v1 ``cpu.cfs_quota_us / cpu.cfs_period_us``), at least 1.
 - **free cores**: ``round(cores - load)`` over the machine's ``cores``, capped by the usable cores (0 when the
   machine is saturated); ``load`` is the larger of the 1-minute load average and the number of other tasks
-  runnable right now (``/proc/loadavg``; the average lags a minute behind processes that just started).
+  runnable right now (``/proc/loadavg``; the average lags a minute behind processes that just started). The
+  average counts this process's own earlier runs too (a notebook that just trained, a benchmark): each run records
+  its CPU use (``record_run``), and their share of the average -- the kernel's exponential average with a
+  60-second time constant of a process that kept ``rate`` threads busy -- is taken off first (``own_load``).
 - **size cap**: ``floor(flops_per_step / FLOPS_PER_THREAD)`` threads, at least 1 (``6 N`` FLOPs per token for
   ``N`` matrix parameters, nanoGPT's estimate, times the step's tokens).
 - ``auto`` = ``max(1, min(free, usable, size cap))``.
@@ -97,14 +100,42 @@ def read_budget() -> CpuBudget:
     return CpuBudget(cores, affinity, cgroup_quota(), current_load())
 
 
+LOAD_TAU_S = 60.0  # the time constant of the kernel's 1-minute load average (an exponential average)
+_OWN = [0.0, 0.0]  # this process's share of the 1-minute load average at a time: [value, time.monotonic()]
+
+
+def record_run(wall_s: float, cpu_s: float, end: float | None = None) -> None:
+    """Add a run of this process to its share of the load average: ``cpu_s`` CPU-seconds over ``wall_s`` seconds
+    ending at ``end`` (``time.monotonic()``; default now) kept ``cpu_s / wall_s`` threads runnable. The kernel's
+    average moves toward a constant load ``n`` as ``n (1 - exp(-t / 60))``, and decays by ``exp(-t / 60)`` after."""
+    import time
+
+    end = time.monotonic() if end is None else end
+    if wall_s <= 0:
+        return
+    rate = max(0.0, cpu_s / wall_s)
+    before = own_load(end - wall_s)
+    decay = math.exp(-wall_s / LOAD_TAU_S)
+    _OWN[0], _OWN[1] = before * decay + rate * (1.0 - decay), end
+
+
+def own_load(at: float | None = None) -> float:
+    """This process's share of the 1-minute load average at ``at`` (``time.monotonic()``; default now), from the
+    runs ``record_run`` saw: 0 in a fresh process."""
+    import time
+
+    at = time.monotonic() if at is None else at
+    return _OWN[0] * math.exp(-max(0.0, at - _OWN[1]) / LOAD_TAU_S)
+
+
 def current_load(samples: int = 5, interval_s: float = 0.01, path: str = "/proc/loadavg") -> float:
-    """The larger of the 1-minute load average and the median number of *other* runnable tasks right now
-    (``/proc/loadavg``'s ``running/total`` field, minus this process, over ``samples`` reads): the average lags a
-    minute behind processes that just started."""
+    """The larger of the 1-minute load average less this process's own share (``own_load``) and the median number
+    of *other* runnable tasks right now (``/proc/loadavg``'s ``running/total`` field, minus this process, over
+    ``samples`` reads): the average lags a minute behind processes that just started."""
     import time
 
     try:
-        avg, now = os.getloadavg()[0], []
+        avg, now = max(0.0, os.getloadavg()[0] - own_load()), []
         for i in range(samples):
             with open(path) as f:
                 now.append(max(0, int(f.read().split()[3].split("/")[0]) - 1))
