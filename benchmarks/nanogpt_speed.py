@@ -287,12 +287,25 @@ def _as_run(shape: Shape) -> RunConfig:
 
 # ------------------------------------------------------------------------------------------------- measuring
 def measure(rows: list[Row], rounds: int, window_s: float, warmup: int, budget_s: float) -> None:
-    for r in rows:
-        r.warm(warmup)
+    """Warm every row, then windows in alternating order. A whole-loop row whose run fails (a diverged run, nanoGPT's
+    script exiting non-zero) drops out with the reason as its note, in one line on stderr; the others go on."""
+    live = list(rows)
+
+    def attempt(r: Row, fn: Callable[[], object]) -> None:
+        try:
+            fn()
+        except RuntimeError as e:
+            live.remove(r)
+            r.windows.clear()
+            r.note = f"not measured: {e}"
+            print(f"{r.label}: {r.note}", file=sys.stderr, flush=True)
+
+    for r in list(live):
+        attempt(r, lambda r=r: r.warm(warmup))
     t0 = time.perf_counter()
     for i in range(rounds):
-        for r in rows if i % 2 == 0 else rows[::-1]:
-            r.windows.append(r.window(window_s))
+        for r in list(live) if i % 2 == 0 else list(live)[::-1]:
+            attempt(r, lambda r=r: r.windows.append(r.window(window_s)))
         if i >= 2 and time.perf_counter() - t0 > budget_s:
             break
 
