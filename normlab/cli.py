@@ -57,15 +57,21 @@ def main(argv: list[str] | None = None) -> int:
     return guarded(lambda: int(args.func(args) or 0), debug=args.debug)
 
 
-def entry() -> None:
-    """Console-script entry point. A Ctrl-C while the parser is built (outside ``guarded``) is exit 130 too.
-    First, before torch is imported, the OpenMP wait policy (normlab.train.threads.set_wait_policy) and the C heap's
-    (normlab.train.heap.set_heap_policy)."""
+def set_process_policies() -> None:
+    """Before torch is imported: the OpenMP wait policy (normlab.train.threads.set_wait_policy) and the C heap's
+    (normlab.train.heap.set_heap_policy), for this process and, through the environment, its children (sweep
+    workers, DDP ranks). The ``normlab`` command and ``make demo`` call it first."""
     from normlab.train.heap import set_heap_policy
     from normlab.train.threads import set_wait_policy
 
     os.environ.setdefault("NORMLAB_WAIT_POLICY_NOTE", set_wait_policy())
     os.environ.setdefault("NORMLAB_HEAP_NOTE", set_heap_policy())
+
+
+def entry() -> None:
+    """Console-script entry point. A Ctrl-C while the parser is built (outside ``guarded``) is exit 130 too.
+    First, before torch is imported, ``set_process_policies``."""
+    set_process_policies()
     try:
         code = main()
     except KeyboardInterrupt:

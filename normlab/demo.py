@@ -13,9 +13,11 @@ import sys
 import time
 
 from normlab.cli import main as cli
+from normlab.cli import set_process_policies
 
 
 def main() -> int:
+    set_process_policies()  # as the normlab command does, before torch is imported (the sweep workers inherit it)
     from normlab.experiments.sweep import load_sweep
 
     t0 = time.time()

@@ -42,7 +42,8 @@ def _probe(mode: str, env: dict[str, str]) -> dict:
 
 
 def _clean_env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if not k.startswith(("MALLOC_", "NORMLAB_MALLOC", "GLIBC_TUN"))}
+    drop = ("MALLOC_", "NORMLAB_MALLOC", "GLIBC_TUN", "NORMLAB_HEAP_NOTE", "NORMLAB_WAIT_POLICY_NOTE")
+    return {k: v for k, v in os.environ.items() if not k.startswith(drop)}
 
 
 @pytest.mark.skipif(not GLIBC, reason="glibc's malloc only")
@@ -85,3 +86,26 @@ def test_training_is_bit_identical_with_and_without_and_the_log_says_which(tmp_p
     assert r.returncode == 0, r.stderr
     assert "malloc defaults (NORMLAB_MALLOC=default)" in r.stderr
     assert_same_weights(kept, plain)
+
+
+@pytest.mark.skipif(not GLIBC, reason="glibc's malloc only")
+def test_sweep_workers_inherit_the_policies(tmp_path, cache):
+    """``set_process_policies`` (the ``normlab`` command and ``make demo`` call it first) reaches the sweep's
+    workers through the environment: each run's log says the heap is kept and OpenMP waits passively."""
+    script = f"""
+import sys
+from normlab.cli import set_process_policies
+set_process_policies()
+from normlab.experiments.runner import run_sweep
+from normlab.experiments.sweep import parse_sweep
+sweep = parse_sweep({{"name": "h", "base": "tiny", "seeds": [0], "set": {{"train.steps": 3, "train.eval_every": 3,
+                     "train.eval_batches": 1, "model.width": 32}}}})
+out = run_sweep(sweep, __import__("pathlib").Path({str(tmp_path / "sw")!r}), workers=1, threads=1, log=lambda s: None)
+print(out.trained[0])
+"""
+    env = {**_clean_env(), "NORMLAB_CACHE_DIR": str(cache)}
+    env.pop("OMP_WAIT_POLICY", None)
+    r = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-2000:]
+    log = (tmp_path / "sw" / "logs" / f"{r.stdout.split()[-1]}.log").read_text()
+    assert "malloc keeps freed memory for reuse" in log and "OMP_WAIT_POLICY=PASSIVE" in log
