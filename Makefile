@@ -41,6 +41,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/norm_speed.py --out docs/benchmarks.md
 	$(BIN)/python benchmarks/ddp_throughput.py --out docs/benchmarks.md
 	$(BIN)/python benchmarks/sweep_overhead.py --out docs/benchmarks.md
+	$(BIN)/python benchmarks/heap_policy.py --shapes demo,S,M --out docs/benchmarks.md
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache
