@@ -415,7 +415,7 @@ def judge(report: dict, correction: str = "holm") -> dict:
         if spec is not None and spec.observable and any(spec.observable in d for d in details):
             observable = spec.observable  # a current observability rule reads stored details only: it applies
         if spec is not None and spec.must_learn and all(k in d for d in details for k in spec.must_learn):
-            must_learn = list(spec.must_learn)  # so does the learning rule
+            must_learn = list(spec.must_learn)  # and the did-not-learn note (a note: it changes no verdict)
         test = c.get("test") if c.get("test") in TESTS else {"exact": "exact", "within": "equivalence"}.get(
             c["direction"], "t")
         entries.append({"values": c["values"], "details": c.get("details") or [], "direction": c["direction"],

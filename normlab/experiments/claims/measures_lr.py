@@ -82,7 +82,7 @@ def m_sens_diff(ctx: Any, runs: dict[str, Any], a: str, b: str) -> tuple[float |
 
 def m_best_diff(ctx: Any, runs: dict[str, Any], a: str, b: str) -> tuple[float | None, dict]:
     """``L*(a) - L*(b)``: best-of-grid final validation bits/byte; details record both, their learning rates and the
-    unigram bits/byte of the training split (the claims' learning rule, ``Claim.must_learn``)."""
+    unigram bits/byte of the training split (the did-not-learn note, ``Claim.must_learn``)."""
     from normlab.run.rundir import open_config
 
     sa, ba, la, da = seed_grid(ctx, runs[a])

@@ -200,7 +200,7 @@ def judge_family(entries: list[dict], correction: str = "holm") -> list[dict]:
                                           f"{'n/a' if c is None else f'[{c.low:.3g}, {c.high:.3g}]'}, not above 0; "
                                           f"the value alone: {why}")
         if e.get("must_learn"):
-            v, why = _learning_rule(e, res, v, why)
+            why = _learning_note(e, res, why)
         if "collapse" not in res:
             rates = collapse_rates(e.get("details") or [])
             if rates:
@@ -210,29 +210,30 @@ def judge_family(entries: list[dict], correction: str = "holm") -> list[dict]:
     return out
 
 
-def _learning_rule(e: dict, res: dict, v: str, why: str) -> tuple[str, str]:
-    """``must_learn``: every listed details key (a model's bits/byte per seed) must end below the unigram bits/byte
-    minus ``DID_NOT_LEARN_MARGIN`` in every seed; a model that did not learn in some seed makes the comparison
-    ``not observable at this scale`` (naming it, with k of n seeds). Records ``did_not_learn``."""
+def _learning_note(e: dict, res: dict, why: str) -> str:
+    """``must_learn``: the listed details keys (a model's bits/byte per seed) checked against the unigram bits/byte
+    minus ``DID_NOT_LEARN_MARGIN``. Records ``did_not_learn`` ({key: {k, n, missing}}) and returns the reason with a
+    note naming each model that did not learn in some seed. A note, not a verdict: a model that does not train at
+    the budget is itself a finding about that budget, and the values of the seeds where it did learn stay in the
+    test. Without a recorded unigram level the reason says the check could not be made."""
     from normlab.experiments.lrgrid import DID_NOT_LEARN_MARGIN
 
     level = e.get("unigram_bpb")
     if not isinstance(level, (int, float)):
-        return v, why
+        return f"{why}; did-not-learn check not made (no unigram bits/byte recorded)"
     details = [d for d in e.get("details") or [] if isinstance(d, dict)]
-    bad = {}
+    notes = []
     for key in e["must_learn"]:
         xs = [d.get(key) for d in details]
-        k = sum(1 for x in xs if not (isinstance(x, (int, float)) and math.isfinite(x)
-                                      and x < level - DID_NOT_LEARN_MARGIN))
-        res.setdefault("did_not_learn", {})[key] = {"k": k, "n": len(xs)}
+        ok = [x for x in xs if isinstance(x, (int, float)) and math.isfinite(x)]
+        k = sum(1 for x in ok if x >= level - DID_NOT_LEARN_MARGIN)
+        res.setdefault("did_not_learn", {})[key] = {"k": k, "n": len(ok), "missing": len(xs) - len(ok)}
         if k:
-            worst = max((x for x in xs if isinstance(x, (int, float)) and math.isfinite(x)), default=None)
-            bad[key] = f"{key} in {k} of {len(xs)} seeds" + (f" (up to {worst:.3g})" if worst is not None else "")
-    if not bad:
-        return v, why
-    return NOT_OBSERVABLE, (f"did not learn: {'; '.join(bad.values())}, not below the unigram {level:.3g} - "
-                            f"{DID_NOT_LEARN_MARGIN:g} bits/byte; the value alone: {why}")
+            notes.append(f"{key} did not learn in {k} of {len(ok)} seeds (up to {max(ok):.3g})")
+    if not notes:
+        return why
+    return (f"{why}; note: {'; '.join(notes)}, not below the unigram {level:.3g} - {DID_NOT_LEARN_MARGIN:g} "
+            "bits/byte: at this budget the comparison also measures whether the model trains at all")
 
 
 def _directional(mean: float | None, q: float | None, direction: str, null: float, correction: str, n: int
