@@ -295,6 +295,8 @@ def measure(rows: list[Row], rounds: int, window_s: float, warmup: int, budget_s
         try:
             fn()
         except RuntimeError as e:
+            if r.loop is None:  # an in-process step failing is a bug to see, not a row to drop
+                raise
             live.remove(r)
             r.windows.clear()
             r.note = f"not measured: {e}"

@@ -60,6 +60,7 @@ def test_large_blocks_come_from_the_heap_in_this_process_and_in_children():
     assert inherited["mmapped"] < big <= inherited["arena"]
 
 
+@pytest.mark.skipif(not GLIBC, reason="glibc's malloc only")
 def test_the_environment_rules():
     env: dict[str, str] = {}
     set_heap_policy(env, apply=False)
@@ -69,8 +70,13 @@ def test_the_environment_rules():
     assert user == {"MALLOC_TRIM_THRESHOLD_": "131072"}  # the user's setting alone, nothing added
     tun = {"GLIBC_TUNABLES": "glibc.malloc.arena_max=2"}
     assert "from the environment" in set_heap_policy(tun, apply=False) and "MALLOC_MMAP_THRESHOLD_" not in tun
+    other = {"GLIBC_TUNABLES": "glibc.cpu.hwcaps=-AVX2"}  # not a malloc tunable: the policy still applies
+    assert set_heap_policy(other, apply=False).startswith("malloc keeps") and other["MALLOC_TRIM_THRESHOLD_"]
     off = {"NORMLAB_MALLOC": "default"}
     assert set_heap_policy(off, apply=False) == "malloc defaults (NORMLAB_MALLOC=default)" and len(off) == 1
+    child = {"NORMLAB_MALLOC": "default", **ENV}  # a child of a normlab process, told to use glibc's defaults
+    set_heap_policy(child, apply=False)
+    assert child == {"NORMLAB_MALLOC": "default"}  # normlab's variables stop here
 
 
 @pytest.mark.skipif(not GLIBC, reason="glibc's malloc only")

@@ -180,3 +180,21 @@ def test_rotate_split_gradcheck_and_torch_func():
     leaves = [t.clone().requires_grad_() for t in xs]
     expected = torch.stack([torch.autograd.grad(f(t), t)[0] for t in leaves])
     torch.testing.assert_close(torch.func.vmap(torch.func.grad(f))(xs), expected)
+
+
+def test_tables_above_the_size_cap_are_broadcast_views_with_the_same_rotation(monkeypatch):
+    """Long contexts x many heads: a table above ``TABLE_CAP`` entries stays a broadcast view over the heads (no
+    memory per head), and ``rotate_split`` through it gives ``rotate_qkv``'s values and gradients."""
+    from normlab.attention import positions as P
+
+    monkeypatch.setattr(P, "TABLE_CAP", 16)
+    torch.manual_seed(3)
+    rope = RotaryEmbedding(8, 8, heads=2)
+    for t in (*rope._split[torch.float32], rope._qkv_conj[(torch.float32, "complex")]):
+        assert 0 in t.stride()  # broadcast over the heads
+    x = torch.randn(2, 8, 3, 2, 8, dtype=torch.float64, requires_grad=True)
+    got = rope.rotate_split(x)
+    want = rope.rotate_qkv(x).permute(2, 0, 3, 1, 4).unbind(0)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w)
+    assert torch.autograd.gradcheck(rope.rotate_split, (x,))

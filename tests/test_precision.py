@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import os
 
 import pytest
 import torch
@@ -122,14 +123,15 @@ def test_auto_resolution_and_records(tmp_path, cache, monkeypatch):
 def test_deterministic_kernels_switch_on_cuda_only_and_are_restored(monkeypatch):
     """``train.deterministic`` switches torch's deterministic algorithms on for a CUDA run only, sets a cuBLAS
     workspace config where none is set (keeps a user's), and ``kept_determinism`` restores the setting after the run."""
-    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", "")  # records the undo, then unset for the test
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG")
     with P.kept_determinism():
         assert P.use_deterministic_kernels("cpu", True) == "" and not torch.are_deterministic_algorithms_enabled()
         assert "train.deterministic: false" in P.use_deterministic_kernels("cuda", False)
         assert not torch.are_deterministic_algorithms_enabled()
         assert "CUBLAS_WORKSPACE_CONFIG=:4096:8" in P.use_deterministic_kernels("cuda", True)
         assert torch.are_deterministic_algorithms_enabled()
-    assert not torch.are_deterministic_algorithms_enabled()
+    assert not torch.are_deterministic_algorithms_enabled() and "CUBLAS_WORKSPACE_CONFIG" not in os.environ
     monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":16:8")
     with P.kept_determinism():
         assert ":16:8" in P.use_deterministic_kernels("cuda", True)

@@ -74,15 +74,17 @@ class RotaryEmbedding(nn.Module):
         ``[context, 2, heads, hd/2]`` each (float32 at construction, float64 on first use)."""
         if dtype not in self._split:
             key = (dtype, "complex")
-            self._split[dtype] = tuple(t[:, :2].contiguous()
-                                       for t in (self._lookup(key, qkv=True), self._conj_lookup(key)))
+            self._split[dtype] = tuple(_capped(t[:, :2]) for t in (self._lookup(key, qkv=True), self._conj_lookup(key)))
         return self._split[dtype]
 
     def _conj_lookup(self, key: tuple[torch.dtype, str]) -> torch.Tensor:
-        """The conjugate of the fused-projection table (the backward's rotation by ``-pos * theta``), materialised
-        once: a lazy ``conj()`` view would be resolved into a fresh copy on every backward."""
+        """The conjugate of the fused-projection table (the backward's rotation by ``-pos * theta``), resolved once
+        on the ``[context, hd/2]`` table and laid out like the table itself (``_with_identity``: materialised over
+        the heads up to its size cap, a broadcast view above it): a lazy ``conj()`` view would be resolved into a
+        fresh copy on every backward."""
         if key not in self._qkv_conj:
-            self._qkv_conj[key] = self._lookup(key, qkv=True).conj().resolve_conj()
+            tab = self._table(key[0], self._anchor.device, 0, self.context, key[1])
+            self._qkv_conj[key] = _with_identity(tab.conj().resolve_conj(), self.heads)
         return self._qkv_conj[key]
 
     def _lookup(self, key: tuple[torch.dtype, str], qkv: bool) -> Any:
@@ -160,6 +162,15 @@ def _rows(tab: Any, offset: int, T: int) -> Any:
     return tuple(t[offset : offset + T] for t in tab)
 
 
+TABLE_CAP = 2**22  # entries: a complex table over the heads is materialised up to this size (32 MiB in complex64)
+
+
+def _capped(t: torch.Tensor) -> torch.Tensor:
+    """``t`` contiguous when it has at most ``TABLE_CAP`` entries (one long loop in the multiply), else as it is (a
+    broadcast view over the heads: no memory per head for long contexts)."""
+    return t.contiguous() if t.numel() <= TABLE_CAP else t
+
+
 def _with_identity(tab: Any, heads: int) -> Any:
     """A ``[T, hd/2]`` complex table (or ``[T, hd]`` pair tables) as ``[T, 3, heads, .]`` for the ``(q, k, v)``
     heads of a fused projection, v's rows the identity (``1 + 0i``; ``cos2 = 1, sin2 = 0``). Materialised over the
@@ -170,7 +181,7 @@ def _with_identity(tab: Any, heads: int) -> Any:
         out = torch.stack((t, t, v_row), 1)[:, :, None].expand(-1, -1, heads, -1)
         # materialised for the eager complex multiply (up to 2^22 entries: 32 MiB in complex64); the pair form runs
         # compiled (inductor broadcasts in its fused kernel) or in bf16, so it stays a broadcast view
-        return out.contiguous() if t.is_complex() and out.numel() <= 2**22 else out
+        return _capped(out) if t.is_complex() else out
 
     if isinstance(tab, torch.Tensor):
         return qkv(tab, torch.ones_like(tab))

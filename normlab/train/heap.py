@@ -12,7 +12,8 @@ instead of shrinking after it -- the right trade for a training or evaluation pr
 ``set_heap_policy`` (the ``normlab`` entry point calls it first, beside the OpenMP wait policy) applies it to this
 process with ``mallopt`` and puts ``MALLOC_MMAP_THRESHOLD_`` / ``MALLOC_TRIM_THRESHOLD_`` in the environment, which
 glibc reads when a process starts, so sweep workers, DDP ranks and other child processes get it too. Kept as the
-user set it: either variable (or ``GLIBC_TUNABLES``) in the environment; ``NORMLAB_MALLOC=default`` turns it off.
+user set it: either variable (or ``glibc.malloc.*`` in ``GLIBC_TUNABLES``) in the environment;
+``NORMLAB_MALLOC=default`` turns it off (and keeps normlab's variables from the process's children).
 Elsewhere (not glibc: macOS, musl) nothing is changed.
 """
 
@@ -33,9 +34,12 @@ def set_heap_policy(environ: dict[str, str] | None = None, apply: bool = True) -
     in ``environ``, default ``os.environ``); returns a one-line account for the run's log."""
     env = os.environ if environ is None else environ
     if env.get("NORMLAB_MALLOC") == "default":
+        for var, value in ENV.items():  # a parent normlab process's settings stop here (not passed further down)
+            if env.get(var) == value:
+                del env[var]
         return "malloc defaults (NORMLAB_MALLOC=default)"
     for var in USER_VARS:
-        if env.get(var):
+        if env.get(var) and (var != "GLIBC_TUNABLES" or "glibc.malloc." in env[var]):
             return f"malloc {var}={env[var]} (from the environment)"
     if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
         return "malloc defaults (not glibc)"

@@ -242,12 +242,18 @@ def use_deterministic_kernels(device: str, on: bool) -> str:
 
 @contextlib.contextmanager
 def kept_determinism() -> Iterator[None]:
-    """Restore torch's deterministic-algorithms setting on exit (a run switches it on for CUDA)."""
+    """Restore torch's deterministic-algorithms setting and ``CUBLAS_WORKSPACE_CONFIG`` on exit (a run switches
+    them on for CUDA)."""
     before = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled())
+    cublas = os.environ.get("CUBLAS_WORKSPACE_CONFIG")
     try:
         yield
     finally:
         torch.use_deterministic_algorithms(before[0], warn_only=before[1])
+        if cublas is None:
+            os.environ.pop("CUBLAS_WORKSPACE_CONFIG", None)
+        else:
+            os.environ["CUBLAS_WORKSPACE_CONFIG"] = cublas
 
 
 def fill_auto(cfg: Any, resolved: Any) -> None:
