@@ -64,6 +64,12 @@ def set_process_policies() -> None:
     from normlab.train.heap import set_heap_policy
     from normlab.train.threads import set_wait_policy
 
+    if os.environ.get("NORMLAB_MALLOC", "default") != "default":  # bad input: one line, exit 2, before anything runs
+        from normlab.errors import EXIT_BAD_INPUT
+
+        print(f"error: NORMLAB_MALLOC must be 'default' (glibc's own malloc settings) or unset, got "
+              f"{os.environ['NORMLAB_MALLOC']!r}", file=sys.stderr)
+        sys.exit(EXIT_BAD_INPUT)
     os.environ.setdefault("NORMLAB_WAIT_POLICY_NOTE", set_wait_policy())
     os.environ.setdefault("NORMLAB_HEAP_NOTE", set_heap_policy())
 

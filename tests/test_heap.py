@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from normlab.train.heap import ENV, THRESHOLD, set_heap_policy
-from tests.helpers import assert_same_weights, cli_env, normlab
+from tests.helpers import assert_bad_input, assert_same_weights, cli_env, normlab
 
 GLIBC = platform.system() == "Linux" and platform.libc_ver()[0] == "glibc"
 
@@ -115,3 +115,9 @@ print(out.trained[0])
     assert r.returncode == 0, r.stderr[-2000:]
     log = (tmp_path / "sw" / "logs" / f"{r.stdout.split()[-1]}.log").read_text()
     assert "malloc keeps freed memory for reuse" in log and "OMP_WAIT_POLICY=PASSIVE" in log
+
+
+def test_a_bad_normlab_malloc_value_is_one_line():
+    env = {**_clean_env(), "NORMLAB_MALLOC": "<b>fast</b>"}
+    r = subprocess.run([sys.executable, "-m", "normlab", "list"], env=env, capture_output=True, text=True)
+    assert_bad_input(r, "NORMLAB_MALLOC must be 'default'", "'<b>fast</b>'")

@@ -138,6 +138,27 @@ def test_deterministic_kernels_switch_on_cuda_only_and_are_restored(monkeypatch)
     assert not torch.are_deterministic_algorithms_enabled()
 
 
+def test_an_op_without_a_deterministic_kernel_is_a_one_line_error(tmp_path, cache, monkeypatch):
+    """With deterministic algorithms on (train.deterministic on CUDA), torch refusing an operation ends the run with
+    one line naming train.deterministic=false, exit 2, no traceback; any other RuntimeError stays a crash."""
+    import normlab.train.loop as L
+
+    def refuse(*a, **k):
+        torch.use_deterministic_algorithms(True)  # as use_deterministic_kernels does on CUDA (restored by the run)
+        raise RuntimeError("scatter_add_cuda_kernel does not have a deterministic implementation, but you set "
+                           "'torch.use_deterministic_algorithms(True)'.\nmore text")
+
+    monkeypatch.setattr(L, "lm_loss", refuse)
+    out = tmp_path / "r"
+    r = run_inproc("train", "tiny", *CLI_SMALL, "--set", "train.steps=2", "--out", str(out), cache=cache)
+    last = r.stderr.strip().splitlines()[-1]  # after the run's start lines: one error line, no traceback
+    assert r.returncode == 2 and "Traceback" not in r.stderr and last.startswith("error: train.deterministic")
+    assert "train.deterministic=false" in last and "scatter_add_cuda_kernel" in last and "more text" not in r.stderr
+    assert not torch.are_deterministic_algorithms_enabled()
+    assert P.nondeterministic_op_error(RuntimeError("does not have a deterministic implementation")) is None  # off
+    assert P.nondeterministic_op_error(ValueError("x")) is None
+
+
 def test_deterministic_key_keeps_old_hashes_and_rejects_non_bools(tmp_path, cache):
     """A config at the default ``train.deterministic: true`` hashes as before the key existed (older runs resume);
     ``false`` is a different run. A non-boolean value is refused in one line."""

@@ -40,7 +40,8 @@ from normlab.run.tensors import list_checkpoints, load_checkpoint, save_checkpoi
 from normlab.train.clipping import build_clipper
 from normlab.train.distributed import SINGLE, DistContext, StopSignals
 from normlab.train.optim import EffectiveLR, NormalizeAndProject, build_optimizer
-from normlab.train.precision import CompileTimer, autocast, kept_determinism, prepare_model, resolve_runtime
+from normlab.train.precision import (CompileTimer, autocast, kept_determinism, nondeterministic_op_error,
+                                    prepare_model, resolve_runtime)
 from normlab.train.heap import heap_policy_note
 from normlab.train.progress import ProgressReporter
 from normlab.train.threads import record_run, resolve_threads, step_flops, wait_policy_note
@@ -170,9 +171,12 @@ def _train_locked(cfg: RunConfig, run_dir: Path, *, resume: bool, quiet: bool, t
             if not ctx.is_main or not (run_dir / CONFIG_FILE).is_file():
                 raise
             return _interrupted_summary(cfg, run_dir)
-        except BaseException:  # an error: the event file still ends, and a persistent sweep worker keeps no writer
+        except BaseException as e:  # an error: the event file still ends, and a persistent sweep worker keeps no writer
             if getattr(flag, "tracker", None) is not None:
                 flag.tracker.close("failed")
+            err = nondeterministic_op_error(e)  # train.deterministic on CUDA: an op without a deterministic kernel
+            if err is not None:
+                raise err from e
             raise
 
 

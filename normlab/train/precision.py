@@ -240,6 +240,22 @@ def use_deterministic_kernels(device: str, on: bool) -> str:
     return f"yes (torch.use_deterministic_algorithms, CUBLAS_WORKSPACE_CONFIG={os.environ['CUBLAS_WORKSPACE_CONFIG']})"
 
 
+def nondeterministic_op_error(e: BaseException) -> Exception | None:
+    """The one-line error for ``e`` when it is torch refusing an operation that has no deterministic kernel while
+    ``train.deterministic`` switched deterministic algorithms on (on CUDA, e.g. an attention kind or diagnostic
+    built on a scatter-add), else None."""
+    from normlab.errors import NormlabError
+
+    msg = str(e)
+    if not (isinstance(e, RuntimeError) and torch.are_deterministic_algorithms_enabled()
+            and "does not have a deterministic implementation" in msg):
+        return None
+    first = msg.splitlines()[0][:200] if msg else "RuntimeError"
+    return NormlabError(f"train.deterministic: an operation of this run has no deterministic kernel on this device "
+                        f"({first}); set train.deterministic=false to run it (a resumed run may then differ in the "
+                        "last bits)")
+
+
 @contextlib.contextmanager
 def kept_determinism() -> Iterator[None]:
     """Restore torch's deterministic-algorithms setting and ``CUBLAS_WORKSPACE_CONFIG`` on exit (a run switches
