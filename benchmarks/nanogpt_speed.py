@@ -454,7 +454,8 @@ def main(argv: list[str] | None = None) -> int:
             "heap": HEAP_POLICY,
             "capability": torch.backends.cpu.get_cpu_capability(), "bf16": why, "xt": xt_version(),
             "flags": " ".join(flags) or "unknown", "load_before": os.getloadavg()[0], "gemm_sizes": sizes,
-            "nanogpt": f"model.py from `{nano}`" if nano else "not given (`--nanogpt DIR`): rows skipped",
+            "nanogpt": ("model.py from a karpathy/nanoGPT checkout (`--nanogpt DIR`)" if nano
+                        else "not given (`--nanogpt DIR`): rows skipped"),  # no machine path in committed results
             "command": " ".join(" ".join(["python benchmarks/nanogpt_speed.py", "--nanogpt DIR" if nano else "",
                                  "--quick" if args.quick else "", f"--shapes {args.shapes}",
                                  f"--threads {args.threads}", "--no-compile" if args.no_compile else "",

@@ -86,21 +86,65 @@ def assert_same_weights(a: Path, b: Path) -> None:
         assert torch.equal(wa[k], wb[k]), f"{k} differs"
 
 
-def kill_9_after(args: list[str], out: Path, cache: Path, checkpoint_step: int) -> None:
-    """Start ``normlab ARGS --out OUT``, SIGKILL it just after checkpoint ``checkpoint_step`` exists."""
-    import signal
-    import time
+# Installed as ``sitecustomize`` in every Python process of a killed run (the CLI, torchrun and its ranks): when
+# ``normlab.run.tensors`` is first imported, its ``save_checkpoint`` is wrapped so that the process SIGKILLs itself
+# as it is about to write the first checkpoint after step NORMLAB_TEST_KILL_AFTER (the steps since that checkpoint
+# are done and lost, as in a kill anywhere between the two checkpoints). Deterministic: no polling race, however
+# loaded the machine is.
+_KILL_HOOK = """
+import importlib.abc, importlib.util, os, signal, sys
 
-    proc = subprocess.Popen([sys.executable, "-m", "normlab.cli", *args, "--out", str(out)], env=cli_env(cache),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 120
-    while time.time() < deadline and not (out / "checkpoints" / f"step_{checkpoint_step:08d}").exists():
-        if proc.poll() is not None:
-            break
-        time.sleep(0.02)
-    time.sleep(0.05)  # land somewhere between checkpoints
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
+_after = int(os.environ["NORMLAB_TEST_KILL_AFTER"])
+
+
+class _KillHook(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name != "normlab.run.tensors":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        run = spec.loader.exec_module
+
+        def exec_module(module):
+            run(module)
+            real = module.save_checkpoint
+
+            def save_checkpoint(run_dir, at, *args, **kwargs):
+                if at > _after:
+                    os.kill(os.getpid(), signal.SIGKILL)
+                return real(run_dir, at, *args, **kwargs)
+
+            module.save_checkpoint = save_checkpoint
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+sys.meta_path.insert(0, _KillHook())
+"""
+
+
+def kill_9_after(args: list[str], out: Path, cache: Path, checkpoint_step: int) -> None:
+    """Run ``normlab ARGS --out OUT`` until it is SIGKILLed between checkpoint ``checkpoint_step`` and the next one
+    (the process kills itself before writing the next checkpoint: see ``_KILL_HOOK``)."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as hook:
+        (Path(hook) / "sitecustomize.py").write_text(_KILL_HOOK)
+        env = cli_env(cache)
+        env["NORMLAB_TEST_KILL_AFTER"] = str(checkpoint_step)
+        env["PYTHONPATH"] = os.pathsep.join(x for x in (hook, env.get("PYTHONPATH", "")) if x)
+        proc = subprocess.Popen([sys.executable, "-m", "normlab.cli", *args, "--out", str(out)], env=env,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        try:
+            proc.wait(timeout=300)
+        finally:
+            if proc.poll() is None:
+                import signal
+
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+    assert (out / "checkpoints" / f"step_{checkpoint_step:08d}").exists(), "killed before the checkpoint"
 
 
 def assert_bad_input(proc: subprocess.CompletedProcess, *fragments: str) -> None:

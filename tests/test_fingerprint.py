@@ -93,7 +93,7 @@ def test_claims_retrain_a_run_whose_fingerprint_changed_and_say_why(tmp_path):
     out, cache = tmp_path / "claims", tmp_path / "cache"
     first = run_inproc("claims", "--budget", "tiny", "--seeds", "1", "--only", "powernorm-lm", "--out", str(out),
                        "--json", cache=cache, check=True)
-    fp = Path(json.loads(first.stdout)["claims"][0]["runs"][0]["powernorm"]) / "fingerprint.json"
+    fp = out / json.loads(first.stdout)["claims"][0]["runs"][0]["powernorm"] / "fingerprint.json"
     rec = json.loads(fp.read_text())
     rec["sha256"], rec["normlab"] = "0" * 64, "0.0.1"
     fp.write_text(json.dumps(rec))

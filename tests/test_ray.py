@@ -284,5 +284,5 @@ def test_claims_on_ray_match_local(cluster, tmp_path):
     assert local.returncode == 0, local.stderr[-3000:]
     a, b = json.loads(r.stdout)["claims"][0], json.loads(local.stdout)["claims"][0]
     assert a["values"] == b["values"] and a["verdict"] == b["verdict"] and a["values"]
-    runs = [Path(p) for p in a["runs"][0].values()]
+    runs = [tmp_path / "ray" / p for p in a["runs"][0].values()]
     assert runs and all((p / "model.safetensors").is_file() and (p / "fingerprint.json").is_file() for p in runs)

@@ -38,13 +38,22 @@ def test_english_takes_no_parameters_and_is_listed_in_errors():
         load_corpus("englsh:foo")
 
 
-@pytest.mark.skipif(platform.python_version() != "3.11.7", reason="docs/data.md measured the corpus of Python 3.11.7")
 def test_docs_state_the_measured_size_and_unigram_entropy():
+    """docs/data.md states the corpus size and entropy of the Python it was measured on: exact on that Python;
+    on any other supported Python (another ``pydoc_data.topics``) the stated version is not this one and the
+    corpus is still English prose of about that size and entropy."""
     data = load_corpus("english").docs[0]
     n = len(data)
     h = -sum(c / n * math.log2(c / n) for c in collections.Counter(data).values())
     text = (DOCS / "data.md").read_text()
-    assert f"{n:,} bytes, byte unigram entropy {h:.3f} bits/byte" in text
+    m = re.search(r"\(Python (\d+\.\d+\.\d+)\): \d+ topics, ([\d,]+) bytes, byte unigram entropy ([\d.]+) "
+                  r"bits/byte", text)
+    assert m, "docs/data.md no longer states the english corpus's measured size and entropy"
+    version, size, entropy = m.group(1), int(m.group(2).replace(",", "")), float(m.group(3))
+    if version == platform.python_version():
+        assert (size, entropy) == (n, round(h, 3))
+    else:
+        assert abs(n - size) < 0.3 * size and abs(h - entropy) < 0.2
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -31,10 +31,11 @@ def measured_text(c: dict) -> str:
     return f"{_fmt(c['measured'])} ± {_fmt(half)}"
 
 
-def claim_scale(c: dict) -> str:
+def claim_scale(c: dict, base: Path | str) -> str:
     """Model width, blocks, steps and training tokens of the runs behind claim ``c`` (one seed's run directories,
-    a grid variant's at every learning rate, read from their ``config.yaml``; tokens = steps x batch x grad_accum x
-    context); ``n/a`` without runs."""
+    relative to the claims directory ``base``, a grid variant's at every learning rate, read from their
+    ``config.yaml``; tokens = steps x batch x grad_accum x context); ``n/a`` without runs. Measured once, when the
+    claim is measured, and stored in its ``scale`` field: a rendered page reads the stored value, never the runs."""
     from normlab.errors import NormlabError
     from normlab.run.rundir import open_config
 
@@ -42,7 +43,7 @@ def claim_scale(c: dict) -> str:
     first = ((c.get("runs") or [{}])[0] or {}).values()  # variant -> run dir, or lr -> run dir for a grid variant
     for run_dir in [d for v in first for d in (v.values() if isinstance(v, dict) else [v])]:
         try:
-            cfg = open_config(run_dir)
+            cfg = open_config(Path(base) / run_dir)
         except NormlabError:
             continue
         m, t = cfg.model, cfg.train
@@ -221,7 +222,8 @@ def write_docs(report: dict, path: Path) -> None:
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for i, c in enumerate(report["claims"], 1):
-        cells = [str(i), f"{c['claim']} (`{c['name']}`)", c["paper"], c["metric"], c.get("scale") or claim_scale(c),
+        scale = c.get("scale") or claim_scale(c, report.get("out") or ".")  # older reports stored no scale
+        cells = [str(i), f"{c['claim']} (`{c['name']}`)", c["paper"], c["metric"], scale,
                  c["expected"], measured_text(c) + beside_text(c), _p(c.get("p")), _p(c.get("p_adj")),
                  verdict_cell(c)]
         lines.append("| " + " | ".join(x.replace("|", "\\|") for x in cells) + " |")

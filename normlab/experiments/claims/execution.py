@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from normlab.errors import EXIT_INTERRUPTED, NormlabError
 from normlab.experiments.claims.budgets import Budget
+from normlab.experiments.claims.docs import claim_scale
 from normlab.experiments.claims.specs import CLAIM_NAMES, CLAIMS, spec_hash
 from normlab.experiments.claims.stats import judge_family, verdict
 from normlab.experiments.claims.variants import GRID_VARIANTS, lr_dir, variant_config
@@ -105,8 +106,13 @@ def seed_runs(sweep: "Sweep", out: Path, seed: int, variants: tuple[str, ...]) -
     return {v: got[v] for v in variants}
 
 
-def _as_json(runs: dict[str, Any]) -> dict[str, Any]:
-    return {v: ({f"{lr:g}": str(p) for lr, p in sorted(d.items())} if isinstance(d, dict) else str(d))
+def _as_json(runs: dict[str, Any], out: Path) -> dict[str, Any]:
+    """Variant -> run directory (or lr -> run directory for a grid variant), each relative to the claims directory
+    ``out`` (``runs/<run id>``): the stored results name no path of the machine that made them."""
+    def rel(p: Path) -> str:
+        return Path(p).relative_to(out).as_posix()
+
+    return {v: ({f"{lr:g}": rel(p) for lr, p in sorted(d.items())} if isinstance(d, dict) else rel(d))
             for v, d in runs.items()}
 
 
@@ -344,12 +350,13 @@ def run_suite(claims: list["Claim"], budget: Budget, out: Path, *, seeds: int | 
             val, det = measure(c, ctx, rd)
             values.append(val)
             details.append(det)
-            runs.append(_as_json(rd))
+            runs.append(_as_json(rd, out))
         v = verdict(values, c.direction, null=c.null, margin=c.margin, tolerance=c.tolerance)
         results.append({**base, "measured": v["measured"], "ci": v["ci"], "verdict": v["verdict"], "n": v["n"],
                         "reason": v["reason"], "direction": c.direction, "null": c.null, "margin": c.margin,
                         "tolerance": c.tolerance, "values": values, "seeds": list(range(per_claim[c.name])),
-                        "details": details, "runs": runs, "measure_s": time.time() - t, **spec_fields(c)})
+                        "details": details, "runs": runs, "scale": claim_scale({"runs": runs}, out),
+                        "measure_s": time.time() - t, **spec_fields(c)})
         log(f"{c.name}: measured ({v['reason']}; the verdict is judged with the family)")
     report = {"format": "normlab-claims-v1", "budget": budget.name, "budget_spec": budget.to_dict(),
               "seeds": n_seeds, "out": str(out), "trained_runs": trained, "reused_runs": len(sweep.runs) - trained,
