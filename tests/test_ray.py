@@ -115,6 +115,9 @@ def cluster(tmp_path_factory, cache):
     env["PYTHONPATH"] = str(Path(__file__).resolve().parents[1]) + os.pathsep + env.get("PYTHONPATH", "")
     env["RAY_USAGE_STATS_ENABLED"] = "0"
     env["RAY_agent_register_timeout_ms"] = "120000"  # slow agent start-up on a loaded machine
+    # the Ray client proxy waits this long for a connection's own server (default 30 s, which a loaded machine
+    # exceeded once: "Initialization failure from server")
+    env["RAY_CLIENT_SERVER_CHECK_CHANNEL_TIMEOUT_S"] = "300"
     common = ["--node-ip-address", "127.0.0.1", "--num-cpus", "1", "--object-store-memory", str(80 * 2**20),
               "--disable-usage-stats", "--temp-dir", str(tmp)]
     nodes: list[Node] = []
