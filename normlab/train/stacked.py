@@ -123,6 +123,7 @@ class _Member:
     gen: torch.Generator
     rng: torch.Tensor  # the member's global torch RNG state (what a run alone would hold now)
     cuda_rng: torch.Tensor | None
+    run_hash: str = ""  # the config's hash as handed over, before the data and the machine fill in auto values
     tracker: Any = None
     init: dict[str, Any] = field(default_factory=dict)
     step: int = 0
@@ -137,7 +138,7 @@ class _Member:
     mlog: Any = None
 
 
-def _setup(cfg: RunConfig, run_dir: Path, *, resume: bool, data: Any, tb_dir: Path | None) -> _Member:
+def _setup(cfg: RunConfig, run_dir: Path, *, resume: bool, data: Any, tb_dir: Path | None, run_hash: str) -> _Member:
     """As ``normlab.train.loop._train`` up to its first step, for one member (the runtime is already resolved)."""
     tc, mc, oc, dev = cfg.train, cfg.model, cfg.optim, cfg.device
     torch.manual_seed(cfg.seed)
@@ -149,7 +150,7 @@ def _setup(cfg: RunConfig, run_dir: Path, *, resume: bool, data: Any, tb_dir: Pa
     diag = TrainDiagnostics(model, cfg.diag)
     m = _Member(cfg, run_dir, data, model, opt, groups, clipper, nap, eff_lr, diag,
                 torch.Generator().manual_seed(cfg.seed), torch.get_rng_state(),
-                torch.cuda.get_rng_state() if dev == "cuda" else None)
+                torch.cuda.get_rng_state() if dev == "cuda" else None, run_hash)
     metrics_path = run_dir / METRICS_FILE
     final: dict[str, Any] = {}
     if resume:
@@ -158,6 +159,7 @@ def _setup(cfg: RunConfig, run_dir: Path, *, resume: bool, data: Any, tb_dir: Pa
             state = load_checkpoint(ckpts[-1], model, opt)
             if state.get("config_hash") != cfg.hash():
                 raise NormlabError(f"{ckpts[-1]} was written with another config; cannot resume from it")
+            m.run_hash = state.get("run_hash", run_hash)
             m.step, m.tokens_seen = state["step"], state["tokens_seen"]
             m.elapsed, m.best = state["elapsed_s"], state.get("best_val_bpb")
             if nap is not None:
@@ -239,6 +241,7 @@ def train_stacked(cfgs: list[RunConfig], run_dirs: list[str | Path], *, resume: 
 def _train_group(cfgs: list[RunConfig], dirs: list[Path], resumes: list[bool], *, quiet: bool, flag: Any,
                  tb_dirs: list[Any], threads: int | None) -> list[dict[str, Any]]:
     say = (lambda s: None) if quiet else (lambda s: print(s, flush=True))
+    hashes = [c.hash() for c in cfgs]  # as handed over (the summary's config_hash, as a run alone records it)
     fresh = None
     datas = []
     for cfg, d, again in zip(cfgs, dirs, resumes):
@@ -256,7 +259,8 @@ def _train_group(cfgs: list[RunConfig], dirs: list[Path], resumes: list[bool], *
     runtime = [resolve_runtime(c) for c in cfgs][0]  # every member resolves alike (same shape and keys)
     runtime.append(f"threads {torch.get_num_threads()} ({why_threads})")
     runtime.append(f"stacked: {len(cfgs)} runs of one architecture in one model (train.stack)")
-    members = [_setup(c, d, resume=r, data=x, tb_dir=t) for c, d, r, x, t in zip(cfgs, dirs, resumes, datas, tb_dirs)]
+    members = [_setup(c, d, resume=r, data=x, tb_dir=t, run_hash=h)
+               for c, d, r, x, t, h in zip(cfgs, dirs, resumes, datas, tb_dirs, hashes)]
     flag.tracker = None
     c0 = cfgs[0]
     tc, mc, dev = c0.train, c0.model, c0.device
@@ -410,7 +414,7 @@ def _finish_step(m: _Member, step: int, loss_sum: float, extra: dict[str, float]
 
 def _checkpoint(m: _Member, at: int, t_start: float) -> None:
     state: dict[str, Any] = {"tokens_seen": m.tokens_seen, "elapsed_s": m.elapsed + time.time() - t_start,
-                             "best_val_bpb": m.best,
+                             "best_val_bpb": m.best, "run_hash": m.run_hash,
                              "rng": {"torch": _rng_to_json(m.rng), "data": _rng_to_json(m.gen.get_state())}}
     if m.cuda_rng is not None:
         state["rng"]["cuda"] = _rng_to_json(m.cuda_rng)
@@ -435,7 +439,7 @@ def _summary(m: _Member, wall: float, why_threads: str) -> dict[str, Any]:
         "entropy_floor_bpb": data.entropy_floor_bpb, "unigram_bpb": data.unigram_bpb,
         "gap_bpb": (val["bpb"] - data.entropy_floor_bpb) if (val and data.entropy_floor_bpb is not None) else None,
         "tokens_seen": m.tokens_seen, "tokens_per_s": m.tokens_seen / max(total, 1e-9),
-        "elapsed_s": total, "params": m.model.num_params(), "config_hash": cfg.hash(),
+        "elapsed_s": total, "params": m.model.num_params(), "config_hash": m.run_hash,
         "loss_spikes": m.diag.summary(), **m.clipper.summary(), "run_dir": str(m.run_dir), **m.init,
         "weight_norms": {k.split("/", 1)[1]: v for k, v in weight_norm_record(m.model).items()},
         "device": cfg.device, "precision": tc.precision, "compile": tc.compile, "compile_s": None,
