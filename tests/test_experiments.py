@@ -62,7 +62,8 @@ def test_expansion_cartesian_variants_seeds():
 def test_presets_validate():
     assert {"quick", "depth", "attention"} <= set(list_presets())
     quick = load_sweep(preset="quick")
-    assert len({r.axes["grid_group"] for r in quick.runs}) == 4 and sorted({r.seed for r in quick.runs}) == [0, 1, 2, 3]
+    assert len({r.axes["grid_group"] for r in quick.runs}) == 4
+    assert sorted({r.seed for r in quick.runs}) == [1000, 1001, 1002, 1003]
     assert quick.question["declared"] and len(quick.question["family"]) <= 3  # few questions, decided
     explore = load_sweep(preset="quick-explore")
     # the old design: exploratory

@@ -93,6 +93,6 @@ def test_demo_preset_is_a_grid_reaching_the_unstable_region():
     assert len(groups) == 4 and quick.spec["baseline"] in groups
     assert quick.lr_grid[0] <= 1e-3 and quick.lr_grid[-1] >= 0.3  # the paper's range reaches 3e-1
     assert {r.config["model"]["depth"] for r in quick.runs} == {6}
-    assert sorted({r.seed for r in quick.runs}) == [0, 1, 2, 3]
+    assert sorted({r.seed for r in quick.runs}) == [1000, 1001, 1002, 1003]
     assert len(quick.runs) == len(groups) * len(quick.lr_grid) * 4
     assert "quick-1lr" in list_presets() and load_sweep(preset="quick-1lr").lr_grid is None

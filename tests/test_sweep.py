@@ -105,3 +105,45 @@ def test_sweep_file_that_is_not_a_file_says_what_it_is(kind, tmp_path, cache):
     proc = run_inproc("compare", str(p), "--out", str(tmp_path / "out"), cache=cache)
     assert_bad_input(proc, f"sweep file {p}", expected)
     assert not (tmp_path / "out").exists()
+
+
+def test_declared_presets_and_the_claims_suite_use_disjoint_seed_blocks():
+    """Confirmatory means fresh seeds: every shipped preset that declares a question names what informed its
+    design (``designed_from``) and runs on a seed block that no other declared preset, no replication and no
+    claims budget uses (the claims suite runs seeds 0..n-1); a replication gets its own block too."""
+    from normlab.experiments.claims.budgets import BUDGETS
+    from normlab.experiments.sweep import SWEEP_DIR, load_sweep, replication_seeds
+
+    blocks = {f"claims --budget {b.name}": set(range(b.seeds)) for b in BUDGETS.values()}
+    declared = []
+    for f in sorted(SWEEP_DIR.glob("*.yaml")):
+        sweep = load_sweep(preset=f.stem)
+        if not sweep.spec.get("primary"):
+            continue  # exploratory presets decide nothing
+        declared.append(f.stem)
+        assert sweep.spec.get("designed_from"), f"{f.stem} declares a question but not what informed its design"
+        blocks[f"preset {f.stem}"] = {r.seed for r in sweep.runs}
+        blocks[f"preset {f.stem}, replication"] = set(replication_seeds(sweep.spec))
+    assert "quick" in declared
+    names = sorted(blocks)
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            shared = blocks[a] & blocks[b]
+            if a.startswith("claims") and b.startswith("claims"):
+                continue  # the budgets are one suite at different sizes
+            assert not shared, f"{a} and {b} share seeds {sorted(shared)}"
+
+
+def test_replicate_seeds_must_be_a_fresh_block():
+    spec = {"name": "r", "base": "tiny", "seeds": [0, 1], "replicate_seeds": [1, 2]}
+    with pytest.raises(NormlabError, match="replicate_seeds .* share seeds"):
+        parse_sweep(spec, source="s")
+    with pytest.raises(NormlabError, match="designed_from must be"):
+        parse_sweep({"name": "r", "base": "tiny", "designed_from": 3}, source="s")
+    ok = parse_sweep({"name": "r", "base": "tiny", "seeds": [0, 1], "replicate_seeds": [5, 6]}, source="s")
+    plain = parse_sweep({"name": "r", "base": "tiny", "seeds": [0, 1]}, source="s")
+    assert ok.hash == plain.hash  # the replication's block is not part of the design's identity
+    from normlab.experiments.sweep import REPLICATION_SEED_OFFSET, replication_seeds
+
+    assert replication_seeds(ok.spec) == [5, 6]
+    assert replication_seeds(plain.spec) == [REPLICATION_SEED_OFFSET, REPLICATION_SEED_OFFSET + 1]

@@ -10,6 +10,7 @@ from typing import Any
 
 from normlab.errors import EXIT_INTERRUPTED
 from normlab.io import dumps
+from normlab.presets import sweep_presets
 
 
 def print_ranking(rep: Any, title: str | None = None) -> None:
@@ -110,9 +111,10 @@ def _load(args: argparse.Namespace, source: str | None = None) -> Any:
 
 def replication_sweep(sweep: Any, source: str) -> Any:
     """The same declared design on data source ``source``: ``data.source`` set for every run, named
-    ``<name>-on-<source>``, no ``replicate`` key (normlab.experiments.plan)."""
+    ``<name>-on-<source>``, on the replication's own seed block (``replicate_seeds``, else the seeds shifted by
+    REPLICATION_SEED_OFFSET), no ``replicate`` key (normlab.experiments.plan)."""
     from normlab.errors import NormlabError
-    from normlab.experiments.sweep import parse_sweep, slug
+    from normlab.experiments.sweep import parse_sweep, replication_seeds, slug
 
     spec = sweep.spec
     setters = [f"variant '{v['name']}'" for v in spec.get("variants", []) if "data.source" in v["set"]]
@@ -121,8 +123,9 @@ def replication_sweep(sweep: Any, source: str) -> Any:
                            f"{setters[0] if setters else 'an axis'} sets data.source")
     if spec["base"].get("data", {}).get("source") == source and "data.source" not in spec["set"]:
         raise NormlabError(f"sweep '{sweep.name}' already runs on {source}; replicate on another source")
-    raw = {k: v for k, v in spec.items() if k != "replicate"}
-    raw.update(name=f"{sweep.name}-on-{slug(source)}", set={**spec["set"], "data.source": source})
+    raw = {k: v for k, v in spec.items() if k not in ("replicate", "replicate_seeds")}
+    raw.update(name=f"{sweep.name}-on-{slug(source)}", set={**spec["set"], "data.source": source},
+               seeds=replication_seeds(spec))  # a fresh seed block: the design's own seeds confirm nothing twice
     return parse_sweep(raw, source=f"replication of '{sweep.name}' on {source}")
 
 
@@ -207,9 +210,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
     cp = sub.add_parser("compare", help="train many variants in parallel, store the results, write a report")
     cp.add_argument("sweep", nargs="?", help="sweep YAML file (docs/compare.md); or use --preset")
-    cp.add_argument(
-        "--preset", help="a shipped sweep in normlab/configs/sweeps/ (quick, depth, attention, dyt, scaling)"
-    )
+    cp.add_argument("--preset", help=f"a shipped sweep in normlab/configs/sweeps/ ({', '.join(sweep_presets())})")
     cp.add_argument("--out", help="sweep directory (default: runs/compare-<sweep name>); re-run to resume")
     cp.add_argument(
         "--workers", type=int_in(1, 1024), help="parallel worker processes (default: one per core, at most one per run)"

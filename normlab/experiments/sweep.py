@@ -20,6 +20,8 @@
     correction: holm                # the report is exploratory
     sequential: {max_seeds: 12}     # optional: seeds in rounds until decided (normlab.experiments.plan)
     replicate: english              # optional: the same design on a second data source (docs/compare.md)
+    replicate_seeds: [10, 11]       # optional: the replication's own seed block (default: seeds + 10000)
+    designed_from: ...              # optional: the runs (and their seeds) that informed this design
 
 With ``lr_grid`` every run's ``axes`` carries ``train.lr`` and ``grid_group``: the label of its variant and other
 axes without the learning rate, which the report uses to draw loss against learning rate per group. ``train.lr``
@@ -45,7 +47,7 @@ from typing import Any
 
 import yaml
 
-from normlab.config import (CONFIG_DIR, RunConfig, _all_keys, _mapping_keys, config_from_dict, read_yaml,
+from normlab.config import (RunConfig, _all_keys, _mapping_keys, config_from_dict, read_yaml,
                             resolve_config_path)
 from normlab.aliases import suggest_key
 from normlab.errors import NormlabError, did_you_mean
@@ -54,13 +56,19 @@ from normlab.experiments.grid import expand_grid
 from normlab.experiments.plan import resolve_plan
 from normlab.experiments.sizes import SIZE_KEYS, SIZE_OWNED, size_points
 from normlab.io import read_yaml_file
+from normlab.presets import SWEEP_DIR, sweep_presets  # package data: shipped sweeps
 
-SWEEP_DIR = CONFIG_DIR / "sweeps"
-PLAN_KEYS = ("sequential", "replicate")  # normlab.experiments.plan
-NOT_HASHED = ("description", "replicate", *QUESTION_KEYS)  # a replication adds a second sweep dir; the question
-# keys' changes are recorded in the store instead (normlab.experiments.design)
+PLAN_KEYS = ("sequential", "replicate", "replicate_seeds")  # normlab.experiments.plan
+PROVENANCE_KEYS = ("designed_from",)
+"""What informed a declared design (earlier runs, their seeds and data): recorded, not hashed; the design's own
+seed block must be disjoint from the seeds it names (docs/compare.md, "Seed blocks")."""
+REPLICATION_SEED_OFFSET = 10_000
+"""A replication without ``replicate_seeds`` runs the design's seeds shifted by this much: a fresh seed block."""
+NOT_HASHED = ("description", "replicate", "replicate_seeds", *PROVENANCE_KEYS, *QUESTION_KEYS)
+# a replication adds a second sweep dir; the question keys' changes are recorded in the store instead
+# (normlab.experiments.design)
 TOP_KEYS = ("name", "description", "base", "set", "axes", "variants", "seeds", "lr_grid", "baseline", *QUESTION_KEYS,
-            *PLAN_KEYS, *SIZE_KEYS)
+            *PLAN_KEYS, *PROVENANCE_KEYS, *SIZE_KEYS)
 LR_KEY = "train.lr"
 SECTIONS = ("data", "model", "train", "optim")
 MAX_RUNS = 10_000
@@ -112,7 +120,7 @@ class Sweep:
 
 
 def list_presets() -> list[str]:
-    return sorted(p.stem for p in SWEEP_DIR.glob("*.yaml"))
+    return sweep_presets()
 
 
 def preset_path(name: str) -> Path:
@@ -256,17 +264,20 @@ def parse_sweep(raw: Any, *, here: Path | None = None, source: str = "sweep") ->
                 raise NormlabError(f"{source}: two variants are named '{v['name']}'; names must be unique")
             variants.append((v["name"], _flatten(v.get("set") or {}, f"{source}: variant '{v['name']}'")))
 
-    seeds = raw.get("seeds", [0])
-    if isinstance(seeds, list) and len(seeds) > MAX_RUNS:
-        raise NormlabError(f"{source}: {len(seeds)} seeds; a sweep has at most {MAX_RUNS} runs (MAX_RUNS)")
-    if (not isinstance(seeds, list) or not seeds
-            or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds)):
-        raise NormlabError(f"{source}: seeds must be a non-empty list of integers >= 0, got {seeds!r}")
-    if len(set(seeds)) != len(seeds):
-        raise NormlabError(f"{source}: seeds contain a duplicate: {seeds}")
+    seeds = _seed_list(raw.get("seeds", [0]), source, "seeds")
+    replicate_seeds = None
+    if raw.get("replicate_seeds") is not None:
+        replicate_seeds = _seed_list(raw["replicate_seeds"], source, "replicate_seeds")
+    designed_from = raw.get("designed_from")
+    if designed_from is not None and (not isinstance(designed_from, str) or not designed_from.strip()):
+        raise NormlabError(f"{source}: designed_from must be a sentence naming the runs (and their seeds) that "
+                           f"informed the design, got {designed_from!r}")
     plan = None
     if raw.get("sequential") is not None:  # the plan's seeds are all in the design from the start
         plan, seeds = resolve_plan(raw["sequential"], seeds, source)
+    if replicate_seeds and set(replicate_seeds) & set(seeds):
+        raise NormlabError(f"{source}: replicate_seeds {replicate_seeds} share seeds with seeds {seeds}; a "
+                           "replication runs on a fresh seed block")
     replicate = raw.get("replicate")
     if replicate is not None and (not isinstance(replicate, str) or not replicate.strip()):
         raise NormlabError(f"{source}: replicate must be a data source string (docs/data.md), got {replicate!r}")
@@ -340,8 +351,28 @@ def parse_sweep(raw: Any, *, here: Path | None = None, source: str = "sweep") ->
             **({"variants": [{"name": n, "set": s} for n, s in variants]} if variants else {}), "seeds": seeds,
             **({"lr_grid": lr_grid} if lr_grid else {}), **size_spec,
             **({"baseline": baseline} if baseline is not None else {}), **question_spec(raw),
-            **({"sequential": plan} if plan else {}), **({"replicate": replicate} if replicate else {})}
+            **({"sequential": plan} if plan else {}), **({"replicate": replicate} if replicate else {}),
+            **({"replicate_seeds": replicate_seeds} if replicate_seeds else {}),
+            **({"designed_from": designed_from.strip()} if designed_from else {})}
     return Sweep(name, spec, runs, labels, spec["description"], lr_grid, question=question)
+
+
+def _seed_list(seeds: Any, source: str, key: str) -> list[int]:
+    """``seeds`` checked: a non-empty list of distinct integers >= 0, at most MAX_RUNS."""
+    if isinstance(seeds, list) and len(seeds) > MAX_RUNS:
+        raise NormlabError(f"{source}: {len(seeds)} {key}; a sweep has at most {MAX_RUNS} runs (MAX_RUNS)")
+    if (not isinstance(seeds, list) or not seeds
+            or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds)):
+        raise NormlabError(f"{source}: {key} must be a non-empty list of integers >= 0, got {seeds!r}")
+    if len(set(seeds)) != len(seeds):
+        raise NormlabError(f"{source}: {key} contain a duplicate: {seeds}")
+    return seeds
+
+
+def replication_seeds(spec: dict[str, Any]) -> list[int]:
+    """The seed block of a replication of the sweep ``spec``: its ``replicate_seeds``, else its seeds shifted by
+    REPLICATION_SEED_OFFSET (never the seeds of the design it replicates)."""
+    return list(spec.get("replicate_seeds") or [s + REPLICATION_SEED_OFFSET for s in spec["seeds"]])
 
 
 def _check_run_count(source: str, named: list, grid_axes: dict[str, list[Any]], sizes: list, seeds: list) -> None:
