@@ -23,10 +23,10 @@ from normlab.aliases import suggest_key
 from normlab.errors import NormlabError, unknown
 from normlab.io import load_yaml, read_yaml_file
 from normlab.model.config import ModelConfig
+from normlab.presets import CONFIG_DIR, config_presets  # package data: shipped presets
 from normlab.validate import check_config
 
 _FLOAT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
-CONFIG_DIR = Path(__file__).resolve().parent / "configs"  # package data: shipped presets
 
 
 @dataclass
@@ -338,8 +338,7 @@ def resolve_config_path(name: str) -> Path:
     preset = CONFIG_DIR / f"{name}.yaml"
     if preset.is_file():
         return preset
-    presets = sorted(q.stem for q in CONFIG_DIR.glob("*.yaml"))
-    raise NormlabError(f"config '{name}' is neither a file nor a preset; presets: {', '.join(presets)}")
+    raise NormlabError(f"config '{name}' is neither a file nor a preset; presets: {', '.join(config_presets())}")
 
 
 def read_yaml(path: Path) -> dict[str, Any]:

@@ -39,12 +39,30 @@ def test_runs_lists_single_runs_under_a_folder(tmp_path, cache):
     assert rows[str(root / "group" / "b")]["norm"] == "rmsnorm"
     c = rows[str(root / "c")]
     last = json.loads((root / "c" / "metrics.jsonl").read_text().splitlines()[-1])["step"]
-    cfg_hash = config_from_dict(yaml.safe_load((root / "c" / "config.yaml").read_text())).hash()
     assert c["status"] == "unfinished" and c["step"] == last == 2 and c["val_bpb"] is None
-    assert c["config_hash"] == cfg_hash == expected_c["config_hash"]
+    # one config hash everywhere: `normlab config` with the same arguments, the summary, and (without a summary)
+    # the newest checkpoint agree; config.yaml holds the machine's resolved device / precision / compile instead of
+    # `auto`, so its own hash is another one
+    declared = json.loads(run_inproc("config", "tiny", *fast, "--json", cache=cache, check=True).stdout)["config_hash"]
+    assert c["config_hash"] == expected_c["config_hash"] == rows[str(root / "a")]["config_hash"] == declared
+    resolved = config_from_dict(yaml.safe_load((root / "c" / "config.yaml").read_text()))
+    assert resolved.device != "auto" and resolved.hash() != declared
 
     table = run_inproc("runs", str(root), cache=cache, check=True).stdout
     assert "unfinished" in table and "completed" in table and f"normlab runs {root / 'sweep'}" in table
+
+
+def test_run_folder_summary_runs_and_config_show_one_hash(tmp_path, cache, monkeypatch):
+    """The default run folder ``runs/<config>-<hash8>`` and ``normlab runs`` show the hash ``normlab config`` prints."""
+    monkeypatch.chdir(tmp_path)
+    fast = ["--set", "train.steps=2", "--set", "train.eval_every=2", "--set", "model.context=16"]
+    run_inproc("train", "tiny", *fast, cache=cache, check=True)
+    (folder,) = (tmp_path / "runs").iterdir()
+    declared = json.loads(run_inproc("config", "tiny", *fast, "--json", cache=cache, check=True).stdout)["config_hash"]
+    assert folder.name == f"tiny-{declared[:8]}"
+    assert json.loads((folder / "summary.json").read_text())["config_hash"] == declared
+    (row,) = json.loads(run_inproc("runs", "runs", "--json", cache=cache, check=True).stdout)["runs"]
+    assert row["config_hash"] == declared
 
 
 def test_runs_on_a_folder_without_runs_is_one_line(tmp_path, cache):

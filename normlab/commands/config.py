@@ -7,6 +7,7 @@ import argparse
 from pathlib import Path
 
 from normlab.io import dumps
+from normlab.presets import config_presets
 from normlab.run.files import CONFIG_FILE
 
 
@@ -57,7 +58,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     c = sub.add_parser("config", help="show the resolved config: every key's value, type, default, allowed values "
                                       "and meaning")
     c.add_argument("source", nargs="?", metavar="PRESET|YAML|RUN_DIR",
-                   help="a preset (tiny, small, dyt), a YAML file or a run directory (default: the built-in defaults)")
+                   help=f"a preset ({', '.join(config_presets())}), a YAML file or a run directory (default: the "
+                        "built-in defaults)")
     c.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config key as train does, e.g. --set model.norm=rmsnorm (repeatable)")
     c.add_argument("--json", action="store_true")

@@ -95,9 +95,10 @@ def find_run_dirs(root: Path) -> tuple[list[Path], list[Path]]:
 def describe_run(run_dir: Path) -> dict[str, Any]:
     """One row of ``normlab runs`` for a single run directory, from its files only (no torch): ``status`` from
     ``summary.json`` (``unfinished`` without one: still training, or killed; ``step`` then is the last logged),
-    ``val_bpb`` / ``best_val_bpb`` the final and best validation bits/byte, ``config_hash`` the resolved config's
-    hash (``RunConfig.hash``, as ``summary.json`` and sweeps record it)."""
-    from normlab.run.rundir import last_step, open_config, read_summary
+    ``val_bpb`` / ``best_val_bpb`` the final and best validation bits/byte, ``config_hash`` the run's config hash
+    (``read_run_hash``: the one ``normlab config`` prints and the run folder's name holds; config.yaml's own hash
+    where the run recorded none)."""
+    from normlab.run.rundir import last_step, open_config, read_run_hash, read_summary
 
     row: dict[str, Any] = {"path": str(run_dir), "status": "unfinished", "step": None, "steps": None,
                            "val_bpb": None, "best_val_bpb": None, "norm": None, "config_hash": None, "error": None}
@@ -113,9 +114,12 @@ def describe_run(run_dir: Path) -> dict[str, Any]:
         summary, row["error"] = None, str(e)
     if summary is not None:
         row.update({k: summary.get(k, row[k]) for k in ("status", "step", "steps", "val_bpb", "best_val_bpb")})
-        row["config_hash"] = summary.get("config_hash") or row["config_hash"]
     else:
         row["step"] = last_step(run_dir / METRICS_FILE)
+    try:
+        row["config_hash"] = read_run_hash(run_dir) or row["config_hash"]
+    except NormlabError as e:
+        row["error"] = str(e)
     return row
 
 

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from normlab.errors import NormlabError
 from normlab.io import dumps
+from normlab.presets import config_presets
 from normlab.run.files import CONFIG_FILE, MODEL_FILE, SUMMARY_FILE
 from normlab.run.rundir import open_config
 
@@ -92,7 +93,8 @@ def plan_run(args: argparse.Namespace) -> tuple[RunConfig, Path, bool, dict | No
         done = summary and summary.get("status") == "completed" and (run_dir / MODEL_FILE).is_file()
         return cfg, run_dir, True, summary if done else None
     if not args.config:
-        raise NormlabError("train needs a CONFIG (YAML file or preset: tiny, small) or --resume RUN_DIR")
+        raise NormlabError(f"train needs a CONFIG (YAML file or preset: {', '.join(config_presets())}) "
+                           "or --resume RUN_DIR")
     cfg = load_config(args.config, args.overrides)
     apply_norm_defaults(cfg)
     if args.init_from:  # checked here, before any rank starts or anything is written (train --nproc too)
@@ -186,7 +188,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     from normlab.validate import int_in
 
     t = sub.add_parser("train", help="train a model from a YAML config or preset")
-    t.add_argument("config", nargs="?", help="YAML file or preset name (shipped in normlab/configs/: tiny, small, dyt)")
+    t.add_argument("config", nargs="?",
+                   help=f"YAML file or preset name (shipped in normlab/configs/: {', '.join(config_presets())})")
     t.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config key, e.g. --set model.norm=rmsnorm (repeatable)")
     t.add_argument("--out", help="run directory (default: runs/<config>-<hash>)")

@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 
 from normlab.errors import EXIT_DIVERGED, EXIT_INTERRUPTED, EXIT_OK, NormlabError
 from normlab.io import atomic_path, read_json, read_json_object, write_json
-from normlab.run.files import (CONFIG_FILE, DATA_FILE, MODEL_FILE, PROVENANCE_FILE, SUMMARY_FILE,
+from normlab.run.files import (CHECKPOINTS_DIR, CONFIG_FILE, DATA_FILE, MODEL_FILE, PROVENANCE_FILE, SUMMARY_FILE,
                                TOKENIZER_FILE)
 
 if TYPE_CHECKING:  # nothing here imports torch at import time (sweep workers record results without it)
@@ -63,6 +63,25 @@ def read_summary(run_dir: str | Path) -> dict[str, Any] | None:
     """The run's summary.json, or None when absent (not a JSON object: a one-line error naming the file)."""
     path = Path(run_dir) / SUMMARY_FILE
     return read_json_object(path, "summary") if path.exists() else None
+
+
+def read_run_hash(run_dir: str | Path) -> str | None:
+    """The run's config hash: ``RunConfig.hash()`` of the config as handed to the trainer (what ``normlab config``
+    prints and the default run folder's name holds), before the data and the machine fill in ``vocab_size``,
+    ``device``, ``train.precision`` and ``train.compile`` (config.yaml records those filled in, so its own hash can
+    differ). From ``summary.json``, else (a run still training, or killed) from the newest checkpoint's state; None
+    when neither records it."""
+    summary = read_summary(run_dir)
+    if summary is not None and isinstance(summary.get("config_hash"), str):
+        return summary["config_hash"]
+    ckdir = Path(run_dir) / CHECKPOINTS_DIR
+    steps = sorted(p for p in ckdir.iterdir() if not p.name.startswith(".")) if ckdir.is_dir() else []
+    for ck in reversed(steps):
+        if os.path.lexists(ck / "state.json"):
+            state = read_json_object(ck / "state.json", "checkpoint state")
+            value = state.get("run_hash")
+            return value if isinstance(value, str) else None
+    return None
 
 
 # ------------------------------------------------------------------------------------------ metrics.jsonl readers

@@ -162,15 +162,18 @@ def _train_locked(cfg: RunConfig, run_dir: Path, *, resume: bool, quiet: bool, t
         if owner:
             clean_stale_temps(run_dir / CHECKPOINTS_DIR, (".step_*",))
             clean_stale_temps(run_dir, (".*.tmp",))
+        # the run's config hash is that of the config as handed over (``normlab config``, the run folder's name, a
+        # sweep), before the data and this machine fill in vocab_size, device, precision and compile
+        run_hash = cfg.hash()
         try:
             return _train(cfg, run_dir, resume=resume, quiet=quiet or not ctx.is_main, flag=flag, tb_dir=tb_dir,
-                          init_from=init_from, ctx=ctx, threads=threads)
+                          init_from=init_from, ctx=ctx, threads=threads, run_hash=run_hash)
         except KeyboardInterrupt:  # a second Ctrl-C: stop now, keep the last checkpoint, still write the summary
             if getattr(flag, "tracker", None) is not None:
                 flag.tracker.close("interrupted")  # the TensorBoard events end with the session's status
             if not ctx.is_main or not (run_dir / CONFIG_FILE).is_file():
                 raise
-            return _interrupted_summary(cfg, run_dir)
+            return _interrupted_summary(cfg, run_dir, run_hash)
         except BaseException as e:  # an error: the event file still ends, and a persistent sweep worker keeps no writer
             if getattr(flag, "tracker", None) is not None:
                 flag.tracker.close("failed")
@@ -180,8 +183,9 @@ def _train_locked(cfg: RunConfig, run_dir: Path, *, resume: bool, quiet: bool, t
             raise
 
 
-def _interrupted_summary(cfg: RunConfig, run_dir: Path) -> dict[str, Any]:
-    """``summary.json`` of a run stopped at once: the last checkpoint's step and metrics (resumable from there)."""
+def _interrupted_summary(cfg: RunConfig, run_dir: Path, run_hash: str) -> dict[str, Any]:
+    """``summary.json`` of a run stopped at once: the last checkpoint's step and metrics (resumable from there);
+    ``run_hash`` the run's config hash (a resumed run's comes from its checkpoint)."""
     ckpts = list_checkpoints(run_dir)
     state = read_json_object(ckpts[-1] / "state.json", "checkpoint state") if ckpts else {}
     last = state.get("final") or {}
@@ -190,7 +194,7 @@ def _interrupted_summary(cfg: RunConfig, run_dir: Path) -> dict[str, Any]:
         "train_loss": last.get("train_loss"), "val_loss": last.get("val_loss"), "val_bpb": last.get("val_bpb"),
         "best_val_bpb": state.get("best_val_bpb"), "entropy_floor_bpb": None, "gap_bpb": None,
         "tokens_seen": state.get("tokens_seen", 0), "tokens_per_s": 0.0, "elapsed_s": state.get("elapsed_s", 0.0),
-        "params": None, "config_hash": cfg.hash(), "loss_spikes": None, "run_dir": str(run_dir),
+        "params": None, "config_hash": state.get("run_hash", run_hash), "loss_spikes": None, "run_dir": str(run_dir),
     }
     finish_run(run_dir, cfg, None, summary)  # no model.safetensors: resumable from the last checkpoint
     return summary
@@ -198,7 +202,7 @@ def _interrupted_summary(cfg: RunConfig, run_dir: Path) -> dict[str, Any]:
 
 def _train(cfg: RunConfig, run_dir: Path, *, resume: bool, quiet: bool, flag: Any,
            tb_dir: str | Path | None = None, init_from: str | Path | None = None,
-           ctx: DistContext = SINGLE, threads: int | None = None) -> dict[str, Any]:
+           ctx: DistContext = SINGLE, threads: int | None = None, run_hash: str | None = None) -> dict[str, Any]:
     from normlab.run.rundir import read_data_info, run_data, save_run_identity
 
     # a resumed run keeps its own tokenizer and refuses a changed corpus (normlab.run.rundir)
@@ -241,6 +245,7 @@ def _train(cfg: RunConfig, run_dir: Path, *, resume: bool, quiet: bool, flag: An
             state = load_checkpoint(ckpts[-1], model, opt)
             if state.get("config_hash") != cfg.hash():
                 raise NormlabError(f"{ckpts[-1]} was written with another config; cannot resume from it")
+            run_hash = state.get("run_hash", run_hash)  # config.yaml holds resolved values: the hash as declared
             start, tokens_seen = state["step"], state["tokens_seen"]
             elapsed, best = state["elapsed_s"], state.get("best_val_bpb")
             if nap is not None:
@@ -291,6 +296,7 @@ def _train(cfg: RunConfig, run_dir: Path, *, resume: bool, quiet: bool, flag: An
         if not ctx.is_main:
             return
         state = {"tokens_seen": tokens_seen, "elapsed_s": elapsed + time.time() - t_start, "best_val_bpb": best,
+                 "run_hash": run_hash,
                  "rng": {"torch": _rng_to_json(torch.get_rng_state()), "data": _rng_to_json(gen.get_state())}}
         if dev == "cuda":
             state["rng"]["cuda"] = _rng_to_json(torch.cuda.get_rng_state())
@@ -388,7 +394,7 @@ def _train(cfg: RunConfig, run_dir: Path, *, resume: bool, quiet: bool, flag: An
         "gap_bpb": (val["bpb"] - data.entropy_floor_bpb)
         if (val and data.entropy_floor_bpb is not None) else None,
         "tokens_seen": tokens_seen, "tokens_per_s": tokens_seen / max(total_elapsed, 1e-9),
-        "elapsed_s": total_elapsed, "params": model.num_params(), "config_hash": cfg.hash(),
+        "elapsed_s": total_elapsed, "params": model.num_params(), "config_hash": run_hash or cfg.hash(),
         "loss_spikes": diag.summary(), **clipper.summary(), "run_dir": str(run_dir), **init,
         "weight_norms": {k.split("/", 1)[1]: v for k, v in weight_norm_record(model).items()},  # TEV, head norms
         "device": dev, "precision": tc.precision, "compile": tc.compile, "compile_s": timer.compile_s,
