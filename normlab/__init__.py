@@ -14,8 +14,7 @@ The Python API (docs/api.md), imported lazily so ``normlab --help`` does not pay
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+import importlib  # loaded by the interpreter before this runs: nothing from the current directory (__main__.py)
 
 __version__ = "0.1.0"
 
@@ -23,7 +22,7 @@ _API = ("make_config", "build_model", "train_run", "load_run", "evaluate", "gene
 __all__ = [*_API, "NormlabError", "__version__"]
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     if name in _API:
         return getattr(importlib.import_module("normlab.api"), name)
     if name == "NormlabError":

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import shutil
 import struct
 import subprocess
@@ -108,6 +109,32 @@ def _no_config(d: Path) -> None:
     (d / "config.json").unlink()
 
 
+def _fifo(path: Path) -> None:
+    path.unlink(missing_ok=True)
+    os.mkfifo(path)
+
+
+def _sparse(path: Path, size: int = 1 << 30) -> None:
+    """A ``size``-byte file that takes no disk (reading it would take ``size`` bytes of memory)."""
+    with open(path, "wb") as f:
+        f.truncate(size)
+
+
+def _as_index(d: Path, content) -> None:
+    """Replace ``model.safetensors`` by an index: ``content`` (JSON value, or a function writing the file)."""
+    (d / "model.safetensors").rename(d / "model-00001-of-00001.safetensors")
+    idx = d / "model.safetensors.index.json"
+    content(idx) if callable(content) else idx.write_text(json.dumps(content))
+
+
+def _tokenizer(d: Path, content) -> None:
+    t = d / "tokenizer.json"
+    content(t) if callable(content) else t.write_text(json.dumps(content))
+
+
+HUB_KERNEL = "kernels-community/flash-attn"
+
+
 BAD = [  # (id, base directory, damage, key words of the one line)
     # config values of the wrong type (each was a traceback)
     ("n_embd-string", "gpt2", lambda d: edit_config(d, n_embd="32"), ["'n_embd' is \"32\"", "integer >= 1"]),
@@ -159,6 +186,46 @@ BAD = [  # (id, base directory, damage, key words of the one line)
      ["'lm_head.weight' differs from 'transformer.wte.weight'", "tie_word_embeddings"]),
     # tokenizer: bytes only fits a 256-token vocabulary
     ("vocab-300-no-tokenizer", "gpt2-300", lambda d: None, ["no tokenizer.json", "300 tokens", "--tokenizer"]),
+    # config keys outside what normlab maps: sizes bounded before anything is built, semantics refused, and no
+    # attention implementation but transformers' own (issue 39)
+    ("num-labels-1e9", "gpt2", lambda d: edit_config(d, num_labels=10**9),
+     ["'num_labels' is 1000000000", "integer in 1..16777216"]),
+    ("vocab-2^40", "gpt2", lambda d: edit_config(d, vocab_size=2**40), ["'vocab_size' is 1099511627776"]),
+    ("layers-1e9", "llama", lambda d: edit_config(d, num_hidden_layers=10**9), ["'num_hidden_layers'", "1..4096"]),
+    ("eos-list-huge", "gpt2", lambda d: edit_config(d, eos_token_id=list(range(5000))), ["5000 token ids"]),
+    ("return-dict-false", "gpt2", lambda d: edit_config(d, return_dict=False), ["'return_dict' is false",
+                                                                               "allowed: true, null"]),
+    ("output-hidden-states", "gpt2", lambda d: edit_config(d, output_hidden_states=True),
+     ["'output_hidden_states' is true", "standard output"]),
+    ("encoder-decoder", "gpt2", lambda d: edit_config(d, is_encoder_decoder=True), ["'is_encoder_decoder' is true",
+                                                                                   "decoder-only"]),
+    ("hub-kernel", "llama", lambda d: edit_config(d, attn_implementation=HUB_KERNEL),
+     [f"'attn_implementation' is \"{HUB_KERNEL}\"", "loads no attention kernel", "allowed: null, \"eager\""]),
+    ("hub-kernel-internal", "gpt2", lambda d: edit_config(d, _attn_implementation=HUB_KERNEL),
+     ["'_attn_implementation'", "loads no attention kernel"]),
+    ("quantized", "llama", lambda d: edit_config(d, quantization_config={"quant_method": "bitsandbytes"}),
+     ["'quantization_config'", "float weights"]),
+    ("pruned-heads", "gpt2", lambda d: edit_config(d, pruned_heads={"0": [1]}), ["'pruned_heads'", "unpruned"]),
+    ("rope-scaling-linear", "llama", lambda d: edit_config(d, rope_scaling={"type": "linear", "factor": 2.0}),
+     ["rope_scaling has RoPE type \"linear\"", "default RoPE only"]),
+    ("config-fifo", "gpt2", lambda d: _fifo(d / "config.json"), ["not a regular file"]),
+    ("config-1GiB-sparse", "gpt2", lambda d: _sparse(d / "config.json"), ["1073741824 bytes", "1 MiB"]),
+    # every JSON file of the directory: size-capped from its size, never read whole, and type-checked
+    ("index-1GiB-sparse", "gpt2", lambda d: _as_index(d, _sparse), ["1073741824 bytes", "16 MiB",
+                                                                    "safetensors index"]),
+    ("index-fifo", "gpt2", lambda d: _as_index(d, _fifo), ["not a regular file"]),
+    ("index-list", "gpt2", lambda d: _as_index(d, [1, 2]), ["not a safetensors index"]),
+    ("index-map-ints", "gpt2", lambda d: _as_index(d, {"weight_map": {WTE: 1}}), ["not a safetensors index"]),
+    ("tokenizer-array", "gpt2", lambda d: _tokenizer(d, [1, 2, 3]), ["not a tokenizers file", "an array"]),
+    ("tokenizer-null", "gpt2", lambda d: _tokenizer(d, None), ["not a tokenizers file", "holds null"]),
+    ("tokenizer-model-string", "gpt2", lambda d: _tokenizer(d, {"model": "evil"}),
+     ["not a tokenizers file", "'model' is a string"]),
+    ("tokenizer-added-ints", "gpt2", lambda d: _tokenizer(d, {"model": {"type": "BPE", "vocab": {}},
+                                                              "added_tokens": [1, 2]}),
+     ["added_tokens[0] is not an object"]),
+    ("tokenizer-garbage", "gpt2", lambda d: _tokenizer(d, lambda t: t.write_text("{no")), ["not valid JSON"]),
+    ("tokenizer-1GiB-sparse", "gpt2", lambda d: _tokenizer(d, _sparse), ["1073741824 bytes", "64 MiB"]),
+    ("tokenizer-fifo", "gpt2", lambda d: _tokenizer(d, _fifo), ["not a regular file"]),
 ]
 
 
@@ -399,3 +466,90 @@ def test_every_from_pretrained_call_refuses_remote_code():
             if not (isinstance(v, ast.Constant) and v.value is False):
                 missing.append(f"{path.relative_to(root)}:{node.lineno}")
     assert not missing, missing
+
+
+def test_only_mapped_config_keys_reach_transformers_and_the_rest_is_noted(dirs, corpus, cache, tmp_path,
+                                                                           monkeypatch):
+    """Keys outside the allow-list are dropped before the config class sees them (a huge ``num_labels`` no longer
+    allocates its label dict; a harmless ``attn_implementation`` is replaced by eager); unusual ones are named in
+    one note line and in hf_import.json, HF bookkeeping is dropped silently."""
+    import transformers
+
+    seen: list[dict] = []
+    real = transformers.GPT2Config.__init__
+
+    def spy(self, **kw):
+        seen.append(dict(kw))
+        real(self, **kw)
+
+    monkeypatch.setattr(transformers.GPT2Config, "__init__", spy)
+    d = tmp_path / "hf"
+    shutil.copytree(dirs["gpt2"], d)
+    edit_config(d, num_labels=10**7, attn_implementation="sdpa", resid_pdrop=0.3, summary_type="mean",
+                my_flag=True, **{"x\x1b[31m": 1})
+    out = tmp_path / "out"
+    proc = run_inproc("import", str(d), "--out", str(out), "--data", str(corpus), "--json", cache=cache, check=True)
+    assert proc.stderr.strip() == ('note: config.json keys normlab does not map were ignored: "x\\u001b[31m", '
+                                   "my_flag (hf_import.json lists them; the model is built from the keys "
+                                   "docs/interop.md lists)")
+    assert json.loads((out / "hf_import.json").read_text())["ignored_config_keys"] == ['"x\\u001b[31m"', "my_flag"]
+    assert seen and all(kw["attn_implementation"] == "eager" for kw in seen)
+    passed = set().union(*seen) - {"attn_implementation"}
+    assert passed == {"vocab_size", "n_positions", "n_embd", "n_layer", "n_head", "n_inner", "activation_function",
+                      "layer_norm_epsilon", "initializer_range", "scale_attn_weights",
+                      "scale_attn_by_inverse_layer_idx", "bos_token_id", "eos_token_id", "tie_word_embeddings"}
+
+
+@pytest.mark.parametrize("family", ["gpt2", "gpt_neox", "llama", "qwen3", "gemma2", "olmo2"])
+def test_the_allow_list_drops_nothing_an_export_writes(family):
+    """The config.json of a normlab export (transformers' ``to_dict`` of ``mapping.hf_config``) loses no key that
+    changes the model: rebuilt from the allow-listed keys it equals the original except for dropout rates (zero in
+    the export, inactive in eval mode) and ``pad_token_id`` (a padding index changes no forward), and no key is
+    noted as ignored."""
+    import transformers
+
+    from normlab.interop.hf_files import CLASSES, MAPPED, hf_config_kwargs
+    from normlab.interop.mapping import hf_config
+    from normlab.model import ModelConfig
+
+    kw = dict(vocab_size=256, context=32, width=32, depth=2, heads=4, norm="rmsnorm", positions="rope",
+              activation="swiglu")
+    kw.update({"gpt2": dict(norm="layernorm", positions="learned", activation="gelu", bias=True),
+               "gpt_neox": dict(norm="layernorm", activation="gelu", bias=True),
+               "qwen3": dict(qk_norm=True),
+               "gemma2": dict(placement="peri", embed_scale="fixed", logit_softcap=30.0, attn_softcap=50.0),
+               "olmo2": dict(placement="output", qk_norm=True, qk_norm_scope="width")}.get(family, {}))
+    cls = getattr(transformers, CLASSES[family][0])
+    original = json.loads(json.dumps(cls(**hf_config(ModelConfig(**kw).validate(), family)).to_dict()))
+    args, ignored = hf_config_kwargs(family, original)
+    rebuilt = json.loads(json.dumps(cls(**args).to_dict()))
+    assert ignored == [] and set(args) - {"attn_implementation"} <= MAPPED[family]
+    differs = {k for k in set(original) | set(rebuilt) if original.get(k) != rebuilt.get(k)}
+    assert differs <= {"embd_pdrop", "attn_pdrop", "resid_pdrop", "pad_token_id"}, differs
+
+
+SHADOW = 'open({marker!r}, "w").write("{name}.py from the current directory was imported")\n'
+
+
+def test_python_m_normlab_ignores_the_current_directory_and_unread_files(dirs, corpus, cache, tmp_path):
+    """``python -m normlab import .`` run inside a model directory holding ``yaml.py`` / ``transformers.py`` /
+    ``typing.py`` / ``torch.py`` imports none of them (``-m`` puts the current directory first on ``sys.path``;
+    ``normlab/__main__.py`` removes it), and the files normlab never reads (``generation_config.json``,
+    ``tokenizer_config.json``, ...) are FIFOs here: opening one would hang the import."""
+    d = tmp_path / "hf"
+    shutil.copytree(dirs["gpt2"], d)
+    markers = {name: tmp_path / f"marker-{name}" for name in ("yaml", "transformers", "typing", "torch")}
+    for name, marker in markers.items():
+        (d / f"{name}.py").write_text(SHADOW.format(marker=str(marker), name=name))
+    for name in ("generation_config.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json",
+                 "merges.txt"):
+        _fifo(d / name)
+    proc = subprocess.run([sys.executable, "-m", "normlab", "import", ".", "--out", str(tmp_path / "out"), "--data",
+                           str(corpus), "--json"], cwd=d, capture_output=True, text=True, env=cli_env(cache),
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads(proc.stdout)["arch"] == "gpt2"
+    assert not [m for m in markers.values() if m.exists()]
+    # positive control: the planted files are live code for a plain interpreter started in that directory
+    subprocess.run([sys.executable, "-c", "import yaml"], cwd=d, env=cli_env(cache), timeout=120)
+    assert markers["yaml"].exists()

@@ -3,14 +3,27 @@
 A model directory is data a user hands us, so nothing in it is executed or unpickled, and nothing is taken on
 trust:
 
-- ``read_hf_config(hf_dir)``: ``config.json`` read here (strict JSON: no ``NaN`` / ``Infinity``, at most
-  ``MAX_CONFIG_BYTES``), a ``model_type`` outside ``ARCHS`` refused before ``transformers`` sees the directory,
-  an ``auto_map`` (custom code) refused, and every value normlab reads checked for its type (``CONFIG_TYPES``).
-  The config object is then built from the checked dict with the family's own ``transformers`` config class
-  (``CLASSES``), never through ``AutoConfig`` (whose ``trust_remote_code`` path prompts on stdin).
-- ``weight_files(hf_dir)``: ``model.safetensors`` or the shards named by ``model.safetensors.index.json``. A
-  directory with only pickle weights (``pytorch_model.bin``, ``*.pt``, ``*.ckpt``) is refused with the way to
-  convert it (safetensors' own converter); such files are never opened.
+- ``read_model_json(path, cap, what)``: every JSON file of a model directory (``config.json``,
+  ``model.safetensors.index.json``, ``tokenizer.json``) is opened without blocking, must be a regular file (a FIFO
+  or device is refused, never read) of at most its cap (``MAX_CONFIG_BYTES``, ``MAX_INDEX_BYTES``,
+  ``hf_tokenizer.MAX_TOKENIZER_BYTES``: a larger file, sparse or not, is refused from its size, unread) and strict
+  JSON (no ``NaN`` / ``Infinity``). No other file of the directory is opened (``generation_config.json``,
+  ``tokenizer_config.json``, ``special_tokens_map.json``, ``*.py`` are never read).
+- ``read_hf_config(hf_dir)``: ``config.json`` read so, a ``model_type`` outside ``ARCHS`` refused before
+  ``transformers`` sees the directory, an ``auto_map`` (custom code) refused, every value normlab reads checked for
+  its type (``check_config_types``), every size within normlab's own ranges (``SIZE_RANGES``: ``validate.RANGES``)
+  and every key whose value would change what the model is (``SEMANTIC``: an encoder-decoder, cross-attention,
+  pruned heads, non-causal attention, changed outputs, an attention implementation other than eager / sdpa, such
+  as a hub kernel, a quantization config, a RoPE type other than default) refused, all before anything is built.
+- ``hf_config_kwargs(arch, raw)``: the keyword arguments of the HF config, taken only from the keys normlab maps
+  for the family (``MAPPED``, an allow-list) plus ``attn_implementation="eager"``; every other key is dropped and,
+  unless it is HF bookkeeping that changes no forward (``QUIET``), named in the ``ignored`` list (a note). The config
+  object is built from those with the family's own ``transformers`` config class (``CLASSES``), never through
+  ``AutoConfig`` (whose ``trust_remote_code`` path prompts on stdin).
+- ``weight_files(hf_dir)``: ``model.safetensors`` or the shards named by ``model.safetensors.index.json`` (an
+  object whose ``weight_map`` maps tensor names to shard file names). A directory with only pickle weights
+  (``pytorch_model.bin``, ``*.pt``, ``*.ckpt``) is refused with the way to convert it (safetensors' own converter);
+  such files are never opened.
 - ``read_header(path)``: the safetensors header parsed here (length within the file and ``MAX_HEADER_BYTES``, JSON
   object, known dtypes, offsets inside the data), so truncated, empty or hostile files are one-line refusals.
 - ``expected_tensors(arch, hc)``: the tensor names and shapes the family's model class has for this config
@@ -31,7 +44,9 @@ import contextlib
 import io
 import json
 import math
+import os
 import re
+import stat
 import struct
 import sys
 from collections.abc import Iterator
@@ -40,8 +55,10 @@ from typing import Any
 
 from normlab.errors import NormlabError
 from normlab.interop.arch import ARCHS
+from normlab.validate import RANGES, Range
 
 MAX_CONFIG_BYTES = 1 << 20
+MAX_INDEX_BYTES = 16 << 20  # a safetensors index lists tensor names: tens of KiB for the largest released models
 MAX_HEADER_BYTES = 100 << 20  # safetensors' own limit
 CLASSES = {  # model_type -> (config class, causal-LM class) in transformers
     "gpt2": ("GPT2Config", "GPT2LMHeadModel"),
@@ -75,6 +92,76 @@ BOOLS = ("tie_word_embeddings", "scale_attn_weights", "scale_attn_by_inverse_lay
 OPT_STR = ("activation_function", "hidden_act", "hidden_activation")
 OPT_DICT = ("rope_parameters", "rope_scaling")
 TOKEN_IDS = ("bos_token_id", "eos_token_id")  # any integer: one outside the vocabulary is dropped, with a note
+MAX_TOKEN_IDS = 1024  # entries of a bos / eos list
+
+# sizes, bounded by normlab's own ranges before anything is built (a list such as Qwen3's layer_types is made
+# from num_hidden_layers inside the config class)
+SIZE_RANGES = {k: RANGES[r] for r, keys in {
+    "model.vocab_size": ("vocab_size", "num_labels"),
+    "model.context": ("n_positions", "max_position_embeddings", "sliding_window"),
+    "model.width": ("n_embd", "hidden_size", "head_dim"),
+    "model.depth": ("n_layer", "num_hidden_layers"),
+    "model.heads": ("n_head", "num_attention_heads", "num_key_value_heads"),
+    "model.mlp_hidden": ("n_inner", "intermediate_size"),
+}.items() for k in keys}
+SIZE_RANGES["max_window_layers"] = Range(0, RANGES["model.depth"].hi, integer=True)  # Qwen3: a layer index
+
+# the allow-list: config.json keys normlab passes to the family's config class (each maps onto a ModelConfig key,
+# is checked by hf_import.model_config, or is an older spelling transformers converts: rope_theta, rope_scaling,
+# rotary_pct, rotary_emb_base). Everything else is dropped before transformers sees it.
+_COMMON = ("vocab_size", "tie_word_embeddings", "initializer_range", "bos_token_id", "eos_token_id")
+_ROPE = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "max_position_embeddings",
+         "rope_parameters", "rope_scaling", "rope_theta", "attention_bias")
+_RMS = _ROPE + ("rms_norm_eps", "num_key_value_heads")
+MAPPED = {arch: frozenset(_COMMON + keys) for arch, keys in {
+    "gpt2": ("n_positions", "n_embd", "n_layer", "n_head", "n_inner", "activation_function", "layer_norm_epsilon",
+             "scale_attn_weights", "scale_attn_by_inverse_layer_idx"),
+    "gpt_neox": _ROPE + ("hidden_act", "layer_norm_eps", "use_parallel_residual", "rotary_pct", "rotary_emb_base"),
+    "llama": _RMS + ("head_dim", "hidden_act", "mlp_bias"),
+    "qwen3": _RMS + ("head_dim", "hidden_act", "use_sliding_window", "sliding_window", "max_window_layers",
+                     "layer_types"),
+    "gemma2": _RMS + ("head_dim", "hidden_activation", "query_pre_attn_scalar", "sliding_window", "layer_types",
+                      "final_logit_softcapping", "attn_logit_softcapping"),
+    "olmo2": _RMS + ("hidden_act",),
+}.items()}
+ROPE_SUBKEYS = ("rope_type", "rope_theta", "partial_rotary_factor")  # of rope_parameters / rope_scaling
+ATTN_IMPLEMENTATION = "eager"  # what normlab builds: transformers' own attention code, no kernel loaded
+
+# keys dropped without a note: HF bookkeeping and training-time settings that change neither the weights nor an
+# eval-mode float32 forward (dropout, caching, labels of other heads, generation defaults, dtype hints)
+QUIET = frozenset((
+    "model_type", "_name_or_path", "architectures", "transformers_version", "dtype", "torch_dtype", "use_cache",
+    "pad_token_id", "sep_token_id", "decoder_start_token_id", "id2label", "label2id", "num_labels", "problem_type",
+    "chunk_size_feed_forward", "is_decoder", "tokenizer_class", "prefix", "task_specific_params", "finetuning_task",
+    "pretraining_tp", "reorder_and_upcast_attn", "n_ctx", "cache_implementation", "max_length", "min_length",
+    "do_sample", "num_beams", "temperature", "top_k", "top_p", "repetition_penalty", "length_penalty",
+    "no_repeat_ngram_size", "early_stopping", "num_return_sequences", "output_scores", "return_dict_in_generate",
+    "return_dict", "output_hidden_states", "output_attentions", "torchscript", "is_encoder_decoder",
+    "add_cross_attention", "tie_encoder_decoder", "use_bidirectional_attention", "pruned_heads",
+    "attn_implementation", "_attn_implementation", "experts_implementation", "_experts_implementation",
+))
+_QUIET_PATTERN = re.compile(r"(dropout|_pdrop|dropout_prob)$|^summary_")  # dropout rates, GPT-2's double-heads
+
+# keys whose other values change what the model is or returns: refused, never dropped (allowed values, and what
+# normlab imports instead); absent is always allowed
+SEMANTIC: dict[str, tuple[tuple[Any, ...], str]] = {
+    "is_encoder_decoder": ((False, None), "normlab imports decoder-only causal LMs"),
+    "add_cross_attention": ((False, None), "normlab imports decoder-only causal LMs (no cross-attention)"),
+    "tie_encoder_decoder": ((False, None), "normlab imports decoder-only causal LMs"),
+    "use_bidirectional_attention": ((False, None), "normlab imports causal attention only"),
+    "pruned_heads": (({}, None), "normlab imports unpruned models (every head of every layer)"),
+    "return_dict": ((True, None), "normlab checks the model's standard output (the logits)"),
+    "output_hidden_states": ((False, None), "normlab checks the model's standard output (the logits)"),
+    "output_attentions": ((False, None), "normlab checks the model's standard output (the logits)"),
+    "torchscript": ((False, None), "normlab checks the model's standard output (the logits)"),
+    "attn_implementation": ((None, "eager", "sdpa"), "normlab builds transformers' own eager attention and loads "
+                            "no attention kernel"),
+    "_attn_implementation": ((None, "eager", "sdpa"), "normlab builds transformers' own eager attention and loads "
+                             "no attention kernel"),
+    "experts_implementation": ((None,), "normlab imports dense models and loads no kernel"),
+    "_experts_implementation": ((None,), "normlab imports dense models and loads no kernel"),
+    "quantization_config": ((None,), "normlab imports float weights, not a quantized checkpoint"),
+}
 
 
 @contextlib.contextmanager
@@ -149,26 +236,94 @@ def check_config_types(raw: dict[str, Any], path: Path) -> None:
         raise _type_error(path, "layer_types", lt, "a list of strings or null")
 
 
-def read_hf_config(hf_dir: Path) -> tuple[str, dict[str, Any]]:
-    """``(model_type, config dict)`` of ``hf_dir/config.json``, checked as the module docstring says."""
-    path = hf_dir / "config.json"
+def _shown(v: Any, n: int = 60) -> str:
+    """A value of a user's file for a one-line message: JSON (control characters escaped), cut to ``n``."""
+    text = json.dumps(v, ensure_ascii=True)
+    return text if len(text) <= n else text[: n - 3] + "..."
+
+
+def _key(k: str) -> str:
+    """A key of a user's file as printed: as is when printable, else JSON-escaped."""
+    return k[:60] if k.isprintable() else _shown(k)
+
+
+def read_model_json(path: Path, cap: int, what: str) -> Any:
+    """The JSON value of ``path``, a file of a model directory: a regular file (opened without blocking, so a FIFO
+    is refused, never waited on) of at most ``cap`` bytes (from its size: a larger file is never read), strict JSON
+    (no ``NaN`` / ``Infinity``). ``what``: the file's kind, for the one-line refusals."""
     try:
-        with open(path, "rb") as f:
-            data = f.read(MAX_CONFIG_BYTES + 1)
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except OSError as e:
         raise NormlabError(f"cannot read {path}: {e.strerror or type(e).__name__}") from None
-    if len(data) > MAX_CONFIG_BYTES:
-        raise NormlabError(f"{path} is larger than {MAX_CONFIG_BYTES >> 20} MiB; not an HF config")
     try:
-        raw = json.loads(data.decode("utf-8"), parse_constant=_no_constant)
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise NormlabError(f"{path} is not a regular file (a FIFO, device or directory); {what} must be a "
+                               "plain JSON file")
+        if st.st_size > cap:
+            raise NormlabError(f"{path} is {st.st_size} bytes, more than the {cap >> 20} MiB a {what} may have; "
+                               "refusing to read it")
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            data = f.read(cap + 1)
+    except OSError as e:
+        raise NormlabError(f"cannot read {path}: {e.strerror or type(e).__name__}") from None
+    finally:
+        os.close(fd)
+    if len(data) > cap:  # grew while being read
+        raise NormlabError(f"{path} is larger than the {cap >> 20} MiB a {what} may have; refusing to read it")
+    try:
+        return json.loads(data.decode("utf-8"), parse_constant=_no_constant)
     except (UnicodeDecodeError, ValueError, RecursionError) as e:
         reason = str(e).splitlines()[0][:80] if isinstance(e, ValueError) else type(e).__name__
         raise NormlabError(f"{path} is not valid JSON ({reason})") from None
+
+
+def _same(v: Any, allowed: tuple[Any, ...]) -> bool:
+    """``v`` is one of ``allowed``, type included (JSON ``0`` is not ``false``)."""
+    return any(v is a or (type(v) is type(a) and v == a) for a in allowed)
+
+
+def _rope_type(d: dict[str, Any]) -> Any:
+    return d.get("rope_type", d.get("type"))
+
+
+def check_config_keys(raw: dict[str, Any], path: Path) -> None:
+    """The checks of ``read_hf_config`` after the types: ``SEMANTIC`` values, ``SIZE_RANGES``, list lengths and
+    the RoPE type, each a one-line NormlabError naming the key; nothing is allocated from the values before this."""
+    for k, (allowed, why) in SEMANTIC.items():
+        if k in raw and not _same(raw[k], allowed):
+            shown = ", ".join("null" if a is None else json.dumps(a) for a in allowed)
+            raise NormlabError(f"{path}: '{k}' is {_shown(raw[k])}; {why} (allowed: {shown}, or no such key)")
+    for k, rng in SIZE_RANGES.items():
+        v = raw.get(k)
+        if v is None:
+            continue
+        if not _is_int(v) or not rng.contains(v):
+            hi = f"{int(rng.hi)}" if rng.hi is not None else "any"
+            raise _type_error(path, k, v, f"an integer in {int(rng.lo or 0)}..{hi} (normlab's range for it)")
+    for k in TOKEN_IDS:
+        if isinstance(raw.get(k), list) and len(raw[k]) > MAX_TOKEN_IDS:
+            raise NormlabError(f"{path}: '{k}' lists {len(raw[k])} token ids; at most {MAX_TOKEN_IDS} are allowed")
+    depth = int(RANGES["model.depth"].hi)
+    if isinstance(raw.get("layer_types"), list) and len(raw["layer_types"]) > depth:
+        raise NormlabError(f"{path}: 'layer_types' has {len(raw['layer_types'])} entries; normlab's models have at "
+                           f"most {depth} layers")
+    for k in OPT_DICT:
+        d = raw.get(k)
+        if isinstance(d, dict) and _rope_type(d) not in (None, "default"):
+            raise NormlabError(f"cannot import this {raw['model_type']} checkpoint exactly: {k} has RoPE type "
+                               f"{_shown(_rope_type(d), 40)} (normlab has the default RoPE only)")
+
+
+def read_hf_config(hf_dir: Path) -> tuple[str, dict[str, Any]]:
+    """``(model_type, config dict)`` of ``hf_dir/config.json``, checked as the module docstring says."""
+    path = hf_dir / "config.json"
+    raw = read_model_json(path, MAX_CONFIG_BYTES, "config.json")
     if not isinstance(raw, dict):
         raise NormlabError(f"{path} must hold a JSON object, got {type(raw).__name__}")
     mt = raw.get("model_type")
     if mt not in ARCHS:
-        shown = json.dumps(mt)[:60] if not isinstance(mt, str) else f"'{mt[:60]}'"
+        shown = f"'{mt[:60]}'" if isinstance(mt, str) and mt.isprintable() else _shown(mt)
         raise NormlabError(f"cannot import HF model type {shown} ({path}); allowed: {', '.join(ARCHS)} (normlab "
                            "never runs a model directory's own code)")
     if raw.get("auto_map") is not None:
@@ -176,13 +331,33 @@ def read_hf_config(hf_dir: Path) -> tuple[str, dict[str, Any]]:
                            f"and imports only transformers' own {', '.join(ARCHS)} classes: remove auto_map if the "
                            "model is a plain one")
     check_config_types(raw, path)
+    check_config_keys(raw, path)
     return mt, raw
 
 
-def build_hf_config(transformers: Any, arch: str, raw: dict[str, Any], path: Path) -> Any:
-    """The family's own ``transformers`` config class built from the checked dict (no ``AutoConfig``)."""
+def hf_config_kwargs(arch: str, raw: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """``(kwargs, ignored)``: the family config class's keyword arguments from ``raw`` (checked by
+    ``read_hf_config``), only the ``MAPPED`` keys (a RoPE dict only its ``ROPE_SUBKEYS``) and normlab's
+    ``attn_implementation``; ``ignored``: the dropped keys that are not ``QUIET`` (``rope_parameters.factor`` for a
+    sub-key), sorted, for a note."""
+    kw: dict[str, Any] = {}
+    ignored: list[str] = []
+    for k, v in raw.items():
+        if k in MAPPED[arch]:
+            if k in OPT_DICT and isinstance(v, dict):
+                ignored += [f"{k}.{_key(s)}" for s in v if s not in ROPE_SUBKEYS and s != "type"]
+                v = {s: x for s, x in v.items() if s in ROPE_SUBKEYS}
+            kw[k] = v
+        elif k not in QUIET and not _QUIET_PATTERN.search(k):
+            ignored.append(_key(k))
+    kw["attn_implementation"] = ATTN_IMPLEMENTATION
+    return kw, sorted(ignored)
+
+
+def build_hf_config(transformers: Any, arch: str, kw: dict[str, Any], path: Path) -> Any:
+    """The family's own ``transformers`` config class built from ``hf_config_kwargs``' arguments (no
+    ``AutoConfig``)."""
     cls = getattr(transformers, CLASSES[arch][0])
-    kw = {k: v for k, v in raw.items() if k not in ("model_type", "transformers_version", "architectures")}
     try:
         with dependency_io():
             return cls(**kw)
@@ -196,14 +371,19 @@ def weight_files(hf_dir: Path) -> list[Path]:
     """The safetensors files holding ``hf_dir``'s weights; pickle-only directories refused, never opened."""
     single = hf_dir / "model.safetensors"
     index = hf_dir / "model.safetensors.index.json"
+    for p in (single, index):
+        if p.exists() and not p.is_file():
+            raise NormlabError(f"{p} is not a regular file (a FIFO, device or directory)")
     if single.is_file():
         return [single]
     if index.is_file():
-        try:
-            obj = json.loads(index.read_text(encoding="utf-8"), parse_constant=_no_constant)
-            names = sorted(set(obj["weight_map"].values()))
-        except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError):
-            raise NormlabError(f"{index} is not a safetensors index (a JSON object with 'weight_map')") from None
+        obj = read_model_json(index, MAX_INDEX_BYTES, "safetensors index")
+        wm = obj.get("weight_map") if isinstance(obj, dict) else None
+        if not (isinstance(wm, dict) and all(isinstance(v, str) for v in wm.values())
+                and (obj.get("metadata") is None or isinstance(obj["metadata"], dict))):
+            raise NormlabError(f"{index} is not a safetensors index (a JSON object whose 'weight_map' maps tensor "
+                               "names to shard file names, and an optional 'metadata' object)")
+        names = sorted(set(wm.values()))
         files = []
         for n in names:
             plain = isinstance(n, str) and "/" not in n and "\\" not in n and n not in ("", ".", "..")
@@ -211,7 +391,7 @@ def weight_files(hf_dir: Path) -> list[Path]:
                 raise NormlabError(f"{index} names shard {json.dumps(n)[:60]}; shards must be *.safetensors files "
                                    "in the model directory")
             if not (hf_dir / n).is_file():
-                raise NormlabError(f"{index} names shard '{n}', which is not in {hf_dir}")
+                raise NormlabError(f"{index} names shard '{_key(n)}', which is not in {hf_dir}")
             files.append(hf_dir / n)
         if not files:
             raise NormlabError(f"{index} names no shards")

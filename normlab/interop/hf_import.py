@@ -13,7 +13,8 @@ Run directory: ``config.yaml`` (``data.source`` = ``--data``, ``data.tokenizer``
 tokenizer's lossless copy ``RUN_DIR/tokenizer.json``), ``model.safetensors``, ``data.json`` / ``provenance.json``
 (``normlab.run.rundir``: the run is self-contained like a trained one), ``summary.json`` (status ``completed``,
 ``imported_from``) and ``hf_import.json`` (family, check numbers, the document-start token an
-lm-evaluation-harness run of the HF model would use: ``bos_token_id``, else ``eos_token_id``).
+lm-evaluation-harness run of the HF model would use: ``bos_token_id``, else ``eos_token_id``; the ``config.json``
+keys normlab does not map and dropped, ``ignored_config_keys``).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from normlab.interop.hf_files import (
     check_tensors,
     dependency_io,
     expected_tensors,
+    hf_config_kwargs,
     load_tensors_checked,
     read_header,
     read_hf_config,
@@ -191,15 +193,17 @@ def _tokenizer(hf_dir: Path, tmp: Path, out: Path, vocab: int) -> tuple[str, str
                        "pass --tokenizer PATH/tokenizer.json (the tokenizer the model was trained with)")
 
 
-def read_hf_model(transformers, hf_dir: Path) -> tuple[str, Any, dict[str, Any], dict[str, Any]]:
-    """``(arch, HF config, ModelConfig keyword arguments, HF tensors)`` of ``hf_dir``, read as ``hf_files`` says:
-    config checked and limited (``MAX_PARAMS``, available memory) before any weight is read, the safetensors exact
-    to the family's parameter set. Nothing in ``hf_dir`` is executed or unpickled."""
+def read_hf_model(transformers, hf_dir: Path) -> tuple[str, Any, dict[str, Any], dict[str, Any], list[str]]:
+    """``(arch, HF config, ModelConfig keyword arguments, HF tensors, ignored config keys)`` of ``hf_dir``, read as
+    ``hf_files`` says: config checked and limited (sizes, ``MAX_PARAMS``, available memory) before anything is
+    built or any weight is read, the HF config made from the keys normlab maps only, the safetensors exact to the
+    family's parameter set. Nothing in ``hf_dir`` is executed or unpickled."""
     from normlab.model import ModelConfig
     from normlab.validate import check_memory
 
     arch, raw = read_hf_config(hf_dir)
-    hc = build_hf_config(transformers, arch, raw, hf_dir / "config.json")
+    hf_kw, ignored = hf_config_kwargs(arch, raw)
+    hc = build_hf_config(transformers, arch, hf_kw, hf_dir / "config.json")
     arch, kw = model_config(hc)
     try:
         mc = ModelConfig(**kw).validate()
@@ -218,7 +222,7 @@ def read_hf_model(transformers, hf_dir: Path) -> tuple[str, Any, dict[str, Any],
             raise NormlabError(f"tensor '{head}' differs from '{emb}', but config.json ties them "
                                "(tie_word_embeddings: true)")
         tensors.pop(head, None)
-    return arch, hc, kw, tensors
+    return arch, hc, kw, tensors, ignored
 
 
 def build_hf(transformers, arch: str, hc, tensors: dict[str, Any], tied: dict[str, str]) -> torch.nn.Module:
@@ -255,10 +259,10 @@ def import_hf(hf_dir: str | Path, out: str | Path, *, data: str = "pystdlib", to
     hf_dir, out = Path(hf_dir), Path(out)
     if not hf_dir.is_dir():
         raise NormlabError(f"{hf_dir} is not a directory (give a local HF model directory)")
-    if not (hf_dir / "config.json").is_file():
+    if not (hf_dir / "config.json").exists():
         raise NormlabError(f"{hf_dir} is not a local HF model directory (no config.json)")
     check_new_dir(out)
-    arch, hc, kw, tensors = read_hf_model(transformers, hf_dir)
+    arch, hc, kw, tensors, ignored = read_hf_model(transformers, hf_dir)
     tied = tied_pairs(transformers, arch, hc)
     vocab = int(kw["vocab_size"])
     with publish_dir(out) as tmp:
@@ -293,7 +297,7 @@ def import_hf(hf_dir: str | Path, out: str | Path, *, data: str = "pystdlib", to
         record = {"format": FORMAT, "source": str(hf_dir), "arch": arch, "hf_class": type(hf).__name__, **check,
                   "tolerance": LOGIT_TOL, "dtype": "float32", "eval_split": "val", "doc_start_token": doc_start,
                   "doc_start_source": doc_source, "doc_start_note": doc_note, "data": data, "tokenizer": tokenizer,
-                  "tokenizer_source": tok_source}
+                  "tokenizer_source": tok_source, "ignored_config_keys": ignored}
         write_json(tmp / HF_IMPORT_FILE, record)
         write_json(tmp / SUMMARY_FILE, {"status": "completed", "step": 0, "imported_from": str(hf_dir),
                                           "arch": arch, "max_abs_logit_diff": check["max_abs_logit_diff"],

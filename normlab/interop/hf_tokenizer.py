@@ -14,7 +14,11 @@ document-separator token (``+doc``, ``normlab.data.tokenizer.DocTokenizer``) get
 byte tokenizer above, else a lossless byte-level BPE (added tokens that are already in the vocabulary, such as
 GPT-2's ``<|endoftext|>``, are dropped from the copy: they stay ordinary vocabulary entries), else None; with the
 ``+doc`` suffix when the file has the special ``<|doc|>`` at the id after the vocabulary (normlab's export of a
-``+doc`` tokenizer), so such an export imports back with its document token.
+``+doc`` tokenizer), so such an export imports back with its document token. The file is read as every JSON
+file of a model directory is (``hf_files.read_model_json``: a regular file of at most ``MAX_TOKENIZER_BYTES``, strict
+JSON) and its shape checked (``check_tokenizer_json``) before anything uses it: a file that is not a ``tokenizers``
+file at all is a one-line refusal, a well-formed tokenizer of another kind (WordPiece, Unigram, a lossy BPE) is
+None.
 """
 
 from __future__ import annotations
@@ -24,10 +28,13 @@ from pathlib import Path
 
 from normlab.data.tokenizer import DOC_SUFFIX, BPETokenizer, BytesTokenizer, Tokenizer, bytes_to_unicode
 from normlab.errors import NormlabError
+from normlab.interop.hf_files import read_model_json
 from normlab.io import write_json, write_text
 
 HF_TOKENIZER_FILE = "tokenizer.json"  # an HF model directory's tokenizer (a run's is normlab.run.files)
 DOC_TOKEN_TEXT = "<|doc|>"  # the HF spelling of a DocTokenizer's separator
+MAX_TOKENIZER_BYTES = 64 << 20  # released tokenizer.json files are a few MiB to tens of MiB (256k-token vocabularies)
+_SECTIONS = ("normalizer", "pre_tokenizer", "post_processor", "decoder", "truncation", "padding")
 
 
 def byte_tokenizer_json() -> str:
@@ -70,20 +77,61 @@ def write_hf_tokenizer(tokenizer: Tokenizer, out: Path, context: int) -> None:
     })
 
 
+def _json_kind(v: object) -> str:
+    return {dict: "an object", list: "an array", str: "a string", bool: "a boolean", type(None): "null",
+            int: "a number", float: "a number"}.get(type(v), type(v).__name__)
+
+
+def _is_id(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
+def check_tokenizer_json(spec: object, path: Path) -> None:
+    """One-line NormlabError unless ``spec`` has the shape of a ``tokenizers`` file: an object whose ``model`` is
+    an object (its ``vocab``, when present, maps token strings to ids, or lists Unigram pieces), whose
+    ``added_tokens`` is a list of objects with an integer ``id`` and a string ``content``, and whose pipeline
+    sections (``normalizer``, ``pre_tokenizer``, ...) are objects or null."""
+    def bad(what: str) -> NormlabError:
+        return NormlabError(f"{path} is not a tokenizers file: {what} (pass --tokenizer bytes or a tokenizer.json "
+                            "path)")
+
+    if not isinstance(spec, dict):
+        raise bad(f"it holds {_json_kind(spec)}, not an object")
+    model = spec.get("model")
+    if not isinstance(model, dict):
+        raise bad(f"'model' is {_json_kind(model)}, not an object")
+    if not isinstance(model.get("type", ""), str):
+        raise bad(f"'model.type' is {_json_kind(model['type'])}, not a string")
+    vocab = model.get("vocab")
+    if vocab is not None and not isinstance(vocab, list):
+        if not (isinstance(vocab, dict) and all(_is_id(i) for i in vocab.values())):
+            raise bad("'model.vocab' must map token strings to ids >= 0")
+    added = spec.get("added_tokens")
+    if added is not None:
+        if not isinstance(added, list):
+            raise bad(f"'added_tokens' is {_json_kind(added)}, not a list")
+        for i, t in enumerate(added):
+            if not (isinstance(t, dict) and _is_id(t.get("id")) and isinstance(t.get("content"), str)
+                    and isinstance(t.get("special", False), bool)):
+                raise bad(f"added_tokens[{i}] is not an object with an integer 'id' and a string 'content'")
+    for k in _SECTIONS:
+        if spec.get(k) is not None and not isinstance(spec[k], dict):
+            raise bad(f"'{k}' is {_json_kind(spec[k])}, not an object or null")
+
+
 def normlab_tokenizer(hf_dir: Path, dest: Path) -> str | None:
     """Tokenizer spec for a run imported from ``hf_dir``: ``"bytes"``, or the path of a lossless byte-level BPE
-    copy written to ``dest`` (``tokenizer.json``); None when ``hf_dir`` has no tokenizer normlab can use."""
-    src = hf_dir / "tokenizer.json"
-    if not src.is_file():
+    copy written to ``dest`` (``tokenizer.json``); None when ``hf_dir`` has no tokenizer normlab can use; a
+    one-line NormlabError when its ``tokenizer.json`` is not a ``tokenizers`` file (module docstring)."""
+    src = hf_dir / HF_TOKENIZER_FILE
+    if not src.exists():
         return None
-    try:
-        spec = json.loads(src.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    vocab = (spec.get("model") or {}).get("vocab") or {}
+    spec = read_model_json(src, MAX_TOKENIZER_BYTES, HF_TOKENIZER_FILE)
+    check_tokenizer_json(spec, src)
+    vocab = spec["model"].get("vocab") or {}
     added = spec.get("added_tokens") or []
-    doc = [t for t in added if t.get("content") == DOC_TOKEN_TEXT and t.get("id") == len(vocab) and t.get("special")]
-    spec["added_tokens"] = [t for t in added if t.get("content") not in vocab and t not in doc]
+    doc = [t for t in added if t["content"] == DOC_TOKEN_TEXT and t["id"] == len(vocab) and t.get("special")]
+    spec["added_tokens"] = [t for t in added if t["content"] not in vocab and t not in doc]
     suffix = DOC_SUFFIX if doc else ""  # normlab's own export of a +doc tokenizer: the separator comes back
     spec["post_processor"] = None  # adds special tokens only; normlab scores raw text
     dest.parent.mkdir(parents=True, exist_ok=True)
