@@ -50,6 +50,8 @@ CLIPS = ("global", "adagc")  # normlab.train.clipping
 PRECISIONS = ("auto", "fp32", "bf16")
 TRACKERS = ("tensorboard", "wandb", "mlflow")  # normlab.train.tracking: each through the library's own logger
 DEVICES = ("auto", "cpu", "cuda")
+STACKS = ("auto", "on", "off")  # normlab.train.stacked; a sweep's runs of one architecture in one stacked model
+TRI = (True, False, "auto")
 
 
 @dataclass
@@ -89,7 +91,9 @@ class TrainConfig:
     threads: int | str | None = "auto"
     precision: str = "auto"
     compile: bool | str = "auto"
-    deterministic: bool = True
+    deterministic: bool | str = True
+    tf32: bool | str = "auto"
+    stack: bool | str = "auto"  # YAML reads on / off as booleans: true is on, false is off
     track: list[str] = field(default_factory=lambda: ["tensorboard"])
 
     def validate(self) -> "TrainConfig":
@@ -102,8 +106,13 @@ class TrainConfig:
             raise unknown("train.precision", self.precision, PRECISIONS)
         if isinstance(self.threads, str) and self.threads != "auto":
             raise NormlabError(f"train.threads must be auto, a count >= 1 or null, got {self.threads!r}")
-        if self.compile not in (True, False, "auto"):
-            raise NormlabError(f"train.compile must be auto, true or false, got {self.compile!r}")
+        for key in ("compile", "deterministic", "tf32"):
+            if getattr(self, key) not in TRI:
+                raise NormlabError(f"train.{key} must be auto, true or false, got {getattr(self, key)!r}")
+        if isinstance(self.stack, bool):
+            self.stack = "on" if self.stack else "off"
+        if self.stack not in STACKS:
+            raise unknown("train.stack", self.stack, STACKS)
         for t in self.track:
             if t not in TRACKERS:
                 raise unknown("train.track entry", t, TRACKERS)
@@ -191,12 +200,16 @@ class RunConfig:
 
     def identity_dict(self) -> dict[str, Any]:
         """``to_dict()`` less keys that came later and leave a run as it was, so runs from before keep their hashes:
-        ``train.track`` (where the curves are logged; changes no number) and ``train.deterministic`` at its default
-        (true, which is how every earlier CPU run trained)."""
+        ``train.track`` (where the curves are logged; changes no number), ``train.stack`` (a sweep's scheduling), and
+        ``train.deterministic`` and ``train.tf32`` at their defaults (true and auto: how every earlier CPU run
+        trained)."""
         d = self.to_dict()
         d["train"].pop("track", None)
+        d["train"].pop("stack", None)  # where a sweep trains the run (alone or stacked), equal to fp32 round-off
         if d["train"].get("deterministic") is True:
             d["train"].pop("deterministic")
+        if d["train"].get("tf32") == "auto":
+            d["train"].pop("tf32")
         return d
 
     def hash(self) -> str:

@@ -15,8 +15,8 @@ import typing
 from collections.abc import Callable
 from typing import Any
 
-from normlab.config import (CLIPS, DEVICES, EVAL_SAMPLES, OPTIMIZERS, PRECISIONS, TRACKERS, RunConfig, _all_keys,
-                            _type_name)
+from normlab.config import (CLIPS, DEVICES, EVAL_SAMPLES, OPTIMIZERS, PRECISIONS, STACKS, TRACKERS, RunConfig,
+                            _all_keys, _type_name)
 from normlab.model.config import ACTIVATIONS, EMBED_SCALES, POSITIONS, RESIDUAL_SCALES
 from normlab.validate import RANGES, Range
 
@@ -94,7 +94,10 @@ KEY_HELP: dict[str, str] = {
     "train.threads": "torch CPU threads (null: auto)",
     "train.precision": "matmul precision: auto, fp32 or bf16 autocast (statistics stay fp32)",
     "train.compile": "torch.compile the model: auto, true or false",
-    "train.deterministic": "CUDA: deterministic kernels, so a resumed run is bit-identical (CPU: always)",
+    "train.deterministic": "CUDA: deterministic kernels, so a resumed run is bit-identical (CPU: always); auto: "
+                           "deterministic kernels without NaN-filling new memory, the choice stated in the run log",
+    "train.tf32": "CUDA: TF32 for fp32 matmuls (auto: on; false: strict fp32); no effect on CPU",
+    "train.stack": "a sweep's runs of one architecture train as one stacked model: auto (on a GPU), on, off",
     "train.track": "where curves and hparams are logged live: tensorboard, wandb, mlflow (a list; [] for none)",
     "optim.name": "optimizer: adamw, adamp or sgdp (docs/optim.md)",
     "optim.perp_grad": "perp-Grad: remove the gradient component along each weight (Prieto et al. 2025)",
@@ -134,6 +137,7 @@ def _choices() -> dict[str, Callable[[], tuple[str, ...]]]:
         "train.eval_sample": lambda: EVAL_SAMPLES,
         "train.precision": lambda: PRECISIONS,
         "train.compile": lambda: ("auto", "true", "false"),
+        "train.stack": lambda: STACKS,
         "optim.name": lambda: OPTIMIZERS,
         "train.track": lambda: TRACKERS,
         "train.clip": lambda: CLIPS,

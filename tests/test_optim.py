@@ -311,3 +311,31 @@ def test_sgdp_run_completes(tmp_path, cache):
     r = run_inproc("train", "tiny", "--set", "train.steps=6", "--set", "optim.name=sgdp", "--set", "train.lr=0.05",
                    "--out", str(out), "--json", cache=cache, check=True)
     assert json.loads(r.stdout)["status"] == "completed"
+
+
+def test_adamw_is_fused_on_cuda_and_foreach_elsewhere():
+    """CPU runs keep the ``foreach`` AdamW they always used; parameters on CUDA get the fused kernel. The fused
+    kernel (torch runs it on CPU too) gives the foreach update to fp32 round-off over a few steps, and a checkpoint
+    round trip puts its step counter on the parameters' device."""
+    from normlab.train.optim import adamw_kernel
+
+    assert adamw_kernel(False) == {"foreach": True} and adamw_kernel(True) == {"fused": True}
+    cfg = load_config("tiny", ["train.precision=fp32"])
+    model = build_model(cfg.model)
+    opt, _ = build_optimizer(model, cfg.train)
+    assert opt.defaults["foreach"] is True and not opt.defaults.get("fused")
+    torch.manual_seed(0)
+    a, b = (nn.Parameter(torch.randn(5, 4)) for _ in range(2))
+    b.data.copy_(a.data)
+    oa = torch.optim.AdamW([a], lr=1e-2, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1, **adamw_kernel(False))
+    ob = torch.optim.AdamW([b], lr=1e-2, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1, **adamw_kernel(True))
+    for i in range(5):
+        g = torch.randn(5, 4, generator=torch.Generator().manual_seed(i))
+        a.grad, b.grad = g.clone(), g.clone()
+        oa.step()
+        ob.step()
+    torch.testing.assert_close(b.data, a.data, rtol=1e-6, atol=1e-7)
+    assert not torch.equal(a.data, torch.zeros_like(a)) and ob.defaults["fused"]
+    ob2 = torch.optim.AdamW([b], lr=1e-2, **adamw_kernel(True))
+    load_optimizer_tensors(ob2, optimizer_tensors(ob, {id(b): "b"}), {"b": b})
+    assert ob2.state[b]["step"].device == b.device and float(ob2.state[b]["step"]) == 5.0

@@ -161,12 +161,13 @@ def test_an_op_without_a_deterministic_kernel_is_a_one_line_error(tmp_path, cach
 
 def test_deterministic_key_keeps_old_hashes_and_rejects_non_bools(tmp_path, cache):
     """A config at the default ``train.deterministic: true`` hashes as before the key existed (older runs resume);
-    ``false`` is a different run. A non-boolean value is refused in one line."""
+    ``false`` is a different run. A value other than true, false or auto is refused in one line."""
     from normlab.config import config_from_dict
 
     a = config_from_dict({})
     d = a.to_dict()
     d["train"].pop("track"), d["train"].pop("deterministic")
+    d["train"].pop("stack"), d["train"].pop("tf32")  # keys that came later, at their defaults
     old = hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
     assert a.hash() == old != config_from_dict({"train": {"deterministic": False}}).hash()
     out = tmp_path / "x"
@@ -230,3 +231,52 @@ def test_compiled_training_does_not_recompile(tmp_path, cache, monkeypatch):
     train(copy.deepcopy(cfg), out, quiet=True)
     assert counters["stats"]["unique_graphs"] == 1 and counters["stats"]["calls_captured"] > 0
     assert not counters["recompiles"] and summary(out)["compile"] is True
+
+
+def test_cuda_defaults_chosen_blind(monkeypatch):
+    """On a (simulated) CUDA device: ``precision: auto`` is bf16 wherever the device supports it, with no timing
+    probe (the probe would raise here); fp32 where it lacks bf16; ``train.tf32`` switches TF32 for fp32 matmuls on
+    (auto, true) or off (false, strict fp32), on CUDA only, and ``kept_determinism`` restores it; ``deterministic:
+    auto`` keeps deterministic kernels, stops the NaN fill of new memory, and says so; ``true`` leaves the fill."""
+    import torch.utils.deterministic as D
+
+    cfg = load_config("tiny")
+    monkeypatch.setattr(P, "_cached_probe", lambda *a: (_ for _ in ()).throw(AssertionError("probed")))
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
+    prec, why = P.resolve_precision(cfg, "cuda")
+    assert prec == "bf16" and "no timing probe" in why
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: False)
+    assert P.resolve_precision(cfg, "cuda")[0] == "fp32"
+    before = (torch.backends.cuda.matmul.allow_tf32, D.fill_uninitialized_memory)
+    with P.kept_determinism():
+        assert P.use_tf32("cpu", "auto") == ("auto", "")  # a CPU run sets nothing
+        assert torch.backends.cuda.matmul.allow_tf32 == before[0]
+        on, why = P.use_tf32("cuda", "auto")
+        assert on is True and torch.backends.cuda.matmul.allow_tf32 and torch.get_float32_matmul_precision() == "high"
+        assert "train.tf32=false" in why
+        assert P.use_tf32("cuda", False)[0] is False and not torch.backends.cuda.matmul.allow_tf32
+        assert torch.get_float32_matmul_precision() == "highest"
+        assert "fill" not in P.use_deterministic_kernels("cuda", True) and D.fill_uninitialized_memory
+        why = P.use_deterministic_kernels("cuda", "auto")
+        assert why.startswith("yes (auto:") and torch.are_deterministic_algorithms_enabled()
+        assert not D.fill_uninitialized_memory
+        P.use_tf32("cuda", True)
+    assert (torch.backends.cuda.matmul.allow_tf32, D.fill_uninitialized_memory) == before
+    assert not torch.are_deterministic_algorithms_enabled()
+
+
+def test_new_runtime_keys_validate_and_keep_cpu_hashes():
+    """``train.deterministic`` / ``train.tf32`` take true, false or auto (one-line refusal otherwise); at their
+    defaults, and ``train.stack`` at any value, the config hash is the one from before the keys existed."""
+    from normlab.errors import NormlabError
+
+    base = load_config("tiny")
+    for key in ("deterministic", "tf32"):
+        assert load_config("tiny", [f"train.{key}=auto"]).train.validate()
+        with pytest.raises(NormlabError, match=f"train.{key} must be auto, true or false"):
+            load_config("tiny", [f"train.{key}=maybe"]).validate()
+    assert load_config("tiny", ["train.stack=on"]).hash() == load_config("tiny", ["train.stack=off"]).hash() \
+        == base.hash()
+    assert load_config("tiny", ["train.tf32=false"]).hash() != base.hash()
+    d = base.identity_dict()
+    assert "stack" not in d["train"] and "tf32" not in d["train"] and "deterministic" not in d["train"]

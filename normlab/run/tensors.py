@@ -143,7 +143,9 @@ def load_optimizer_tensors(
         name, _, k = key.partition("::")
         if name not in params:
             raise NormlabError(f"optimizer state names unknown parameter '{name}'")
-        opt.state[params[name]][k] = v if k == "step" else v.to(params[name].device)  # step stays on the CPU
+        fused = bool(opt.defaults.get("fused"))  # the fused kernels read the step on the parameters' device
+        on_cpu = k == "step" and not fused
+        opt.state[params[name]][k] = v if on_cpu else v.to(params[name].device)  # step stays on the CPU
 
 
 def save_checkpoint(run_dir: Path, step: int, model: nn.Module, opt: torch.optim.Optimizer,

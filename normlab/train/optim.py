@@ -77,7 +77,8 @@ def build_optimizer(model: nn.Module, tcfg: TrainConfig,
     betas = (tcfg.beta1, tcfg.beta2)
     opt: torch.optim.Optimizer
     if ocfg.name == "adamw":
-        opt = torch.optim.AdamW(groups, lr=tcfg.lr, betas=betas, eps=1e-8, foreach=True)
+        on_cuda = all(p.is_cuda for g in groups for p in g["params"]) and any(g["params"] for g in groups)
+        opt = torch.optim.AdamW(groups, lr=tcfg.lr, betas=betas, eps=1e-8, **adamw_kernel(on_cuda))
     elif ocfg.name == "adamp":
         AdamP = _adamp_class("AdamP")
         opt = AdamP(groups, lr=tcfg.lr, betas=betas, eps=1e-8, delta=ocfg.delta, wd_ratio=ocfg.wd_ratio,
@@ -93,6 +94,13 @@ def build_optimizer(model: nn.Module, tcfg: TrainConfig,
         opt.register_step_pre_hook(_orthograd_hook)
     names["feeds_norm"] = list(weights_feeding_norms(model))
     return opt, names
+
+
+def adamw_kernel(on_cuda: bool) -> dict[str, bool]:
+    """AdamW's implementation: the fused kernel (one launch for every tensor) for parameters on a CUDA device, the
+    ``foreach`` (multi-tensor) one elsewhere, as the CPU runs always used. Both compute the same element-wise update
+    (Loshchilov & Hutter 2019, "Decoupled Weight Decay Regularization"), to fp32 round-off."""
+    return {"fused": True} if on_cuda else {"foreach": True}
 
 
 ORTHO_EPS = 1e-30  # as the authors' orthograd.py (LucasPrietoAl/grokking-at-the-edge-of-numerical-stability)

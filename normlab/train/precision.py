@@ -10,22 +10,31 @@ run used) and returns one line per decision with its reason, printed at start an
   copy of its input, so its statistics -- mean, variance, RMS, batch statistics and their running buffers -- are fp32),
   the loss (the logits are cast to fp32 before the cross-entropy), evaluation (no autocast) and the diagnostics
   (they cast to fp32). Softmax on bf16 scores accumulates its max and normaliser in fp32 inside torch's kernels
-  (SDPA's flash kernel and ``torch.softmax`` both use an fp32 accumulator). ``auto`` picks bf16 only where the
-  hardware has fast bf16 (a CPU with AMX or AVX512-BF16, a CUDA device with bf16) *and* a probe at the model's
-  shape (paired rounds, median ratio) measures it at least ``BF16_MARGIN`` faster than fp32 (the probe is cached
-  per machine and shape in ``<cache dir>/precision_probe.json``); fp32 otherwise.
+  (SDPA's flash kernel and ``torch.softmax`` both use an fp32 accumulator). ``auto`` on a CUDA device picks bf16
+  whenever the device supports it (``torch.cuda.is_bf16_supported``), without a timing probe: a probe at a tiny
+  shape measures launch overhead, not the matmuls that dominate a real step. On a CPU ``auto`` picks bf16 only
+  where the hardware has fast bf16 (AMX or AVX512-BF16) *and* a probe at the model's shape (paired rounds, median
+  ratio) measures it at least ``BF16_MARGIN`` faster than fp32 (the probe is cached per machine and shape in
+  ``<cache dir>/precision_probe.json``); fp32 otherwise.
+- ``train.tf32: auto | true | false`` -- CUDA only: fp32 matmuls and convolutions (a ``precision: fp32`` run, and
+  the fp32 parts of a bf16 run) use TF32 tensor cores (``torch.backends.cuda.matmul.allow_tf32``, 10-bit mantissa
+  products, fp32 accumulation); ``auto`` and ``true`` switch it on, ``false`` asks for strict fp32 ("highest").
+  Restored after the run. On a CPU nothing is set (CPU numbers unchanged).
 - ``train.compile: auto | true | false`` -- ``torch.compile`` of the model (``nn.Module.compile``: parameter names and
   checkpoints unchanged). Needs a C++ compiler on CPU; without one the run says so in one line and runs uncompiled.
   ``auto`` compiles on CUDA, and on CPU only for runs whose training FLOPs (steps x the step's FLOPs) reach
   ``COMPILE_PAYBACK_FLOPS``, the work after which the measured compile time is paid back (docs/benchmarks.md);
   shorter runs, like all of the lab's presets, run eager. The compile time is measured (the first step minus a
   normal step) and reported.
-- ``train.deterministic: true | false`` (default true) -- on CUDA, ``torch.use_deterministic_algorithms(True)`` for
-  the run (restored after it) and ``CUBLAS_WORKSPACE_CONFIG=:4096:8`` where unset: SDPA then runs deterministic
+- ``train.deterministic: true | false | auto`` (default true) -- on CUDA, ``torch.use_deterministic_algorithms(True)``
+  for the run (restored after it) and ``CUBLAS_WORKSPACE_CONFIG=:4096:8`` where unset: SDPA then runs deterministic
   backward kernels, inductor avoids atomic adds and cuBLAS a shared workspace, so a run resumed after kill -9 is
   bit-identical to one never stopped (tests/test_cuda.py). Without it, CUDA's atomic-add kernels make two identical
   runs differ in the last bits. On CPU nothing changes: the kernels normlab runs there give the same bits for the
-  same inputs and thread count (the resume tests check it).
+  same inputs and thread count (the resume tests check it). ``auto`` on CUDA: the same deterministic kernels, but
+  without torch's debugging fill of every newly allocated tensor with NaN
+  (``torch.utils.deterministic.fill_uninitialized_memory = False``; a write of each new tensor that changes no result
+  of a correct kernel), stated in the run log; on a CPU nothing, as ``true``.
 """
 
 from __future__ import annotations
@@ -43,6 +52,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.utils import deterministic as torch_deterministic
 
 from normlab.train.threads import step_flops
 
@@ -189,6 +199,8 @@ def resolve_precision(cfg: Any, device: str) -> tuple[str, str]:
     ok, why = fast_bf16(device)
     if not ok:
         return "fp32", f"auto: {why}"
+    if device == "cuda":
+        return "bf16", f"auto: {why} (no timing probe on CUDA)"
     t = _cached_probe(cfg, device)
     speedup = t["ratio"]
     pick = "bf16" if speedup >= 1.0 + BF16_MARGIN else "fp32"
@@ -220,12 +232,29 @@ def resolve_runtime(cfg: Any) -> list[str]:
     ``key: value (reason)`` lines."""
     dev, why_dev = resolve_device(cfg.device)
     why_det = use_deterministic_kernels(dev, cfg.train.deterministic)  # before the precision probe's first matmul
+    tf32, why_tf32 = use_tf32(dev, cfg.train.tf32)
+    if dev == "cuda":
+        cfg.train.tf32 = tf32  # config.yaml records what the run used; a CPU run keeps its key (and hash) as it was
     prec, why_prec = resolve_precision(cfg, dev)
     comp, why_comp = resolve_compile(cfg.train.compile, dev, cfg.train.steps * step_flops(cfg))
     cfg.device, cfg.train.precision, cfg.train.compile = dev, prec, comp
     lines = [f"device {dev} ({why_dev})", f"precision {prec} ({why_prec})",
              f"compile {'on' if comp else 'off'} ({why_comp})"]
-    return lines + ([f"deterministic {why_det}"] if why_det else [])
+    return lines + ([f"deterministic {why_det}"] if why_det else []) + ([f"tf32 {why_tf32}"] if why_tf32 else [])
+
+
+def use_tf32(device: str, value: bool | str) -> tuple[bool | str, str]:
+    """``train.tf32`` on ``device``: on CUDA set TF32 for fp32 matmuls and cuDNN convolutions (the caller restores the
+    previous setting with ``kept_determinism``) and return ``(on?, reason)``; on a CPU set nothing, ``(value, "")``."""
+    if device != "cuda":
+        return value, ""
+    on = value in (True, "auto")
+    torch.backends.cuda.matmul.allow_tf32 = on
+    torch.backends.cudnn.allow_tf32 = on
+    if not on:
+        return False, "off (train.tf32: false; fp32 matmuls in strict fp32)"
+    why = "auto: on for CUDA" if value == "auto" else "set in the config"
+    return True, f"on ({why}; fp32 matmuls use TF32 tensor cores; train.tf32=false for strict fp32)"
 
 
 def use_deterministic_kernels(device: str, on: bool) -> str:
@@ -237,7 +266,12 @@ def use_deterministic_kernels(device: str, on: bool) -> str:
         return "no (train.deterministic: false; a resumed CUDA run can differ in the last bits)"
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # read when cuBLAS makes its workspace
     torch.use_deterministic_algorithms(True)
-    return f"yes (torch.use_deterministic_algorithms, CUBLAS_WORKSPACE_CONFIG={os.environ['CUBLAS_WORKSPACE_CONFIG']})"
+    how = f"torch.use_deterministic_algorithms, CUBLAS_WORKSPACE_CONFIG={os.environ['CUBLAS_WORKSPACE_CONFIG']}"
+    if on == "auto":
+        torch_deterministic.fill_uninitialized_memory = False
+        return (f"yes (auto: deterministic kernels for bit-exact resume, {how}; new memory is not filled with NaN, "
+                "a debugging aid that changes no result)")
+    return f"yes ({how})"
 
 
 def nondeterministic_op_error(e: BaseException) -> Exception | None:
@@ -258,14 +292,19 @@ def nondeterministic_op_error(e: BaseException) -> Exception | None:
 
 @contextlib.contextmanager
 def kept_determinism() -> Iterator[None]:
-    """Restore torch's deterministic-algorithms setting and ``CUBLAS_WORKSPACE_CONFIG`` on exit (a run switches
-    them on for CUDA)."""
+    """Restore torch's deterministic-algorithms setting (with its NaN fill of new memory), ``CUBLAS_WORKSPACE_CONFIG``
+    and the TF32 switches on exit (a run sets them for CUDA)."""
     before = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled())
     cublas = os.environ.get("CUBLAS_WORKSPACE_CONFIG")
+    fill = torch_deterministic.fill_uninitialized_memory
+    tf32 = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
     try:
         yield
     finally:
         torch.use_deterministic_algorithms(before[0], warn_only=before[1])
+        torch_deterministic.fill_uninitialized_memory = fill
+        if (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32) != tf32:  # set by a CUDA run
+            torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = tf32
         if cublas is None:
             os.environ.pop("CUBLAS_WORKSPACE_CONFIG", None)
         else:
@@ -277,7 +316,7 @@ def fill_auto(cfg: Any, resolved: Any) -> None:
     records the resolved values, which an ``auto`` in the same config matches)."""
     if cfg.device == "auto":
         cfg.device = resolved.device
-    for key in ("precision", "compile"):
+    for key in ("precision", "compile", "tf32"):
         if getattr(cfg.train, key) == "auto":
             setattr(cfg.train, key, getattr(resolved.train, key))
 
