@@ -241,6 +241,18 @@ def test_bad_model_directory_is_one_line_and_writes_nothing(base, damage, fragme
     assert proc.stdout == ""
 
 
+@pytest.mark.parametrize("make,fragment", [(_fifo, "not a regular file"), (_sparse, "1073741824 bytes")],
+                         ids=["fifo", "1GiB-sparse"])
+def test_tokenizer_flag_that_is_a_fifo_or_huge_is_refused_unread(make, fragment, dirs, corpus, cache, tmp_path):
+    """``--tokenizer PATH`` (read by ``data.tokenizer.BPETokenizer.from_file``) has the same guards."""
+    tok = tmp_path / "tokenizer.json"
+    make(tok)
+    proc = run_inproc("import", str(dirs["gpt2"]), "--out", str(tmp_path / "out"), "--data", str(corpus),
+                      "--tokenizer", str(tok), cache=cache)
+    assert_bad_input(proc, f"tokenizer file '{tok}'", fragment)
+    assert not (tmp_path / "out").exists()
+
+
 def test_memory_is_checked_before_reading_weights(dirs, corpus, cache, tmp_path, monkeypatch):
     monkeypatch.setenv("NORMLAB_MEMORY_GB", "0.000001")
     proc = run_inproc("import", str(dirs["gpt2"]), "--out", str(tmp_path / "out"), cache=cache)

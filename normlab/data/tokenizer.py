@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import re
+import stat
 from collections.abc import Iterable, Iterator
 from functools import lru_cache
 from pathlib import Path
@@ -27,6 +28,7 @@ from normlab.errors import NormlabError
 TOKENIZER_KINDS = ("bytes", "bpe:N")
 DOC_SUFFIX = "+doc"  # ``bytes+doc``, ``bpe:N+doc``, ``PATH+doc``: the tokenizer plus a document-separator token
 MAX_VOCAB = 65536  # token ids are stored as uint16
+MAX_TOKENIZER_BYTES = 64 << 20  # a tokenizer.json read (released ones: a few MiB to tens of MiB)
 _PIECE = 1 << 20  # large documents are encoded in pieces of about 1 MiB (cut after a newline where possible)
 _BATCH_CHARS = 4 << 20  # characters handed to the Rust encoder per call (bounds memory)
 _INVALID = re.compile("[\udc80-\udcff]+")
@@ -215,6 +217,15 @@ class BPETokenizer(Tokenizer):
         from tokenizers import Tokenizer as HFTokenizer
 
         path = Path(path)
+        try:
+            st = path.stat()
+        except OSError:
+            st = None  # the read below names the error
+        if st is not None and not stat.S_ISREG(st.st_mode):  # a FIFO or device would block or never end
+            raise NormlabError(f"tokenizer file '{path}' is not a regular file (a FIFO, device or directory)")
+        if st is not None and st.st_size > MAX_TOKENIZER_BYTES:
+            raise NormlabError(f"tokenizer file '{path}' is {st.st_size} bytes, more than {MAX_TOKENIZER_BYTES >> 20} "
+                               "MiB; refusing to read it")
         try:
             spec = json.loads(path.read_text(encoding="utf-8"))
             hf = HFTokenizer.from_file(str(path))

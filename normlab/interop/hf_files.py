@@ -6,7 +6,7 @@ trust:
 - ``read_model_json(path, cap, what)``: every JSON file of a model directory (``config.json``,
   ``model.safetensors.index.json``, ``tokenizer.json``) is opened without blocking, must be a regular file (a FIFO
   or device is refused, never read) of at most its cap (``MAX_CONFIG_BYTES``, ``MAX_INDEX_BYTES``,
-  ``hf_tokenizer.MAX_TOKENIZER_BYTES``: a larger file, sparse or not, is refused from its size, unread) and strict
+  ``data.tokenizer.MAX_TOKENIZER_BYTES``: a larger file, sparse or not, is refused from its size, unread) and strict
   JSON (no ``NaN`` / ``Infinity``). No other file of the directory is opened (``generation_config.json``,
   ``tokenizer_config.json``, ``special_tokens_map.json``, ``*.py`` are never read).
 - ``read_hf_config(hf_dir)``: ``config.json`` read so, a ``model_type`` outside ``ARCHS`` refused before

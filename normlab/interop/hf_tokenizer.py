@@ -15,10 +15,10 @@ byte tokenizer above, else a lossless byte-level BPE (added tokens that are alre
 GPT-2's ``<|endoftext|>``, are dropped from the copy: they stay ordinary vocabulary entries), else None; with the
 ``+doc`` suffix when the file has the special ``<|doc|>`` at the id after the vocabulary (normlab's export of a
 ``+doc`` tokenizer), so such an export imports back with its document token. The file is read as every JSON
-file of a model directory is (``hf_files.read_model_json``: a regular file of at most ``MAX_TOKENIZER_BYTES``, strict
-JSON) and its shape checked (``check_tokenizer_json``) before anything uses it: a file that is not a ``tokenizers``
-file at all is a one-line refusal, a well-formed tokenizer of another kind (WordPiece, Unigram, a lossy BPE) is
-None.
+file of a model directory is (``hf_files.read_model_json``: a regular file of at most
+``data.tokenizer.MAX_TOKENIZER_BYTES``, strict JSON) and its shape checked (``check_tokenizer_json``) before
+anything uses it: a file that is not a ``tokenizers`` file at all is a one-line refusal, a well-formed tokenizer of
+another kind (WordPiece, Unigram, a lossy BPE) is None.
 """
 
 from __future__ import annotations
@@ -26,14 +26,20 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from normlab.data.tokenizer import DOC_SUFFIX, BPETokenizer, BytesTokenizer, Tokenizer, bytes_to_unicode
+from normlab.data.tokenizer import (
+    DOC_SUFFIX,
+    MAX_TOKENIZER_BYTES,
+    BPETokenizer,
+    BytesTokenizer,
+    Tokenizer,
+    bytes_to_unicode,
+)
 from normlab.errors import NormlabError
 from normlab.interop.hf_files import read_model_json
 from normlab.io import write_json, write_text
 
 HF_TOKENIZER_FILE = "tokenizer.json"  # an HF model directory's tokenizer (a run's is normlab.run.files)
 DOC_TOKEN_TEXT = "<|doc|>"  # the HF spelling of a DocTokenizer's separator
-MAX_TOKENIZER_BYTES = 64 << 20  # released tokenizer.json files are a few MiB to tens of MiB (256k-token vocabularies)
 _SECTIONS = ("normalizer", "pre_tokenizer", "post_processor", "decoder", "truncation", "padding")
 
 
