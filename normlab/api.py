@@ -133,10 +133,12 @@ def evaluate(run: Run | str | Path, *, split: str = "val", data: str | None = No
     from normlab.eval.lm import evaluate as _evaluate
     from normlab.run.rundir import check_context
 
+    from normlab.run.rundir import run_data
+
     run = _as_run(run)
     ctx = context or run.cfg.model.context
     check_context(run.cfg.model, ctx)
-    d = run.data(data)
+    d = run_data(run.run_dir, run.cfg, source=data, need_window=())  # scoring: any file of 2 tokens or more
     m = _evaluate(run.model, d.split(split), d.token_bytes, d.tokenizer.decode_bytes, context=ctx, stride=stride,
                   batch_size=batch_size, max_tokens=max_tokens)
     m.update({"split": split, "split_bytes": d.bytes_of(split), "context": ctx, "stride": stride or ctx})
@@ -146,21 +148,26 @@ def evaluate(run: Run | str | Path, *, split: str = "val", data: str | None = No
     return m
 
 
-def generate(run: Run | str | Path, prompt: str = "\n", *, max_new_tokens: int = 200, temperature: float = 1.0,
+def generate(run: Run | str | Path, prompt: str | None = None, *, max_new_tokens: int = 200, temperature: float = 1.0,
              top_k: int | None = None, top_p: float | None = None, min_p: float | None = None,
              top_nsigma: float | None = None, seed: int = 0) -> str:
     """The sampled continuation of ``prompt`` (text, without the prompt), as ``normlab generate`` would stream it.
-    ``temperature=0`` is greedy."""
+    ``temperature=0`` is greedy. ``prompt=None``: as the command, the beginning of a validation document of the
+    run's own corpus (``normlab.eval.documents.validation_prompt``)."""
     import torch
 
     from normlab.eval.sampling import check_sampling_args, generate_tokens
 
     sampling = {"temperature": temperature, "top_k": top_k, "top_p": top_p, "min_p": min_p, "top_nsigma": top_nsigma}
     check_sampling_args(**sampling)
-    if not prompt:
+    if prompt is not None and not prompt:
         raise NormlabError("prompt must be a non-empty string")
     run = _as_run(run)
     tok = run.tokenizer
+    if prompt is None:
+        from normlab.eval.documents import validation_prompt
+
+        prompt = validation_prompt(run.run_dir, run.cfg, seed)[0]
     ids = tok.encode_prompt(prompt)
     use_cache = hasattr(run.model, "step") and hasattr(run.model, "init_state")
     gen = torch.Generator().manual_seed(seed)

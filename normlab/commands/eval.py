@@ -29,8 +29,9 @@ def run_eval(args: argparse.Namespace) -> int:
 
     if args.batch_size < 1 or args.max_tokens < 0:
         raise NormlabError("--batch-size must be >= 1 and --max-tokens >= 0")
+    # scoring needs no full context window (lm-eval scores a document shorter than the context): 2 tokens will do
     run = open_run(args.run_dir, overrides=args.overrides, source=args.data, split=args.split, context=args.context,
-                   batch=args.batch_size, what="eval")
+                   batch=args.batch_size, what="eval", need_window=())
     context, data, overrides = run.context, run.data, run.overrides
     if args.documents:
         return _eval_documents(args, run, data, context, overrides)

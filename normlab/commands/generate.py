@@ -30,11 +30,20 @@ def run_generate(args: argparse.Namespace) -> int:
     check_sampling_args(**sampling)
     if not 0 <= args.max_new_tokens <= MAX_NEW_TOKENS:
         raise NormlabError(f"--max-new-tokens must be in [0, {MAX_NEW_TOKENS}], got {args.max_new_tokens}")
-    if not args.prompt:
+    if args.prompt is not None and not args.prompt:
         raise NormlabError("--prompt must be a non-empty string")
     run = load_run(args.run_dir)
     tok = run_tokenizer(args.run_dir, run.cfg)  # the run's own tokenizer.json: no corpus needed
-    prompt_bytes = args.prompt.encode("utf-8", "surrogateescape")  # undecodable argv bytes come back as they were
+    origin = None
+    if args.prompt is None:  # the beginning of a validation document of the run's own corpus, named on stderr
+        from normlab.eval.documents import validation_prompt
+
+        prompt_bytes, origin = validation_prompt(args.run_dir, run.cfg, args.seed)
+        if not args.json:
+            print(f"prompt: the first {origin['tokens']} tokens of validation document {origin['document']} of "
+                  f"{origin['documents']} ({origin['source']}); --prompt TEXT for your own", file=sys.stderr)
+    else:
+        prompt_bytes = args.prompt.encode("utf-8", "surrogateescape")  # undecodable argv bytes come back as they were
     prompt_text = prompt_bytes.decode("utf-8", "replace")
     prompt_ids = tok.encode_prompt(prompt_bytes)  # after the document token with a +doc tokenizer
     model = run.model
@@ -64,6 +73,7 @@ def run_generate(args: argparse.Namespace) -> int:
         "prompt": prompt_text, "text": text, "tokens": out, "prompt_tokens": len(prompt_ids), "seed": args.seed,
         **sampling, "max_new_tokens": args.max_new_tokens, "cache": use_cache,
         "tokens_per_second": len(out) / elapsed if elapsed > 0 and out else None, "run_dir": str(args.run_dir),
+        "prompt_source": origin or "--prompt",
     }))
     return 0
 
@@ -74,8 +84,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
     g = sub.add_parser("generate", help="sample a continuation of a prompt (tokens stream to stdout)")
     g.add_argument("run_dir")
-    g.add_argument("--prompt", default="\n", help="text to continue (default: a newline, as nanoGPT samples from "
-                                                    "'\\n': the start of a line)")
+    g.add_argument("--prompt", help="text to continue (default: the beginning of a validation document of the run's "
+                                    "own corpus, document SEED mod n, its first min(32, context/2) tokens; "
+                                    "stderr names it)")
     g.add_argument("--max-new-tokens", type=int_in(0, 100_000), default=200)
     g.add_argument("--temperature", type=float, default=1.0, help="0 = greedy")
     g.add_argument("--top-k", type=int_in(1, 2**31), help="keep the k most likely tokens")

@@ -105,3 +105,24 @@ def split_documents(run_dir, cfg, data, split: str, source: str | None = None) -
     if split == "all":
         return list(corpus.docs)
     return split_docs(corpus.docs, cfg.data.val_fraction, cfg.data.test_fraction)[split]
+
+
+PROMPT_TOKENS = 32  # the default prompt's length, at most half the context
+
+
+def validation_prompt(run_dir, cfg, seed: int = 0) -> tuple[bytes, dict]:
+    """The default prompt of ``normlab generate`` / ``normlab.generate``: the beginning of a validation document of
+    the run's own corpus (document ``seed mod n`` of the ``val`` split, ``split_documents``), its first
+    ``min(32, context // 2)`` tokens; a corpus of fewer than 3 documents has one validation document, the slice of
+    the text the split rule gives it. Returns ``(prompt bytes, {"split", "document", "documents", "tokens",
+    "source"})`` (which document it was: the command says so)."""
+    from normlab.run.rundir import run_data
+
+    data = run_data(run_dir, cfg, need_window=())
+    docs = [d for d in split_documents(run_dir, cfg, data, "val") if d]
+    if not docs:
+        raise NormlabError(f"the validation split of {run_dir} has no text to start from; give --prompt TEXT")
+    i = seed % len(docs)
+    ids = data.tokenizer.encode(docs[i])[: max(1, min(PROMPT_TOKENS, cfg.model.context // 2))]
+    return data.tokenizer.decode_bytes(ids), {"split": "val", "document": i, "documents": len(docs),
+                                              "tokens": len(ids), "source": cfg.data.source}
