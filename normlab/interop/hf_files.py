@@ -139,6 +139,7 @@ QUIET = frozenset((
     "return_dict", "output_hidden_states", "output_attentions", "torchscript", "is_encoder_decoder",
     "add_cross_attention", "tie_encoder_decoder", "use_bidirectional_attention", "pruned_heads",
     "attn_implementation", "_attn_implementation", "experts_implementation", "_experts_implementation",
+    "_attn_implementation_autoset", "_commit_hash", "use_bfloat16", "tf_legacy_loss",
 ))
 _QUIET_PATTERN = re.compile(r"(dropout|_pdrop|dropout_prob)$|^summary_")  # dropout rates, GPT-2's double-heads
 
