@@ -7,6 +7,9 @@ executed even with ``y`` on stdin (a marker file it would write must not appear;
 when asked to trust it, the positive control), a pickle-only directory is refused without ``torch.load`` being
 called, a missing tensor is refused (it used to be filled with transformers' random init), and an import without a
 tokenizer uses bytes for a 256-token vocabulary and never a document token outside the vocabulary (issue 29).
+Issue 39: config keys outside the allow-list never reach transformers (sizes bounded, semantic keys and hub-kernel
+attention refused, the rest noted), every JSON file read is size-capped (1 GiB sparse files refused unread), a FIFO
+in place of any file is refused or never opened, and ``python -m normlab`` ignores the current directory.
 """
 
 from __future__ import annotations
@@ -156,6 +159,8 @@ BAD = [  # (id, base directory, damage, key words of the one line)
     ("type-unknown", "gpt2", lambda d: edit_config(d, model_type="bert"), ["model type 'bert'", "allowed: gpt2"]),
     ("type-missing", "gpt2", lambda d: edit_config(d, model_type=_DELETE), ["model type null", "allowed:"]),
     ("type-number", "gpt2", lambda d: edit_config(d, model_type=3), ["model type 3"]),
+    ("type-control-chars", "gpt2", lambda d: edit_config(d, model_type="\x1b[31mevil\nline"),
+     ['model type "\\u001b[31mevil\\nline"']),
     ("auto-map-known-type", "gpt2", lambda d: edit_config(d, auto_map={"AutoConfig": "x.C"}), ["auto_map",
                                                                                                  "never runs"]),
     # whole-model limits, before anything is allocated
