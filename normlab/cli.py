@@ -58,19 +58,21 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def set_process_policies() -> None:
-    """Before torch is imported: the OpenMP wait policy (normlab.train.threads.set_wait_policy) and the C heap's
-    (normlab.train.heap.set_heap_policy), for this process and, through the environment, its children (sweep
+    """Before torch is imported: the ``NORMLAB_*`` variables checked (normlab.validate.check_environment), the
+    OpenMP wait policy with the threads ``auto`` may take (normlab.train.threads.set_wait_policy) and the C heap's
+    policy (normlab.train.heap.set_heap_policy), for this process and, through the environment, its children (sweep
     workers, DDP ranks). The ``normlab`` command and ``make demo`` call it first."""
+    from normlab.errors import NormlabError
     from normlab.train.heap import set_heap_policy
     from normlab.train.threads import set_wait_policy
+    from normlab.validate import check_environment
 
-    if os.environ.get("NORMLAB_MALLOC", "default") != "default":  # bad input: one line, exit 2, before anything runs
-        from normlab.errors import EXIT_BAD_INPUT
-
-        print(f"error: NORMLAB_MALLOC must be 'default' (glibc's own malloc settings) or unset, got "
-              f"{os.environ['NORMLAB_MALLOC']!r}", file=sys.stderr)
+    try:  # every NORMLAB_* variable: bad input is one line, exit 2, before anything runs
+        check_environment()
+    except NormlabError as e:
+        print(f"error: {e}", file=sys.stderr)
         sys.exit(EXIT_BAD_INPUT)
-    os.environ.setdefault("NORMLAB_WAIT_POLICY_NOTE", set_wait_policy())
+    set_wait_policy()  # the wait policy and auto's threads, from the machine's state now (kept if a parent set it)
     os.environ.setdefault("NORMLAB_HEAP_NOTE", set_heap_policy())
 
 

@@ -24,7 +24,7 @@ import typing
 from dataclasses import dataclass
 from typing import Any
 
-from normlab.errors import NormlabError
+from normlab.errors import NormlabError, did_you_mean
 
 MAX_SEED = 2**63 - 1
 GiB = 1024**3
@@ -171,15 +171,87 @@ def check_config(cfg: Any, prefix: str = "") -> None:
         check_value(key, value)
 
 
+# ---------------------------------------------------------------------------------------------- environment
+def _number(lo: float, lo_open: bool) -> typing.Callable[[str], Any]:
+    def parse(text: str) -> float:
+        v = float(text)  # ValueError for "lots"
+        if not math.isfinite(v) or v < lo or (lo_open and v == lo):
+            raise ValueError(text)
+        return v
+    return parse
+
+
+def _choice(*allowed: str) -> typing.Callable[[str], Any]:
+    def parse(text: str) -> str:
+        if text not in allowed:
+            raise ValueError(text)
+        return text
+    return parse
+
+
+def _path(text: str) -> str:
+    if not text.strip():
+        raise ValueError(text)
+    return text
+
+
+def _cpu_plan(text: str) -> str:
+    parts = text.split()
+    if len(parts) != 2 or not parts[0].isdigit() or int(parts[0]) < 1 or parts[1] not in ("spin", "passive"):
+        raise ValueError(text)
+    return text
+
+
+ENV_VARS: dict[str, tuple[str, typing.Callable[[str], Any]]] = {
+    "NORMLAB_CACHE_DIR": ("a directory path", _path),
+    "NORMLAB_DB_TIMEOUT": ("a finite number of seconds > 0", _number(0.0, True)),
+    "NORMLAB_DIST_BACKEND": ("'gloo' (or unset: NCCL for CUDA tensors)", _choice("gloo")),
+    "NORMLAB_MALLOC": ("'default' (glibc's own malloc settings) or unset", _choice("default")),
+    "NORMLAB_MEMORY_GB": ("a finite number of GiB > 0", _number(0.0, True)),
+    "NORMLAB_PROGRESS_EVERY": ("a finite number of seconds >= 0 (0: off)", _number(0.0, False)),
+    "NORMLAB_RAY_FILES": ("auto, shared or copy", _choice("auto", "shared", "copy")),
+    # set by normlab for its child processes (normlab.train.threads, normlab.train.heap)
+    "NORMLAB_CPU_PLAN": ("'<threads> spin' or '<threads> passive' (set by normlab)", _cpu_plan),
+    "NORMLAB_WAIT_POLICY_NOTE": ("any text (set by normlab)", str),
+    "NORMLAB_HEAP_NOTE": ("any text (set by normlab)", str),
+}
+"""Every ``NORMLAB_*`` environment variable normlab reads: what it must be, and its parser (ValueError when bad).
+``NORMLAB_TEST_*`` names are the test suite's hooks and are not normlab's."""
+
+
+def env_value(name: str, default: Any = None, environ: typing.Mapping[str, str] | None = None) -> Any:
+    """The parsed value of ``NORMLAB_*`` variable ``name`` (:data:`ENV_VARS`), ``default`` when unset or empty; a
+    one-line NormlabError naming the variable, the value and what is allowed when it is bad."""
+    text = (os.environ if environ is None else environ).get(name, "")
+    if text == "":
+        return default
+    what, parse = ENV_VARS[name]
+    try:
+        return parse(text)
+    except ValueError:
+        raise NormlabError(f"{name} must be {what}, got {text!r}") from None
+
+
+def check_environment(environ: typing.Mapping[str, str] | None = None) -> None:
+    """Every ``NORMLAB_*`` variable of ``environ`` (default ``os.environ``) known and valid (``env_value``); an
+    unknown name is refused with the closest known one (a misspelt variable would otherwise do nothing)."""
+    env = os.environ if environ is None else environ
+    for name in sorted(env):
+        if not name.startswith("NORMLAB_") or name.startswith("NORMLAB_TEST_"):
+            continue
+        if name not in ENV_VARS:
+            raise NormlabError(f"unknown environment variable {name}{did_you_mean(name, ENV_VARS)}; normlab reads "
+                               f"{', '.join(sorted(ENV_VARS))}")
+        env_value(name, environ=env)
+
+
 # ---------------------------------------------------------------------------------------------- memory
 def available_memory() -> int:
-    """Bytes this process may still allocate: ``MemAvailable`` (Linux), else physical memory."""
-    override = os.environ.get("NORMLAB_MEMORY_GB")
-    if override:
-        try:
-            return int(float(override) * GiB)
-        except ValueError:
-            pass
+    """Bytes this process may still allocate: ``MemAvailable`` (Linux), else physical memory;
+    ``NORMLAB_MEMORY_GB`` (GiB, finite, > 0) replaces it."""
+    override = env_value("NORMLAB_MEMORY_GB")
+    if override is not None:
+        return int(override * GiB)
     try:
         with open("/proc/meminfo") as f:
             for line in f:

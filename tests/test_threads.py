@@ -13,9 +13,14 @@ from normlab.config import load_config
 from normlab.model import build_model
 from normlab.train.threads import (
     FLOPS_PER_THREAD,
+    PRESSURE_BUSY,
+    SPINCOUNT,
     CpuBudget,
     cgroup_quota,
+    decide_cpu_plan,
     decide_threads,
+    read_budget,
+    read_pressure,
     resolve_threads,
     set_wait_policy,
     step_flops,
@@ -58,25 +63,167 @@ def test_cgroup_quota_v2_and_v1(tmp_path):
     assert cgroup_quota(tmp_path / "missing") is None
 
 
-def test_wait_policy():
-    busy, idle = CpuBudget(2, 2, None, 9.0), CpuBudget(2, 2, None, 0.2)
+PSI = "some avg10={some:.2f} avg60=1.00 avg300=1.00 total=123\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n"
+
+
+def _machine(tmp_path, monkeypatch, *, running: int, pressure: float | None, avg1: float = 0.0,
+             cores: int = 2) -> CpuBudget:
+    """A budget read from constructed ``/proc/pressure/cpu`` and ``/proc/loadavg`` (``running`` tasks runnable
+    besides this process), with ``cores`` cores in the affinity mask and no quota."""
+    from normlab.train import threads as T
+
+    monkeypatch.setattr(T, "_OWN", [0.0, 0.0])
+    monkeypatch.setattr(T.os, "cpu_count", lambda: cores)
+    monkeypatch.setattr(T.os, "sched_getaffinity", lambda pid: set(range(cores)))
+    monkeypatch.setattr(T, "cgroup_quota", lambda root=None: None)
+    monkeypatch.setattr(T.os, "getloadavg", lambda: (avg1, avg1, avg1))
+    psi, loadavg = tmp_path / "cpu", tmp_path / "loadavg"
+    if pressure is not None:
+        psi.write_text(PSI.format(some=pressure))
+    loadavg.write_text(f"{avg1:.2f} 0.00 0.00 {running + 1}/300 4242\n")
+    return read_budget(pressure_path=str(psi), loadavg_path=str(loadavg))
+
+
+def test_read_pressure(tmp_path):
+    f = tmp_path / "cpu"
+    f.write_text(PSI.format(some=37.5))
+    assert read_pressure(str(f)) == 37.5
+    assert read_pressure(str(tmp_path / "missing")) is None  # a kernel without PSI
+    f.write_text("some garbage\n")
+    assert read_pressure(str(f)) is None
+
+
+@pytest.mark.parametrize("running, pressure, avg1, cores, want", [
+    # idle: every usable core free and no CPU pressure -> a bounded spin and every core
+    (0, 0.0, 0.0, 2, (2, True)),
+    (0, None, 0.0, 2, (2, True)),  # no PSI: the load average decides
+    (0, 3.0, 1.9, 2, (2, True)),   # PSI present: a 1-minute average left by a run that just ended does not count
+    (0, 0.0, 0.0, 16, (16, True)),
+    # contended -> passive and fewer threads
+    (2, 0.0, 0.0, 2, (1, False)),   # a spinner per core: nothing free
+    (1, 0.0, 0.0, 2, (1, False)),   # one core taken
+    (0, PRESSURE_BUSY + 1, 0.0, 2, (1, False)),  # nothing runnable this instant, but tasks waited for a CPU
+    (0, None, 1.7, 2, (1, False)),  # no PSI: the average says a core is taken (and none of it is this process's)
+    (4, 0.0, 0.0, 16, (12, False)),
+    (0, 50.0, 0.0, 16, (15, False)),
+])
+def test_cpu_plan_from_pressure_and_load(tmp_path, monkeypatch, running, pressure, avg1, cores, want):
+    budget = _machine(tmp_path, monkeypatch, running=running, pressure=pressure, avg1=avg1, cores=cores)
+    assert budget.pressure == pressure
+    plan = decide_cpu_plan(budget, {})
+    assert (plan.threads, plan.spin) == want
+    if plan.spin:
+        assert plan.env == {"GOMP_SPINCOUNT": str(SPINCOUNT)} and plan.reason.startswith(f"GOMP_SPINCOUNT={SPINCOUNT}")
+        assert "idle" in plan.reason
+    else:
+        assert plan.env == {"OMP_WAIT_POLICY": "PASSIVE"} and "contended" in plan.reason
+    assert f"load {budget.load:.1f}" in plan.reason and f"up to {plan.threads} threads" in plan.reason
+    assert plan.encode() == f"{want[0]} {'spin' if want[1] else 'passive'}"
+
+
+@pytest.mark.parametrize("user, spin", [
+    ({"OMP_WAIT_POLICY": "PASSIVE"}, False), ({"OMP_WAIT_POLICY": "active"}, True),
+    ({"GOMP_SPINCOUNT": "0"}, False), ({"GOMP_SPINCOUNT": "1000000"}, True),
+])
+def test_the_users_openmp_settings_win(user, spin):
+    for budget in (CpuBudget(2, 2, None, 0.0, 0.0), CpuBudget(2, 2, None, 2.0, 80.0)):  # idle, busy
+        env = dict(user)
+        note = set_wait_policy(budget, env)
+        assert "from the environment" in note and "set by normlab" not in note
+        assert {k: env[k] for k in user} == user
+        assert not ({"OMP_WAIT_POLICY", "GOMP_SPINCOUNT"} - set(user)) & set(env)  # nothing of normlab's added
+        assert env["NORMLAB_CPU_PLAN"] == f"{decide_cpu_plan(budget, {}).threads} {'spin' if spin else 'passive'}"
+
+
+def test_set_wait_policy_writes_the_plan_and_keeps_a_parents():
+    idle, busy = CpuBudget(2, 2, None, 0.0, 0.0), CpuBudget(2, 2, None, 2.0, 0.0)
     env: dict[str, str] = {}
-    assert "PASSIVE" in set_wait_policy(busy, env) and env == {"OMP_WAIT_POLICY": "PASSIVE"}
+    note = set_wait_policy(idle, env)
+    assert env == {"GOMP_SPINCOUNT": str(SPINCOUNT), "NORMLAB_CPU_PLAN": "2 spin", "NORMLAB_WAIT_POLICY_NOTE": note}
     env = {}
-    assert "PASSIVE" in set_wait_policy(idle, env) and env == {"OMP_WAIT_POLICY": "PASSIVE"}  # idle now, not later
-    for var, value in (("OMP_WAIT_POLICY", "ACTIVE"), ("GOMP_SPINCOUNT", "30000")):  # the user's choice is kept
-        env = {var: value}
-        assert "from the environment" in set_wait_policy(idle, env) and env == {var: value}
+    note = set_wait_policy(busy, env)
+    assert env == {"OMP_WAIT_POLICY": "PASSIVE", "NORMLAB_CPU_PLAN": "1 passive", "NORMLAB_WAIT_POLICY_NOTE": note}
+    child = dict(env)  # a child of that process (a sweep worker, a DDP rank) keeps its parent's decision
+    assert set_wait_policy(idle, child) == note and child == env
 
 
-def test_resolve_threads_precedence():
+CHILD = ("import os, sys, json; before = 'torch' in sys.modules; import torch; "
+         "print(json.dumps({'before': before, **{k: os.environ.get(k) for k in "
+         "('OMP_WAIT_POLICY', 'GOMP_SPINCOUNT', 'NORMLAB_CPU_PLAN', 'NORMLAB_WAIT_POLICY_NOTE')}}))")
+PARENT = ("import os, sys, json, subprocess; from normlab.cli import set_process_policies; "
+          "assert 'torch' not in sys.modules; set_process_policies(); "
+          f"out = subprocess.run([sys.executable, '-c', {CHILD!r}], capture_output=True, text=True, check=True); "
+          "print(json.dumps({'torch_in_parent': 'torch' in sys.modules, 'child': json.loads(out.stdout), "
+          "**{k: os.environ.get(k) for k in ('OMP_WAIT_POLICY', 'GOMP_SPINCOUNT', 'NORMLAB_CPU_PLAN')}}))")
+
+
+def test_a_child_process_inherits_the_plan_before_torch_is_imported():
+    """The entry point's policies run before torch is imported; a child started afterwards (a sweep worker) has
+    the variables in its environment before it imports torch (libgomp reads them then)."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT") and not k.startswith("NORMLAB_")}
+    r = subprocess.run([sys.executable, "-c", PARENT], capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout)
+    plan, kid = got["NORMLAB_CPU_PLAN"], got["child"]
+    assert not got["torch_in_parent"] and not kid["before"]
+    assert kid["NORMLAB_CPU_PLAN"] == plan and "set by normlab" in kid["NORMLAB_WAIT_POLICY_NOTE"]
+    if plan.endswith(" spin"):
+        assert kid["GOMP_SPINCOUNT"] == str(SPINCOUNT) and kid["OMP_WAIT_POLICY"] is None
+    else:
+        assert kid["OMP_WAIT_POLICY"] == "PASSIVE" and kid["GOMP_SPINCOUNT"] is None
+    # the user's own setting reaches the child unchanged
+    r = subprocess.run([sys.executable, "-c", PARENT], capture_output=True, text=True, timeout=300,
+                       env={**env, "OMP_WAIT_POLICY": "ACTIVE"})
+    assert r.returncode == 0, r.stderr
+    kid = json.loads(r.stdout)["child"]
+    assert kid["OMP_WAIT_POLICY"] == "ACTIVE" and kid["GOMP_SPINCOUNT"] is None
+    assert "OMP_WAIT_POLICY=ACTIVE (from the environment)" in kid["NORMLAB_WAIT_POLICY_NOTE"]
+
+
+def test_resolve_threads_precedence(capsys):
     budget = CpuBudget(2, 2, None, 0.0)
     assert resolve_threads("auto", BIG, budget, override=3, environ={})[0] == 3  # a sweep's packing
+    assert resolve_threads(1, BIG, budget, override=2, environ={}, usable=2) == (1, "set in the config")  # not 2
     assert resolve_threads("auto", BIG, budget, environ={"OMP_NUM_THREADS": "1"}) == (
         1, "auto: OMP_NUM_THREADS in the environment")
     assert resolve_threads("auto", BIG, budget, environ={})[0] == 2
-    assert resolve_threads(5, BIG, budget, environ={}) == (5, "set in the config")
+    assert resolve_threads(2, BIG, budget, environ={}, usable=2) == (2, "set in the config")
     assert resolve_threads(None, BIG, budget, environ={})[0] is None
+    # the start's plan bounds auto (read without a budget: the plan was made at start)
+    assert resolve_threads("auto", BIG, environ={"NORMLAB_CPU_PLAN": "1 passive"})[0] == 1
+    n, why = resolve_threads("auto", BIG, environ={"NORMLAB_CPU_PLAN": "2 spin"})
+    assert n == 2 and "2 core(s) planned at start" in why
+    assert resolve_threads("auto", SMALL, environ={"NORMLAB_CPU_PLAN": "2 spin"})[0] == 1  # the size cap
+    assert capsys.readouterr().err == ""
+    # more threads than usable cores: clamped, with one warning line
+    n, why = resolve_threads(4096, BIG, budget, environ={}, usable=2)
+    assert (n, why) == (2, "set in the config (4096), clamped to the 2 usable core(s)")
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("warning: train.threads=4096 is more than the 2 usable core(s)")
+
+
+def test_packing_never_overrides_an_explicit_thread_count(tmp_path, cache, monkeypatch):
+    """A sweep worker hands its packing's count to the loop (``threads=2``, what ``--workers 1`` plans on 2 cores):
+    ``train.threads: 1`` keeps 1 (the summary and the thread count the run used), ``auto`` takes the packing."""
+    import torch
+
+    from normlab.train.loop import train
+
+    monkeypatch.setenv("NORMLAB_CACHE_DIR", str(cache))
+    base = ["train.steps=2", "model.width=32", "model.context=32", "train.eval_batches=1", "diag.every=0"]
+    n = torch.get_num_threads()
+    try:
+        one = train(load_config("tiny", [*base, "train.threads=1"]), tmp_path / "one", quiet=True, threads=2)
+        assert one["threads"] == 1 and one["threads_reason"].startswith("set in the config")
+        auto = train(load_config("tiny", [*base, "train.threads=auto"]), tmp_path / "auto", quiet=True, threads=2)
+        assert auto["threads"] == 2 and auto["threads_reason"].startswith("auto: set by the sweep's packing")
+    finally:
+        torch.set_num_threads(n)
 
 
 @pytest.mark.parametrize("activation", ["gelu", "swiglu"])
@@ -103,6 +250,22 @@ def test_run_records_threads(tmp_path, cache):
     assert "threads: 1" in (out / "config.yaml").read_text()
     bad = run_inproc("train", "tiny", "--set", "train.threads=many", "--out", str(tmp_path / "bad"), cache=cache)
     assert bad.returncode == 2 and "train.threads" in bad.stderr and not (tmp_path / "bad").exists()
+
+
+def test_more_threads_than_usable_cores_are_clamped_with_a_warning(tmp_path, cache):
+    """``train.threads=4096`` on a machine of a few cores used to start 4096 OpenMP threads (and stall)."""
+    from normlab.train.threads import usable_cores
+
+    out, cap = tmp_path / "run", usable_cores()
+    r = run_inproc("train", "tiny", "--set", "train.steps=2", "--set", "model.width=32", "--set", "model.context=32",
+                   "--set", "train.eval_batches=1", "--set", "diag.every=0", "--set", "train.threads=4096",
+                   "--out", str(out), cache=cache)
+    assert r.returncode == 0, r.stderr
+    warning = [ln for ln in r.stderr.splitlines() if ln.startswith("warning: train.threads")]
+    assert warning == [f"warning: train.threads=4096 is more than the {cap} usable core(s) of this process; "
+                       f"using {cap}"]
+    s = json.loads((out / "summary.json").read_text())
+    assert s["threads"] == cap and s["threads_reason"].startswith(f"set in the config (4096), clamped to the {cap}")
 
 
 def test_current_load_reads_the_runnable_count(tmp_path, monkeypatch):
@@ -160,5 +323,7 @@ def test_cli_run_records_auto_threads_and_wait_policy(tmp_path, cache):
             "--set", "train.eval_batches=1", "--set", "diag.every=0", "--out", str(out), cache=cache, check=True)
     s = json.loads((out / "summary.json").read_text())
     assert s["threads"] == 1 and s["threads_reason"].startswith("auto: OMP_NUM_THREADS in the environment")
-    assert "OMP_WAIT_POLICY" in s["threads_reason"]
+    note = s["threads_reason"].split("; ", 1)[1]  # the start's plan: passive or a bounded spin, and why
+    assert note.startswith(("OMP_WAIT_POLICY=PASSIVE (set by normlab: contended", f"GOMP_SPINCOUNT={SPINCOUNT} "
+                            "(set by normlab: idle")), note
     assert "threads: auto" in (out / "config.yaml").read_text()  # decided anew on every start and resume

@@ -102,3 +102,77 @@ def test_clean_flags_still_work(argv, key, run, cache):
     proc = run_inproc(*[str(run) if a == "RUN" else a for a in argv], cache=cache)
     assert proc.returncode == 0, proc.stderr
     assert key in json.loads(proc.stdout)
+
+
+BAD_ENV = [  # (variable, value, fragments of the one-line error)
+    ("NORMLAB_MEMORY_GB", "nan", ["NORMLAB_MEMORY_GB must be a finite number of GiB > 0", "'nan'"]),
+    ("NORMLAB_MEMORY_GB", "lots", ["NORMLAB_MEMORY_GB must be", "'lots'"]),
+    ("NORMLAB_MEMORY_GB", "-1", ["NORMLAB_MEMORY_GB must be", "'-1'"]),
+    ("NORMLAB_MEMORY_GB", "0", ["NORMLAB_MEMORY_GB must be", "'0'"]),
+    ("NORMLAB_MEMORY_GB", "inf", ["NORMLAB_MEMORY_GB must be", "'inf'"]),
+    ("NORMLAB_DB_TIMEOUT", "-5", ["NORMLAB_DB_TIMEOUT must be a finite number of seconds > 0", "'-5'"]),
+    ("NORMLAB_PROGRESS_EVERY", "soon", ["NORMLAB_PROGRESS_EVERY must be a finite number of seconds >= 0"]),
+    ("NORMLAB_PROGRESS_EVERY", "-1", ["NORMLAB_PROGRESS_EVERY must be"]),
+    ("NORMLAB_RAY_FILES", "rsync", ["NORMLAB_RAY_FILES must be auto, shared or copy", "'rsync'"]),
+    ("NORMLAB_DIST_BACKEND", "mpi", ["NORMLAB_DIST_BACKEND must be 'gloo'", "'mpi'"]),
+    ("NORMLAB_MALLOC", "fast", ["NORMLAB_MALLOC must be 'default'", "'fast'"]),
+    ("NORMLAB_CACHE_DIR", "  ", ["NORMLAB_CACHE_DIR must be a directory path"]),
+    ("NORMLAB_CPU_PLAN", "4096 warp", ["NORMLAB_CPU_PLAN must be '<threads> spin' or '<threads> passive'"]),
+    ("NORMLAB_CPU_PLAN", "0 spin", ["NORMLAB_CPU_PLAN must be"]),
+    ("NORMLAB_MEMORY_G", "8", ["unknown environment variable NORMLAB_MEMORY_G (did you mean 'NORMLAB_MEMORY_GB'?)"]),
+]
+
+
+@pytest.mark.parametrize("name,value,fragments", BAD_ENV, ids=[f"{n}={v}" for n, v, _ in BAD_ENV])
+def test_bad_environment_variable_is_refused(name, value, fragments):
+    from normlab.errors import NormlabError
+    from normlab.validate import check_environment
+
+    with pytest.raises(NormlabError) as e:
+        check_environment({"PATH": "/bin", name: value})
+    assert all(f in str(e.value) for f in fragments) and "\n" not in str(e.value), str(e.value)
+
+
+def test_good_environment_values_parse():
+    from normlab.validate import GiB, available_memory, check_environment, env_value
+
+    good = {"NORMLAB_MEMORY_GB": "0.5", "NORMLAB_DB_TIMEOUT": "2.5", "NORMLAB_PROGRESS_EVERY": "0",
+            "NORMLAB_RAY_FILES": "copy", "NORMLAB_DIST_BACKEND": "gloo", "NORMLAB_MALLOC": "default",
+            "NORMLAB_CACHE_DIR": "some/dir", "NORMLAB_CPU_PLAN": "2 spin", "NORMLAB_WAIT_POLICY_NOTE": "anything",
+            "NORMLAB_HEAP_NOTE": "x", "NORMLAB_TEST_KILL_AFTER": "3", "NORMLAB_MEMORY_GB_EXTRA": ""}
+    with pytest.raises(Exception, match="unknown environment variable NORMLAB_MEMORY_GB_EXTRA"):
+        check_environment(good)  # an unknown name, even empty
+    del good["NORMLAB_MEMORY_GB_EXTRA"]
+    check_environment(good)  # NORMLAB_TEST_* belongs to the test suite
+    assert env_value("NORMLAB_MEMORY_GB", environ=good) == 0.5
+    assert env_value("NORMLAB_MEMORY_GB", 7, environ={"NORMLAB_MEMORY_GB": ""}) == 7  # empty = unset
+    import os
+
+    old = os.environ.get("NORMLAB_MEMORY_GB")
+    try:
+        os.environ["NORMLAB_MEMORY_GB"] = "1.5"
+        assert available_memory() == int(1.5 * GiB)
+        os.environ["NORMLAB_MEMORY_GB"] = "nan"  # the library refuses it too (an API user skips the entry point)
+        with pytest.raises(Exception, match="NORMLAB_MEMORY_GB must be"):
+            available_memory()
+    finally:
+        os.environ.pop("NORMLAB_MEMORY_GB") if old is None else os.environ.__setitem__("NORMLAB_MEMORY_GB", old)
+
+
+@pytest.mark.parametrize("name,value,fragment", [
+    ("NORMLAB_MEMORY_GB", "nan", "NORMLAB_MEMORY_GB must be a finite number of GiB > 0, got 'nan'"),
+    ("NORMLAB_MEMORY_GB", "-1", "NORMLAB_MEMORY_GB must be a finite number of GiB > 0, got '-1'"),
+    ("NORMLAB_PROGRESS_EVERY", "x", "NORMLAB_PROGRESS_EVERY must be"),
+])
+def test_the_command_refuses_a_bad_variable_before_anything_runs(name, value, fragment, tmp_path):
+    """The ``normlab`` entry point checks every ``NORMLAB_*`` variable first: one line, exit 2, nothing written."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, name: value}
+    out = tmp_path / "run"
+    r = subprocess.run([sys.executable, "-m", "normlab", "train", "tiny", "--out", str(out)], env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert_bad_input(r, fragment)
+    assert not out.exists()

@@ -4,13 +4,13 @@ its log is. The step is the last record of the run's ``metrics.jsonl`` (written 
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 from typing import Any
 
 from normlab.run.files import METRICS_FILE
 from normlab.run.rundir import last_step
+from normlab.validate import env_value
 
 DEFAULT_EVERY_S = 30.0
 
@@ -36,10 +36,7 @@ def describe_row(row: dict[str, Any]) -> str:
 
 
 def report_every() -> float:
-    try:
-        return max(0.0, float(os.environ.get("NORMLAB_PROGRESS_EVERY", DEFAULT_EVERY_S)))
-    except ValueError:
-        return DEFAULT_EVERY_S
+    return env_value("NORMLAB_PROGRESS_EVERY", DEFAULT_EVERY_S)  # a bad value: one line (normlab.validate)
 
 
 def eta_s(step: int, steps: int, first_step: int, elapsed_s: float) -> float | None:

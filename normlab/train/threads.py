@@ -17,25 +17,36 @@ model's step is large enough to share.
   60-second time constant of a process that kept ``rate`` threads busy -- is taken off first (``own_load``).
 - **size cap**: ``floor(flops_per_step / FLOPS_PER_THREAD)`` threads, at least 1 (``6 N`` FLOPs per token for
   ``N`` matrix parameters, nanoGPT's estimate, times the step's tokens).
-- ``auto`` = ``max(1, min(free, usable, size cap))``.
+- ``auto`` = ``max(1, min(planned, size cap))``, ``planned`` the cores of the start's plan below.
+- a number is the count, clamped to the usable cores with a one-line warning (thousands of threads on two cores
+  stall); a sweep's packing (workers x threads) replaces ``auto`` only, never a number.
 
-OpenMP wait policy: after a parallel region libgomp's idle threads spin (for about 300k iterations by default)
-before sleeping. Spinning pays only when every thread has a core to itself; on a busy machine the spinners take
-the cores the other threads need (the numbers above). libgomp reads the variables once, when torch is imported,
-so ``set_wait_policy`` must run before that: the ``normlab`` entry point calls it and sets ``PASSIVE``, also on a
-machine that is idle at start, where it costs: at shape S, 30 training steps on 2 threads took 2.02 s with
-``PASSIVE``, 1.26 s with libgomp's default spin and 1.35 s with a bounded spin (``GOMP_SPINCOUNT=30000``), against
-2.05 s on one thread (idle 2-core AMD EPYC, ``benchmarks/omp_wait_policy.py --step S --spincount 30000`` and
-``--threads 1``; docs/benchmarks.md). It stays passive because a run cannot know that the machine stays idle: with
-two busy processes started beside it, the same 30 steps took 4.5 s passive, 5.3 s with the default spin and 16.3 s
-with the bounded one (same command with ``--competitors 2``): spinning under contention is erratic and can
-collapse. On a
-machine you know stays dedicated, set ``GOMP_SPINCOUNT`` or ``OMP_WAIT_POLICY`` yourself: a value of either in the
-environment is kept.
+OpenMP wait policy and thread count, decided together once, before torch is imported (``set_wait_policy``, which the
+``normlab`` entry point calls): after a parallel region libgomp's idle threads spin (about 300k iterations by
+default) before sleeping. Spinning pays only when every thread has a core to itself: at shape S on an idle 2-core
+machine, 30 training steps on 2 threads took 1.26 s with libgomp's spin, 1.35 s with a bounded one
+(``GOMP_SPINCOUNT=30000``) and 2.02 s passive, against 2.05 s on one thread; on a busy machine the spinners take the
+cores the other threads need (200 small regions: 14.7 s spinning, 0.87 s passive, 0.25 s on one thread), and under
+two competitors spinning was erratic (``benchmarks/omp_wait_policy.py``, docs/benchmarks.md). So, from what the
+machine is doing at start (``decide_cpu_plan``):
+
+- **idle** -- every usable core free (the runnable count above) and, where the kernel reports it
+  (``/proc/pressure/cpu``, PSI), no task waited for a CPU more than ``PRESSURE_BUSY`` percent of the last 10 s:
+  a bounded spin (``GOMP_SPINCOUNT=SPINCOUNT``) and every usable core for ``auto``;
+- **contended** -- ``OMP_WAIT_POLICY=PASSIVE`` and fewer threads: the free cores, at most ``usable - 1``, at least 1.
+
+With PSI the load is the runnable count now (PSI sees the contention the 1-minute average would report a minute late,
+and not a normlab run that just ended); without it, the 1-minute average less this process's own runs as above.
+``OMP_WAIT_POLICY`` or ``GOMP_SPINCOUNT`` in the environment is kept (the user's choice), and so is
+``OMP_NUM_THREADS`` for ``auto``. The decision travels to the run and to child processes (sweep workers, DDP ranks)
+in ``NORMLAB_CPU_PLAN`` (``"<threads> spin|passive"``) and its account in ``NORMLAB_WAIT_POLICY_NOTE``; the run's
+log line and ``summary.json`` (``threads_reason``) carry both. A decision lasts the process: libgomp reads the
+variables once, so a machine that becomes busy later keeps the bounded spin.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import sys
@@ -52,12 +63,14 @@ FLOPS_PER_THREAD = 1.5e9
 @dataclass(frozen=True)
 class CpuBudget:
     """What this process may use: ``cores`` on the machine, ``affinity`` cores in its mask, ``quota`` CPUs of
-    cgroup quota (None: no limit) and the 1-minute ``load`` average."""
+    cgroup quota (None: no limit), the ``load`` (tasks of others runnable, see the module docstring) and
+    ``pressure``, PSI's ``some avg10`` (percent of the last 10 s some task waited for a CPU; None: not reported)."""
 
     cores: int
     affinity: int
     quota: float | None
     load: float
+    pressure: float | None = None
 
     @property
     def usable(self) -> int:
@@ -70,8 +83,9 @@ class CpuBudget:
 
     def text(self) -> str:
         quota = "none" if self.quota is None else f"{self.quota:g} CPUs"
+        psi = "" if self.pressure is None else f", cpu pressure {self.pressure:.0f}%"
         return (f"{self.usable} usable of {self.cores} cores (affinity {self.affinity}, cgroup quota {quota}), "
-                f"load {self.load:.1f} -> {self.free} free")
+                f"load {self.load:.1f} -> {self.free} free{psi}")
 
 
 def cgroup_quota(root: Path = Path("/sys/fs/cgroup")) -> float | None:
@@ -90,14 +104,41 @@ def cgroup_quota(root: Path = Path("/sys/fs/cgroup")) -> float | None:
         return None
 
 
-def read_budget() -> CpuBudget:
-    """This process's :class:`CpuBudget` now."""
+def read_pressure(path: str = "/proc/pressure/cpu") -> float | None:
+    """PSI's ``some avg10`` for the CPU (percent of the last 10 s in which some runnable task waited for a CPU;
+    Linux >= 4.20 with PSI on), or None where the file is missing or unreadable."""
+    try:
+        with open(path) as f:
+            for line in f:
+                if line.startswith("some "):
+                    value = float(dict(kv.split("=", 1) for kv in line.split()[1:])["avg10"])
+                    return value if math.isfinite(value) and value >= 0 else None
+    except (OSError, ValueError, KeyError):
+        pass
+    return None
+
+
+def read_budget(pressure_path: str = "/proc/pressure/cpu", loadavg_path: str = "/proc/loadavg") -> CpuBudget:
+    """This process's :class:`CpuBudget` now: with PSI the load is the runnable count of other tasks now, else
+    ``current_load`` (the 1-minute average less this process's own runs, or the runnable count if larger)."""
+    pressure = read_pressure(pressure_path)
+    load = current_load(path=loadavg_path, average=pressure is None)
+    return dataclasses.replace(static_budget(), load=load, pressure=pressure)
+
+
+def static_budget() -> CpuBudget:
+    """This process's cores, affinity and quota, with no load read (``load`` 0)."""
     cores = os.cpu_count() or 1
     try:
         affinity = len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
         affinity = cores
-    return CpuBudget(cores, affinity, cgroup_quota(), current_load())
+    return CpuBudget(cores, affinity, cgroup_quota(), 0.0)
+
+
+def usable_cores() -> int:
+    """The cores this process may use (affinity mask capped by the cgroup quota), without reading the load."""
+    return static_budget().usable
 
 
 LOAD_TAU_S = 60.0  # the time constant of the kernel's 1-minute load average (an exponential average)
@@ -128,14 +169,16 @@ def own_load(at: float | None = None) -> float:
     return _OWN[0] * math.exp(-max(0.0, at - _OWN[1]) / LOAD_TAU_S)
 
 
-def current_load(samples: int = 5, interval_s: float = 0.01, path: str = "/proc/loadavg") -> float:
+def current_load(samples: int = 5, interval_s: float = 0.01, path: str = "/proc/loadavg",
+                 average: bool = True) -> float:
     """The larger of the 1-minute load average less this process's own share (``own_load``) and the median number
     of *other* runnable tasks right now (``/proc/loadavg``'s ``running/total`` field, minus this process, over
-    ``samples`` reads): the average lags a minute behind processes that just started."""
+    ``samples`` reads): the average lags a minute behind processes that just started. ``average=False``: the
+    runnable count alone (where PSI reports contention)."""
     import time
 
     try:
-        avg, now = max(0.0, os.getloadavg()[0] - own_load()), []
+        avg, now = (max(0.0, os.getloadavg()[0] - own_load()) if average else 0.0), []
         for i in range(samples):
             with open(path) as f:
                 now.append(max(0, int(f.read().split()[3].split("/")[0]) - 1))
@@ -163,52 +206,124 @@ def step_flops(cfg) -> float:
     return tokens * (6 * n + 12 * m.depth * m.width * m.context)
 
 
-def decide_threads(flops: float, budget: CpuBudget) -> tuple[int, str]:
-    """``(threads, reason)`` for a step of ``flops`` FLOPs under ``budget`` (the module docstring's rule)."""
-    by_size = max(1, math.floor(flops / FLOPS_PER_THREAD))
-    n = max(1, min(budget.free, budget.usable, by_size))
-    if budget.free == 0:
-        why = "no free core (one thread)"
-    elif n < budget.free:
-        why = f"the step is too small to share among more than {by_size} thread(s)"
+PRESSURE_BUSY = 10.0
+"""PSI ``some avg10`` (percent) at or above which the CPU counts as contended even when no core looks taken."""
+SPINCOUNT = 30000
+"""libgomp's spin iterations before an idle thread sleeps, when normlab chooses to spin (its default is 300k)."""
+WAIT_VARS = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
+
+
+@dataclass(frozen=True)
+class CpuPlan:
+    """The start's decision: ``threads`` the most ``auto`` uses, ``spin`` whether idle OpenMP threads spin,
+    ``env`` the variables normlab sets (empty when the environment's win) and ``reason`` the account."""
+
+    threads: int
+    spin: bool
+    env: dict[str, str]
+    reason: str
+
+    def encode(self) -> str:
+        """``NORMLAB_CPU_PLAN``'s value: ``"<threads> spin|passive"``."""
+        return f"{self.threads} {'spin' if self.spin else 'passive'}"
+
+
+def parse_plan(text: str) -> tuple[int, bool] | None:
+    """``(threads, spin)`` from ``NORMLAB_CPU_PLAN``'s value, or None when it is not ``"<n >= 1> spin|passive"``."""
+    parts = text.split()
+    if len(parts) != 2 or not parts[0].isdigit() or int(parts[0]) < 1 or parts[1] not in ("spin", "passive"):
+        return None
+    return int(parts[0]), parts[1] == "spin"
+
+
+def decide_cpu_plan(budget: CpuBudget, environ: dict[str, str]) -> CpuPlan:
+    """The wait policy and the most threads ``auto`` takes, for ``budget`` (the module docstring's rule). A
+    ``OMP_WAIT_POLICY`` / ``GOMP_SPINCOUNT`` in ``environ`` wins: nothing is set and the threads follow the same
+    rule. Pure: reads nothing but its arguments, sets nothing."""
+    busy_psi = budget.pressure is not None and budget.pressure >= PRESSURE_BUSY
+    idle = budget.free >= budget.usable and not busy_psi
+    threads = budget.usable if idle else max(1, min(budget.free, budget.usable - 1))
+    why = (f"idle: {budget.text()}" if idle else
+           f"contended ({'cpu pressure' if busy_psi and budget.free >= budget.usable else 'cores taken'}): "
+           f"{budget.text()}")
+    user = [f"{v}={environ[v]}" for v in WAIT_VARS if environ.get(v)]
+    if user:
+        policy = environ.get("OMP_WAIT_POLICY", "").strip().upper()
+        spin = policy != "PASSIVE" and environ.get("GOMP_SPINCOUNT", "").strip() != "0"
+        return CpuPlan(threads, spin, {}, f"{', '.join(user)} (from the environment); {why}")
+    if idle:
+        env = {"GOMP_SPINCOUNT": str(SPINCOUNT)}
     else:
-        why = "one thread per free core"
-    return n, f"auto: {why}; {budget.text()}; step {flops / 1e9:.1f} GFLOP"
-
-
-def resolve_threads(value: int | str | None, flops: float, budget: CpuBudget | None = None,
-                    override: int | None = None, environ: dict[str, str] | None = None) -> tuple[int | None, str]:
-    """``train.threads`` -> ``(threads to set or None for torch's default, reason)``. ``override``: a count the
-    caller planned (a sweep's workers x threads), which wins; with ``auto``, ``OMP_NUM_THREADS`` in the environment
-    (a launcher's share, e.g. ``normlab train --nproc``) wins over the rule."""
-    if override:
-        return override, "set by the sweep's packing (workers x threads)"
-    if value == "auto":
-        env = (os.environ if environ is None else environ).get("OMP_NUM_THREADS", "")
-        if env.strip().isdigit() and int(env) >= 1:
-            return int(env), "auto: OMP_NUM_THREADS in the environment"
-        return decide_threads(flops, budget or read_budget())
-    if value is None:
-        return None, "null: torch's default (every core)"
-    return int(value), "set in the config"
+        env = {"OMP_WAIT_POLICY": "PASSIVE"}
+    setting = ", ".join(f"{k}={v}" for k, v in env.items())
+    return CpuPlan(threads, idle, env, f"{setting} (set by normlab: {why}; up to {threads} threads)")
 
 
 def set_wait_policy(budget: CpuBudget | None = None, environ: dict[str, str] | None = None) -> str:
-    """Set ``OMP_WAIT_POLICY=PASSIVE`` in ``environ`` (default ``os.environ``) unless the environment sets
-    ``OMP_WAIT_POLICY`` or ``GOMP_SPINCOUNT``; returns a one-line account. Effective only before torch is first
-    imported. Passive also on a machine that is idle at start (the module docstring gives the measured cost and why)."""
+    """Decide the start's :class:`CpuPlan` (``decide_cpu_plan`` on ``budget``, default read now) and put it in
+    ``environ`` (default ``os.environ``, so child processes inherit it): its variables, ``NORMLAB_CPU_PLAN`` and the
+    account in ``NORMLAB_WAIT_POLICY_NOTE``, which it returns. Effective only before torch is first imported; a plan
+    already in the environment (a normlab parent's) is kept."""
     env = os.environ if environ is None else environ
-    for var in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT"):
-        if env.get(var):
-            return f"{var}={env[var]} (from the environment)"
-    budget = budget or read_budget()
+    if env.get("NORMLAB_CPU_PLAN") and parse_plan(env["NORMLAB_CPU_PLAN"]) and env.get("NORMLAB_WAIT_POLICY_NOTE"):
+        return env["NORMLAB_WAIT_POLICY_NOTE"]
+    plan = decide_cpu_plan(budget or read_budget(), env)
+    note = plan.reason
     if environ is None and "torch" in sys.modules:
-        return "OMP_WAIT_POLICY unset (torch was imported before normlab could set it)"
-    env["OMP_WAIT_POLICY"] = "PASSIVE"
-    return f"OMP_WAIT_POLICY=PASSIVE (set by normlab; {budget.free} of {budget.usable} usable cores free at start)"
+        note = f"wait policy unchanged (torch was imported before normlab could set it); {plan.reason}"
+    else:
+        env.update(plan.env)
+    env["NORMLAB_CPU_PLAN"] = plan.encode()
+    env["NORMLAB_WAIT_POLICY_NOTE"] = note
+    return note
+
+
+def decide_threads(flops: float, budget: CpuBudget, planned: int | None = None) -> tuple[int, str]:
+    """``(threads, reason)`` for a step of ``flops`` FLOPs: at most ``planned`` (the start's plan; default the
+    plan ``decide_cpu_plan`` makes for ``budget``) and the size cap (the module docstring's rule)."""
+    by_size = max(1, math.floor(flops / FLOPS_PER_THREAD))
+    cores = decide_cpu_plan(budget, {}).threads if planned is None else planned
+    n = max(1, min(cores, by_size))
+    if n < cores:
+        why = f"the step is too small to share among more than {by_size} thread(s)"
+    elif cores == 1:
+        why = "one core planned (one thread)"
+    else:
+        why = "one thread per planned core"
+    where = budget.text() if planned is None else f"{planned} core(s) planned at start"
+    return n, f"auto: {why}; {where}; step {flops / 1e9:.1f} GFLOP"
+
+
+def resolve_threads(value: int | str | None, flops: float, budget: CpuBudget | None = None,
+                    override: int | None = None, environ: dict[str, str] | None = None,
+                    usable: int | None = None) -> tuple[int | None, str]:
+    """``train.threads`` -> ``(threads to set or None for torch's default, reason)``. A number is kept, clamped to
+    the ``usable`` cores (default: this process's; a one-line warning on stderr). ``override``: a count the caller
+    planned (a sweep's workers x threads), which replaces ``auto`` only. With ``auto``, ``OMP_NUM_THREADS`` in the
+    environment (a launcher's share, e.g. ``normlab train --nproc``) wins over the rule, and the start's plan
+    (``NORMLAB_CPU_PLAN``) bounds it; without a plan the budget is read now."""
+    env = os.environ if environ is None else environ
+    if value == "auto":
+        if override:
+            return override, "auto: set by the sweep's packing (workers x threads)"
+        omp = env.get("OMP_NUM_THREADS", "")
+        if omp.strip().isdigit() and int(omp) >= 1:
+            return int(omp), "auto: OMP_NUM_THREADS in the environment"
+        plan = parse_plan(env.get("NORMLAB_CPU_PLAN", ""))
+        if plan is not None and budget is None:
+            return decide_threads(flops, static_budget(), planned=plan[0])
+        return decide_threads(flops, budget or read_budget())
+    if value is None:
+        return None, "null: torch's default"
+    n, cap = int(value), usable or usable_cores()
+    if n > cap:
+        print(f"warning: train.threads={n} is more than the {cap} usable core(s) of this process; using {cap}",
+              file=sys.stderr)
+        return cap, f"set in the config ({n}), clamped to the {cap} usable core(s)"
+    return n, "set in the config"
 
 
 def wait_policy_note() -> str:
     """The account ``set_wait_policy`` left in ``NORMLAB_WAIT_POLICY_NOTE``, else what the environment says."""
-    set_vars = [f"{v}={os.environ[v]}" for v in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT") if os.environ.get(v)]
+    set_vars = [f"{v}={os.environ[v]}" for v in WAIT_VARS if os.environ.get(v)]
     return os.environ.get("NORMLAB_WAIT_POLICY_NOTE") or (", ".join(set_vars) or "OMP_WAIT_POLICY unset")
