@@ -348,3 +348,38 @@ def test_store_rejects_unknown_columns(tmp_path):
         store.update("x", nonsense=1)
     with pytest.raises(NormlabError, match="not in"):
         store.get("missing")
+
+
+# -- stacked groups (normlab.train.stacked through the runner) ---------------------------------------------------
+def test_compare_stack_on_trains_each_variant_as_one_group(tmp_path, cache, monkeypatch):
+    """``normlab compare --stack on``: each variant's seeds and learning rates train as one stacked group in the
+    driver; every run gets its own directory, store row and curves, equal to fp32 round-off to the same sweep run
+    with ``--stack off``; a variant with dropout trains alone (the reason is logged). ``auto`` on a CPU stacks
+    nothing."""
+    from normlab.experiments.runner import run_sweep
+    from normlab.experiments.worker import plan_stacks
+
+    monkeypatch.setenv("NORMLAB_CACHE_DIR", str(cache))
+    spec = {"name": "stk", "base": "tiny",
+            "set": {**FAST, "diag.every": 0, "model.width": 32, "model.context": 32, "train.batch_size": 4,
+                    "train.precision": "fp32", "train.compile": False, "train.track": []},
+            "variants": [{"name": "ln", "set": {}}, {"name": "rms", "set": {"model.norm": "rmsnorm"}},
+                         {"name": "drop", "set": {"model.dropout": 0.1}}],
+            "axes": {"train.lr": [0.003, 0.006]}, "seeds": [0, 1]}
+    sweep = parse_sweep(spec)
+    groups, alone, why = plan_stacks({r.run_id: r.config for r in sweep.runs}, "on")
+    assert sorted(map(len, groups)) == [4, 4] and len(alone) == 4 and "model.dropout" in why
+    assert plan_stacks({r.run_id: r.config for r in sweep.runs}, "off")[0] == []
+    if not any(Path("/dev").glob("nvidia[0-9]*")):
+        assert plan_stacks({r.run_id: r.config for r in sweep.runs}, "auto")[0] == []
+    small = parse_sweep({**spec, "variants": spec["variants"][:2], "axes": {"train.lr": [0.003]}})
+    logs: list[str] = []
+    on = run_sweep(small, tmp_path / "on", workers=1, threads=1, inline=True, stack="on", log=logs.append)
+    off = run_sweep(small, tmp_path / "off", workers=1, threads=1, inline=True, stack="off", log=lambda s: None)
+    assert on.status == off.status == "completed" and any("2 group(s) of 4 runs stacked" in m for m in logs)
+    rows_on = {r["run_id"]: r for r in on.runs}
+    for r in off.runs:
+        assert rows_on[r["run_id"]]["status"] == "completed", rows_on[r["run_id"]].get("error")
+        assert r["val_bpb"] is not None
+        assert rows_on[r["run_id"]]["val_bpb"] == pytest.approx(r["val_bpb"], rel=1e-5)
+        assert len(Store(tmp_path / "on" / "results.sqlite").curves(r["run_id"])) > 0

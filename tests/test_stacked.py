@@ -13,7 +13,7 @@ from normlab.config import load_config
 from normlab.errors import NormlabError
 from normlab.train.loop import train
 from normlab.train.stacked import group_configs, stack_key, stack_refusal, train_stacked
-from tests.helpers import weights
+from tests.helpers import scratch_norm, weights
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -112,7 +112,46 @@ def test_diagnostic_steps_and_a_diverging_member(tmp_path, cache):
                                    rtol=1e-4, atol=1e-6)
 
 
-def test_groups_and_refusals(cache):
+class _NoVmapFn(torch.autograd.Function):
+    """An old-style autograd Function (no ``setup_context``): torch.func.vmap refuses it."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x * 1.0
+
+    @staticmethod
+    def backward(ctx, g):
+        return g
+
+
+class _NoVmapNorm(torch.nn.Module):
+    name = "novmap"
+    paper = description = "test double whose forward cannot be vmapped"
+
+    def __init__(self, dim, *, eps=1e-5, affine=True, bias=True):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.ones(dim))
+
+    def forward(self, x):
+        return _NoVmapFn.apply(x) * self.weight
+
+
+def test_an_rmsnorm_group_equals_its_runs_alone(tmp_path, cache):
+    """RMSNorm's hand-written autograd Function has no vmap rule: under vmap the norm takes ``F.rms_norm`` (same
+    formula), and the group still equals its runs alone to fp32 round-off."""
+    extra = ["model.norm=rmsnorm", "train.steps=3", "train.checkpoint_every=3"]
+    cfgs = _cfgs(cache, extra)[:2]
+    train_stacked(cfgs, [tmp_path / "s0", tmp_path / "s1"], quiet=True)
+    for i, cfg in enumerate(_cfgs(cache, extra)[:2]):
+        train(cfg, tmp_path / f"a{i}", quiet=True)
+        wa, ws = weights(tmp_path / f"a{i}"), weights(tmp_path / f"s{i}")
+        for k in wa:
+            torch.testing.assert_close(ws[k], wa[k], rtol=1e-5, atol=1e-6, msg=k)
+
+
+def test_groups_and_refusals(cache, monkeypatch):
+    name = scratch_norm(monkeypatch, "novmap", _NoVmapNorm)
+    assert "cannot run under torch.func.vmap" in stack_refusal(load_config("tiny", [f"model.norm={name}"]))
     cfgs = _cfgs(cache)
     other = load_config("tiny", [*SETS, "model.norm=rmsnorm"])
     assert group_configs([cfgs[0], other, cfgs[1], cfgs[3]]) == [[0, 2, 3], [1]]

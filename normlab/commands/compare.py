@@ -71,7 +71,7 @@ def _execute(sweep: Any, out: Path, args: argparse.Namespace) -> tuple[Any, dict
     from normlab.experiments.plan import looks_of
     from normlab.experiments.runner import run_sweep
 
-    kw = {"workers": args.workers, "executor": args.executor, "address": args.address}
+    kw = {"workers": args.workers, "executor": args.executor, "address": args.address, "stack": args.stack}
     if looks_of(sweep.spec) is None:
         return run_sweep(sweep, out, **kw), None
     from normlab.experiments.sequential import run_until_decided
@@ -231,5 +231,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     cp.add_argument("--replicate-on", metavar="SOURCE",
                     help="run the same declared design on this data source too (docs/data.md) and show each primary "
                     "conclusion on both; overrides the sweep's replicate:")
+    cp.add_argument("--stack", choices=["auto", "on", "off"],
+                    help="train runs of one architecture (a variant's seeds and learning rates) as one stacked model: "
+                    "auto (on a CUDA device; off on CPU), on, off (default: the runs' train.stack; docs/compare.md)")
     cp.add_argument("--json", action="store_true", help="print one JSON object at the end (progress goes to stderr)")
     cp.set_defaults(func=run_compare)

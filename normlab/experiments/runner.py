@@ -140,14 +140,17 @@ def _worker_env(threads: int) -> dict[str, str]:
 
 def run_sweep(sweep: Sweep, sweep_dir: Path, *, workers: int | None = None,
               log: Callable[[str], None] | None = None, executor: str = "local",
-              address: str | None = None, threads: int | None = None, inline: bool = False) -> SweepOutcome:
+              address: str | None = None, threads: int | None = None, inline: bool = False,
+              stack: str | None = None) -> SweepOutcome:
     """Run every unfinished run of ``sweep`` in ``sweep_dir`` (see the module docstring); returns the outcome.
     ``executor``: ``local`` worker processes, or ``ray`` tasks on the cluster at ``address``
     (``normlab.experiments.executors``). ``threads``: torch threads per worker (default: cores // workers; the
     claims suite passes 1, which its bit-for-bit reproducible numbers depend on). ``inline``: train the runs one
     after another in this process instead of one worker process each (the local executor with one worker), for
     many tiny runs whose process start-up (~3 s: docs/benchmarks.md, sweep overhead) would dominate; the store, logs
-    and Ctrl-C behave the same."""
+    and Ctrl-C behave the same. ``stack``: ``--stack auto|on|off`` (default: each run's ``train.stack``): runs of one
+    architecture train first, as stacked groups in this process (normlab.experiments.worker.plan_stacks,
+    normlab.train.stacked), the others as without it (local executor only)."""
     from normlab.experiments.executors import check_executor
 
     log = log or (lambda s: print(s, file=sys.stderr, flush=True))
@@ -189,13 +192,20 @@ def run_sweep(sweep: Sweep, sweep_dir: Path, *, workers: int | None = None,
             from normlab.experiments.executors import cluster_cpus, connect, plan_ray
 
             ray = connect(address)
-        n_workers, planned = plan_ray(ray, len(todo), workers) if ray else plan_workers(len(todo), workers)
+        groups, stack_note = [], ""
+        if todo and ray is None:
+            from normlab.experiments.worker import plan_stacks
+
+            groups, _, stack_note = plan_stacks({r.run_id: r.config for r in todo}, stack)
+        in_groups = {r for g in groups for r in g}
+        alone = [r for r in todo if r.run_id not in in_groups]
+        n_workers, planned = plan_ray(ray, len(todo), workers) if ray else plan_workers(max(len(alone), 1), workers)
         packing: dict[str, float] = {}
         if threads is not None:
             if threads < 1:
                 raise NormlabError(f"threads must be >= 1, got {threads}")
-        elif ray is None and workers is None and not inline and len(todo) > 1 and available_cores() > 1:  # .packing
-            n_workers, planned, packing = _choose_packing(sweep, todo, log)
+        elif ray is None and workers is None and not inline and len(alone) > 1 and available_cores() > 1:  # .packing
+            n_workers, planned, packing = _choose_packing(sweep, alone, log)
         threads = threads or planned
         outcome = SweepOutcome(sweep_dir, "completed", skipped=skipped, workers=n_workers, threads=threads,
                                packing=packing)
@@ -206,15 +216,21 @@ def run_sweep(sweep: Sweep, sweep_dir: Path, *, workers: int | None = None,
         )
         if todo:
             t_exec = time.time()
-            if ray is not None:
+            if groups or stack == "on":
+                log(stack_note)
+            if groups:
+                outcome.status = _execute_stacked(store, sweep_dir, groups, threads, log, outcome)
+            if outcome.status == "interrupted" or not alone:
+                pass
+            elif ray is not None:
                 from normlab.experiments.executors import run_ray_sweep
 
                 outcome.status = run_ray_sweep(ray, store, sweep_dir, [r.run_id for r in todo], n_workers, threads,
                                                log, outcome)
             elif inline:
-                outcome.status = _execute_inline(store, sweep_dir, [r.run_id for r in todo], threads, log, outcome)
+                outcome.status = _execute_inline(store, sweep_dir, [r.run_id for r in alone], threads, log, outcome)
             else:
-                outcome.status = _execute(store, sweep_dir, [r.run_id for r in todo], n_workers, threads, log,
+                outcome.status = _execute(store, sweep_dir, [r.run_id for r in alone], n_workers, threads, log,
                                           outcome)
             outcome.wall_s = time.time() - t_start
             outcome.sweep_tokens_per_s = _sweep_tokens(store, outcome.trained) / max(time.time() - t_exec, 1e-9)
@@ -365,6 +381,48 @@ def _execute(store: Store, sweep_dir: Path, todo: list[str], n_workers: int, thr
         for w in workers:
             w.close()
     return "interrupted" if interrupts else "completed"
+
+
+def _execute_stacked(store: Store, sweep_dir: Path, groups: list[list[str]], threads: int,
+                     log: Callable[[str], None], outcome: SweepOutcome) -> str:
+    """Train each group of ``groups`` as one stacked model in this process (``worker.serve_group``), one group after
+    another; Ctrl-C as ``_execute_inline`` (the trainer checkpoints every member and returns ``interrupted``)."""
+    from normlab.experiments.worker import serve_group
+
+    interrupts = 0
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        nonlocal interrupts
+        interrupts += 1
+
+    old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    n, total = 0, sum(map(len, groups))
+    try:
+        for group in groups:
+            if interrupts:
+                return "interrupted"
+            outcome.trained.extend(group)
+            signal.signal(signal.SIGINT, signal.default_int_handler)  # the trainer installs its own
+            try:
+                codes = serve_group(sweep_dir, group, threads)
+            except NormlabError as e:  # a run of the group is being trained by another process
+                log(f"stacked group {group[0]} ...: {e}")
+                codes = {r: EXIT_FAILED for r in group}
+            signal.signal(signal.SIGINT, on_signal)
+            for run_id in group:
+                n += 1
+                row = store.get(run_id)
+                if row["status"] in ("running", "pending"):
+                    store.update(run_id, status="interrupted" if codes.get(run_id) == EXIT_INTERRUPTED else "failed",
+                                 error=f"exited with status {codes.get(run_id)}; see logs/{group[0]}.log")
+                    row = store.get(run_id)
+                log(f"[{n}/{total} stacked] {run_id}: {describe_row(row)}")
+                if row["status"] == "interrupted":
+                    interrupts = max(interrupts, 1)
+        return "interrupted" if interrupts else "completed"
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
 
 
 def _execute_inline(store: Store, sweep_dir: Path, todo: list[str], threads: int, log: Callable[[str], None],

@@ -241,6 +241,130 @@ def serve(sweep_dir: Path, threads: int | None, requests: Any, results: Any) -> 
     return 0
 
 
+STACK_CHOICES = ("auto", "on", "off")  # normlab compare --stack; train.stack
+
+
+def plan_stacks(configs: dict[str, dict[str, Any]], stack: str | None) -> tuple[list[list[str]], list[str], str]:
+    """Which of the runs ``configs`` ({run id: config}) train stacked (normlab.train.stacked): ``(groups, alone,
+    reason)``. ``stack``: ``--stack``, else each run's ``train.stack``. ``on`` stacks every group of two or more runs
+    that can be stacked; ``auto`` does so where the runs' device is CUDA, and on a CPU not at all (stacking has not
+    been measured faster there: torch has no batching rule for CPU flash attention, which then runs member by
+    member); ``off`` never. A group that cannot be stacked (dropout, running-statistics norms) trains alone, with the
+    reason in ``reason``."""
+    ids = list(configs)
+    modes = {stack} if stack else {(configs[r].get("train") or {}).get("stack", "auto") for r in ids}
+    if modes <= {"off", False} or (modes <= {"auto"} and not any(Path("/dev").glob("nvidia[0-9]*"))):
+        why = "off" if modes <= {"off", False} else "auto: off on CPU (not measured faster)"
+        return [], ids, f"stacking ({why}): every run alone"  # decided without importing torch
+    import torch
+
+    from normlab.config import config_from_dict
+    from normlab.train.stacked import group_configs, stack_refusal
+
+    cfgs = [config_from_dict(configs[r]) for r in ids]
+    groups, alone, notes = [], [], []
+    for idx in group_configs(cfgs):
+        first = cfgs[idx[0]]
+        mode = stack or first.train.stack
+        mode = {True: "on", False: "off"}.get(mode, mode)
+        device = first.device if first.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
+        why = stack_refusal(first) if len(idx) > 1 and mode != "off" else None
+        if len(idx) > 1 and (mode == "on" or (mode == "auto" and device == "cuda")) and why is None:
+            groups.append([ids[i] for i in idx])
+        else:
+            alone.extend(ids[i] for i in idx)
+            if why:
+                notes.append(f"{ids[idx[0]]} and {len(idx) - 1} more train alone: {why}")
+    if stack == "auto" or (stack is None and all(c.train.stack == "auto" for c in cfgs)):
+        head = "auto: " + ("a CUDA device" if torch.cuda.is_available() else "off on CPU (not measured faster)")
+    else:
+        head = stack or "train.stack"
+    reason = f"stacking ({head}): {len(groups)} group(s) of {sum(map(len, groups))} runs stacked, {len(alone)} alone"
+    return groups, alone, "; ".join([reason, *notes])
+
+
+def serve_group(sweep_dir: Path, run_ids: list[str], threads: int | None) -> dict[str, int]:
+    """Train (or resume) ``run_ids`` as one stacked group in this process (normlab.train.stacked) and record each,
+    as ``run_one`` does for one run; returns ``{run id: exit status}``. The group's output goes to
+    ``logs/<first run id>.log``; the other members' logs name it."""
+    import os
+
+    from normlab.config import config_from_dict
+    from normlab.run.rundir import open_config
+    from normlab.train.stacked import train_stacked
+
+    (sweep_dir / "logs").mkdir(exist_ok=True)
+    store = Store(sweep_dir / "results.sqlite")
+    locks = []
+    try:
+        for r in run_ids:
+            locks.append(_run_lock(sweep_dir, r))
+        rows = {r: store.get(r) for r in run_ids}
+        done = {r: s for r in run_ids if (s := finished_summary(sweep_dir / "runs" / r)) is not None}
+        todo = [r for r in run_ids if r not in done]
+        for r in run_ids:
+            store.start(r, calls_trainer=r not in done)
+        for r in todo[1:]:
+            (sweep_dir / "logs" / f"{r}.log").write_text(f"trained in a stacked group; output in logs/{todo[0]}.log\n")
+        summaries: dict[str, dict[str, Any]] = dict(done)
+        codes: dict[str, int] = {}
+        if todo:
+            cfgs, dirs = [], []
+            for r in todo:
+                d = sweep_dir / "runs" / r
+                if not (d / CONFIG_FILE).is_file() and d.exists():  # died before writing its config: start afresh
+                    shutil.rmtree(d)
+                cfgs.append(open_config(d) if (d / CONFIG_FILE).is_file() else config_from_dict(rows[r]["config"]))
+                dirs.append(d)
+            sys.stdout.flush()
+            sys.stderr.flush()
+            saved = (os.dup(1), os.dup(2))
+            log = os.open(sweep_dir / "logs" / f"{todo[0]}.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            os.dup2(log, 1)
+            os.dup2(log, 2)
+            os.close(log)
+            try:
+                out = train_stacked(cfgs, dirs, resume=True, tb_dirs=[sweep_dir / "tb" / r for r in todo],
+                                    threads=threads)
+                summaries.update(zip(todo, out))
+            except KeyboardInterrupt:
+                _shield()
+                for r in todo:
+                    store.update(r, status="interrupted", error="interrupted before a checkpoint could be taken")
+                return {r: EXIT_INTERRUPTED for r in run_ids}
+            except NormlabError as e:
+                _shield()
+                print(f"error: {e}", file=sys.stderr)
+                for r in todo:
+                    store.update(r, status="failed", error=str(e))
+                codes = {r: EXIT_BAD_INPUT for r in todo}
+            except Exception as e:  # noqa: BLE001 - recorded, the sweep goes on
+                _shield()
+                traceback.print_exc()
+                for r in todo:
+                    store.update(r, status="failed", error=f"{e.__class__.__name__}: {e}"[:500])
+                codes = {r: EXIT_FAILED for r in todo}
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os.dup2(saved[0], 1)
+                os.dup2(saved[1], 2)
+                os.close(saved[0])
+                os.close(saved[1])
+        _shield()
+        peak = _peak_mem_mb()
+        for r in run_ids:
+            if r in codes:
+                continue
+            s = summaries.get(r) or {}
+            record(store, sweep_dir, r, s, peak_mem_mb=peak)  # the group's peak (one process trained them all)
+            codes[r] = STATUS_EXIT.get(s.get("status", ""), EXIT_FAILED) if s else EXIT_FAILED
+        return codes
+    finally:
+        for f in locks:
+            f.close()
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m normlab.experiments.worker")
     p.add_argument("sweep_dir")

@@ -51,10 +51,11 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float) -> torch.
     """RMSNorm (Zhang & Sennrich 2019): ``x / sqrt(mean(x^2) + eps) * weight``. ``[..., d] -> [..., d]``.
 
     Contiguous float32/float64 CPU inputs take ``_RMSNormFn`` (the fastest correct path we measured,
-    docs/benchmarks.md; it supports one backward, not double backward); other dtypes and devices use
-    ``F.rms_norm``."""
+    docs/benchmarks.md; it supports one backward, not double backward); other dtypes and devices, and inputs
+    batched by ``torch.func.vmap`` (a stacked group's forward, normlab.train.stacked: the Function has no vmap rule),
+    use ``F.rms_norm``."""
     if (x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64) and x.is_contiguous()
-            and (weight is None or weight.dtype == x.dtype)):
+            and (weight is None or weight.dtype == x.dtype) and not torch._C._functorch.is_batchedtensor(x)):
         return _RMSNormFn.apply(x, weight, eps)
     return F.rms_norm(x, (x.shape[-1],), weight, eps)
 

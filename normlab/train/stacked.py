@@ -44,6 +44,7 @@ from normlab.config import RunConfig
 from normlab.diagnostics.training import TrainDiagnostics
 from normlab.diagnostics.weightnorms import weight_norm_record
 from normlab.errors import NormlabError
+from normlab.model.flops import flops_summary
 from normlab.eval.lm import evaluate
 from normlab.io import clean_stale_temps, dumps, exclusive_lock, write_json, write_text
 from normlab.model import build_model
@@ -87,6 +88,23 @@ def stack_refusal(cfg: RunConfig) -> str | None:
     if names:
         return (f"model.norm={cfg.model.norm}: its running statistics ({names[0]}) change in the forward pass, "
                 "which a stacked step cannot keep per member")
+    return _trial(model, cfg)
+
+
+def _trial(model: torch.nn.Module, cfg: RunConfig) -> str | None:
+    """A stacked forward and backward of two copies of ``model`` on ``[2, 1, min(context, 16)]`` tokens (CPU, no
+    RNG consumed): None when it runs, else why (an operation ``torch.func.vmap`` cannot batch)."""
+    t = min(cfg.model.context, 16)
+    params = {n: torch.stack([p.detach(), p.detach()]).requires_grad_() for n, p in model.named_parameters()}
+    x = torch.zeros(2, 1, t, dtype=torch.long)
+    try:
+        with torch.random.fork_rng():
+            out = torch.func.vmap(lambda p, xi: torch.func.functional_call(model, p, (xi,)), randomness="error")(
+                params, x)
+            out.float().square().mean().backward()
+    except Exception as e:  # noqa: BLE001 - any failure means: train these runs alone
+        first = (str(e).splitlines() or [type(e).__name__])[0][:160]
+        return f"its forward pass cannot run under torch.func.vmap ({type(e).__name__}: {first})"
     return None
 
 
@@ -444,6 +462,7 @@ def _summary(m: _Member, wall: float, why_threads: str) -> dict[str, Any]:
         "weight_norms": {k.split("/", 1)[1]: v for k, v in weight_norm_record(m.model).items()},
         "device": cfg.device, "precision": tc.precision, "compile": tc.compile, "compile_s": None,
         "threads": torch.get_num_threads(), "threads_reason": why_threads,
+        **flops_summary(mc, m.tokens_seen, total),  # analytic FLOPs per token, measured wall s per token
     }
     recent = list(m.diag.spikes.history) or [m.last_loss]
     gap = eval_mode_gap(mc.norm, sum(recent) / len(recent), val.get("loss"), val.get("bpb"))
