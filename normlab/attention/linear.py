@@ -118,6 +118,22 @@ def linear_attention_chunked(qn, kn, v, qd=None, kd=None, *, chunk: int = 64, st
     return out, (S[:, :, -1] + kv[:, :, -1], z[:, :, -1] + zc[:, :, -1])
 
 
+def chunked_matmul_flops(T: int, chunk: int, dk: int, dv: int, dkd: int | None = None, *, same: bool = True,
+                         denominator: bool = True) -> float:
+    """Matmul FLOPs of :func:`linear_attention_chunked` for one head of one ``T``-token sequence (``2 m n k`` per
+    product, padding to whole chunks included): ``kn^T v`` per chunk, the prefix over chunks, the masked ``C x C``
+    scores, ``q S`` and ``A v``; with ``denominator`` the prefix of ``kd``, ``qd . z`` and, when the denominator
+    has its own features (``same`` False), their ``C x C`` scores. ``denominator=False`` is TransNormer's
+    ``norm_linear_chunked``."""
+    dkd = dk if dkd is None else dkd
+    C = max(1, min(chunk, T))
+    n = -(-T // C)
+    f = 2 * n * C * dk * dv + 2 * n * n * dk * dv + 2 * n * C * C * dk + 2 * n * C * dk * dv + 2 * n * C * C * dv
+    if denominator:
+        f += 2 * n * n * dkd + 2 * n * C * dkd + (0 if same else 2 * n * C * C * dkd)
+    return float(f)
+
+
 def linear_attention_recurrent(qn, kn, v, qd=None, kd=None, state=None):
     """Token by token: ``S += kn_t v_t^T``, ``z += kd_t``, ``out_t = qn_t S / (qd_t . z + 1e-6)``.
 
@@ -263,6 +279,19 @@ class LinearAttention(AttentionBase):
         if state is not None:
             state.tensors["conv"] = ext[:, ext.shape[1] - (K - 1):]
         return self.conv(ext.transpose(1, 2)).transpose(1, 2)
+
+    feature_dim = 1  # features per head_dim channel (nala: 2, the sign split)
+
+    def mixing_flops(self, t_q: int, t_k: int) -> dict[str, float]:
+        """Forward FLOPs of one full-sequence token mixing (``t_q == t_k``, all heads): ``matmul`` from
+        :func:`chunked_matmul_flops` (the numerator and denominator share features unless RoPE rotates the
+        numerator's, as nala does); ``elementwise``: the kernel on q and k (2 per element), the division (1 per
+        output element), RoPE (3 per q / k element), the conv (counted as a module) excluded."""
+        dk = self.feature_dim * self.head_dim
+        same = self.feature_dim == 1 or self.rope is None
+        mm = self.heads * chunked_matmul_flops(t_q, self.chunk, dk, self.head_dim, same=same)
+        rope = 3 * 2 * t_q * dk * self.heads if self.rope is not None else 0
+        return {"matmul": mm, "elementwise": float(2 * 2 * t_q * dk * self.heads + t_q * self.width + rope)}
 
     def forward(self, x: torch.Tensor, state: AttentionState | None = None) -> torch.Tensor:
         B, T, _ = x.shape

@@ -60,6 +60,8 @@ class NaLaAttention(LinearAttention):
     description = "norm-aware kernel (query norm sets the feature sharpness), gated LayerNorm output"
     qk_norm_refusal = "nala's kernel reads the query norm ||q||, which qk_norm would fix; leave qk_norm off"
 
+    feature_dim = 2  # phi = [x+, x-]: 2 head_dim features per head
+
     def __init__(self, width: int, heads: int, *, in_width: int | None = None, bias: bool = False, **kw):
         super().__init__(width, heads, in_width=in_width, bias=bias, **kw)
         self.gate = nn.Linear(self.in_width, width, bias=bias)

@@ -129,6 +129,16 @@ class CausalSelfAttention(AttentionBase):
             s = s + alibi_bias(self.alibi_slopes.double(), T, T)
         return torch.softmax(s.masked_fill(~causal_mask(T, T, x.device), float("-inf")), dim=-1)
 
+    def mixing_flops(self, t_q: int, t_k: int) -> dict[str, float]:
+        """Forward FLOPs of one sequence's token mixing (all heads; projections and QK-norm modules excluded):
+        ``matmul``: scores ``q k^T`` and ``A v``, ``2 * 2 * t_q * t_k * width``, the full ``t_q x t_k`` matrix as the
+        dense kernels compute it (a causal FlashAttention skips about half); ``elementwise``: per score the scale,
+        mask, max, subtract, exp, sum and divide (7; a softcap adds 3, ALiBi 1), and RoPE on q and k (3 per
+        element)."""
+        per_score = 7 + (3 if self.softcap is not None else 0) + (1 if self.alibi_slopes is not None else 0)
+        rope = 3 * (t_q + t_k) * self.width if self.rope is not None else 0
+        return {"matmul": 4.0 * t_q * t_k * self.width, "elementwise": float(per_score * self.heads * t_q * t_k + rope)}
+
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         """``q [B, H, Tq, hd]`` (the last ``Tq`` positions), ``k, v [B, H, Tk, hd]`` -> ``[B, H, Tq, hd]``."""
         t_q, t_k = q.shape[-2], k.shape[-2]

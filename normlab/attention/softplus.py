@@ -127,6 +127,15 @@ class SoftplusAttention(AttentionBase):
         y = F.dropout(a, self.dropout, training=self.training and self.dropout > 0) @ v
         return self.out(self.merge_heads(y))
 
+    def mixing_flops(self, t_q: int, t_k: int) -> dict[str, float]:
+        """Forward FLOPs of one sequence's token mixing (all heads): ``matmul`` ``2 * 2 * t_q * t_k * width`` (scores
+        and ``A v``, the full matrix); ``elementwise``: the q / k L2 normalisation (3 per element), per score the
+        scale, softplus (2), mask, sum and divide (6; re-weighting adds 4), RoPE (3 per q / k element)."""
+        per_score = 6 + (4 if self.reweight else 0) + (1 if self.alibi_slopes is not None else 0)
+        per_qk = 3 + (3 if self.rope is not None else 0)
+        return {"matmul": 4.0 * t_q * t_k * self.width,
+                "elementwise": float(per_score * self.heads * t_q * t_k + per_qk * (t_q + t_k) * self.width)}
+
     def weights(self, q: torch.Tensor, k: torch.Tensor, offset: int = 0) -> torch.Tensor:
         """Attention weights ``[B, H, Tq, Tk]`` (LSSA, then LSSAR when ``reweight``)."""
         bias = None

@@ -27,6 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from normlab.attention.base import AttentionBase, AttentionState
+from normlab.attention.linear import chunked_matmul_flops
 from normlab.attention.positions import RotaryEmbedding
 from normlab.attention.registry import register_attention
 
@@ -88,6 +89,14 @@ class TransNormerAttention(AttentionBase):
                  norm_eps: float = 1e-5):
         super().__init__(width, heads, in_width=in_width, out_width=out_width, bias=bias, dropout=dropout)
         self.rope, self.chunk, self.norm_eps = rope, chunk, norm_eps
+
+    def mixing_flops(self, t_q: int, t_k: int) -> dict[str, float]:
+        """Forward FLOPs of one full-sequence token mixing (all heads): ``matmul`` from
+        ``normlab.attention.linear.chunked_matmul_flops`` without a denominator; ``elementwise``: ``1 + elu`` on q
+        and k (2 per element), SRMSNorm on the output (3 per element), RoPE (3 per q / k element)."""
+        mm = self.heads * chunked_matmul_flops(t_q, self.chunk, self.head_dim, self.head_dim, denominator=False)
+        rope = 3 * 2 * t_q * self.width if self.rope is not None else 0
+        return {"matmul": mm, "elementwise": float(2 * 2 * t_q * self.width + 3 * t_q * self.width + rope)}
 
     def forward(self, x: torch.Tensor, state: AttentionState | None = None) -> torch.Tensor:
         offset = state.pos if state is not None else 0

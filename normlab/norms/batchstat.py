@@ -161,6 +161,7 @@ class BatchNorm(BatchStatNorm):
     description = "subtract the batch mean, divide by the batch std over all tokens; running stats at eval"
 
     _mean_buffer = "running_mean"
+    flops_per_element = 5  # as LayerNorm, the statistics taken over tokens instead of channels
 
     def __init__(self, dim: int, *, eps: float = 1e-5, affine: bool = True, bias: bool = True,
                  momentum: float = 0.1):

@@ -37,6 +37,7 @@ class CRMSNorm(_AffineNorm):
     With ``model.norm: crmsnorm`` the whole residual stream is stored in ``width - 1`` coordinates.
     """
 
+    flops_per_element = 4  # square, sum, sum (for sum(x)^2), multiply by rsqrt
     compressed_stream = True  # normlab.model.build_model builds the (width - 1)-coordinate model for it
     paper = "Jiang et al. 2023, Pre-RMSNorm and Pre-CRMSNorm Transformers (arXiv:2305.14858)"
     description = ("RMSNorm of a zero-mean d-vector stored in d-1 coordinates; model.norm=crmsnorm stores the "

@@ -34,6 +34,7 @@ class FixedScaleNorm(nn.Module):
     paper = ("Heimersheim 2024, You can remove GPT2's LayerNorm by fine-tuning (arXiv:2409.13710); "
              "Baroni et al. 2025, Transformers Don't Need LayerNorm at Inference Time (arXiv:2507.02559)")
     description = "LayerNorm/RMSNorm whose per-token std is replaced by a stored scalar once removed (LN removal)"
+    flops_per_element = 5  # as LayerNorm until removed (centred: sum, subtract; then a divide by the scalar)
 
     def __init__(self, dim: int, *, eps: float = 1e-5, affine: bool = True, bias: bool | None = None,
                  center: bool = True):

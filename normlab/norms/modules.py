@@ -38,6 +38,7 @@ class LayerNorm(_AffineNorm):
 
     paper = "Ba et al. 2016, Layer Normalization (arXiv:1607.06450)"
     description = "subtract the mean, divide by the standard deviation, per-channel gain and bias"
+    flops_per_element = 5  # sum for the mean, subtract, square, sum, multiply by rsqrt
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return NF.layer_norm(x, self.weight, self.bias, self.eps)
@@ -54,6 +55,7 @@ class RMSNorm(_AffineNorm):
 
     paper = "Zhang & Sennrich 2019, Root Mean Square Layer Normalization (arXiv:1910.07467)"
     description = "divide by the root mean square, per-channel gain (optionally stored as 1 + w)"
+    flops_per_element = 3  # square, sum, multiply by rsqrt (no mean subtraction)
 
     def __init__(self, dim: int, *, eps: float = 1e-5, affine: bool = True, bias: bool = False,
                  unit_offset: bool = False):

@@ -83,6 +83,7 @@ class PowerNorm(BatchStatNorm):
     description = "group scaling, then divide by the batch quadratic mean (running after warm-up), approximate backward"
 
     _var_buffer = "phi"
+    flops_per_element = 6  # group scaling (square, sum, multiply), square and sum for the batch moment, multiply
 
     def __init__(self, dim: int, *, eps: float = 1e-5, affine: bool = True, bias: bool = True,
                  groups: int = 1, warmup: int = 0, alpha_fwd: float = 0.9, alpha_bkw: float = 0.9):

@@ -17,7 +17,10 @@ class does not set), so no code elsewhere asks ``if name == ...``:
 - ``scalar_params`` (()): scalar parameters the diagnostics report per site (DyT's ``alpha``);
 - ``needs_warmup`` (False): the norm takes a ``warmup`` option (statistics warm-up, PowerNorm / Unified
   Normalization) that defaults to the run's LR warm-up (``train.warmup_steps``);
-- ``convertible`` (True): whether ``normlab convert`` can reproduce it exactly (DyT: no statistic, no affine).
+- ``convertible`` (True): whether ``normlab convert`` can reproduce it exactly (DyT: no statistic, no affine);
+- ``flops_per_element`` (None = not declared): forward FLOPs per input element of the normalization itself, the
+  per-channel gain and bias excluded (one FLOP per add, multiply, divide or transcendental; the FLOPs counter
+  ``normlab.model.flops`` adds one per element for ``weight`` and one for ``bias`` when present).
 """
 
 from __future__ import annotations
@@ -32,7 +35,8 @@ from normlab.errors import NormlabError, unknown
 _REGISTRY: dict[str, type[nn.Module]] = {}
 NORM_FACTS: dict[str, Any] = {"paper": "", "description": "", "auto_embed_scale": "none",
                               "compressed_stream": False, "extra_params": (), "scalar_params": (),
-                              "needs_warmup": False, "convertible": True, "convertible_why": ""}
+                              "needs_warmup": False, "convertible": True, "convertible_why": "",
+                              "flops_per_element": None}
 
 
 def register_norm(name: str):

@@ -28,6 +28,7 @@ class ScaleNorm(nn.Module):
 
     paper = "Nguyen & Salazar 2019, Transformers without Tears (arXiv:1910.05895)"
     description = "divide by the L2 norm, one learnable scalar gain (init sqrt(d))"
+    flops_per_element = 3  # square, sum, divide (the scalar gain: the counter's one per element)
 
     def __init__(self, dim: int, *, eps: float = 1e-5, affine: bool = True, bias: bool = False):
         super().__init__()
@@ -68,6 +69,7 @@ class DyT(nn.Module):
     description = "element-wise tanh(alpha * x) with a learnable scalar alpha, per-channel gain and bias"
     # the authors' LLaMA code puts a learnable scalar after the token embedding (model.embed_scale: auto)
     auto_embed_scale = "learnable"
+    flops_per_element = 2  # alpha * x, tanh: no reduction
     extra_params = scalar_params = ("alpha",)  # the squashing scale: not an affine map, reported by diagnose
     convertible = False
     convertible_why = ("DyT computes tanh(alpha x) elementwise, with no per-token statistic to reproduce and no "
@@ -102,6 +104,7 @@ class NoNorm(nn.Module):
 
     paper = "Klambauer et al. 2017, Self-Normalizing Neural Networks (arXiv:1706.02515): identity baseline"
     description = "identity (no normalization); pair with SELU activations for a self-normalising network"
+    flops_per_element = 0
 
     def __init__(self, dim: int, *, eps: float = 1e-5, affine: bool = True, bias: bool = True):
         super().__init__()

@@ -90,6 +90,7 @@ class UnifiedNorm(BatchStatNorm):
     """
 
     needs_warmup = True  # its "warmup" option defaults to train.warmup_steps (apply_norm_defaults)
+    flops_per_element = 3  # square and sum for the batch moment, multiply by rsqrt (window: per channel, not counted)
     paper = "Yang et al. 2022, Unified Normalization for Accelerating and Stabilizing Transformers (arXiv:2208.01313)"
     description = ("divide by a windowed geometric mean of batch quadratic means; gradient compensation; "
                    "fixed affine at eval")

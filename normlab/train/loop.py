@@ -32,6 +32,7 @@ from normlab.run.publish import finish_run, write_config
 from normlab.run.fingerprint import write_fingerprint
 from normlab.run.rundir import apply_norm_defaults, load_data, read_initial, read_jsonl
 from normlab.model import build_model
+from normlab.model.flops import flops_summary
 from normlab.train.losses import lm_loss
 from normlab.train.init_from import load_init, resolve_init, source_tokenizer
 from normlab.train.init_from import write_record as write_init_record
@@ -399,6 +400,7 @@ def _train(cfg: RunConfig, run_dir: Path, *, resume: bool, quiet: bool, flag: An
         "weight_norms": {k.split("/", 1)[1]: v for k, v in weight_norm_record(model).items()},  # TEV, head norms
         "device": dev, "precision": tc.precision, "compile": tc.compile, "compile_s": timer.compile_s,
         "threads": torch.get_num_threads(), "threads_reason": why_threads,
+        **flops_summary(mc, tokens_seen, total_elapsed),  # analytic FLOPs per token, measured wall s per token
     }
     if init_src is not None:
         summary["init_from"] = str(init_src)
