@@ -157,6 +157,10 @@ def run_sweep(sweep: Sweep, sweep_dir: Path, *, workers: int | None = None,
     if workers is not None and workers < 1:
         raise NormlabError(f"--workers must be >= 1, got {workers}")
     check_executor(executor, address)
+    if executor == "local":  # a Ray cluster may have the GPUs this machine lacks
+        from normlab.experiments.estimate import check_device
+
+        check_device(sweep.name, [r.config for r in sweep.runs])
     if inline and (executor != "local" or (workers or 1) != 1):
         raise NormlabError("inline training needs the local executor with one worker")
     t_start = time.time()
