@@ -117,7 +117,7 @@ def test_cpu_plan_from_pressure_and_load(tmp_path, monkeypatch, running, pressur
         assert "idle" in plan.reason
     else:
         assert plan.env == {"OMP_WAIT_POLICY": "PASSIVE"} and "contended" in plan.reason
-    assert f"load {budget.load:.1f}" in plan.reason and f"up to {plan.threads} threads" in plan.reason
+    assert f"load {budget.load:.1f}" in plan.reason and f"up to {plan.threads} thread(s)" in plan.reason
     assert plan.encode() == f"{want[0]} {'spin' if want[1] else 'passive'}"
 
 

@@ -256,7 +256,7 @@ def decide_cpu_plan(budget: CpuBudget, environ: dict[str, str]) -> CpuPlan:
     else:
         env = {"OMP_WAIT_POLICY": "PASSIVE"}
     setting = ", ".join(f"{k}={v}" for k, v in env.items())
-    return CpuPlan(threads, idle, env, f"{setting} (set by normlab: {why}; up to {threads} threads)")
+    return CpuPlan(threads, idle, env, f"{setting} (set by normlab: {why}; up to {threads} thread(s))")
 
 
 def set_wait_policy(budget: CpuBudget | None = None, environ: dict[str, str] | None = None) -> str:
