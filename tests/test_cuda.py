@@ -1,8 +1,10 @@
 """The CUDA path, one command away from verified: ``python -m pytest tests/test_cuda.py`` on a machine with a GPU.
-Skipped without one. Train, resume bit-exactly after kill -9, and convert on ``cuda`` in fp32 and bf16; two runs
-with the diagnostics on and compiled (``train.compile: auto`` is on for CUDA) are bit-identical under
-``train.deterministic`` (no op of the model, its backward or the diagnostics lacks a deterministic CUDA kernel); a
-2-process NCCL DDP run when two GPUs exist (its loss curve equals the 1-process run's up to reduction order)."""
+Skipped without one (but for the check that benchmarks/gpu_speed.py refuses such a machine in one line). Train,
+resume bit-exactly after kill -9, and convert on ``cuda`` in fp32 and bf16; two runs with the diagnostics on and
+compiled (``train.compile: auto`` is on for CUDA) are bit-identical under ``train.deterministic`` (no op of the model,
+its backward or the diagnostics lacks a deterministic CUDA kernel); a stacked group of 4 equals its runs alone
+(normlab.train.stacked); a 2-process NCCL DDP run when two GPUs exist (its loss curve equals the 1-process run's up to
+reduction order)."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ import torch
 
 from tests.helpers import assert_same_weights, kill_9_after, normlab, summary
 
-pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
 SMALL = ["model.width=32", "model.context=32", "train.batch_size=4", "train.eval_batches=1", "diag.every=0",
          "device=cuda"]
@@ -24,6 +26,7 @@ def _losses(run_dir) -> list[float]:
     return [r["loss"] for r in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines()) if "loss" in r]
 
 
+@needs_cuda
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 def test_cuda_train_resume_convert(precision, tmp_path, cache):
     args = ["train", "tiny", *CLI_SMALL, "--set", f"train.precision={precision}", "--set", "train.steps=16",
@@ -46,6 +49,7 @@ def test_cuda_train_resume_convert(precision, tmp_path, cache):
     assert row["max_abs_logit_diff"] <= 1e-4 and abs(row["bpb_after"] - row["bpb_before"]) <= 1e-6
 
 
+@needs_cuda
 def test_cuda_runs_with_diagnostics_are_bit_identical(tmp_path, cache):
     """Default diagnostics (every ``diag.every`` steps, hooks on every block), compiled, dropout on: two runs give the
     same weights and losses bit for bit under the default ``train.deterministic: true``."""
@@ -60,6 +64,7 @@ def test_cuda_runs_with_diagnostics_are_bit_identical(tmp_path, cache):
     assert _losses(a) == _losses(b)
 
 
+@needs_cuda
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA devices")
 def test_two_process_nccl_ddp_step(tmp_path, cache):
     """``--nproc 2`` on two GPUs (backend ``cpu:gloo,cuda:nccl``): same global batch and data order as one process,
@@ -73,3 +78,42 @@ def test_two_process_nccl_ddp_step(tmp_path, cache):
     a, b = _losses(one), _losses(two)
     assert len(a) == len(b) > 0
     assert max(abs(x - y) for x, y in zip(a, b)) < 1e-4
+
+
+@needs_cuda
+def test_cuda_stacked_group_equals_its_runs_alone(tmp_path, cache):
+    """normlab.train.stacked on CUDA (strict fp32: train.tf32=false): 4 members of one architecture against the same 4
+    runs alone, losses and weights to fp32 round-off."""
+    from normlab.config import load_config
+    from normlab.train.loop import train
+    from normlab.train.stacked import train_stacked
+    from tests.helpers import weights
+
+    sets = [*SMALL, "train.steps=6", "train.checkpoint_every=3", "train.eval_every=3", "train.precision=fp32",
+            "train.tf32=false", "train.compile=false", "train.track=[]", f"data.cache_dir={cache}"]
+    cfgs = lambda: [load_config("tiny", [*sets, f"seed={s}", f"train.lr={lr}"])  # noqa: E731
+                    for s, lr in ((0, 5e-3), (1, 5e-3), (2, 2e-3), (3, 1e-2))]
+    train_stacked(cfgs(), [tmp_path / f"s{i}" for i in range(4)], quiet=True)
+    for i, cfg in enumerate(cfgs()):
+        train(cfg, tmp_path / f"a{i}", quiet=True)
+        torch.testing.assert_close(torch.tensor(_losses(tmp_path / f"s{i}")), torch.tensor(_losses(tmp_path / f"a{i}")),
+                                   rtol=1e-4, atol=1e-5)
+        wa, ws = weights(tmp_path / f"a{i}"), weights(tmp_path / f"s{i}")
+        for k in wa:
+            torch.testing.assert_close(ws[k], wa[k], rtol=1e-4, atol=1e-5, msg=k)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the machine without a CUDA device")
+def test_gpu_speed_without_cuda_says_so_in_one_line(tmp_path):
+    """benchmarks/gpu_speed.py on a machine without CUDA: one line on stderr saying so, exit 2, nothing written."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    out = tmp_path / "bench.md"
+    r = subprocess.run([sys.executable, str(root / "benchmarks" / "gpu_speed.py"), "--nanogpt", str(tmp_path),
+                        "--out", str(out)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2 and r.stdout == ""
+    assert len(r.stderr.strip().splitlines()) == 1 and "no CUDA device" in r.stderr
+    assert not out.exists()
