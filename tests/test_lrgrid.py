@@ -226,6 +226,12 @@ def test_report_lr_section_numbers_match_the_store(grid_sweep, cache):
     # report order: summary, then the learning-rate section before the per-cell table
     assert md.index("## Learning-rate sweep") < md.index("## Paired differences vs Pre-LN") < md.index(
         "## Every variant × learning rate")
+    # the summary ranks nothing (no variant learned), so neither does the per-cell table: no #1, no highlighted row
+    assert any("nothing is ranked" in s for s in res["summary"])
+    cells = md.split("## Every variant × learning rate", 1)[1].split("\n## ", 1)[0]
+    rows = [ln for ln in cells.splitlines() if ln.startswith("| ") and "variant" not in ln and "---" not in ln]
+    assert len(rows) == 6 and all(ln.startswith("| – |") for ln in rows), rows
+    assert "<tr class='best'>" not in (out / "report.html").read_text()
     assert (out / "report_lr_loss.png").stat().st_size > 10_000 and (out / "report_signal_attn.png").is_file()
     assert any("learning rates (0.003 to 30)" in s for s in res["summary"])
 

@@ -96,8 +96,9 @@ def _diagnostics(depth: int, scale: float) -> dict:
     }
 
 
-def make_sweep(d: Path, *, extras: bool = True) -> Path:
-    """A results store + run dirs with fixed finals: Alpha and Gamma close, Beta far; Gamma seed 2 diverged."""
+def make_sweep(d: Path, *, extras: bool = True, one_eval: bool = False) -> Path:
+    """A results store + run dirs with fixed finals: Alpha and Gamma close, Beta far; Gamma seed 2 diverged.
+    ``one_eval``: each run has one validation point (its final), as a run with ``eval_every == steps``."""
     store = Store(d / "results.sqlite")
     store.create("fake", "f" * 16)
     runs = []
@@ -119,6 +120,8 @@ def make_sweep(d: Path, *, extras: bool = True) -> Path:
         recs = [{"step": s, "loss": 3.0 - s / 20, "lr": 1e-3, "grad_norm": 0.5} for s in (5, 10, 15, 20)]
         if final is not None:
             recs[1]["val_bpb"], recs[3]["val_bpb"] = final + 0.3, final
+            if one_eval:
+                del recs[1]["val_bpb"]
         (run_dir / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in recs))
         summary = {"status": "completed" if final is not None else "diverged", "step": 20 if final else 7, "steps": 20,
                    "val_bpb": final, "best_val_bpb": final, "entropy_floor_bpb": FLOOR,
@@ -249,3 +252,69 @@ def test_html_renders_in_headless_chromium(report, tmp_path):
     assert non_white > 0.03 and rgb.std() > 0.05, (non_white, rgb.std())
     colored = ((rgb.max(axis=-1) - rgb.min(axis=-1)) > 0.2).mean()  # the plots' coloured lines and bands
     assert colored > 0.002, colored
+    # every figure, as the browser decoded it: natural size > 0 and pixels that are not all background
+    figures = _browser_figures(d / "report.html", tmp_path)
+    html = (d / "report.html").read_text()
+    assert len(figures) == html.count("<img") == html.count("data:image/png;base64,") >= 4, figures
+    for f in figures:
+        assert f["w"] > 100 and f["h"] > 100, f
+        assert f["ink"] > 0.01 and f["color"] > 0.0005, f  # axes and text, and at least one coloured mark
+
+
+def test_curves_of_runs_with_one_evaluation_show_a_point(tmp_path, monkeypatch):
+    """One validation point per run: the validation panel draws each variant's point with a visible marker (a
+    line through one point draws nothing), inside the axis limits, rather than an empty frame."""
+    import normlab.report.plots as plots
+
+    figs = []
+    real_png = plots.png
+    monkeypatch.setattr(plots, "png", lambda fig: figs.append(fig) or real_png(fig))
+    (tmp_path / "one").mkdir()
+    d = make_sweep(tmp_path / "one", extras=False, one_eval=True)
+    assert normlab("report", str(d), cache=tmp_path / "cache").returncode == 0
+    ax_v = next(f for f in figs if f.axes and f.axes[0].get_title().startswith("validation bits/byte")).axes[0]
+    lines = [ln for ln in ax_v.get_lines() if len(ln.get_xdata()) == 1]
+    assert len(lines) == 3, [ln.get_label() for ln in ax_v.get_lines()]  # Alpha, Beta, Gamma: one point each
+    (x0, x1), (y0, y1) = ax_v.get_xlim(), ax_v.get_ylim()
+    for ln in lines:
+        assert ln.get_marker() not in ("None", "", None, " ") and ln.get_markersize() >= 4, ln.get_label()
+        assert x0 < ln.get_xdata()[0] < x1 and y0 < ln.get_ydata()[0] < y1
+
+
+FIGURE_PROBE = """<script>
+window.addEventListener('load', () => {
+  const out = [...document.images].map(im => {
+    const c = document.createElement('canvas'); c.width = im.naturalWidth; c.height = im.naturalHeight;
+    const g = c.getContext('2d'); g.drawImage(im, 0, 0);
+    const px = c.width && c.height ? g.getImageData(0, 0, c.width, c.height).data : [];
+    let ink = 0, color = 0;
+    for (let i = 0; i < px.length; i += 4) {
+      const mx = Math.max(px[i], px[i + 1], px[i + 2]), mn = Math.min(px[i], px[i + 1], px[i + 2]);
+      if (mx < 230) ink++;
+      if (mx - mn > 50) color++;
+    }
+    const n = Math.max(1, px.length / 4);
+    return {alt: im.alt.slice(0, 60), w: im.naturalWidth, h: im.naturalHeight, ink: ink / n, color: color / n};
+  });
+  const pre = document.createElement('pre'); pre.id = 'figure-probe'; pre.textContent = JSON.stringify(out);
+  document.body.appendChild(pre);
+});
+</script>"""
+
+
+def _browser_figures(report_html: Path, tmp_path: Path) -> list[dict]:
+    """Each ``<img>`` of the report as headless Chromium decodes it: natural width and height, the share of
+    non-background pixels (``ink``) and of coloured ones (``color``), read back from a canvas by a probe script
+    added to a copy of the page (the report itself stays script-free)."""
+    page = tmp_path / "probe.html"
+    page.write_text(report_html.read_text().replace("</body>", FIGURE_PROBE + "</body>"))
+    cmd = [_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+           "--disable-background-networking", "--disable-component-update", "--disable-sync",
+           f"--user-data-dir={tmp_path / 'probe-profile'}", "--virtual-time-budget=10000", "--dump-dom",
+           page.resolve().as_uri()]
+    dom = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False).stdout
+    m = re.search(r"<pre id=\"figure-probe\">(.*?)</pre>", dom, re.S)
+    assert m, "the probe found no figures (chromium printed no DOM)"
+    import html as html_lib
+
+    return json.loads(html_lib.unescape(m.group(1)))

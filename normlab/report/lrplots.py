@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import textwrap
 from typing import Any
 
 from matplotlib.figure import Figure
@@ -11,14 +12,20 @@ from normlab.experiments.lrgrid import SIGNALS, GridReport, GridRun, signal_at_e
 from normlab.report.figures import ci_rows_png, png
 
 
+SIGNAL_COLUMNS = 3  # panels per row of the instability strip
+
+
 def loss_vs_lr_png(gr: GridReport, cmap: dict[str, Any]) -> bytes | None:
     """Final validation bits/byte against the learning rate (log x), per variant: mean over seeds of the capped loss
-    (``min(L, L_init)``), a min–max band over seeds, and red crosses where a run diverged (drawn at its L_init)."""
+    (``min(L, L_init)``), a min–max band over seeds, and red crosses where a run diverged (scored at its L_init).
+    The y range is set by the trained losses (the runs that ended below their L_init): the loss at initialisation,
+    usually far above them, is a dotted line when it falls inside that range, else an arrow and its value at the top
+    edge, where diverged runs' crosses are drawn too, so that it does not flatten the variants into one line."""
     if not gr.is_grid:
         return None
     fig = Figure(figsize=(8.5, 4.8))
     ax = fig.add_subplot()
-    inits, any_div = [], False
+    inits, trained, any_div, div_pts = [], [], False, []
     for g in gr.groups:
         curve = g.mean_curve()
         if not curve:
@@ -35,12 +42,27 @@ def loss_vs_lr_png(gr: GridReport, cmap: dict[str, Any]) -> bytes | None:
             for lr, v in s.losses.items():
                 if v is None:
                     any_div = True
-                    ax.scatter([lr], [s.init], marker="x", s=46, color="#c0392b", zorder=5)
-    if inits:
-        ax.axhline(sum(inits) / len(inits), color="#888", ls=":", lw=1)
-        ax.text(ax.get_xlim()[0], sum(inits) / len(inits), " loss at initialisation", va="bottom", fontsize=8,
-                color="#666")
+                    div_pts.append((lr, s.init))
+                elif s.init is None or v < s.init:
+                    trained.append(v)
     ax.set_xscale("log")
+    init = sum(inits) / len(inits) if inits and None not in inits else None
+    lo, hi = (min(trained), max(trained)) if trained else (None, None)
+    if lo is not None:
+        pad = 0.08 * (hi - lo or 0.5)
+        top = hi + pad if init is None or init > hi + pad else max(hi, init) + pad
+        ax.set_ylim(lo - pad, top)
+    top = ax.get_ylim()[1]
+    for lr, v in div_pts:  # drawn at its L_init, or at the top edge when that is above the range
+        ax.scatter([lr], [min(v, top) if v is not None else top], marker="x", s=46, color="#c0392b", zorder=5,
+                   clip_on=False)
+    if init is not None and init <= top:
+        ax.axhline(init, color="#888", ls=":", lw=1)
+        ax.text(ax.get_xlim()[0], init, " loss at initialisation", va="bottom", fontsize=8, color="#666")
+    elif init is not None:
+        ax.annotate(f"loss at initialisation {init:.2f} (above)", xy=(0.99, 1.0), xycoords="axes fraction",
+                    xytext=(0.99, 0.9), textcoords="axes fraction", ha="right", va="top", fontsize=8, color="#666",
+                    arrowprops={"arrowstyle": "->", "color": "#888"})
     ax.set_xlabel("peak learning rate")
     ax.set_ylabel("final validation bits/byte, min(L, L_init)")
     ax.set_title("mean over seeds; band: min–max over seeds" + ("; x: diverged (scored at L_init)" if any_div else ""),
@@ -62,13 +84,22 @@ def sensitivity_png(gr: GridReport, cmap: dict[str, Any]) -> bytes | None:
 
 
 def signals_vs_lr_png(gr: GridReport, cmap: dict[str, Any]) -> bytes | None:
-    """Instability signals at the end of training against the learning rate, per variant (mean over seeds)."""
+    """Instability signals at the end of training against the learning rate, per variant (mean over seeds): one
+    panel per signal, at most ``SIGNAL_COLUMNS`` to a row, each about 4.3 x 3.3 inches so that, shown at the page's
+    width, its text is as large as the page's (a row of five was too small to read)."""
+    from matplotlib.ticker import LogLocator
+
     runs = [r for g in gr.groups for r in g.runs]
     have = [k for k in SIGNALS if any(signal_at_end(r, k) is not None for r in runs)]
     if not gr.is_grid or not have:
         return None
-    fig = Figure(figsize=(5.4 * len(have), 3.9))
-    axes = fig.subplots(1, len(have), squeeze=False)[0]
+    cols = min(SIGNAL_COLUMNS, len(have))
+    rows = math.ceil(len(have) / cols)
+    fig = Figure(figsize=(4.3 * cols, 3.3 * rows + 0.3))
+    grid = fig.subplots(rows, cols, squeeze=False)
+    axes = [grid[i // cols][i % cols] for i in range(len(have))]
+    for ax in [a for row in grid for a in row][len(have):]:
+        ax.set_visible(False)
     for ax, key in zip(axes, have):
         for g in gr.groups:
             pts = {}
@@ -81,10 +112,14 @@ def signals_vs_lr_png(gr: GridReport, cmap: dict[str, Any]) -> bytes | None:
                 ax.plot(lrs, [sum(pts[lr]) / len(pts[lr]) for lr in lrs], marker="o", ms=3, color=cmap.get(g.name),
                         label=g.name, lw=1.4)
         ax.set_xscale("log")
-        ax.set_xlabel("peak learning rate")
-        ax.set_title(SIGNALS[key] + "\nat the last diagnostic step, mean over seeds", fontsize=9)
+        ax.xaxis.set_major_locator(LogLocator(base=10, numticks=4))  # decades only: no overlapping labels
+        ax.locator_params(axis="y", nbins=5)
+        ax.set_xlabel("peak learning rate", fontsize=9)
+        ax.set_title(textwrap.fill(SIGNALS[key], 42), fontsize=9.5)
+        ax.tick_params(labelsize=8.5)
         ax.grid(alpha=0.3, which="both")
-    axes[0].legend(fontsize=7)
+    axes[0].legend(fontsize=8)
+    fig.suptitle("instability signals at the last diagnostic step, mean over seeds", fontsize=10.5)
     fig.tight_layout()
     return png(fig)
 

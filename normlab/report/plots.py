@@ -22,6 +22,9 @@ def _band(runs_pts: list[list[tuple[int, float]]]) -> tuple[list[int], list[floa
     return common, [mean(v) for v in vals], [min(v) for v in vals], [max(v) for v in vals]
 
 
+FEW_POINTS = 30  # curves with at most this many points get a marker at each
+
+
 def ranking_png(rep: SweepReport, cmap: dict[str, Any]) -> bytes | None:
     ranked = [v for v in rep.variants if v.ci is not None]
     if not ranked:
@@ -43,13 +46,16 @@ def curves_png(rep: SweepReport, cmap: dict[str, Any]) -> bytes | None:
             steps, mu, lo, hi = _band(pts)
             if not steps:
                 continue
-            ax.plot(steps, mu, color=cmap[v.name], label=f"{v.name} (n={len(pts)})", lw=1.6)
+            few = len(steps) <= FEW_POINTS  # a marker at each point: one evaluation is a dot, not an empty panel
+            ax.plot(steps, mu, color=cmap[v.name], label=f"{v.name} (n={len(pts)})", lw=1.6,
+                    marker="o" if few else None, ms=5 if len(steps) == 1 else 3.5)
             if len(pts) > 1:
                 ax.fill_between(steps, lo, hi, color=cmap[v.name], alpha=0.18, lw=0)
     ax_v.set_title("validation bits/byte (mean; band: min–max over seeds)", fontsize=10)
     ax_t.set_title("training loss, nats/token (mean; band: min–max)", fontsize=10)
     for ax in (ax_v, ax_t):
         ax.set_xlabel("step")
+        ax.set_xlim(left=0)  # a single evaluation sits at its step, not centred in an axis of its own
         ax.grid(alpha=0.3)
     _zoom(ax_v, rep, "val_bpb")
     _zoom(ax_t, rep, "loss")

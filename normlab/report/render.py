@@ -65,15 +65,26 @@ def _has_floor(rep: SweepReport) -> bool:
     return any(v.floor is not None for v in rep.variants)
 
 
+def ranks_nothing(rep: SweepReport) -> bool:
+    """A learning-rate grid whose summary ranks no variant (none has a finished grid that learned,
+    ``lrsection.summary``): the per-cell table then shows no rank and no highlighted #1 either."""
+    grid = rep.grid
+    return bool(grid is not None and grid.is_grid
+                and not any(g.sensitivity is not None and g.rank is not None for g in grid.groups))
+
+
 def table_cells(rep: SweepReport) -> tuple[list[str], list[list[str]]]:
-    """Header and string cells of the ranking table (shared by HTML, Markdown and the terminal)."""
+    """Header and string cells of the ranking table (shared by HTML, Markdown and the terminal); no rank where the
+    summary ranks nothing (``ranks_nothing``)."""
+    unranked = ranks_nothing(rep)
     head = ["#", "variant", "val bits/byte (mean ± 95% CI)", "best val bpb"]
     if _has_floor(rep):
         head.append("gap to floor")
     head += ["seeds ok", "diverged", "tokens/s", "params"]
     rows = []
     for v in rep.variants:
-        cells = [str(v.rank or "–"), v.name, ci_text(v.ci), f"{v.best_ci.mean:.4f}" if v.best_ci else "–"]
+        cells = [str(v.rank or "–") if not unranked else "–", v.name, ci_text(v.ci),
+                 f"{v.best_ci.mean:.4f}" if v.best_ci else "–"]
         if _has_floor(rep):
             cells.append(f"{v.gap:.4f}" if v.gap is not None else "–")
         cells += [f"{len(v.finals)}/{v.n_seeds}", str(len(v.diverged)),
@@ -211,7 +222,7 @@ def build(rep: SweepReport) -> tuple[str, str, dict[str, bytes]]:
     h.append(f"<h2>{ranking_title}</h2><table><tr>" + "".join(f"<th class='{'l' if i == 1 else ''}'>{e(c)}</th>"
                                                     for i, c in enumerate(head)) + "</tr>")
     for v, cells in zip(rep.variants, rows):
-        cls = "best" if v.rank == 1 else ("div" if v.ci is None else "")
+        cls = "best" if v.rank == 1 and not ranks_nothing(rep) else ("div" if v.ci is None else "")
         h.append(f"<tr class='{cls}'>" + "".join(f"<td class='{'l' if i == 1 else ''}'>{e(c)}</td>"
                                                  for i, c in enumerate(cells)) + "</tr>")
     h.append("</table><div class='note'>Ranked by the mean final validation bits/byte over completed seeds; "
