@@ -18,7 +18,9 @@ from normlab.errors import EXIT_BAD_INPUT
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # one line, exit 2 (argparse prints usage + message)
         message = re.sub(r"^argument (--[\w-]+)(?:/\S+)?: must", r"\1 must", message)  # a range flag (validate.py)
-        print(f"error: {message} (see '{self.prog} --help')", file=sys.stderr)
+        from normlab.safety import printable
+
+        print(f"error: {printable(message)} (see '{self.prog} --help')", file=sys.stderr)
         raise SystemExit(EXIT_BAD_INPUT)
 
 
@@ -54,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = build_parser()
     args = parser.parse_args(argv)
-    return guarded(lambda: int(args.func(args) or 0), debug=args.debug)
+    return guarded(lambda: int(args.func(args) or 0), debug=args.debug, command=getattr(args, "command", None))
 
 
 def set_process_policies() -> None:
@@ -70,7 +72,9 @@ def set_process_policies() -> None:
     try:  # every NORMLAB_* variable: bad input is one line, exit 2, before anything runs
         check_environment()
     except NormlabError as e:
-        print(f"error: {e}", file=sys.stderr)
+        from normlab.safety import printable
+
+        print(f"error: {printable(e)}", file=sys.stderr)
         sys.exit(EXIT_BAD_INPUT)
     set_wait_policy()  # the wait policy and auto's threads, from the machine's state now (kept if a parent set it)
     os.environ.setdefault("NORMLAB_HEAP_NOTE", set_heap_policy())

@@ -95,6 +95,7 @@ class TrainConfig:
     tf32: bool | str = "auto"
     stack: bool | str = "auto"  # YAML reads on / off as booleans: true is on, false is off
     track: list[str] = field(default_factory=lambda: ["tensorboard"])
+    track_required: bool = False  # a tracker server that does not answer: error before training, not a warning
 
     def validate(self) -> "TrainConfig":
         check_config(self, "train.")  # numeric ranges: normlab.validate.RANGES
@@ -200,11 +201,12 @@ class RunConfig:
 
     def identity_dict(self) -> dict[str, Any]:
         """``to_dict()`` less keys that came later and leave a run as it was, so runs from before keep their hashes:
-        ``train.track`` (where the curves are logged; changes no number), ``train.stack`` (a sweep's scheduling), and
-        ``train.deterministic`` and ``train.tf32`` at their defaults (true and auto: how every earlier CPU run
-        trained)."""
+        ``train.track`` and ``train.track_required`` (where the curves are logged; changes no number),
+        ``train.stack`` (a sweep's scheduling), and ``train.deterministic`` and ``train.tf32`` at their defaults (true
+        and auto: how every earlier CPU run trained)."""
         d = self.to_dict()
         d["train"].pop("track", None)
+        d["train"].pop("track_required", None)  # whether a tracker may be missing: changes no number
         d["train"].pop("stack", None)  # where a sweep trains the run (alone or stacked), equal to fp32 round-off
         if d["train"].get("deterministic") is True:
             d["train"].pop("deterministic")

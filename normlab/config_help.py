@@ -99,6 +99,8 @@ KEY_HELP: dict[str, str] = {
     "train.tf32": "CUDA: TF32 for fp32 matmuls (auto: on; false: strict fp32); no effect on CPU",
     "train.stack": "a sweep's runs of one architecture train as one stacked model: auto (on a GPU), on, off",
     "train.track": "where curves and hparams are logged live: tensorboard, wandb, mlflow (a list; [] for none)",
+    "train.track_required": "true: a tracker server that does not answer at start is an error before training "
+                            "(default false: a one-line warning, training goes on without it)",
     "optim.name": "optimizer: adamw, adamp or sgdp (docs/optim.md)",
     "optim.perp_grad": "perp-Grad: remove the gradient component along each weight (Prieto et al. 2025)",
     "optim.nap": "Normalize-and-Project after every step (Lyle et al. 2024)",

@@ -8,6 +8,7 @@ tensors (safetensors) are written and read beside the checkpoint code, ``normlab
 
 from __future__ import annotations
 
+import errno
 import glob
 import json
 import math
@@ -65,10 +66,31 @@ def make_temp_dir(prefix: str, parent: str | Path) -> Path:
     return tmp
 
 
+def no_space(e: BaseException) -> bool:
+    """Whether ``e`` says the disk is full: ENOSPC / EDQUOT, or a library's own error carrying the OS message
+    (safetensors' ``SafetensorError: ... IoError(... StorageFull ...)``)."""
+    if isinstance(e, OSError) and e.errno is not None:
+        return e.errno in (errno.ENOSPC, errno.EDQUOT)
+    text = str(e)
+    return "No space left on device" in text or "StorageFull" in text or "Disk quota exceeded" in text
+
+
+def named_os_error(e: BaseException, path: str | Path) -> OSError | None:
+    """``e`` as an ``OSError`` naming ``path`` when it names no file (a ``write()`` on an open file, a library's
+    disk-full error), so the one-line error says which file could not be written; None when ``e`` already names
+    one or is not an operating-system error."""
+    if isinstance(e, OSError) and e.filename is None and e.errno is not None:
+        return OSError(e.errno, e.strerror or os.strerror(e.errno), str(path))
+    if not isinstance(e, OSError) and no_space(e):
+        return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+    return None
+
+
 @contextmanager
 def atomic_path(path: str | Path) -> Iterator[Path]:
     """Yield a temp path beside ``path``; on success it replaces ``path`` atomically, on error it is removed. The
-    file ends with the mode ``open(path, "w")`` would give it (0666 less the umask), not ``mkstemp``'s 0600."""
+    file ends with the mode ``open(path, "w")`` would give it (0666 less the umask), not ``mkstemp``'s 0600.
+    An operating-system error that names no file (a full disk during ``write()``) is raised naming ``path``."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -79,6 +101,11 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
         with open(tmp, "rb") as f:
             os.fsync(f.fileno())
         os.replace(tmp, path)
+    except Exception as e:
+        named = named_os_error(e, path)
+        if named is None:
+            raise
+        raise named from e
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
@@ -111,6 +138,11 @@ def publish_dir(out: str | Path, *, replace: bool = False) -> Iterator[Path]:
         elif out.exists():
             out.rmdir()  # empty (check_new_dir); a non-empty one is an OSError naming the path
         os.replace(tmp, out)
+    except Exception as e:  # a full disk while a library writes into the directory: the error names ``out``
+        named = named_os_error(e, out)
+        if named is None:
+            raise
+        raise named from e
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)

@@ -15,8 +15,41 @@ from typing import Callable
 from normlab.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, NormlabError
 
 
-def os_error_line(e: OSError) -> str:
-    """``cannot write PATH: No space left on device`` style text naming the path."""
+def printable(text: object) -> str:
+    """``text`` as one printable line: every control character (C0 and C1: ANSI escapes, newlines, carriage returns,
+    tabs, DEL) and every other non-printable code point written as its Python escape (``\\x1b``, ``\\n``,
+    ``\\u2028``), so a string from a user or a file can neither move the cursor nor split a one-line message."""
+    s = str(text)
+    if s.isprintable():
+        return s
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in s)
+
+
+def shell_quote(text: object) -> str:
+    """``text`` as one shell word on one line: ``shlex.quote`` (POSIX sh; ``shlex.split`` gives ``text`` back), or,
+    when ``text`` holds a control character (a newline in a directory name), bash's ANSI-C quoting ``$'...'`` with
+    the character escaped, so a copied command can neither run a second command nor span two lines."""
+    import shlex
+
+    s = str(text)
+    if s.isprintable():
+        return shlex.quote(s)
+    return "$'" + "".join("\\\\" if c == "\\" else "\\'" if c == "'" else c if c.isprintable()
+                          else f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}" for c in s) + "'"
+
+
+RESUME_HINTS = {  # what re-running a command after a full disk does (docs/cli.md, "Errors")
+    "train": "free some space on that file system, then 'normlab train --resume RUN_DIR' continues from the last "
+             "checkpoint",
+    "compare": "free some space on that file system, then re-run the same command: it keeps the finished runs and "
+               "resumes the others",
+    "claims": "free some space on that file system, then re-run the same command: it keeps the finished runs",
+}
+
+
+def os_error_line(e: OSError, command: str | None = None) -> str:
+    """``PATH: No space left on device (free some space ...)`` style text naming the path; ``command`` (the
+    subcommand that failed) chooses the way out of a full disk (``RESUME_HINTS``)."""
     path = e.filename if e.filename is not None else ""
     if e.filename2 is not None:
         path = f"{path} -> {e.filename2}"
@@ -24,8 +57,10 @@ def os_error_line(e: OSError) -> str:
     reason = e.strerror or (f"{e.__class__.__name__}: {text[0][:200]}" if text else e.__class__.__name__)
     if e.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
         reason += " (check the directory's permissions, or choose another --out)"
-    elif e.errno == errno.ENOSPC:
-        reason += " (free some space and re-run; --resume continues from the last checkpoint)"
+    elif e.errno in (errno.ENOSPC, errno.EDQUOT):
+        default = ("free some space on that file system and re-run the command" if command else
+                   "free some space and re-run; train --resume RUN_DIR continues from the last checkpoint")
+        reason += f" ({RESUME_HINTS.get(command or '', default)})"
     elif e.errno in (errno.ENOTDIR, errno.EISDIR, errno.EEXIST):
         reason += " (a file or directory is in the way; move it)"
     return f"{path}: {reason}" if path else f"{reason}"
@@ -37,8 +72,9 @@ def _alloc_error(e: BaseException) -> bool:
                                           or "out of memory" in text.lower())
 
 
-def guarded(run: Callable[[], int], *, debug: bool = False) -> int:
-    """Run ``run()`` and apply the error contract (see the module docstring); returns the exit status."""
+def guarded(run: Callable[[], int], *, debug: bool = False, command: str | None = None) -> int:
+    """Run ``run()`` and apply the error contract (see the module docstring); returns the exit status. ``command``:
+    the subcommand, for the way out of a full disk (:func:`os_error_line`)."""
     try:
         return run()
     except BrokenPipeError:  # an OSError: before the bad-input clause
@@ -46,7 +82,8 @@ def guarded(run: Callable[[], int], *, debug: bool = False) -> int:
     except (NormlabError, OSError) as e:
         if debug:
             raise
-        print(f"error: {e if isinstance(e, NormlabError) else os_error_line(e)}", file=sys.stderr)
+        print(f"error: {printable(e if isinstance(e, NormlabError) else os_error_line(e, command))}",
+              file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         if debug:
@@ -57,6 +94,6 @@ def guarded(run: Callable[[], int], *, debug: bool = False) -> int:
     except (MemoryError, RuntimeError) as e:
         if debug or not _alloc_error(e):
             raise
-        first = str(e).splitlines()[0][:160] if str(e) else "MemoryError"
+        first = printable(str(e).splitlines()[0][:160]) if str(e) else "MemoryError"
         print(f"error: out of memory ({first}); lower the batch size, model size or context", file=sys.stderr)
         return EXIT_BAD_INPUT

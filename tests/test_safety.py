@@ -216,10 +216,93 @@ def test_guarded_maps_bad_input_os_errors_and_closed_pipes(capsys):
     assert capsys.readouterr().err == "error: model.width must be >= 1\n"
     assert guarded(raising(full)) == EXIT_BAD_INPUT
     assert capsys.readouterr().err == (f"error: /x/y.json: {os.strerror(errno.ENOSPC)} (free some space and re-run; "
-                                       "--resume continues from the last checkpoint)\n")
+                                       "train --resume RUN_DIR continues from the last checkpoint)\n")
     for debug in (False, True):
         assert guarded(raising(BrokenPipeError(errno.EPIPE, "Broken pipe")), debug=debug) == 0
         assert capsys.readouterr().err == ""
     for e in (NormlabError("x"), full):
         with pytest.raises(type(e)):
             guarded(raising(e), debug=True)
+
+
+def test_printable_escapes_every_control_character():
+    """C0 (ESC, newline, CR, tab, NUL), DEL and C1 (CSI 0x9b) become Python escapes; printable text, spaces and
+    non-ASCII letters are kept; the result is one line whose escapes decode back to the input."""
+    import codecs
+
+    from normlab.safety import printable
+
+    raw = "a\x1b[31m\nb\r\tc\x00\x7f\x9b é \u2028"
+    shown = printable(raw)
+    assert shown == "a\\x1b[31m\\nb\\r\\tc\\x00\\x7f\\x9b é \\u2028"
+    assert shown.isprintable() and len(shown.splitlines()) == 1
+    assert codecs.decode(shown.replace("é", "\\xe9"), "unicode_escape") == raw
+    assert printable("model.width must be >= 1") == "model.width must be >= 1"
+
+
+def test_a_set_value_with_an_escape_and_a_newline_is_one_escaped_error_line(cache):
+    r = run_inproc("train", "tiny", "--set", "model.norm=\x1b[31m\nrms", "--out", "never-written", cache=cache)
+    assert_bad_input(r, "unknown norm", "\\x1b[31m\\nrms")
+    assert "\x1b" not in r.stderr and not Path("never-written").exists()
+
+
+@pytest.mark.parametrize("name", ["run dir;rm -rf x", "a|b $(x) `y` 'q'", "new\nline\x1b[2J", "tab\there\\n"])
+def test_shell_quote_gives_one_line_that_the_shell_reads_back(name):
+    """shlex.split (POSIX sh) reads a printable name back; a name with a control character is bash ANSI-C
+    quoted, and bash itself reads it back (the independent reference)."""
+    import shlex
+    import shutil
+    import subprocess
+
+    from normlab.safety import shell_quote
+
+    q = shell_quote(name)
+    assert len(q.splitlines()) == 1 and q.isprintable()
+    if name.isprintable():
+        assert shlex.split(f"normlab train {q}") == ["normlab", "train", name]
+    if shutil.which("bash"):
+        out = subprocess.run(["bash", "-c", f"printf '%s' {q}"], capture_output=True, text=True, check=True).stdout
+        assert out == name
+
+
+def test_a_full_disk_names_the_file_and_the_way_out(run_copy, monkeypatch, cache):
+    """ENOSPC raised by a write that names no file (``write()``/``fsync`` on an open file) or as a library's own
+    error (safetensors' StorageFull inside transformers' save_pretrained): the line names the file or directory
+    being written and says what to do; a command without --resume does not suggest it."""
+    real = os.fsync
+
+    def full(fd):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))  # no filename, as from a write on an open file
+
+    monkeypatch.setattr(os, "fsync", full)
+    r = run_inproc("eval", str(run_copy), "--max-tokens", "256", cache=cache)
+    assert_bad_input(r, str(run_copy / "eval_val.json"), "No space left", "free some space", "re-run the command")
+    assert "--resume" not in r.stderr
+    monkeypatch.setattr(os, "fsync", real)
+
+    pytest.importorskip("transformers")
+    from safetensors import SafetensorError
+
+    def storage_full(*a, **k):
+        raise SafetensorError('Error while serializing: IoError(Os { code: 28, kind: StorageFull, message: '
+                              '"No space left on device" })')
+
+    monkeypatch.setattr("transformers.modeling_utils.safe_save_file", storage_full)
+    out = run_copy.parent / "hf"
+    r = run_inproc("export", str(run_copy), "--to", "hf", "--out", str(out), cache=cache)
+    assert_bad_input(r, f"{out}: No space left", "free some space")
+    assert not out.exists()
+
+
+def test_guarded_full_disk_hint_follows_the_command(capsys):
+    from normlab.safety import guarded
+
+    def full():
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), "/x/ckpt")
+
+    for command, fragment in (("train", "'normlab train --resume RUN_DIR' continues"),
+                              ("compare", "re-run the same command: it keeps the finished runs"),
+                              ("export", "re-run the command")):
+        assert guarded(full, command=command) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: /x/ckpt: ") and fragment in err and len(err.splitlines()) == 1

@@ -158,3 +158,89 @@ def test_unknown_or_missing_tracker_is_one_line(tmp_path, cache):
 
     r = run_inproc("train", "tiny", "--set", "train.track=[tensorbord]", "--out", str(tmp_path / "r"), cache=cache)
     assert_bad_input(r, "unknown train.track entry 'tensorbord'", "did you mean 'tensorboard'")
+
+
+def _free_port() -> int:
+    """A loopback port with nothing listening on it (bound, then closed)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_unreachable_mlflow_server_is_one_warning_and_the_run_finishes(tmp_path, cache, monkeypatch):
+    pytest.importorskip("mlflow.tracking")
+    from tests.helpers import run_inproc
+
+    url = f"http://127.0.0.1:{_free_port()}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", url)
+    for var in ("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "MLFLOW_HTTP_REQUEST_TIMEOUT"):
+        monkeypatch.delenv(var, raising=False)  # put back after the test whatever the tracker sets
+    out = tmp_path / "run"
+    t0 = time.monotonic()
+    r = run_inproc("train", "tiny", "--set", "train.steps=4", "--set", "train.eval_every=2", "--set",
+                   "model.context=16", "--set", "train.track=[tensorboard, mlflow]", "--out", str(out), cache=cache)
+    assert r.returncode == 0, r.stderr
+    assert "Traceback" not in r.stderr
+    lines = [ln for ln in r.stderr.replace(str(tmp_path), "TMP").splitlines() if "mlflow" in ln.lower()]
+    assert len(lines) == 1 and lines[0].startswith("warning: train.track mlflow:") and url in lines[0], r.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "completed" and summary["step"] == 4
+    assert {t for t, _, _ in read_scalars(out / "tb")} >= {"train/loss", "val/bpb"}  # the other tracker logged
+    assert not (out / "mlruns").exists()
+
+    # train.track_required: the same server is an error before anything is written
+    out2 = tmp_path / "required"
+    r = run_inproc("train", "tiny", "--set", "train.track=[mlflow]", "--set", "train.track_required=true",
+                   "--out", str(out2), cache=cache)
+    from tests.helpers import assert_bad_input
+
+    assert_bad_input(r, "train.track mlflow", url, "train.track_required")
+    assert not out2.exists()
+    assert time.monotonic() - t0 < 120  # the probe is bounded (PROBE_TIMEOUT_S), not MLflow's retries
+
+
+def test_probe_keeps_a_listening_server_and_drops_a_silent_one(monkeypatch):
+    import socket
+
+    from normlab.errors import NormlabError
+    from normlab.train.tracking import probe_trackers, tracker_server
+
+    with socket.socket() as srv:
+        srv.bind(("127.0.0.1", 0))
+        srv.listen()
+        monkeypatch.setenv("MLFLOW_TRACKING_URI", f"http://127.0.0.1:{srv.getsockname()[1]}/")
+        assert probe_trackers(["tensorboard", "mlflow"], timeout=2) == ["tensorboard", "mlflow"]
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"http://127.0.0.1:{_free_port()}")
+    assert probe_trackers(["tensorboard", "mlflow"], timeout=2) == ["tensorboard"]
+    with pytest.raises(NormlabError, match="track_required"):
+        probe_trackers(["mlflow"], required=True, timeout=2)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "sqlite:///mlflow.db")  # a local store: nothing to probe
+    assert tracker_server("mlflow") is None
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    assert tracker_server("wandb") is None
+
+
+def test_a_tracker_failing_mid_run_is_dropped_with_one_warning(tmp_path, capsys):
+    from normlab.train.tracking import Tracker
+
+    calls = []
+
+    class Flaky:
+        def log(self, record):
+            calls.append(record["step"])
+            raise ConnectionError("connection refused\n\x1b[31mred")
+
+        def close(self, status):
+            calls.append(status)
+
+    tracker = Tracker(tmp_path / "tb", {}, track=[])
+    tracker.trackers.append(("mlflow", Flaky()))
+    for step in (1, 2, 3):
+        tracker.log({"step": step, "loss": 1.0})
+    tracker.close("completed")
+    err = capsys.readouterr().err.splitlines()
+    assert calls == [1]  # dropped after its first failure: no further log, no close
+    assert err == ["warning: train.track mlflow: failed while logging (connection refused); training goes on "
+                   "without mlflow"]

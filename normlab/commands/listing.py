@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from typing import Callable
 
+from normlab.safety import printable
+
 
 def print_listing(key: str, rows: list[dict], columns: dict[str, Callable[[dict], str]], as_json: bool) -> int:
     """Print ``rows`` (one dict per registered entry) and return exit status 0.
@@ -20,7 +22,7 @@ def print_listing(key: str, rows: list[dict], columns: dict[str, Callable[[dict]
     from rich.table import Table
 
     table = Table(*columns)
-    cells = [[cell(r) for cell in columns.values()] for r in rows]
+    cells = [[printable(cell(r)) for cell in columns.values()] for r in rows]  # control characters as escapes
     if cells:  # the first column (the names) is never wrapped or cut, however narrow the terminal
         table.columns[0].no_wrap = True
         table.columns[0].min_width = max(len(c[0]) for c in cells)

@@ -19,6 +19,7 @@ from normlab.report.analysis import SweepReport, VariantResult, ci_text, diagnos
 from normlab.markdown import md_code, md_escape, md_fence, md_table
 from normlab.report.scaling_section import section as scaling_section
 from normlab.run.files import CONFIG_FILE
+from normlab.safety import shell_quote
 
 CSS = """
 body{font-family:-apple-system,"Segoe UI",Roboto,"DejaVu Sans",Helvetica,Arial,sans-serif;margin:0;color:#1d232a;
@@ -155,15 +156,15 @@ def _commands(rep: SweepReport) -> tuple[str, list[tuple[str, str, str]]]:
     d = rep.sweep_dir
     if rep.meta.get("title"):  # run directories: the report command itself
         paths = list(dict.fromkeys(str(r.path) for r in rep.runs if r.path))
-        whole = "normlab report " + " ".join(paths) + f" --out {d}"
+        whole = "normlab report " + " ".join(map(shell_quote, paths)) + f" --out {shell_quote(d)}"
     else:
-        whole = f"normlab compare {d / 'sweep.yaml'} --out {d}"
+        whole = f"normlab compare {shell_quote(d / 'sweep.yaml')} --out {shell_quote(d)}"
     per_run = []
     for v in rep.variants:
         for r in v.runs:
             rid = r.row["run_id"]
             cfg = (r.path or d / "runs" / rid) / CONFIG_FILE
-            per_run.append((v.name, rid, f"normlab train {cfg} --out runs/repro-{rid}"))
+            per_run.append((v.name, rid, f"normlab train {shell_quote(cfg)} --out {shell_quote(f'runs/repro-{rid}')}"))
     return whole, per_run
 
 

@@ -46,7 +46,7 @@ from normlab.train.precision import (CompileTimer, autocast, kept_determinism, n
 from normlab.train.heap import heap_policy_note
 from normlab.train.progress import ProgressReporter
 from normlab.train.threads import record_run, resolve_threads, step_flops, wait_policy_note
-from normlab.train.tracking import Tracker
+from normlab.train.tracking import Tracker, probe_trackers
 from normlab.train.schedule import lr_at
 from normlab.validate import check_train_memory
 
@@ -206,6 +206,8 @@ def _train(cfg: RunConfig, run_dir: Path, *, resume: bool, quiet: bool, flag: An
            ctx: DistContext = SINGLE, threads: int | None = None, run_hash: str | None = None) -> dict[str, Any]:
     from normlab.run.rundir import read_data_info, run_data, save_run_identity
 
+    # a tracker server that does not answer: one warning line (train.track_required: an error) before anything else
+    track = probe_trackers(cfg.train.track, required=cfg.train.track_required) if ctx.is_main else []
     # a resumed run keeps its own tokenizer and refuses a changed corpus (normlab.run.rundir)
     data = (run_data(run_dir, cfg) if resume and read_data_info(run_dir) is not None
             else load_data(cfg, tokenizer=None if resume else source_tokenizer(init_from)))  # --init-from: its ids
@@ -276,7 +278,7 @@ def _train(cfg: RunConfig, run_dir: Path, *, resume: bool, quiet: bool, flag: An
 
     report = ProgressReporter(tc.steps, start, quiet=quiet)
     tracker = flag.tracker = (Tracker(tb_dir if tb_dir is not None else run_dir / "tb", cfg.to_dict(),
-                                      start_step=start, track=tc.track)
+                                      start_step=start, track=track, probed=True)
                               if ctx.is_main else NullTracker())  # rank 0 alone tracks (train.track)
     nap_note = f" + NaP on {len(nap.params)} weights" if nap else ""
     report.message(

@@ -23,6 +23,12 @@ ends each run.
   MLflow refuses become ``_``), the end status ``FINISHED`` / ``FAILED`` / ``KILLED`` and a ``normlab.status`` tag.
   A resumed run continues the same MLflow run (found by its ``normlab.run_path`` tag).
 
+Trackers fail soft: before anything is written, :func:`probe_trackers` opens a TCP connection (at most
+``PROBE_TIMEOUT_S``) to each tracker server (``MLFLOW_TRACKING_URI`` over http(s); W&B's ``WANDB_BASE_URL`` or
+api.wandb.ai unless ``WANDB_MODE`` is offline or disabled); one that does not answer is a one-line warning and the run
+goes on without it, or, with ``train.track_required: true``, a one-line error before any step. A tracker that fails
+later (while starting, logging or closing) is dropped with one warning line and the run finishes as usual.
+
 ``read_scalars`` / ``read_hparams`` read the event files with the ``tensorboard`` package's own reader (CRC-checked:
 a damaged record ends the read), so reading needs ``pip install 'normlab[tensorboard]'``.
 """
@@ -34,10 +40,14 @@ import json
 import math
 import os
 import re
+import socket
+import sys
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from normlab.errors import NormlabError
+from normlab.safety import printable
 
 TRACKERS = ("tensorboard", "wandb", "mlflow")
 TB_NAMES = {"loss": "train/loss", "lr": "train/lr", "grad_norm": "train/grad_norm", "val_bpb": "val/bpb",
@@ -222,6 +232,9 @@ class MlflowTracker:
         if not uri:
             uri = (root / "mlruns").resolve().as_uri()
             os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")  # MLflow 3: the local store, by opt-in
+        if tracker_server("mlflow") is not None:  # a server: each request bounded (the user's own settings win)
+            os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
+            os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
         self.client = MlflowClient(tracking_uri=uri)
         self.uri = uri
         exp_name = os.environ.get("MLFLOW_EXPERIMENT_NAME", "normlab")
@@ -260,30 +273,98 @@ class MlflowTracker:
         self.run_id = None
 
 
+PROBE_TIMEOUT_S = 3.0  # the longest a tracker server's TCP connect may take at start
+
+
+def tracker_server(kind: str, env: dict[str, str] | None = None) -> str | None:
+    """The URL of the server ``kind`` talks to over the network, or None for a local store / offline mode."""
+    env = os.environ if env is None else env
+    if kind == "mlflow":
+        uri = env.get("MLFLOW_TRACKING_URI", "")
+        return uri if urlsplit(uri).scheme in ("http", "https") else None
+    if kind == "wandb" and env.get("WANDB_MODE", "").lower() not in ("offline", "disabled", "dryrun"):
+        return env.get("WANDB_BASE_URL") or "https://api.wandb.ai"
+    return None
+
+
+def unreachable(url: str, timeout: float = PROBE_TIMEOUT_S) -> str | None:
+    """Why a TCP connection to ``url``'s host and port fails within ``timeout`` seconds, or None when it opens."""
+    parts = urlsplit(url)
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:
+        return "a port that is not a number"
+    if not parts.hostname:
+        return "no host in the URL"
+    try:
+        with socket.create_connection((parts.hostname, port), timeout=timeout):
+            return None
+    except OSError as e:
+        return e.strerror or type(e).__name__
+
+
+def _soft_fail(kind: str, what: str, why: Any, *, required: bool) -> None:
+    """A tracker that cannot go on: one warning line (the run goes on without it), or with ``required`` an error."""
+    why = printable((str(why).strip().splitlines() or [type(why).__name__])[0][:200])
+    if required:
+        raise NormlabError(f"train.track {kind}: {what} ({why}); train.track_required is true, so the run does not "
+                           f"start: start the server, or set train.track_required=false to train without it")
+    print(f"warning: train.track {kind}: {what} ({why}); training goes on without {kind}", file=sys.stderr)
+
+
+def probe_trackers(track: list[str] | tuple[str, ...], *, required: bool = False,
+                   timeout: float = PROBE_TIMEOUT_S) -> list[str]:
+    """The trackers of ``track`` whose server answers a TCP connect within ``timeout`` s (the others: a warning line
+    each, or a :class:`NormlabError` when ``required``). Called before the run directory is written."""
+    kept = []
+    for kind in track:
+        url = tracker_server(kind)
+        why = unreachable(url, timeout) if url else None
+        if why is None:
+            kept.append(kind)
+        else:
+            _soft_fail(kind, f"the server {url} does not answer", why, required=required)
+    return kept
+
+
 class Tracker:
     """Every tracker of ``track`` (``train.track``) behind one ``log(record)`` / ``close(status)``. ``log_dir``: the
     TensorBoard event directory (``RUN_DIR/tb`` or ``SWEEP_DIR/tb/RUN_ID``), which also names W&B's and MLflow's
-    root and run (module docstring)."""
+    root and run (module docstring). ``probed``: ``track`` already went through :func:`probe_trackers`.
+    ``config["train"]["track_required"]`` makes a tracker that cannot start an error instead of a warning."""
 
     def __init__(self, log_dir: str | Path, config: dict[str, Any], *, start_step: int = 0,
-                 track: list[str] | tuple[str, ...] = ("tensorboard",)):
+                 track: list[str] | tuple[str, ...] = ("tensorboard",), probed: bool = False):
         self.log_dir = Path(log_dir)
+        self.required = bool((config.get("train") or {}).get("track_required", False))
         kinds = {"tensorboard": TensorBoardTracker, "wandb": WandbTracker, "mlflow": MlflowTracker}
-        self.trackers: list[Any] = []
+        self.trackers: list[tuple[str, Any]] = []
         try:
             for kind in track:
                 if kind not in kinds:
                     raise NormlabError(f"unknown tracker '{kind}' in train.track; allowed: {', '.join(TRACKERS)}")
-                self.trackers.append(kinds[kind](self.log_dir, config, start_step=start_step))
+            for kind in (track if probed else probe_trackers(track, required=self.required)):
+                try:
+                    self.trackers.append((kind, kinds[kind](self.log_dir, config, start_step=start_step)))
+                except Exception as e:  # noqa: BLE001 - each library raises its own errors (network, server, ...)
+                    if isinstance(e, NormlabError):
+                        raise
+                    _soft_fail(kind, "cannot start", e, required=self.required)
         except BaseException:
             self.close("failed")
             raise
 
+    def _each(self, method: str, *args: Any) -> None:
+        for kind, t in list(self.trackers):
+            try:
+                getattr(t, method)(*args)
+            except Exception as e:  # noqa: BLE001 - a tracker failing mid-run never ends the run
+                self.trackers.remove((kind, t))
+                _soft_fail(kind, f"failed while {'logging' if method == 'log' else 'closing'}", e, required=False)
+
     def log(self, record: dict[str, Any]) -> None:
-        for t in self.trackers:
-            t.log(record)
+        self._each("log", record)
 
     def close(self, status: str) -> None:
         """End every tracker's run with ``status``; a second call does nothing."""
-        for t in self.trackers:
-            t.close(status)
+        self._each("close", status)
