@@ -25,8 +25,8 @@ class _Parser(argparse.ArgumentParser):
 
 
 COMMAND_MODULES = ("train", "config", "eval", "convert", "remove_norm", "quantize", "export", "import_", "generate",
-                   "calibrate", "extrapolate", "diagnose", "compare", "runs", "report", "scaling", "claims", "norms",
-                   "attention")
+                   "calibrate", "extrapolate", "diagnose", "compare", "runs", "report", "scaling", "claims", "advise",
+                   "norms", "attention")
 """normlab.commands modules, in the order their commands appear in ``normlab --help``."""
 
 

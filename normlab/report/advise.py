@@ -1,0 +1,460 @@
+"""``normlab advise``: what the stored evidence decides for the model a user intends to train, and how far away it
+was measured.
+
+Inputs: the target model (a ``RunConfig``: width, depth, context, tokens, optimizer, precision), the packaged claims
+evidence (``normlab.report.evidence``), the user's sweep directories (``--from``) and the scaling fits stored with
+them (none is packaged). Per decision (``DECISIONS``) each claim is sorted into **decided** (the claims suite's
+verdict at Holm-adjusted p <= alpha, or an exact check), **undecided** or **not observable**, with the scale it was
+measured at and its distance from the target (a factor in non-embedding parameters and in training tokens;
+``FAR`` = 10x either way is marked). A decision is stated only as the evidence states it, at its own scale; nothing
+is extrapolated. Comparisons from ``--from`` sweeps are shown at equal steps and at equal training FLOPs
+(normlab.model.flops; the validation curve interpolated at the pair's common cumulative FLOPs), exploratory.
+
+The next question (``next_question``): among the claims with a sweep recipe (``RECIPES``), the most valuable open
+one at the target's scale, by this stated rule: a claim whose replications disagree (contested) first, then one
+decided at the suite's scale but measured more than ``FAR`` away, then an undecided one; ties by the suite's
+|effect| / interval half-width. Its sweep YAML (``normlab compare`` format) is written with an estimated time from
+the FLOPs count and a measured rate (a run's own tokens/s x FLOPs/token when one is given, else a local GEMM).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+import yaml
+
+from normlab.config import RunConfig, config_from_dict
+from normlab.errors import NormlabError
+from normlab.model import build_model
+from normlab.model.config import ModelConfig
+from normlab.model.flops import count_flops
+from normlab.stats import paired_diff
+
+FAR = 10.0
+ALPHA = 0.05
+DECIDED_VERDICTS = ("held", "not held", "within margin")
+DECISIONS: list[tuple[str, tuple[str, ...]]] = [
+    ("hidden-state norm", ("dyt-vs-ln", "powernorm-lm", "exact-conversion", "ln-removal")),
+    ("placement", ("peri-lr-sensitivity", "postln-lr-sensitivity", "mixln-lr-best", "mixln-grad", "cod-growth",
+                   "cod-lns", "peri-variance", "peri-variance-magnitude", "peri-massive", "postln-warmup")),
+    ("QK-norm / softcap", ("qk-lr-sensitivity", "tev-instability")),
+    ("output norm", ("zloss-logit-divergence", "stablemax-collapse")),
+    ("optimizer / clipping", ("warmup-lr-sensitivity", "adagc-lr-sensitivity", "adagc-spikes")),
+]
+"""Which claims (docs/claims.md) bear on which choice a user makes; claims about conversion, quantization and
+label-free scores are in docs/claims.md and not advice about training."""
+
+PRE = ("Pre-LN", {"model.placement": "pre"})
+RECIPES: dict[str, dict[str, Any]] = {
+    "peri-lr-sensitivity": {"baseline": PRE, "variant": ("Peri-LN", {"model.placement": "peri"}),
+                            "primary": "lr_sensitivity"},
+    "qk-lr-sensitivity": {"baseline": PRE, "variant": ("Pre-LN + QK-norm", {"model.placement": "pre",
+                                                                            "model.qk_norm": True}),
+                          "primary": "lr_sensitivity"},
+    "postln-lr-sensitivity": {"baseline": PRE, "variant": ("Post-LN", {"model.placement": "post"}),
+                              "primary": "lr_sensitivity"},
+    "mixln-lr-best": {"baseline": PRE, "variant": ("Mix-LN", {"model.placement": "mix"}), "primary": "best_loss"},
+    "dyt-vs-ln": {"baseline": ("LayerNorm", {"model.norm": "layernorm"}), "variant": ("DyT", {"model.norm": "dyt"}),
+                  "primary": "best_loss"},
+}
+"""The claims ``normlab compare`` can decide as a declared question (a two-variant sweep over a learning-rate
+grid), with their variants as config overrides."""
+LR_GRID = {"min": 0.001, "max": 0.3, "points": 5}  # the demo's grid (normlab/configs/sweeps/quick.yaml)
+SEEDS = [5000, 5001, 5002, 5003]  # a seed block no shipped question uses (claims 0-4, demo 1000s/2000s, +10000)
+SCALE_RE = re.compile(r"width (\d+), (\d+) blocks, (\d+) steps, ([\d.]+)([km]?) tokens")
+
+
+# ------------------------------------------------------------------------------------------------ scale and distance
+def non_embedding_params(mc: ModelConfig) -> int:
+    """Non-embedding parameters of the model ``mc`` builds (built on the meta device: no memory)."""
+    with torch.device("meta"):
+        return build_model(mc).num_params(non_embedding=True)
+
+
+def parse_scale(text: str | None) -> list[dict[str, int]]:
+    """``"width 64, 4 blocks, 500 steps, 512k tokens; ..."`` -> ``[{width, depth, steps, tokens}]`` (k = 1000)."""
+    out = []
+    for m in SCALE_RE.finditer(text or ""):
+        mult = {"": 1, "k": 1000, "m": 1000_000}[m.group(5)]
+        out.append({"width": int(m.group(1)), "depth": int(m.group(2)), "steps": int(m.group(3)),
+                    "tokens": int(round(float(m.group(4)) * mult))})
+    return out
+
+
+def distance(target: dict[str, Any], scale: dict[str, int], suite: dict[str, Any]) -> dict[str, Any]:
+    """Factors target / measured in non-embedding parameters and training tokens; ``far``: either beyond ``FAR``."""
+    mc = ModelConfig(width=scale["width"], depth=scale["depth"], heads=suite.get("heads") or 4,
+                     context=suite.get("context") or 64)
+    n = non_embedding_params(mc)
+    fp, ft = target["params"] / n, target["tokens"] / scale["tokens"]
+    return {"params": n, "tokens": scale["tokens"], "params_factor": fp, "tokens_factor": ft,
+            "far": max(fp, 1 / fp, ft, 1 / ft) > FAR}
+
+
+def _nearest(target: dict[str, Any], scales: list[dict[str, int]], suite: dict[str, Any]) -> dict[str, Any] | None:
+    ds = [distance(target, s, suite) for s in scales]
+    return min(ds, key=lambda d: abs(math.log(d["params_factor"])) + abs(math.log(d["tokens_factor"])), default=None)
+
+
+# ------------------------------------------------------------------------------------------------------ the claims
+def status(claim: dict[str, Any], alpha: float = ALPHA) -> str:
+    """``decided``, ``not observable`` or ``undecided``, as the suite's own verdict and adjusted p state it."""
+    verdict = str(claim.get("verdict") or "")
+    if verdict.startswith("not observable"):
+        return "not observable"
+    if claim.get("test") == "exact" and verdict in ("held", "not held"):
+        return "decided"
+    p = claim.get("p_adj")
+    if verdict in DECIDED_VERDICTS and p is not None and p <= alpha:
+        return "decided"
+    return "undecided"
+
+
+def corpora(claim: dict[str, Any], reps: list[dict[str, Any]], suite: dict[str, Any]) -> dict[str, list[str]]:
+    """``decided_on``: the suite's corpus when it decided the claim; ``replicated_on`` / ``not_replicated_on``: the
+    replications (their own seed blocks) that decided on the claim's side / did not."""
+    seeds = suite.get("seeds")
+    on = [f"{suite.get('corpus')} (claims suite, {seeds} seeds)"] if status(claim) == "decided" else []
+    yes, no = [], []
+    for r in reps:
+        (yes if r.get("claim_side") else no).append(f"{r['corpus']} (seeds {r['seeds'][0]}-{r['seeds'][-1]})")
+    return {"decided_on": on, "replicated_on": yes, "not_replicated_on": no}
+
+
+def _claim_entry(c: dict[str, Any], target: dict[str, Any], ev: dict[str, Any]) -> dict[str, Any]:
+    suite = ev["suite"]
+    reps = [r for r in ev["replications"] if r["claim"] == c["name"]]
+    dist = _nearest(target, parse_scale(c.get("scale")), suite)
+    st = status(c)
+    ci = c.get("ci") or [None, None]
+    entry = {"name": c["name"], "claim": c["claim"], "paper": c["paper"], "metric": c["metric"], "status": st,
+             "verdict": c["verdict"], "measured": c["measured"], "ci95": ci, "p_holm": c.get("p_adj"),
+             "n": c.get("n"), "scale": c.get("scale"), "corpus": suite.get("corpus"),
+             **corpora(c, reps, suite), "replications": reps, "distance": dist}
+    if st == "decided":
+        where = "measured more than 10x away from your model: not evidence at your scale" if dist and dist["far"] \
+            else "measured within 10x of your model"
+        entry["applies"] = where
+    else:
+        entry["applies"] = "no decision at any measured scale"
+    entry["contested"] = bool(entry["replicated_on"] and entry["not_replicated_on"]) or \
+        bool(st != "decided" and entry["replicated_on"])
+    return entry
+
+
+def decisions(target: dict[str, Any], ev: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per decision: the claims bearing on it split by status, and the FLOPs cost of each recipe's variant."""
+    by_name = {c["name"]: c for c in ev["claims"]}
+    out = []
+    for title, names in DECISIONS:
+        entries = [_claim_entry(by_name[n], target, ev) for n in names if n in by_name]
+        out.append({"decision": title,
+                    "decided": [e for e in entries if e["status"] == "decided"],
+                    "undecided": [e for e in entries if e["status"] == "undecided"],
+                    "not_observable": [e for e in entries if e["status"] == "not observable"]})
+    return out
+
+
+def recipe_costs(cfg: RunConfig) -> list[dict[str, Any]]:
+    """Training FLOPs per token of each recipe's variant vs its baseline at the target's shape."""
+    rows = []
+    for name, r in RECIPES.items():
+        (bn, bset), (vn, vset) = r["baseline"], r["variant"]
+        fb = count_flops(_with(cfg.model, bset)).training
+        fv = count_flops(_with(cfg.model, vset)).training
+        rows.append({"claim": name, "baseline": bn, "variant": vn, "baseline_flops_per_token": fb,
+                     "variant_flops_per_token": fv, "ratio": fv / fb})
+    return rows
+
+
+def _with(mc: ModelConfig, overrides: dict[str, Any]) -> ModelConfig:
+    d = dict(mc.__dict__)
+    d.update({k.split(".", 1)[1]: v for k, v in overrides.items() if k.startswith("model.")})
+    return ModelConfig(**d)
+
+
+# --------------------------------------------------------------------------------- sweeps at equal steps and FLOPs
+def _interp(points: list[tuple[float, float]], x: float) -> float | None:
+    """Linear interpolation of ``[(x, y)]`` (sorted by x) at ``x``; None outside the points."""
+    if not points or x < points[0][0] or x > points[-1][0]:
+        return None
+    for (x0, y0), (x1, y1) in zip(points, points[1:]):
+        if x0 <= x <= x1:
+            return y0 if x1 == x0 else y0 + (y1 - y0) * (x - x0) / (x1 - x0)
+    return points[-1][1]
+
+
+def run_flops_curve(info: Any) -> tuple[list[tuple[int, float]], float] | None:
+    """``(val_bpb points by step, training FLOPs per step)`` of a run (its summary's flops_per_token, else counted
+    from its config); None without a validation curve or a step count."""
+    pts = sorted(info.curves.get("val_bpb") or [])
+    sm = info.summary or {}
+    if not pts or not sm.get("step") or not sm.get("tokens_seen"):
+        return None
+    fpt = sm.get("flops_per_token")
+    if fpt is None:
+        cfg = info.row.get("config")
+        if not isinstance(cfg, dict):
+            return None
+        fpt = count_flops(config_from_dict(cfg).model).training
+    return pts, fpt * sm["tokens_seen"] / sm["step"]
+
+
+def equal_compute(a: Any, b: Any) -> dict[str, float] | None:
+    """``a - b`` val bits/byte at their last common evaluated step and at their common cumulative training FLOPs
+    (each curve read at ``min`` of the two final FLOPs, linearly interpolated); None when not computable."""
+    ca, cb = run_flops_curve(a), run_flops_curve(b)
+    if ca is None or cb is None:
+        return None
+    (pa, fa), (pb, fb) = ca, cb
+    common = sorted(set(s for s, _ in pa) & set(s for s, _ in pb))
+    if not common:
+        return None
+    step = common[-1]
+    va, vb = dict(pa)[step], dict(pb)[step]
+    f_star = min(pa[-1][0] * fa, pb[-1][0] * fb)
+    ya = _interp([(s * fa, v) for s, v in pa], f_star)
+    yb = _interp([(s * fb, v) for s, v in pb], f_star)
+    if ya is None or yb is None:
+        return None
+    return {"steps_diff": va - vb, "step": step, "flops_diff": ya - yb, "flops": f_star}
+
+
+def _reading(d: Any) -> str:
+    if d.half is None:
+        return "not testable"
+    return ("lower" if d.mean < 0 else "higher") if abs(d.mean) > d.half else "undecided"
+
+
+def sweep_comparisons(sweep_dir: Path, baseline: str | None = None) -> dict[str, Any]:
+    """Each variant of a sweep directory against its baseline (``baseline`` or the first variant), paired over
+    (seed, grid point) cells, at equal steps and at equal FLOPs; ``changed``: the two readings differ."""
+    from normlab.report.rundirs import collect
+
+    runs = [info for info, _ in collect([sweep_dir])]
+    cells: dict[str, dict[tuple, Any]] = {}
+    for info in runs:
+        if info.row.get("status") != "completed":
+            continue
+        axes = {k: v for k, v in (info.row.get("axes") or {}).items() if k != "grid_group"}
+        group = (info.row.get("axes") or {}).get("grid_group") or info.row["variant"]
+        cells.setdefault(group, {})[(info.row.get("seed"), repr(sorted(axes.items())))] = info
+    names = list(cells)
+    if not names:
+        raise NormlabError(f"{sweep_dir}: no completed runs to compare")
+    base = baseline or names[0]
+    if base not in cells:
+        raise NormlabError(f"{sweep_dir}: baseline {base!r} is not a variant; variants: {', '.join(names)}")
+    out = []
+    for name in names:
+        if name == base:
+            continue
+        pairs = [equal_compute(cells[name][k], cells[base][k]) for k in cells[name] if k in cells[base]]
+        pairs = [p for p in pairs if p is not None]
+        if not pairs:
+            out.append({"variant": name, "baseline": base, "n": 0, "note": "no paired runs with curves"})
+            continue
+        ds, df = (paired_diff([p[k] for p in pairs], [0.0] * len(pairs)) for k in ("steps_diff", "flops_diff"))
+        row = {"variant": name, "baseline": base, "n": len(pairs),
+               "equal_steps": {"diff": ds.mean, "half": ds.half, "p": ds.p, "reading": _reading(ds)},
+               "equal_flops": {"diff": df.mean, "half": df.half, "p": df.p, "reading": _reading(df),
+                               "flops": min(p["flops"] for p in pairs)}}
+        row["changed"] = row["equal_steps"]["reading"] != row["equal_flops"]["reading"]
+        out.append(row)
+    return {"sweep": str(sweep_dir), "baseline": base, "metric": "val_bpb (exploratory, 95% paired t interval)",
+            "comparisons": out}
+
+
+# ------------------------------------------------------------------------------------------------- the next sweep
+def next_question(entries: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The claim with a recipe ranked first by the module docstring's rule."""
+    def tier(e: dict[str, Any]) -> tuple[int, float]:
+        lo, hi = (e["ci95"] or [None, None])[:2]
+        half = (hi - lo) / 2 if lo is not None and hi is not None else None
+        signal = abs(e["measured"]) / half if half else 0.0
+        far = e["distance"] is None or e["distance"]["far"]
+        t = 0 if e["contested"] else 1 if e["status"] == "decided" and far else 2 if e["status"] != "decided" else 3
+        return t, -signal
+
+    cands = sorted((e for e in entries if e["name"] in RECIPES), key=tier)
+    if not cands:
+        return None
+    e = cands[0]
+    why = {0: "its replications disagree", 1: "decided only at a scale more than 10x from yours",
+           2: "undecided at every measured scale", 3: "decided within 10x of your scale"}[tier(e)[0]]
+    return {"claim": e["name"], "why": why, "rule": "contested > decided far away > undecided; ties by the suite's "
+            "|effect| / interval half-width"}
+
+
+def sweep_yaml(claim: str, cfg: RunConfig, base: str | dict[str, Any]) -> dict[str, Any]:
+    """The ``normlab compare`` sweep that decides ``claim`` at ``cfg``'s shape: its recipe's two variants over the
+    demo's learning-rate grid, 4 seeds, Holm over a family of one."""
+    r = RECIPES[claim]
+    (bn, bset), (vn, vset) = r["baseline"], r["variant"]
+    m, t = cfg.model, cfg.train
+    return {
+        "name": f"advise-{claim}",
+        "description": f"decides {claim} (docs/claims.md) at width {m.width}, {m.depth} blocks, context {m.context}, "
+                       f"{t.steps} steps of {t.batch_size} sequences; written by normlab advise",
+        "base": base, "baseline": bn, "primary": r["primary"], "family": [vn], "alpha": ALPHA, "correction": "holm",
+        "set": {"model.width": m.width, "model.depth": m.depth, "model.heads": m.heads, "model.context": m.context,
+                "train.steps": t.steps, "train.batch_size": t.batch_size, "train.precision": t.precision,
+                "optim.name": cfg.optim.name, "train.warmup_steps": max(1, t.steps // 10),
+                "train.eval_every": t.steps, "train.checkpoint_every": t.steps},
+        "lr_grid": dict(LR_GRID),
+        "variants": [{"name": bn, "set": dict(bset)}, {"name": vn, "set": dict(vset)}],
+        "seeds": list(SEEDS),
+    }
+
+
+def write_sweep(spec: dict[str, Any], path: Path) -> Path:
+    """Write ``spec`` as YAML to ``path`` (parsed back by ``normlab.experiments.sweep.load_sweep`` first: a spec
+    ``normlab compare`` would refuse is never written)."""
+    from normlab.experiments.sweep import parse_sweep
+
+    parse_sweep(spec, source=str(path))
+    path.write_text(yaml.safe_dump(spec, sort_keys=False), encoding="utf-8")
+    return path
+
+
+def gemm_rate(precision: str = "fp32", size: int = 1024, seconds: float = 0.3) -> float:
+    """Measured FLOP/s of a ``size x size`` matmul on this machine's CPU (fp32, or bf16 when asked)."""
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float32
+    a, b = torch.randn(size, size, dtype=dtype), torch.randn(size, size, dtype=dtype)
+    a @ b
+    n, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        a @ b
+        n += 1
+    return 2.0 * size ** 3 * n / (time.perf_counter() - t0)
+
+
+def estimate(spec: dict[str, Any], cfg: RunConfig, rate: float) -> dict[str, Any]:
+    """Runs, tokens, training FLOPs and seconds at ``rate`` FLOP/s of the sweep ``spec``."""
+    r = RECIPES[spec["name"].removeprefix("advise-")]
+    runs = 2 * LR_GRID["points"] * len(spec["seeds"])
+    tokens = cfg.train.steps * cfg.train.batch_size * cfg.train.grad_accum * cfg.model.context
+    flops = sum(count_flops(_with(cfg.model, s)).training for _, s in (r["baseline"], r["variant"]))
+    total = flops / 2 * runs * tokens
+    return {"runs": runs, "tokens_per_run": tokens, "flops": total, "rate_flops_per_s": rate,
+            "seconds_here": total / rate, "gpu": "not measured"}
+
+
+# ------------------------------------------------------------------------------------------------------ the answer
+def target_record(cfg: RunConfig) -> dict[str, Any]:
+    """The target model's shape, non-embedding parameters, training tokens and FLOPs per token."""
+    m, t = cfg.model, cfg.train
+    return {"width": m.width, "depth": m.depth, "heads": m.heads, "context": m.context, "vocab_size": m.vocab_size,
+            "norm": m.norm, "placement": m.placement, "steps": t.steps, "batch_size": t.batch_size,
+            "tokens": t.steps * t.batch_size * t.grad_accum * m.context, "optimizer": cfg.optim.name,
+            "precision": t.precision, "params": non_embedding_params(m),
+            "flops_per_token": count_flops(m).training}
+
+
+def advise(cfg: RunConfig, ev: dict[str, Any], *, from_dirs: list[Path] = (), baseline: str | None = None,
+           rate: float, rate_source: str, sweep_path: Path | None, base: str | dict[str, Any]) -> dict[str, Any]:
+    """The whole answer as one JSON-able object (module docstring); writes the next sweep to ``sweep_path``."""
+    target = target_record(cfg)
+    decs = decisions(target, ev)
+    entries = [e for d in decs for part in ("decided", "undecided", "not_observable") for e in d[part]]
+    nxt = next_question(entries)
+    if nxt is not None:
+        spec = sweep_yaml(nxt["claim"], cfg, base)
+        nxt["estimate"] = estimate(spec, cfg, rate) | {"rate_source": rate_source}
+        if sweep_path is not None:
+            nxt["sweep_file"] = str(write_sweep(spec, sweep_path))
+            nxt["command"] = f"normlab compare {sweep_path}"
+        nxt["sweep"] = spec
+    return {"target": target, "evidence": {**ev["sources"], "corpus": ev["suite"]["corpus"],
+                                           "suite_command": ev["suite"]["command"]},
+            "scaling_fits": "none stored in the package; `normlab scaling SWEEP_DIR` fits a scaling sweep you ran",
+            "far_factor": FAR, "decisions": decs, "costs": recipe_costs(cfg),
+            "sweeps": [sweep_comparisons(Path(d), baseline) for d in from_dirs], "next": nxt}
+
+
+def _g(x: float | None, digits: int = 3) -> str:
+    return "–" if x is None else f"{x:.{digits}g}"
+
+
+def _factor(f: float) -> str:
+    return f"{f:.3g}x" if f >= 1 else f"1/{1 / f:.3g}x"
+
+
+def render(res: dict[str, Any]) -> str:
+    """The answer as text (what ``normlab advise`` prints)."""
+    t = res["target"]
+    lines = [f"Your model: width {t['width']}, {t['depth']} blocks, {t['heads']} heads, context {t['context']}, "
+             f"vocab {t['vocab_size']}; {t['params'] / 1e6:.3g}M non-embedding parameters; {t['tokens']:.3g} "
+             f"training tokens ({t['steps']} steps x {t['batch_size']}); {t['optimizer']}, precision "
+             f"{t['precision']}; {t['flops_per_token']:.3g} training FLOPs/token (normlab.model.flops).",
+             f"Evidence: {res['evidence']['claims']} (corpus {res['evidence']['corpus']}), "
+             f"{res['evidence']['replications']}; scaling fits: {res['scaling_fits']}."]
+    near = [e for d in res["decisions"] for e in d["decided"] if e["distance"] and not e["distance"]["far"]]
+    lines += [f"{len(near)} decided claim(s) were measured within 10x of your model in parameters and tokens"
+              + ("" if near else ": nothing below is decided at your scale; each line states what was decided at "
+                 "its own scale"), ""]
+    for d in res["decisions"]:
+        lines.append(f"== {d['decision']}")
+        for e in d["decided"]:
+            dist = e["distance"]
+            far = f"params {_factor(dist['params_factor'])}, tokens {_factor(dist['tokens_factor'])} of measured" \
+                if dist else "scale unknown"
+            lines.append(f"  decided: {e['name']} -- {e['claim']}: {e['verdict']}, {_g(e['measured'])} "
+                         f"[{_g(e['ci95'][0])}, {_g(e['ci95'][1])}], Holm p {_g(e['p_holm'])}, n {e['n']}")
+            lines.append(f"    measured at {e['scale']}; you are at {far}"
+                         f"{' -- MORE THAN 10x AWAY' if dist and dist['far'] else ''}")
+            lines.append(f"    decided on {', '.join(e['decided_on'])}")
+            lines += _replications(e)
+        for part, label in (("undecided", "undecided"), ("not_observable", "not observable")):
+            for e in d[part]:
+                lines.append(f"  {label}: {e['name']} -- {e['claim']} ({e['verdict']}, Holm p {_g(e['p_holm'])}, "
+                             f"at {e['scale']})")
+                lines += _replications(e)
+        if not any(d[p] for p in ("decided", "undecided", "not_observable")):
+            lines.append("  no stored evidence")
+    lines.append("")
+    lines.append("Cost at your shape (training FLOPs per token, variant / baseline):")
+    for c in res["costs"]:
+        lines.append(f"  {c['variant']} / {c['baseline']}: {c['ratio']:.4f}")
+    for s in res["sweeps"]:
+        lines.append(f"\nSweep {s['sweep']} (baseline {s['baseline']}; {s['metric']}):")
+        for c in s["comparisons"]:
+            if not c["n"]:
+                lines.append(f"  {c['variant']}: {c['note']}")
+                continue
+            es, ef = c["equal_steps"], c["equal_flops"]
+            lines.append(f"  {c['variant']} - {c['baseline']} (n {c['n']}): equal steps {es['diff']:+.4f} "
+                         f"± {_g(es['half'])} ({es['reading']}); equal FLOPs ({ef['flops']:.3g}) {ef['diff']:+.4f} "
+                         f"± {_g(ef['half'])} ({ef['reading']})"
+                         + (" -- THE VERDICT CHANGES at equal FLOPs" if c["changed"] else ""))
+    n = res["next"]
+    lines.append("")
+    if n is None:
+        lines.append("No open question with a sweep recipe.")
+    else:
+        est = n["estimate"]
+        lines.append(f"Next question: {n['claim']} ({n['why']}; rule: {n['rule']}).")
+        if "command" in n:
+            lines.append(f"  {n['command']}")
+        lines.append(f"  {est['runs']} runs x {est['tokens_per_run']:.3g} tokens = {est['flops']:.3g} training "
+                     f"FLOPs; here: {_duration(est['seconds_here'])} at {est['rate_flops_per_s']:.3g} FLOP/s "
+                     f"({est['rate_source']}); GPU: {est['gpu']}")
+    return "\n".join(lines)
+
+
+def _replications(e: dict[str, Any]) -> list[str]:
+    return [f"    replication on {r['corpus']} (seeds {r['seeds'][0]}-{r['seeds'][-1]}, `{r['command']}`): "
+            f"{r['contrast']} {r['estimate']:+.3g} ± {r['half_width']:.3g}, Holm p {_g(r['p_adj'])}: {r['reading']}"
+            f"{' (the claim side)' if r['claim_side'] else ''}" for r in e["replications"]]
+
+
+def _duration(s: float) -> str:
+    for unit, size in (("years", 365 * 86400), ("days", 86400), ("h", 3600), ("min", 60)):
+        if s >= size:
+            return f"{s / size:.3g} {unit}"
+    return f"{s:.3g} s"

@@ -1,0 +1,131 @@
+"""normlab.report.advise and ``normlab advise``: claims sorted by their own verdicts, distances in scale against the
+closed-form parameter count, comparisons at equal steps and equal FLOPs against hand-computed interpolations, the
+next question's rule, and the written sweep parsed by the project's sweep parser."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import pytest
+
+from normlab.experiments.sweep import load_sweep
+from normlab.report import advise as A
+from normlab.report.evidence import load_evidence
+from tests.helpers import assert_bad_input, normlab
+
+
+def _claim(**kw):
+    base = {"name": "x", "verdict": "held", "p_adj": 0.01, "test": "t", "measured": 0.3, "ci": [0.2, 0.4]}
+    return base | kw
+
+
+@pytest.mark.parametrize("kw, want", [
+    ({}, "decided"),
+    ({"p_adj": 0.05}, "decided"),
+    ({"p_adj": 0.0501}, "undecided"),
+    ({"verdict": "inconclusive", "p_adj": 0.001}, "undecided"),  # the suite's verdict wins over a small p
+    ({"verdict": "not held", "p_adj": 0.009}, "decided"),
+    ({"verdict": "not observable at this scale", "p_adj": 0.001}, "not observable"),
+    ({"test": "exact", "verdict": "held", "p_adj": None}, "decided"),
+    ({"p_adj": None}, "undecided"),
+])
+def test_status_follows_the_suite_verdict_and_holm_p(kw, want):
+    assert A.status(_claim(**kw)) == want
+
+
+def _ln_params(width: int, depth: int) -> int:
+    """Pre-LN GPT without biases, MLP ratio 4: 12 L d^2 matrix weights + (2 L + 1) LayerNorms of 2 d."""
+    return 12 * depth * width ** 2 + (2 * depth + 1) * 2 * width
+
+
+def test_distance_is_the_ratio_of_closed_form_parameters_and_of_tokens():
+    scale = A.parse_scale("width 64, 4 blocks, 500 steps, 512k tokens; width 64, 12 blocks, 500 steps, 512k tokens")
+    assert scale == [{"width": 64, "depth": 4, "steps": 500, "tokens": 512_000},
+                     {"width": 64, "depth": 12, "steps": 500, "tokens": 512_000}]
+    target = {"params": _ln_params(768, 12), "tokens": 10**9}
+    d = A.distance(target, scale[0], {"heads": 4, "context": 64})
+    assert d["params"] == _ln_params(64, 4)
+    assert d["params_factor"] == pytest.approx(_ln_params(768, 12) / _ln_params(64, 4))
+    assert d["tokens_factor"] == pytest.approx(10**9 / 512_000) and d["far"]
+    near = A.distance({"params": _ln_params(64, 8), "tokens": 2_000_000}, scale[0], {"heads": 4, "context": 64})
+    assert not near["far"]  # ~2x parameters, ~3.9x tokens
+
+
+def _run(fpt: float, tokens_per_step: int, pts, seed=0, variant="A"):
+    step = pts[-1][0]
+    return SimpleNamespace(curves={"val_bpb": list(pts)}, row={"variant": variant, "seed": seed, "status": "completed"},
+                           summary={"step": step, "tokens_seen": step * tokens_per_step, "flops_per_token": fpt})
+
+
+def test_equal_flops_reads_each_curve_at_the_common_cumulative_flops():
+    a = _run(2.0, 1, [(10, 3.0), (20, 2.0)])  # twice the FLOPs per token
+    b = _run(1.0, 1, [(10, 3.5), (20, 2.5)])
+    r = A.equal_compute(a, b)
+    assert r["step"] == 20 and r["steps_diff"] == pytest.approx(-0.5)
+    # common FLOPs = min(20 * 2, 20 * 1) = 20: a at step 10 (3.0), b at step 20 (2.5)
+    assert r["flops"] == 20 and r["flops_diff"] == pytest.approx(0.5)
+    c = _run(1.5, 1, [(10, 3.0), (20, 2.0)])  # final 30 FLOPs; b's 20 lies between c's steps 10 (15) and 20 (30)
+    assert A.equal_compute(c, b)["flops_diff"] == pytest.approx(3.0 + (2.0 - 3.0) * (20 - 15) / 15 - 2.5)
+
+
+def test_a_verdict_that_flips_at_equal_flops_is_flagged(monkeypatch, tmp_path):
+    runs = []
+    for s, (da, db) in enumerate([(0.0, 0.0), (0.02, -0.01), (-0.01, 0.01)]):
+        runs.append((_run(2.0, 1, [(10, 3.0 + da), (20, 2.0 + da)], s, "costly"), None))
+        runs.append((_run(1.0, 1, [(10, 3.5 + db), (20, 2.5 + db)], s, "cheap"), None))
+    import normlab.report.rundirs as rd
+
+    monkeypatch.setattr(rd, "collect", lambda paths: runs)
+    out = A.sweep_comparisons(tmp_path, baseline="cheap")["comparisons"]
+    assert [c["variant"] for c in out] == ["costly"] and out[0]["n"] == 3
+    assert out[0]["equal_steps"]["reading"] == "lower" and out[0]["equal_flops"]["reading"] == "higher"
+    assert out[0]["changed"]
+
+
+def test_next_question_prefers_contested_then_decided_far_then_undecided():
+    def e(name, status, contested=False, far=True, m=0.3):
+        return {"name": name, "status": status, "contested": contested, "measured": m, "ci95": [m - 0.1, m + 0.1],
+                "distance": {"far": far}}
+    assert A.next_question([e("dyt-vs-ln", "undecided"), e("peri-lr-sensitivity", "decided"),
+                            e("qk-lr-sensitivity", "decided", contested=True)])["claim"] == "qk-lr-sensitivity"
+    assert A.next_question([e("dyt-vs-ln", "undecided", m=5.0), e("peri-lr-sensitivity", "decided", m=0.1)]
+                           )["claim"] == "peri-lr-sensitivity"
+    assert A.next_question([e("cod-growth", "decided")]) is None  # no recipe
+
+
+def test_gpt2_small_answer_states_only_what_the_evidence_decides(tmp_path, cache):
+    out = tmp_path / "next.yaml"
+    p = normlab("advise", "--width", "768", "--depth", "12", "--context", "1024", "--tokens", "1e9", "--json",
+                "--write", str(out), cache=cache, check=True)
+    res = json.loads(p.stdout)
+    t = res["target"]
+    assert t["params"] == _ln_params(768, 12) and t["heads"] == 12
+    assert t["steps"] == -(-10**9 // (16 * 1024)) and t["tokens"] >= 10**9
+    claims = {c["name"]: c for c in load_evidence()["claims"]}
+    for d in res["decisions"]:
+        for e in d["decided"]:
+            c = claims[e["name"]]
+            assert c["verdict"] in A.DECIDED_VERDICTS and (c["test"] == "exact" or c["p_adj"] <= 0.05)
+            assert e["distance"]["far"] and "more than 10x" in e["applies"]
+        for e in d["undecided"]:
+            assert claims[e["name"]]["verdict"] not in A.DECIDED_VERDICTS or claims[e["name"]]["p_adj"] > 0.05
+    sweep = load_sweep(out)  # the project's own parser: `normlab compare` accepts it
+    nxt = res["next"]
+    assert len(sweep.runs) == nxt["estimate"]["runs"] == 2 * 5 * 4
+    assert nxt["estimate"]["gpu"] == "not measured" and nxt["estimate"]["seconds_here"] > 0
+    text = normlab("advise", "--width", "768", "--depth", "12", "--context", "1024", "--tokens", "1e9", "--no-write",
+                   cache=cache, check=True).stdout
+    assert "MORE THAN 10x AWAY" in text and "nothing below is decided at your scale" in text
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["--tokens", "lots"], "--tokens"),
+    (["--tokens", "1e9", "--steps", "10"], "not allowed with"),
+    (["--width", "0"], "--width"),
+    (["--width", "100", "--heads", "3"], "model.width"),
+    (["--optimizer", "adamq"], "optim.name"),
+    (["--from", "nowhere"], "not a sweep directory"),
+])
+def test_bad_input_is_one_line(args, fragment, cache, tmp_path):
+    assert_bad_input(normlab("advise", "--no-write", *args, cache=cache), fragment)
