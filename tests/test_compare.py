@@ -18,3 +18,23 @@ def test_replication_runs_the_design_on_fresh_seeds():
     plain = parse_sweep({"name": "p", "base": "tiny", "seeds": [0, 1]}, source="s")
     assert sorted(r.seed for r in replication_sweep(plain, "english").runs) == [REPLICATION_SEED_OFFSET,
                                                                                REPLICATION_SEED_OFFSET + 1]
+
+
+def test_a_replication_source_that_cannot_be_read_is_refused_before_the_main_sweep_trains(tmp_path, cache):
+    """``--replicate-on /dev/zero`` (a device), a missing path and an empty file: one line naming the source, exit 2,
+    and the sweep directory holds no trained run (the main sweep never started)."""
+    import yaml
+
+    from tests.helpers import assert_bad_input, run_inproc
+
+    spec = tmp_path / "s.yaml"
+    spec.write_text(yaml.safe_dump({"name": "s", "base": "tiny", "seeds": [0], "set": {"train.steps": 2}}))
+    empty = tmp_path / "empty.txt"
+    empty.write_text("")
+    for source, fragment in (("/dev/zero", "not a regular file or directory"),
+                             (str(tmp_path / "missing.txt"), "does not exist"), (str(empty), "is empty")):
+        out = tmp_path / f"out-{len(fragment)}"
+        r = run_inproc("compare", str(spec), "--replicate-on", source, "--out", str(out), "--workers", "1",
+                       cache=cache)
+        assert_bad_input(r, source, fragment)
+        assert not (out / "results.sqlite").exists() and not list(out.glob("runs/*/summary.json"))

@@ -129,6 +129,21 @@ def replication_sweep(sweep: Any, source: str) -> Any:
     return parse_sweep(raw, source=f"replication of '{sweep.name}' on {source}")
 
 
+def check_replication_data(sweep: Any) -> None:
+    """Load (and cache) every distinct corpus of a replication ``sweep`` now, as its runs would, so a source that
+    cannot be read (``/dev/zero``, a missing path, an empty or too short corpus) is a one-line error before the main
+    sweep trains, not after it; the replication then finds its token caches built."""
+    from normlab.config import config_from_dict
+    from normlab.run.rundir import load_data
+
+    seen = set()
+    for r in sweep.runs:
+        key = (repr(sorted(r.config["data"].items())), r.config["model"]["context"])
+        if key not in seen:
+            seen.add(key)
+            load_data(config_from_dict(r.config))
+
+
 def print_decisions(rep: dict[str, Any]) -> None:
     """The sequential looks' outcome and each replication's verdicts, one line each (stdout)."""
     block = rep.get("sequential")
@@ -152,6 +167,8 @@ def run_compare(args: argparse.Namespace) -> int:
     sweep = _load(args)
     sources = [s for s in [args.replicate_on or sweep.spec.get("replicate")] if s]
     replicas = [(s, _load(args, s), f"replication/{slug(s)}") for s in sources]  # checked before anything runs
+    for _, rsweep, _ in replicas:  # and its data: a source that cannot be read is refused before any training
+        check_replication_data(rsweep)
     out = Path(args.out) if args.out else default_sweep_dir(sweep)
     try:
         outcome, seq = _execute(sweep, out, args)
