@@ -293,6 +293,28 @@ def _build(cls: type, data: dict[str, Any], prefix: str) -> Any:
     return cls(**kwargs)
 
 
+RUNTIME_KEYS = ("device", "train.precision", "train.compile", "train.threads", "train.tf32", "train.stack")
+"""Keys the machine decides at ``auto`` (a run names what it used on its own line, normlab.train.precision)."""
+BOOKKEEPING_KEYS = ("train.track", "train.track_required", "train.log_every", "train.checkpoint_every",
+                    "train.keep_checkpoints", "train.eval_every", "train.eval_batches", "data.cache_dir")
+"""Keys that say where and how often a run logs, checkpoints and evaluates, not what it trains."""
+
+
+def non_default(cfg: RunConfig) -> list[tuple[str, Any]]:
+    """``(key, value)`` for every key of ``cfg`` whose value differs from ``RunConfig()``'s default, in config order
+    (a mapping such as ``model.norm_options`` entry by entry), less ``RUNTIME_KEYS`` and ``BOOKKEEPING_KEYS``: the
+    choices a run's banner names, derived from the dataclasses' defaults rather than a list of keys."""
+    def flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for k, v in d.items():
+            out.update(flat(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}": v})
+        return out
+
+    default, mine = flat(RunConfig().to_dict()), flat(cfg.to_dict())
+    skip = set(RUNTIME_KEYS) | set(BOOKKEEPING_KEYS)
+    return [(k, v) for k, v in mine.items() if k not in skip and (k not in default or default[k] != v)]
+
+
 def _all_keys(cls: type = RunConfig, prefix: str = "") -> list[str]:
     out = []
     for f in fields(cls):

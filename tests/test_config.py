@@ -114,3 +114,20 @@ def test_each_section_validates_its_ranges_from_the_one_table():
             assert str(e.value) == msg
             checked += 1
     assert checked > 40
+
+def test_non_default_names_every_key_set_away_from_its_default():
+    """``non_default`` (the training banner's "not default:" line) against the dataclasses' own defaults: nothing
+    for the defaults, exactly the keys a user set otherwise (a mapping entry by entry), and neither the machine's
+    runtime keys nor where a run logs."""
+    from normlab.config import RunConfig, non_default
+
+    assert non_default(RunConfig()) == []
+    sets = {"train.clip": "adagc", "model.output": "stablemax", "optim.perp_grad": True, "model.norm": "dyt",
+            "train.lr": 0.01, "seed": 3}
+    from normlab.config import apply_overrides
+
+    cfg = config_from_dict(apply_overrides({}, [f"{k}={str(v).lower() if isinstance(v, bool) else v}"
+                                                for k, v in sets.items()]
+                                           + ["train.log_every=7", "device=cpu", "train.precision=fp32",
+                                              "model.norm_options.alpha_init=0.8"]))
+    assert dict(non_default(cfg)) == {**sets, "model.norm_options.alpha_init": 0.8}

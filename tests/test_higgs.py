@@ -121,3 +121,18 @@ def test_quantize_cli_grid_tweak_and_linearity(tmp_path):
                      str(tmp_path / "q2"), cache=cache)
     assert bad.returncode == 2 and "power of two" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "q2").exists()
+
+
+def test_quantize_table_keeps_whole_layer_names_at_80_columns(tmp_path, monkeypatch):
+    """The per-layer table is as wide as its longest layer name needs (rich would cut names to fit an 80-column
+    terminal), and the scheme reads as English: no "input inputs"."""
+    cache = tmp_path / "cache"
+    run = tmp_path / "run"
+    run_inproc("train", "tiny", "--set", "train.steps=2", "--set", "train.eval_every=2", "--out", str(run),
+               cache=cache, check=True)
+    monkeypatch.setenv("COLUMNS", "80")
+    out = run_inproc("quantize", str(run), "--weights", "4", "--grid", "higgs", "--max-tokens", "128", "--out",
+                     str(tmp_path / "q"), cache=cache, check=True).stdout
+    names = list(json.loads((tmp_path / "q" / "quantization.json").read_text())["layers"])
+    assert len(names) == 8 and all(f" {n} " in out for n in names), out
+    assert "input inputs" not in " ".join(out.split()) and "divisor of the input size," in " ".join(out.split())

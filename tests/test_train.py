@@ -138,3 +138,14 @@ def test_tiny_preset_learns_and_its_gap_shrinks_with_steps(tmp_path, cache):
     final = json.loads(r.stdout)
     assert final["step"] == load_config("tiny").train.steps
     assert final["val_bpb"] <= h1 - 0.3, (final["val_bpb"], h1)
+
+
+def test_banner_names_every_choice_set_away_from_its_default(tmp_path, cache):
+    sets = {"train.clip": "adagc", "model.output": "stablemax", "optim.perp_grad": "true", "train.steps": "2"}
+    args = [a for k, v in sets.items() for a in ("--set", f"{k}={v}")]
+    r = run_inproc("train", "tiny", *args, "--set", "train.log_every=1", "--out", str(tmp_path / "r"), cache=cache,
+                   check=True)
+    (line,) = [ln for ln in (r.stdout + r.stderr).splitlines() if ln.startswith("not default: ")]
+    named = dict(kv.split("=", 1) for kv in line.removeprefix("not default: ").split(", ") if "=" in kv)
+    assert {k: named.get(k, "").lower() for k in sets} == sets  # each --set, by its key
+    assert "train.log_every" not in named and "device" not in named  # bookkeeping and runtime keys aside

@@ -28,7 +28,8 @@ def run_quantize(args: argparse.Namespace) -> int:
         a = s.get("act") or {}
         table.add_row(name, "x".join(map(str, s["shape"])), f"{s['rel_err']:.3g}", f"{a.get('absmax', 0):.3g}",
                       f"{a.get('outlier_ratio', 0):.3g}", f"{a.get('kurtosis', 0):.3g}")
-    Console().print(table)
+    # as wide as the table needs (a layer name is never cut to fit an 80-column terminal; the terminal wraps)
+    Console(width=max(Console().width, Console(width=10_000).measure(table).maximum)).print(table)
     rot = r.get("rotation")
     if rot:
         print(f"rotation: {rot['rotation']} after --to {rot['conversion']}; max |logit diff| before quantization "

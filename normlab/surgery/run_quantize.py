@@ -122,8 +122,9 @@ def quantize_model(model: torch.nn.Module, cfg, data, *, weights: int, group: in
         "format": FORMAT, "simulated": True, "note": SIMULATED, "weights": weights, "group": group,
         "acts": acts, "rotate": rotate, "rotation": rot_info, "grid": grid,
         "scheme": ("RTN symmetric, per " + (f"group of {group} inputs" if group else "output channel")) if grid == "rtn"
-        else f"HIGGS: randomized Hadamard per group of {group or 'the largest power-of-two divisor of the input'} "
-             "inputs, Lloyd-Max Gaussian grid scaled by the group RMS",
+        else ("HIGGS: randomized Hadamard per group of "
+              + (f"{group} inputs" if group else "the largest power-of-two divisor of the input size")
+              + ", Lloyd-Max Gaussian grid scaled by the group RMS"),
         "norm_tweak": tweak_info, "linearity": lin,
         "bpb_before": before["bpb"], "bpb_after": after["bpb"],
         "bpb_increase": after["bpb"] - before["bpb"],

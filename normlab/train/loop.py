@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from normlab.config import RunConfig
+from normlab.config import RunConfig, non_default
 from normlab.diagnostics.training import TrainDiagnostics
 from normlab.diagnostics.weightnorms import weight_norm_record
 from normlab.errors import NormlabError
@@ -286,6 +286,8 @@ def _train(cfg: RunConfig, run_dir: Path, *, resume: bool, quiet: bool, flag: An
         f"none on {len(groups['no_decay'])} (norm gains, biases, embeddings) | {oc.name}{nap_note} | run {run_dir}"
     )
     report.message(" | ".join(runtime))
+    choices = non_default(cfg)  # every key set away from its default (config vs RunConfig()), runtime keys aside
+    report.message("not default: " + (", ".join(f"{k}={v}" for k, v in choices) if choices else "none"))
     ceiling = loss_ceiling(cfg)
     status, last_loss, val = "completed", float("nan"), {}
     if final:
