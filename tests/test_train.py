@@ -149,3 +149,39 @@ def test_banner_names_every_choice_set_away_from_its_default(tmp_path, cache):
     named = dict(kv.split("=", 1) for kv in line.removeprefix("not default: ").split(", ") if "=" in kv)
     assert {k: named.get(k, "").lower() for k in sets} == sets  # each --set, by its key
     assert "train.log_every" not in named and "device" not in named  # bookkeeping and runtime keys aside
+
+
+def test_a_run_killed_while_writing_config_yaml_is_not_a_dead_end(tmp_path, cache):
+    """kill -9 inside normlab.io.atomic_path's write of config.yaml (the first file of a new run) leaves only its
+    temp file: --resume says what happened and what to run (one line, exit 2); train --out reuses the directory,
+    removing the temp file with one note line, and the run completes."""
+    from tests.helpers import assert_bad_input
+
+    run_dir = tmp_path / "r"
+    code = ("import os, sys; from normlab.io import atomic_path\n"
+            "with atomic_path(sys.argv[1]) as tmp:\n"
+            "    tmp.write_text('model:\\n  wid')\n"
+            "    os.kill(os.getpid(), 9)\n")
+    run_dir.mkdir()
+    proc = subprocess.run([sys.executable, "-c", code, str(run_dir / "config.yaml")], env=cli_env(cache))
+    assert proc.returncode == -9
+    (temp,) = list(run_dir.iterdir())
+    assert temp.name.startswith(".config.yaml.") and temp.name.endswith(".tmp")
+
+    r = run_inproc("train", "--resume", str(run_dir), cache=cache)
+    assert_bad_input(r, "holds only temporary files", temp.name, f"--out {run_dir}")
+    assert temp.exists()  # --resume changes nothing
+
+    r = run_inproc("train", "tiny", "--set", "train.steps=2", "--set", "train.eval_every=2", "--out", str(run_dir),
+                   cache=cache)
+    assert r.returncode == 0, r.stderr
+    notes = [ln for ln in r.stderr.splitlines() if temp.name in ln]
+    assert len(notes) == 1 and notes[0].startswith("note: --out") and "removed" in notes[0]
+    assert summary(run_dir)["status"] == "completed" and not temp.exists()
+
+    other = tmp_path / "other"  # a directory with anything else in it is still refused
+    other.mkdir()
+    (other / ".config.yaml.abcdefgh.tmp").write_text("")
+    (other / "notes.txt").write_text("mine")
+    assert_bad_input(run_inproc("train", "tiny", "--out", str(other), cache=cache), "is not empty")
+    assert (other / "notes.txt").exists() and (other / ".config.yaml.abcdefgh.tmp").exists()

@@ -10,6 +10,8 @@ wrote, or torchrun's when no rank recorded one.
 from __future__ import annotations
 
 import argparse
+import re
+import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -22,6 +24,20 @@ from normlab.run.rundir import open_config
 
 if TYPE_CHECKING:
     from normlab.config import RunConfig
+
+
+TEMP_NAME = re.compile(r"^\..+\.[A-Za-z0-9_]{8}\.tmp$")  # normlab.io.atomic_path's .NAME.XXXXXXXX.tmp
+
+
+def leftover_temps(run_dir: Path) -> list[Path]:
+    """The entries of ``run_dir`` when every one is a temporary file of normlab's atomic writes (what a kill -9
+    during a new run's first write, config.yaml, leaves behind), else an empty list."""
+    if not run_dir.is_dir() or (run_dir / CONFIG_FILE).exists():
+        return []
+    entries = list(run_dir.iterdir())
+    if entries and all(TEMP_NAME.match(p.name) and p.is_file() and not p.is_symlink() for p in entries):
+        return sorted(entries)
+    return []
 
 
 def _diff_keys(a: dict, b: dict, prefix: str = "") -> list[str]:
@@ -39,6 +55,13 @@ def _resume_config(args: argparse.Namespace) -> tuple[RunConfig, Path]:
     from normlab.config import config_from_dict, load_config, read_yaml
 
     run_dir = Path(args.resume)
+    temps = leftover_temps(run_dir)
+    if temps:
+        from normlab.safety import shell_quote
+
+        raise NormlabError(f"{run_dir} holds only temporary files ({', '.join(p.name for p in temps)}): a run killed "
+                           "while it wrote its config.yaml, before anything was trained; start it again with "
+                           f"'normlab train CONFIG --out {shell_quote(run_dir)}' (which removes them)")
     saved = open_config(run_dir)
     if args.config or args.overrides:
         base = load_config(args.config, args.overrides) if args.config else config_from_dict(
@@ -106,6 +129,14 @@ def plan_run(args: argparse.Namespace) -> tuple[RunConfig, Path, bool, dict | No
         raise NormlabError(f"--out {run_dir} is a file, not a directory; choose a new directory")
     if (run_dir / CONFIG_FILE).exists():
         raise NormlabError(f"{run_dir} already holds a run; use --resume {run_dir} or choose another --out")
+    temps = leftover_temps(run_dir)
+    if temps:  # a start killed while it wrote config.yaml: nothing was trained, the directory is free again
+        for p in temps:
+            p.unlink(missing_ok=True)
+        from normlab.safety import printable
+
+        print(printable(f"note: --out {run_dir} held only the temporary files of a killed start "
+                        f"({', '.join(p.name for p in temps)}); removed them"), file=sys.stderr)
     if run_dir.exists() and any(run_dir.iterdir()):
         raise NormlabError(f"--out {run_dir} exists and is not empty; choose a new directory")
     return cfg, run_dir, False, None
