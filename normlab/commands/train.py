@@ -171,7 +171,9 @@ def print_summary(s: dict) -> None:
         parts.append(
             f"{s['device']} {s['precision']}" + (f", compiled in {s['compile_s']:.1f}s" if s.get("compile_s") else "")
         )
-    print(f"run {s['run_dir']}: " + "; ".join(parts))
+    from normlab.safety import printable
+
+    print(printable(f"run {s['run_dir']}: " + "; ".join(parts)))  # a stored status or a directory name: escaped
 
 
 def rank_argv(args: argparse.Namespace, run_dir: str, resume: bool) -> list[str]:

@@ -12,6 +12,8 @@ import time
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
+from normlab.safety import printable
+
 
 class ProgressReporter:
     """``update(step, loss, tok_s)`` every log step; ``message(text)`` for one-off lines. ``quiet`` disables all."""
@@ -44,8 +46,10 @@ class ProgressReporter:
                   file=sys.stderr, flush=True)
 
     def message(self, text: str) -> None:
+        """One line on stderr; control characters of the text (a run directory's name) printed as escapes."""
         if self.quiet:
             return
+        text = printable(text)
         if self.progress is not None:
             self.progress.console.print(text, markup=False)  # run dirs and names print literally
         else:
