@@ -26,7 +26,7 @@ class _Parser(argparse.ArgumentParser):
 
 COMMAND_MODULES = ("train", "config", "eval", "convert", "remove_norm", "quantize", "export", "import_", "generate",
                    "calibrate", "extrapolate", "diagnose", "compare", "runs", "report", "scaling", "claims", "advise",
-                   "norms", "attention")
+                   "probe", "norms", "attention")
 """normlab.commands modules, in the order their commands appear in ``normlab --help``."""
 
 

@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from normlab.errors import NormlabError
+from normlab.safety import printable
 
 EXECUTORS = ("local", "ray")
 MARKER = ".normlab-ray-marker"
@@ -432,7 +433,7 @@ def main(argv: list[str] | None = None) -> int:
         summary = train_run(Path(args.run_dir), json.loads(Path(args.config).read_text()), args.threads,
                             tb_dir=Path(args.tb_dir) if args.tb_dir else None)
     except NormlabError as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {printable(e)}", file=sys.stderr)
         return EXIT_BAD_INPUT
     return STATUS_EXIT.get(summary.get("status", ""), 1)
 

@@ -26,6 +26,7 @@ from normlab.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, Normla
 from normlab.experiments.store import Store
 from normlab.run.files import CONFIG_FILE, METRICS_FILE, MODEL_FILE
 from normlab.run.rundir import STATUS_EXIT, read_metrics
+from normlab.safety import printable
 
 
 def _num(v: Any) -> float | None:
@@ -129,7 +130,7 @@ def run_one(sweep_dir: Path, run_id: str, threads: int | None = None) -> int:
     except NormlabError as e:
         _shield()
         store.update(run_id, status="failed", error=str(e))
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {printable(e)}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except Exception as e:  # noqa: BLE001 - recorded, the sweep goes on
         _shield()
@@ -175,7 +176,7 @@ def one_run(sweep_dir: Path, run_id: str, threads: int | None) -> int:
         finally:
             lock.close()
     except NormlabError as e:  # the store itself failed (locked, missing), or the run is taken
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {printable(e)}", file=sys.stderr)
         return EXIT_BAD_INPUT
 
 
@@ -247,14 +248,14 @@ STACK_CHOICES = ("auto", "on", "off")  # normlab compare --stack; train.stack
 def plan_stacks(configs: dict[str, dict[str, Any]], stack: str | None) -> tuple[list[list[str]], list[str], str]:
     """Which of the runs ``configs`` ({run id: config}) train stacked (normlab.train.stacked): ``(groups, alone,
     reason)``. ``stack``: ``--stack``, else each run's ``train.stack``. ``on`` stacks every group of two or more runs
-    that can be stacked; ``auto`` does so where the runs' device is CUDA, and on a CPU not at all (stacking has not
-    been measured faster there: torch has no batching rule for CPU flash attention, which then runs member by
-    member); ``off`` never. A group that cannot be stacked (dropout, running-statistics norms) trains alone, with the
-    reason in ``reason``."""
+    that can be stacked; ``auto`` does so where the runs' device is CUDA, and on a CPU not at all (it measured
+    slower there, benchmarks/stack_speed.py: torch has no batching rule for CPU flash attention, which then runs
+    member by member); ``off`` never. A group that cannot be stacked (dropout, running-statistics norms) trains
+    alone, with the reason in ``reason``."""
     ids = list(configs)
     modes = {stack} if stack else {(configs[r].get("train") or {}).get("stack", "auto") for r in ids}
     if modes <= {"off", False} or (modes <= {"auto"} and not any(Path("/dev").glob("nvidia[0-9]*"))):
-        why = "off" if modes <= {"off", False} else "auto: off on CPU (not measured faster)"
+        why = "off" if modes <= {"off", False} else "auto: off on CPU (measured slower there)"
         return [], ids, f"stacking ({why}): every run alone"  # decided without importing torch
     import torch
 
@@ -276,7 +277,7 @@ def plan_stacks(configs: dict[str, dict[str, Any]], stack: str | None) -> tuple[
             if why:
                 notes.append(f"{ids[idx[0]]} and {len(idx) - 1} more train alone: {why}")
     if stack == "auto" or (stack is None and all(c.train.stack == "auto" for c in cfgs)):
-        head = "auto: " + ("a CUDA device" if torch.cuda.is_available() else "off on CPU (not measured faster)")
+        head = "auto: " + ("a CUDA device" if torch.cuda.is_available() else "off on CPU (measured slower there)")
     else:
         head = stack or "train.stack"
     reason = f"stacking ({head}): {len(groups)} group(s) of {sum(map(len, groups))} runs stacked, {len(alone)} alone"
@@ -334,7 +335,7 @@ def serve_group(sweep_dir: Path, run_ids: list[str], threads: int | None) -> dic
                 return {r: EXIT_INTERRUPTED for r in run_ids}
             except NormlabError as e:
                 _shield()
-                print(f"error: {e}", file=sys.stderr)
+                print(f"error: {printable(e)}", file=sys.stderr)
                 for r in todo:
                     store.update(r, status="failed", error=str(e))
                 codes = {r: EXIT_BAD_INPUT for r in todo}
@@ -378,7 +379,7 @@ def main(argv: list[str] | None = None) -> int:
            else f"{args.sweep_dir} is not a sweep directory (no results.sqlite)"
            if not (Path(args.sweep_dir) / "results.sqlite").is_file() else None)
     if bad:  # one line, as every normlab command's bad input
-        print(f"error: {bad}", file=sys.stderr)
+        print(f"error: {printable(bad)}", file=sys.stderr)
         return EXIT_BAD_INPUT
     _die_with_parent()
     if args.serve:

@@ -1,0 +1,58 @@
+"""``normlab probe RUN_DIR``: in-context probes of a trained run -- induction (loss on the second copy of a repeated
+random sequence vs the first) and associative recall (accuracy at the query of ``k1 v1 ... kn vn kq``), on
+synthetic data from a fixed seed, with their chance levels (normlab.eval.probes; docs/advise.md). ``--json``
+prints one object."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from normlab.errors import NormlabError
+
+
+def run_probe(args: argparse.Namespace) -> int:
+    from normlab.eval.probes import induction, recall
+    from normlab.run.rundir import load_run
+
+    run = load_run(args.run_dir)
+    mc = run.cfg.model
+    vocab, context = mc.vocab_size, mc.context
+    length = args.length or context // 2
+    if 2 * length > context:
+        raise NormlabError(f"--length {length}: the repeated sequence (2 x {length} tokens) exceeds the run's "
+                           f"context ({context}); allowed: 2 .. {context // 2}")
+    pairs = args.pairs or min(16, (context - 1) // 2, vocab // 2)
+    if 2 * pairs + 1 > context or pairs > vocab // 2:
+        raise NormlabError(f"--pairs {pairs}: 2 x pairs + 1 tokens must fit the context ({context}) and pairs must "
+                           f"be <= vocab / 2 ({vocab // 2}); allowed: 1 .. {min((context - 1) // 2, vocab // 2)}")
+    common = {"sequences": args.sequences, "seed": args.seed, "batch_size": args.batch_size}
+    res = {"run_dir": str(args.run_dir), "vocab": vocab, "context": context,
+           "induction": induction(run.model, vocab=vocab, length=length, **common),
+           "recall": recall(run.model, vocab=vocab, pairs=pairs, **common)}
+    if args.json:
+        print(json.dumps(res, allow_nan=False))
+        return 0
+    ind, rec = res["induction"], res["recall"]
+    print(f"induction ({ind['sequences']} random sequences of {length} tokens, each repeated once; seed {args.seed}):"
+          f" first copy {ind['first_copy_loss']:.3f} nats (chance ln V = {ind['chance_first_copy_loss']:.3f}), "
+          f"second copy {ind['second_copy_loss']:.3f} (perfect copying: 0); gain {ind['induction_gain']:.3f}")
+    print(f"associative recall ({rec['sequences']} sequences of {pairs} key-value pairs and a query; seed "
+          f"{args.seed}): accuracy {rec['accuracy']:.3f} (chance 1/{rec['num_values']} = {rec['chance_accuracy']:.4f})"
+          f", loss {rec['loss']:.3f} nats (uniform: {rec['chance_loss']:.3f})")
+    return 0
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """Register ``normlab probe`` with its flags (called by ``normlab.cli.build_parser``)."""
+    from normlab.validate import int_in
+
+    p = sub.add_parser("probe", help="in-context probes of a run: induction and associative recall vs chance")
+    p.add_argument("run_dir")
+    p.add_argument("--length", type=int_in(2, 2**20), help="tokens per random sequence (default: context / 2)")
+    p.add_argument("--pairs", type=int_in(1, 2**20), help="key-value pairs per recall sequence (default: up to 16)")
+    p.add_argument("--sequences", type=int_in(1, 100_000), default=64, help="sequences per probe (default 64)")
+    p.add_argument("--seed", type=int_in(0, 2**63 - 1), default=0, help="seed of the synthetic data (default 0)")
+    p.add_argument("--batch-size", type=int_in(1, 2**16), default=16)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=run_probe)

@@ -1,0 +1,95 @@
+"""normlab.eval.probes and ``normlab probe``: closed forms from constructed models -- uniform logits give ln V on
+both copies and recall at the tie-breaking rule's exact rate; an oracle that copies from L tokens back, or looks the
+query's value up, scores perfectly; the data are what they claim to be."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+from normlab.eval.probes import induction, induction_data, recall, recall_data
+from tests.helpers import assert_bad_input, normlab
+
+V = 50
+BIG = 60.0  # a logit margin at which softmax is one to fp32 precision
+
+
+def uniform(idx: torch.Tensor) -> torch.Tensor:
+    return torch.zeros(*idx.shape, V)
+
+
+def copier(length: int):
+    """Predicts token t+1 as token t+1-L (the induction answer) on the second copy, uniform before."""
+    def model(idx):
+        out = torch.zeros(*idx.shape, V)
+        for t in range(length - 1, idx.shape[1] - 1):
+            out[torch.arange(idx.shape[0]), t, idx[:, t + 1 - length]] = BIG
+        return out
+    return model
+
+
+def lookup(idx: torch.Tensor) -> torch.Tensor:
+    """At the last position, one-hot at the value that followed the query's key earlier in the row."""
+    out = torch.zeros(*idx.shape, V)
+    for b in range(idx.shape[0]):
+        q = idx[b, -1]
+        pos = (idx[b, :-1:2] == q).nonzero()[0, 0] * 2
+        out[b, -1, idx[b, pos + 1]] = BIG
+    return out
+
+
+def test_induction_data_repeats_uniform_tokens():
+    x = induction_data(V, 40, 300, seed=3)
+    assert x.shape == (300, 80) and torch.equal(x[:, :40], x[:, 40:])
+    counts = torch.bincount(x[:, :40].reshape(-1), minlength=V).float()
+    assert counts.min() > 0 and (counts.max() - counts.min()) / counts.mean() < 0.35  # 240 draws per symbol
+    assert torch.equal(x, induction_data(V, 40, 300, seed=3))
+
+
+def test_recall_data_keys_distinct_query_is_a_key_answer_is_its_value():
+    idx, ans = recall_data(V, 7, 100, seed=1)
+    keys, vals = idx[:, 0:14:2], idx[:, 1:14:2]
+    assert (keys < V // 2).all() and (vals >= V // 2).all()
+    assert all(len(set(k.tolist())) == 7 for k in keys)
+    pos = (keys == idx[:, -1:]).float().argmax(1)
+    assert torch.equal(vals[torch.arange(100), pos], ans)
+
+
+def test_uniform_logits_are_at_chance_on_both_probes():
+    ind = induction(uniform, vocab=V, length=12, sequences=8)
+    assert ind["first_copy_loss"] == pytest.approx(math.log(V)) == ind["chance_first_copy_loss"]
+    assert ind["second_copy_loss"] == pytest.approx(math.log(V)) and ind["induction_gain"] == pytest.approx(0.0)
+    rec = recall(uniform, vocab=V, pairs=5, sequences=400, seed=2)
+    _, ans = recall_data(V, 5, 400, seed=2)
+    assert rec["accuracy"] == pytest.approx((ans == V // 2).float().mean().item())  # ties -> the lowest value id
+    assert rec["loss"] == pytest.approx(math.log(V)) and rec["chance_accuracy"] == 1 / (V - V // 2)
+    assert abs(rec["accuracy"] - rec["chance_accuracy"]) < 4 * math.sqrt(0.04 * 0.96 / 400)
+
+
+def test_oracles_score_perfectly():
+    ind = induction(copier(12), vocab=V, length=12, sequences=8)
+    assert ind["first_copy_loss"] == pytest.approx(math.log(V)) and ind["second_copy_loss"] < 1e-6
+    assert ind["induction_gain"] == pytest.approx(math.log(V), abs=1e-5)
+    off_by_one = induction(copier(11), vocab=V, length=12, sequences=8)  # copies the wrong distance
+    assert off_by_one["second_copy_loss"] > 10
+    rec = recall(lookup, vocab=V, pairs=9, sequences=50)
+    assert rec["accuracy"] == 1.0 and rec["loss"] < 1e-6
+
+
+def test_probe_command_on_a_run(run, cache):
+    res = json.loads(normlab("probe", str(run), "--sequences", "8", "--json", cache=cache, check=True).stdout)
+    ind, rec = res["induction"], res["recall"]
+    assert ind["chance_first_copy_loss"] == pytest.approx(math.log(res["vocab"]))
+    assert ind["length"] == res["context"] // 2 and 2 * rec["pairs"] + 1 <= res["context"]
+    assert 0.0 <= rec["accuracy"] <= 1.0 and rec["chance_accuracy"] == 1 / (res["vocab"] - res["vocab"] // 2)
+    text = normlab("probe", str(run), "--sequences", "4", cache=cache, check=True).stdout
+    assert "chance ln V" in text and "chance 1/" in text
+
+
+@pytest.mark.parametrize("args, fragment", [(["--length", "100000"], "--length"), (["--pairs", "0"], "--pairs"),
+                                            (["--length", "1"], "--length")])
+def test_probe_bad_input_is_one_line(run, cache, args, fragment):
+    assert_bad_input(normlab("probe", str(run), *args, cache=cache), fragment)
