@@ -383,3 +383,12 @@ def test_compare_stack_on_trains_each_variant_as_one_group(tmp_path, cache, monk
         assert r["val_bpb"] is not None
         assert rows_on[r["run_id"]]["val_bpb"] == pytest.approx(r["val_bpb"], rel=1e-5)
         assert len(Store(tmp_path / "on" / "results.sqlite").curves(r["run_id"])) > 0
+
+
+def test_worker_bad_input_prints_control_characters_as_escapes(tmp_path, capsys):
+    """The sweep worker's own one-line errors (its log file, its stderr) escape a directory name's ESC and newline."""
+    from normlab.experiments.worker import main
+
+    assert main([str(tmp_path / "x\x1b[2J\ny"), "r0"]) == 2
+    err = capsys.readouterr().err
+    assert err == f"error: {tmp_path}/x\\x1b[2J\\ny is not a sweep directory (no results.sqlite)\n"
