@@ -1,6 +1,7 @@
 """``make demo``: the comparison. Runs ``normlab compare --preset quick`` on the built-in ``pystdlib`` corpus
-(six normalization choices x a learning-rate grid x 3 seeds, in parallel), writes the report and prints its path,
-the LR-sensitivity ranking and the paired differences with Pre-LN. The previous one-learning-rate demo is
+(the preset's variants x its learning-rate grid x its seeds, in parallel: normlab/configs/sweeps/quick.yaml and
+docs/compare.md), writes the report and prints its path, the LR-sensitivity ranking and the paired differences
+with Pre-LN. The previous one-learning-rate demo is
 ``normlab compare --preset quick-1lr``.
 
 The sweep directory is ``runs/demo-quick-<sweep hash>``: re-running resumes an interrupted demo and skips finished
