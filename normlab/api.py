@@ -127,9 +127,10 @@ def _as_run(run: Run | str | Path) -> Run:
 
 def evaluate(run: Run | str | Path, *, split: str = "val", data: str | None = None, context: int | None = None,
              stride: int | None = None, max_tokens: int | None = None, batch_size: int = 16) -> dict[str, Any]:
-    """Loss (nats/token), ``bpb`` (bits/byte), token/byte/word perplexity and counts, as ``normlab eval --json``
-    (nothing is written). ``split``: ``val``, ``test`` or ``all`` (the whole corpus); ``data``: score another corpus
-    with the run's tokenizer."""
+    """Loss (nats/token), ``bpb`` (bits/byte), token/byte/word perplexity and counts, the corpus's unigram level
+    (``unigram_bpb``, ``unigram_byte_perplexity``) and ``did_not_learn`` (normlab.stats.learning), as ``normlab
+    eval --json`` (nothing is written). ``split``: ``val``, ``test`` or ``all`` (the whole corpus); ``data``: score
+    another corpus with the run's tokenizer."""
     from normlab.eval.lm import evaluate as _evaluate
     from normlab.run.rundir import check_context
 
@@ -145,6 +146,9 @@ def evaluate(run: Run | str | Path, *, split: str = "val", data: str | None = No
     if d.entropy_floor_bpb is not None:
         m["entropy_floor_bpb"] = d.entropy_floor_bpb
         m["gap_bpb"] = m["bpb"] - d.entropy_floor_bpb
+    from normlab.stats.learning import learning_record
+
+    m.update(learning_record(m["bpb"], d.unigram_bpb))  # unigram_bpb, its byte perplexity, did_not_learn
     return m
 
 

@@ -143,3 +143,36 @@ def test_subprocess_exit_status_and_single_line(tmp_path, cache):
 def test_unknown_command_and_option(cache):
     assert_bad_input(normlab("frobnicate", cache=cache))
     assert_bad_input(normlab("eval", "x", "--split", "train", cache=cache), "invalid choice")
+
+
+def test_eval_and_train_print_the_unigram_level_and_flag_a_run_that_did_not_learn(run, cache):
+    """6 steps learn nothing: eval reports the corpus's unigram level (the training split's byte entropy, scipy)
+    beside the loss and its perplexity, and flags the run by the one did-not-learn rule (normlab.stats.learning);
+    train's summary line says the same."""
+    import math
+
+    import numpy as np
+    from scipy.stats import entropy
+
+    from normlab.run.rundir import open_config, run_data
+
+    d = run_data(run, open_config(run))
+    h1 = entropy(np.bincount(np.asarray(d.train), minlength=256), base=2)  # bytes tokenizer: bits per byte
+    m = json.loads(normlab("eval", str(run), "--json", "--max-tokens", "2000", cache=cache, check=True).stdout)
+    assert m["unigram_bpb"] == pytest.approx(h1, rel=1e-9)
+    assert m["unigram_byte_perplexity"] == pytest.approx(2 ** h1, rel=1e-9)
+    assert m["did_not_learn"] is True and m["bpb"] >= h1 - 0.1
+    text = normlab("eval", str(run), "--max-tokens", "2000", cache=cache, check=True).stdout
+    assert "unigram_bpb" in text and "unigram_byte_perplexity" in text
+    assert f"not below the corpus's unigram level {h1:.4f} minus 0.1" in text
+    from normlab.commands.train import print_summary
+
+    s = summary(run)
+    import contextlib
+    import io
+
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        print_summary({**s, "run_dir": str(run)})
+    assert f"unigram level {s['unigram_bpb']:.4f} bits/byte -- DID NOT LEARN" in buf.getvalue()
+    assert math.isclose(s["unigram_bpb"], h1, rel_tol=1e-9)

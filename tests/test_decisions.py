@@ -69,7 +69,7 @@ def test_holm_over_the_declared_family_matches_statsmodels(declared):
         assert r.p_adjusted == pytest.approx(q, rel=1e-12)
         assert r.decided == (bool(rej) and r.variant != "Flat")
     by = {r.variant: r for r in fam}
-    assert by["Flat"].verdict == "did not learn" and not by["Flat"].decided
+    assert by["Flat"].verdict == "not decided: did not learn" and not by["Flat"].decided
     assert by["Steep"].verdict == "higher" and by["Smooth"].verdict == "lower"  # this data's decisions
     assert by["Close"].verdict == "undecided" and by["Close"].diff.p > 0.05
     # the function the sequential procedure calls returns the same family
@@ -83,10 +83,12 @@ def test_benjamini_hochberg_option(tmp_path):
     fake_grid(tmp_path, list(SHAPES), SEEDS, LRS, final, primary="best_loss", baseline="Base", correction="bh")
     fam = [r for r in load(tmp_path).grid.paired if r.role == "primary"]
     assert [r.variant for r in fam] == [v for v in SHAPES if v != "Base"] and fam[0].metric == "best loss"
-    ps = [r.diff.p for r in fam]
+    # Flat did not learn: the guard holds for every primary metric, so it enters the adjustment as p = 1
+    assert [r.variant for r in fam if r.note] == ["Flat"]
+    ps = [1.0 if r.note else r.diff.p for r in fam]
     reject, adj, _, _ = multipletests(ps, alpha=0.05, method="fdr_bh")
     assert [r.p_adjusted for r in fam] == pytest.approx(list(adj), rel=1e-12)
-    assert [r.decided for r in fam] == [bool(x) for x in reject]
+    assert [r.decided for r in fam] == [bool(x) and not r.note for x, r in zip(reject, fam)]
 
 
 def test_a_variant_that_did_not_learn_is_never_ranked(declared):
@@ -225,8 +227,13 @@ def test_seeds_needed_from_the_sd_pooled_over_variants_that_learned(declared):
     pooled = pooled_sd([[_sens(v, s) for s in SEEDS] for v in learned])
     assert pooled.df == len(learned) * (len(SEEDS) - 1)
     close = next(r for r in gr.paired if r.variant == "Close" and r.role == "primary")
-    ref = seeds_needed_range(close.diff.mean, pooled, paired_factor=math.sqrt(2))
+    # a member of the declared family of m = len(FAMILY): at Holm's first level alpha / m, the level it must reach
+    ref = seeds_needed_range(close.diff.mean, pooled, paired_factor=math.sqrt(2), level=1 - 0.05 / len(FAMILY))
     assert (close.seeds.n, close.seeds.low, close.seeds.high) == (ref.n, ref.low, ref.high)
+    at_alpha = seeds_needed_range(close.diff.mean, pooled, paired_factor=math.sqrt(2))
+    assert at_alpha.n < ref.n  # ignoring Holm would promise too few seeds
+    explo = next(r for r in gr.paired if r.variant == "Close" and r.role != "primary" and r.seeds is not None)
+    assert explo.seeds.n == seeds_needed_range(explo.diff.mean, explo.seeds.sd, paired_factor=math.sqrt(2)).n
     assert close.seeds.sd.sd == pytest.approx(pooled.sd)
     js = next(p for p in rep["lr"]["paired"] if p["variant"] == "Close" and p["metric"] == "LR sensitivity")
     assert js["seeds_needed"] == ref.n and js["seeds_needed_range"] == [ref.low, ref.high]
@@ -275,4 +282,4 @@ def test_a_baseline_that_did_not_learn_blocks_lr_sensitivity_decisions():
          "correction": "holm", "paired": True}
     gr = analyze(runs("Flat", SHAPES["Flat"]) + runs("Good", SHAPES["Smooth"]), question=q)
     good, = [r for r in gr.paired if r.role == "primary"]
-    assert good.verdict == "baseline did not learn" and not good.decided and good.p_adjusted == 1.0
+    assert good.verdict == "not decided: baseline did not learn" and not good.decided and good.p_adjusted == 1.0

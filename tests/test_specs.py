@@ -7,12 +7,13 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+import numpy as np
 import pytest
 from scipy.stats import binomtest, ttest_1samp
 
 from normlab.experiments.claims.docs import recorded_hashes, spec_lines, unrevised_changes
 from normlab.experiments.claims.specs import CLAIMS, Revision, spec_hash
-from normlab.experiments.claims.stats import collapse_rates, judge_family
+from normlab.experiments.claims.stats import collapse_rates, judge_family, tost
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "claims.md"
 
@@ -159,7 +160,14 @@ def test_docs_claims_md_is_what_render_writes_from_the_stored_results(tmp_path):
     assert dyt["did_not_learn"]["best_grid_dyt"] == {"k": 3, "n": 5, "missing": 0}
     assert dyt["did_not_learn"]["best_grid_ln_untied"]["k"] == 0
     assert "did not learn" not in by["mixln-lr-best"]["reason"]
-    assert sum(not c["current_definition"] for c in report["claims"]) == 2
+    # postln-warmup's collapse rule changed after the run (0.5 -> the one rule's 0.1, a listed revision): re-judged
+    # from its stored bits/byte, the Post-LN seed at 4.55 (0.12 below the unigram 4.67) no longer counts as collapsed
+    pw = by["postln-warmup"]
+    assert [d["collapsed_deep_post_nowarm"] for d in pw["details"]] == [0] * 5 and None not in pw["values"]
+    assert pw["verdict"] == "inconclusive" and not pw["current_definition"]
+    # within margin is a TOST now: both stay within margin, their 90% intervals inside ± 0.01
+    assert by["hadamard-w4"]["verdict"] == "within margin" and by["peri-quant"]["tost"]["within"]
+    assert sum(not c["current_definition"] for c in report["claims"]) == 3
 
 
 def test_render_bad_input(tmp_path):
@@ -186,3 +194,60 @@ def test_a_claims_own_seed_count_is_honoured(tmp_path):
     assert len(by["exact-conversion"]["values"]) == 1 and by["exact-conversion"]["spec_seeds"] == 1
     assert len(by["exact-budget-seeds"]["values"]) == get_budget("tiny").seeds == rep["seeds"] == 2
     assert rep["trained_runs"] == 2 and by["exact-conversion"]["verdict"] == "held"
+
+
+def test_split_outcomes_are_judged_by_the_one_collapse_rule_from_the_stored_bits_per_byte():
+    """A stored claim's collapse flags and values are recomputed by normlab.stats.learning.collapsed (diverged, or
+    at or above the unigram level minus 0.1) from the recorded bits/byte: a seed 0.12 below the unigram level that
+    the earlier 0.5 rule counted as collapsed trains, and its difference enters the test."""
+    u = 4.67
+    post = [3.0, 3.1, 2.9, 3.2, u - 0.12]
+    pre = [3.5, 3.6, 3.4, 3.3, 3.45]
+    det = [{"unigram_bpb": u, "bpb_post": a, "bpb_pre": b, "collapsed_post": int(a >= u - 0.5), "collapsed_pre": 0}
+           for a, b in zip(post, pre)]
+    old = [a - b if a < u - 0.5 else None for a, b in zip(post, pre)]
+    got = judge_family([entry(old, test="collapse", args=["post", "pre"], details=det)])[0]
+    assert [d["collapsed_post"] for d in got["details"]] == [0] * 5
+    assert got["values"] == pytest.approx([a - b for a, b in zip(post, pre)])
+    assert got["p"] == pytest.approx(ttest_1samp(np.subtract(post, pre), 0.0).pvalue, rel=1e-9)
+    assert got["collapse"]["post"]["k"] == 0
+    diverged = [{**det[0], "bpb_post": None}]  # a diverged run (no finite loss) stays collapsed
+    assert judge_family([entry([None], test="collapse", args=["post", "pre"], details=diverged)])[0][
+        "collapse"]["post"]["k"] == 1
+
+
+def test_within_margin_is_an_equivalence_test_tost():
+    """'within margin' only when both one-sided tests reject at the family's level, i.e. the 90% interval lies
+    inside ± the margin (reference: two one-sided scipy t-tests): a null with a ±0.5 interval is not within 0.01."""
+    rng = np.random.default_rng(0)
+    wide = list(rng.normal(0.0, 1.0, 5))
+    wide = [x - np.mean(wide) + 0.001 for x in wide]  # mean 0.001, inside the margin; the interval is about ±1
+    got = judge_family([entry(wide, practical_margin=0.01)])[0]
+    assert got["verdict"] != "within margin" and "not shown within margin" in got["reason"]
+    tight = [0.001, 0.002, 0.0, 0.0015, 0.0005]
+    got = judge_family([entry(tight, practical_margin=0.01)])[0]
+    lo = ttest_1samp(tight, -0.01, alternative="greater").pvalue
+    hi = ttest_1samp(tight, 0.01, alternative="less").pvalue
+    assert got["verdict"] == "within margin" and got["tost"]["p"] == pytest.approx(max(lo, hi), rel=1e-9)
+    c = tost(tight, 0.0, 0.01)
+    ci = ttest_1samp(tight, 0.0).confidence_interval(0.90)
+    assert c["ci"] == pytest.approx([ci.low, ci.high], rel=1e-9) and c["within"]
+    # the synthetic null of the issue: interval ±0.5 around 0, margin 0.01
+    null = [0.0 + 0.5 * s for s in (-1.2, 0.9, 0.1, -0.4, 0.6)]
+    null = [x - np.mean(null) for x in null]
+    e = tost(null, 0.0, 0.01)
+    assert not e["within"] and e["p"] > 0.4
+    assert judge_family([entry(null, practical_margin=0.01)])[0]["verdict"] == "inconclusive"
+
+
+def test_a_claim_whose_test_cannot_be_computed_counts_as_p_one_in_the_family():
+    """Holm over the claims with a significance test: one without two finite values stays in the family as p = 1
+    (m = 3, not 2); a claim with no significance test (exact) is not a member."""
+    from statsmodels.stats.multitest import multipletests
+
+    a, b = [0.1, 0.12, 0.11, 0.13], [0.5, 0.4, 0.45, 0.47]
+    got = judge_family([entry(a), entry(b), entry([0.3]), entry([0.0], test="exact", direction="exact",
+                                                                 tolerance=1.0)])
+    ref = multipletests([ttest_1samp(a, 0).pvalue, ttest_1samp(b, 0).pvalue, 1.0], method="holm")[1]
+    assert [g["p_adj"] for g in got[:2]] == pytest.approx(list(ref[:2]), rel=1e-9)
+    assert got[2]["p_adj"] is None and got[3]["p_adj"] is None

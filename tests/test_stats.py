@@ -30,7 +30,13 @@ def test_holm_and_bh_match_statsmodels(ps):
 def test_holm_hand_example():
     # m = 4: sorted 0.01, 0.03, 0.04, 0.2 -> 0.04, 0.09, max(0.09, 0.08) = 0.09, 0.2
     assert stats.holm([0.01, 0.04, 0.03, 0.2]) == pytest.approx([0.04, 0.09, 0.09, 0.2])
-    assert stats.holm([0.02, None, 0.5]) == [pytest.approx(0.04), None, pytest.approx(0.5)]
+    # a missing p-value is a member of the family counted as p = 1 (m stays 3), never dropped: statsmodels on
+    # [0.02, 1, 0.5]; its own adjusted value stays None (not testable)
+    ref = multipletests([0.02, 1.0, 0.5], method="holm")[1]
+    assert stats.holm([0.02, None, 0.5]) == [pytest.approx(ref[0]), None, pytest.approx(ref[2])]
+    assert stats.holm([0.02, None, 0.5])[0] == pytest.approx(0.06)
+    ref = multipletests([0.02, 1.0, 0.5], method="fdr_bh")[1]
+    assert stats.benjamini_hochberg([0.02, None, 0.5]) == [pytest.approx(ref[0]), None, pytest.approx(ref[2])]
     with pytest.raises(ValueError):
         stats.adjust([0.1], "bonferroni-ish")
     with pytest.raises(ValueError):
@@ -110,3 +116,46 @@ def test_min_permutation_p_is_reached_by_separated_groups(na, nb):
     a, b = [float(i) for i in range(na)], [100.0 + i for i in range(nb)]
     assert permutation_p(a, b) == pytest.approx(min_permutation_p(na, nb))
     assert min_permutation_p(na, nb) == (2 if na == nb else 1) / math.comb(na + nb, na)
+
+
+@pytest.mark.parametrize("delta, sd, n, alpha", [(0.279, 0.39, 4, 0.05 / 3), (0.5, 1.0, 10, 0.05), (-1.2, 0.8, 3, 0.025),
+                                                 (0.0, 1.0, 6, 0.05)])
+def test_paired_t_power_matches_the_noncentral_t_and_a_simulation_of_ttest_rel(delta, sd, n, alpha):
+    """Power of the two-sided paired t-test: scipy's noncentral t by hand, and the rejection rate of
+    scipy.stats.ttest_rel over simulated samples (an independent reference)."""
+    import numpy as np
+
+    got = stats.paired_t_power(delta, sd, n, alpha)
+    c = sps.t.ppf(1 - alpha / 2, n - 1)
+    nc = delta * math.sqrt(n) / sd
+    assert got == pytest.approx(sps.nct.sf(c, n - 1, nc) + sps.nct.cdf(-c, n - 1, nc), rel=1e-12)
+    rng = np.random.default_rng(7)
+    s = 40_000
+    b = rng.standard_normal((s, n))
+    a = b + delta + sd * rng.standard_normal((s, n))
+    rate = (sps.ttest_rel(a, b, axis=1).pvalue <= alpha).mean()
+    assert rate == pytest.approx(got, abs=4 * math.sqrt(got * (1 - got) / s) + 1e-3)
+    if delta == 0.0:
+        assert got == pytest.approx(alpha, rel=1e-9)  # under the null the power is the level
+
+
+def test_holm_first_level_and_power_edge_cases():
+    assert stats.holm_first_level(0.05, 3) == pytest.approx(0.05 / 3) and stats.holm_first_level(0.05, 0) == 0.05
+    assert stats.paired_t_power(0.3, None, 5, 0.05) is None and stats.paired_t_power(0.3, 1.0, 1, 0.05) is None
+    assert stats.paired_t_power(0.3, 0.0, 5, 0.05) == 1.0
+    # the QK-norm replication of the issue: effect -0.281, replication SD 0.390 * sqrt(4) / t_{0.975,3} over 4 seeds
+    sd = 0.390 * 2 / sps.t.ppf(0.975, 3)
+    assert stats.paired_t_power(-0.281, sd, 4, 0.05 / 3) < 0.8
+
+
+def test_the_one_did_not_learn_and_collapse_rules():
+    from normlab.stats.learning import DID_NOT_LEARN_MARGIN, collapsed, did_not_learn, learning_note
+
+    assert DID_NOT_LEARN_MARGIN == 0.1
+    assert did_not_learn(3.9, 4.0) is True and did_not_learn(3.95, 4.0) is True  # at or above 4.0 - 0.1
+    assert did_not_learn(3.8999, 4.0) is False and did_not_learn(5.49, 4.0) is True  # far worse than unigram: too
+    assert did_not_learn(3.0, None) is None and did_not_learn(None, 4.0) is None
+    assert did_not_learn(float("nan"), 4.0) is True
+    assert collapsed(3.0, 4.0) is False and collapsed(3.0, 4.0, finished=False) is True
+    assert collapsed(None, 4.0) is True and collapsed(3.0, None) is None and collapsed(3.95, 4.0) is True
+    assert learning_note(3.0, 4.0) is None and "did not learn" in learning_note(4.2, 4.0)

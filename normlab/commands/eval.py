@@ -21,6 +21,7 @@ from pathlib import Path
 from normlab.errors import NormlabError
 from normlab.io import check_file_slot, dumps, write_json
 from normlab.run.files import HF_IMPORT_FILE
+from normlab.stats.learning import DID_NOT_LEARN_MARGIN, learning_record
 
 
 def run_eval(args: argparse.Namespace) -> int:
@@ -47,6 +48,7 @@ def run_eval(args: argparse.Namespace) -> int:
     if data.entropy_floor_bpb is not None:
         m["entropy_floor_bpb"] = data.entropy_floor_bpb
         m["gap_bpb"] = m["bpb"] - data.entropy_floor_bpb
+    m.update(learning_record(m["bpb"], data.unigram_bpb))  # the unigram level beside the loss; did it learn
     if overrides:
         m["overrides"] = overrides
     m.update(run.data_record)
@@ -66,8 +68,8 @@ def run_eval(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     table = Table("metric", "value", title=f"{args.run_dir} ({args.split}, context {context}, stride {m['stride']})")
-    for k in ("loss", "bpb", "token_perplexity", "byte_perplexity", "word_perplexity",
-              "entropy_floor_bpb", "gap_bpb", "tokens", "bytes", "words"):
+    for k in ("loss", "bpb", "unigram_bpb", "token_perplexity", "byte_perplexity", "unigram_byte_perplexity",
+              "word_perplexity", "entropy_floor_bpb", "gap_bpb", "tokens", "bytes", "words"):
         if k in m:
             v = m[k]
             table.add_row(k, "null" if v is None else f"{v:,}" if isinstance(v, int) else f"{v:.4f}")
@@ -77,7 +79,16 @@ def run_eval(args: argparse.Namespace) -> int:
     Console(markup=False).print(table)
     if m.get("word_perplexity_null"):
         print(f"word_perplexity is null: {m['word_perplexity_null']}")
+    _print_learning(m)
     return 0
+
+
+def _print_learning(m: dict) -> None:
+    """One line when the scored loss did not learn (normlab.stats.learning: the report's rule)."""
+    if m.get("did_not_learn"):
+        print(f"did not learn: {m['bpb']:.4f} bits/byte is not below the corpus's unigram level {m['unigram_bpb']:.4f} "
+              f"minus {DID_NOT_LEARN_MARGIN:g} (byte perplexity {m['byte_perplexity']:.2f} against the unigram's "
+              f"{m['unigram_byte_perplexity']:.2f}): the model predicts no better than byte frequencies")
 
 
 def _eval_documents(args: argparse.Namespace, run, data, context: int, overrides: list[str]) -> int:
@@ -116,6 +127,7 @@ def _eval_documents(args: argparse.Namespace, run, data, context: int, overrides
               "split_bytes": split_bytes, "context": context, "doc_start_token": prefix,
               "doc_start_source": why, "word_count": "per document, len(re.split(r'\\s+', doc))",
               "run_dir": str(args.run_dir), "weights": str(run.weights)})
+    m.update(learning_record(m.get("bpb"), data.unigram_bpb))
     if overrides:
         m["overrides"] = overrides
     m.update(run.data_record)
@@ -128,13 +140,17 @@ def _eval_documents(args: argparse.Namespace, run, data, context: int, overrides
     from rich.table import Table
 
     table = Table("metric", "value", title=f"{args.run_dir} ({args.split}, documents, context {context})")
-    for k in ("loss", "bpb", "token_perplexity", "byte_perplexity", "word_perplexity", "documents",
+    for k in ("loss", "bpb", "unigram_bpb", "token_perplexity", "byte_perplexity", "unigram_byte_perplexity",
+              "word_perplexity", "documents",
               "tokens", "bytes", "words", "doc_start_token"):
+        if k not in m:
+            continue
         v = m[k]
         table.add_row(k, "null" if v is None else f"{v:,}" if isinstance(v, int) else f"{v:.4f}")
     Console().print(table)
     if m.get("word_perplexity_null"):
         print(f"word_perplexity is null: {m['word_perplexity_null']}")
+    _print_learning(m)
     return 0
 
 

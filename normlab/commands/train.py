@@ -164,6 +164,12 @@ def print_summary(s: dict) -> None:
     parts = [f"status {s['status']} at step {s['step']}/{s['steps']}"]
     if s.get("val_bpb") is not None:
         parts.append(f"val loss {s['val_loss']:.4f} nats/token, val bits/byte {s['val_bpb']:.4f}")
+        if s.get("unigram_bpb") is not None:  # the one did-not-learn rule (normlab.stats.learning), flagged here too
+            from normlab.stats.learning import DID_NOT_LEARN_MARGIN, did_not_learn
+
+            flag = (f" -- DID NOT LEARN (not below the unigram level - {DID_NOT_LEARN_MARGIN:g})"
+                    if did_not_learn(s["val_bpb"], s["unigram_bpb"]) else "")
+            parts.append(f"unigram level {s['unigram_bpb']:.4f} bits/byte{flag}")
     if s.get("gap_bpb") is not None:
         parts.append(f"entropy floor {s['entropy_floor_bpb']:.4f} bits/byte, gap {s['gap_bpb']:.4f}")
     parts.append(f"{s['tokens_per_s']:,.0f} tokens/s, {s['elapsed_s']:.1f}s")

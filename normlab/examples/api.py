@@ -42,10 +42,14 @@ def main() -> None:
                                            {"name": "Pre-RMSNorm", "set": {"model.norm": "rmsnorm"}}]},
                              out / "sweep", workers=1)
 
+    # 5. a run that did not learn (final loss not below the unigram level minus the margin) is flagged, never ranked
     print(json.dumps({
         "params": model.num_params(), "status": summary["status"], "val_bpb": summary["val_bpb"],
+        "unigram_bpb": metrics.get("unigram_bpb"), "did_not_learn": metrics.get("did_not_learn"),
         "eval_bpb": metrics["bpb"], "eval_tokens": metrics["tokens"], "generated": text,
-        "sweep_counts": result["counts"], "ranking": [r["variant"] for r in result["ranking"]],
+        "sweep_counts": result["counts"],
+        "ranking": [r["variant"] for r in result["ranking"] if r["rank"] is not None],
+        "not_ranked": {r["variant"]: "did not learn" for r in result["ranking"] if r["did_not_learn"]},
         "report": result["report_html"],
     }))
 

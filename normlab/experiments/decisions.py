@@ -9,13 +9,16 @@ the smallest p its n can reach with the exact test (``min_sign_flip_p``: 0.25 at
 
 Only the primary family — the declared metric, each family variant against the baseline — is decided: its p-values
 are adjusted over the family (Holm's step-down by default, Benjamini–Hochberg with ``correction: bh``; an
-untestable member counts as p = 1), and a member is "lower" / "higher" where the adjusted p <= alpha, "undecided"
-otherwise. Every other row is "exploratory": an estimate with its interval, no verdict. A sweep that declared no
-``primary:``, or whose design changed after results existed, has no primary family: everything is exploratory.
+untestable member, and one where the variant or the baseline did not learn in some seed (normlab.stats.learning,
+for every primary metric), counts as p = 1), and a member is "lower" / "higher" where the adjusted p <= alpha,
+"undecided" or "not decided: did not learn" otherwise. Every other row is "exploratory": an estimate with its
+interval, no verdict. A sweep that declared no ``primary:``, or whose design changed after results existed, has
+no primary family: everything is exploratory.
 
 "Seeds needed" comes from the SD of the per-seed metric pooled over all variants that learned (``pooled_sd``),
 for a difference of independent seeds (``sd(d) = sqrt(2) sigma``), with the range from that SD's 95% interval
-(``seeds_needed_range``). All p-values, intervals and adjustments come from ``normlab.stats``.
+(``seeds_needed_range``), at 80% power and, for a member of the declared family, at the level of Holm's first step
+(``alpha / m``). All p-values, intervals and adjustments come from ``normlab.stats``.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from normlab.stats import (
     Diff,
     SeedsRange,
     adjust,
+    holm_first_level,
     min_permutation_p,
     min_sign_flip_p,
     paired_diff,
@@ -39,6 +43,7 @@ from normlab.stats import (
     sign_flip_p,
     welch_diff,
 )
+from normlab.stats.learning import NOT_DECIDED_BASE_DNL, NOT_DECIDED_DNL
 
 EXACT_MIN_N = 5
 METRIC_LABELS = {"lr_sensitivity": "LR sensitivity", "best_loss": "best loss", "final_loss": "final loss"}
@@ -85,8 +90,8 @@ class PairedRow:
 
     @property
     def verdict(self) -> str:
-        """``lower`` / ``higher`` (decided), ``undecided``, ``not testable``, ``did not learn`` or ``baseline did not
-        learn`` (primary family);
+        """``lower`` / ``higher`` (decided), ``undecided``, ``not testable``, ``not decided: did not learn`` or ``not
+        decided: baseline did not learn`` (primary family);
         ``exploratory`` for every other row."""
         if self.role != "primary":
             return "exploratory"
@@ -157,10 +162,10 @@ def build_rows(groups: list[Any], base: Any, question: dict[str, Any], *, grid: 
                 continue
             if decide and m == primary and g.name in family:
                 r.role = "primary"
-                if m == "lr_sensitivity" and g.learned is False:
-                    r.note = "did not learn"
-                elif m == "lr_sensitivity" and base.learned is False:
-                    r.note = "baseline did not learn"
+                if g.learned is False:  # normlab.stats.learning: one guard for every metric and path
+                    r.note = NOT_DECIDED_DNL
+                elif base.learned is False:
+                    r.note = NOT_DECIDED_BASE_DNL
             rows.append(r)
     fam = [r for r in rows if r.role == "primary"]
     if fam:
@@ -171,12 +176,16 @@ def build_rows(groups: list[Any], base: Any, question: dict[str, Any], *, grid: 
         for r, q in zip(fam, adjust(ps, question.get("correction", "holm"))):
             r.p_adjusted = q
             r.decided = r.note is None and r.diff.p is not None and q is not None and q <= question.get("alpha", 0.05)
-    _plan(rows, groups, getters, metrics)
+    m_family = (len(family) if decide else len(fam)) or 1
+    _plan(rows, groups, getters, metrics, question.get("alpha", 0.05), m_family)
     return rows
 
 
-def _plan(rows: list[PairedRow], groups: list[Any], getters: dict, metrics: list[str]) -> None:
-    """Seeds needed for each undecided row, from the SD pooled over every group that learned."""
+def _plan(rows: list[PairedRow], groups: list[Any], getters: dict, metrics: list[str], alpha: float = 0.05,
+          m_family: int = 1) -> None:
+    """Seeds needed for each undecided row, from the SD pooled over every group that learned: a primary row at the
+    level of Holm's first step (``alpha / m``, the level it must reach to be decided at all), an exploratory row at
+    ``alpha``."""
     for m in metrics:
         label = METRIC_LABELS[m]
         learned = [g for g in groups if g.seeds and g.learned is not False]
@@ -184,7 +193,8 @@ def _plan(rows: list[PairedRow], groups: list[Any], getters: dict, metrics: list
         for r in rows:
             if r.metric != label or r.decided or pooled is None or r.note or not math.isfinite(r.diff.mean):
                 continue
-            r.seeds = seeds_needed_range(r.diff.mean, pooled)
+            a = holm_first_level(alpha, m_family) if r.role == "primary" else alpha
+            r.seeds = seeds_needed_range(r.diff.mean, pooled, level=1.0 - a)
 
 
 def family_summary(rows: list[PairedRow], question: dict[str, Any], exploratory: str | None) -> list[str]:
@@ -214,10 +224,10 @@ def family_summary(rows: list[PairedRow], question: dict[str, Any], exploratory:
            if r.verdict in ("undecided", "not testable")]
     if und:
         out.append("Undecided at this n: " + "; ".join(und) + ".")
-    dnl = [r.variant for r in fam if r.verdict in ("did not learn", "baseline did not learn")]
+    dnl = [r.variant for r in fam if r.verdict in (NOT_DECIDED_DNL, NOT_DECIDED_BASE_DNL)]
     if dnl:
         out.append(f"Not decided because the variant or {base} did not learn at its best learning rate in some seed "
-                   f"(LR sensitivity is then not comparable): {', '.join(dnl)}.")
+                   f"(counted in the family as p = 1): {', '.join(dnl)}.")
     return out
 
 

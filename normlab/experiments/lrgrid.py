@@ -12,12 +12,12 @@ the grid point reaching ``L*`` (the smallest such lr on a tie). The stable range
 run neither diverged nor ended more than ``STABLE_MARGIN`` bits/byte above ``L*``. Every per-seed number gets a 95%
 Student-t interval over seeds (the best learning rate on a log10 scale).
 
-"Did not learn" (docs/compare.md): a run whose final loss is no more than ``DID_NOT_LEARN_MARGIN`` bits/byte
-below the training split's unigram entropy per byte (normlab.data.unigram; the loss of the best context-free
-model) learned only frequencies. A seed whose best learning rate did not learn makes its variant unrankable on LR
-sensitivity (a model that fails uniformly has a small sensitivity); per learning rate, the collapse rate (did not
-learn or diverged) gets an exact Clopper-Pearson interval and the loss is reported over the seeds that did not
-collapse.
+"Did not learn" (docs/compare.md; the one rule, normlab.stats.learning): a run whose final loss is no more than
+``DID_NOT_LEARN_MARGIN`` bits/byte below the training split's unigram entropy per byte (normlab.data.unigram; the
+loss of the best context-free model) learned only frequencies. A seed whose best learning rate did not learn makes
+its variant unrankable (on LR sensitivity: a model that fails uniformly has a small sensitivity); per learning
+rate, the collapse rate (did not learn or diverged) gets an exact Clopper-Pearson interval and the loss is reported
+over the seeds that did not collapse.
 
 Comparisons with the baseline and the decisions on them: normlab.experiments.decisions (per-seed numbers only).
 """
@@ -31,9 +31,9 @@ from typing import Any
 
 from normlab.experiments.decisions import PairedRow, build_rows, default_question
 from normlab.stats import ClopperPearson, MeanCI, clopper_pearson, mean_ci
+from normlab.stats.learning import DID_NOT_LEARN_MARGIN, collapsed, did_not_learn
 
 STABLE_MARGIN = 0.1  # bits/byte above the best loss of the same seed
-DID_NOT_LEARN_MARGIN = 0.1  # bits/byte: a final loss >= unigram entropy - this margin "did not learn"
 
 __all__ = ["DID_NOT_LEARN_MARGIN", "STABLE_MARGIN", "GridReport", "GridRun", "GroupGrid", "PairedRow", "SeedGrid",
            "analyze", "grid_runs_from_rows", "lr_sensitivity", "stable_lrs"]
@@ -78,12 +78,13 @@ class GridRun:
         return self.status == "diverged"
 
     def collapsed(self, floor: float | None) -> bool | None:
-        """Diverged, or finished no more than DID_NOT_LEARN_MARGIN below ``floor``; None if unknown."""
+        """Diverged, or finished no more than DID_NOT_LEARN_MARGIN below ``floor`` (normlab.stats.learning.collapsed);
+        None if unknown."""
         if self.diverged:
             return True
         if floor is None or not _finite(self.final) or self.status != "completed":
             return None
-        return self.final >= floor - DID_NOT_LEARN_MARGIN
+        return collapsed(self.final, floor)
 
 
 @dataclass
@@ -208,7 +209,8 @@ def _seed_grid(runs: list[GridRun], fallback_init: float | None, floor: float | 
         return None
     losses = {r.lr: (r.final if r.status == "completed" and _finite(r.final) else None) for r in runs}
     sens, best, best_lr = lr_sensitivity(losses, init)
-    learned = None if floor is None else best < floor - DID_NOT_LEARN_MARGIN
+    dnl = did_not_learn(best, floor)
+    learned = None if dnl is None else not dnl
     return SeedGrid(runs[0].seed, losses, init, sens, best, best_lr, stable_lrs(losses, best), learned)
 
 
@@ -237,7 +239,7 @@ def group_grid(name: str, runs: list[GridRun]) -> GroupGrid:
 def analyze(runs: list[GridRun], baseline: str | None = None, order: list[str] | None = None, *,
             question: dict[str, Any] | None = None, exploratory: str | None = None) -> GridReport:
     """Group ``runs`` by variant, rank by mean LR sensitivity (best loss on a grid of one lr; a variant that did not
-    learn at its best learning rate gets no LR-sensitivity rank) and compare each variant with the baseline
+    learn at its best learning rate in some seed gets no rank) and compare each variant with the baseline
     (``question["baseline"]``, else ``baseline``, else the first variant in ``order``): normlab.experiments.decisions.
     ``question``: the sweep's declared question (normlab.experiments.design; default: undeclared, exploratory);
     ``exploratory``: a reason to decide nothing (the design changed after results)."""
@@ -246,7 +248,7 @@ def analyze(runs: list[GridRun], baseline: str | None = None, order: list[str] |
     lrs = sorted({r.lr for r in runs})
     grid = any(len(g.lrs) >= 2 for g in groups)
     key = (lambda g: g.sensitivity.mean) if grid else (lambda g: g.best.mean)
-    ranked = sorted((g for g in groups if g.seeds and not (grid and g.learned is False)),
+    ranked = sorted((g for g in groups if g.seeds and g.learned is not False),
                     key=lambda g: (key(g), g.best.mean))
     for i, g in enumerate(ranked):
         g.rank = i + 1

@@ -29,6 +29,7 @@ from normlab.experiments.store import Store
 from normlab.names import GRAD_NORM_PREFIXES, read_bpb
 from normlab.run.files import SUMMARY_FILE
 from normlab.stats import MeanCI, Welch, mean_ci, t_ppf, welch, welch_diff
+from normlab.stats.learning import DID_NOT_LEARN_MARGIN, did_not_learn
 
 ALPHA = 0.05
 
@@ -60,6 +61,8 @@ class VariantResult:
     params: int | None
     rank: int | None = None
     vs_best: Welch | None = None
+    unigram: float | None = None  # the training split's unigram bits/byte (summary unigram_bpb), None if unknown
+    not_learned: int = 0  # completed seeds whose final loss did not learn (normlab.stats.learning): never ranked
 
     @property
     def gap(self) -> float | None:
@@ -184,10 +187,10 @@ def from_runs(sweep_dir: Path, meta: dict[str, str], runs: list[RunInfo], baseli
     for r in runs:
         if r.row["variant"] not in order:
             order.append(r.row["variant"])
+    unigram_floors(runs, sweep_dir)
     variants = [_variant(name, [r for r in runs if r.row["variant"] == name]) for name in order]
     _rank(variants)
     rep = SweepReport(sweep_dir, meta, runs, variants)
-    unigram_floors(runs, sweep_dir)
     gruns = grid_runs_from_rows([r.row for r in runs], {r.row["run_id"]: r.curves for r in runs},
                                 {r.row["run_id"]: r.summary for r in runs})
     grid = len({(g.group, g.lr) for g in gruns}) > len({g.group for g in gruns})
@@ -218,24 +221,28 @@ def _variant(name: str, runs: list[RunInfo]) -> VariantResult:
     floors = [r.row["entropy_floor_bpb"] for r in runs if _num(r.row["entropy_floor_bpb"])]
     tps = [r.row["tokens_per_s"] for r in done if _num(r.row["tokens_per_s"])]
     params = [r.row["params"] for r in runs if r.row["params"]]
+    unis = [r.summary["unigram_bpb"] for r in runs if r.summary and _num(r.summary.get("unigram_bpb"))]
+    uni = mean(unis) if unis else None
     return VariantResult(
         name=name, runs=runs, finals=finals, ci=mean_ci(finals) if finals else None,
         best_ci=mean_ci(bests) if bests else None,
         diverged=[r for r in runs if r.row["status"] == "diverged"],
         other=[r for r in runs if r not in done and r.row["status"] != "diverged"],  # no final result: reported
         floor=floors[0] if floors else None, tokens_per_s=mean(tps) if tps else None,
-        params=params[0] if params else None,
+        params=params[0] if params else None, unigram=uni,
+        not_learned=sum(1 for x in finals if did_not_learn(x, uni)),
     )
 
 
 def _rank(variants: list[VariantResult]) -> None:
-    variants.sort(key=lambda v: (v.ci is None, v.ci.mean if v.ci else 0.0))
-    for i, v in enumerate(v for v in variants if v.ci is not None):
+    """Rank by mean final loss; a variant with a seed that did not learn (normlab.stats.learning) is never ranked."""
+    variants.sort(key=lambda v: (v.ci is None or v.not_learned > 0, v.ci.mean if v.ci else 0.0))
+    for i, v in enumerate(v for v in variants if v.ci is not None and not v.not_learned):
         v.rank = i + 1
-    if variants and variants[0].ci is not None:
+    if variants and variants[0].rank is not None:
         best = variants[0]
         for v in variants[1:]:
-            if v.ci is not None:
+            if v.rank is not None:
                 v.vs_best = welch(v.finals, best.finals)
 
 
@@ -284,9 +291,16 @@ def _summarize_cells(rep: SweepReport) -> list[str]:
     seeds = sorted({r.row["seed"] for r in runs})
     status_txt = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
     out.append(f"{len(vs)} variants × {len(seeds)} seeds = {len(runs)} runs ({status_txt}).")
-    ranked = [v for v in vs if v.ci is not None]
+    ranked = [v for v in vs if v.rank is not None]
+    dnl = [v for v in vs if v.not_learned]
+    if dnl:
+        out.append("Did not learn (final loss at or above the unigram level minus "
+                   f"{DID_NOT_LEARN_MARGIN:g} bits/byte; never ranked): " + "; ".join(
+                       f"{v.name} in {v.not_learned} of {len(v.finals)} seeds ({ci_text(v.ci)} against the unigram "
+                       f"{v.unigram:.4f})" for v in dnl) + ".")
     if not ranked:
-        out.append("No run has completed yet, so nothing is ranked.")
+        out.append("No run has completed yet, so nothing is ranked." if not dnl else
+                   "No variant learned in every seed, so nothing is ranked.")
         return out
     best = ranked[0]
     ns = sorted({v.ci.n for v in ranked})

@@ -58,6 +58,7 @@ def ranking_rows(rep: SweepReport) -> list[dict[str, Any]]:
             "completed": len(v.finals), "seeds": v.n_seeds, "diverged": len(v.diverged),
             "tokens_per_s": v.tokens_per_s, "params": v.params,
             "welch_p_vs_best": v.vs_best.p if v.vs_best else None,
+            "unigram_bpb": v.unigram, "did_not_learn": v.not_learned,  # seeds; a variant with any is never ranked
         })
     return out
 
@@ -84,7 +85,8 @@ def table_cells(rep: SweepReport) -> tuple[list[str], list[list[str]]]:
     head += ["seeds ok", "diverged", "tokens/s", "params"]
     rows = []
     for v in rep.variants:
-        cells = [str(v.rank or "–") if not unranked else "–", v.name, ci_text(v.ci),
+        val = ci_text(v.ci) + (f" (did not learn in {v.not_learned}/{len(v.finals)})" if v.not_learned else "")
+        cells = [str(v.rank or "–") if not unranked else "–", v.name, val,
                  f"{v.best_ci.mean:.4f}" if v.best_ci else "–"]
         if _has_floor(rep):
             cells.append(f"{v.gap:.4f}" if v.gap is not None else "–")

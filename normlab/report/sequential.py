@@ -1,6 +1,11 @@
 """The decisions of a declared primary family: at each look of a sequential plan (Lan–DeMets O'Brien–Fleming-type
-boundaries with a group-sequential Holm over the family: normlab.stats.sequential), and side by side on a second
-data source (replicated / not replicated / contradicted).
+boundaries, t-based, with a group-sequential Holm over the family: normlab.stats.sequential), and side by side on a
+second data source (replicated / contradicted / underpowered / not replicated, with the replication's power at
+Holm's first level from its own spread).
+
+Every decision path applies the one did-not-learn guard (normlab.stats.learning): a comparison involving a model
+that did not learn in a seed it uses is "not decided: did not learn" (or "...: baseline did not learn") and counts as
+p = 1 in its Holm family (at a look: never tested, so never rejected).
 
 Per-seed values of the primary metric come from the learning-rate analysis (normlab.experiments.lrgrid, the same
 numbers as the report's tables): ``lr_sensitivity`` is a seed's LR sensitivity over the grid, ``best_loss`` its
@@ -18,6 +23,7 @@ from __future__ import annotations
 import html
 import json
 from collections.abc import Callable
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +33,8 @@ from normlab.experiments.plan import LOOKS_META, Question, declared_question, fr
 from normlab.experiments.store import Store
 from normlab.report.analysis import load
 from normlab.experiments.lrgrid import GridReport, SeedGrid
-from normlab.stats import holm, paired_diff
+from normlab.stats import holm, holm_first_level, paired_diff, paired_t_power
+from normlab.stats.learning import NOT_DECIDED_BASE_DNL, NOT_DECIDED_DNL
 from normlab.stats.sequential import HolmLevels, nominal_p, paired_z, sequential_holm
 
 REPLICATIONS_META = "replications"  # [{"source", "dir"}] in the original sweep's meta
@@ -36,7 +43,30 @@ METRIC_OF: dict[str, Callable[[SeedGrid], float]] = {
     "best_loss": lambda s: s.best,
     "final_loss": lambda s: s.best,
 }
-VERDICTS = ("replicated", "not replicated", "contradicted", "no conclusion to replicate")
+VERDICTS = ("replicated", "not replicated", "contradicted", "no conclusion to replicate", "underpowered")
+POWER_NEEDED = 0.8  # a replication with less power than this at Holm's first level reads "underpowered"
+DECIDED = ("lower", "higher")
+
+
+def learned_flags(grid: GridReport) -> dict[str, dict[int, bool | None]]:
+    """``{variant: {seed: learned at its best learning rate}}`` (normlab.stats.learning; None: no unigram level)."""
+    return {g.name: {s.seed: s.learned for s in g.seeds} for g in grid.groups}
+
+
+def _dnl(learned: dict[str, dict[int, bool | None]] | None, v: str, base: str, seeds: set[int] | None) -> str | None:
+    """``NOT_DECIDED_DNL`` when the variant did not learn in one of ``seeds`` (all when None), the baseline's note
+    when the baseline did not, else None: the guard of the report's own decisions (normlab.experiments.decisions)."""
+    if learned is None:
+        return None
+    for name, note in ((v, NOT_DECIDED_DNL), (base, NOT_DECIDED_BASE_DNL)):
+        if any(f is False for s, f in learned.get(name, {}).items() if seeds is None or s in seeds):
+            return note
+    return None
+
+
+@lru_cache(maxsize=32)
+def _levels(looks: tuple[int, ...], n_max: int, alpha: float, m: int) -> HolmLevels:
+    return HolmLevels.build_t(looks, n_max, alpha, m)
 
 
 def primary_values(grid: GridReport, primary: str) -> dict[str, dict[int, float]]:
@@ -78,48 +108,69 @@ def look_record(sweep_dir: Path, k: int) -> dict[str, Any]:
     ``looks[j]`` seeds for every look ``j <= k`` (normlab.experiments.sequential calls it after each round)."""
     sweep_dir = Path(sweep_dir)
     spec = _spec(sweep_dir)
-    looks = looks_of(spec)
-    if looks is None:
+    if looks_of(spec) is None:
         raise ValueError(f"{sweep_dir} has no sequential plan")
     rep = load(sweep_dir)
     assert rep.grid is not None
-    q = declared_question(spec, [g.name for g in rep.grid.groups])
-    values = primary_values(rep.grid, q.primary)
+    return _look(spec, rep.grid, k)
+
+
+def _look(spec: dict[str, Any], grid: GridReport, k: int) -> dict[str, Any]:
+    """Look ``k`` of the plan in ``spec`` from the grid analysis of the stored runs (``look_record``)."""
+    looks = looks_of(spec)
+    assert looks is not None
+    q = declared_question(spec, [g.name for g in grid.groups])
+    rep = grid
+    values = primary_values(rep, q.primary)
+    learned = learned_flags(rep)
     seeds = list(spec["seeds"])
     m = len(q.variants)
     z = np.full((k + 1, m), np.nan)
+    notes: list[str | None] = [None] * m
     for j in range(k + 1):
         keep = set(seeds[: looks[j]])
         for i, v in enumerate(q.variants):
+            # the one did-not-learn guard: a comparison involving a model that did not learn in a seed so far is
+            # not tested from that look on (NaN: it stays in the family, never rejected, as p = 1)
+            notes[i] = notes[i] or _dnl(learned, v, q.baseline, keep)
             pairs = _pairs(values, v, q.baseline, keep)
-            if len(pairs) >= 2:
+            if len(pairs) >= 2 and notes[i] is None:
                 z[j, i] = paired_z(np.array([[a - b] for a, b in pairs]))[0]
-    levels = HolmLevels.build(fractions(looks)[: k + 1], q.alpha, m)
-    rejected = sequential_holm(z[None], levels)[0]
+    levels = _levels(tuple(looks[: k + 1]), looks[-1], q.alpha, max(m, 1))
+    rejected = sequential_holm(z[None], levels)[0] if m else np.zeros(0, dtype=int)
     keep = set(seeds[: looks[k]])
     comps = []
     for i, v in enumerate(q.variants):
         at = int(rejected[i])
         zz = z[at, i] if at >= 0 else z[k, i]
+        decision = ("lower" if zz < 0 else "higher") if at >= 0 else (notes[i] or "undecided")
         comps.append({"variant": v, "baseline": q.baseline, "metric": q.primary,
                       **_estimate(_pairs(values, v, q.baseline, keep)),
                       "z": None if not np.isfinite(zz) else float(zz),
-                      "decided_at_look": at + 1 if at >= 0 else None,
-                      "decision": ("lower" if zz < 0 else "higher") if at >= 0 else "undecided"})
+                      "decided_at_look": at + 1 if at >= 0 else None, "decision": decision})
+    mm = max(m, 1)
     return {"look": k + 1, "seeds": looks[k], "fraction": fractions(looks)[k],
-            "boundary_first": levels.bounds[m][k], "boundary_last": levels.bounds[1][k],
-            "nominal_p_first": nominal_p(levels.bounds[m][k]), "alpha": q.alpha, "m": m,
+            "boundary_first": levels.bounds[mm][k], "boundary_last": levels.bounds[1][k],
+            "nominal_p_first": nominal_p(levels.bounds[mm][k]), "alpha": q.alpha, "m": m,
             "primary": q.primary, "baseline": q.baseline, "comparisons": comps,
-            "decided": bool(m) and bool((rejected >= 0).all())}
+            # nothing left to decide: every comparison decided, or not decidable because a model did not learn
+            # (more seeds cannot undo that)
+            "decided": bool(m) and all(c["decided_at_look"] is not None or c["decision"] != "undecided"
+                                       for c in comps)}
 
 
-def fixed_decisions(values: dict[str, dict[int, float]], q: Question) -> list[dict[str, Any]]:
-    """A fixed design's decisions: paired t over the common seeds, Holm over the family at ``q.alpha``."""
+def fixed_decisions(values: dict[str, dict[int, float]], q: Question,
+                    learned: dict[str, dict[int, bool | None]] | None = None) -> list[dict[str, Any]]:
+    """A fixed design's decisions: paired t over the common seeds, Holm over the family at ``q.alpha``. A comparison
+    involving a model that did not learn in some seed (``learned``: ``learned_flags``) is "not decided: did not
+    learn" and enters Holm as p = 1; so does one that cannot be tested (fewer than 2 common seeds)."""
     est = [_estimate(_pairs(values, v, q.baseline, None)) for v in q.variants]
-    adj = holm([e["p"] for e in est])
-    return [{"variant": v, "baseline": q.baseline, "metric": q.primary, **e, "p_holm": a,
-             "decision": ("lower" if e["diff"] < 0 else "higher") if a is not None and a <= q.alpha else "undecided"}
-            for v, e, a in zip(q.variants, est, adj)]
+    notes = [_dnl(learned, v, q.baseline, None) for v in q.variants]
+    adj = holm([None if n else e["p"] for e, n in zip(est, notes)])
+    return [{"variant": v, "baseline": q.baseline, "metric": q.primary, **e, "p_holm": 1.0 if n else a,
+             "decision": n or (("lower" if e["diff"] < 0 else "higher") if a is not None and a <= q.alpha
+                               else "undecided")}
+            for v, e, a, n in zip(q.variants, est, adj, notes)]
 
 
 def sequential_block(sweep_dir: Path) -> dict[str, Any] | None:
@@ -134,9 +185,15 @@ def sequential_block(sweep_dir: Path) -> dict[str, Any] | None:
     data = json.loads(raw)
     if not data.get("looks"):
         return None
+    # the looks are recomputed from the stored runs (the decision at a look depends only on its seeds), so the
+    # current rules (the did-not-learn guard, the t-based boundaries) apply to a store written before them
+    rep = load(sweep_dir)
+    if rep.grid is not None:
+        data["looks"] = [_look(spec, rep.grid, k) for k in range(len(data["looks"]))]
     last = data["looks"][-1]
     return {"plan": {"looks": looks, "max_seeds": looks[-1], "alpha": last["alpha"], "primary": last["primary"],
-                     "baseline": last["baseline"], "spending": "Lan-DeMets O'Brien-Fleming-type",
+                     "baseline": last["baseline"],
+                     "spending": "Lan-DeMets O'Brien-Fleming-type, t-based boundaries (simulated)",
                      "multiplicity": "group-sequential Holm"},
             "looks": data["looks"], "stopped": data.get("stopped") or "in progress",
             "seeds_spent": data.get("seeds_spent"), "decisions": last["comparisons"]}
@@ -150,17 +207,39 @@ def decisions_of(sweep_dir: Path) -> tuple[Question, list[dict[str, Any]]]:
     block = sequential_block(sweep_dir)
     if block is not None:
         return q, block["decisions"]
-    return q, fixed_decisions(primary_values(rep.grid, q.primary), q)
+    return q, fixed_decisions(primary_values(rep.grid, q.primary), q, learned_flags(rep.grid))
 
 
-def verdict(original: str, replica: str) -> str:
-    """``replicated`` (decided the same way on both), ``contradicted`` (decided the opposite way), ``not
-    replicated`` (decided on the original only), ``no conclusion to replicate`` (undecided on the original)."""
-    if original == "undecided":
+def verdict(original: str, replica: str, power: float | None = None) -> str:
+    """``replicated`` (decided the same way on both), ``contradicted`` (decided the opposite way), ``no conclusion
+    to replicate`` (not decided on the original), the replication's own "not decided: ..." when a model did not
+    learn there; else (decided on the original only) ``underpowered`` when the replication's power at Holm's first
+    level is below ``POWER_NEEDED`` or unknown, ``not replicated`` when it had that power and still did not decide."""
+    if original not in DECIDED:
         return VERDICTS[3]
     if replica == original:
         return VERDICTS[0]
-    return VERDICTS[2] if replica in ("lower", "higher") else VERDICTS[1]
+    if replica in DECIDED:
+        return VERDICTS[2]
+    if replica.startswith("not decided:"):
+        return replica
+    return VERDICTS[1] if power is not None and power >= POWER_NEEDED else VERDICTS[4]
+
+
+def replication_power(effect: float | None, replica_diffs: list[float], alpha: float, m: int) -> float | None:
+    """The power of the replication's paired t-test at Holm's first level ``alpha / m`` to detect the original's
+    effect ``effect``, from the replication's own spread (SD of its per-seed differences) and seeds:
+    normlab.stats.paired_t_power (noncentral t)."""
+    if effect is None or len(replica_diffs) < 2:
+        return None
+    d = paired_diff(replica_diffs, [0.0] * len(replica_diffs))
+    return paired_t_power(effect, d.sd, d.n, holm_first_level(alpha, m))
+
+
+def _per_seed(values: dict[str, dict[int, float]], v: str, base: str) -> dict[str, float]:
+    """``{seed: value(v) - value(base)}`` over the seeds both have (JSON keys are strings)."""
+    a, b = values.get(v, {}), values.get(base, {})
+    return {str(s): a[s] - b[s] for s in sorted(set(a) & set(b))}
 
 
 def replication_block(sweep_dir: Path) -> list[dict[str, Any]]:
@@ -172,19 +251,33 @@ def replication_block(sweep_dir: Path) -> list[dict[str, Any]]:
     todo = [r for r in (json.loads(raw) if raw else []) if (Path(sweep_dir) / r["dir"] / "results.sqlite").is_file()]
     if not todo:
         return out
-    _, orig = decisions_of(sweep_dir)
+    q, orig, ovals = _decisions_values(Path(sweep_dir))
+    m = len(q.variants)
     for r in todo:
-        _, repl = decisions_of(Path(sweep_dir) / r["dir"])
+        _, repl, rvals = _decisions_values(Path(sweep_dir) / r["dir"])
         by = {c["variant"]: c for c in repl}
         rows = []
         for c in orig:
             other = by.get(c["variant"], {"decision": "undecided", "diff": None, "ci95": None, "n": 0})
+            per = _per_seed(rvals, c["variant"], c["baseline"])
+            power = replication_power(c.get("diff"), list(per.values()), q.alpha, m)
             rows.append({"variant": c["variant"], "baseline": c["baseline"], "metric": c["metric"],
-                         "original": {k: c.get(k) for k in ("diff", "ci95", "n", "decision")},
-                         "replication": {k: other.get(k) for k in ("diff", "ci95", "n", "decision")},
-                         "verdict": verdict(c["decision"], other["decision"])})
+                         "original": {**{k: c.get(k) for k in ("diff", "ci95", "n", "decision")},
+                                      "per_seed": _per_seed(ovals, c["variant"], c["baseline"])},
+                         "replication": {**{k: other.get(k) for k in ("diff", "ci95", "n", "decision")},
+                                         "per_seed": per},
+                         "power": power, "power_level": holm_first_level(q.alpha, m),
+                         "verdict": verdict(c["decision"], other["decision"], power)})
         out.append({"source": r["source"], "dir": r["dir"], "comparisons": rows})
     return out
+
+
+def _decisions_values(sweep_dir: Path) -> tuple[Question, list[dict[str, Any]], dict[str, dict[int, float]]]:
+    """``decisions_of`` with the per-seed values of the primary metric."""
+    q, dec = decisions_of(sweep_dir)
+    rep = load(sweep_dir)
+    assert rep.grid is not None
+    return q, dec, primary_values(rep.grid, q.primary)
 
 
 def record_replication(sweep_dir: Path, source: str, rel_dir: str) -> None:
@@ -215,22 +308,27 @@ def sequential_cells(block: dict[str, Any]) -> tuple[list[str], list[list[str]]]
 
 def _sequential_text(block: dict[str, Any]) -> str:
     p = block["plan"]
-    why = {"decided": "every primary comparison was decided", "max_seeds": "the seed cap was reached",
+    why = {"decided": "every primary comparison was decided (or cannot be: a model did not learn)",
+           "max_seeds": "the seed cap was reached",
            "budget": "the time budget could not fit another round", "interrupted": "it was interrupted",
            "failed": "a run failed"}.get(block["stopped"], block["stopped"])
     return (f"Seeds until decided on {p['primary']} vs {p['baseline']}: looks at {p['looks']} seeds, "
             f"{p['spending']} alpha spending at family-wise alpha = {p['alpha']:g} over {len(block['decisions'])} "
             f"comparison(s) ({p['multiplicity']}; the boundary applies to the paired t statistic's normal-quantile "
-            f"transform). Stopped after {len(block['looks'])} look(s), {block['seeds_spent']} seeds spent: {why}. "
+            f"transform, calibrated by simulating that statistic under the null). "
+            f"Stopped after {len(block['looks'])} look(s), {block['seeds_spent']} seeds spent: {why}. "
             + "; ".join(f"{c['variant']}: {c['decision']}"
                         + (f" at look {c['decided_at_look']}" if c.get("decided_at_look") else "")
                         for c in block["decisions"]) + ".")
 
 
 def replication_cells(rep: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
-    head = ["comparison", "metric", "original", "decision", f"on {rep['source']}", "decision", "verdict"]
+    head = ["comparison", "metric", "original", "decision", f"on {rep['source']}", "decision",
+            "power (Holm's first level)", "verdict"]
     rows = [[f"{c['variant']} − {c['baseline']}", c["metric"], _est_text(c["original"]), c["original"]["decision"],
-             _est_text(c["replication"]), c["replication"]["decision"], c["verdict"]] for c in rep["comparisons"]]
+             _est_text(c["replication"]), c["replication"]["decision"],
+             "–" if c.get("power") is None else f"{c['power']:.2f} at {c['power_level']:.3g}", c["verdict"]]
+            for c in rep["comparisons"]]
     return head, rows
 
 
@@ -247,7 +345,10 @@ def md_sections(sweep_dir: Path, esc: Callable[[object], str]) -> list[str]:
         out += ["## Seeds until decided", "", esc(_sequential_text(block)), ""] + table(*sequential_cells(block))
     for rep in replication_block(sweep_dir):
         out += [f"## Replication on {esc(rep['source'])}", "",
-                esc("The same declared design on a second data source; each primary conclusion side by side."), ""]
+                esc("The same declared design on a second data source; each primary conclusion side by side. "
+                    "Power: of the replication's paired t-test at Holm's first level (alpha / m) to detect the "
+                    "original estimate, from the replication's own spread; below 0.8 an undecided replication "
+                    "reads 'underpowered', not 'not replicated'."), ""]
         out += table(*replication_cells(rep))
     return out
 

@@ -4,7 +4,9 @@ own p-values). Torch-free; computes with ``scipy.stats``. Formulas: ../shared SP
 - ``intervals``: Student-t intervals, Welch, paired differences (``mean_ci``, ``paired_diff``, ``welch_diff``).
 - ``multiplicity``: Holm's step-down and Benjamini–Hochberg adjustments over a declared family.
 - ``exact``: the exact sign-flip (paired) and permutation (unpaired) tests, Clopper–Pearson intervals.
-- ``planning``: seeds needed for a difference, from an SD pooled over variants with its chi-square range.
+- ``planning``: seeds needed for a difference, from an SD pooled over variants with its chi-square range; the power
+  of a paired t-test (noncentral t) at Holm's first level.
+- ``learning``: the one "did not learn" rule and the one "collapse" rule (the unigram level minus one margin).
 """
 
 from normlab.stats.exact import (
@@ -27,11 +29,21 @@ from normlab.stats.intervals import (
     welch,
     welch_diff,
 )
+from normlab.stats.learning import (
+    DID_NOT_LEARN_MARGIN,
+    NOT_DECIDED_BASE_DNL,
+    NOT_DECIDED_DNL,
+    collapsed,
+    did_not_learn,
+    learning_note,
+)
 from normlab.stats.multiplicity import ADJUSTMENTS, adjust, benjamini_hochberg, holm
 from normlab.stats.planning import (
     SEEDS_NEEDED_MAX,
     PooledSD,
     SeedsRange,
+    holm_first_level,
+    paired_t_power,
     pooled_sd,
     seeds_needed,
     seeds_needed_range,
@@ -39,6 +51,9 @@ from normlab.stats.planning import (
 
 __all__ = [
     "ADJUSTMENTS",
+    "DID_NOT_LEARN_MARGIN",
+    "NOT_DECIDED_BASE_DNL",
+    "NOT_DECIDED_DNL",
     "SEEDS_NEEDED_MAX",
     "ClopperPearson",
     "Diff",
@@ -49,11 +64,16 @@ __all__ = [
     "adjust",
     "benjamini_hochberg",
     "clopper_pearson",
+    "collapsed",
+    "did_not_learn",
     "holm",
+    "holm_first_level",
+    "learning_note",
     "mean_ci",
     "min_permutation_p",
     "min_sign_flip_p",
     "paired_diff",
+    "paired_t_power",
     "permutation_p",
     "pooled_sd",
     "seeds_needed",

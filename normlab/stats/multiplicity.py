@@ -4,8 +4,9 @@
   ``q_(i) = max_{j <= i} min(1, (m - j + 1) p_(j))``.
 - Benjamini & Hochberg (1995), step-up, controls the false discovery rate: ``q_(i) = min_{j >= i} min(1, m p_(j) / j)``.
 
-A comparison is decided where its adjusted ``q <= alpha``. ``None`` entries (a test that could not be computed)
-stay ``None`` and do not count towards ``m``.
+A comparison is decided where its adjusted ``q <= alpha``. A ``None`` entry (a member of the family whose test could
+not be computed: too few seeds, a model that did not learn) counts as p = 1: it stays in ``m``, so a family never
+shrinks by losing a member, and its adjusted value is ``None``. Leave out of the list what is not in the family.
 """
 
 from __future__ import annotations
@@ -15,9 +16,11 @@ from collections.abc import Sequence
 
 
 def _clean(pvalues: Sequence[float | None]) -> list[tuple[int, float]]:
+    """``(index, p)`` for every member, a missing p as 1.0 (it counts towards ``m``)."""
     out = []
     for i, p in enumerate(pvalues):
         if p is None:
+            out.append((i, 1.0))
             continue
         p = float(p)
         if not (0.0 <= p <= 1.0) or math.isnan(p):
@@ -34,7 +37,7 @@ def holm(pvalues: Sequence[float | None]) -> list[float | None]:
     running = 0.0
     for j, (i, p) in enumerate(items):  # j = 0-based rank: multiplier m - j
         running = max(running, min(1.0, (m - j) * p))
-        out[i] = running
+        out[i] = None if pvalues[i] is None else running
     return out
 
 
@@ -47,7 +50,7 @@ def benjamini_hochberg(pvalues: Sequence[float | None]) -> list[float | None]:
     for j in range(m - 1, -1, -1):
         i, p = items[j]
         running = min(running, min(1.0, m * p / (j + 1)))
-        out[i] = running
+        out[i] = None if pvalues[i] is None else running
     return out
 
 

@@ -7,6 +7,12 @@
 - ``seeds_needed_range``: ``seeds_needed`` at the pooled SD and at both ends of its interval, so a reader sees how
   uncertain the plan is. For a paired difference of two variants with a common sigma, ``sd(d) = sqrt(2) sigma``
   without shared seed noise (pass ``paired_factor``).
+- ``paired_t_power(delta, sd, n, alpha)``: the power of a two-sided paired t-test of level ``alpha`` with ``n``
+  pairs against a true mean difference ``delta`` with per-pair SD ``sd``: ``P(|T| > t_{1-alpha/2, n-1})`` with
+  ``T`` noncentral t, ``df = n - 1``, noncentrality ``delta / (sd / sqrt(n))`` (scipy.stats.nct).
+
+In a declared family of ``m`` comparisons adjusted by Holm, the first step tests at ``alpha / m``: seeds needed and
+power are computed at that level (``holm_first_level``), the level a comparison must reach to be decided at all.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from statistics import stdev
 
 import numpy as np
 from scipy.stats import chi2 as _chi2
+from scipy.stats import nct as _nct
 from scipy.stats import t as _t
 
 SEEDS_NEEDED_MAX = 1000
@@ -40,6 +47,26 @@ def seeds_needed(delta: float, sd: float | None, *, level: float = 0.95, power: 
     ns, factor = _factors(level, power, max_n)  # (t_{(1+level)/2, n-1} + t_{power, n-1}) / sqrt(n), n = 2..max_n
     hit = np.nonzero(factor * sd <= abs(delta))[0]
     return int(ns[hit[0]]) if hit.size else None
+
+
+def holm_first_level(alpha: float, m: int) -> float:
+    """The level of Holm's first step in a family of ``m`` comparisons: ``alpha / m`` (``alpha`` for ``m <= 1``)."""
+    return alpha / max(1, int(m))
+
+
+def paired_t_power(delta: float, sd: float | None, n: int, alpha: float) -> float | None:
+    """Power of the two-sided paired t-test at level ``alpha`` with ``n`` pairs when the true mean difference is
+    ``delta`` and the per-pair SD ``sd``: ``nct.sf(c, n-1, nc) + nct.cdf(-c, n-1, nc)``, ``c = t_{1-alpha/2,
+    n-1}``, ``nc = delta sqrt(n) / sd``. None when ``n < 2`` or ``sd`` is unknown; 1 for ``sd == 0`` and
+    ``delta != 0``."""
+    if n < 2 or sd is None or not math.isfinite(sd) or not math.isfinite(delta):
+        return None
+    if sd == 0.0:
+        return 1.0 if delta else alpha
+    df = n - 1
+    c = float(_t.ppf(1.0 - alpha / 2.0, df))
+    nc = delta * math.sqrt(n) / sd
+    return float(_nct.sf(c, df, nc) + _nct.cdf(-c, df, nc))
 
 
 @lru_cache(maxsize=16)

@@ -29,6 +29,18 @@ boundary is applied to ``z`` (Jennison & Turnbull section 11.4's "significance l
 is exactly N(0, 1) under the null; the joint law is the canonical one only approximately, which
 ``tests/test_sequential.py`` checks by simulating the whole procedure.
 
+The transform alone is not enough at very small ``n``: with looks at 2/4/6/8 seeds and three comparisons the
+whole procedure's simulated family-wise error is 0.054 (benchmarks/sequential_error.py), because the joint law of
+the transformed statistics across looks is not the canonical one when ``n - 1`` is 1 or 3. ``t_boundaries`` is the
+t-based look that removes it: the boundaries on the ``z`` scale are calibrated by simulating the paired t statistic
+itself under the null (``T_SIMULATIONS`` seeded sweeps of standard normal per-seed differences at the plan's seed
+counts; the boundary at look ``k`` is placed between order statistics of ``|z_k|`` among the sweeps that crossed no
+earlier boundary, so that at most ``alpha(t_k) - alpha(t_{k-1})``, less two Monte-Carlo standard errors, of the
+simulated sweeps cross there). The
+statistic is scale-free, so the same boundaries hold for any SD; they are deterministic (a fixed generator seed) and
+converge to ``spending_boundaries`` as ``n`` grows. ``HolmLevels.build_t`` builds every Holm level from one set of
+draws; the looks of a real sweep (normlab.report.sequential) use it.
+
 Several comparisons: ``sequential_holm`` is the group-sequential Holm procedure (Ye, Li, Jiang & Wang 2013,
 "A group sequential Holm procedure with multiple primary endpoints", Stat Med 32(7); Maurer & Bretz 2013, "Multiple
 testing in group sequential trials using graphical approaches", Stat Biopharm Res 5(4)): with ``r`` of ``m``
@@ -189,6 +201,70 @@ def nominal_p(boundary: float) -> float:
     return float(2.0 * norm.sf(boundary))
 
 
+T_SIMULATIONS = 200_000  # null sweeps simulated to calibrate the t-based boundaries (Monte-Carlo SE ~0.0005 at 0.05)
+T_SIM_SEED = 12345
+
+
+def _null_z_paths(looks: tuple[int, ...], n_sim: int, seed: int) -> np.ndarray:
+    """``(n_sim, K)``: the transformed paired statistic ``t_to_z(t, n - 1)`` at each look's seed count ``looks[k]``
+    for ``n_sim`` sweeps of standard normal per-seed differences (drawn look by look, so a look's values do not
+    depend on the later looks)."""
+    rng = np.random.default_rng(seed)
+    total = np.zeros(n_sim)
+    sumsq = np.zeros(n_sim)
+    out = np.empty((n_sim, len(looks)))
+    prev = 0
+    for k, n in enumerate(looks):
+        x = rng.standard_normal((n_sim, n - prev))
+        total += x.sum(axis=1)
+        sumsq += (x * x).sum(axis=1)
+        prev = n
+        mean = total / n
+        sd = np.sqrt(np.maximum(sumsq - n * mean * mean, 0.0) / (n - 1))
+        out[:, k] = t_to_z(mean / (sd / math.sqrt(n)), n - 1)
+    return out
+
+
+def _calibrate(z: np.ndarray, spent: np.ndarray, level: float) -> list[float]:
+    """Boundaries from simulated null paths ``z`` (``(S, K)``): at look ``k`` at most ``(spent[k] - spent[k-1]) S``
+    of the paths that have not crossed yet cross (the boundary halfway between two order statistics of ``|z_k|``);
+    a look allowed no crossing gets ``MAX_BOUNDARY``. The spending is first scaled down by two Monte-Carlo standard
+    errors of the plan's total ``level`` (``1 - 2 sqrt((1 - a) / (a S))``, ``a = level``; the same factor whichever
+    looks are given, so a look's boundary never depends on later looks), so that the error of the calibrated
+    procedure stays at or below ``level`` despite the simulation's own noise."""
+    s_n = z.shape[0]
+    spent = np.asarray(spent) * max(0.0, 1.0 - 2.0 * math.sqrt((1.0 - level) / (level * s_n)))
+    alive = np.ones(s_n, dtype=bool)
+    out: list[float] = []
+    prev = 0.0
+    for k in range(z.shape[1]):
+        allowed = int(math.floor((float(spent[k]) - prev) * s_n + 1e-9))
+        prev = float(spent[k])
+        a = np.where(alive, np.abs(z[:, k]), -np.inf)
+        if allowed <= 0:
+            c = MAX_BOUNDARY
+        else:
+            top = -np.partition(-a, allowed)[: allowed + 1]  # the allowed + 1 largest, unordered
+            top.sort()
+            hi, lo = top[1], top[0]  # the allowed-th largest and the next one below it
+            c = MAX_BOUNDARY if not np.isfinite(hi) else float(min(MAX_BOUNDARY, (hi + max(lo, 0.0)) / 2.0
+                                                                   if np.isfinite(lo) else hi))
+        out.append(float(c))
+        alive &= np.abs(z[:, k]) < c
+    return out
+
+
+def t_boundaries(looks: Sequence[int], n_max: int, alpha: float, *, n_sim: int = T_SIMULATIONS,
+                 seed: int = T_SIM_SEED) -> list[float]:
+    """t-based boundaries on the ``z = t_to_z(t, n - 1)`` scale for looks at ``looks`` seeds (each >= 2, strictly
+    increasing, at most ``n_max``, the plan's cap) spending ``obf_spending(n / n_max, alpha)``, calibrated by
+    simulating the paired t statistic under the null (module docstring)."""
+    lk = tuple(int(n) for n in looks)
+    if not lk or lk[0] < 2 or any(b <= a for a, b in zip(lk, lk[1:])) or lk[-1] > n_max:
+        raise ValueError(f"looks must be strictly increasing seed counts >= 2 and <= {n_max}, got {list(looks)}")
+    return _calibrate(_null_z_paths(lk, n_sim, seed), np.atleast_1d(obf_spending(np.array(lk) / n_max, alpha)), alpha)
+
+
 @dataclass(frozen=True)
 class HolmLevels:
     """Boundaries at each Holm level ``alpha / j`` (``j = m, m-1, ..., 1``) for the looks so far."""
@@ -204,6 +280,19 @@ class HolmLevels:
             raise ValueError("at least one comparison")
         fr = tuple(float(x) for x in _check_fractions(fractions))
         return cls(alpha, m, fr, {j: spending_boundaries(fr, alpha / j) for j in range(1, m + 1)})
+
+    @classmethod
+    def build_t(cls, looks: Sequence[int], n_max: int, alpha: float, m: int, *, n_sim: int = T_SIMULATIONS,
+                seed: int = T_SIM_SEED) -> HolmLevels:
+        """The t-based boundaries (``t_boundaries``) at every Holm level ``alpha / j``, from one set of draws."""
+        if m < 1:
+            raise ValueError("at least one comparison")
+        lk = tuple(int(n) for n in looks)
+        t_boundaries(lk, n_max, alpha, n_sim=2, seed=seed)  # validates the looks
+        z = _null_z_paths(lk, n_sim, seed)
+        fr = np.array(lk) / n_max
+        return cls(alpha, m, tuple(float(x) for x in fr),
+                   {j: _calibrate(z, np.atleast_1d(obf_spending(fr, alpha / j)), alpha / j) for j in range(1, m + 1)})
 
 
 def sequential_holm(z: np.ndarray, levels: HolmLevels) -> np.ndarray:

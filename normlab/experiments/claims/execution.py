@@ -37,7 +37,7 @@ from normlab.errors import EXIT_INTERRUPTED, NormlabError
 from normlab.experiments.claims.budgets import Budget
 from normlab.experiments.claims.docs import claim_scale
 from normlab.experiments.claims.specs import CLAIM_NAMES, CLAIMS, spec_hash
-from normlab.experiments.claims.stats import judge_family, verdict
+from normlab.experiments.claims.stats import SIGNIFICANCE_TESTS, judge_family, verdict
 from normlab.experiments.claims.variants import GRID_VARIANTS, lr_dir, variant_config
 from normlab.io import write_json
 from normlab.run.files import CHECKPOINTS_DIR, SUMMARY_FILE
@@ -439,7 +439,7 @@ def judge(report: dict, correction: str = "holm") -> dict:
         c["current_definition"] = c.get("spec_hash") is not None and current.get(c["name"]) == c.get("spec_hash")
         out["claims"].append(c)
     out["correction"] = correction
-    out["family_size"] = sum(j["p"] is not None for j in judged)
+    out["family_size"] = sum(e["test"] in SIGNIFICANCE_TESTS for e in entries)  # untestable members count as p = 1
     return out
 
 

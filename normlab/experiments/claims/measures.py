@@ -14,6 +14,7 @@ from typing import Any, Callable
 from normlab.experiments.claims.budgets import Budget
 from normlab.io import read_json, write_json
 from normlab.run.files import SUMMARY_FILE
+from normlab.stats.learning import DID_NOT_LEARN_MARGIN, collapsed
 
 
 class Context:
@@ -182,21 +183,21 @@ def m_peri_variance_depth(ctx: Context, runs: dict[str, Path]) -> tuple[float | 
     return det["pre_slope_change"] - det["peri_slope_change"], det
 
 
-def m_collapse_diff(ctx: Context, runs: dict[str, Path], a: str, b: str, within: float
-                    ) -> tuple[float | None, dict]:
-    """A split outcome: each run has collapsed (diverged, or its final bits/byte within ``within`` of the unigram
-    bits/byte of the training split) or trained. Value: ``bpb(a) - bpb(b)`` when neither collapsed, else None;
+def m_collapse_diff(ctx: Context, runs: dict[str, Path], a: str, b: str) -> tuple[float | None, dict]:
+    """A split outcome: each run has collapsed (diverged, or did not learn: its final bits/byte at or above the
+    unigram bits/byte of the training split minus the one margin, normlab.stats.learning.collapsed) or trained.
+    Value: ``bpb(a) - bpb(b)`` when neither collapsed, else None;
     details ``collapsed_<v>`` (0/1) per run, which the collapse rates are counted from."""
     from normlab.experiments.claims.measures_lr import unigram_bpb
     from normlab.run.rundir import open_config
 
     level = unigram_bpb(ctx, open_config(runs[a]))
-    det: dict[str, Any] = {"unigram_bpb": level, "collapse_above_bpb": level - within}
+    det: dict[str, Any] = {"unigram_bpb": level, "collapse_above_bpb": level - DID_NOT_LEARN_MARGIN}
     vals = {}
     for v in (a, b):
         x, d = final_bpb(ctx, runs[v])
         det[f"bpb_{v}"] = x
-        det[f"collapsed_{v}"] = int(d["status"] != "completed" or x >= level - within)
+        det[f"collapsed_{v}"] = int(bool(collapsed(x, level, finished=d["status"] == "completed")))
         vals[v] = x
     if det[f"collapsed_{a}"] or det[f"collapsed_{b}"]:
         return None, det

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from normlab.run.files import METRICS_FILE
+from normlab.stats.learning import collapsed
 
 def unigram_bpb(ctx: Any, cfg: Any) -> float:
     """Bits per byte of the unigram model of the training split (its token frequencies): the loss of a model that
@@ -49,12 +50,12 @@ def seed_grid(ctx: Any, grid: dict[float, Path]) -> tuple[float, float, float, d
                                  "status": status}
 
 
-COLLAPSE_WITHIN = 0.5  # bits/byte: a grid run ending this close to the unigram level (or diverged) has collapsed
 
 
 def collapse_cells(ctx: Any, variant: str, grid: dict[float, Path], final: dict[str, float | None]) -> dict:
     """Per learning rate of one variant and seed: ``collapsed_<variant>@<lr>`` (1 when the run diverged or ended
-    within ``COLLAPSE_WITHIN`` bits/byte of the unigram bits/byte of the training split, else 0) and
+    at or above the unigram bits/byte of the training split minus the one margin, normlab.stats.learning.collapsed,
+    else 0) and
     ``bpb_<variant>@<lr>`` (its final bits/byte, None when diverged): the split outcome the collapse rates per
     condition (Clopper-Pearson) and the loss given no collapse are counted from."""
     from normlab.run.rundir import open_config
@@ -65,7 +66,7 @@ def collapse_cells(ctx: Any, variant: str, grid: dict[float, Path], final: dict[
     for lr in lrs:
         x = final.get(f"{lr:g}")
         out[f"bpb_{variant}@{lr:g}"] = x
-        out[f"collapsed_{variant}@{lr:g}"] = int(x is None or x >= level - COLLAPSE_WITHIN)
+        out[f"collapsed_{variant}@{lr:g}"] = int(bool(collapsed(x, level)))
     return out
 
 

@@ -23,7 +23,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from normlab.stats import mean_ci
+from normlab.stats import mean_ci, t_ppf
+from normlab.stats.learning import DID_NOT_LEARN_MARGIN, collapsed, did_not_learn
 
 HELD, NOT_HELD, INCONCLUSIVE = "held", "not held", "inconclusive"
 DIRECTIONS = ("greater", "less", "within", "exact")
@@ -113,6 +114,60 @@ def raw_p(values: Sequence[float | None], test: str, *, null: float = 0.0, margi
     return None
 
 
+def tost(values: Sequence[float | None], null: float, margin: float, alpha: float = 0.05) -> dict | None:
+    """Equivalence by two one-sided t-tests (TOST; Schuirmann 1987) of ``|mean - null| < margin``: ``H01: mu <= null
+    - margin`` and ``H02: mu >= null + margin``, each rejected at level ``alpha``; equivalently the ``1 - 2 alpha``
+    t-interval lies inside ``(null - margin, null + margin)``. Returns ``{within, p, ci, level}`` (``p``: the larger
+    one-sided p), None with fewer than 2 finite values."""
+    from normlab.stats import t_cdf
+
+    xs = finite(values)
+    if len(xs) < 2:
+        return None
+    c = mean_ci(xs)
+    se = c.sd / math.sqrt(len(xs))
+    df = len(xs) - 1
+    half = t_ppf(1.0 - alpha, df) * se
+    if se == 0.0:
+        p = 0.0 if abs(c.mean - null) < margin else 1.0
+    else:
+        p = max(1.0 - t_cdf((c.mean - (null - margin)) / se, df), t_cdf((c.mean - (null + margin)) / se, df))
+    lo, hi = c.mean - half, c.mean + half
+    return {"within": null - margin < lo and hi < null + margin, "p": p, "ci": [lo, hi], "level": 1.0 - 2 * alpha}
+
+
+def recollapse(details: Sequence[dict]) -> list[dict]:
+    """The details with every ``collapsed_<cond>`` flag recomputed by the one collapse rule
+    (normlab.stats.learning.collapsed: diverged, i.e. no finite ``bpb_<cond>``, or at or above the unigram level
+    minus DID_NOT_LEARN_MARGIN) from its ``bpb_<cond>`` and the ``unigram_bpb`` recorded beside it; a flag
+    without them is kept. A diverged run of a split-outcome measure scores log2(vocab) bits/byte, above any
+    unigram level, so it stays collapsed."""
+    out = []
+    for d in details:
+        if not isinstance(d, dict) or not isinstance(d.get("unigram_bpb"), (int, float)):
+            out.append(d)
+            continue
+        new = dict(d)
+        for k in d:
+            if k.startswith("collapsed_") and f"bpb_{k[len('collapsed_'):]}" in d:
+                flag = collapsed(d[f"bpb_{k[len('collapsed_'):]}"], d["unigram_bpb"])
+                if flag is not None:
+                    new[k] = int(flag)
+        if "collapse_above_bpb" in d:
+            new["collapse_above_bpb"] = d["unigram_bpb"] - DID_NOT_LEARN_MARGIN
+        out.append(new)
+    return out
+
+
+def split_values(details: Sequence[dict], a: str, b: str) -> list[float | None]:
+    """A split-outcome claim's per-seed values: ``bpb_a - bpb_b`` where neither run collapsed, else None."""
+    vals: list[float | None] = []
+    for d in details:
+        ok = isinstance(d, dict) and d.get(f"collapsed_{a}") == 0 and d.get(f"collapsed_{b}") == 0
+        vals.append(float(d[f"bpb_{a}"]) - float(d[f"bpb_{b}"]) if ok else None)
+    return vals
+
+
 def collapse_rates(details: Sequence[dict], variants: Sequence[str] | None = None, level: float = 0.95
                    ) -> dict[str, dict]:
     """Per condition (``variants``, or every ``collapsed_<condition>`` key of the details): collapsed seeds ``k``
@@ -142,7 +197,9 @@ def judge_family(entries: list[dict], correction: str = "holm") -> list[dict]:
     - the raw verdict is :func:`verdict` on the 95% CI, unadjusted (kept beside);
     - claims with a significance test (``t``, ``equivalence``, ``collapse``) are adjusted together
       (normlab.stats.adjust, Holm by default); a claim is decided only where its adjusted p < 0.05;
-    - ``within margin``: ``|mean - null|`` below the stated ``practical_margin``, whatever the p-value;
+    - ``within margin``: equivalence by TOST (:func:`tost`): the ``1 - 2 alpha`` interval lies inside ``null ±
+      practical_margin`` (both one-sided tests reject at the family's ``ALPHA``); a mean inside the margin with
+      an interval that is not is not "within margin";
     - ``not observable at this scale``: the claim's ``observable`` details key does not have a 95% CI above 0
       (the phenomenon the claim explains does not appear here), whatever the value;
     - ``collapse``: held when the first variant's Clopper-Pearson collapse interval lies above the second's;
@@ -150,8 +207,13 @@ def judge_family(entries: list[dict], correction: str = "holm") -> list[dict]:
     """
     from normlab.stats import adjust
 
+    entries = [_recollapsed(e) for e in entries]
     ps = [raw_p(e["values"], e["test"], null=e.get("null", 0.0), margin=e.get("margin")) for e in entries]
-    qs = adjust(ps, correction)
+    # the family: every claim with a significance test (one whose test cannot be computed counts as p = 1)
+    fam = [i for i, e in enumerate(entries) if e["test"] in SIGNIFICANCE_TESTS]
+    qs: list[float | None] = [None] * len(entries)
+    for i, q in zip(fam, adjust([ps[i] for i in fam], correction)):
+        qs[i] = q
     out = []
     for e, p, q in zip(entries, ps, qs):
         raw = verdict(e["values"], e["direction"], null=e.get("null", 0.0), margin=e.get("margin"),
@@ -187,9 +249,18 @@ def judge_family(entries: list[dict], correction: str = "holm") -> list[dict]:
                     else:
                         why = (f"collapse {ra['k']}/{ra['n']} vs {rb['k']}/{rb['n']} (Clopper-Pearson intervals "
                                f"overlap); given no collapse ({len(xs)} seed(s)): {why}")
-        if v in (HELD, NOT_HELD, INCONCLUSIVE) and pm is not None and mean is not None and abs(mean - null) < pm \
+        eq = tost(xs, null, pm, ALPHA) if pm is not None else None
+        if eq is not None:
+            res["tost"] = eq
+        if v in (HELD, NOT_HELD, INCONCLUSIVE) and eq is not None and eq["within"] \
                 and not (e["test"] == "collapse" and v == HELD and why.startswith("collapse rate")):
-            v, why = WITHIN_MARGIN, f"|mean - {null:g}| = {abs(mean - null):.2g} < the practical margin {pm:g}"
+            v, why = WITHIN_MARGIN, (f"TOST: the {eq['level']:.0%} interval [{eq['ci'][0]:.2g}, {eq['ci'][1]:.2g}] "
+                                     f"lies inside {null:g} ± the practical margin {pm:g} (p = {eq['p']:.2g}); "
+                                     f"the test alone: {why}")
+        elif v in (HELD, NOT_HELD, INCONCLUSIVE) and eq is not None and mean is not None and abs(mean - null) < pm:
+            why = (f"{why}; |mean - {null:g}| = {abs(mean - null):.2g} is below the practical margin {pm:g} but the "
+                   f"{eq['level']:.0%} interval [{eq['ci'][0]:.2g}, {eq['ci'][1]:.2g}] is not inside it (TOST "
+                   f"p = {eq['p']:.2g}): not shown within margin")
         if e.get("observable"):
             obs = [d.get(e["observable"]) if isinstance(d, dict) else None for d in e.get("details") or []]
             ox = finite(obs)
@@ -205,9 +276,31 @@ def judge_family(entries: list[dict], correction: str = "holm") -> list[dict]:
             rates = collapse_rates(e.get("details") or [])
             if rates:
                 res["collapse"] = rates
+        if e.get("recollapsed"):  # the stored values under the one collapse rule: the judged claim carries them
+            res.update(details=e["details"], values=e["values"], measured=raw["measured"], ci=raw["ci"], n=raw["n"])
         res.update(verdict=v, reason=why)
         out.append(res)
     return out
+
+
+SIGNIFICANCE_TESTS = ("t", "equivalence", "collapse")
+
+
+def _recollapsed(e: dict) -> dict:
+    """The entry with its collapse flags (and, for a split-outcome claim, its values) under the one collapse rule;
+    ``recollapsed`` is set when that changed anything, so the judged claim carries the new details and values."""
+    details = e.get("details") or []
+    new = recollapse(details)
+    values = e["values"]
+    args = e.get("args") or []
+    if e["test"] == "collapse" and len(args) >= 2 and new and all(
+            isinstance(d, dict) and {f"bpb_{args[0]}", f"bpb_{args[1]}", "unigram_bpb"} <= set(d) for d in new):
+        values = split_values(new, args[0], args[1])
+        if len(values) != len(e["values"]):
+            values = e["values"]
+    if new == list(details) and values == e["values"]:
+        return e
+    return {**e, "details": new, "values": values, "recollapsed": True}
 
 
 def _learning_note(e: dict, res: dict, why: str) -> str:
@@ -216,8 +309,6 @@ def _learning_note(e: dict, res: dict, why: str) -> str:
     note naming each model that did not learn in some seed. A note, not a verdict: a model that does not train at
     the budget is itself a finding about that budget, and the values of the seeds where it did learn stay in the
     test. Without a recorded unigram level the reason says the check could not be made."""
-    from normlab.experiments.lrgrid import DID_NOT_LEARN_MARGIN
-
     level = e.get("unigram_bpb")
     if not isinstance(level, (int, float)):
         return f"{why}; did-not-learn check not made (no unigram bits/byte recorded)"
@@ -226,7 +317,7 @@ def _learning_note(e: dict, res: dict, why: str) -> str:
     for key in e["must_learn"]:
         xs = [d.get(key) for d in details]
         ok = [x for x in xs if isinstance(x, (int, float)) and math.isfinite(x)]
-        k = sum(1 for x in ok if x >= level - DID_NOT_LEARN_MARGIN)
+        k = sum(1 for x in ok if did_not_learn(x, level))
         res.setdefault("did_not_learn", {})[key] = {"k": k, "n": len(ok), "missing": len(xs) - len(ok)}
         if k:
             notes.append(f"{key} did not learn in {k} of {len(ok)} seeds (up to {max(ok):.3g})")
