@@ -20,8 +20,13 @@ def test_export_record_paths_work_from_another_directory(tmp_path, cache):
     subprocess.run([sys.executable, "-m", "normlab", "train", "tiny", "--set", "train.steps=2", "--set",
                     "train.eval_every=2", "--set", "model.context=16", "--out", "run"], cwd=work, env=env,
                    check=True, capture_output=True)
-    subprocess.run([sys.executable, "-m", "normlab", "export", "run", "--to", "hf", "--out", "hf"], cwd=work,
-                   env=env, check=True, capture_output=True)
+    p = subprocess.run([sys.executable, "-m", "normlab", "export", "run", "--to", "hf", "--out", "hf"], cwd=work,
+                       env=env, check=True, capture_output=True, text=True)
+    from normlab.interop.export import EXPORT_STAGES  # progress as it goes: each stage on stderr, in order
+
+    stages = [ln for ln in p.stderr.splitlines() if ln.startswith("export [")]
+    assert [ln.split("] ", 1)[1].rsplit(" (", 1)[0] for ln in stages] == list(EXPORT_STAGES), p.stderr
+    assert all(ln.startswith(f"export [{i}/{len(EXPORT_STAGES)}]") for i, ln in enumerate(stages, 1))
     rec = json.loads((work / "hf" / "normlab_export.json").read_text())
     assert rec["source"] == str((work / "run").resolve())
     args = dict(kv.split("=", 1) for kv in rec["lm_eval_model_args"].split(","))

@@ -94,3 +94,17 @@ def test_a_run_directory_named_with_escapes_prints_one_escaped_line_each(tmp_pat
     banner = [ln for ln in r.stderr.splitlines() if "| run " in ln]
     assert len(banner) == 1 and banner[0].endswith("red\\x1b[31m\\nrun")
     assert r.stdout.startswith(f"run {tmp_path}/red\\x1b[31m\\nrun: status completed") and "\x1b" not in r.stdout
+
+
+def test_sweep_eta_after_the_first_finished_run(tmp_path, monkeypatch):
+    """The sweep's own ETA, by hand: 3 of 10 runs done in 60 s (any number of workers) leaves 7 runs at 20 s each;
+    none before the first run finished. The periodic progress block starts with it."""
+    from normlab.experiments import progress
+
+    assert progress.sweep_eta_s(3, 10, 60.0) == pytest.approx(140.0) and progress.sweep_eta_s(0, 10, 60.0) is None
+    clock = iter([1000.0, 1000.0, 1030.0, 1060.0, 1060.0])
+    monkeypatch.setattr(progress.time, "monotonic", lambda: next(clock))
+    lines: list[str] = []
+    p = progress.SweepProgress(tmp_path, lines.append, every=1.0, total=10)
+    assert p.sweep_line(0) == "sweep: 0/10 runs done, 30s elapsed, ETA after the first run finishes"
+    assert p.sweep_line(3) == "sweep: 3/10 runs done, 1m00s elapsed, ETA 2m20s"

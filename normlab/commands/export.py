@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
+import time
 
 KEYS = ("arch", "hf_class", "max_abs_logit_diff", "greedy_equal", "tolerance", "doc_start_token", "out")
 
@@ -24,10 +26,21 @@ def print_result(r: dict, as_json: bool, title: str) -> None:
     Console().print(table)
 
 
-def run_export(args: argparse.Namespace) -> int:
-    from normlab.interop.export import export_run
+def stage_printer(what: str, total: int):
+    """A ``progress`` callback for a command's stages: ``what [i/total] stage (elapsed)`` on stderr, one line each."""
+    t0, n = time.monotonic(), 0
 
-    r = export_run(args.run_dir, args.out)
+    def say(stage: str) -> None:
+        nonlocal n
+        n += 1
+        print(f"{what} [{n}/{total}] {stage} ({time.monotonic() - t0:.1f}s)", file=sys.stderr, flush=True)
+    return say
+
+
+def run_export(args: argparse.Namespace) -> int:
+    from normlab.interop.export import EXPORT_STAGES, export_run
+
+    r = export_run(args.run_dir, args.out, progress=stage_printer("export", len(EXPORT_STAGES)))
     print_result(r, args.json, f"{args.run_dir} -> {r['out']} (HF {r['arch']})")
     return 0
 

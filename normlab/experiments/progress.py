@@ -51,15 +51,31 @@ def _fmt_s(s: float) -> str:
     return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else (f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s")
 
 
+def sweep_eta_s(done: int, total: int, elapsed_s: float) -> float | None:
+    """Seconds until the sweep's ``total`` runs are done at the rate its first ``done`` finished runs took (runs per
+    second over the whole sweep, so parallel workers count): ``(total - done) * elapsed / done``; None before the
+    first run finished."""
+    return (total - done) * elapsed_s / done if done > 0 and elapsed_s > 0 else None
+
+
 class SweepProgress:
     """``started(run_id, steps)`` when a worker starts, ``tick(running_ids)`` in the wait loop (prints at most
-    every ``every`` seconds), ``finished(run_id)``."""
+    every ``every`` seconds: the sweep's runs done and its ETA, then one line per running run), ``finished(run_id)``;
+    ``total`` runs to train, ``sweep_line(done)`` the sweep's own progress."""
 
-    def __init__(self, sweep_dir: Path, log, every: float | None = None):
+    def __init__(self, sweep_dir: Path, log, every: float | None = None, total: int = 0):
         self.sweep_dir, self.log = sweep_dir, log
         self.every = report_every() if every is None else every
         self.runs: dict[str, dict] = {}
-        self.last = time.monotonic()
+        self.last = self.t0 = time.monotonic()
+        self.total, self.done = total, 0
+
+    def sweep_line(self, done: int) -> str:
+        """``sweep: k/N runs done, ETA ...`` (the ETA once the first run finished)."""
+        self.done = done
+        eta = sweep_eta_s(done, self.total, time.monotonic() - self.t0)
+        return (f"sweep: {done}/{self.total} runs done, {_fmt_s(time.monotonic() - self.t0)} elapsed, "
+                + (f"ETA {_fmt_s(eta)}" if eta is not None else "ETA after the first run finishes"))
 
     def started(self, run_id: str, steps: int) -> None:
         first = last_step(self.sweep_dir / "runs" / run_id / METRICS_FILE) or 0  # resumed runs start later
@@ -84,6 +100,8 @@ class SweepProgress:
         if not self.every or not running or time.monotonic() - self.last < self.every:
             return
         self.last = time.monotonic()
+        if self.total:
+            self.log(self.sweep_line(self.done))
         for run_id in running:
             if run_id in self.runs:
                 self.log(self.line(run_id))

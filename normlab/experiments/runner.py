@@ -324,7 +324,7 @@ def _execute(store: Store, sweep_dir: Path, todo: list[str], n_workers: int, thr
     (sweep_dir / "logs").mkdir(exist_ok=True)
     env = _worker_env(threads)
     done_count = 0
-    progress = SweepProgress(sweep_dir, log)  # per-run step / ETA / log path between completions
+    progress = SweepProgress(sweep_dir, log, total=len(todo))  # sweep ETA; per-run step / ETA / log path
     log(f"worker logs: {sweep_dir / 'logs'}/<run id>.log")
 
     def busy() -> list[Worker]:
@@ -372,7 +372,8 @@ def _execute(store: Store, sweep_dir: Path, todo: list[str], n_workers: int, thr
                     store.update(run_id, status=status, error=f"worker exited with status {rc}; see logs/{run_id}.log")
                     row = store.get(run_id)
                 log(f"[{done_count}/{len(todo)}] {run_id}: {describe_row(row)}"
-                    + (f" (log: {sweep_dir / 'logs' / (run_id + '.log')})" if row["status"] == "failed" else ""))
+                    + (f" (log: {sweep_dir / 'logs' / (run_id + '.log')})" if row["status"] == "failed" else "")
+                    + f"; {progress.sweep_line(done_count).removeprefix('sweep: ')}")
                 if rc == EXIT_FAILED and not died:  # an unexpected error may leave the process unfit (a poisoned CUDA
                     w.close()                       # context, a fragmented allocator): the next run gets a new one
                     workers.remove(w)

@@ -91,26 +91,38 @@ def build_hf_model(cfg, arch: str, tensors: dict[str, Any]):
     return hf
 
 
-def export_run(run_dir: str | Path, out: str | Path) -> dict[str, Any]:
+EXPORT_STAGES = ("loading the run", "preparing its tokenizer and validation split", "building the HF model",
+                 "saving the HF directory", "reading it back with transformers and comparing logits on the val split")
+"""What ``export_run`` reports through ``progress`` as it goes, in this order (then the result)."""
+
+
+def export_run(run_dir: str | Path, out: str | Path, progress: Any = None) -> dict[str, Any]:
     """Export the run in ``run_dir`` to an HF directory ``out``; returns the export record (also
-    ``out/normlab_export.json``). Refusals and a failed check are one-line NormlabErrors; nothing is written then."""
+    ``out/normlab_export.json``). Refusals and a failed check are one-line NormlabErrors; nothing is written then.
+    ``progress``: called with each of ``EXPORT_STAGES`` as it starts (``normlab export`` prints them)."""
     from normlab.run.rundir import load_run, run_data
 
+    say = progress or (lambda stage: None)
     require_transformers()
     run_dir, out = Path(run_dir), Path(out)
     check_new_dir(out)
+    say(EXPORT_STAGES[0])
     run = load_run(run_dir)
     cfg = run.cfg.model
     arch = hf_arch(cfg)
+    say(EXPORT_STAGES[1])
     data = run_data(run_dir, run.cfg)
     if data.vocab_size > cfg.vocab_size:
         raise NormlabError(f"tokenizer has {data.vocab_size} tokens but the model only {cfg.vocab_size}")
+    say(EXPORT_STAGES[2])
     hf = build_hf_model(cfg, arch, hf_state_dict(run.model, cfg, arch))
     with publish_dir(out) as tmp:
+        say(EXPORT_STAGES[3])
         hf.save_pretrained(tmp)
         write_hf_tokenizer(data.tokenizer, tmp, cfg.context)
         from transformers import AutoModelForCausalLM
 
+        say(EXPORT_STAGES[4])
         with dependency_io():  # our own files, read back as any user would; still no remote code, no prompt
             back = AutoModelForCausalLM.from_pretrained(tmp, trust_remote_code=False, dtype=torch.float32,
                                                         local_files_only=True)  # check what was written
