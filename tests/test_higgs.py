@@ -125,14 +125,17 @@ def test_quantize_cli_grid_tweak_and_linearity(tmp_path):
 
 def test_quantize_table_keeps_whole_layer_names_at_80_columns(tmp_path, monkeypatch):
     """The per-layer table is as wide as its longest layer name needs (rich would cut names to fit an 80-column
-    terminal), and the scheme reads as English: no "input inputs"."""
+    terminal), the scheme reads as English (no "input inputs"), and stderr names each stage as it starts."""
     cache = tmp_path / "cache"
     run = tmp_path / "run"
     run_inproc("train", "tiny", "--set", "train.steps=2", "--set", "train.eval_every=2", "--out", str(run),
                cache=cache, check=True)
     monkeypatch.setenv("COLUMNS", "80")
-    out = run_inproc("quantize", str(run), "--weights", "4", "--grid", "higgs", "--max-tokens", "128", "--out",
-                     str(tmp_path / "q"), cache=cache, check=True).stdout
+    p = run_inproc("quantize", str(run), "--weights", "4", "--grid", "higgs", "--max-tokens", "128", "--out",
+                   str(tmp_path / "q"), cache=cache, check=True)
+    out = p.stdout
+    stages = [ln.split("] ", 1)[1].rsplit(" (", 1)[0] for ln in p.stderr.splitlines() if ln.startswith("quantize [")]
+    assert stages == ["scoring the float model", "quantizing the weights", "scoring the quantized model"], p.stderr
     names = list(json.loads((tmp_path / "q" / "quantization.json").read_text())["layers"])
     assert len(names) == 8 and all(f" {n} " in out for n in names), out
     assert "input inputs" not in " ".join(out.split()) and "divisor of the input size," in " ".join(out.split())

@@ -68,12 +68,21 @@ def rotated_copy(model: torch.nn.Module, cfg, tokens: np.ndarray, seed: int = 0)
                                   "max_abs_logit_diff": diff, "tolerance": ROTATE_TOL, **info}
 
 
+def quantize_stages(rotate: str = "none", tweak: bool = False, linearity: bool = False) -> list[str]:
+    """The stages ``quantize_model`` reports through ``progress``, in order, for these options."""
+    return (["scoring the float model"]
+            + (["rotating (exact conversion, then Hadamard)"] if rotate == "hadamard" else [])
+            + ["quantizing the weights"] + (["Norm Tweaking"] if tweak else []) + ["scoring the quantized model"]
+            + ([f"linearity check ({len(WEIGHT_BITS)} widths, each scored)"] if linearity else []))
+
+
 def quantize_model(model: torch.nn.Module, cfg, data, *, weights: int, group: int | None = None,
                    acts: int | None = None, rotate: str = "none", max_tokens: int = 8192, batch_size: int = 16,
                    seed: int = 0, stat_windows: int = 8, grid: str = "rtn", tweak: bool = False,
                    tweak_samples: int = 32, tweak_lr: float = TWEAK_LR,
-                   linearity: bool = False) -> tuple[Any, torch.nn.Module, dict[str, Any]]:
-    """Quantize a copy of ``model`` (built from ``cfg``; ``data`` its PreparedData); ``(config, model, record)``."""
+                   linearity: bool = False, progress: Any = None) -> tuple[Any, torch.nn.Module, dict[str, Any]]:
+    """Quantize a copy of ``model`` (built from ``cfg``; ``data`` its PreparedData); ``(config, model, record)``.
+    ``progress``: called with each of ``quantize_stages(...)`` as it starts."""
     from normlab.eval.lm import evaluate
 
     if weights not in WEIGHT_BITS:
@@ -94,27 +103,35 @@ def quantize_model(model: torch.nn.Module, cfg, data, *, weights: int, group: in
         return evaluate(m, data.val, data.token_bytes, data.tokenizer.decode_bytes, context=ctx, batch_size=batch_size,
                         max_tokens=max_tokens)
 
+    stages = iter(quantize_stages(rotate, tweak, linearity))
+    say = (lambda: progress(next(stages))) if progress else (lambda: None)
+    say()
     before = score(model)
     rot_info = None
     if rotate == "hadamard":
+        say()
         cfg, work, rot_info = rotated_copy(model, cfg, data.val, seed)
     else:
         work = copy.deepcopy(model).eval()
     sample = _windows(data.val, ctx, stat_windows)
     acts_before = activation_stats(work, sample)
     ref = copy.deepcopy(work) if tweak or linearity else None  # the float model in the form being quantized
+    say()
     layers = quantize_layers(work, weights, group, grid, seed)
     tweak_info = None
     if tweak:  # Norm Tweaking: calibration windows of the training split, held-out windows of the validation split
+        say()
         calib, held = _windows(data.train, ctx, tweak_samples), _windows(data.val, ctx, tweak_samples)
         err0 = {"calibration": output_error(ref, work, calib), "held_out": output_error(ref, work, held)}
         tweak_info = norm_tweak(ref, work, calib, lr=tweak_lr)
         tweak_info["output_error"] = {k: {"before": v, "after": output_error(ref, work, x)}
                                       for (k, v), x in zip(err0.items(), (calib, held))}
+    say()
     with act_quant(work, acts):
         after = score(work)
     lin = None
     if linearity:  # HIGGS linearity theorem: predicted vs measured bits/byte increase at every supported width
+        say()
         lin = linearity_check(ref, lambda m: score(m)["bpb"], WEIGHT_BITS, grid=grid, group=group, seed=seed)
     for n, st in layers.items():
         st["act"] = acts_before.get(n)
@@ -141,8 +158,9 @@ def quantize_model(model: torch.nn.Module, cfg, data, *, weights: int, group: in
 def quantize_run(run_dir: str | Path, out: str | Path, *, weights: int, group: int | None = None,
                  acts: int | None = None, rotate: str = "none", max_tokens: int = 8192, batch_size: int = 16,
                  seed: int = 0, grid: str = "rtn", tweak: bool = False, tweak_samples: int = 32,
-                 tweak_lr: float = TWEAK_LR, linearity: bool = False) -> dict[str, Any]:
-    """Quantize the run in ``run_dir`` and write it to ``out`` (whole or absent); returns the record."""
+                 tweak_lr: float = TWEAK_LR, linearity: bool = False, progress: Any = None) -> dict[str, Any]:
+    """Quantize the run in ``run_dir`` and write it to ``out`` (whole or absent); returns the record. ``progress``:
+    as ``quantize_model``'s."""
     from normlab.io import read_json
     from normlab.run.publish import publish_run
     from normlab.run.rundir import load_run, run_data
@@ -158,7 +176,7 @@ def quantize_run(run_dir: str | Path, out: str | Path, *, weights: int, group: i
     cfg, model, record = quantize_model(src.model, src.cfg, data, weights=weights, group=group, acts=acts,
                                         rotate=rotate, max_tokens=max_tokens, batch_size=batch_size, seed=seed,
                                         grid=grid, tweak=tweak, tweak_samples=tweak_samples, tweak_lr=tweak_lr,
-                                        linearity=linearity)
+                                        linearity=linearity, progress=progress)
     record.update({"source": str(run_dir), "source_config_hash": src.cfg.hash(), "config_hash": cfg.hash()})
     with publish_run(out, cfg, model, derived_from=run_dir) as pending:
         src_summary = read_json(run_dir / SUMMARY_FILE, "summary") if (run_dir / SUMMARY_FILE).is_file() else {}
