@@ -256,7 +256,7 @@ def judge_family(entries: list[dict], correction: str = "holm") -> list[dict]:
                 and not (e["test"] == "collapse" and v == HELD and why.startswith("collapse rate")):
             v, why = WITHIN_MARGIN, (f"TOST: the {eq['level']:.0%} interval [{eq['ci'][0]:.2g}, {eq['ci'][1]:.2g}] "
                                      f"lies inside {null:g} ± the practical margin {pm:g} (p = {eq['p']:.2g}); "
-                                     f"the test alone: {why}")
+                                     f"without the margin: {v} ({why})")
         elif v in (HELD, NOT_HELD, INCONCLUSIVE) and eq is not None and mean is not None and abs(mean - null) < pm:
             why = (f"{why}; |mean - {null:g}| = {abs(mean - null):.2g} is below the practical margin {pm:g} but the "
                    f"{eq['level']:.0%} interval [{eq['ci'][0]:.2g}, {eq['ci'][1]:.2g}] is not inside it (TOST "
