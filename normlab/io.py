@@ -14,6 +14,7 @@ import json
 import math
 import os
 import shutil
+import stat
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
@@ -180,15 +181,106 @@ def write_json(path: str | Path, obj: Any) -> None:
     write_text(path, dumps(obj, indent=2, sort_keys=False) + "\n")
 
 
-def read_json(path: str | Path, what: str = "file") -> Any:
-    """Read JSON; a missing or corrupt file is a one-line NormlabError."""
+MAX_JSON_BYTES = 64 * 1024 * 1024  # summary.json, state.json, records: a few KiB; stored claims results: a few MiB
+MAX_JSONL_BYTES = 256 * 1024 * 1024  # metrics.jsonl: a few hundred bytes per logged step
+MAX_YAML_BYTES = 16 * 1024 * 1024
+MAX_NESTING = 64  # levels of nested mappings / lists in a YAML or JSON file normlab reads
+
+_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"),
+          (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
+
+
+def _not_regular(mode: int) -> str | None:
+    """What a non-regular file is (``"a FIFO (named pipe)"``), or None for a regular file."""
+    if stat.S_ISREG(mode):
+        return None
+    return next((name for test, name in _KINDS if test(mode)), "not a regular file")
+
+
+def _mib(n: int) -> str:
+    return f"{n / 1024 / 1024:g} MiB"
+
+
+def read_bytes(path: str | Path, what: str = "file", max_bytes: int = MAX_JSON_BYTES) -> bytes:
+    """The bytes of a regular file of at most ``max_bytes``: the one safe way normlab opens a file it reads (run,
+    store, sweep, config and report inputs). A FIFO, socket, device or directory in its place is a one-line
+    NormlabError and is never read (a FIFO would block forever, ``/dev/zero`` never ends); so is a larger file (a
+    sparse 1 GiB ``summary.json`` would take 1 GiB of memory) and a missing or unreadable one. The file is opened
+    non-blocking and checked again on the open descriptor (no window in which it can be swapped for a FIFO)."""
     path = Path(path)
     try:
-        return json.loads(path.read_text())
+        kind = _not_regular(os.stat(path).st_mode)
+        if kind is None:
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
         raise NormlabError(f"{what} {path} not found") from None
-    except (json.JSONDecodeError, UnicodeDecodeError):
+    except OSError as e:
+        raise NormlabError(f"cannot read {what} {path}: {e.strerror or e.__class__.__name__}") from None
+    if kind is not None:
+        raise NormlabError(f"{what} {path} is {kind}, not a regular file; normlab reads only regular files")
+    try:
+        st = os.fstat(fd)
+        kind = _not_regular(st.st_mode)
+        if kind is not None:
+            raise NormlabError(f"{what} {path} is {kind}, not a regular file; normlab reads only regular files")
+        if st.st_size > max_bytes:
+            raise NormlabError(f"{what} {path} is {st.st_size:,} bytes, more than the {_mib(max_bytes)} normlab "
+                               "reads; it is not a file normlab wrote (or it is damaged)")
+        chunks, total = [], 0
+        while total <= max_bytes:  # a file that grows while read is cut at max_bytes + 1 and refused
+            chunk = os.read(fd, min(1 << 20, max_bytes + 1 - total))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+        if total > max_bytes:
+            raise NormlabError(f"{what} {path} grew past the {_mib(max_bytes)} normlab reads while being read")
+        return b"".join(chunks)
+    except OSError as e:
+        raise NormlabError(f"cannot read {what} {path}: {e.strerror or e.__class__.__name__}") from None
+    finally:
+        os.close(fd)
+
+
+def read_text(path: str | Path, what: str = "file", max_bytes: int = MAX_JSON_BYTES) -> str:
+    """:func:`read_bytes` decoded as UTF-8 (anything else is a one-line NormlabError)."""
+    try:
+        return read_bytes(path, what, max_bytes).decode("utf-8")
+    except UnicodeDecodeError:
+        raise NormlabError(f"{what} {path} is not UTF-8 text (damaged, or not a file normlab wrote)") from None
+
+
+def nesting_depth(obj: Any) -> int:
+    """How many mappings / lists deep ``obj`` goes (a scalar: 0); iterative, so any depth is measured safely."""
+    depth, stack = 0, [(obj, 1)]
+    while stack:
+        o, d = stack.pop()
+        if isinstance(o, dict):
+            o = list(o.values())
+        if isinstance(o, (list, tuple)):
+            depth = max(depth, d)
+            stack.extend((v, d + 1) for v in o if isinstance(v, (dict, list, tuple)))
+    return depth
+
+
+def read_json(path: str | Path, what: str = "file", max_bytes: int = MAX_JSON_BYTES) -> Any:
+    """Read JSON through :func:`read_bytes` (a regular file, at most ``max_bytes``); a missing, corrupt or deeper
+    than ``MAX_NESTING`` file is a one-line NormlabError."""
+    path = Path(path)
+    text = read_text(path, what, max_bytes)
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError:
         raise NormlabError(f"{what} {path} is truncated or corrupted (not valid JSON)") from None
+    except RecursionError:
+        obj = None
+        depth = MAX_NESTING + 1
+    else:
+        depth = nesting_depth(obj)
+    if depth > MAX_NESTING:
+        raise NormlabError(f"{what} {path} is nested more than {MAX_NESTING} levels deep; it is not a file normlab "
+                           "wrote")
+    return obj
 
 
 def clean_stale_temps(directory: str | Path, patterns: tuple[str, ...]) -> list[Path]:
@@ -235,27 +327,54 @@ def check_file_slot(path: str | Path, what: str = "output") -> Path:
     return path
 
 
-class _NoAliasLoader(yaml.SafeLoader):
-    """yaml.SafeLoader that refuses anchors/aliases (an alias bomb expands to gigabytes from a few lines)."""
+class _StrictLoader(yaml.SafeLoader):
+    """The one YAML loader of normlab (configs, presets, sweep files, a run's ``config.yaml``, ``--set`` values):
+    ``yaml.SafeLoader`` that refuses anchors/aliases (an alias bomb expands to gigabytes from a few lines), a key
+    given twice in one mapping (PyYAML keeps the last silently: a config would train another model than the file
+    shows) and nesting deeper than ``MAX_NESTING`` (PyYAML's composer recurses: a RecursionError), each as a
+    one-line NormlabError with the line numbers (counted from 1)."""
 
     where = "YAML"
+    _depth = 0
 
     def compose_node(self, parent: Any, index: Any) -> Any:  # noqa: D102
         if self.check_event(yaml.AliasEvent):
             event = self.peek_event()
             raise NormlabError(f"{self.where}: YAML aliases (*{event.anchor}) are not allowed (line "
                                f"{event.start_mark.line + 1}); write the values out")
-        return super().compose_node(parent, index)
+        if self._depth >= MAX_NESTING and self.check_event(yaml.MappingStartEvent, yaml.SequenceStartEvent):
+            raise NormlabError(f"{self.where}: nested more than {MAX_NESTING} levels deep (line "
+                               f"{self.peek_event().start_mark.line + 1}); flatten it")
+        self._depth += 1
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
 
-
-MAX_YAML_BYTES = 16 * 1024 * 1024
+    def construct_mapping(self, node: Any, deep: bool = False) -> Any:  # noqa: D102
+        if isinstance(node, yaml.MappingNode):
+            seen: dict[Any, int] = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key, line = self.construct_object(key_node, deep=True), key_node.start_mark.line + 1
+                try:
+                    first = seen.get(key)
+                except TypeError:  # an unhashable key: SafeLoader's own error follows
+                    continue
+                if first is not None:
+                    raise NormlabError(f"{self.where}: duplicate key '{key}' at lines {first} and {line}; each key "
+                                       "may appear once in a mapping (merge the two)")
+                seen[key] = line
+        return super().construct_mapping(node, deep)
 
 
 def load_yaml(text: str, where: str = "YAML") -> Any:
-    """``yaml.safe_load`` bounded: aliases refused, at most 16 MiB of text (one-line NormlabError)."""
+    """``yaml.safe_load`` strict and bounded (``_StrictLoader``): aliases, duplicate keys and nesting deeper than
+    ``MAX_NESTING`` refused, at most 16 MiB of text (one-line NormlabError)."""
     if len(text) > MAX_YAML_BYTES:
         raise NormlabError(f"{where} is larger than {MAX_YAML_BYTES // 1024 // 1024} MiB; refusing to parse it")
-    loader = _NoAliasLoader(text)
+    loader = _StrictLoader(text)
     loader.where = where
     try:
         return loader.get_single_data()
@@ -264,13 +383,17 @@ def load_yaml(text: str, where: str = "YAML") -> Any:
 
 
 def read_yaml_file(path: str | Path, what: str) -> Any:
-    """:func:`load_yaml` of a file's text. Failures are one line naming ``what`` (``"config"``, ``"sweep file"``)
-    and the path: ``cannot read config c.yaml: IsADirectoryError``, ``config c.yaml is not valid YAML at line 3``."""
+    """:func:`load_yaml` of a file read through :func:`read_bytes` (a regular file of at most 16 MiB). Failures
+    are one line naming ``what`` (``"config"``, ``"sweep file"``) and the path: ``config c.yaml is a directory,
+    not a regular file; ...``, ``config c.yaml is not valid YAML at line 3``, ``config c.yaml: duplicate key
+    'model' at lines 1 and 9; ...``."""
     label = f"{what} {path}"
     try:
-        return load_yaml(Path(path).read_text(), label)
-    except (OSError, UnicodeDecodeError) as e:
+        text = read_bytes(path, what, MAX_YAML_BYTES).decode("utf-8")
+    except UnicodeDecodeError as e:
         raise NormlabError(f"cannot read {label}: {e.__class__.__name__}") from None
+    try:
+        return load_yaml(text, label)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark else ""

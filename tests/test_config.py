@@ -73,7 +73,7 @@ def test_config_and_sweep_files_share_one_yaml_reader(tmp_path):
         assert str(e.value) == f"cannot read {what} {binary}: UnicodeDecodeError"
     with pytest.raises(NormlabError) as e:
         read_yaml(tmp_path)
-    assert str(e.value) == f"cannot read config {tmp_path}: IsADirectoryError"
+    assert str(e.value) == f"config {tmp_path} is a directory, not a regular file; normlab reads only regular files"
 
 
 def _outside(rng) -> list:

@@ -211,3 +211,121 @@ def test_io_does_not_import_torch():
     code = "import sys, normlab.io; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
+
+
+# ------------------------------------------------------------------------------ safe reading (read_bytes, read_json)
+def _in_a_child(code: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    """Run ``code`` in a fresh interpreter with a deadline: a reader that blocked on a FIFO fails the test (timeout)
+    instead of hanging the suite."""
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout)
+
+
+def test_read_bytes_refuses_a_fifo_a_device_and_a_directory_without_blocking(tmp_path):
+    from normlab.io import read_bytes, read_json
+
+    fifo = tmp_path / "summary.json"
+    os.mkfifo(fifo)  # no writer: a blocking open() or read() would wait forever
+    code = ("from normlab.io import read_json\n"
+            f"try:\n    read_json({str(fifo)!r}, 'summary')\nexcept Exception as e:\n    print(type(e).__name__, e)")
+    out = _in_a_child(code).stdout.strip()
+    assert out == f"NormlabError summary {fifo} is a FIFO (named pipe), not a regular file; normlab reads only " \
+                  "regular files"
+    with pytest.raises(NormlabError, match=r"^metrics /dev/null is a character device, not a regular file"):
+        read_bytes("/dev/null", "metrics")
+    with pytest.raises(NormlabError, match=rf"^config {tmp_path} is a directory, not a regular file"):
+        read_bytes(tmp_path, "config")
+    with pytest.raises(NormlabError, match=rf"^summary {tmp_path / 'absent.json'} not found$"):
+        read_json(tmp_path / "absent.json", "summary")
+    link = tmp_path / "link.json"
+    link.symlink_to(fifo)  # a symlink is followed: what it names must be a regular file
+    with pytest.raises(NormlabError, match="is a FIFO"):
+        read_bytes(link, "summary")
+
+
+def test_read_bytes_caps_the_size_before_reading(tmp_path):
+    from normlab.io import MAX_JSON_BYTES, read_bytes, read_json
+
+    big = tmp_path / "summary.json"
+    with open(big, "wb") as f:  # sparse: 1 byte over the cap costs no disk and must cost no memory
+        f.truncate(MAX_JSON_BYTES + 1)
+    with pytest.raises(NormlabError) as e:
+        read_json(big, "summary")
+    assert str(e.value) == (f"summary {big} is {MAX_JSON_BYTES + 1:,} bytes, more than the 64 MiB normlab reads; "
+                            "it is not a file normlab wrote (or it is damaged)")
+    small = tmp_path / "s.json"
+    small.write_bytes(b"x" * 100)
+    assert read_bytes(small, max_bytes=100) == b"x" * 100  # exactly the cap is read
+    with pytest.raises(NormlabError, match="is 100 bytes, more than"):
+        read_bytes(small, max_bytes=99)
+
+
+@pytest.mark.parametrize("depth,ok", [(64, True), (65, False), (100_000, False)])
+def test_json_nesting_is_bounded(tmp_path, depth, ok):
+    from normlab.io import MAX_NESTING, nesting_depth, read_json
+
+    p = tmp_path / "deep.json"
+    p.write_text("[" * depth + "]" * depth)
+    if ok:
+        obj = read_json(p)
+        assert nesting_depth(obj) == depth == MAX_NESTING
+    else:  # 100000 levels would be a RecursionError in json.loads
+        with pytest.raises(NormlabError, match=rf"^file {p} is nested more than 64 levels deep"):
+            read_json(p)
+
+
+# ---------------------------------------------------------------------------------------- YAML strictness
+def _line_of(text: str, needle: str, nth: int = 0) -> int:
+    """1-based line number of the ``nth`` line of ``text`` that starts with ``needle`` (the test's own count)."""
+    return [i + 1 for i, line in enumerate(text.splitlines()) if line.startswith(needle)][nth]
+
+
+DUPLICATES = [  # (YAML text, key, line prefix of the key's occurrences)
+    ("model:\n  norm: rmsnorm\ntrain:\n  steps: 4\nmodel:\n  norm: dyt\n", "model", "model:"),
+    ("model:\n  norm: rmsnorm\n  width: 32\n  norm: dyt\n", "norm", "  norm:"),
+    ("seed: 1\ntrain: {steps: 2}\nseed: 2\n", "seed", "seed:"),
+]
+
+
+@pytest.mark.parametrize("text,key,prefix", DUPLICATES, ids=["section", "nested key", "top-level key"])
+def test_duplicate_yaml_keys_name_both_lines(tmp_path, text, key, prefix):
+    from normlab.config import read_yaml
+    from normlab.experiments.sweep import load_sweep
+    from normlab.io import load_yaml
+
+    import yaml
+
+    assert isinstance(yaml.safe_load(text), dict)  # plain PyYAML takes it silently (the last one wins)
+    first, second = _line_of(text, prefix, 0), _line_of(text, prefix, 1)
+    p = tmp_path / "c.yaml"
+    p.write_text(text)
+    for read, what in ((read_yaml, "config"), (load_sweep, "sweep file")):
+        with pytest.raises(NormlabError) as e:
+            read(p)
+        assert str(e.value) == (f"{what} {p}: duplicate key '{key}' at lines {first} and {second}; each key may "
+                                "appear once in a mapping (merge the two)")
+    with pytest.raises(NormlabError, match="--set x: duplicate key 'a' at lines 1 and 1"):
+        load_yaml("{a: 1, a: 2}", "--set x")
+    assert load_yaml("a: {x: 1}\nb: {x: 1}\n") == {"a": {"x": 1}, "b": {"x": 1}}  # the same key in two mappings
+
+
+def test_duplicate_section_in_a_config_is_refused_by_train(tmp_path, cache):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("model:\n  norm: rmsnorm\ntrain:\n  steps: 2\nmodel:\n  norm: dyt\n")
+    assert_bad_input(run_inproc("train", str(cfg), "--out", str(tmp_path / "o"), cache=cache),
+                     f"config {cfg}: duplicate key 'model' at lines 1 and 5")
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("style", ["block", "flow"])
+def test_yaml_nesting_is_bounded(tmp_path, style):
+    from normlab.io import MAX_NESTING, load_yaml, nesting_depth
+
+    def nested(n: int) -> str:
+        if style == "flow":
+            return "[" * n + "1" + "]" * n
+        return "\n".join("  " * i + f"k{i}:" for i in range(n)) + " 1\n"
+
+    assert nesting_depth(load_yaml(nested(MAX_NESTING))) == MAX_NESTING
+    for n in (MAX_NESTING + 1, 2_000 if style == "block" else 50_000):  # past Python's recursion limit in PyYAML
+        with pytest.raises(NormlabError, match=r"^YAML: nested more than 64 levels deep \(line \d+\); flatten it$"):
+            load_yaml(nested(n))

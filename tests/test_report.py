@@ -318,3 +318,27 @@ def _browser_figures(report_html: Path, tmp_path: Path) -> list[dict]:
     import html as html_lib
 
     return json.loads(html_lib.unescape(m.group(1)))
+
+
+
+def test_report_skips_fifo_artifacts_instead_of_hanging(tmp_path, cache):
+    """Every file the report reads from a sweep (sweep.yaml, each run's summary / diagnostics / extrapolation /
+    calibration / config.yaml) goes through ``normlab.io``'s regular-file check: FIFOs in their place are skipped
+    like missing files (the ranking comes from the store), and the command returns."""
+    import os
+
+    from tests.helpers import HOSTILE, make_sweep as make_store_sweep, normlab as normlab_process
+
+    s = make_store_sweep(tmp_path / "s", HOSTILE[:3])
+    run = s / "runs" / "r0"
+    run.mkdir(parents=True)
+    for name in ("summary.json", "diagnostics.json", "extrapolation.json", "calibration.json", "config.yaml"):
+        os.mkfifo(run / name)
+    os.mkfifo(s / "sweep.yaml")
+    try:
+        r = normlab_process("report", str(s), "--json", cache=cache, timeout=120)
+    except subprocess.TimeoutExpired:
+        raise AssertionError("normlab report hung on a FIFO in a sweep directory") from None
+    assert r.returncode == 0, r.stderr
+    ranking = {row["variant"]: row for row in json.loads(r.stdout)["ranking"]}
+    assert ranking[HOSTILE[0][0]]["val_bpb_mean"] == pytest.approx((HOSTILE[0][3] + HOSTILE[1][3]) / 2)

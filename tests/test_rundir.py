@@ -198,3 +198,55 @@ def test_generate_needs_no_corpus_and_a_modified_tokenizer_is_refused(moved, tmp
     tok = json.loads((run / "tokenizer.json").read_text())
     (run / "tokenizer.json").write_text(json.dumps(tok, indent=1))
     assert_bad_input(run_inproc("eval", str(run), cache=tmp_path / "c"), "tokenizer.json was modified")
+
+
+# ----------------------------------------------------------------------- readers refuse what they cannot trust
+def test_readers_refuse_fifos_and_oversize_files_without_blocking(tmp_path):
+    """``read_summary`` / ``read_jsonl`` go through ``normlab.io.read_bytes``: a FIFO is one line (never opened for
+    a blocking read), so is a metrics file over the cap; ``last_step`` (the progress display) gives None for a
+    FIFO; a file given as a run directory says it is a file."""
+    import os
+    import subprocess
+    import sys
+
+    from normlab.errors import NormlabError
+    from normlab.io import MAX_JSONL_BYTES
+    from normlab.run.rundir import open_config, read_jsonl, read_summary
+
+    os.mkfifo(tmp_path / "summary.json")
+    os.mkfifo(tmp_path / "metrics.jsonl")
+    code = (f"from normlab.run.rundir import read_summary, read_jsonl, last_step\nfrom pathlib import Path\n"
+            f"d = Path({str(tmp_path)!r})\nprint(last_step(d / 'metrics.jsonl'))\n"
+            "for f in (lambda: read_summary(d), lambda: read_jsonl(d / 'metrics.jsonl')):\n"
+            "    try:\n        f()\n    except Exception as e:\n        print(type(e).__name__, e)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60).stdout
+    assert out.splitlines() == [
+        "None",
+        f"NormlabError summary {tmp_path / 'summary.json'} is a FIFO (named pipe), not a regular file; normlab reads "
+        "only regular files",
+        f"NormlabError metrics {tmp_path / 'metrics.jsonl'} is a FIFO (named pipe), not a regular file; normlab reads "
+        "only regular files"]
+    big = tmp_path / "big"
+    big.mkdir()
+    with open(big / "metrics.jsonl", "wb") as f:
+        f.truncate(MAX_JSONL_BYTES + 1)  # sparse
+    with pytest.raises(NormlabError, match="more than the 256 MiB normlab reads"):
+        read_jsonl(big / "metrics.jsonl")
+    assert read_jsonl(big / "absent.jsonl") == [] and read_summary(big) is None
+    with pytest.raises(NormlabError, match=rf"^run directory {big / 'metrics.jsonl'} is a file, not a directory$"):
+        open_config(big / "metrics.jsonl")
+
+
+def test_read_summary_checks_the_type_of_every_key_readers_use(tmp_path):
+    from normlab.errors import NormlabError
+    from normlab.run.rundir import SUMMARY_TYPES, read_summary
+
+    good = {"status": "completed", "step": 3, "steps": 3, "val_bpb": 1.25, "best_val_bpb": None, "tokens_per_s": 10,
+            "config_hash": "abc", "extra": {"any": "thing"}}
+    (tmp_path / "summary.json").write_text(json.dumps(good))
+    assert read_summary(tmp_path) == good  # null, int-for-float and keys normlab does not read are fine
+    for key, types in SUMMARY_TYPES.items():
+        for bad in (True, "1.5" if str not in types else 1.5, [1], {"a": 1}):
+            (tmp_path / "summary.json").write_text(json.dumps({**good, key: bad}))
+            with pytest.raises(NormlabError, match=rf'^summary {tmp_path / "summary.json"}: "{key}" is '):
+                read_summary(tmp_path)

@@ -6,10 +6,11 @@ from __future__ import annotations
 import json
 import shutil
 
+import pytest
 import yaml
 
 from normlab.config import config_from_dict
-from tests.helpers import run_inproc
+from tests.helpers import assert_bad_input, run_inproc
 
 
 def test_runs_lists_single_runs_under_a_folder(tmp_path, cache):
@@ -68,3 +69,90 @@ def test_run_folder_summary_runs_and_config_show_one_hash(tmp_path, cache, monke
 def test_runs_on_a_folder_without_runs_is_one_line(tmp_path, cache):
     r = run_inproc("runs", str(tmp_path), cache=cache)
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "holds no normlab runs" in r.stderr
+
+
+# ------------------------------------------------------------------ unsafe or malformed files (a row, not a hang)
+def _fake_run(d, summary=None):
+    """A run directory without training: tiny's config.yaml and, when given, ``summary`` as summary.json."""
+    from normlab.config import load_config
+
+    d.mkdir(parents=True)
+    (d / "config.yaml").write_text(yaml.safe_dump(load_config("tiny").to_dict(), sort_keys=False))
+    if summary is not None:
+        (d / "summary.json").write_text(json.dumps(summary))
+    return d
+
+
+GOOD = {"status": "completed", "step": 2, "steps": 2, "val_bpb": 1.5, "best_val_bpb": 1.25, "config_hash": "abc"}
+
+
+def test_a_fifo_summary_is_a_malformed_row_and_every_format_returns(tmp_path, cache):
+    import os
+    import subprocess
+
+    from tests.helpers import normlab
+
+    root = tmp_path / "runs"
+    _fake_run(root / "good", GOOD)
+    os.mkfifo(_fake_run(root / "pipe") / "summary.json")  # no writer: reading it would block forever
+    reason = f"summary {root / 'pipe' / 'summary.json'} is a FIFO (named pipe), not a regular file"
+    for fmt in ("json", "csv", "table"):
+        try:
+            r = normlab("runs", str(root), "--format", fmt, cache=cache, timeout=120)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"normlab runs --format {fmt} hung on a FIFO summary.json") from None
+        assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+        assert reason in r.stdout and "malformed" in r.stdout
+        if fmt == "json":
+            rows = {row["path"]: row for row in json.loads(r.stdout)["runs"]}
+            assert rows[str(root / "pipe")]["status"] == "malformed"
+            assert rows[str(root / "pipe")]["error"].startswith(reason)
+            good = rows[str(root / "good")]
+            assert (good["status"], good["val_bpb"], good["best_val_bpb"], good["error"]) == ("completed", 1.5, 1.25,
+                                                                                            None)
+    try:
+        r = normlab("report", str(root / "pipe"), cache=cache, timeout=120)
+    except subprocess.TimeoutExpired:
+        raise AssertionError("normlab report hung on a FIFO summary.json") from None
+    assert_bad_input(r, reason)
+
+
+WRONG_TYPES = [  # (summary key, value, the type the message names)
+    ("val_bpb", "x", "a number"), ("best_val_bpb", [1.0], "a number"), ("step", True, "an integer"),
+    ("steps", 2.5, "an integer"), ("status", 3, "text"),
+]
+
+
+@pytest.mark.parametrize("key,value,want", WRONG_TYPES, ids=[k for k, _, _ in WRONG_TYPES])
+def test_a_summary_value_of_the_wrong_type_is_a_malformed_row(tmp_path, cache, key, value, want):
+    root = tmp_path / "runs"
+    _fake_run(root / "bad", {**GOOD, key: value})
+    _fake_run(root / "good", GOOD)
+    out = json.loads(run_inproc("runs", str(root), "--json", cache=cache, check=True).stdout)
+    rows = {row["path"]: row for row in out["runs"]}
+    bad = rows[str(root / "bad")]
+    assert bad["status"] == "malformed" and bad["val_bpb"] is None
+    assert bad["error"] == (f"summary {root / 'bad' / 'summary.json'}: \"{key}\" is {json.dumps(value)}, not {want} "
+                            "(or null); the file is damaged or was not written by normlab")
+    assert rows[str(root / "good")]["status"] == "completed"
+    table = run_inproc("runs", str(root), cache=cache, check=True).stdout
+    assert f"malformed bad: {bad['error']}" in " ".join(table.split())
+
+
+def test_runs_on_a_file_says_it_is_a_file(tmp_path, cache):
+    f = tmp_path / "summary.json"
+    f.write_text("{}")
+    assert_bad_input(run_inproc("runs", str(f), cache=cache), f"{f} is a file, not a directory")
+    assert_bad_input(run_inproc("runs", str(tmp_path / "nope"), cache=cache), "does not exist")
+
+
+def test_a_duplicate_key_in_a_runs_config_is_a_malformed_row(tmp_path, cache):
+    root = tmp_path / "runs"
+    run = _fake_run(root / "dup", GOOD)
+    text = (run / "config.yaml").read_text()
+    (run / "config.yaml").write_text(text + "seed: 3\n")  # tiny's config.yaml already has a top-level seed
+    first = [i + 1 for i, line in enumerate(text.splitlines()) if line.startswith("seed:")][0]
+    last = len(text.splitlines()) + 1
+    (row,) = json.loads(run_inproc("runs", str(root), "--json", cache=cache, check=True).stdout)["runs"]
+    assert row["status"] == "malformed"
+    assert f"duplicate key 'seed' at lines {first} and {last}" in row["error"]

@@ -11,10 +11,8 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 CORRUPT_STORE = [  # (SQL, command, fragments)
-    ("UPDATE runs SET config_json='{bad'", "runs", ["results.sqlite", "is damaged", "config_json"]),
     ("UPDATE runs SET config_json='{bad'", "report", ["results.sqlite", "is damaged", "config_json"]),
     ("UPDATE curves SET value='abc'", "report", ["results.sqlite", "is damaged", "'abc'"]),
-    ("UPDATE runs SET val_bpb='x'", "runs", ["results.sqlite", "val_bpb", "not a number"]),
 ]
 
 
@@ -45,3 +43,43 @@ def test_sweep_never_dies_on_a_missing_metric(tmp_path):
     row = Store(s / "results.sqlite").get("r0")
     assert row["status"] == "failed" and row["status"] not in FINAL and "val_bpb" in row["error"]
     assert "n/a" in describe_row({**row, "status": "completed"})
+
+
+DAMAGED_ROW = [  # (SQL damaging run r1 only, the reason normlab runs shows for it)
+    ("UPDATE runs SET config_json='{bad' WHERE run_id='r1'", "has invalid JSON in config_json"),
+    ("UPDATE runs SET val_bpb='x' WHERE run_id='r1'", "column val_bpb holds 'x', not a number"),
+]
+
+
+@pytest.mark.parametrize("sql,reason", DAMAGED_ROW, ids=["config_json", "val_bpb"])
+def test_runs_marks_a_damaged_row_malformed_and_goes_on(sql, reason, tmp_path, cache):
+    """``normlab runs SWEEP`` (``Store.runs(damaged="mark")``): the damaged row is listed as ``malformed`` with the
+    one-line reason, every other row as stored; the report, which must compute on the rows, still refuses."""
+    import json
+    import sqlite3
+
+    s = make_sweep(tmp_path / "s", HOSTILE[:3])
+    con = sqlite3.connect(s / "results.sqlite")
+    con.execute(sql)
+    con.commit()
+    con.close()
+    rows = {r["run_id"]: r for r in json.loads(run_inproc("runs", str(s), "--json", cache=cache, check=True).stdout)
+            ["runs"]}
+    assert rows["r1"]["status"] == "malformed" and reason in rows["r1"]["error"] and rows["r1"]["val_bpb"] is None
+    assert [(rows[r]["status"], rows[r]["val_bpb"]) for r in ("r0", "r2")] == [("completed", 1.5), ("completed", 1.7)]
+    for fmt in ("table", "csv"):
+        out = run_inproc("runs", str(s), "--format", fmt, cache=cache, check=True).stdout
+        assert "malformed" in out and reason in " ".join(out.split())
+    assert_bad_input(run_inproc("report", str(s), cache=cache), reason)
+
+
+def test_a_fifo_results_store_is_one_line(tmp_path, cache):
+    import os
+
+    from normlab.errors import NormlabError
+    from normlab.experiments.store import Store
+
+    os.mkfifo(tmp_path / "results.sqlite")
+    with pytest.raises(NormlabError, match="is not a regular file; normlab reads only regular files"):
+        Store(tmp_path / "results.sqlite").runs()
+    assert_bad_input(run_inproc("runs", str(tmp_path), cache=cache), "results.sqlite is not a regular file")

@@ -23,6 +23,8 @@ COLUMNS = ("run_id", "variant", "seed", "status", "step", "steps", "val_bpb", "b
 def _fmt(v: object, col: str) -> str:
     if v is None:
         return "–"
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return str(v)
     if col in ("val_bpb", "best_val_bpb", "final_val_loss", "entropy_floor_bpb"):
         return f"{v:.4f}"
     if col in ("tokens_per_s", "params"):
@@ -37,12 +39,13 @@ def run_runs(args: argparse.Namespace) -> int:
 
     d = Path(args.sweep_dir)
     if not d.is_dir():
-        raise NormlabError(f"directory {d} does not exist")
-    if not (d / "results.sqlite").is_file():
+        raise NormlabError(f"{d} is a file, not a directory; give a sweep directory or a folder holding run "
+                           "directories" if os.path.lexists(d) else f"directory {d} does not exist")
+    if not os.path.lexists(d / "results.sqlite"):
         return _list_run_dirs(d, "json" if args.json else args.format)
     store = Store(d / "results.sqlite")
     meta = store.meta()
-    rows = store.runs()
+    rows = store.runs(damaged="mark")
     fmt = "json" if args.json else args.format
     if fmt == "json":
         print(dumps({"sweep_dir": str(d), "sweep": meta.get("sweep_name"), "sweep_hash": meta.get("sweep_hash"),
@@ -66,7 +69,9 @@ def run_runs(args: argparse.Namespace) -> int:
         for r in rows:
             step = f"{r['step']}/{r['steps']}" if r["step"] is not None else "–"
             table.add_row(*[step if c == "step" else _fmt(r[c], c) for c in cols])
-        Console(width=max(140, Console().width), markup=False).print(table)
+        console = Console(width=max(140, Console().width), markup=False)
+        console.print(table)
+        _print_malformed(console, [(r["run_id"], r) for r in rows])
     return 0
 
 
@@ -97,7 +102,9 @@ def describe_run(run_dir: Path) -> dict[str, Any]:
     ``summary.json`` (``unfinished`` without one: still training, or killed; ``step`` then is the last logged),
     ``val_bpb`` / ``best_val_bpb`` the final and best validation bits/byte, ``config_hash`` the run's config hash
     (``read_run_hash``: the one ``normlab config`` prints and the run folder's name holds; config.yaml's own hash
-    where the run recorded none)."""
+    where the run recorded none). A file that cannot be trusted (a FIFO or device in its place, over the size cap,
+    not JSON / YAML, a duplicate key, a value of the wrong type) makes the row ``status`` ``malformed`` with the
+    one-line reason in ``error``; the listing goes on."""
     from normlab.run.rundir import last_step, open_config, read_run_hash, read_summary
 
     row: dict[str, Any] = {"path": str(run_dir), "status": "unfinished", "step": None, "steps": None,
@@ -106,12 +113,13 @@ def describe_run(run_dir: Path) -> dict[str, Any]:
         cfg = open_config(run_dir)
         row.update(steps=cfg.train.steps, norm=cfg.model.norm, config_hash=cfg.hash())
     except NormlabError as e:
-        row.update(status="unreadable", error=str(e))
+        row.update(status="malformed", error=str(e))
         return row
     try:
         summary = read_summary(run_dir)
     except NormlabError as e:
-        summary, row["error"] = None, str(e)
+        row.update(status="malformed", error=str(e))
+        return row
     if summary is not None:
         row.update({k: summary.get(k, row[k]) for k in ("status", "step", "steps", "val_bpb", "best_val_bpb")})
     else:
@@ -119,8 +127,15 @@ def describe_run(run_dir: Path) -> dict[str, Any]:
     try:
         row["config_hash"] = read_run_hash(run_dir) or row["config_hash"]
     except NormlabError as e:
-        row["error"] = str(e)
+        row.update(status="malformed", error=str(e))
     return row
+
+
+def _print_malformed(console: Any, rows: list[tuple[str, dict[str, Any]]]) -> None:
+    """One line under the table for each row marked ``malformed``: the run and why (the listing itself goes on)."""
+    for name, r in rows:
+        if r["status"] == "malformed":
+            console.print(f"malformed {name}: {r['error']}", soft_wrap=True)
 
 
 def _rel(path: str, root: Path) -> str:
@@ -153,6 +168,7 @@ def _list_run_dirs(d: Path, fmt: str) -> int:
                           _fmt(r["best_val_bpb"], "val_bpb"), _fmt(r["norm"], "norm"), _fmt(r["config_hash"], ""))
         console = Console(width=max(140, Console().width), markup=False)
         console.print(table)
+        _print_malformed(console, [(_rel(r["path"], d), r) for r in rows])
         for s in sweeps:
             console.print(f"sweep {s}: list its runs with 'normlab runs {s}'", soft_wrap=True)
     return 0

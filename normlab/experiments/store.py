@@ -84,6 +84,8 @@ class Store:
     # -- connections and errors ------------------------------------------------------------------------------
     @contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:
+        if os.path.lexists(self.path) and not self.path.is_file():  # a FIFO or device: sqlite could block on it
+            raise NormlabError(f"results store {self.path} is not a regular file; normlab reads only regular files")
         try:
             con = sqlite3.connect(str(self.path), timeout=self.timeout, isolation_level=None)
         except sqlite3.Error as e:
@@ -131,7 +133,7 @@ class Store:
                 con.execute("INSERT OR IGNORE INTO meta(key, value) VALUES (?, ?)", (k, v))
 
     def meta(self) -> dict[str, str]:
-        if not self.path.is_file():
+        if not os.path.lexists(self.path):
             raise NormlabError(
                 f"{self.path.parent} is not a sweep directory (no results.sqlite); run normlab compare first"
             )
@@ -163,12 +165,25 @@ class Store:
                 )
             return con.execute("SELECT COUNT(*) FROM runs").fetchone()[0] - before
 
-    def runs(self) -> list[dict[str, Any]]:
-        """All runs in sweep order, JSON columns decoded (``axes``, ``overrides``, ``config``)."""
+    def runs(self, damaged: str = "raise") -> list[dict[str, Any]]:
+        """All runs in sweep order, JSON columns decoded (``axes``, ``overrides``, ``config``). A damaged row (a
+        column of the wrong type, invalid JSON) is a one-line error, or with ``damaged="mark"`` (``normlab runs``)
+        a row with ``status`` ``malformed``, the reason in ``error`` and its other values None."""
         self.meta()
         with self._connect() as con:
             rows = con.execute("SELECT * FROM runs ORDER BY position, run_id").fetchall()
-        return [self._checked_row(renamed(dict(row))) for row in rows]  # final_val_bpb (old store) -> val_bpb
+        out = []
+        for row in rows:
+            d = renamed(dict(row))  # final_val_bpb (old store) -> val_bpb
+            try:
+                out.append(self._checked_row(dict(d)))
+            except NormlabError as e:
+                if damaged != "mark":
+                    raise
+                out.append({**{c: None for c in RUN_COLUMNS if not c.endswith("_json")}, "axes": {}, "overrides": {},
+                            "config": {}, "run_id": str(d.get("run_id")), "variant": str(d.get("variant")),
+                            "status": "malformed", "error": str(e)})
+        return out
 
     def _checked_row(self, d: dict[str, Any]) -> dict[str, Any]:
         """Decode the JSON columns and check every column's type; a damaged row is a one-line error."""

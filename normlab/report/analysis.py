@@ -84,9 +84,13 @@ class SweepReport:
 
 
 def _read_json(path: Path) -> Any:
+    """A run artifact's JSON, or None when missing or unsafe to trust (``normlab.io.read_json``: a FIFO or device
+    in its place, over the size cap, corrupt, nested too deep)."""
+    from normlab.io import read_json
+
     try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError, UnicodeDecodeError):
+        return read_json(path)
+    except NormlabError:
         return None
 
 
@@ -136,11 +140,13 @@ def load(sweep_dir: str | Path, baseline: str | None = None) -> SweepReport:
 
 
 def _read_yaml(path: Path) -> Any:
-    import yaml
+    """A YAML file through normlab's one strict reader (``normlab.io.read_yaml_file``), or None when it is missing
+    or refused."""
+    from normlab.io import read_yaml_file
 
     try:
-        return yaml.safe_load(path.read_text())
-    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return read_yaml_file(path, "YAML file")
+    except NormlabError:
         return None
 
 

@@ -12,7 +12,8 @@ from typing import Any
 
 import yaml
 
-from normlab.io import atomic_path, check_file_slot, check_inside, write_text
+from normlab.errors import NormlabError
+from normlab.io import MAX_YAML_BYTES, atomic_path, check_file_slot, check_inside, read_text, write_text
 from normlab.report import lrsection, plots
 from normlab.report import sequential as seqsection
 from normlab.report.analysis import SweepReport, VariantResult, ci_text, diagnostics, load
@@ -149,8 +150,8 @@ def _config_yaml(rep: SweepReport, v: VariantResult) -> str:
     r = v.runs[0]
     path = (r.path or rep.sweep_dir / "runs" / r.row["run_id"]) / CONFIG_FILE
     try:
-        return path.read_text()
-    except OSError:
+        return read_text(path, "config", MAX_YAML_BYTES)
+    except NormlabError:
         return yaml.safe_dump(r.row["config"], sort_keys=False)
 
 

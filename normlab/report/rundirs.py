@@ -68,9 +68,11 @@ def _summary_row(run_dir: Path, rid: str, position: int, cfg: dict[str, Any]) ->
 
 
 def _read_json(path: Path) -> Any:
+    from normlab.io import read_json  # a regular file under the size cap; None when missing or refused
+
     try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError, UnicodeDecodeError):
+        return read_json(path)
+    except NormlabError:
         return None
 
 

@@ -20,8 +20,9 @@ from statistics import mean
 from typing import Any
 
 import numpy as np
-import yaml
 
+from normlab.errors import NormlabError
+from normlab.io import read_yaml_file
 from normlab.report import scaling_fit as sf
 from normlab.report.analysis import RunInfo, SweepReport
 from normlab.report.scaling_design import confound_text, confounds
@@ -169,8 +170,8 @@ def _ok(r: RunInfo) -> bool:
 
 def _spec(sweep_dir: Path) -> dict[str, Any]:
     try:
-        spec = yaml.safe_load((sweep_dir / "sweep.yaml").read_text())
-    except (OSError, yaml.YAMLError, UnicodeDecodeError):
+        spec = read_yaml_file(sweep_dir / "sweep.yaml", "sweep file")
+    except NormlabError:
         return {}
     return spec if isinstance(spec, dict) else {}
 

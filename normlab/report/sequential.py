@@ -29,6 +29,8 @@ from typing import Any
 
 import numpy as np
 
+from normlab.errors import NormlabError
+from normlab.io import read_yaml_file
 from normlab.experiments.plan import LOOKS_META, Question, declared_question, fractions, looks_of
 from normlab.experiments.store import Store
 from normlab.report.analysis import load
@@ -77,11 +79,9 @@ def primary_values(grid: GridReport, primary: str) -> dict[str, dict[int, float]
 
 def _spec(sweep_dir: Path) -> dict[str, Any]:
     """The stored sweep spec (``SWEEP_DIR/sweep.yaml``), {} when absent or unreadable."""
-    import yaml
-
     try:
-        spec = yaml.safe_load((Path(sweep_dir) / "sweep.yaml").read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        spec = read_yaml_file(Path(sweep_dir) / "sweep.yaml", "sweep file")
+    except NormlabError:
         return {}
     return spec if isinstance(spec, dict) else {}
 

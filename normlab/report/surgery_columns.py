@@ -11,11 +11,12 @@
 from __future__ import annotations
 
 import html
-import json
 from pathlib import Path
 from statistics import mean
 from typing import Any, Callable
 
+from normlab.errors import NormlabError
+from normlab.io import read_json
 from normlab.markdown import md_escape
 from normlab.surgery.robustness import LABEL_FREE_FILE, QUANT_FILE, label_free, pearson, quant_robustness, spearman
 
@@ -45,8 +46,8 @@ def measure_sweep(sweep_dir: str | Path, *, quantize: bool, label_free_scores: b
 
 def _read(run_dir: Path, name: str) -> dict[str, Any] | None:
     try:
-        d = json.loads((run_dir / name).read_text())
-    except (OSError, ValueError):
+        d = read_json(run_dir / name)  # a regular file under the size cap; None when missing or refused
+    except NormlabError:
         return None
     return d if isinstance(d, dict) else None
 

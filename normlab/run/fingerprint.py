@@ -25,6 +25,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from normlab.io import read_json_object
 from normlab.run.files import FINGERPRINT_FILE
 
 
@@ -95,7 +96,7 @@ def check_run(run_dir: str | Path) -> str | None:
     if not path.is_file():
         return "no fingerprint recorded (trained before run fingerprints)"
     try:
-        old = json.loads(path.read_text())
+        old = read_json_object(path, "fingerprint")  # a regular file under the size cap, a JSON object
         from normlab.run.rundir import open_config
 
         new = current_fingerprint(open_config(run_dir))

@@ -37,13 +37,14 @@ import hashlib
 import json
 import os
 import platform
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from normlab.errors import EXIT_DIVERGED, EXIT_INTERRUPTED, EXIT_OK, NormlabError
-from normlab.io import atomic_path, read_json, read_json_object, write_json
+from normlab.io import MAX_JSONL_BYTES, atomic_path, read_bytes, read_json, read_json_object, write_json
 from normlab.run.files import (CHECKPOINTS_DIR, CONFIG_FILE, DATA_FILE, MODEL_FILE, PROVENANCE_FILE, SUMMARY_FILE,
                                TOKENIZER_FILE)
 
@@ -59,10 +60,33 @@ STATUS_EXIT = {"completed": EXIT_OK, "diverged": EXIT_DIVERGED, "interrupted": E
 """Exit status of ``normlab train`` (and of a sweep worker) for each ``summary.json`` status."""
 
 
+SUMMARY_TYPES: dict[str, tuple[type, ...]] = {
+    "status": (str,), "config_hash": (str,), "step": (int,), "steps": (int,), "params": (int,), "tokens_seen": (int,),
+    **{k: (int, float) for k in ("val_bpb", "best_val_bpb", "val_loss", "train_loss", "final_val_loss",
+                                 "entropy_floor_bpb", "unigram_bpb", "gap_bpb", "init_val_loss", "init_val_bpb",
+                                 "tokens_per_s", "elapsed_s", "compile_s", "wall_s", "peak_mem_mb")},
+}
+"""The type of each ``summary.json`` key that readers use (``normlab runs``, sweeps, reports); each may be null
+(a non-finite number is written as null), booleans are not numbers."""
+
+
+def check_summary(summary: dict[str, Any], path: str | Path) -> dict[str, Any]:
+    """``summary`` when each key of ``SUMMARY_TYPES`` it holds has its type (or is null); else a one-line error
+    naming the file, the key, the value and the type it must have."""
+    for key, types in SUMMARY_TYPES.items():
+        v = summary.get(key)
+        if v is not None and (not isinstance(v, types) or isinstance(v, bool)):
+            want = "text" if types == (str,) else "an integer" if types == (int,) else "a number"
+            raise NormlabError(f"summary {path}: \"{key}\" is {json.dumps(v)[:40]}, not {want} (or null); the file "
+                               "is damaged or was not written by normlab")
+    return summary
+
+
 def read_summary(run_dir: str | Path) -> dict[str, Any] | None:
-    """The run's summary.json, or None when absent (not a JSON object: a one-line error naming the file)."""
+    """The run's summary.json, or None when absent; a FIFO or device in its place, a file over 64 MiB, anything
+    but a JSON object, or a key of the wrong type (``check_summary``) is a one-line error naming the file."""
     path = Path(run_dir) / SUMMARY_FILE
-    return read_json_object(path, "summary") if path.exists() else None
+    return check_summary(read_json_object(path, "summary"), path) if os.path.lexists(path) else None
 
 
 def read_run_hash(run_dir: str | Path) -> str | None:
@@ -86,12 +110,13 @@ def read_run_hash(run_dir: str | Path) -> str | None:
 
 # ------------------------------------------------------------------------------------------ metrics.jsonl readers
 def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
-    """The JSON-object lines of a ``metrics.jsonl``; lines that are cut (kill -9), junk or not UTF-8 are skipped."""
+    """The JSON-object lines of a ``metrics.jsonl`` (``[]`` when absent); lines that are cut (kill -9), junk or not
+    UTF-8 are skipped. A FIFO or device in its place, or a file over 256 MiB, is a one-line error (``read_bytes``)."""
     path = Path(path)
-    if not path.is_file():
+    if not os.path.lexists(path):
         return []
     out = []
-    for raw in path.read_bytes().splitlines():
+    for raw in read_bytes(path, "metrics", MAX_JSONL_BYTES).splitlines():
         try:
             rec = json.loads(raw.decode("utf-8"))
         except (UnicodeDecodeError, ValueError):
@@ -124,8 +149,11 @@ def read_initial(metrics_path: str | Path) -> dict[str, float]:
 
 
 def last_step(metrics: str | Path) -> int | None:
-    """The ``step`` of the last complete record of a ``metrics.jsonl`` (reads only its tail), or None."""
+    """The ``step`` of the last complete record of a ``metrics.jsonl`` (reads only its tail), or None (also for a
+    FIFO, device or socket in its place, which is never opened: it could block forever)."""
     try:
+        if not stat.S_ISREG(os.stat(metrics).st_mode):
+            return None
         with open(metrics, "rb") as f:
             f.seek(0, os.SEEK_END)
             size = f.tell()
@@ -163,9 +191,10 @@ def open_config(run_dir: str | Path) -> RunConfig:
 
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
-        raise NormlabError(f"run directory {run_dir} does not exist")
+        raise NormlabError(f"run directory {run_dir} " + ("is a file, not a directory" if os.path.lexists(run_dir)
+                                                          else "does not exist"))
     path = run_dir / CONFIG_FILE
-    if not path.is_file():
+    if not os.path.lexists(path):  # a FIFO or device named config.yaml: read_yaml's one-line refusal
         raise NormlabError(f"{run_dir} is not a normlab run (no config.yaml)")
     return config_from_dict(read_yaml(path))
 
@@ -230,7 +259,7 @@ def save_run_identity(run_dir: str | Path, cfg: RunConfig, data: PreparedData) -
 def read_data_info(run_dir: str | Path) -> dict[str, Any] | None:
     """``RUN_DIR/data.json``, or None for a run written before normlab recorded it."""
     path = Path(run_dir) / DATA_FILE
-    if not path.is_file():
+    if not os.path.lexists(path):
         return None
     info = read_json(path, "data identity")
     if not isinstance(info, dict) or "content_hash" not in info or "tokenizer" not in info:
