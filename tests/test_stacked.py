@@ -161,3 +161,35 @@ def test_groups_and_refusals(cache, monkeypatch):
     assert "running statistics" in stack_refusal(load_config("tiny", ["model.norm=batchnorm"]))
     with pytest.raises(NormlabError, match="differ only in seed and train.lr"):
         train_stacked([cfgs[0], other], ["a", "b"], quiet=True)
+
+
+def test_ctrl_c_checkpoints_every_member_and_the_group_resumes_bit_exactly(stacked, tmp_path, cache, monkeypatch):
+    """A stop request (Ctrl-C / SIGTERM, the flag the trainer checks between steps) after step 4: every member
+    checkpoints there and ends ``interrupted``; resumed, the group ends bit for bit as the uninterrupted one."""
+    import normlab.train.stacked as S
+
+    class StopAfter(S._StopFlag):
+        reads = 0
+
+        @property
+        def stop(self):
+            StopAfter.reads += 1
+            return StopAfter.reads > 4  # read once per step boundary: stops before step 5
+
+        @stop.setter
+        def stop(self, value):
+            pass
+
+    monkeypatch.setattr(S, "_StopFlag", StopAfter)
+    dirs = [tmp_path / f"r{i}" for i in range(len(MEMBERS))]
+    summaries = train_stacked(_cfgs(cache), dirs, quiet=True)
+    assert [(s["status"], s["step"]) for s in summaries] == [("interrupted", 4)] * 4
+    assert all((d / "checkpoints" / "step_00000004").is_dir() and not (d / "model.safetensors").exists()
+               for d in dirs)
+    monkeypatch.undo()
+    summaries = train_stacked(_cfgs(cache), dirs, resume=True, quiet=True)
+    assert [s["status"] for s in summaries] == ["completed"] * 4
+    out, _ = stacked
+    for i, d in enumerate(dirs):
+        wa, wb = weights(out / f"r{i}"), weights(d)
+        assert all(torch.equal(wa[k], wb[k]) for k in wa), f"member {i}"
