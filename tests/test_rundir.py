@@ -250,3 +250,41 @@ def test_read_summary_checks_the_type_of_every_key_readers_use(tmp_path):
             (tmp_path / "summary.json").write_text(json.dumps({**good, key: bad}))
             with pytest.raises(NormlabError, match=rf'^summary {tmp_path / "summary.json"}: "{key}" is '):
                 read_summary(tmp_path)
+
+
+def test_the_runs_tokenizer_and_data_identity_are_read_safely(tmp_path):
+    """``tokenizer_ref`` reads the run's tokenizer.json through ``read_bytes`` (a FIFO is one line, not a wait) and
+    checks its sha256 against data.json; ``read_data_info`` refuses a tokenizer ``file`` that leaves the run
+    directory and fields of the wrong type."""
+    import hashlib
+    import os
+    import subprocess
+    import sys
+
+    from normlab.errors import NormlabError
+    from normlab.run.rundir import read_data_info, tokenizer_ref
+
+    tok = b'{"model": {"type": "BPE"}}'
+    info = {"content_hash": "c", "tokenizer": {"kind": "bpe", "file": "tokenizer.json",
+                                               "sha256": hashlib.sha256(tok).hexdigest()}}
+    (tmp_path / "data.json").write_text(json.dumps(info))
+    (tmp_path / "tokenizer.json").write_bytes(tok)
+    assert tokenizer_ref(tmp_path, read_data_info(tmp_path)) == tmp_path / "tokenizer.json"
+    (tmp_path / "tokenizer.json").write_bytes(tok + b" ")
+    with pytest.raises(NormlabError, match="was modified since training"):
+        tokenizer_ref(tmp_path, read_data_info(tmp_path))
+    (tmp_path / "tokenizer.json").unlink()
+    os.mkfifo(tmp_path / "tokenizer.json")
+    code = ("from pathlib import Path\nfrom normlab.run.rundir import read_data_info, tokenizer_ref\n"
+            f"d = Path({str(tmp_path)!r})\ntry:\n    tokenizer_ref(d, read_data_info(d))\n"
+            "except Exception as e:\n    print(type(e).__name__, e)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60).stdout.strip()
+    assert out == (f"NormlabError tokenizer {tmp_path / 'tokenizer.json'} is a FIFO (named pipe), not a regular "
+                   "file; normlab reads only regular files")
+    for bad, why in (({**info, "tokenizer": "bpe"}, "tokenizer an object"),
+                     ({**info, "content_hash": 1}, "content_hash must be text"),
+                     ({**info, "tokenizer": {**info["tokenizer"], "file": "../elsewhere.json"}}, "tokenizer.file"),
+                     ({**info, "tokenizer": {**info["tokenizer"], "file": ".."}}, "tokenizer.file")):
+        (tmp_path / "data.json").write_text(json.dumps(bad))
+        with pytest.raises(NormlabError, match=why):
+            read_data_info(tmp_path)

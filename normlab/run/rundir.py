@@ -44,7 +44,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from normlab.errors import EXIT_DIVERGED, EXIT_INTERRUPTED, EXIT_OK, NormlabError
-from normlab.io import MAX_JSONL_BYTES, atomic_path, read_bytes, read_json, read_json_object, write_json
+from normlab.io import MAX_JSON_BYTES, MAX_JSONL_BYTES, atomic_path, read_bytes, read_json, read_json_object, write_json
 from normlab.run.files import (CHECKPOINTS_DIR, CONFIG_FILE, DATA_FILE, MODEL_FILE, PROVENANCE_FILE, SUMMARY_FILE,
                                TOKENIZER_FILE)
 
@@ -264,6 +264,13 @@ def read_data_info(run_dir: str | Path) -> dict[str, Any] | None:
     info = read_json(path, "data identity")
     if not isinstance(info, dict) or "content_hash" not in info or "tokenizer" not in info:
         raise NormlabError(f"{path} is not a normlab data identity (no content_hash/tokenizer)")
+    tok = info["tokenizer"]
+    if not isinstance(info["content_hash"], str) or not isinstance(tok, dict):
+        raise NormlabError(f"{path} is damaged: content_hash must be text and tokenizer an object")
+    name = tok.get("file", TOKENIZER_FILE)
+    if not isinstance(name, str) or Path(name).name != name or name in ("", ".", ".."):
+        raise NormlabError(f"{path} is damaged: tokenizer.file must be a file name inside the run directory, got "
+                           f"{json.dumps(name)[:60]}")
     return info
 
 
@@ -272,11 +279,12 @@ def tokenizer_ref(run_dir: Path, info: dict[str, Any]) -> str | Path:
     t = info["tokenizer"]
     if t.get("kind") == "bytes":
         return "bytes"
-    path = run_dir / t.get("file", TOKENIZER_FILE)
-    if not path.is_file():
+    path = run_dir / str(t.get("file", TOKENIZER_FILE))
+    if not os.path.lexists(path):
         raise NormlabError(f"{run_dir} lacks {path.name}, the BPE tokenizer it was trained with; restore it "
                            "from a copy of the run directory")
-    if t.get("sha256") and _sha256(path) != t["sha256"]:
+    raw = read_bytes(path, "tokenizer", MAX_JSON_BYTES)  # a regular file under the cap (a FIFO is one line)
+    if t.get("sha256") and hashlib.sha256(raw).hexdigest() != t["sha256"]:
         raise NormlabError(f"{path} was modified since training (sha256 differs from data.json); the model's token "
                            "ids belong to the original file")
     return path
