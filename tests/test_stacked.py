@@ -193,3 +193,28 @@ def test_ctrl_c_checkpoints_every_member_and_the_group_resumes_bit_exactly(stack
     for i, d in enumerate(dirs):
         wa, wb = weights(out / f"r{i}"), weights(d)
         assert all(torch.equal(wa[k], wb[k]) for k in wa), f"member {i}"
+
+
+def test_a_second_ctrl_c_stops_at_once_and_the_group_still_resumes(stacked, tmp_path, cache, monkeypatch):
+    """A second Ctrl-C (KeyboardInterrupt in the middle of step 5): no further checkpoint, each member's summary says
+    ``interrupted`` at its last checkpoint (step 3), and the resumed group ends as the uninterrupted one."""
+    import normlab.train.stacked as S
+
+    real = S._finish_step
+
+    def finish(m, step, *a, **k):
+        if step == 4:
+            raise KeyboardInterrupt
+        return real(m, step, *a, **k)
+
+    monkeypatch.setattr(S, "_finish_step", finish)
+    dirs = [tmp_path / f"r{i}" for i in range(len(MEMBERS))]
+    summaries = train_stacked(_cfgs(cache), dirs, quiet=True)
+    assert [(s["status"], s["step"]) for s in summaries] == [("interrupted", 3)] * 4
+    assert all(json.loads((d / "summary.json").read_text())["status"] == "interrupted" for d in dirs)
+    monkeypatch.undo()
+    train_stacked(_cfgs(cache), dirs, resume=True, quiet=True)
+    out, _ = stacked
+    for i, d in enumerate(dirs):
+        wa, wb = weights(out / f"r{i}"), weights(d)
+        assert all(torch.equal(wa[k], wb[k]) for k in wa), f"member {i}"

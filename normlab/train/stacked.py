@@ -56,9 +56,11 @@ from normlab.run.tensors import list_checkpoints, load_checkpoint, save_checkpoi
 from normlab.train.clipping import build_clipper
 from normlab.train.init_eval import eval_mode_gap, initial_eval, near_chance_warning, unigram_bpb
 from normlab.train.losses import lm_loss
-from normlab.train.loop import _rng_from_json, _rng_to_json, _StopFlag, _truncate_metrics, get_batch, loss_ceiling
+from normlab.train.loop import (_interrupted_summary, _rng_from_json, _rng_to_json, _StopFlag, _truncate_metrics,
+                                get_batch, loss_ceiling)
 from normlab.train.optim import EffectiveLR, NormalizeAndProject, build_optimizer
-from normlab.train.precision import autocast, kept_determinism, prepare_model, resolve_runtime
+from normlab.train.precision import (autocast, kept_determinism, nondeterministic_op_error, prepare_model,
+                                    resolve_runtime)
 from normlab.train.schedule import lr_at
 from normlab.train.threads import resolve_threads, step_flops
 from normlab.train.tracking import Tracker
@@ -253,13 +255,23 @@ def train_stacked(cfgs: list[RunConfig], run_dirs: list[str | Path], *, resume: 
                 clean_stale_temps(d / CHECKPOINTS_DIR, (".step_*",))
                 clean_stale_temps(d, (".*.tmp",))
             starts.append(again)
-        return _train_group(cfgs, dirs, starts, quiet=quiet, flag=flag, tb_dirs=tb, threads=threads)
+        hashes = [c.hash() for c in cfgs]  # as handed over (the summary's config_hash, as a run alone records it)
+        try:
+            return _train_group(cfgs, dirs, starts, hashes, quiet=quiet, flag=flag, tb_dirs=tb, threads=threads)
+        except KeyboardInterrupt:  # a second Ctrl-C: stop now, keep each member's last checkpoint, write summaries
+            if not all((d / CONFIG_FILE).is_file() for d in dirs):
+                raise
+            return [_interrupted_summary(c, d, h) for c, d, h in zip(cfgs, dirs, hashes)]
+        except BaseException as e:
+            err = nondeterministic_op_error(e)  # train.deterministic on CUDA: an op without a deterministic kernel
+            if err is not None:
+                raise err from e
+            raise
 
 
-def _train_group(cfgs: list[RunConfig], dirs: list[Path], resumes: list[bool], *, quiet: bool, flag: Any,
-                 tb_dirs: list[Any], threads: int | None) -> list[dict[str, Any]]:
+def _train_group(cfgs: list[RunConfig], dirs: list[Path], resumes: list[bool], hashes: list[str], *, quiet: bool,
+                 flag: Any, tb_dirs: list[Any], threads: int | None) -> list[dict[str, Any]]:
     say = (lambda s: None) if quiet else (lambda s: print(s, flush=True))
-    hashes = [c.hash() for c in cfgs]  # as handed over (the summary's config_hash, as a run alone records it)
     fresh = None
     datas = []
     for cfg, d, again in zip(cfgs, dirs, resumes):
@@ -319,6 +331,10 @@ def _train_group(cfgs: list[RunConfig], dirs: list[Path], resumes: list[bool], *
                 mark_t = time.time()
                 for m in active:
                     m.mark_tokens = m.tokens_seen
+    except BaseException as e:  # the TensorBoard event files still end, with the session's status
+        for m in members:
+            m.tracker.close("interrupted" if isinstance(e, KeyboardInterrupt) else "failed")
+        raise
     finally:
         for m in members:
             if m.mlog is not None:
