@@ -66,6 +66,7 @@ def test_wheel_ships_presets_and_sweeps(installed):
     shipped = {p.relative_to(ROOT).as_posix() for p in (ROOT / "normlab" / "configs").rglob("*.yaml")}
     assert shipped and shipped <= names
     assert "normlab/examples/api.py" in names  # docs/api.md's example runs from a wheel install
+    assert "normlab/evidence/claims.json" in names  # normlab advise's evidence (docs/advise.md)
     assert not any(n.startswith(("tests/", "docs/", "benchmarks/")) for n in names)
 
 

@@ -65,7 +65,8 @@ def run_advise(args: argparse.Namespace) -> int:
     cfg, base, rate = _config(args)
     if rate is None:
         prec = "bf16" if cfg.train.precision == "bf16" else "fp32"
-        rate = (gemm_rate(prec), f"a 1024x1024 {prec} matmul on this CPU, measured now; small models run below it")
+        rate = (gemm_rate(prec), f"a 1024x1024 {prec} matmul on this CPU, measured now; a training step runs at "
+                "its own rate")
     out = None if args.no_write else Path(args.write)
     res = advise(cfg, load_evidence(), from_dirs=[Path(d) for d in args.from_dirs], baseline=args.baseline,
                  rate=rate[0], rate_source=rate[1], sweep_path=out, base=base)

@@ -241,9 +241,9 @@ def sweep_comparisons(sweep_dir: Path, baseline: str | None = None) -> dict[str,
     for info in runs:
         if info.row.get("status") != "completed":
             continue
-        axes = {k: v for k, v in (info.row.get("axes") or {}).items() if k != "grid_group"}
-        group = (info.row.get("axes") or {}).get("grid_group") or info.row["variant"]
-        cells.setdefault(group, {})[(info.row.get("seed"), repr(sorted(axes.items())))] = info
+        axes = info.row.get("axes") or {}
+        group = axes.get("grid_group") or info.row["variant"]
+        cells.setdefault(group, {})[(info.row.get("seed"), axes.get("train.lr"))] = info  # a (seed, lr) cell
     names = list(cells)
     if not names:
         raise NormlabError(f"{sweep_dir}: no completed runs to compare")
@@ -382,7 +382,7 @@ def _g(x: float | None, digits: int = 3) -> str:
 
 
 def _factor(f: float) -> str:
-    return f"{f:.3g}x" if f >= 1 else f"1/{1 / f:.3g}x"
+    return f"{f:.3g}x" if f >= 0.95 else f"1/{1 / f:.3g}x"
 
 
 def render(res: dict[str, Any]) -> str:
