@@ -48,10 +48,11 @@ def test_sweep_never_dies_on_a_missing_metric(tmp_path):
 DAMAGED_ROW = [  # (SQL damaging run r1 only, the reason normlab runs shows for it)
     ("UPDATE runs SET config_json='{bad' WHERE run_id='r1'", "has invalid JSON in config_json"),
     ("UPDATE runs SET val_bpb='x' WHERE run_id='r1'", "column val_bpb holds 'x', not a number"),
+    ("UPDATE runs SET axes_json='" + "[" * 100_000 + "' WHERE run_id='r1'", "has invalid JSON in axes_json"),
 ]
 
 
-@pytest.mark.parametrize("sql,reason", DAMAGED_ROW, ids=["config_json", "val_bpb"])
+@pytest.mark.parametrize("sql,reason", DAMAGED_ROW, ids=["config_json", "val_bpb", "deep axes_json"])
 def test_runs_marks_a_damaged_row_malformed_and_goes_on(sql, reason, tmp_path, cache):
     """``normlab runs SWEEP`` (``Store.runs(damaged="mark")``): the damaged row is listed as ``malformed`` with the
     one-line reason, every other row as stored; the report, which must compute on the rows, still refuses."""

@@ -135,7 +135,7 @@ def stored_design(meta: dict[str, str]) -> dict[str, Any] | None:
     """The design in a store's meta (None for a store written before designs were recorded, or a damaged one)."""
     try:
         d = json.loads(meta["design"])
-    except (KeyError, TypeError, ValueError):
+    except (KeyError, TypeError, ValueError, RecursionError):
         return None
     return d if isinstance(d, dict) else None
 
@@ -143,7 +143,7 @@ def stored_design(meta: dict[str, str]) -> dict[str, Any] | None:
 def design_changes(meta: dict[str, str]) -> list[dict[str, Any]]:
     try:
         h = json.loads(meta.get("design_changes") or "[]")
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, RecursionError):
         return []
     return [x for x in h if isinstance(x, dict)] if isinstance(h, list) else []
 

@@ -192,7 +192,7 @@ class Store:
             raw = d.pop(f"{col}_json")
             try:
                 d[col] = json.loads(raw)
-            except (TypeError, ValueError):
+            except (TypeError, ValueError, RecursionError):  # RecursionError: nested past json's limit
                 raise NormlabError(f"results store {self.path} is damaged: run {rid!r} has invalid JSON in "
                                    f"{col}_json ({str(raw)[:40]!r})") from None
             if not isinstance(d[col], dict if col == "config" else (dict, list)):
