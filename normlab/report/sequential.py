@@ -173,9 +173,10 @@ def fixed_decisions(values: dict[str, dict[int, float]], q: Question,
             for v, e, a, n in zip(q.variants, est, adj, notes)]
 
 
-def sequential_block(sweep_dir: Path) -> dict[str, Any] | None:
+def sequential_block(sweep_dir: Path, grid: GridReport | None = None) -> dict[str, Any] | None:
     """The ``sequential`` JSON block of a sweep run with a plan: the plan, every look, why it stopped, the seeds
-    spent and the final decisions; None for a sweep without a plan or before its first look."""
+    spent and the final decisions; None for a sweep without a plan or before its first look. ``grid``: the sweep's
+    grid analysis when the caller has it (else it is loaded)."""
     spec = _spec(sweep_dir)
     looks = looks_of(spec)
     store = Store(Path(sweep_dir) / "results.sqlite")
@@ -187,9 +188,9 @@ def sequential_block(sweep_dir: Path) -> dict[str, Any] | None:
         return None
     # the looks are recomputed from the stored runs (the decision at a look depends only on its seeds), so the
     # current rules (the did-not-learn guard, the t-based boundaries) apply to a store written before them
-    rep = load(sweep_dir)
-    if rep.grid is not None:
-        data["looks"] = [_look(spec, rep.grid, k) for k in range(len(data["looks"]))]
+    grid = grid if grid is not None else load(sweep_dir).grid
+    if grid is not None:
+        data["looks"] = [_look(spec, grid, k) for k in range(len(data["looks"]))]
     last = data["looks"][-1]
     return {"plan": {"looks": looks, "max_seeds": looks[-1], "alpha": last["alpha"], "primary": last["primary"],
                      "baseline": last["baseline"],
@@ -201,13 +202,20 @@ def sequential_block(sweep_dir: Path) -> dict[str, Any] | None:
 
 def decisions_of(sweep_dir: Path) -> tuple[Question, list[dict[str, Any]]]:
     """The final decisions on a sweep's primary family: its sequential looks' when it has a plan, else fixed."""
+    q, dec, _ = _decisions_values(sweep_dir)
+    return q, dec
+
+
+def _decisions_values(sweep_dir: Path) -> tuple[Question, list[dict[str, Any]], dict[str, dict[int, float]]]:
+    """``decisions_of`` with the per-seed values of the primary metric (one load of the stored runs)."""
     rep = load(sweep_dir)
     assert rep.grid is not None
     q = question_of(sweep_dir, rep.grid)
-    block = sequential_block(sweep_dir)
+    values = primary_values(rep.grid, q.primary)
+    block = sequential_block(sweep_dir, rep.grid)
     if block is not None:
-        return q, block["decisions"]
-    return q, fixed_decisions(primary_values(rep.grid, q.primary), q, learned_flags(rep.grid))
+        return q, block["decisions"], values
+    return q, fixed_decisions(values, q, learned_flags(rep.grid)), values
 
 
 def verdict(original: str, replica: str, power: float | None = None) -> str:
@@ -271,13 +279,6 @@ def replication_block(sweep_dir: Path) -> list[dict[str, Any]]:
         out.append({"source": r["source"], "dir": r["dir"], "comparisons": rows})
     return out
 
-
-def _decisions_values(sweep_dir: Path) -> tuple[Question, list[dict[str, Any]], dict[str, dict[int, float]]]:
-    """``decisions_of`` with the per-seed values of the primary metric."""
-    q, dec = decisions_of(sweep_dir)
-    rep = load(sweep_dir)
-    assert rep.grid is not None
-    return q, dec, primary_values(rep.grid, q.primary)
 
 
 def record_replication(sweep_dir: Path, source: str, rel_dir: str) -> None:
