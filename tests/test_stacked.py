@@ -218,3 +218,34 @@ def test_a_second_ctrl_c_stops_at_once_and_the_group_still_resumes(stacked, tmp_
     for i, d in enumerate(dirs):
         wa, wb = weights(out / f"r{i}"), weights(d)
         assert all(torch.equal(wa[k], wb[k]) for k in wa), f"member {i}"
+
+
+def test_a_stacked_forward_that_cannot_compile_runs_eager(tmp_path, cache, monkeypatch, capsys):
+    """``train.compile: true`` compiles the vmapped forward; where torch cannot compile it (simulated: the compiled
+    function raises on its first call), the group says so and trains eager, equal to its runs alone."""
+    import normlab.train.stacked as S
+
+    def broken(fn):
+        def run(*a, **k):
+            raise RuntimeError("cannot compile this")
+        return run
+
+    monkeypatch.setattr(S.torch, "compile", broken)
+    extra = ["train.steps=2", "train.checkpoint_every=2", "train.compile=true"]
+    cfgs = _cfgs(cache, extra)[:2]
+    cfgs_alone = _cfgs(cache, [*extra[:2], "train.compile=false"])[:2]
+    real = S.resolve_runtime
+
+    def resolve(c):  # keep compile on whether or not this machine has a C++ compiler
+        lines = real(c)
+        c.train.compile = True
+        return lines
+
+    monkeypatch.setattr(S, "resolve_runtime", resolve)
+    train_stacked(cfgs, [tmp_path / "s0", tmp_path / "s1"])
+    assert "torch.compile of it failed (RuntimeError)" in capsys.readouterr().out
+    for i, cfg in enumerate(cfgs_alone):
+        train(cfg, tmp_path / f"a{i}", quiet=True)
+        wa, ws = weights(tmp_path / f"a{i}"), weights(tmp_path / f"s{i}")
+        for k in wa:
+            torch.testing.assert_close(ws[k], wa[k], rtol=1e-5, atol=1e-6, msg=k)

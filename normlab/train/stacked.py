@@ -213,19 +213,31 @@ def _setup(cfg: RunConfig, run_dir: Path, *, resume: bool, data: Any, tb_dir: Pa
 
 class _StackedForward:
     """``forward(params [K, ...] per name, x [K, B, T]) -> logits [K, B, T, V]``: one vmapped ``functional_call``
-    of ``base`` (a module of the group's architecture whose own parameters are never used)."""
+    of ``base`` (a module of the group's architecture whose own parameters are never used). With ``compile_`` the
+    vmapped function is ``torch.compile``d; if its first call fails (a transform torch cannot compile), the group
+    runs it eager and ``note`` says why."""
 
     def __init__(self, base: torch.nn.Module, compile_: bool):
         def one(params: dict[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
             return torch.func.functional_call(base, params, (x,))
 
-        fn = torch.func.vmap(one, in_dims=(0, 0), randomness="error")
-        self.fn = torch.compile(fn) if compile_ else fn
+        self.fn = torch.func.vmap(one, in_dims=(0, 0), randomness="error")
+        self.compiled = torch.compile(self.fn) if compile_ else None
+        self.calls, self.note = 0, ""
         self.names = [n for n, _ in base.named_parameters()]  # tied weights once, as named_parameters gives them
 
     def __call__(self, models: list[torch.nn.Module], x: torch.Tensor) -> torch.Tensor:
         own = [dict(m.named_parameters()) for m in models]
         params = {n: torch.stack([p[n] for p in own]) for n in self.names}
+        self.calls += 1
+        if self.compiled is not None:
+            try:
+                return self.compiled(params, x)
+            except Exception as e:  # noqa: BLE001 - only the first call falls back; later errors are the model's
+                if self.calls > 1:
+                    raise
+                self.compiled = None
+                self.note = f"the stacked forward runs eager: torch.compile of it failed ({type(e).__name__})"
         return self.fn(params, x)
 
 
@@ -323,6 +335,9 @@ def _train_group(cfgs: list[RunConfig], dirs: list[Path], resumes: list[bool], h
                 results = [_alone_step(m) for m in active]
             else:
                 results = _stacked_step(active, stacked)
+                if stacked.note:
+                    say(stacked.note)
+                    stacked.note = ""
             eval_s = 0.0
             for m, (loss_sum, extra) in zip(active, results):
                 eval_s += _finish_step(m, step, loss_sum, extra, t_start, mark_t, say)
