@@ -108,3 +108,22 @@ def test_sweep_eta_after_the_first_finished_run(tmp_path, monkeypatch):
     p = progress.SweepProgress(tmp_path, lines.append, every=1.0, total=10)
     assert p.sweep_line(0) == "sweep: 0/10 runs done, 30s elapsed, ETA after the first run finishes"
     assert p.sweep_line(3) == "sweep: 3/10 runs done, 1m00s elapsed, ETA 2m20s"
+
+
+def test_sweep_bar_on_a_terminal_counts_finished_runs(tmp_path):
+    """On a terminal the sweep gets a rich progress bar whose count follows the finished runs (1/2 after the first);
+    off a terminal it draws nothing."""
+    from rich.console import Console
+
+    from normlab.experiments.progress import SweepProgress
+
+    buf = io.StringIO()
+    p = SweepProgress(tmp_path, lambda s: None, every=0, total=2)
+    with p.bar(Console(file=buf, force_terminal=True, width=120)):
+        p.sweep_line(1)
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", buf.getvalue())
+    assert "sweep" in text and "1/2 runs" in text and "ETA " in text.split("1/2 runs", 1)[1], text
+    quiet = io.StringIO()
+    with p.bar(Console(file=quiet, force_terminal=False)):
+        p.sweep_line(2)
+    assert quiet.getvalue() == ""

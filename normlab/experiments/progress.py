@@ -5,6 +5,8 @@ its log is. The step is the last record of the run's ``metrics.jsonl`` (written 
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -70,10 +72,33 @@ class SweepProgress:
         self.last = self.t0 = time.monotonic()
         self.total, self.done = total, 0
 
+    @contextmanager
+    def bar(self, console: Any = None) -> Iterator[None]:
+        """On a terminal (stderr), a rich progress bar of the sweep's runs for the ``with`` block: runs done of
+        ``total``, elapsed, and the ETA once the first run finished (``sweep_eta_s``); log lines print above it.
+        Off a terminal, nothing (the lines above carry the same)."""
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        console = console or Console(stderr=True)
+        if not console.is_terminal or not self.total:
+            yield
+            return
+        with Progress(TextColumn("sweep"), BarColumn(), MofNCompleteColumn(), TextColumn("runs"),
+                      TimeElapsedColumn(), TextColumn("{task.fields[eta]}"), console=console) as p:
+            self._bar = (p, p.add_task("sweep", total=self.total, eta="ETA after the first run finishes"))
+            try:
+                yield
+            finally:
+                self._bar = None
+
     def sweep_line(self, done: int) -> str:
-        """``sweep: k/N runs done, ETA ...`` (the ETA once the first run finished)."""
+        """``sweep: k/N runs done, ETA ...`` (the ETA once the first run finished); advances the bar."""
         self.done = done
         eta = sweep_eta_s(done, self.total, time.monotonic() - self.t0)
+        if getattr(self, "_bar", None) is not None:
+            self._bar[0].update(self._bar[1], completed=done,
+                                eta=f"ETA {_fmt_s(eta)}" if eta is not None else "ETA after the first run finishes")
         return (f"sweep: {done}/{self.total} runs done, {_fmt_s(time.monotonic() - self.t0)} elapsed, "
                 + (f"ETA {_fmt_s(eta)}" if eta is not None else "ETA after the first run finishes"))
 

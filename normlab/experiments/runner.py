@@ -339,6 +339,8 @@ def _execute(store: Store, sweep_dir: Path, todo: list[str], n_workers: int, thr
             w.interrupt(kill=interrupts >= 3)
 
     old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    bar = progress.bar()  # a progress bar of the sweep's runs on a terminal; nothing otherwise
+    bar.__enter__()
     try:
         while busy() or (queue and not interrupts):
             while queue and not interrupts:
@@ -381,6 +383,7 @@ def _execute(store: Store, sweep_dir: Path, todo: list[str], n_workers: int, thr
                 progress.tick([w.run_id for w in busy()])
                 time.sleep(0.2)
     finally:
+        bar.__exit__(None, None, None)
         for s, h in old.items():
             signal.signal(s, h)
         for w in workers:
