@@ -215,6 +215,10 @@ def test_old_layout_run_is_reused_only_when_spec_and_resolved_config_match(tmp_p
     assert old_reuse_reason(tmp_path, cfg) == "its spec or resolved config changed"
     write_json(tmp_path / "claims_spec.json", cfg)  # the earlier format: the spec alone
     assert old_reuse_reason(tmp_path, cfg) is not None
+    write_json(tmp_path / "claims_spec.json", spec_record(cfg))
+    for damaged in ([1, 2], {"status": 3}):  # a list was an AttributeError; a status of the wrong type is refused
+        write_json(tmp_path / "summary.json", damaged)
+        assert old_reuse_reason(tmp_path, cfg) == "unreadable claims_spec.json or summary.json"
 
 
 def test_run_ids_hold_the_resolved_config_hash():

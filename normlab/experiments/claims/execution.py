@@ -39,8 +39,9 @@ from normlab.experiments.claims.docs import claim_scale
 from normlab.experiments.claims.specs import CLAIM_NAMES, CLAIMS, spec_hash
 from normlab.experiments.claims.stats import SIGNIFICANCE_TESTS, judge_family, verdict
 from normlab.experiments.claims.variants import GRID_VARIANTS, lr_dir, variant_config
-from normlab.io import write_json
+from normlab.io import read_json, read_json_object, write_json
 from normlab.run.files import CHECKPOINTS_DIR, SUMMARY_FILE
+from normlab.run.rundir import read_summary
 
 if TYPE_CHECKING:
     from normlab.experiments.claims.specs import Claim
@@ -152,11 +153,11 @@ def old_reuse_reason(run_dir: Path, cfg: dict) -> str | None:
     spec, summ = run_dir / "claims_spec.json", run_dir / SUMMARY_FILE
     if not (spec.is_file() and summ.is_file()):
         return "incomplete run directory"
-    try:
-        if json.loads(spec.read_text()) != spec_record(cfg):
+    try:  # regular files under the size cap; a summary of the wrong shape or types is unreadable too
+        if read_json(spec, "claims spec") != spec_record(cfg):
             return CHANGED
-        status = json.loads(summ.read_text()).get("status")
-    except (OSError, json.JSONDecodeError):
+        status = (read_summary(run_dir) or {}).get("status")
+    except NormlabError:
         return "unreadable claims_spec.json or summary.json"
     if status not in ("completed", "diverged"):
         return f"status {status}"
@@ -370,8 +371,8 @@ def save_report(path: Path, report: dict) -> dict:
     merged = dict(report)
     if path.is_file() and not report.get("rendered_from"):
         try:
-            old = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError):
+            old = read_json_object(path, "claims results")  # a regular file under the size cap, a JSON object
+        except NormlabError:
             old = None
         if old and old.get("budget") == report["budget"] and old.get("seeds") == report["seeds"]:
             new = {c["name"]: c for c in report["claims"]}
