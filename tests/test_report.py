@@ -342,3 +342,26 @@ def test_report_skips_fifo_artifacts_instead_of_hanging(tmp_path, cache):
     assert r.returncode == 0, r.stderr
     ranking = {row["variant"]: row for row in json.loads(r.stdout)["ranking"]}
     assert ranking[HOSTILE[0][0]]["val_bpb_mean"] == pytest.approx((HOSTILE[0][3] + HOSTILE[1][3]) / 2)
+
+
+def test_repro_commands_quote_run_paths_with_shell_characters(run, tmp_path, cache):
+    """A run directory named with a space and ``;``: every command in report.md's Reproduce section reads back
+    through ``shlex.split`` (POSIX shell words) to the report's own paths, so copying it cannot run a second
+    command."""
+    import shlex
+
+    src = tmp_path / "a b;echo pwned"
+    shutil.copytree(run, src)
+    out = tmp_path / "rep out"
+    r = normlab("report", str(src), "--out", str(out), cache=cache)
+    assert r.returncode == 0, r.stderr
+    md = (out / "report.md").read_text()
+    whole = next(ln for ln in md.splitlines() if ln.startswith("normlab report "))
+    assert shlex.split(whole) == ["normlab", "report", str(src), "--out", str(out)]
+    rows = [ln for ln in md.splitlines() if ln.startswith("| ") and "normlab train" in ln]
+    assert len(rows) == 1
+    code = re.search(r"`(normlab train [^`]*)`", rows[0]).group(1).replace("\\|", "|")
+    argv = shlex.split(code)
+    assert argv[:2] == ["normlab", "train"] and argv[2] == str(src / "config.yaml") and argv[3] == "--out"
+    html = (out / "report.html").read_text()
+    assert html.count("normlab train &#x27;") >= 1 or html.count("normlab train '") >= 1

@@ -14,6 +14,7 @@ from typing import Any
 from normlab.errors import NormlabError
 from normlab.io import dumps
 from normlab.run.files import CHECKPOINTS_DIR, CONFIG_FILE, METRICS_FILE, SUMMARY_FILE
+from normlab.safety import printable
 
 COLUMNS = ("run_id", "variant", "seed", "status", "step", "steps", "val_bpb", "best_val_bpb", "final_val_loss",
            "entropy_floor_bpb", "tokens_per_s", "wall_s", "peak_mem_mb", "params", "train_calls", "config_hash",
@@ -24,7 +25,7 @@ def _fmt(v: object, col: str) -> str:
     if v is None:
         return "–"
     if isinstance(v, bool) or not isinstance(v, (int, float)):
-        return str(v)
+        return printable(v)  # a string from a file: control characters shown as escapes
     if col in ("val_bpb", "best_val_bpb", "final_val_loss", "entropy_floor_bpb"):
         return f"{v:.4f}"
     if col in ("tokens_per_s", "params"):
@@ -65,7 +66,7 @@ def run_runs(args: argparse.Namespace) -> int:
                 "wall_s", "peak_mem_mb", "params")
         heads = ("run", "variant", "seed", "status", "step", "final val bpb", "best val bpb", "tokens/s", "wall s",
                  "peak MB", "params")
-        table = Table(*heads, title=f"sweep '{meta.get('sweep_name')}' ({d}): {len(rows)} runs")
+        table = Table(*heads, title=printable(f"sweep '{meta.get('sweep_name')}' ({d}): {len(rows)} runs"))
         for r in rows:
             step = f"{r['step']}/{r['steps']}" if r["step"] is not None else "–"
             table.add_row(*[step if c == "step" else _fmt(r[c], c) for c in cols])
@@ -135,12 +136,12 @@ def _print_malformed(console: Any, rows: list[tuple[str, dict[str, Any]]]) -> No
     """One line under the table for each row marked ``malformed``: the run and why (the listing itself goes on)."""
     for name, r in rows:
         if r["status"] == "malformed":
-            console.print(f"malformed {name}: {r['error']}", soft_wrap=True)
+            console.print(printable(f"malformed {name}: {r['error']}"), soft_wrap=True)
 
 
 def _rel(path: str, root: Path) -> str:
     rel = Path(path).relative_to(root)
-    return str(rel) if str(rel) != "." else str(root)
+    return printable(rel if str(rel) != "." else root)  # a directory name: control characters as escapes
 
 
 def _list_run_dirs(d: Path, fmt: str) -> int:
@@ -161,16 +162,16 @@ def _list_run_dirs(d: Path, fmt: str) -> int:
         from rich.table import Table
 
         table = Table("run", "status", "step", "final val bpb", "best val bpb", "norm", "config hash",
-                      title=f"{d}: {len(rows)} runs")
+                      title=printable(f"{d}: {len(rows)} runs"))
         for r in rows:
             step = f"{r['step']}/{r['steps']}" if r["step"] is not None else "–"
-            table.add_row(_rel(r["path"], d), r["status"], step, _fmt(r["val_bpb"], "val_bpb"),
+            table.add_row(_rel(r["path"], d), _fmt(r["status"], "status"), step, _fmt(r["val_bpb"], "val_bpb"),
                           _fmt(r["best_val_bpb"], "val_bpb"), _fmt(r["norm"], "norm"), _fmt(r["config_hash"], ""))
         console = Console(width=max(140, Console().width), markup=False)
         console.print(table)
         _print_malformed(console, [(_rel(r["path"], d), r) for r in rows])
         for s in sweeps:
-            console.print(f"sweep {s}: list its runs with 'normlab runs {s}'", soft_wrap=True)
+            console.print(printable(f"sweep {s}: list its runs with 'normlab runs {s}'"), soft_wrap=True)
     return 0
 
 
