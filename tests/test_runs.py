@@ -156,3 +156,15 @@ def test_a_duplicate_key_in_a_runs_config_is_a_malformed_row(tmp_path, cache):
     (row,) = json.loads(run_inproc("runs", str(root), "--json", cache=cache, check=True).stdout)["runs"]
     assert row["status"] == "malformed"
     assert f"duplicate key 'seed' at lines {first} and {last}" in row["error"]
+
+
+def test_control_characters_from_files_and_directory_names_are_escaped_in_the_table(tmp_path, cache):
+    """A summary.json status and a run directory's name holding ESC and a newline: the table shows them as escapes
+    (no raw ESC reaches the terminal, each row stays on its own line); --json keeps the exact strings."""
+    root = tmp_path / "runs"
+    _fake_run(root / "x\x1b[2J\ny", {**GOOD, "status": "done\x1b[31m\nFAKE"})
+    table = run_inproc("runs", str(root), cache=cache, check=True).stdout
+    assert "\x1b" not in table
+    assert "x\\x1b[2J\\ny" in table and "done\\x1b[31m\\nFAKE" in " ".join(table.split()).replace(" ", "")
+    out = json.loads(run_inproc("runs", str(root), "--json", cache=cache, check=True).stdout)
+    assert out["runs"][0]["status"] == "done\x1b[31m\nFAKE" and out["runs"][0]["path"] == str(root / "x\x1b[2J\ny")
