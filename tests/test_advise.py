@@ -5,8 +5,6 @@ next question's rule, and the written sweep parsed by the project's sweep parser
 from __future__ import annotations
 
 import json
-from types import SimpleNamespace
-
 import pytest
 
 from normlab.experiments.sweep import load_sweep
@@ -52,35 +50,13 @@ def test_distance_is_the_ratio_of_closed_form_parameters_and_of_tokens():
     assert not near["far"]  # ~2x parameters, ~3.9x tokens
 
 
-def _run(fpt: float, tokens_per_step: int, pts, seed=0, variant="A"):
-    step = pts[-1][0]
-    return SimpleNamespace(curves={"val_bpb": list(pts)}, row={"variant": variant, "seed": seed, "status": "completed"},
-                           summary={"step": step, "tokens_seen": step * tokens_per_step, "flops_per_token": fpt})
-
-
-def test_equal_flops_reads_each_curve_at_the_common_cumulative_flops():
-    a = _run(2.0, 1, [(10, 3.0), (20, 2.0)])  # twice the FLOPs per token
-    b = _run(1.0, 1, [(10, 3.5), (20, 2.5)])
-    r = A.equal_compute(a, b)
-    assert r["step"] == 20 and r["steps_diff"] == pytest.approx(-0.5)
-    # common FLOPs = min(20 * 2, 20 * 1) = 20: a at step 10 (3.0), b at step 20 (2.5)
-    assert r["flops"] == 20 and r["flops_diff"] == pytest.approx(0.5)
-    c = _run(1.5, 1, [(10, 3.0), (20, 2.0)])  # final 30 FLOPs; b's 20 lies between c's steps 10 (15) and 20 (30)
-    assert A.equal_compute(c, b)["flops_diff"] == pytest.approx(3.0 + (2.0 - 3.0) * (20 - 15) / 15 - 2.5)
-
-
-def test_a_verdict_that_flips_at_equal_flops_is_flagged(monkeypatch, tmp_path):
-    runs = []
-    for s, (da, db) in enumerate([(0.0, 0.0), (0.02, -0.01), (-0.01, 0.01)]):
-        runs.append((_run(2.0, 1, [(10, 3.0 + da), (20, 2.0 + da)], s, "costly"), None))
-        runs.append((_run(1.0, 1, [(10, 3.5 + db), (20, 2.5 + db)], s, "cheap"), None))
+def test_a_sweep_verdict_that_flips_at_equal_flops_is_flagged(monkeypatch, tmp_path):
+    from tests.test_equal_flops import flipping_runs
     import normlab.report.rundirs as rd
 
-    monkeypatch.setattr(rd, "collect", lambda paths: runs)
-    out = A.sweep_comparisons(tmp_path, baseline="cheap")["comparisons"]
-    assert [c["variant"] for c in out] == ["costly"] and out[0]["n"] == 3
-    assert out[0]["equal_steps"]["reading"] == "lower" and out[0]["equal_flops"]["reading"] == "higher"
-    assert out[0]["changed"]
+    monkeypatch.setattr(rd, "collect", lambda paths: [(r, None) for r in flipping_runs()])
+    res = A.sweep_comparisons(tmp_path, baseline="cheap")
+    assert res["sweep"] == str(tmp_path) and res["comparisons"][0]["changed"]
 
 
 def test_next_question_prefers_contested_then_decided_far_then_undecided():

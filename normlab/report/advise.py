@@ -33,7 +33,7 @@ from normlab.errors import NormlabError
 from normlab.model import build_model
 from normlab.model.config import ModelConfig
 from normlab.model.flops import count_flops
-from normlab.stats import paired_diff
+from normlab.report.equal_flops import compare_runs
 
 FAR = 10.0
 ALPHA = 0.05
@@ -179,95 +179,24 @@ def _with(mc: ModelConfig, overrides: dict[str, Any]) -> ModelConfig:
 
 
 # --------------------------------------------------------------------------------- sweeps at equal steps and FLOPs
-def _interp(points: list[tuple[float, float]], x: float) -> float | None:
-    """Linear interpolation of ``[(x, y)]`` (sorted by x) at ``x``; None outside the points."""
-    if not points or x < points[0][0] or x > points[-1][0]:
-        return None
-    for (x0, y0), (x1, y1) in zip(points, points[1:]):
-        if x0 <= x <= x1:
-            return y0 if x1 == x0 else y0 + (y1 - y0) * (x - x0) / (x1 - x0)
-    return points[-1][1]
-
-
-def run_flops_curve(info: Any) -> tuple[list[tuple[int, float]], float] | None:
-    """``(val_bpb points by step, training FLOPs per step)`` of a run (its summary's flops_per_token, else counted
-    from its config); None without a validation curve or a step count."""
-    pts = sorted(info.curves.get("val_bpb") or [])
-    sm = info.summary or {}
-    if not pts or not sm.get("step") or not sm.get("tokens_seen"):
-        return None
-    fpt = sm.get("flops_per_token")
-    if fpt is None:
-        cfg = info.row.get("config")
-        if not isinstance(cfg, dict):
-            return None
-        fpt = count_flops(config_from_dict(cfg).model).training
-    return pts, fpt * sm["tokens_seen"] / sm["step"]
-
-
-def equal_compute(a: Any, b: Any) -> dict[str, float] | None:
-    """``a - b`` val bits/byte at their last common evaluated step and at their common cumulative training FLOPs
-    (each curve read at ``min`` of the two final FLOPs, linearly interpolated); None when not computable."""
-    ca, cb = run_flops_curve(a), run_flops_curve(b)
-    if ca is None or cb is None:
-        return None
-    (pa, fa), (pb, fb) = ca, cb
-    common = sorted(set(s for s, _ in pa) & set(s for s, _ in pb))
-    if not common:
-        return None
-    step = common[-1]
-    va, vb = dict(pa)[step], dict(pb)[step]
-    f_star = min(pa[-1][0] * fa, pb[-1][0] * fb)
-    ya = _interp([(s * fa, v) for s, v in pa], f_star)
-    yb = _interp([(s * fb, v) for s, v in pb], f_star)
-    if ya is None or yb is None:
-        return None
-    return {"steps_diff": va - vb, "step": step, "flops_diff": ya - yb, "flops": f_star}
-
-
-def _reading(d: Any) -> str:
-    if d.half is None:
-        return "not testable"
-    return ("lower" if d.mean < 0 else "higher") if abs(d.mean) > d.half else "undecided"
+def _config_flops(info: Any) -> float | None:
+    """Training FLOPs per token counted from a run's stored config (runs older than the summary field)."""
+    cfg = info.row.get("config")
+    return count_flops(config_from_dict(cfg).model).training if isinstance(cfg, dict) else None
 
 
 def sweep_comparisons(sweep_dir: Path, baseline: str | None = None) -> dict[str, Any]:
-    """Each variant of a sweep directory against its baseline (``baseline`` or the first variant), paired over
-    (seed, grid point) cells, at equal steps and at equal FLOPs; ``changed``: the two readings differ."""
+    """Each variant of a sweep directory against ``baseline`` (default: its first variant) at equal steps and at
+    equal FLOPs (normlab.report.equal_flops)."""
     from normlab.report.rundirs import collect
 
     runs = [info for info, _ in collect([sweep_dir])]
-    cells: dict[str, dict[tuple, Any]] = {}
-    for info in runs:
-        if info.row.get("status") != "completed":
-            continue
-        axes = info.row.get("axes") or {}
-        group = axes.get("grid_group") or info.row["variant"]
-        cells.setdefault(group, {})[(info.row.get("seed"), axes.get("train.lr"))] = info  # a (seed, lr) cell
-    names = list(cells)
-    if not names:
+    res = compare_runs(runs, baseline, _config_flops)
+    if res["baseline"] is None:
         raise NormlabError(f"{sweep_dir}: no completed runs to compare")
-    base = baseline or names[0]
-    if base not in cells:
-        raise NormlabError(f"{sweep_dir}: baseline {base!r} is not a variant; variants: {', '.join(names)}")
-    out = []
-    for name in names:
-        if name == base:
-            continue
-        pairs = [equal_compute(cells[name][k], cells[base][k]) for k in cells[name] if k in cells[base]]
-        pairs = [p for p in pairs if p is not None]
-        if not pairs:
-            out.append({"variant": name, "baseline": base, "n": 0, "note": "no paired runs with curves"})
-            continue
-        ds, df = (paired_diff([p[k] for p in pairs], [0.0] * len(pairs)) for k in ("steps_diff", "flops_diff"))
-        row = {"variant": name, "baseline": base, "n": len(pairs),
-               "equal_steps": {"diff": ds.mean, "half": ds.half, "p": ds.p, "reading": _reading(ds)},
-               "equal_flops": {"diff": df.mean, "half": df.half, "p": df.p, "reading": _reading(df),
-                               "flops": min(p["flops"] for p in pairs)}}
-        row["changed"] = row["equal_steps"]["reading"] != row["equal_flops"]["reading"]
-        out.append(row)
-    return {"sweep": str(sweep_dir), "baseline": base, "metric": "val_bpb (exploratory, 95% paired t interval)",
-            "comparisons": out}
+    if baseline is not None and res["baseline"] != baseline:
+        raise NormlabError(f"{sweep_dir}: baseline {baseline!r} is not a variant with completed runs")
+    return {"sweep": str(sweep_dir), **res}
 
 
 # ------------------------------------------------------------------------------------------------- the next sweep

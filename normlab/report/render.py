@@ -17,6 +17,7 @@ from normlab.io import MAX_YAML_BYTES, atomic_path, check_file_slot, check_insid
 from normlab.report import lrsection, plots
 from normlab.report import sequential as seqsection
 from normlab.report.analysis import SweepReport, VariantResult, ci_text, diagnostics, load
+from normlab.report.equal_flops import section as equal_flops_section
 from normlab.markdown import md_code, md_escape, md_fence, md_table
 from normlab.report.scaling_section import section as scaling_section
 from normlab.run.files import CONFIG_FILE
@@ -235,6 +236,9 @@ def build(rep: SweepReport) -> tuple[str, str, dict[str, bytes]]:
     h.append(img("report_ranking.png"))
     if "report_curves.png" in figs:
         h.append("<h2>Validation curves</h2>" + img("report_curves.png"))
+    flops = equal_flops_section(rep)  # variant vs baseline at equal steps and equal training FLOPs (docs/advise.md)
+    if flops:
+        h.append(flops[0])
     if scaling:
         h.append(scaling.html)
     if sections or diag_table:
@@ -291,6 +295,8 @@ def build(rep: SweepReport) -> tuple[str, str, dict[str, bytes]]:
     md += mdimg("report_ranking.png")
     if "report_curves.png" in figs:
         md += ["## Validation curves", ""] + mdimg("report_curves.png")
+    if flops:
+        md += flops[1]
     if scaling:
         md += scaling.md
     if sections or diag_table:
