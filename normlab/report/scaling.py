@@ -296,8 +296,9 @@ def _compare(an: ScalingAnalysis) -> None:
         o["p_adj"] = q
         o["decisive"] = q is not None and q < sf.SIGNIFICANCE
     for a, b, ca, cb, observed in pairs:
-        entry: dict[str, Any] = {"a": a, "b": b, "correction": an.correction, "family_size": sum(
-            o["welch_p"] is not None for o in family), "observed": observed}
+        # every member counts, an untestable one as p = 1 (normlab.stats.multiplicity): the family never shrinks
+        entry: dict[str, Any] = {"a": a, "b": b, "correction": an.correction, "family_size": len(family),
+                                 "observed": observed}
         if ca in fitted and cb in fitted:
             lo = max(min(p.params for p in c.points if p.losses) for c in (ca, cb))
             hi = an.n_max
