@@ -38,3 +38,14 @@ def test_a_replication_source_that_cannot_be_read_is_refused_before_the_main_swe
                        cache=cache)
         assert_bad_input(r, source, fragment)
         assert not (out / "results.sqlite").exists() and not list(out.glob("runs/*/summary.json"))
+
+
+def test_printed_decisions_escape_control_characters(capsys):
+    """compare's result lines (a replication's source is the user's string) keep control characters visible."""
+    from normlab.commands.compare import print_decisions
+
+    cmp = {"variant": "a", "baseline": "b", "metric": "val_bpb", "verdict": "replicated",
+           "original": {"decision": "better"}, "replication": {"decision": "better"}}
+    print_decisions({"replication": [{"source": "data\x1b[2J\nrm", "comparisons": [cmp]}]})
+    assert capsys.readouterr().out.splitlines() == [
+        "replication on data\\x1b[2J\\nrm:", "  a vs b (val_bpb): replicated (better / better)"]

@@ -11,6 +11,7 @@ from typing import Any
 from normlab.errors import EXIT_INTERRUPTED
 from normlab.io import dumps
 from normlab.presets import sweep_presets
+from normlab.safety import printable
 
 
 def print_ranking(rep: Any, title: str | None = None) -> None:
@@ -25,7 +26,7 @@ def print_ranking(rep: Any, title: str | None = None) -> None:
     for i, col in enumerate(table.columns):
         col.justify = "left" if i == 1 else "right"
     for v, cells in zip(rep.variants, rows):
-        table.add_row(*cells, style="bold green" if v.rank == 1 else ("red" if v.ci is None else None))
+        table.add_row(*map(printable, cells), style="bold green" if v.rank == 1 else ("red" if v.ci is None else None))
     Console(width=max(120, Console().width), markup=False).print(table)
 
 
@@ -50,7 +51,7 @@ def print_lr(rep: Any) -> None:
         for col in t.columns:
             col.justify = "left" if col.header in lrsection.LEFT else "right"
         for r in rows:
-            t.add_row(*r)
+            t.add_row(*map(printable, r))  # variant names come from the sweep file: control characters escaped
         console.print(t)
 
 
@@ -151,12 +152,12 @@ def print_decisions(rep: dict[str, Any]) -> None:
         print(f"seeds until decided: {len(block['looks'])} look(s), {block['seeds_spent']} seeds, stopped: "
               f"{block['stopped']}")
         for c in block["decisions"]:
-            print(f"  {c['variant']} vs {c['baseline']} ({c['metric']}): {c['decision']}")
+            print(printable(f"  {c['variant']} vs {c['baseline']} ({c['metric']}): {c['decision']}"))
     for r in rep.get("replication") or []:
-        print(f"replication on {r['source']}:")
+        print(printable(f"replication on {r['source']}:"))
         for c in r["comparisons"]:
-            print(f"  {c['variant']} vs {c['baseline']} ({c['metric']}): {c['verdict']} "
-                  f"({c['original']['decision']} / {c['replication']['decision']})")
+            print(printable(f"  {c['variant']} vs {c['baseline']} ({c['metric']}): {c['verdict']} "
+                            f"({c['original']['decision']} / {c['replication']['decision']})"))
 
 
 def run_compare(args: argparse.Namespace) -> int:
@@ -185,7 +186,8 @@ def run_compare(args: argparse.Namespace) -> int:
             outcome.status = routcome.status
             outcome.runs = outcome.runs + routcome.runs
     except KeyboardInterrupt:  # Ctrl-C before any worker started (data preparation, store setup)
-        print(f"interrupted before training started; re-run the same command to start {out}", file=sys.stderr)
+        print(printable(f"interrupted before training started; re-run the same command to start {out}"),
+              file=sys.stderr)
         return EXIT_INTERRUPTED
     counts = outcome.counts()
     base = {"sweep_dir": str(out), "sweep": sweep.name, "sweep_hash": sweep.hash, "status": outcome.status,
@@ -197,7 +199,7 @@ def run_compare(args: argparse.Namespace) -> int:
     if replicas:
         base["replications"] = rep_out
     if outcome.status == "interrupted":
-        msg = f"interrupted; finished runs are stored in {out}. Re-run the same command to resume."
+        msg = printable(f"interrupted; finished runs are stored in {out}. Re-run the same command to resume.")
         print(dumps(base) if args.json else msg, file=sys.stdout if args.json else sys.stderr)
         return EXIT_INTERRUPTED
     rep = write_report(out)
@@ -207,16 +209,17 @@ def run_compare(args: argparse.Namespace) -> int:
                      "summary": rep["summary"], "lr": rep["lr"], "sequential": rep["sequential"],
                      "replication": rep["replication"]}, default=float))
     else:
-        print(f"\nreport: {rep['html']}\n        {rep['md']}")
+        print(f"\nreport: {printable(rep['html'])}\n        {printable(rep['md'])}")
         print_lr(rep["report"])
         if not (rep["report"].grid and rep["report"].grid.is_grid):
             print_ranking(rep["report"])
         for line in rep["summary"]:
-            print(f"- {line}")
+            print(printable(f"- {line}"))
         print_decisions(rep)
     if failed:
         ids = ", ".join(r["run_id"] for r in failed)
-        print(f"{len(failed)} run(s) did not finish ({ids}); see {out / 'logs'}; re-run to retry them", file=sys.stderr)
+        print(printable(f"{len(failed)} run(s) did not finish ({ids}); see {out / 'logs'}; re-run to retry them"),
+              file=sys.stderr)
         return 1
     return 0
 
