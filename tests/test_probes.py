@@ -79,14 +79,31 @@ def test_oracles_score_perfectly():
     assert rec["accuracy"] == 1.0 and rec["loss"] < 1e-6
 
 
+def test_a_symbol_set_restricts_the_tokens_and_sets_chance():
+    sym = torch.tensor([3, 7, 11, 20, 21, 30, 44, 49])
+    ind = induction(uniform, vocab=V, length=10, sequences=6, symbols=sym)
+    assert ind["chance_first_copy_loss"] == pytest.approx(math.log(8)) and ind["symbols"] == 8
+    assert ind["first_copy_loss"] == pytest.approx(math.log(V))  # uniform over all V ids: above the ln 8 chance
+    assert induction(copier(10), vocab=V, length=10, sequences=6, symbols=sym)["second_copy_loss"] < 1e-6
+    seen = []
+    rec = recall(lambda idx: seen.append(idx) or lookup(idx), vocab=V, pairs=3, sequences=40, symbols=sym)
+    assert rec["accuracy"] == 1.0 and rec["chance_accuracy"] == 1 / 4 and rec["num_values"] == 4
+    assert set(torch.cat(seen).unique().tolist()) <= set(sym.tolist())
+
+
 def test_probe_command_on_a_run(run, cache):
     res = json.loads(normlab("probe", str(run), "--sequences", "8", "--json", cache=cache, check=True).stdout)
+    ind, rec = res["induction"], res["recall"]
+    assert ind["symbols"] == 8  # the tiny preset's Markov source: an alphabet of 8 byte values
+    assert ind["chance_first_copy_loss"] == pytest.approx(math.log(8)) and rec["chance_accuracy"] == 1 / 4
+    res = json.loads(normlab("probe", str(run), "--sequences", "8", "--symbols", "all", "--json", cache=cache,
+                             check=True).stdout)
     ind, rec = res["induction"], res["recall"]
     assert ind["chance_first_copy_loss"] == pytest.approx(math.log(res["vocab"]))
     assert ind["length"] == res["context"] // 2 and 2 * rec["pairs"] + 1 <= res["context"]
     assert 0.0 <= rec["accuracy"] <= 1.0 and rec["chance_accuracy"] == 1 / (res["vocab"] - res["vocab"] // 2)
     text = normlab("probe", str(run), "--sequences", "4", cache=cache, check=True).stdout
-    assert "chance ln V" in text and "chance 1/" in text
+    assert "chance ln 8" in text and "chance 1/4" in text
 
 
 @pytest.mark.parametrize("args, fragment", [(["--length", "100000"], "--length"), (["--pairs", "0"], "--pairs"),

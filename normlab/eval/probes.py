@@ -13,6 +13,11 @@
   (chance ``1 / num_values``; ties go to the lowest value id) and the cross-entropy of the correct value over the
   whole vocabulary (chance ``ln V`` for uniform logits).
 
+``symbols`` (default: every id of the vocabulary) restricts the random tokens to a set of ``K`` token ids, e.g. the
+ids that occur in the run's training split (``normlab probe --symbols data``): a model never trained on an id
+cannot be asked to copy it. Chance is then ``ln K`` for the first copy and ``1 / (K - K // 2)`` for recall (keys
+from the first half of the symbols, values from the second).
+
 A model here is any callable ``idx [B, T] (int64) -> logits [B, T, V]`` (``GPT.forward`` without targets).
 """
 
@@ -56,30 +61,37 @@ def _logits(model: Model, idx: torch.Tensor, batch_size: int, device: torch.devi
     return torch.cat(out)
 
 
+def _symbols(vocab: int, symbols: torch.Tensor | None) -> torch.Tensor:
+    return torch.arange(vocab) if symbols is None else torch.as_tensor(symbols, dtype=torch.long)
+
+
 def induction(model: Model, *, vocab: int, length: int, sequences: int = 64, seed: int = 0, batch_size: int = 16,
-              device: torch.device | str = "cpu") -> dict[str, Any]:
+              device: torch.device | str = "cpu", symbols: torch.Tensor | None = None) -> dict[str, Any]:
     """The induction probe (module docstring). ``length >= 2``; the model sees ``2 * length`` tokens."""
     if length < 2:
         raise ValueError(f"length must be >= 2, got {length}")
-    idx = induction_data(vocab, length, sequences, seed)
+    sym = _symbols(vocab, symbols)
+    idx = sym[induction_data(len(sym), length, sequences, seed)]
     logits = _logits(model, idx, batch_size, device)[:, :-1]  # position t predicts token t + 1
     nll = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), idx[:, 1:].reshape(-1),
                           reduction="none").view(sequences, -1)
     first = nll[:, : length - 1].mean().item()  # tokens 1 .. L-1 of the first copy
     second = nll[:, length:].mean().item()  # tokens L+1 .. 2L-1: the second copy without its first token
-    return {"length": length, "sequences": sequences, "seed": seed, "vocab": vocab,
+    return {"length": length, "sequences": sequences, "seed": seed, "vocab": vocab, "symbols": len(sym),
             "first_copy_loss": first, "second_copy_loss": second, "induction_gain": first - second,
-            "chance_first_copy_loss": math.log(vocab), "perfect_second_copy_loss": 0.0}
+            "chance_first_copy_loss": math.log(len(sym)), "perfect_second_copy_loss": 0.0}
 
 
 def recall(model: Model, *, vocab: int, pairs: int, sequences: int = 256, seed: int = 0, batch_size: int = 16,
-           device: torch.device | str = "cpu") -> dict[str, Any]:
+           device: torch.device | str = "cpu", symbols: torch.Tensor | None = None) -> dict[str, Any]:
     """The associative-recall probe (module docstring). The model sees ``2 * pairs + 1`` tokens."""
-    idx, answer = recall_data(vocab, pairs, sequences, seed)
-    last = _logits(model, idx, batch_size, device)[:, -1]  # [S, V] at the query
-    lo = vocab // 2
-    guess = last[:, lo:].argmax(-1) + lo
-    loss = F.cross_entropy(last, answer).item()
-    return {"pairs": pairs, "sequences": sequences, "seed": seed, "vocab": vocab, "num_values": vocab - lo,
-            "accuracy": (guess == answer).float().mean().item(), "chance_accuracy": 1.0 / (vocab - lo),
-            "loss": loss, "chance_loss": math.log(vocab)}
+    sym = _symbols(vocab, symbols)
+    k = len(sym)
+    idx, answer = recall_data(k, pairs, sequences, seed)  # symbol indices
+    last = _logits(model, sym[idx], batch_size, device)[:, -1]  # [S, V] at the query
+    values = sym[k // 2:]
+    guess = last[:, values].argmax(-1) + k // 2
+    loss = F.cross_entropy(last, sym[answer]).item()
+    return {"pairs": pairs, "sequences": sequences, "seed": seed, "vocab": vocab, "symbols": k,
+            "num_values": k - k // 2, "accuracy": (guess == answer).float().mean().item(),
+            "chance_accuracy": 1.0 / (k - k // 2), "loss": loss, "chance_loss": math.log(vocab)}
