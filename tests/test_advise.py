@@ -105,3 +105,14 @@ def test_gpt2_small_answer_states_only_what_the_evidence_decides(tmp_path, cache
 ])
 def test_bad_input_is_one_line(args, fragment, cache, tmp_path):
     assert_bad_input(normlab("advise", "--no-write", *args, cache=cache), fragment)
+
+
+def test_a_run_directory_is_the_target_and_its_own_training_rate_times_the_sweep(run, cache, tmp_path):
+    s = json.loads((run / "summary.json").read_text())
+    res = json.loads(normlab("advise", str(run), "--json", "--write", str(tmp_path / "n.yaml"), cache=cache,
+                             check=True).stdout)
+    est = res["next"]["estimate"]
+    assert est["rate_flops_per_s"] == pytest.approx(s["tokens_per_s"] * s["flops_per_token"])
+    assert "own training" in est["rate_source"]
+    assert res["target"]["flops_per_token"] == s["flops_per_token"] and res["target"]["steps"] == s["steps"]
+    assert load_sweep(tmp_path / "n.yaml").runs[0].config["model"]["width"] == res["target"]["width"]
