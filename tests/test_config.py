@@ -115,6 +115,7 @@ def test_each_section_validates_its_ranges_from_the_one_table():
             checked += 1
     assert checked > 40
 
+
 def test_non_default_names_every_key_set_away_from_its_default():
     """``non_default`` (the training banner's "not default:" line) against the dataclasses' own defaults: nothing
     for the defaults, exactly the keys a user set otherwise (a mapping entry by entry), and neither the machine's

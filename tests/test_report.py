@@ -320,7 +320,6 @@ def _browser_figures(report_html: Path, tmp_path: Path) -> list[dict]:
     return json.loads(html_lib.unescape(m.group(1)))
 
 
-
 def test_report_skips_fifo_artifacts_instead_of_hanging(tmp_path, cache):
     """Every file the report reads from a sweep (sweep.yaml, each run's summary / diagnostics / extrapolation /
     calibration / config.yaml) goes through ``normlab.io``'s regular-file check: FIFOs in their place are skipped
