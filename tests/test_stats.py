@@ -118,8 +118,8 @@ def test_min_permutation_p_is_reached_by_separated_groups(na, nb):
     assert min_permutation_p(na, nb) == (2 if na == nb else 1) / math.comb(na + nb, na)
 
 
-@pytest.mark.parametrize("delta, sd, n, alpha", [(0.279, 0.39, 4, 0.05 / 3), (0.5, 1.0, 10, 0.05), (-1.2, 0.8, 3, 0.025),
-                                                 (0.0, 1.0, 6, 0.05)])
+@pytest.mark.parametrize("delta, sd, n, alpha", [(0.279, 0.39, 4, 0.05 / 3), (0.5, 1.0, 10, 0.05),
+                                                 (-1.2, 0.8, 3, 0.025), (0.0, 1.0, 6, 0.05)])
 def test_paired_t_power_matches_the_noncentral_t_and_a_simulation_of_ttest_rel(delta, sd, n, alpha):
     """Power of the two-sided paired t-test: scipy's noncentral t by hand, and the rejection rate of
     scipy.stats.ttest_rel over simulated samples (an independent reference)."""
