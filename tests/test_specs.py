@@ -149,7 +149,13 @@ def test_docs_claims_md_is_what_render_writes_from_the_stored_results(tmp_path):
     by = {c["name"]: c for c in report["claims"]}
     assert by["peri-variance"]["verdict"] == "not observable at this scale"
     assert by["peri-quant"]["verdict"] == "within margin" and by["peri-quant"]["raw_verdict"] == "inconclusive"
-    assert by["dyt-vs-ln"]["current_definition"] and by["cod-growth"]["current_definition"]
+    assert by["dyt-vs-ln"]["current_definition"]
+    # state claims: judged on the end value only where training changed the state (the at-init value beside);
+    # cod-growth's slope is already there at initialisation
+    assert by["cod-growth"]["verdict"] == "not observable at this scale" and by["cod-growth"]["beside"]
+    mag = by["peri-variance-magnitude"]
+    assert mag["verdict"] == "not held" and mag["beside"] == ["magnitude_init"]
+    assert all(d["magnitude_change"] > 0 for d in mag["details"])
     for name in ("stablemax-collapse", "residual-sink-clipping"):  # all-zero measures: the phenomenon is absent
         assert set(by[name]["values"]) == {0.0}
         assert by[name]["verdict"] == "not observable at this scale" and not by[name]["current_definition"]
@@ -167,7 +173,8 @@ def test_docs_claims_md_is_what_render_writes_from_the_stored_results(tmp_path):
     assert pw["verdict"] == "inconclusive" and not pw["current_definition"]
     # within margin is a TOST now: both stay within margin, their 90% intervals inside ± 0.01
     assert by["hadamard-w4"]["verdict"] == "within margin" and by["peri-quant"]["tost"]["within"]
-    assert sum(not c["current_definition"] for c in report["claims"]) == 3
+    # not under their current definition: cod-growth, peri-variance-magnitude, postln-warmup, the two all-zero ones
+    assert sum(not c["current_definition"] for c in report["claims"]) == 5
 
 
 def test_render_bad_input(tmp_path):

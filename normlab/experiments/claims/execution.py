@@ -437,6 +437,10 @@ def judge(report: dict, correction: str = "holm") -> dict:
     out["claims"] = []
     for c, j in zip(report["claims"], judged):
         c = {**c, **j}
+        spec = specs.get(c["name"])
+        details = [d for d in c.get("details") or [] if isinstance(d, dict)]
+        if spec is not None and spec.beside and details and all(k in d for d in details for k in spec.beside):
+            c["beside"] = list(spec.beside)  # the current definition's at-init values, where stored
         c["current_definition"] = c.get("spec_hash") is not None and current.get(c["name"]) == c.get("spec_hash")
         out["claims"].append(c)
     out["correction"] = correction

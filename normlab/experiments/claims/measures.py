@@ -115,8 +115,15 @@ def _slope(ctx: Context, run: Path) -> float | None:
 
 
 def m_growth(ctx: Context, runs: dict[str, Path]) -> tuple[float | None, dict]:
+    """The slope of ln(var) over depth of deep Pre-LN at the end of training; details: the same slope at the
+    run's own seeded initialisation (``slope_init_pre``) and what training changed (``pre_slope_change``, the
+    claim's observability rule: a state present at initialisation is not evidence about training)."""
     s = _slope(ctx, runs["deep_pre"])
-    return s, {"slope_pre": s}
+    init = ctx.diagnostics(runs["deep_pre"], at_init=True)
+    if s is None or init is None:
+        return s, {"slope_pre": s}
+    s0 = init["variance"]["log_var_slope_blocks"]
+    return s, {"slope_pre": s, "slope_init_pre": s0, "pre_slope_change": s - s0}
 
 
 def m_diff_slope(ctx: Context, runs: dict[str, Path], other: str) -> tuple[float | None, dict]:
@@ -211,9 +218,14 @@ def m_peri_magnitude(ctx: Context, runs: dict[str, Path]) -> tuple[float | None,
     if a is None or b is None:
         return None, {}
     va, vb = a["variance"]["var"][-1], b["variance"]["var"][-1]
-    return math.log10(va / vb), {"var_end_pre": va, "var_end_peri": vb,
-                                 "max_var_pre": max(a["variance"]["var"][1:]),
-                                 "max_var_peri": max(b["variance"]["var"][1:])}
+    det = {"var_end_pre": va, "var_end_peri": vb, "max_var_pre": max(a["variance"]["var"][1:]),
+           "max_var_peri": max(b["variance"]["var"][1:])}
+    ia, ib = ctx.diagnostics(runs["deep_pre"], at_init=True), ctx.diagnostics(runs["deep_peri"], at_init=True)
+    if ia is not None and ib is not None:  # the same ratio at initialisation, and what training changed
+        det["var_init_pre"], det["var_init_peri"] = ia["variance"]["var"][-1], ib["variance"]["var"][-1]
+        det["magnitude_init"] = math.log10(det["var_init_pre"] / det["var_init_peri"])
+        det["magnitude_change"] = math.log10(va / vb) - det["magnitude_init"]
+    return math.log10(va / vb), det
 
 
 def grad_cv(run_dir: Path) -> float | None:

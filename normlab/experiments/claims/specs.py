@@ -134,7 +134,15 @@ CLAIMS: list[Claim] = [
           source="paper section 3 (variance of the Pre-LN output grows with depth; their figure of the "
                  "per-layer variance) and repo lmsdss/LayerNorm-Scaling",
           deviations="12 blocks of width 64 for 500 steps instead of LLaMA-130M..1B trained on C4; the growth is "
-                     "summarised by one log-slope."),
+                     "summarised by one log-slope.",
+          observable="pre_slope_change", beside=("slope_init_pre",),
+          revised=(Revision(R1127, "observability rule: a state claim is judged on its end value only where "
+                            "training changed the state in the claimed direction (pre_slope_change = slope_end - "
+                            "slope_init, 95% CI above 0: the rule peri-variance uses); the at-init slope beside",
+                            "the slope is the same size at the run's own initialisation (0.059 at init against "
+                            "0.064 at the end in seed 0): an end value that initialisation already has is not "
+                            "evidence about training", "held (0.0601 ± 0.0171, Holm p 0.013)",
+                            hash_before="8855f15b2ceb"),)),
     Claim("cod-lns", "LayerNorm Scaling reduces the variance growth of Pre-LN",
           "Sun et al. 2025, The Curse of Depth (arXiv:2502.05795)", "slope(Pre-LN) - slope(Pre-LN + LayerNorm "
           "Scaling), deep models (nats/block)", "> 0", "greater", ("deep_pre", "deep_lns"), "diff_slope",
@@ -199,7 +207,13 @@ CLAIMS: list[Claim] = [
                   "training, Pre-LN over Peri-LN, log10; positive = Peri-LN smaller. Details: the largest variance "
                   "over the blocks of each model.",
           source="as peri-variance",
-          deviations="as peri-variance; the magnitude is read at the end of the budget's run only."),
+          deviations="as peri-variance; the magnitude is read at the end of the budget's run only.",
+          observable="magnitude_change", beside=("magnitude_init",),
+          revised=(Revision(R1127, "observability rule: judged on its end value only where training moved the "
+                            "ratio in the claimed direction (magnitude_change = end - init log10 ratio, 95% CI "
+                            "above 0), the rule every state claim uses; the at-init ratio beside",
+                            "Peri-LN's variance is orders of magnitude above Pre-LN's at initialisation: the end "
+                            "gap is read beside it", "not held (-0.75 at the end)", hash_before="5645d4feda13"),)),
     Claim("mixln-grad", "Mix-LN makes gradient norms more uniform across depth than Pre-LN",
           "Li et al. 2024, Mix-LN (arXiv:2412.13795)", "CV across blocks of per-block grad norm: Pre-LN - Mix-LN "
           "(mean over training)", "> 0", "greater", ("deep_pre", "deep_mix"), "mix",
