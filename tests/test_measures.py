@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
 
 import pytest
 import torch
@@ -28,8 +27,8 @@ def test_changed_claims_tiny_end_to_end(tmp_path):
     for v, d, runs in zip(pv["values"], pv["details"], pv["runs"]):
         g = {}
         for name in ("deep_pre", "deep_peri"):
-            end = json.loads((Path(runs[name]) / "claims_diag.json").read_text())["variance"]["var"][-1]
-            init = json.loads((Path(runs[name]) / "claims_diag_init.json").read_text())["variance"]["var"][-1]
+            end = json.loads((out / runs[name] / "claims_diag.json").read_text())["variance"]["var"][-1]
+            init = json.loads((out / runs[name] / "claims_diag_init.json").read_text())["variance"]["var"][-1]
             g[name] = math.log(end / init)
         assert d["growth_last_block_diff"] == pytest.approx(g["deep_pre"] - g["deep_peri"], abs=1e-12)
         assert v == pytest.approx((d["slope_end_pre"] - d["slope_init_pre"])

@@ -33,7 +33,7 @@ def test_literature_claims_tiny_end_to_end(tmp_path):
     for name, key in (("stablemax-collapse", "collapse_softmax"), ("residual-sink-clipping", "max_rms_share")):
         absent = all(d[key] == 0 for d in rep[name]["details"])  # the observability rule's details key
         assert (rep[name]["verdict"] == NOT_OBSERVABLE) == absent
-    summary = lambda d: json.loads((Path(d) / "summary.json").read_text())  # noqa: E731
+    summary = lambda d: json.loads((out / d / "summary.json").read_text())  # noqa: E731
     for seed, runs in enumerate(rep["transnormer-vs-linear"]["runs"]):
         want = summary(runs["linear"])["val_bpb"] - summary(runs["transnormer"])["val_bpb"]
         assert rep["transnormer-vs-linear"]["values"][seed] == pytest.approx(want, abs=1e-12)
@@ -44,12 +44,12 @@ def test_literature_claims_tiny_end_to_end(tmp_path):
                    if summary(d)["status"] == "completed")
     for seed, runs in enumerate(rep["stablemax-collapse"]["runs"]):
         top = max(runs["grid_pre"], key=float)
-        want = (last(Path(runs["grid_pre"][top]), "diag/softmax_collapse")
-                - last(Path(runs["grid_pre_stablemax"][top]), "diag/softmax_collapse"))
+        want = (last(out / runs["grid_pre"][top], "diag/softmax_collapse")
+                - last(out / runs["grid_pre_stablemax"][top], "diag/softmax_collapse"))
         assert rep["stablemax-collapse"]["values"][seed] == pytest.approx(want, abs=1e-12)
     for seed, det in enumerate(rep["tev-instability"]["details"]):
         runs = rep["tev-instability"]["runs"][seed]["grid_pre"]
         top = max(runs, key=float)
-        assert det["tev_top_lr"] == pytest.approx(last(Path(runs[top]), "diag/tev_mean"))
+        assert det["tev_top_lr"] == pytest.approx(last(out / runs[top], "diag/tev_mean"))
     for det in rep["norm-tweak-w3"]["details"]:
         assert set(det["output_error"]) == {"calibration", "held_out"}
