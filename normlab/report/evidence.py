@@ -30,7 +30,8 @@ docs/)."""
 
 def build_evidence(claims: dict[str, Any], replications: dict[str, Any], *, claims_name: str,
                    replications_name: str) -> dict[str, Any]:
-    """The packaged evidence from a claims results document (``normlab-claims-v1``) and a replications document
+    """The packaged evidence from a claims results document (``normlab-claims-v1``), judged by the current rules
+    (``judge``: Holm over the family, margins, observability, revisions), and a replications document
     (``normlab-replications-v1``); ``*_name``: the file names recorded as the sources."""
     if claims.get("format") != "normlab-claims-v1":
         raise NormlabError(f"{claims_name}: not a normlab claims results file (format {claims.get('format')!r})")
@@ -42,6 +43,9 @@ def build_evidence(claims: dict[str, Any], replications: dict[str, Any], *, clai
     unknown = sorted({r["claim"] for r in reps} - names)
     if unknown:
         raise NormlabError(f"{replications_name}: replications of claims not in {claims_name}: {', '.join(unknown)}")
+    from normlab.experiments.claims.execution import judge
+
+    claims = judge(claims)  # the verdicts of the current rules, as docs/claims.md renders them (one rule, every path)
     return {
         "format": FORMAT,
         "sources": {"claims": claims_name, "replications": replications_name},
