@@ -13,13 +13,20 @@ loss-spike check, clipping, logging; its own ``tokens_per_s``, which leaves eval
 - normlab's GPT (Pre-LN LayerNorm, RoPE, GELU, tied embeddings) at its defaults (``auto``: what
   ``normlab.train.precision`` resolves on this machine), and fp32 / bf16 / compiled separately.
 
+- ``normlab train`` as a command (``--policy-shapes``, default S; ``--policy-only`` measures just these, into their
+  own section of ``--out``): a fresh process per window, so the wait policy and ``auto``'s thread count are the
+  command's own decision at start (normlab.train.threads); idle against nanoGPT's ``train.py`` at 1 thread and at
+  every usable core (the ratio to the better of them), then with a spinner per usable core against the command at
+  ``train.threads=1``. Each row says which threads and policy its runs recorded (``command_loop.py``). The in-process
+  rows all run under the policy this process decided at its start (the section's first line).
+
 Runners alternate window by window (order reversed every round), several rounds; a ratio is the median over
 rounds of the per-round ratio, so load on a shared machine hits both sides alike. MFU = tokens/s x FLOPs/token
 (nanoGPT's ``6 N + 12 L d T``) / this machine's measured GEMM peak of the row's precision (square ``torch.mm``,
 best of several sizes, fp32 and bf16).
 
     python benchmarks/nanogpt_speed.py --nanogpt DIR [--out docs/benchmarks.md] [--quick] [--shapes S,M,L]
-                                       [--threads 2] [--no-compile]
+                                       [--threads 2] [--no-compile] [--policy-shapes S] [--policy-only]
 """
 
 from __future__ import annotations
@@ -54,6 +61,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from command_loop import LOOP_LOG, LOOP_LR, command_loop, loop_config, ran_under, render_policy
 from sections import write_section
 from train_throughput import (
     Shape,
@@ -188,8 +196,6 @@ def normlab_row(shape: Shape, precision: str, compile_: bool, label: str, positi
     return row
 
 
-LOOP_LR = 6e-4  # nanoGPT train.py's learning rate: both loops train stably at it (normlab's 3e-3 diverges at S here)
-LOOP_LOG = 10  # normlab's log interval in the whole-loop rows: tokens/s per 10 steps, the first interval dropped
 
 
 def loop_row(shape: Shape, cache: Path, workdir: Path) -> Row:
@@ -207,13 +213,9 @@ def loop_row(shape: Shape, cache: Path, workdir: Path) -> Row:
     def run(steps: int) -> float:
         counter[0] += 1
         steps = max(steps, 3 * LOOP_LOG)
-        cfg = config_from_dict({"data": {"source": "synthetic:markov?order=2&alphabet=16&length=300000&seed=0",
-                                         "cache_dir": str(cache)},
-                                "model": {"depth": shape.depth, "width": shape.width, "heads": shape.heads,
-                                          "context": shape.context},
-                                "train": {"steps": steps, "batch_size": shape.batch, "log_every": LOOP_LOG,
-                                          "threads": threads, "lr": LOOP_LR,
-                                          "eval_every": 10**6, "eval_batches": 1, "checkpoint_every": 10**6}})
+        spec = loop_config(shape, cache)
+        spec["train"].update(steps=steps, threads=threads)
+        cfg = config_from_dict(spec)
         out = workdir / f"loop{counter[0]}"
         train(cfg, out, quiet=True)
         recs = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
@@ -231,7 +233,8 @@ def loop_row(shape: Shape, cache: Path, workdir: Path) -> Row:
                note=f"lr {LOOP_LR:g}; median tokens/s per {LOOP_LOG} steps")
 
 
-def nanogpt_loop_row(shape: Shape, directory: Path, workdir: Path) -> Row:
+def nanogpt_loop_row(shape: Shape, directory: Path, workdir: Path, threads: int | None = None,
+                     label: str = "nanoGPT train.py (whole loop)") -> Row:
     """karpathy/nanoGPT's own ``train.py``, run as a subprocess in a scratch directory laid out the way it expects
     (``data/<dataset>/train.bin``, ``val.bin``, ``meta.pkl`` with the vocabulary size, which the script reads, and
     its ``configurator.py`` copied from the checkout), at this shape: ``--device=cpu --compile=False
@@ -244,7 +247,7 @@ def nanogpt_loop_row(shape: Shape, directory: Path, workdir: Path) -> Row:
 
     import numpy as np
 
-    root = workdir / "nanogpt_loop"
+    root = workdir / f"nanogpt_loop{threads or ''}"
     data = root / "data" / "normlab_bench"
     data.mkdir(parents=True, exist_ok=True)
     tokens = np.random.default_rng(0).integers(0, shape.vocab, 300_000, dtype=np.uint16)
@@ -253,7 +256,7 @@ def nanogpt_loop_row(shape: Shape, directory: Path, workdir: Path) -> Row:
     with open(data / "meta.pkl", "wb") as f:  # written here, read by nanoGPT's script (its vocabulary size)
         pickle.dump({"vocab_size": shape.vocab}, f)
     shutil.copy(directory / "configurator.py", root / "configurator.py")
-    threads = torch.get_num_threads()
+    threads = threads or torch.get_num_threads()
 
     def run(steps: int) -> float:
         steps = max(steps, 3 * LOOP_LOG)
@@ -271,7 +274,7 @@ def nanogpt_loop_row(shape: Shape, directory: Path, workdir: Path) -> Row:
         dts = [float(m) for m in re.findall(r"time ([0-9.]+)ms", res.stdout)]
         return shape.batch * shape.context / (statistics.median(dts[5:] or dts) / 1e3)
 
-    return Row("nanoGPT train.py (whole loop)", "fp32", nanogpt_row(shape, directory).flops_per_token, loop=run,
+    return Row(label, "fp32", nanogpt_row(shape, directory).flops_per_token, loop=run,
                tokens_per_step=shape.batch * shape.context, threads=threads,
                note=f"lr {LOOP_LR:g}; median per-iteration time")
 
@@ -355,6 +358,48 @@ def thread_rows(shape: Shape, precision: str, competitors: int, rounds: int, win
             "load": budget.load}
 
 
+def policy_rows(shape: Shape, nano: Path | None, cache: Path, rounds: int, steps: int) -> dict:
+    """``normlab train`` as a command (train.threads: auto; a fresh process per window: its own wait policy and
+    thread count, command_loop.py). Idle: against nanoGPT's train.py at each thread count (1 and every usable core),
+    the ratio to the best of them. With a spinner per usable core: against the command at ``train.threads=1``."""
+    usable = read_budget().usable
+    spec = loop_config(shape, cache / "data")
+
+    def cmd_row(label: str, threads: str, tag: str) -> tuple[Row, list]:
+        run, recs = command_loop(spec, cache / "cmd", USER_ENV, threads, LOOP_LOG, f"{shape.name}-{tag}")
+        return Row(label, "fp32", 0.0, loop=run, tokens_per_step=shape.batch * shape.context), recs
+
+    res: dict = {"usable": usable, "load_idle": os.getloadavg()[0], "pressure_idle": read_budget().pressure}
+    auto, auto_recs = cmd_row("normlab train (auto)", "auto", "idle")
+    nanos = [nanogpt_loop_row(shape, nano, cache, threads=n, label=f"nanoGPT train.py, {n} thread(s)")
+             for n in sorted({1, usable})] if nano else []
+    for r in (auto, *nanos):  # every window (and the warm-up) is one run of `steps` steps
+        r.loop = (lambda _n, f=r.loop: f(steps))
+    measure([auto, *nanos], rounds, 1.0, 1, 900.0)
+    res["idle"] = {"rate": statistics.median(auto.windows) if auto.windows else None, "ran": ran_under(auto_recs)}
+    if nanos and auto.windows and all(r.windows for r in nanos):
+        best = max(nanos, key=lambda r: statistics.median(r.windows))
+        res["idle"].update(nano={r.threads: statistics.median(r.windows) for r in nanos}, best=best.threads,
+                           vs_best=paired(auto, best))
+    procs = _busy(usable)
+    try:
+        time.sleep(2.0)
+        res["load_busy"], res["pressure_busy"] = os.getloadavg()[0], read_budget().pressure
+        busy, busy_recs = cmd_row("normlab train (auto), busy", "auto", "busy")
+        one, one_recs = cmd_row("normlab train (1 thread), busy", "1", "busy1")
+        for r in (busy, one):
+            r.loop = (lambda _n, f=r.loop: f(steps))
+        measure([busy, one], rounds, 1.0, 1, 900.0)
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+    res["busy"] = {"rate": statistics.median(busy.windows) if busy.windows else None, "ran": ran_under(busy_recs),
+                   "one": statistics.median(one.windows) if one.windows else None, "ran_one": ran_under(one_recs),
+                   "vs_one": paired(busy, one) if busy.windows and one.windows else None}
+    return res
+
+
 def payback(eager: Row, compiled: Row) -> dict:
     """Compile time and the steps after which it pays back: ``compile_s / (eager step - compiled step)``."""
     ratio = paired(compiled, eager)  # compiled tokens/s over eager tokens/s, per round
@@ -436,6 +481,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile rows")
     ap.add_argument("--compile-shapes", default="S,M", help="shapes that get a torch.compile row (default S,M)")
+    ap.add_argument("--policy-shapes", default="S",
+                    help="shapes whose `normlab train` command rows (idle against nanoGPT's train.py at its best "
+                         "thread count, and with a spinner per core) are measured ('' skips)")
+    ap.add_argument("--policy-steps", type=int, default=80, help="steps of each command-row run (default 80)")
+    ap.add_argument("--policy-only", action="store_true",
+                    help="measure only the command rows of --policy-shapes (their own section of --out)")
     ap.add_argument("--thread-shapes", default="demo,S,M",
                     help="shapes whose 1-thread / all-core / auto rates are measured idle and with a busy process "
                          "per core ('' skips)")
@@ -448,6 +499,7 @@ def main(argv: list[str] | None = None) -> int:
     sizes = [512, 1024] if args.quick else [1024, 1536, 2048]
     has_bf16, why = P.fast_bf16("cpu")
     flags = sorted(f for f in P.cpu_flags() if f.startswith(("avx", "amx", "fma", "sse4")))
+    main_flags = not args.policy_only  # the table's flags mean nothing to a --policy-only run
     info = {"rounds": rounds, "window_s": window_s, "budget_s": budget_s, "has_bf16": has_bf16,
             "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "cpu": cpu_model(),
             "threads": torch.get_num_threads(), "torch": torch.__version__, "wait": WAIT_POLICY,
@@ -457,20 +509,25 @@ def main(argv: list[str] | None = None) -> int:
             "nanogpt": ("model.py from a karpathy/nanoGPT checkout (`--nanogpt DIR`)" if nano
                         else "not given (`--nanogpt DIR`): rows skipped"),  # no machine path in committed results
             "command": " ".join(" ".join(["python benchmarks/nanogpt_speed.py", "--nanogpt DIR" if nano else "",
-                                 "--quick" if args.quick else "", f"--shapes {args.shapes}",
-                                 f"--threads {args.threads}", "--no-compile" if args.no_compile else "",
+                                 "--quick" if args.quick else "", f"--shapes {args.shapes}" if main_flags else "",
+                                 f"--threads {args.threads}" if main_flags else "",
+                                 "--no-compile" if args.no_compile and main_flags else "",
                                  f"--compile-shapes {args.compile_shapes}" if args.compile_shapes != "S,M" else "",
-                                 f"--thread-shapes '{args.thread_shapes}'" if args.thread_shapes != "demo,S,M" else ""
-                                 ]).split())}
-    info["peak_fp32"] = gemm_peak(torch.float32, sizes, 5)
-    info["peak_bf16"] = gemm_peak(torch.bfloat16, sizes[:1] if not has_bf16 else sizes, 2 if not has_bf16 else 5)
-    print(f"{info['cpu']}: GEMM fp32 {info['peak_fp32']:.0f}, bf16 {info['peak_bf16']:.1f} GFLOP/s; {why}", flush=True)
+                                 f"--thread-shapes '{args.thread_shapes}'" if args.thread_shapes != "demo,S,M" else "",
+                                 f"--policy-shapes '{args.policy_shapes}'" if args.policy_shapes != "S" else "",
+                                 f"--policy-steps {args.policy_steps}" if args.policy_steps != 80 else "",
+                                 "--policy-only" if args.policy_only else ""]).split())}
+    if not args.policy_only:
+        info["peak_fp32"] = gemm_peak(torch.float32, sizes, 5)
+        info["peak_bf16"] = gemm_peak(torch.bfloat16, sizes[:1] if not has_bf16 else sizes, 2 if not has_bf16 else 5)
+        print(f"{info['cpu']}: GEMM fp32 {info['peak_fp32']:.0f}, bf16 {info['peak_bf16']:.1f} GFLOP/s; {why}")
     cache = Path(tempfile.mkdtemp(prefix="nanogpt_speed_"))
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache / "inductor"))
     compile_shapes = {x.strip().upper() for x in args.compile_shapes.split(",") if x.strip()}
     thread_shapes = {x.strip().upper() for x in args.thread_shapes.split(",") if x.strip()}
+    policy_shapes = {x.strip().upper() for x in args.policy_shapes.split(",") if x.strip()}
     out = []
-    for name in args.shapes.split(","):
+    for name in ([] if args.policy_only else args.shapes.split(",")):
         shape, target = SHAPES[name.strip().upper()]
         key = shape.name.upper()
         auto = P.resolve_precision(_as_run(shape), "cpu")[0]
@@ -519,8 +576,15 @@ def main(argv: list[str] | None = None) -> int:
         out.append((shape, target, rows + rows_slow, extra))
         info["load_after"] = os.getloadavg()[0]
         write_section(args.out, "nanogpt_speed", render(info, out))  # after every shape: a long run keeps its part
-    info["load_after"] = os.getloadavg()[0]
-    write_section(args.out, "nanogpt_speed", render(info, out))
+    if out:
+        info["load_after"] = os.getloadavg()[0]
+        write_section(args.out, "nanogpt_speed", render(info, out))
+    done = []
+    for name in sorted(policy_shapes):  # their own section: a --policy-only run leaves the table above as it was
+        shape = SHAPES[name][0]
+        done.append((shape, policy_rows(shape, nano, cache, 3 if args.quick else 5, args.policy_steps)))
+        print(f"  command rows, {shape.name}: {done[-1][1]}", flush=True)
+        write_section(args.out, "nanogpt_policy", render_policy(info, done))
     print(f"wrote {args.out}")
     return 0
 
