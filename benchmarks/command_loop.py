@@ -45,8 +45,9 @@ def command_env(user_env: dict[str, str]) -> dict[str, str]:
 def policy_of(reason: str) -> str:
     """A short name of the plan in a run's ``threads_reason``: ``spin (idle)``, ``passive (contended)``, or the
     user's variable."""
-    note = reason.split("; ", 1)[1] if "; " in reason else reason
-    setting = note.split(" ", 1)[0]
+    at = [i for i in (reason.find("OMP_WAIT_POLICY="), reason.find("GOMP_SPINCOUNT=")) if i >= 0]
+    note = reason[min(at):] if at else reason  # the plan's account: the last part of threads_reason
+    setting = note.split(" ", 1)[0].rstrip(",")
     state = "idle" if "idle" in note else "contended" if "contended" in note else "?"
     if "from the environment" in note:
         return f"{setting} (the user's)"
