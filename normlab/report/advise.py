@@ -116,14 +116,18 @@ def status(claim: dict[str, Any], alpha: float = ALPHA) -> str:
 
 
 def corpora(claim: dict[str, Any], reps: list[dict[str, Any]], suite: dict[str, Any]) -> dict[str, list[str]]:
-    """``decided_on``: the suite's corpus when it decided the claim; ``replicated_on`` / ``not_replicated_on``: the
-    replications (their own seed blocks) that decided on the claim's side / did not."""
+    """``decided_on``: the suite's corpus when it decided the claim; ``replicated_on`` / ``contradicted_on`` /
+    ``undecided_on``: the replications (their own seed blocks) that decided on the claim's side / decided against
+    it / decided nothing (an undecided replication, often underpowered, is no evidence either way)."""
     seeds = suite.get("seeds")
     on = [f"{suite.get('corpus')} (claims suite, {seeds} seeds)"] if status(claim) == "decided" else []
-    yes, no = [], []
+    out: dict[str, list[str]] = {"replicated_on": [], "contradicted_on": [], "undecided_on": []}
     for r in reps:
-        (yes if r.get("claim_side") else no).append(f"{r['corpus']} (seeds {r['seeds'][0]}-{r['seeds'][-1]})")
-    return {"decided_on": on, "replicated_on": yes, "not_replicated_on": no}
+        side = r.get("claim_side")
+        key = "replicated_on" if side else "contradicted_on" if side is False else "undecided_on"
+        power = f", power {r['power']:.2f}" if isinstance(r.get("power"), (int, float)) else ""
+        out[key].append(f"{r['corpus']} (seeds {r['seeds'][0]}-{r['seeds'][-1]}{power})")
+    return {"decided_on": on, **out}
 
 
 def _claim_entry(c: dict[str, Any], target: dict[str, Any], ev: dict[str, Any]) -> dict[str, Any]:
@@ -142,8 +146,8 @@ def _claim_entry(c: dict[str, Any], target: dict[str, Any], ev: dict[str, Any]) 
         entry["applies"] = where
     else:
         entry["applies"] = "no decision at any measured scale"
-    entry["contested"] = bool(entry["replicated_on"] and entry["not_replicated_on"]) or \
-        bool(st != "decided" and entry["replicated_on"])
+    entry["contested"] = bool(entry["replicated_on"] and entry["contradicted_on"]) or \
+        bool(st != "decided" and entry["replicated_on"]) or bool(st == "decided" and entry["contradicted_on"])
     return entry
 
 
