@@ -121,7 +121,7 @@ def render_policy(info: dict[str, Any], done: list[tuple[Any, dict[str, Any]]]) 
               f"normlab train (auto) | {rate(busy['rate'])} | {ratio} its 1-thread rate | {busy['ran']} |",
               f"| a spinner per core | normlab train (train.threads=1) | {rate(busy['one'])} | 1.00x | "
               f"{busy['ran_one']} |", ""]
-        if p["load_idle"] > 1.0 or (p["pressure_idle"] or 0) > 10:
+        if "(idle)" not in idle["ran"]:  # the runs' own decision at start, not the load average the script saw
             L += ["**The 'idle' rows ran on a machine shared with other jobs** (load and pressure above): the command "
                   "saw contention and chose accordingly; these rows do not show the idle-machine case.", ""]
     L.append("<!-- nanogpt_policy:end -->")

@@ -218,7 +218,8 @@ def next_question(entries: list[dict[str, Any]]) -> dict[str, Any] | None:
     if not cands:
         return None
     e = cands[0]
-    why = {0: "its replications disagree", 1: "decided only at a scale more than 10x from yours",
+    why = {0: "its evidence disagrees (the suite with its replications, or the replications)",
+           1: "decided only at a scale more than 10x from yours",
            2: "undecided at every measured scale", 3: "decided within 10x of your scale"}[tier(e)[0]]
     return {"claim": e["name"], "why": why, "rule": "contested > decided far away > undecided; ties by the suite's "
             "|effect| / interval half-width"}
