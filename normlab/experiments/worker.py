@@ -13,14 +13,16 @@ Exit status: 0 completed, 3 diverged, 130 interrupted, 2 bad input (recorded as 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
+import os
 import resource
 import shutil
 import signal
 import sys
 import traceback
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from normlab.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, NormlabError
 from normlab.experiments.store import Store
@@ -193,22 +195,30 @@ def serve_one(sweep_dir: Path, run_id: str, threads: int | None, sigint: Any = s
     """``one_run`` with this process's output (file descriptors 1 and 2) in ``logs/<run id>.log`` and its peak
     memory measured from the start of the run. ``sigint``: the SIGINT handler outside the trainer's own (default:
     Python's, which the previous run left ignored; the in-process runner passes one that records the signal)."""
-    import os
 
     signal.signal(signal.SIGINT, sigint)
     _reset_peak_mem()
     _reset_compiler()
+    with output_to(sweep_dir / "logs" / f"{run_id}.log"):
+        try:
+            return one_run(sweep_dir, run_id, threads)
+        except KeyboardInterrupt:  # between run_one's store writes
+            return EXIT_INTERRUPTED
+
+
+@contextlib.contextmanager
+def output_to(path: Path) -> Iterator[None]:
+    """Point this process's stdout and stderr (file descriptors 1 and 2, so library and child output too) at
+    ``path``, appended, for the block; the original descriptors are restored afterwards."""
     sys.stdout.flush()
     sys.stderr.flush()
     saved = (os.dup(1), os.dup(2))
-    log = os.open(sweep_dir / "logs" / f"{run_id}.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    log = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     os.dup2(log, 1)
     os.dup2(log, 2)
     os.close(log)
     try:
-        return one_run(sweep_dir, run_id, threads)
-    except KeyboardInterrupt:  # between run_one's store writes
-        return EXIT_INTERRUPTED
+        yield
     finally:
         sys.stdout.flush()
         sys.stderr.flush()
@@ -288,7 +298,6 @@ def serve_group(sweep_dir: Path, run_ids: list[str], threads: int | None) -> dic
     """Train (or resume) ``run_ids`` as one stacked group in this process (normlab.train.stacked) and record each,
     as ``run_one`` does for one run; returns ``{run id: exit status}``. The group's output goes to
     ``logs/<first run id>.log``; the other members' logs name it."""
-    import os
 
     from normlab.config import config_from_dict
     from normlab.run.rundir import open_config
@@ -317,41 +326,28 @@ def serve_group(sweep_dir: Path, run_ids: list[str], threads: int | None) -> dic
                     shutil.rmtree(d)
                 cfgs.append(open_config(d) if (d / CONFIG_FILE).is_file() else config_from_dict(rows[r]["config"]))
                 dirs.append(d)
-            sys.stdout.flush()
-            sys.stderr.flush()
-            saved = (os.dup(1), os.dup(2))
-            log = os.open(sweep_dir / "logs" / f"{todo[0]}.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-            os.dup2(log, 1)
-            os.dup2(log, 2)
-            os.close(log)
-            try:
-                out = train_stacked(cfgs, dirs, resume=True, tb_dirs=[sweep_dir / "tb" / r for r in todo],
-                                    threads=threads)
-                summaries.update(zip(todo, out))
-            except KeyboardInterrupt:
-                _shield()
-                for r in todo:
-                    store.update(r, status="interrupted", error="interrupted before a checkpoint could be taken")
-                return {r: EXIT_INTERRUPTED for r in run_ids}
-            except NormlabError as e:
-                _shield()
-                print(f"error: {printable(e)}", file=sys.stderr)
-                for r in todo:
-                    store.update(r, status="failed", error=str(e))
-                codes = {r: EXIT_BAD_INPUT for r in todo}
-            except Exception as e:  # noqa: BLE001 - recorded, the sweep goes on
-                _shield()
-                traceback.print_exc()
-                for r in todo:
-                    store.update(r, status="failed", error=f"{e.__class__.__name__}: {e}"[:500])
-                codes = {r: EXIT_FAILED for r in todo}
-            finally:
-                sys.stdout.flush()
-                sys.stderr.flush()
-                os.dup2(saved[0], 1)
-                os.dup2(saved[1], 2)
-                os.close(saved[0])
-                os.close(saved[1])
+            with output_to(sweep_dir / "logs" / f"{todo[0]}.log"):
+                try:
+                    out = train_stacked(cfgs, dirs, resume=True, tb_dirs=[sweep_dir / "tb" / r for r in todo],
+                                        threads=threads)
+                    summaries.update(zip(todo, out))
+                except KeyboardInterrupt:
+                    _shield()
+                    for r in todo:
+                        store.update(r, status="interrupted", error="interrupted before a checkpoint could be taken")
+                    return {r: EXIT_INTERRUPTED for r in run_ids}
+                except NormlabError as e:
+                    _shield()
+                    print(f"error: {printable(e)}", file=sys.stderr)
+                    for r in todo:
+                        store.update(r, status="failed", error=str(e))
+                    codes = {r: EXIT_BAD_INPUT for r in todo}
+                except Exception as e:  # noqa: BLE001 - recorded, the sweep goes on
+                    _shield()
+                    traceback.print_exc()
+                    for r in todo:
+                        store.update(r, status="failed", error=f"{e.__class__.__name__}: {e}"[:500])
+                    codes = {r: EXIT_FAILED for r in todo}
         _shield()
         peak = _peak_mem_mb()
         for r in run_ids:
@@ -383,8 +379,6 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_BAD_INPUT
     _die_with_parent()
     if args.serve:
-        import os
-
         with os.fdopen(args.results_fd, "w") as results:
             try:
                 return serve(Path(args.sweep_dir), args.threads, sys.stdin, results)
