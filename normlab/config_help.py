@@ -91,7 +91,8 @@ KEY_HELP: dict[str, str] = {
     "train.loss_ceiling": "a loss above this stops the run as diverged (null: 3 ln(vocab))",
     "train.z_loss": "z-loss coefficient c: loss += c * mean log^2 Z (PaLM; 0: off)",
     "train.logitnorm_tau": "LogitNorm temperature: CE on logits normalised to norm 1/tau (null: off)",
-    "train.threads": "torch CPU threads (null: auto)",
+    "train.threads": "torch CPU threads: auto (from the machine's load at start), a count (clamped to the usable "
+                     "cores) or null (torch's default)",
     "train.precision": "matmul precision: auto, fp32 or bf16 autocast (statistics stay fp32)",
     "train.compile": "torch.compile the model: auto, true or false",
     "train.deterministic": "CUDA: deterministic kernels, so a resumed run is bit-identical (CPU: always); auto: "
