@@ -38,3 +38,26 @@ def test_export_record_paths_work_from_another_directory(tmp_path, cache):
     out = subprocess.run([sys.executable, "-c", code, args["pretrained"]], cwd=elsewhere, env=env, check=True,
                          capture_output=True, text=True).stdout.strip()
     assert out == rec["hf_class"] and transformers.__version__
+
+
+def test_stage_lines_only_on_a_terminal(monkeypatch, capsys):
+    """export / quantize name their stages on stderr for a person at a terminal; piped, stderr stays free for the
+    one-line error a refused input gets."""
+    import io
+
+    from normlab.commands.export import stage_printer
+
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    for tty, want in ((False, 0), (True, 2)):
+        err = Tty() if tty else io.StringIO()
+        monkeypatch.setattr("sys.stderr", err)
+        say = stage_printer("export", 5)
+        say("loading the run")
+        say("writing")
+        lines = err.getvalue().splitlines()
+        assert len(lines) == want
+        if want:
+            assert lines[0].startswith("export [1/5] loading the run (") and lines[1].startswith("export [2/5] writing")

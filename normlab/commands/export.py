@@ -27,13 +27,17 @@ def print_result(r: dict, as_json: bool, title: str) -> None:
 
 
 def stage_printer(what: str, total: int):
-    """A ``progress`` callback for a command's stages: ``what [i/total] stage (elapsed)`` on stderr, one line each."""
+    """A ``progress`` callback for a command's stages: ``what [i/total] stage (elapsed)`` on stderr, one line each,
+    when stderr is a terminal (a person watching); otherwise nothing, so that a refused input stays the one line
+    on stderr that scripts and logs read."""
     t0, n = time.monotonic(), 0
+    tty = sys.stderr.isatty()
 
     def say(stage: str) -> None:
         nonlocal n
         n += 1
-        print(f"{what} [{n}/{total}] {stage} ({time.monotonic() - t0:.1f}s)", file=sys.stderr, flush=True)
+        if tty:
+            print(f"{what} [{n}/{total}] {stage} ({time.monotonic() - t0:.1f}s)", file=sys.stderr, flush=True)
     return say
 
 
