@@ -9,10 +9,10 @@ import sys
 
 import pytest
 
-from tests.helpers import cli_env
+from tests.helpers import cli_env, run_inproc
 
 
-def test_export_record_paths_work_from_another_directory(tmp_path, cache):
+def test_export_record_paths_work_from_another_directory(tmp_path, cache, monkeypatch):
     transformers = pytest.importorskip("transformers")
     env = cli_env(cache)
     work = tmp_path / "work"
@@ -22,10 +22,15 @@ def test_export_record_paths_work_from_another_directory(tmp_path, cache):
                    check=True, capture_output=True)
     p = subprocess.run([sys.executable, "-m", "normlab", "export", "run", "--to", "hf", "--out", "hf"], cwd=work,
                        env=env, check=True, capture_output=True, text=True)
-    from normlab.interop.export import EXPORT_STAGES  # progress as it goes: each stage on stderr, in order
+    from normlab.interop.export import EXPORT_STAGES
 
-    stages = [ln for ln in p.stderr.splitlines() if ln.startswith("export [")]
-    assert [ln.split("] ", 1)[1].rsplit(" (", 1)[0] for ln in stages] == list(EXPORT_STAGES), p.stderr
+    assert not [ln for ln in p.stderr.splitlines() if ln.startswith("export [")]  # piped: no stage lines
+    # on a terminal, progress as it goes: each stage on stderr, in order
+    monkeypatch.setattr("normlab.commands.export.stages_visible", lambda: True)
+    q = run_inproc("export", str(work / "run"), "--to", "hf", "--out", str(tmp_path / "hf2"), cache=cache,
+                   check=True)
+    stages = [ln for ln in q.stderr.splitlines() if ln.startswith("export [")]
+    assert [ln.split("] ", 1)[1].rsplit(" (", 1)[0] for ln in stages] == list(EXPORT_STAGES), q.stderr
     assert all(ln.startswith(f"export [{i}/{len(EXPORT_STAGES)}]") for i, ln in enumerate(stages, 1))
     rec = json.loads((work / "hf" / "normlab_export.json").read_text())
     assert rec["source"] == str((work / "run").resolve())

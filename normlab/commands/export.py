@@ -26,12 +26,17 @@ def print_result(r: dict, as_json: bool, title: str) -> None:
     Console().print(table)
 
 
+def stages_visible() -> bool:
+    """Whether stage lines are shown: stderr is a terminal."""
+    return sys.stderr.isatty()
+
+
 def stage_printer(what: str, total: int):
     """A ``progress`` callback for a command's stages: ``what [i/total] stage (elapsed)`` on stderr, one line each,
     when stderr is a terminal (a person watching); otherwise nothing, so that a refused input stays the one line
     on stderr that scripts and logs read."""
     t0, n = time.monotonic(), 0
-    tty = sys.stderr.isatty()
+    tty = stages_visible()
 
     def say(stage: str) -> None:
         nonlocal n
