@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import importlib  # loaded by the interpreter before this runs: nothing from the current directory (__main__.py)
 
-__version__ = "0.1.0"
+from normlab.version import __version__  # noqa: E402 - the one place it is written
 
 _API = ("make_config", "build_model", "train_run", "load_run", "evaluate", "generate", "compare", "Run")
 __all__ = [*_API, "NormlabError", "__version__"]

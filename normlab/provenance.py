@@ -9,7 +9,7 @@ import functools
 import subprocess
 from pathlib import Path
 
-from normlab import __version__
+from normlab.version import __version__
 
 
 @functools.lru_cache(maxsize=1)

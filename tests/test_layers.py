@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1] / "normlab"
 # Each package's floor, lowest first (docs/architecture.md draws the same order). A package imports only from its
 # own package and from lower floors; packages on one floor do not import each other. "" is ``normlab/__init__.py``.
 FLOORS: list[tuple[str, ...]] = [
-    ("errors",),
+    ("errors", "version"),
     ("", "io", "safety", "names", "validate", "aliases", "stats", "resources", "markdown", "presets", "interrupt"),
     ("provenance", "plotting", "data", "norms"),
     ("attention",),
@@ -147,6 +147,28 @@ def test_no_import_cycle(top_level_only):
                           if (d := _owner(m)) and d != _module(p)} for p in FILES}
     cycle = _cycle(graph)
     assert cycle is None, " -> ".join(cycle)
+
+
+def test_nothing_imports_the_package_root():
+    """The version lives in ``normlab/version.py`` (lowest floor): no module reads a name from ``normlab/__init__.py``
+    (the public API's lazy re-exports), only the example that shows the public API does."""
+    offenders = []
+    for path in sorted(ROOT.rglob("*.py")):
+        if _module(path) in ("normlab", "normlab.examples.api"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module == "normlab":
+                names = [a.name for a in node.names if not _is_submodule(f"normlab.{a.name}")]
+                if names:
+                    offenders.append(f"{_module(path)}: from normlab import {', '.join(names)}")
+            elif isinstance(node, ast.Import) and any(a.name == "normlab" for a in node.names):
+                offenders.append(f"{_module(path)}: import normlab")
+    assert offenders == []
+
+
+def _is_submodule(name: str) -> bool:
+    rel = Path(*name.split("."))
+    return (ROOT.parent / rel).with_suffix(".py").is_file() or (ROOT.parent / rel / "__init__.py").is_file()
 
 
 def test_the_cycle_finder_finds_a_cycle():

@@ -26,7 +26,9 @@ from pathlib import Path
 from typing import Any
 
 from normlab.io import read_json_object
+from normlab.provenance import git_commit
 from normlab.run.files import FINGERPRINT_FILE
+from normlab.version import __version__
 
 
 def layout(model: Any) -> dict[str, list]:
@@ -39,9 +41,6 @@ def fingerprint_record(cfg: Any, model: Any) -> dict[str, Any]:
     """The fingerprint of a run config ``cfg`` (``RunConfig``, vocab filled in) and its built ``model``: ``{sha256,
     normlab, torch, git_commit, parameters (count of tensors)}`` -- the hash covers config, layout and versions."""
     import torch
-
-    from normlab import __version__
-    from normlab.provenance import git_commit
 
     lay = layout(model)
     conf = cfg.identity_dict()  # as RunConfig.hash: without keys added later at their default
