@@ -8,7 +8,7 @@ returns the logits with the dropped tokens set to ``-inf`` (kept ones unchanged)
 - top-nσ (Tang et al. 2024, "Top-nσ: Not All Logits Are You Need"; repo Tomorrowdawn/top_nsigma): on the
   temperature-divided logits ``l``, keep ``l_v >= max(l) - n * std(l)``, std over the whole vocabulary and
   unbiased (``torch.std``'s default, correction 1), as in the authors' ``nsigma_truncate`` (their code keeps
-  ``l > threshold``; we follow the README/SPECS ``>=``, which only differs on exact ties). The kept set does not
+  ``l > threshold``; normlab keeps ``>=``, which differs from it only on exact ties). The kept set does not
   depend on the temperature, since max and std scale with it.
 
 ``sample_next`` order: divide by temperature -> top-nσ (needs the full, finite vocabulary) -> top-k -> top-p ->

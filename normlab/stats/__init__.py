@@ -1,5 +1,6 @@
 """The one statistics package of normlab (the report, the claims suite, scaling and sweeps use it; none computes its
-own p-values). Torch-free; computes with ``scipy.stats``. Formulas: ../shared SPECS "Answers a referee would accept".
+own p-values). Torch-free; computes with ``scipy.stats``. Formulas and their sources:
+docs/compare.md, "Declared questions and what the report decides".
 
 - ``intervals``: Student-t intervals, Welch, paired differences (``mean_ci``, ``paired_diff``, ``welch_diff``).
 - ``multiplicity``: Holm's step-down and Benjamini–Hochberg adjustments over a declared family.
