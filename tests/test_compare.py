@@ -49,3 +49,17 @@ def test_printed_decisions_escape_control_characters(capsys):
     print_decisions({"replication": [{"source": "data\x1b[2J\nrm", "comparisons": [cmp]}]})
     assert capsys.readouterr().out.splitlines() == [
         "replication on data\\x1b[2J\\nrm:", "  a vs b (val_bpb): replicated (better / better)"]
+
+
+def test_print_lr_prints_names_literally_not_as_rich_markup(monkeypatch, capsys):
+    """Variant names and the baseline come from the sweep file: ``[bold]x[/bold]`` is printed as written."""
+    from types import SimpleNamespace
+
+    from normlab.commands.compare import print_lr
+    from normlab.report import lrsection
+
+    monkeypatch.setattr(lrsection, "ranking_cells", lambda grid: (["variant", "sens"], [["[bold]x[/bold]", "0.1"]]))
+    monkeypatch.setattr(lrsection, "paired_cells", lambda grid: (["variant", "d"], [["[red]y", "0.2"]]))
+    print_lr(SimpleNamespace(grid=SimpleNamespace(is_grid=True, paired=True, baseline="[i]base[/i]")))
+    out = capsys.readouterr().out
+    assert "[bold]x[/bold]" in out and "[red]y" in out and "[i]base[/i]" in out

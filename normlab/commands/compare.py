@@ -40,7 +40,7 @@ def print_lr(rep: Any) -> None:
     grid = rep.grid
     if grid is None:
         return
-    console = Console(width=max(120, Console().width))
+    console = Console(width=max(120, Console().width), markup=False)  # names from the sweep file print as written
     tables = []
     if grid.is_grid:
         tables.append(("LR sensitivity ranking", *lrsection.ranking_cells(grid)))
