@@ -1,19 +1,37 @@
 """The claims' measurements: plain functions ``m_<name>(ctx, runs, *args) -> (value | None, details)`` turning one
 seed's run directories (``runs``: variant -> run directory) into the number a claim's verdict is computed from
 (None when a run did not complete), plus the ``Context`` they share (the budget, loaded data, cached
-diagnostics). ``MEASURES`` maps the names ``normlab.experiments.claims.specs.Claim.measure`` uses to them; the
-learning-rate grid's measurements are in ``measures_lr.py``, the model-surgery ones in ``measures_surgery.py``.
+diagnostics). Each is registered by name (``measure_registry.register_measure``; a claim definition names it);
+importing this module registers them all (``MEASURES``): the learning-rate grid's measurements are in
+``measures_lr.py``, the model-surgery ones in ``measures_surgery.py``, the seed literature's in
+``measures_literature.py``.
 """
 
 from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
+import torch
+
+from normlab.attention import set_eval_options
+from normlab.convert.exact import convert_model
+from normlab.convert.run import max_logit_diff
+from normlab.diagnostics.analyze import sample_sequences, training_records
+from normlab.diagnostics.capture import capture_stream
+from normlab.diagnostics.depth import variance_by_depth
+from normlab.diagnostics.massive import massive_by_block
+from normlab.eval.extrapolation import extrapolate
 from normlab.experiments.claims.budgets import Budget
+from normlab.experiments.claims import measures_literature, measures_lr, measures_surgery  # noqa: F401 (registers)
+from normlab.experiments.claims.measure_registry import MEASURES, get_measure, register_measure  # noqa: F401
+from normlab.experiments.claims.measures_lr import unigram_bpb
 from normlab.io import read_json, write_json
+from normlab.model import build_model
+from normlab.names import block_grad_norms
 from normlab.run.files import SUMMARY_FILE
+from normlab.run.rundir import load_data, load_run, open_config
 from normlab.stats.learning import DID_NOT_LEARN_MARGIN, collapsed
 
 
@@ -26,7 +44,6 @@ class Context:
         self._diag: dict[str, dict] = {}
 
     def data(self, cfg) -> Any:
-        from normlab.run.rundir import load_data
 
         key = cfg.data.source
         if key not in self._data:
@@ -49,18 +66,11 @@ class Context:
         path = run_dir / ("claims_diag_init.json" if at_init else "claims_diag.json")
         out = read_json(path, "claims diagnostics") if path.is_file() else None
         if out is None or out.get("format") != DIAG_FORMAT:
-            import torch
 
-            from normlab.diagnostics.analyze import sample_sequences
-            from normlab.diagnostics.capture import capture_stream
-            from normlab.diagnostics.depth import variance_by_depth
-            from normlab.diagnostics.massive import massive_by_block
-            from normlab.run.rundir import load_run
 
             run = load_run(run_dir)
             model = run.model
             if at_init:
-                from normlab.model import build_model
 
                 torch.manual_seed(run.cfg.seed)  # as normlab.train.loop: seed, then build
                 model = build_model(run.cfg.model).eval()
@@ -88,17 +98,14 @@ def final_bpb(ctx: Context, run_dir: Path) -> tuple[float, dict]:
     s = ctx.summary(run_dir)
     if s.get("status") == "completed" and s.get("val_bpb") is not None:
         return float(s["val_bpb"]), {"status": "completed"}
-    from normlab.run.rundir import open_config
 
     vocab = ctx.data(open_config(run_dir)).vocab_size
     return math.log2(vocab), {"status": s.get("status"), "diverged_at": s.get("step")}
 
 
 # --------------------------------------------------------------------------------------------- measurements
+@register_measure("exact")
 def m_exact(ctx: Context, runs: dict[str, Path]) -> tuple[float | None, dict]:
-    from normlab.run.rundir import load_run
-    from normlab.convert.exact import convert_model
-    from normlab.convert.run import max_logit_diff
 
     src = load_run(runs["ln"], final_only=True)
     data = ctx.data(src.cfg)
@@ -114,6 +121,7 @@ def _slope(ctx: Context, run: Path) -> float | None:
     return None if d is None else d["variance"]["log_var_slope_blocks"]
 
 
+@register_measure("growth")
 def m_growth(ctx: Context, runs: dict[str, Path]) -> tuple[float | None, dict]:
     """The slope of ln(var) over depth of deep Pre-LN at the end of training; details: the same slope at the
     run's own seeded initialisation (``slope_init_pre``) and what training changed (``pre_slope_change``, the
@@ -126,12 +134,14 @@ def m_growth(ctx: Context, runs: dict[str, Path]) -> tuple[float | None, dict]:
     return s, {"slope_pre": s, "slope_init_pre": s0, "pre_slope_change": s - s0}
 
 
+@register_measure("diff_slope")
 def m_diff_slope(ctx: Context, runs: dict[str, Path], other: str) -> tuple[float | None, dict]:
     """``slope(deep_pre) - slope(other)`` of ln(var) over depth."""
     a, b = _slope(ctx, runs["deep_pre"]), _slope(ctx, runs[other])
     return (None if a is None or b is None else a - b), {"slope_pre": a, f"slope_{other}": b}
 
 
+@register_measure("massive")
 def m_massive(ctx: Context, runs: dict[str, Path]) -> tuple[float | None, dict]:
     """log10 of the Pre-LN / Peri-LN massive-activation ratio the authors' way (per sequence: top-1 |h| and median
     |h| averaged over the sequences; the largest mean-top-1 / mean-median over blocks); the pooled ratio (max over
@@ -174,6 +184,7 @@ def m_peri_variance(ctx: Context, runs: dict[str, Path]) -> tuple[float | None, 
     return growth["pre"] - growth["peri"], det
 
 
+@register_measure("peri_variance_depth")
 def m_peri_variance_depth(ctx: Context, runs: dict[str, Path]) -> tuple[float | None, dict]:
     """How much training steepened the growth of the hidden-state variance with depth, Pre-LN minus Peri-LN: per
     model ``slope_end - slope_init`` of ln(var) of the block outputs against the block index (same validation
@@ -190,13 +201,12 @@ def m_peri_variance_depth(ctx: Context, runs: dict[str, Path]) -> tuple[float | 
     return det["pre_slope_change"] - det["peri_slope_change"], det
 
 
+@register_measure("collapse_diff")
 def m_collapse_diff(ctx: Context, runs: dict[str, Path], a: str, b: str) -> tuple[float | None, dict]:
     """A split outcome: each run has collapsed (diverged, or did not learn: its final bits/byte at or above the
     unigram bits/byte of the training split minus the one margin, normlab.stats.learning.collapsed) or trained.
     Value: ``bpb(a) - bpb(b)`` when neither collapsed, else None;
     details ``collapsed_<v>`` (0/1) per run, which the collapse rates are counted from."""
-    from normlab.experiments.claims.measures_lr import unigram_bpb
-    from normlab.run.rundir import open_config
 
     level = unigram_bpb(ctx, open_config(runs[a]))
     det: dict[str, Any] = {"unigram_bpb": level, "collapse_above_bpb": level - DID_NOT_LEARN_MARGIN}
@@ -211,6 +221,7 @@ def m_collapse_diff(ctx: Context, runs: dict[str, Path], a: str, b: str) -> tupl
     return vals[a] - vals[b], det
 
 
+@register_measure("peri_magnitude")
 def m_peri_magnitude(ctx: Context, runs: dict[str, Path]) -> tuple[float | None, dict]:
     """log10(var Pre-LN / var Peri-LN) of the last block's output at the end of training (validation windows);
     positive = Peri-LN's hidden states have the smaller variance, as the paper reports."""
@@ -232,8 +243,6 @@ def grad_cv(run_dir: Path) -> float | None:
     """Mean over the training-time diagnostic records of the coefficient of variation (std / mean, population
     std) across blocks of the per-block gradient norm (``normlab.names.block_grad_norms``: attention, MLP and
     norm-site parameters of each block)."""
-    from normlab.diagnostics.analyze import training_records
-    from normlab.names import block_grad_norms
 
     cvs = []
     for rec in training_records(run_dir):
@@ -245,11 +254,13 @@ def grad_cv(run_dir: Path) -> float | None:
     return sum(cvs) / len(cvs) if cvs else None
 
 
+@register_measure("mix")
 def m_mix(ctx: Context, runs: dict[str, Path]) -> tuple[float | None, dict]:
     a, b = grad_cv(runs["deep_pre"]), grad_cv(runs["deep_mix"])
     return (None if a is None or b is None else a - b), {"grad_cv_pre": a, "grad_cv_mix": b}
 
 
+@register_measure("bpb_diff")
 def m_bpb_diff(ctx: Context, runs: dict[str, Path], a: str, b: str) -> tuple[float | None, dict]:
     """``bpb(a) - bpb(b)``."""
     x, dx = final_bpb(ctx, runs[a])
@@ -257,6 +268,7 @@ def m_bpb_diff(ctx: Context, runs: dict[str, Path], a: str, b: str) -> tuple[flo
     return x - y, {f"bpb_{a}": x, f"bpb_{b}": y, f"status_{a}": dx["status"], f"status_{b}": dy["status"]}
 
 
+@register_measure("linear")
 def m_linear(ctx: Context, runs: dict[str, Path]) -> tuple[float | None, dict]:
     x, dx = final_bpb(ctx, runs["linear_conv"])
     y, dy = final_bpb(ctx, runs["ln"])
@@ -268,9 +280,6 @@ def m_linear(ctx: Context, runs: dict[str, Path]) -> tuple[float | None, dict]:
 def _degradation(ctx: Context, run_dir: Path, reweight: bool | None) -> tuple[float | None, dict]:
     """``(loss(max factor) - loss(1x), {factor: loss})`` in nats/token of one run on the budget's extrapolation
     windows; ``reweight`` (softplus runs) sets ``model.lssa_reweight`` for this evaluation (None: as trained)."""
-    from normlab.attention import set_eval_options
-    from normlab.eval.extrapolation import extrapolate
-    from normlab.run.rundir import load_run
 
     b = ctx.budget
     if ctx.summary(run_dir).get("status") != "completed":
@@ -301,6 +310,7 @@ def _extrap_diff(ctx: Context, runs: dict[str, Path], rows: tuple[tuple[str, str
     return deg["softmax"] - deg[against], {**out, "degradation": deg, "max_factor": max(ctx.budget.extrap_factors)}
 
 
+@register_measure("extrap")
 def m_extrap(ctx: Context, runs: dict[str, Path]) -> tuple[float | None, dict]:
     """Loss degradation ``loss(max factor) - loss(1x)`` (nats/token) of softmax minus that of softplus attention
     trained with LSSAR re-weighting on (as the paper trains it), on the same validation tokens."""
@@ -308,6 +318,7 @@ def m_extrap(ctx: Context, runs: dict[str, Path]) -> tuple[float | None, dict]:
                         "softplus_lssar")
 
 
+@register_measure("extrap_eval_only")
 def m_extrap_eval_only(ctx: Context, runs: dict[str, Path]) -> tuple[float | None, dict]:
     """As :func:`m_extrap` with softplus attention trained WITHOUT re-weighting and LSSAR switched on only at
     evaluation (no fine-tuning); the softplus model without re-weighting is reported too."""
@@ -315,22 +326,6 @@ def m_extrap_eval_only(ctx: Context, runs: dict[str, Path]) -> tuple[float | Non
                                     ("softplus_lssar_eval", "softplus", True)), "softplus_lssar_eval")
 
 
-def _registry() -> dict[str, Callable[..., tuple[float | None, dict]]]:
-    from normlab.experiments.claims import measures_literature as lit
-    from normlab.experiments.claims import measures_lr as lr
-    from normlab.experiments.claims import measures_surgery as sg
-
-    return {"exact": m_exact, "growth": m_growth, "diff_slope": m_diff_slope, "massive": m_massive,
-            "peri_variance_depth": m_peri_variance_depth,
-            "peri_magnitude": m_peri_magnitude, "mix": m_mix, "collapse_diff": m_collapse_diff,
-            "bpb_diff": m_bpb_diff, "linear": m_linear, "extrap": m_extrap, "extrap_eval_only": m_extrap_eval_only,
-            "removal": sg.m_removal, "hadamard": sg.m_hadamard, "peri_quant": sg.m_peri_quant, "rank": sg.m_rank,
-            "sens_diff": lr.m_sens_diff, "best_diff": lr.m_best_diff, "zloss": lr.m_zloss, **lit.MEASURES}
-
-
-MEASURES = _registry()
-
-
 def measure(claim: Any, ctx: Context, runs: dict[str, Path]) -> tuple[float | None, dict]:
-    """One seed's value and details of ``claim`` (a ``specs.Claim``)."""
-    return MEASURES[claim.measure](ctx, runs, *claim.args)
+    """One seed's value and details of ``claim`` (a ``specs.Claim``): its registered measure with its args."""
+    return get_measure(claim.measure)(ctx, runs, *claim.args)

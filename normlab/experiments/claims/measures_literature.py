@@ -12,7 +12,15 @@ import math
 from pathlib import Path
 from typing import Any
 
+from normlab.diagnostics.analyze import sample_sequences
+from normlab.diagnostics.capture import capture_stream
+from normlab.diagnostics.residual_sinks import ablate_residual_sinks, residual_sinks_by_block
+from normlab.experiments.claims.measure_registry import register_measure
+from normlab.experiments.claims.measures_lr import seed_grid
 from normlab.io import read_json, write_json
+from normlab.run.files import METRICS_FILE
+from normlab.run.rundir import load_run, read_metrics
+from normlab.surgery.run_quantize import quantize_model
 
 EVAL_TOKENS = {"tiny": 512, "quick": 8192, "full": 16384}
 CACHE = "claims_literature.json"
@@ -24,8 +32,6 @@ def _tokens(ctx: Any) -> int:
 
 def last_value(run_dir: Path, key: str) -> float | None:
     """The value of ``key`` at the last step that recorded it in ``metrics.jsonl`` (None if never)."""
-    from normlab.run.files import METRICS_FILE
-    from normlab.run.rundir import read_metrics
 
     pts = [(s, v) for s, k, v in read_metrics(run_dir / METRICS_FILE) if k == key and math.isfinite(v)]
     return max(pts)[1] if pts else None
@@ -36,12 +42,14 @@ def _spikes(ctx: Any, grid: dict[float, Path]) -> int:
     return sum(int((ctx.summary(r).get("loss_spikes") or {}).get("count") or 0) for r in grid.values())
 
 
+@register_measure("spike_diff")
 def m_spike_diff(ctx: Any, runs: dict[str, Any], a: str, b: str) -> tuple[float | None, dict]:
     """Loss spikes over the whole learning-rate grid: ``count(a) - count(b)``."""
     sa, sb = _spikes(ctx, runs[a]), _spikes(ctx, runs[b])
     return float(sa - sb), {f"spikes_{a}": sa, f"spikes_{b}": sb}
 
 
+@register_measure("collapse")
 def m_collapse(ctx: Any, runs: dict[str, Any]) -> tuple[float | None, dict]:
     """Softmax-Collapse fraction (``diag/softmax_collapse``, last diagnostic step) at the grid's highest learning
     rate: softmax (``grid_pre``) minus StableMax (``grid_pre_stablemax``); the largest over the grid beside it."""
@@ -55,10 +63,10 @@ def m_collapse(ctx: Any, runs: dict[str, Any]) -> tuple[float | None, dict]:
     return a - b, {"collapse_softmax": a, "collapse_stablemax": b, "lr": top, "max_over_grid": peak}
 
 
+@register_measure("tev")
 def m_tev(ctx: Any, runs: dict[str, Any]) -> tuple[float | None, dict]:
     """TEV (``diag/tev_mean``, last diagnostic step) of Pre-LN at the grid's highest learning rate minus at its
     best learning rate (the lowest final loss)."""
-    from normlab.experiments.claims.measures_lr import seed_grid
 
     _, _, best_lr, det = seed_grid(ctx, runs["grid_pre"])
     top = max(ctx.budget.grid_lrs)
@@ -82,6 +90,7 @@ def _cached(run_dir: Path, key: str, settings: dict, compute) -> dict:
     return value
 
 
+@register_measure("residual_sinks")
 def m_residual_sinks(ctx: Any, runs: dict[str, Path]) -> tuple[float | None, dict]:
     """Deep Pre-LN: loss increase (nats/token) when the residual-sink dims are clipped to the median scale minus
     the increase when as many other dims are (normlab.diagnostics.residual_sinks), on the validation sample."""
@@ -90,10 +99,6 @@ def m_residual_sinks(ctx: Any, runs: dict[str, Path]) -> tuple[float | None, dic
         return None, {"reason": f"{run} did not complete"}
 
     def compute() -> dict:
-        from normlab.diagnostics.analyze import sample_sequences
-        from normlab.diagnostics.capture import capture_stream
-        from normlab.diagnostics.residual_sinks import ablate_residual_sinks, residual_sinks_by_block
-        from normlab.run.rundir import load_run
 
         r = load_run(run)
         idx, tgt, _ = sample_sequences(ctx.data(r.cfg).val, ctx.budget.sample_sequences, r.cfg.model.context)
@@ -112,8 +117,6 @@ def _quant(ctx: Any, run: Path, **kw: Any) -> dict:
     settings = {"max_tokens": _tokens(ctx), **kw}
 
     def compute() -> dict:
-        from normlab.run.rundir import load_run
-        from normlab.surgery.run_quantize import quantize_model
 
         r = load_run(run)
         _, _, rec = quantize_model(r.model, r.cfg, ctx.data(r.cfg), max_tokens=_tokens(ctx), **kw)
@@ -123,6 +126,7 @@ def _quant(ctx: Any, run: Path, **kw: Any) -> dict:
     return _cached(run, key, settings, compute)
 
 
+@register_measure("quant_diff")
 def m_quant_diff(ctx: Any, runs: dict[str, Path], bits: int, other: str) -> tuple[float | None, dict]:
     """Pre-LN (``ln``): bits/byte increase of W``bits`` RTN minus that of W``bits`` with ``other`` (``higgs``: the
     HIGGS grid instead of RTN; ``tweak``: RTN then Norm Tweaking). Positive = ``other`` loses less."""
@@ -139,6 +143,7 @@ def m_quant_diff(ctx: Any, runs: dict[str, Path], bits: int, other: str) -> tupl
     return base["bpb_increase"] - alt["bpb_increase"], det
 
 
+@register_measure("linearity")
 def m_linearity(ctx: Any, runs: dict[str, Path], bits: int) -> tuple[float | None, dict]:
     """log2(predicted / measured) bits/byte increase at W``bits`` RTN (HIGGS linearity theorem, coefficients from
     per-layer noise); None when the measured increase is not positive (no ratio)."""
@@ -152,6 +157,3 @@ def m_linearity(ctx: Any, runs: dict[str, Path], bits: int) -> tuple[float | Non
         return None, {**det, "reason": "measured or predicted increase not positive at this budget"}
     return math.log2(row["predicted"] / row["measured"]), det
 
-
-MEASURES = {"spike_diff": m_spike_diff, "collapse": m_collapse, "tev": m_tev, "residual_sinks": m_residual_sinks,
-            "quant_diff": m_quant_diff, "linearity": m_linearity}

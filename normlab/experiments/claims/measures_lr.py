@@ -16,13 +16,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from normlab.experiments.claims.measure_registry import register_measure
+from normlab.experiments.lrgrid import lr_sensitivity
 from normlab.run.files import METRICS_FILE
+from normlab.run.rundir import open_config, read_metrics
 from normlab.stats.learning import collapsed
 
 def unigram_bpb(ctx: Any, cfg: Any) -> float:
     """Bits per byte of the unigram model of the training split (its token frequencies): the loss of a model that
     learned nothing beyond them, the level a collapsed run ends at."""
-    import numpy as np
 
     data = ctx.data(cfg)
     ids = np.asarray(data.train)
@@ -34,7 +38,6 @@ def unigram_bpb(ctx: Any, cfg: Any) -> float:
 
 def seed_grid(ctx: Any, grid: dict[float, Path]) -> tuple[float, float, float, dict]:
     """``(LR sensitivity, best loss L*, best lr, details)`` of one variant and seed over ``ctx.budget.grid_lrs``."""
-    from normlab.experiments.lrgrid import lr_sensitivity
 
     losses, inits, status = {}, [], {}
     for lr in ctx.budget.grid_lrs:
@@ -58,7 +61,6 @@ def collapse_cells(ctx: Any, variant: str, grid: dict[float, Path], final: dict[
     else 0) and
     ``bpb_<variant>@<lr>`` (its final bits/byte, None when diverged): the split outcome the collapse rates per
     condition (Clopper-Pearson) and the loss given no collapse are counted from."""
-    from normlab.run.rundir import open_config
 
     lrs = sorted(grid)
     level = unigram_bpb(ctx, open_config(grid[lrs[0]]))
@@ -70,6 +72,7 @@ def collapse_cells(ctx: Any, variant: str, grid: dict[float, Path], final: dict[
     return out
 
 
+@register_measure("sens_diff")
 def m_sens_diff(ctx: Any, runs: dict[str, Any], a: str, b: str) -> tuple[float | None, dict]:
     """``sensitivity(a) - sensitivity(b)``; the details carry each learning rate's collapse flag and final loss
     (:func:`collapse_cells`), so a sensitivity that comes from collapses shows as such."""
@@ -81,10 +84,10 @@ def m_sens_diff(ctx: Any, runs: dict[str, Any], a: str, b: str) -> tuple[float |
                      **collapse_cells(ctx, b, runs[b], db["final_bpb"])}
 
 
+@register_measure("best_diff")
 def m_best_diff(ctx: Any, runs: dict[str, Any], a: str, b: str) -> tuple[float | None, dict]:
     """``L*(a) - L*(b)``: best-of-grid final validation bits/byte; details record both, their learning rates and the
     unigram bits/byte of the training split (the did-not-learn note, ``Claim.must_learn``)."""
-    from normlab.run.rundir import open_config
 
     sa, ba, la, da = seed_grid(ctx, runs[a])
     sb, bb, lb, db = seed_grid(ctx, runs[b])
@@ -93,12 +96,12 @@ def m_best_diff(ctx: Any, runs: dict[str, Any], a: str, b: str) -> tuple[float |
 
 
 def last_lse(run_dir: Path) -> float | None:
-    from normlab.run.rundir import read_metrics
 
     pts = [(s, v) for s, k, v in read_metrics(run_dir / METRICS_FILE) if k == "diag/output_lse"]
     return max(pts)[1] if pts else None
 
 
+@register_measure("zloss")
 def m_zloss(ctx: Any, runs: dict[str, Any]) -> tuple[float | None, dict]:
     """``|log Z|(Pre-LN) - |log Z|(Pre-LN + z-loss)`` at the grid's highest learning rate."""
     top = max(ctx.budget.grid_lrs)

@@ -9,10 +9,14 @@ validation tokens scored.
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Any
 
-from normlab.io import read_json
+from normlab.experiments.claims.measure_registry import register_measure
+from normlab.io import read_json, write_json
+from normlab.surgery.remove_norm import remove_norm_run
+from normlab.surgery.robustness import label_free, quant_robustness, spearman
 
 REMOVAL_STEPS = {"tiny": 2, "quick": 10, "full": 30}
 EVAL_TOKENS = {"tiny": 512, "quick": 8192, "full": 16384}
@@ -26,12 +30,10 @@ def _completed(ctx, run_dir: Path) -> bool:
     return ctx.summary(run_dir).get("status") == "completed"
 
 
+@register_measure("removal")
 def m_removal(ctx, runs: dict[str, Path]) -> tuple[float | None, dict]:
     """Loss (nats/token) of the LN-free model minus the LayerNorm model fine-tuned for the same total steps."""
-    import shutil
 
-    from normlab.io import write_json
-    from normlab.surgery.remove_norm import remove_norm_run
 
     run = runs["ln"]
     if not _completed(ctx, run):
@@ -57,13 +59,13 @@ def m_removal(ctx, runs: dict[str, Path]) -> tuple[float | None, dict]:
 
 
 def _quant(ctx, run: Path) -> dict[str, Any] | None:
-    from normlab.surgery.robustness import quant_robustness
 
     if not _completed(ctx, run):
         return None
     return quant_robustness(run, max_tokens=EVAL_TOKENS[_budget_name(ctx)])
 
 
+@register_measure("hadamard")
 def m_hadamard(ctx, runs: dict[str, Path]) -> tuple[float | None, dict]:
     q = _quant(ctx, runs["ln"])
     if q is None or q["w4_hadamard"] is None:
@@ -72,6 +74,7 @@ def m_hadamard(ctx, runs: dict[str, Path]) -> tuple[float | None, dict]:
                                             "w4_hadamard_bpb_increase": q["w4_hadamard"], "bpb": q["bpb"]}
 
 
+@register_measure("peri_quant")
 def m_peri_quant(ctx, runs: dict[str, Path]) -> tuple[float | None, dict]:
     a, b = _quant(ctx, runs["deep_pre"]), _quant(ctx, runs["deep_peri"])
     if a is None or b is None:
@@ -81,9 +84,9 @@ def m_peri_quant(ctx, runs: dict[str, Path]) -> tuple[float | None, dict]:
                                        "act_outlier_ratio_peri": b["max_act_outlier_ratio"]}
 
 
+@register_measure("rank")
 def m_rank(ctx, runs: dict[str, Path], score: str) -> tuple[float | None, dict]:
     """Spearman rho between the label-free ``score`` and the validation loss over the completed ``runs``."""
-    from normlab.surgery.robustness import label_free, spearman
 
     xs, ys, names = [], [], []
     for v, run in runs.items():

@@ -1,20 +1,45 @@
-"""The runs the claims suite trains: each variant's config overrides as data, and the full config of one run.
+"""The runs the claims suite trains: each variant a named config (``Variant``: its depth class and its model and
+train overrides, by keyword), and the full config of one run.
 
-- ``VARIANTS``: name -> (deep?, model overrides, train overrides) of the single-learning-rate runs; the shallow
-  baseline is Pre-LN LayerNorm softmax with RoPE, ``deep`` runs use ``Budget.deep_depth`` blocks.
-- ``GRID_VARIANTS``: name -> (model overrides, train overrides) of the learning-rate sweep runs (Wortsman et al.
-  2023), each trained at every ``Budget.grid_lrs`` with ``Budget.grid_depth`` blocks.
+- ``VARIANTS``: the single-learning-rate runs (``depth`` ``shallow``: Pre-LN LayerNorm softmax with RoPE at
+  ``Budget.depth`` blocks; ``deep``: ``Budget.deep_depth`` blocks);
+- ``GRID_VARIANTS``: the learning-rate sweep runs (Wortsman et al. 2023, arXiv:2309.14322), each trained at every
+  ``Budget.grid_lrs`` with ``Budget.grid_depth`` blocks (``depth`` ``grid``).
 
-A model override may be a function of the budget (PowerNorm's groups = the budget's heads).
+A model override may be a function of the budget (PowerNorm's groups = the budget's heads); ``recipe`` evaluates
+it on the ``full`` budget for a claim's spec hash.
 """
 
 from __future__ import annotations
 
 import copy
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from normlab.experiments.claims.budgets import Budget
+from normlab.experiments.claims.budgets import BUDGETS, Budget
+
+DEPTHS = ("shallow", "deep", "grid")
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One named run config of the suite: ``depth`` one of ``DEPTHS``; ``model`` / ``train``: overrides of the
+    suite's base config (``model.*`` / ``train.*`` keys; a value may be a function of the ``Budget``)."""
+
+    name: str
+    depth: str
+    model: dict[str, Any] = field(default_factory=dict)
+    train: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.depth not in DEPTHS:
+            raise ValueError(f"variant {self.name}: depth must be one of {DEPTHS}, got {self.depth!r}")
+
+    def model_overrides(self, budget: Budget) -> dict[str, Any]:
+        """The model overrides with every budget-dependent value evaluated on ``budget`` (copies)."""
+        return {k: (v(budget) if callable(v) else copy.deepcopy(v)) for k, v in self.model.items()}
+
 
 # DyT, the authors' LLaMA recipe (jiachenzhu/DyT other_tasks/LLaMA/fms_fsdp/models/llama.py and README): untied LM
 # head (tie_heads False), no DyT bias, per-site alpha init (their smallest model, 7B: attention 0.8, FFN 0.2,
@@ -23,48 +48,53 @@ from normlab.experiments.claims.budgets import Budget
 # it at 0.16). Its baseline is the same model with LayerNorm (untied head, no embedding scale).
 DYT_LLAMA = {"norm": "dyt", "tie_embeddings": False, "embed_scale": "learnable", "embed_scale_init": 64.0,
              "norm_options": {"bias": False, "alpha_init@attn": 0.8, "alpha_init@mlp": 0.2, "alpha_init@final": 0.2}}
-VARIANTS: dict[str, tuple[bool, dict, dict]] = {
-    "ln": (False, {}, {}),
-    "ln_untied": (False, {"tie_embeddings": False}, {}),
-    "dyt": (False, DYT_LLAMA, {}),
+MIX_LN = {"placement": "mix", "mix_alpha": 0.25}  # Mix-LN (Li et al. 2024): Post-LN in the first quarter of blocks
+
+
+def _heads_groups(b: Budget) -> dict[str, int]:
+    return {"groups": b.heads}
+
+
+_SINGLE = (
+    Variant("ln", "shallow"),
+    Variant("ln_untied", "shallow", model={"tie_embeddings": False}),
+    Variant("dyt", "shallow", model=DYT_LLAMA),
     # PowerNorm as in the authors' transformer (sIncerass/powernorm fairseq/modules/norm_select.py:
     # MaskPowerNorm(embed_dim, group_num=head_num, ...)): group scaling with groups = attention heads
-    "powernorm": (False, {"norm": "powernorm", "norm_options": lambda b: {"groups": b.heads}}, {}),
+    Variant("powernorm", "shallow", model={"norm": "powernorm", "norm_options": _heads_groups}),
     # LINA's locality branch: causal depthwise conv of the attention input (techmonsterwang/LINA dw_conv)
-    "linear_conv": (False, {"attention": "linear", "linear_conv": 4, "linear_conv_source": "input"}, {}),
-    "softplus": (False, {"attention": "softplus"}, {}),
+    Variant("linear_conv", "shallow", model={"attention": "linear", "linear_conv": 4, "linear_conv_source": "input"}),
+    Variant("softplus", "shallow", model={"attention": "softplus"}),
     # division-normalised linear attention without extras vs TransNormer's NormAttention (Qin et al. 2022)
-    "linear": (False, {"attention": "linear"}, {}),
-    "transnormer": (False, {"attention": "transnormer"}, {}),
+    Variant("linear", "shallow", model={"attention": "linear"}),
+    Variant("transnormer", "shallow", model={"attention": "transnormer"}),
     # softplus attention trained with LSSAR re-weighting on, as the paper trains it
-    "softplus_lssar": (False, {"attention": "softplus", "lssa_reweight": True}, {}),
-    "deep_pre": (True, {}, {}),
-    "deep_lns": (True, {"layernorm_scaling": True}, {}),
-    "deep_peri": (True, {"placement": "peri"}, {}),
-    "deep_mix": (True, {"placement": "mix", "mix_alpha": 0.25}, {}),
-    "deep_pre_nowarm": (True, {}, {"warmup_steps": 0}),
-    "deep_post_nowarm": (True, {"placement": "post"}, {"warmup_steps": 0}),
-}
-
-# name -> (model overrides, train overrides); all Pre-LN LayerNorm unless overridden, depth Budget.grid_depth
-GRID_VARIANTS: dict[str, tuple[dict, dict]] = {
-    "grid_pre": ({}, {}),
-    "grid_pre_qk": ({"qk_norm": True}, {}),
-    "grid_pre_z": ({}, {"z_loss": 1e-4}),
-    "grid_pre_nowarm": ({}, {"warmup_steps": 0}),
-    "grid_post": ({"placement": "post"}, {}),
-    "grid_peri": ({"placement": "peri"}, {}),
-    "grid_mix": ({"placement": "mix", "mix_alpha": 0.25}, {}),
+    Variant("softplus_lssar", "shallow", model={"attention": "softplus", "lssa_reweight": True}),
+    Variant("deep_pre", "deep"),
+    Variant("deep_lns", "deep", model={"layernorm_scaling": True}),
+    Variant("deep_peri", "deep", model={"placement": "peri"}),
+    Variant("deep_mix", "deep", model=MIX_LN),
+    Variant("deep_pre_nowarm", "deep", train={"warmup_steps": 0}),
+    Variant("deep_post_nowarm", "deep", model={"placement": "post"}, train={"warmup_steps": 0}),
+)
+_GRID = (
+    Variant("grid_pre", "grid"),
+    Variant("grid_pre_qk", "grid", model={"qk_norm": True}),
+    Variant("grid_pre_z", "grid", train={"z_loss": 1e-4}),
+    Variant("grid_pre_nowarm", "grid", train={"warmup_steps": 0}),
+    Variant("grid_post", "grid", model={"placement": "post"}),
+    Variant("grid_peri", "grid", model={"placement": "peri"}),
+    Variant("grid_mix", "grid", model=MIX_LN),
     # dyt-vs-ln at each model's own best learning rate (the authors tune it per model): DyT with the authors'
     # LLaMA recipe and alpha0 of their width class closest to ours (7B, d = 4096: attention 0.8, FFN / final 0.2),
     # against LayerNorm with the same untied head
-    "grid_dyt": (DYT_LLAMA, {}),
-    "grid_ln_untied": ({"tie_embeddings": False}, {}),
-    "grid_pre_adagc": ({}, {"clip": "adagc"}),  # AdaGC (Wang et al. 2025) instead of global clipping
-    "grid_pre_stablemax": ({"output": "stablemax"}, {}),  # StableMax (Prieto et al. 2025) instead of softmax
-}
-
-
+    Variant("grid_dyt", "grid", model=DYT_LLAMA),
+    Variant("grid_ln_untied", "grid", model={"tie_embeddings": False}),
+    Variant("grid_pre_adagc", "grid", train={"clip": "adagc"}),  # AdaGC (Wang et al. 2025) instead of global clipping
+    Variant("grid_pre_stablemax", "grid", model={"output": "stablemax"}),  # StableMax (Prieto et al. 2025)
+)
+VARIANTS: dict[str, Variant] = {v.name: v for v in _SINGLE}
+GRID_VARIANTS: dict[str, Variant] = {v.name: v for v in _GRID}
 ALL_VARIANTS = (*VARIANTS, *GRID_VARIANTS)
 
 
@@ -82,17 +112,18 @@ def variant_config(variant: str, budget: Budget, seed: int, lr: float | None = N
     learning rate)."""
     if variant in GRID_VARIANTS:
         return grid_config(variant, budget, seed, lr if lr is not None else budget.lr)
-    deep, model_o, train_o = VARIANTS[variant]
+    v = VARIANTS[variant]
     b = budget
-    model_o = {k: (v(b) if callable(v) else copy.deepcopy(v)) for k, v in model_o.items()}
+    deep = v.depth == "deep"
     cfg = {
         "seed": seed,
         "data": {"source": b.source, "tokenizer": "bytes"},
         "model": {"context": b.context, "width": b.width, "heads": b.heads,
-                  "depth": b.deep_depth if deep else b.depth, "norm": "layernorm", "placement": "pre", **model_o},
+                  "depth": b.deep_depth if deep else b.depth, "norm": "layernorm", "placement": "pre",
+                  **v.model_overrides(b)},
         "train": {"steps": b.steps, "batch_size": b.batch_size, "lr": b.lr, "warmup_steps": b.warmup_steps,
                   "eval_every": b.steps, "eval_batches": b.eval_batches, "log_every": max(1, b.steps // 10),
-                  "checkpoint_every": b.steps, "keep_checkpoints": 1, "threads": 1, **train_o},
+                  "checkpoint_every": b.steps, "keep_checkpoints": 1, "threads": 1, **v.train},
         "diag": {"every": b.diag_every if deep else 0},
     }
     return cfg
@@ -102,17 +133,17 @@ def grid_config(variant: str, budget: Budget, seed: int, lr: float) -> dict[str,
     """The config dict of one grid run (the suite's ``variant_config`` with the grid's depth, steps and lr). With
     the quick budget it is the config of the demo preset's run of the same variant, lr and seed (``--reuse``); no
     ``train.threads`` (the claims workers set one thread themselves), as in the demo."""
-    model_o, train_o = GRID_VARIANTS[variant]
+    v = GRID_VARIANTS[variant]
     b = budget
     steps = b.grid_steps
     return {
         "seed": seed,
         "data": {"source": b.source, "tokenizer": "bytes"},
         "model": {"context": b.context, "width": b.width, "heads": b.heads, "depth": b.grid_depth,
-                  "norm": "layernorm", "placement": "pre", **model_o},
+                  "norm": "layernorm", "placement": "pre", **v.model_overrides(b)},
         "train": {"steps": steps, "batch_size": b.batch_size, "lr": lr, "warmup_steps": b.grid_warmup,
                   "eval_every": steps, "eval_batches": b.grid_eval_batches, "log_every": max(1, steps // 12),
-                  "checkpoint_every": steps, "keep_checkpoints": 1, **train_o},
+                  "checkpoint_every": steps, "keep_checkpoints": 1, **v.train},
         "diag": {"every": max(1, steps // 6)},
     }
 
@@ -127,14 +158,11 @@ def recipe(variant: str) -> dict[str, Any]:
     """A variant's recipe as data, for a claim's pre-registered spec (``specs.spec_hash``): its overrides (a
     budget-dependent override evaluated on the ``full`` budget) and the ``full`` budget's fields its runs and
     measurements use (named explicitly, so a new budget field changes no hash)."""
-    from normlab.experiments.claims.budgets import BUDGETS
-
     b = BUDGETS["full"]
-    if variant in GRID_VARIANTS:
-        model_o, train_o = GRID_VARIANTS[variant]
-        return {"kind": "grid", "model": copy.deepcopy(model_o), "train": copy.deepcopy(train_o),
+    v = GRID_VARIANTS.get(variant) or VARIANTS[variant]
+    if v.depth == "grid":
+        return {"kind": "grid", "model": v.model_overrides(b), "train": copy.deepcopy(v.train),
                 "budget": {k: getattr(b, k) for k in _GRID_FIELDS}}
-    deep, model_o, train_o = VARIANTS[variant]
-    model_o = {k: (v(b) if callable(v) else copy.deepcopy(v)) for k, v in model_o.items()}
-    return {"kind": "deep" if deep else "shallow", "model": model_o, "train": copy.deepcopy(train_o),
-            "budget": {**{k: getattr(b, k) for k in _RUN_FIELDS}, "depth": b.deep_depth if deep else b.depth}}
+    return {"kind": v.depth, "model": v.model_overrides(b), "train": copy.deepcopy(v.train),
+            "budget": {**{k: getattr(b, k) for k in _RUN_FIELDS}, "depth": b.deep_depth if v.depth == "deep"
+                       else b.depth}}
