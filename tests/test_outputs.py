@@ -144,9 +144,12 @@ def test_collapse_detector_fires_in_float32_and_not_in_float64():
     assert (zf.grad[:, 3] == 0).all()
     # a margin of 10 does not collapse in float32 either
     assert collapse_fractions(*margin_logits(10.0))["softmax_collapse"] == 0.0
-    # a wrong confident prediction is not a collapse (its gradient is large)
+    # a confidently wrong prediction: its softmax is one-hot (a collapse as the authors count it, the default rule),
+    # but its target probability is 0, not 1, and its gradient is large (not counted by rule target_prob)
     z, _ = margin_logits(20.0)
-    assert collapse_fractions(z, torch.zeros(5, dtype=torch.int64))["softmax_collapse"] == 0.0
+    wrong = torch.zeros(5, dtype=torch.int64)
+    assert collapse_fractions(z, wrong)["softmax_collapse"] == 1.0
+    assert collapse_fractions(z, wrong, rule="target_prob")["softmax_collapse"] == 0.0
 
 
 def test_logits_beyond_the_float32_exp_range():

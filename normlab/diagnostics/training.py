@@ -15,9 +15,9 @@ What is recorded (flat numeric keys in ``metrics.jsonl``, one record per diagnos
 - ``diag/attn_logit_max/<l>``, ``diag/output_lse``: the instability signals of Wortsman et al. 2023 (largest
   pre-softmax attention logit per block, mean logsumexp of the output logits; normlab.diagnostics.instability);
 - ``diag/softmax_collapse``, ``diag/logits_beyond_exp``: Softmax Collapse (Prieto et al. 2025): the fraction of
-  positions whose float32 softmax gives the target probability exactly 1 (zero gradient), and of logits beyond the
-  float32 ``exp`` range (normlab.diagnostics.collapse; the loop passes the logits and targets to
-  :meth:`TrainDiagnostics.observe_output`);
+  positions whose float32 softmax is exactly one-hot (sum of exponentials exactly 1, as the authors' logger counts
+  it), and of logits beyond the float32 ``exp`` range (normlab.diagnostics.collapse; the loop passes the logits and
+  targets to :meth:`TrainDiagnostics.observe_output`);
 - ``diag/tev_mean``, ``diag/tev_std``: Token Embedding Variability (Chung et al. 2024), and
   ``diag/head_rms_inf_norm``, ``diag/head_spectral_norm``: the output layer's operator norms (Filatov et al. 2025;
   normlab.diagnostics.weightnorms), of the weights as they are after the step's backward, before the update;
