@@ -1,8 +1,12 @@
-"""normlab.norms.simple: ScaleNorm, DyT and none against closed forms written out here (fp64)."""
+"""normlab.norms.simple: ScaleNorm, DyT and none against closed forms written out here (fp64); DyT also against
+the authors' modules and LLaMA alpha0 (tests/fixtures/dyt_reference.json, written by
+tests/fixtures/make_dyt_reference.py from github.com/jiachenzhu/DyT)."""
 
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -10,6 +14,7 @@ import torch
 from normlab.errors import NormlabError
 from normlab.model import ModelConfig, build_model
 from normlab.norms import build_norm
+from normlab.norms.simple import DYT_ALPHA0_BY_WIDTH, dyt_alpha0
 from tests.helpers import rand, randomize_affine
 
 D = 8
@@ -61,6 +66,55 @@ def test_dyt_per_site_alpha_inits_from_config():
         assert blk.attn_in.alpha.item() == pytest.approx(0.8) and blk.mlp_in.alpha.item() == pytest.approx(0.2)
         assert blk.attn_in.bias is None
     assert m.final_norm.alpha.item() == pytest.approx(0.2)
+
+
+DYT_REF = json.loads((Path(__file__).parent / "fixtures" / "dyt_reference.json").read_text())
+
+
+@pytest.mark.parametrize("case", DYT_REF["cases"], ids=lambda c: f"{c['module']}-{c['alpha_init_value']}")
+def test_dyt_matches_the_authors_modules(case):
+    # the authors' DynamicTanh (bias) and LLaMA DyT (no bias) on the same float32 inputs: forward and the gradients
+    # of sum(y * upstream). The ops are the same float32 ops (tanh(alpha x), times weight, plus bias), so the outputs
+    # agree to the bit; the gradients to a few ulps (rtol 1e-6), which the order of autograd's sums may change
+    shape = DYT_REF["shape"]
+    m = build_norm("dyt", shape[-1], alpha_init=case["alpha_init_value"], bias=case["bias"])
+    with torch.no_grad():
+        m.weight.copy_(torch.tensor(DYT_REF["weight"]))
+        if case["bias"]:
+            m.bias.copy_(torch.tensor(DYT_REF["bias"]))
+    x = torch.tensor(DYT_REF["x"]).reshape(shape).requires_grad_()
+    y = m(x)
+    (y * torch.tensor(DYT_REF["upstream"]).reshape(shape)).sum().backward()
+    torch.testing.assert_close(y.detach().flatten(), torch.tensor(case["y"]), rtol=0, atol=0)
+    torch.testing.assert_close(m.alpha.grad, torch.tensor([case["grad_alpha"]]), rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(x.grad.flatten(), torch.tensor(case["grad_x"]), rtol=1e-6, atol=1e-7)
+    torch.testing.assert_close(m.weight.grad, torch.tensor(case["grad_weight"]), rtol=1e-6, atol=1e-6)
+
+
+def test_dyt_alpha_auto_is_the_papers_width_table():
+    # the authors' LLaMA commands (README) at their variants' widths: attention / FFN / final DyT
+    for row in DYT_REF["llama_alpha0"]:
+        got = tuple(dyt_alpha0(row["emb_dim"], g) for g in ("attn", "mlp", "final"))
+        assert got == (row["attn"], row["ffn"], row["dec"]), row["model_variant"]
+    # the paper's Table 11 (widths 1024 and 2048 have no command in the repo), written out from the paper
+    assert [(dyt_alpha0(w, "attn"), dyt_alpha0(w, "mlp")) for w in (1024, 2048)] == [(1.0, 1.0), (1.0, 0.5)]
+    assert {r[0] for r in DYT_ALPHA0_BY_WIDTH} == {1024, 2048, 4096, 5120, 8192}
+    # outside the table: the nearest row (no extrapolation); between rows: nearest on a log scale
+    assert dyt_alpha0(64, "attn") == dyt_alpha0(64, "embed") == 1.0 and dyt_alpha0(32768, "mlp") == 0.05
+    assert dyt_alpha0(2896, "mlp") == 0.5 and dyt_alpha0(2897, "mlp") == 0.2  # sqrt(2048 * 4096) = 2896.3
+
+
+def test_dyt_alpha_auto_per_site_in_a_model():
+    opts = {"bias": False, "alpha_init": "auto", "alpha_init@final": 0.3}
+    big = ModelConfig(vocab_size=32, context=8, width=4096, depth=1, heads=32, norm="dyt", norm_options=opts)
+    assert [big.norm_kwargs(g)["alpha_init"] for g in ("attn", "mlp", "final")] == [0.8, 0.2, 0.3]
+    m = build_model(ModelConfig(vocab_size=32, context=8, width=16, depth=1, heads=2, norm="dyt", norm_options=opts))
+    assert (m.blocks[0].attn_in.alpha.item(), m.blocks[0].mlp_in.alpha.item()) == (1.0, 1.0)  # width 16: 1024 row
+    assert m.final_norm.alpha.item() == pytest.approx(0.3)  # an explicit per-site value wins
+    with pytest.raises(NormlabError, match="alpha_init 'auto' depends on the site"):
+        build_norm("dyt", D, alpha_init="auto")  # no site to resolve it for
+    with pytest.raises(NormlabError, match="alpha_init must be a number or 'auto', got 'big'"):
+        build_norm("dyt", D, alpha_init="big")
 
 
 def test_none_is_identity():

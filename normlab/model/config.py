@@ -146,7 +146,9 @@ class ModelConfig:
         """Options for a norm at a site of ``group`` (``attn``, ``mlp``, ``final``, ``embed``).
 
         ``norm_options`` keys apply to every site; ``key@group`` keys apply to one group and win, e.g.
-        ``{alpha_init: 0.5, alpha_init@attn: 0.8}`` (DyT's per-site alpha init).
+        ``{alpha_init: 0.5, alpha_init@attn: 0.8}`` (DyT's per-site alpha init). Values the norm class resolves
+        from the width and the group are filled in (``normlab.norms.registry.resolve_norm_options``: DyT's
+        ``alpha_init: auto``).
         """
         out = {k: v for k, v in self.norm_options.items() if "@" not in k}
         for k, v in self.norm_options.items():
@@ -156,7 +158,9 @@ class ModelConfig:
                     raise NormlabError(f"model.norm_options key '{k}': group must be one of {', '.join(NORM_GROUPS)}")
                 if grp == group:
                     out[name] = v
-        return out
+        from normlab.norms.registry import resolve_norm_options
+
+        return resolve_norm_options(self.norm, self.width, group, out)  # e.g. DyT's alpha_init: auto
 
     @property
     def embed_scale_kind(self) -> str:

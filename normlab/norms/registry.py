@@ -18,6 +18,8 @@ class does not set), so no code elsewhere asks ``if name == ...``:
 - ``needs_warmup`` (False): the norm takes a ``warmup`` option (statistics warm-up, PowerNorm / Unified
   Normalization) that defaults to the run's LR warm-up (``train.warmup_steps``);
 - ``convertible`` (True): whether ``normlab convert`` can reproduce it exactly (DyT: no statistic, no affine);
+- ``resolve_options`` (None): ``(dim, group, options) -> options``, resolving option values that depend on the
+  model's width or the site's group (DyT's ``alpha_init: auto``); ``resolve_norm_options`` calls it;
 - ``flops_per_element`` (None = not declared): forward FLOPs per input element of the normalization itself, the
   per-channel gain and bias excluded (one FLOP per add, multiply, divide or transcendental; the FLOPs counter
   ``normlab.model.flops`` adds one per element for ``weight`` and one for ``bias`` when present).
@@ -36,7 +38,7 @@ _REGISTRY: dict[str, type[nn.Module]] = {}
 NORM_FACTS: dict[str, Any] = {"paper": "", "description": "", "auto_embed_scale": "none",
                               "compressed_stream": False, "extra_params": (), "scalar_params": (),
                               "needs_warmup": False, "convertible": True, "convertible_why": "",
-                              "flops_per_element": None}
+                              "flops_per_element": None, "resolve_options": None}
 
 
 def register_norm(name: str):
@@ -83,6 +85,14 @@ def build_norm(name: str, dim: int, **kwargs: Any) -> nn.Module:
                 f"norm '{name}' does not take option(s) {', '.join(bad)}; allowed: {', '.join(allowed)}"
             )
     return cls(dim, **kwargs)
+
+
+def resolve_norm_options(name: str, dim: int, group: str, options: dict[str, Any]) -> dict[str, Any]:
+    """``options`` for a norm ``name`` of width ``dim`` at a site of ``group`` (``attn``, ``mlp``, ``final``,
+    ``embed``), with the values its class resolves (``resolve_options``) filled in; unchanged for an unknown name
+    (``get_norm_class`` reports that)."""
+    hook = getattr(_REGISTRY.get(name), "resolve_options", None)
+    return hook(dim, group, options) if hook is not None else options
 
 
 def auto_embed_scale(name: str) -> str:

@@ -6,6 +6,7 @@ All act on the last dimension: input ``[..., dim]`` -> output ``[..., dim]``; tr
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 from torch import nn
@@ -13,6 +14,23 @@ from torch import nn
 from normlab.errors import NormlabError
 from normlab.norms import functional as NF
 from normlab.norms.registry import register_norm
+
+# Zhu et al. 2025, "Transformers without Normalization", Section 7.2: the tuned LLaMA alpha0 (attention / other) by
+# model width -- Table 11 (widths 1024 to 8192; depth has negligible influence) and Table 10 (LLaMA 13B, width
+# 5120). The authors' LLaMA commands use the same values (github.com/jiachenzhu/DyT, other_tasks/LLaMA/README.md:
+# 7B 0.8/0.2, 13B 0.6/0.15, 34B and 70B 0.2/0.05; tests/fixtures/dyt_reference.json).
+DYT_ALPHA0_BY_WIDTH = ((1024, 1.0, 1.0), (2048, 1.0, 0.5), (4096, 0.8, 0.2), (5120, 0.6, 0.15), (8192, 0.2, 0.05))
+
+
+def dyt_alpha0(width: int, group: str) -> float:
+    """The paper's LLM alpha0 for a DyT at a site of ``group`` in a model of ``width``.
+
+    The row of ``DYT_ALPHA0_BY_WIDTH`` whose width is nearest on a log scale: narrower than 1024 (the paper tabulates
+    no narrower model) the 1024 row, 1.0 / 1.0; wider than 8192 the 8192 row. ``attn`` sites (the DyT in front of
+    attention) take the attention value, the others (``mlp``, ``final``, ``embed``) the other value.
+    """
+    row = min(DYT_ALPHA0_BY_WIDTH, key=lambda r: abs(math.log(width / r[0])))
+    return row[1] if group == "attn" else row[2]
 
 
 @register_norm("scalenorm")
@@ -51,18 +69,20 @@ class DyT(nn.Module):
     """Dynamic Tanh: ``weight * tanh(alpha * x) + bias``, ``alpha`` one learnable scalar.
 
     Paper: Zhu, Chen, He, LeCun & Liu 2025, "Transformers without Normalization", arXiv:2503.10622 (code:
-    github.com/jiachenzhu/DyT). Parameters: ``alpha [1]`` (init ``alpha_init``, default 0.5), ``weight [dim]``
-    (ones) and ``bias [dim]`` (zeros). The paper's LLM recipe drops the bias and uses a different alpha init per
-    site; in a config::
+    github.com/jiachenzhu/DyT). Parameters: ``alpha [1]`` (init ``alpha_init``, default 0.5, the paper's value for
+    non-LLM models, Section 7.1), ``weight [dim]`` (ones) and ``bias [dim]`` (zeros). The paper's LLM recipe drops
+    the bias and uses a different alpha init per site, set by the model's width (Section 7.2, Tables 10-11); in a
+    config, ``alpha_init: auto`` picks it for each site (``dyt_alpha0``), or the values are given by hand::
 
         model:
           norm: dyt
-          norm_options: {bias: false, alpha_init@attn: 0.8, alpha_init@mlp: 0.2, alpha_init@final: 0.2}
+          norm_options: {bias: false, alpha_init: auto}
+          # or: {bias: false, alpha_init@attn: 0.8, alpha_init@mlp: 0.2, alpha_init@final: 0.2}  (their 7B)
 
-    (``normlab/configs/dyt.yaml``). ``alpha`` is DyT's only parameter not named ``weight``/``bias``: it is the squashing
-    scale, not an affine map, so it stays learnable with ``affine=False`` (which removes ``weight`` and ``bias``).
-    No statistics: every token is transformed on its own. ``eps`` is accepted for the shared constructor and unused.
-    Shapes: ``[..., dim] -> [..., dim]``.
+    (``normlab/configs/dyt.yaml`` has the 7B values). ``alpha`` is DyT's only parameter not named
+    ``weight``/``bias``: it is the squashing scale, not an affine map, so it stays learnable with ``affine=False``
+    (which removes ``weight`` and ``bias``). No statistics: every token is transformed on its own. ``eps`` is
+    accepted for the shared constructor and unused. Shapes: ``[..., dim] -> [..., dim]``.
     """
 
     paper = "Zhu et al. 2025, Transformers without Normalization (arXiv:2503.10622)"
@@ -78,10 +98,23 @@ class DyT(nn.Module):
     def __init__(self, dim: int, *, eps: float = 1e-5, affine: bool = True, bias: bool = True,
                  alpha_init: float = 0.5):
         super().__init__()
+        if alpha_init == "auto":
+            raise NormlabError("norm 'dyt': alpha_init 'auto' depends on the site (attention or other): set it in "
+                               "model.norm_options, where each site resolves it, or give a number")
+        if isinstance(alpha_init, (bool, str)) or not isinstance(alpha_init, (int, float)):
+            raise NormlabError(f"norm 'dyt': alpha_init must be a number or 'auto', got {alpha_init!r}")
         self.dim, self.eps, self.alpha_init = dim, eps, float(alpha_init)
         self.alpha = nn.Parameter(torch.full((1,), float(alpha_init)))
         self.weight = nn.Parameter(torch.ones(dim)) if affine else None
         self.bias = nn.Parameter(torch.zeros(dim)) if (affine and bias) else None
+
+    @staticmethod
+    def resolve_options(dim: int, group: str, options: dict[str, Any]) -> dict[str, Any]:
+        """``options`` of a DyT at a site of ``group`` with ``alpha_init: auto`` replaced by ``dyt_alpha0(dim,
+        group)``."""
+        if options.get("alpha_init") == "auto":
+            return {**options, "alpha_init": dyt_alpha0(dim, group)}
+        return options
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return NF.dyt(x, self.alpha, self.weight, self.bias)
