@@ -1,8 +1,8 @@
 """Softplus attention with l1 normalisation (LSSA) and its re-weighting (LSSAR) (``model.attention: softplus``).
 
 Gao, Spratling & Gionfrida 2025, "Softplus Attention with Re-weighting Boosts Length Extrapolation in Large
-Language Models" (arXiv:2501.13428; repo iminfine/freeattn). For a query at (0-based) position ``i`` with
-``N_i = i + 1`` visible keys:
+Language Models" (arXiv:2501.13428; code: github.com/iminfine/freeatten, as given in arXiv v2). For a query at
+(0-based) position ``i`` with ``N_i = i + 1`` visible keys:
 
     q^ = q / ||q||,  k^ = k / ||k||                      (l2 over head_dim)
     S_ij = log(d_head) * log(N_i) * q^_i . k^_j           (the length-scaled cosine; + ALiBi bias if on)
@@ -18,8 +18,10 @@ sharpened by the power ``p`` (default 15), below-uniform ones vanish. Computed a
 renormalisation (the same ratio; ``(N - 1)^15`` would overflow float32 for ``N`` in the thousands). A row with no
 above-uniform weight (exactly uniform) keeps ``A``.
 
-(check) The formulas follow SPECS.md, written from a re-implementation: the authors' repository was not in the
-reference index, so the offset rule ("first 3 rows") and ``N_i = i + 1`` could not be confirmed against their code.
+(check) The authors' repository (iminfine/freeatten; "freeattn" in earlier normlab text was a misspelling) could not
+be fetched from the reference index, so these formulas are checked against the paper's description, not their
+code: ``N`` is, per row, the number of attended tokens and the offset matrix is all ones except its first 3 rows,
+which are 0. tests/test_softplus.py holds closed-form cases (cosines 0 or 1, the offset rows, N = 4096 at p = 15).
 
 Positions: RoPE rotates q and k before the l2 normalisation (a rotation keeps the norm); ALiBi adds its bias to
 ``S`` after the length scaling; learned / none need nothing here. ``qk_norm`` and ``attn_softcap`` are refused by
@@ -82,7 +84,7 @@ class SoftplusAttention(AttentionBase):
     """
 
     paper = ("Gao, Spratling & Gionfrida 2025, Softplus Attention with Re-weighting Boosts Length Extrapolation in "
-             "Large Language Models (arXiv:2501.13428; repo iminfine/freeattn)")
+             "Large Language Models (arXiv:2501.13428; repo iminfine/freeatten)")
     description = "l1-normalised softplus scores with a length scale (LSSA), optional re-weighting (LSSAR)"
     options = {k: (d, "model.lssa_reweight / model.lssa_power re-weight softplus attention, not '{att}'")
                for k, d in (("lssa_reweight", False), ("lssa_power", 15.0))}
