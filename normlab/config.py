@@ -162,11 +162,14 @@ class DiagConfig:
     the mean of the previous ``spike_window`` step losses -- are counted on every step regardless (one float per
     step) and listed in summary.json as ``loss_spikes: {count, steps}``. The effective step size of weights
     feeding norms is ``optim.effective_lr_every`` (``eff_lr/...`` keys), not duplicated here.
+    ``probes``: in a sweep, measure the in-context probes (induction, associative recall; normlab.eval.probes at
+    ``normlab probe``'s defaults) on each completed run and store them as ``RUN/probes.json`` for the report.
     """
 
     every: int = 0
     spike_factor: float = 2.0
     spike_window: int = 20
+    probes: bool = False
 
     def validate(self) -> "DiagConfig":
         check_config(self, "diag.")  # every >= 0, spike_factor > 1, spike_window >= 1: normlab.validate.RANGES
@@ -203,7 +206,8 @@ class RunConfig:
         """``to_dict()`` less keys that came later and leave a run as it was, so runs from before keep their hashes:
         ``train.track`` and ``train.track_required`` (where the curves are logged; changes no number),
         ``train.stack`` (a sweep's scheduling), and ``train.deterministic`` and ``train.tf32`` at their defaults (true
-        and auto: how every earlier CPU run trained)."""
+        and auto: how every earlier CPU run trained), ``diag.probes`` at its default (false: measured after training,
+        nothing of the run changes; true keeps it, so a sweep asking for probes trains runs that measure them)."""
         d = self.to_dict()
         d["train"].pop("track", None)
         d["train"].pop("track_required", None)  # whether a tracker may be missing: changes no number
@@ -212,6 +216,8 @@ class RunConfig:
             d["train"].pop("deterministic")
         if d["train"].get("tf32") == "auto":
             d["train"].pop("tf32")
+        if d["diag"].get("probes") is False:
+            d["diag"].pop("probes")
         return d
 
     def hash(self) -> str:

@@ -112,6 +112,7 @@ KEY_HELP: dict[str, str] = {
     "diag.every": "record per-block activation and gradient statistics every N steps (0: off)",
     "diag.spike_factor": "a step loss above this times the recent mean counts as a loss spike",
     "diag.spike_window": "steps in the recent mean for loss spikes",
+    "diag.probes": "a sweep measures the in-context probes (induction, recall) on each completed run (probes.json)",
 }
 
 

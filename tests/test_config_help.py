@@ -87,6 +87,7 @@ def test_train_track_is_a_list_and_changes_no_hash():
     del d["train"]["track"], d["train"]["deterministic"]  # deterministic at its default: tests/test_precision.py
     del d["train"]["track_required"]  # whether a tracker server may be missing: changes no number
     del d["train"]["stack"], d["train"]["tf32"]  # a sweep's scheduling; tf32 at its default (tests/test_precision.py)
+    del d["diag"]["probes"]  # at its default (false): measured after training, changes no number
     import hashlib
 
     assert base.hash() == hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]

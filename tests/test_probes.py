@@ -110,3 +110,52 @@ def test_probe_command_on_a_run(run, cache):
                                             (["--length", "1"], "--length")])
 def test_probe_bad_input_is_one_line(run, cache, args, fragment):
     assert_bad_input(normlab("probe", str(run), *args, cache=cache), fragment)
+
+
+# -- a sweep with diag.probes: stored probes, and the report's section from them ---------------------------------
+@pytest.fixture(scope="module")
+def probe_sweep(tmp_path_factory, cache):
+    """Two variants x two seeds of the tiny preset, inline; ``pre`` with ``diag.probes: true``, ``qk`` with it too,
+    ``off`` without (nothing stored)."""
+    import os
+
+    from normlab.experiments.runner import run_sweep
+    from normlab.experiments.sweep import parse_sweep
+
+    d = tmp_path_factory.mktemp("probe-sweep")
+    fast = {"train.steps": 12, "train.eval_every": 6, "train.eval_batches": 2, "train.log_every": 3,
+            "train.checkpoint_every": 6, "train.track": [], "diag.probes": True}
+    spec = {"name": "probes", "base": "tiny", "set": fast, "seeds": [0, 1],
+            "variants": [{"name": "pre", "set": {}}, {"name": "qk", "set": {"model.qk_norm": True}},
+                         {"name": "off", "set": {"diag.probes": False}}]}
+    old = os.environ.get("NORMLAB_CACHE_DIR")
+    os.environ["NORMLAB_CACHE_DIR"] = str(cache)
+    try:
+        out = run_sweep(parse_sweep(spec), d / "out", workers=1, threads=1, inline=True, log=lambda s: None)
+    finally:
+        os.environ.pop("NORMLAB_CACHE_DIR") if old is None else os.environ.__setitem__("NORMLAB_CACHE_DIR", old)
+    assert out.status == "completed"
+    return d / "out"
+
+
+def test_a_sweep_stores_exactly_what_normlab_probe_measures(probe_sweep, cache):
+    from normlab.run.files import PROBES_FILE
+
+    for rid in ("pre-s0", "qk-s1"):
+        stored = json.loads((probe_sweep / "runs" / rid / PROBES_FILE).read_text())
+        cli = json.loads(normlab("probe", str(probe_sweep / "runs" / rid), "--json", cache=cache, check=True).stdout)
+        assert stored["induction"] == cli["induction"] and stored["recall"] == cli["recall"]  # exact, not approx
+        assert stored["settings"] == {"length": None, "pairs": None, "sequences": 64, "seed": 0, "symbols": "data",
+                                      "batch_size": 16}
+        assert "run_dir" not in stored  # stored results name no machine path
+    assert not (probe_sweep / "runs" / "off-s0" / PROBES_FILE).exists()  # diag.probes off: nothing measured
+
+
+def test_diag_probes_off_leaves_the_config_hash_as_before():
+    """At its default the key is not part of the identity (runs from before keep their hashes); on, it is."""
+    from normlab.config import config_from_dict
+
+    off, on = config_from_dict({}), config_from_dict({"diag": {"probes": True}})
+    assert "probes" not in off.identity_dict()["diag"] and off.to_dict()["diag"]["probes"] is False
+    assert on.identity_dict()["diag"]["probes"] is True and on.hash() != off.hash()
+

@@ -8,49 +8,22 @@ from __future__ import annotations
 import argparse
 import json
 
-from normlab.errors import NormlabError
-
 
 def run_probe(args: argparse.Namespace) -> int:
-    from normlab.eval.probes import induction, recall
-    from normlab.run.rundir import load_run
+    from normlab.eval.probes import probe_run  # torch: not at import (building the parser stays torch-free)
 
-    run = load_run(args.run_dir)
-    mc = run.cfg.model
-    vocab, context = mc.vocab_size, mc.context
-    symbols = None
-    if args.symbols == "data":  # the ids of the run's training split (its own corpus, identity-checked)
-        import numpy as np
-        import torch
-
-        from normlab.run.rundir import run_data
-
-        symbols = torch.from_numpy(np.unique(np.asarray(run_data(args.run_dir, run.cfg).train)).astype(np.int64))
-        if len(symbols) < 4:
-            raise NormlabError(f"{args.run_dir}: its training split uses {len(symbols)} token ids; the probes need "
-                               "at least 4 (use --symbols all)")
-    k = vocab if symbols is None else len(symbols)
-    length = args.length or context // 2
-    if 2 * length > context:
-        raise NormlabError(f"--length {length}: the repeated sequence (2 x {length} tokens) exceeds the run's "
-                           f"context ({context}); allowed: 2 .. {context // 2}")
-    pairs = args.pairs or min(16, (context - 1) // 2, k // 2)
-    if 2 * pairs + 1 > context or pairs > k // 2:
-        raise NormlabError(f"--pairs {pairs}: 2 x pairs + 1 tokens must fit the context ({context}) and pairs must "
-                           f"be <= symbols / 2 ({k // 2}); allowed: 1 .. {min((context - 1) // 2, k // 2)}")
-    common = {"sequences": args.sequences, "seed": args.seed, "batch_size": args.batch_size, "symbols": symbols}
-    res = {"run_dir": str(args.run_dir), "vocab": vocab, "context": context, "symbols": args.symbols,
-           "induction": induction(run.model, vocab=vocab, length=length, **common),
-           "recall": recall(run.model, vocab=vocab, pairs=pairs, **common)}
+    res = probe_run(args.run_dir, length=args.length, pairs=args.pairs, sequences=args.sequences, seed=args.seed,
+                    symbols=args.symbols, batch_size=args.batch_size)
     if args.json:
         print(json.dumps(res, allow_nan=False))
         return 0
     ind, rec = res["induction"], res["recall"]
-    print(f"induction ({ind['sequences']} random sequences of {length} tokens from {k} token ids ({args.symbols}), "
-          f"each repeated once; seed {args.seed}): first copy {ind['first_copy_loss']:.3f} nats (chance ln "
-          f"{k} = {ind['chance_first_copy_loss']:.3f}), "
+    k = ind["symbols"]
+    print(f"induction ({ind['sequences']} random sequences of {ind['length']} tokens from {k} token ids "
+          f"({args.symbols}), each repeated once; seed {args.seed}): first copy {ind['first_copy_loss']:.3f} nats "
+          f"(chance ln {k} = {ind['chance_first_copy_loss']:.3f}), "
           f"second copy {ind['second_copy_loss']:.3f} (perfect copying: 0); gain {ind['induction_gain']:.3f}")
-    print(f"associative recall ({rec['sequences']} sequences of {pairs} key-value pairs and a query; seed "
+    print(f"associative recall ({rec['sequences']} sequences of {rec['pairs']} key-value pairs and a query; seed "
           f"{args.seed}): accuracy {rec['accuracy']:.3f} (chance 1/{rec['num_values']} = {rec['chance_accuracy']:.4f})"
           f", loss {rec['loss']:.3f} nats (uniform: {rec['chance_loss']:.3f})")
     return 0
@@ -66,7 +39,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--pairs", type=int_in(1, 2**20), help="key-value pairs per recall sequence (default: up to 16)")
     p.add_argument("--sequences", type=int_in(1, 100_000), default=64, help="sequences per probe (default 64)")
     p.add_argument("--seed", type=int_in(0, 2**63 - 1), default=0, help="seed of the synthetic data (default 0)")
-    p.add_argument("--symbols", choices=("data", "all"), default="data",
+    p.add_argument("--symbols", choices=("data", "all"), default="data",  # normlab.eval.probes.SYMBOLS
                    help="token ids to draw from: those in the run's training split (default) or the whole vocabulary")
     p.add_argument("--batch-size", type=int_in(1, 2**16), default=16)
     p.add_argument("--json", action="store_true")

@@ -19,15 +19,24 @@ cannot be asked to copy it. Chance is then ``ln K`` for the first copy and ``1 /
 from the first half of the symbols, values from the second).
 
 A model here is any callable ``idx [B, T] (int64) -> logits [B, T, V]`` (``GPT.forward`` without targets).
+``probe_run`` measures both on a trained run directory (``normlab probe RUN``; a sweep with ``diag.probes: true``
+stores the same record as ``RUN/probes.json`` through ``store_probes``).
 """
 
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any, Callable
 
+import numpy as np
 import torch
 import torch.nn.functional as F
+
+from normlab.errors import NormlabError
+from normlab.io import write_json
+from normlab.run.files import PROBES_FILE
+from normlab.run.rundir import load_run, run_data
 
 Model = Callable[[torch.Tensor], torch.Tensor]
 
@@ -95,3 +104,55 @@ def recall(model: Model, *, vocab: int, pairs: int, sequences: int = 256, seed: 
     return {"pairs": pairs, "sequences": sequences, "seed": seed, "vocab": vocab, "symbols": k,
             "num_values": k - k // 2, "accuracy": (guess == answer).float().mean().item(),
             "chance_accuracy": 1.0 / (k - k // 2), "loss": loss, "chance_loss": math.log(vocab)}
+
+
+SYMBOLS = ("data", "all")  # normlab probe --symbols: the run's training-split ids, or the whole vocabulary
+DEFAULTS = {"length": None, "pairs": None, "sequences": 64, "seed": 0, "symbols": "data", "batch_size": 16}
+"""``probe_run``'s settings when none is given: ``normlab probe``'s flag defaults, and what a sweep stores."""
+
+
+def probe_run(run_dir: str | Path, *, length: int | None = None, pairs: int | None = None, sequences: int = 64,
+              seed: int = 0, symbols: str = "data", batch_size: int = 16) -> dict[str, Any]:
+    """Both probes on the run in ``run_dir`` (its final weights, else its last checkpoint; CPU, fp32):
+    ``{run_dir, vocab, context, symbols, induction: {...}, recall: {...}}``. ``length`` defaults to half the run's
+    context, ``pairs`` to ``min(16, (context - 1) // 2, K // 2)``; ``symbols``: ``data`` (the ids of the run's
+    training split, identity-checked; K of them) or ``all`` (the whole vocabulary). A setting that does not fit
+    the run is a one-line ``NormlabError`` naming what is allowed."""
+    if symbols not in SYMBOLS:
+        raise NormlabError(f"symbols must be one of {', '.join(SYMBOLS)}, got {symbols!r}")
+    run = load_run(run_dir)
+    mc = run.cfg.model
+    vocab, context = mc.vocab_size, mc.context
+    ids = None
+    if symbols == "data":  # the ids of the run's training split (its own corpus, identity-checked)
+        ids = torch.from_numpy(np.unique(np.asarray(run_data(run_dir, run.cfg).train)).astype(np.int64))
+        if len(ids) < 4:
+            raise NormlabError(f"{run_dir}: its training split uses {len(ids)} token ids; the probes need at least "
+                               "4 (use --symbols all)")
+    k = vocab if ids is None else len(ids)
+    length = length or context // 2
+    if length < 2 or 2 * length > context:
+        raise NormlabError(f"--length {length}: the repeated sequence (2 x {length} tokens) must fit the run's "
+                           f"context ({context}); allowed: 2 .. {context // 2}")
+    pairs = pairs or min(16, (context - 1) // 2, k // 2)
+    if pairs < 1 or 2 * pairs + 1 > context or pairs > k // 2:
+        raise NormlabError(f"--pairs {pairs}: 2 x pairs + 1 tokens must fit the context ({context}) and pairs must "
+                           f"be <= symbols / 2 ({k // 2}); allowed: 1 .. {min((context - 1) // 2, k // 2)}")
+    common = {"sequences": sequences, "seed": seed, "batch_size": batch_size, "symbols": ids}
+    return {"run_dir": str(run_dir), "vocab": vocab, "context": context, "symbols": symbols,
+            "induction": induction(run.model, vocab=vocab, length=length, **common),
+            "recall": recall(run.model, vocab=vocab, pairs=pairs, **common)}
+
+
+def store_probes(run_dir: str | Path) -> dict[str, Any]:
+    """``probe_run(run_dir)`` at ``DEFAULTS`` written to ``RUN_DIR/probes.json`` (atomic) with the settings used
+    (``settings``: the keyword arguments of ``probe_run``, so ``normlab probe`` with them reproduces it); a run the
+    probes do not fit gets ``{settings, error}`` instead. Returns what was written."""
+    settings = dict(DEFAULTS)
+    try:
+        rec = {**probe_run(run_dir, **settings), "settings": settings}
+        rec.pop("run_dir")  # stored results name no machine path
+    except NormlabError as e:
+        rec = {"settings": settings, "error": str(e)}
+    write_json(Path(run_dir) / PROBES_FILE, rec)
+    return rec

@@ -418,7 +418,7 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
 
     from normlab.errors import EXIT_BAD_INPUT
-    from normlab.experiments.worker import train_run
+    from normlab.experiments.worker import probe_if_asked, train_run
     from normlab.run.rundir import STATUS_EXIT
 
     p = argparse.ArgumentParser(prog="python -m normlab.experiments.executors")
@@ -430,8 +430,9 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     _die_with_parent(args.parent)
     try:
-        summary = train_run(Path(args.run_dir), json.loads(Path(args.config).read_text()), args.threads,
-                            tb_dir=Path(args.tb_dir) if args.tb_dir else None)
+        config = json.loads(Path(args.config).read_text())
+        summary = train_run(Path(args.run_dir), config, args.threads, tb_dir=Path(args.tb_dir) if args.tb_dir else None)
+        probe_if_asked(Path(args.run_dir), config, summary)  # diag.probes: measured here, packed with the run
     except NormlabError as e:
         print(f"error: {printable(e)}", file=sys.stderr)
         return EXIT_BAD_INPUT

@@ -26,7 +26,7 @@ from typing import Any, Iterator
 
 from normlab.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, NormlabError
 from normlab.experiments.store import Store
-from normlab.run.files import CONFIG_FILE, METRICS_FILE, MODEL_FILE
+from normlab.run.files import CONFIG_FILE, METRICS_FILE, MODEL_FILE, PROBES_FILE
 from normlab.run.rundir import STATUS_EXIT, read_metrics
 from normlab.safety import printable
 
@@ -51,6 +51,21 @@ def record(store: Store, sweep_dir: Path, run_id: str, summary: dict[str, Any], 
         result["status"] = "failed"
         result["error"] = "summary.json has no final val_bpb (stopped between its last checkpoint and summary?); re-run"
     store.finish(run_id, result, curves)
+
+
+def probe_if_asked(run_dir: Path, config: dict[str, Any], summary: dict[str, Any] | None) -> None:
+    """``diag.probes: true``: measure the in-context probes of a completed run once, into ``RUN/probes.json``
+    (normlab.eval.probes.store_probes, ``normlab probe``'s defaults). A probe that fails leaves the run's result as
+    it is (the traceback goes to the run's log)."""
+    if not (summary and summary.get("status") == "completed" and (config.get("diag") or {}).get("probes")
+            and not (run_dir / PROBES_FILE).is_file()):
+        return
+    try:
+        from normlab.eval.probes import store_probes  # torch: only when asked
+
+        store_probes(run_dir)
+    except Exception:  # noqa: BLE001 - the run trained; its probes are missing, said in its log
+        traceback.print_exc()
 
 
 def _peak_mem_mb() -> float:
@@ -141,6 +156,7 @@ def run_one(sweep_dir: Path, run_id: str, threads: int | None = None) -> int:
         return EXIT_FAILED
     _shield()
     peak = row.get("peak_mem_mb") if done and row.get("peak_mem_mb") else _peak_mem_mb()
+    probe_if_asked(run_dir, row["config"], summary)
     record(store, sweep_dir, run_id, summary or {}, peak_mem_mb=peak)
     return STATUS_EXIT.get(summary.get("status", ""), EXIT_FAILED) if summary else EXIT_FAILED
 
@@ -354,6 +370,7 @@ def serve_group(sweep_dir: Path, run_ids: list[str], threads: int | None) -> dic
             if r in codes:
                 continue
             s = summaries.get(r) or {}
+            probe_if_asked(sweep_dir / "runs" / r, rows[r]["config"], s)
             record(store, sweep_dir, r, s, peak_mem_mb=peak)  # the group's peak (one process trained them all)
             codes[r] = STATUS_EXIT.get(s.get("status", ""), EXIT_FAILED) if s else EXIT_FAILED
         return codes

@@ -17,6 +17,8 @@ PROVENANCE_FILE = "provenance.json"  # normlab version, git commit, Python and t
 CHECKPOINTS_DIR = "checkpoints"  # resumable checkpoints, one directory per step (normlab.run.tensors)
 INIT_FROM_FILE = "init_from.json"  # the run a --init-from run started from (normlab.train.init_from)
 HF_IMPORT_FILE = "hf_import.json"  # the record of normlab import (normlab.interop.hf_import)
+PROBES_FILE = "probes.json"  # in-context probes measured after training (diag.probes; normlab.eval.probes)
 
 __all__ = ["CHECKPOINTS_DIR", "CONFIG_FILE", "DATA_FILE", "FINGERPRINT_FILE", "HF_IMPORT_FILE", "INIT_FROM_FILE",
-           "METRICS_FILE", "MODEL_FILE", "PARAM_GROUPS_FILE", "PROVENANCE_FILE", "SUMMARY_FILE", "TOKENIZER_FILE"]
+           "METRICS_FILE", "MODEL_FILE", "PARAM_GROUPS_FILE", "PROBES_FILE", "PROVENANCE_FILE", "SUMMARY_FILE",
+           "TOKENIZER_FILE"]
