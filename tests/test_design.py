@@ -21,18 +21,18 @@ BASE = {"name": "q", "base": "tiny", "seeds": [0, 1], "lr_grid": [0.001, 0.01],
 
 
 def test_defaults_and_declared_question():
-    q = parse_sweep(BASE).question
+    q = parse_sweep(BASE).question.as_dict()
     assert q == {"declared": False, "primary": "lr_sensitivity", "baseline": "Pre-LN", "family": ["Peri-LN", "Post-LN"],
                  "alpha": 0.05, "correction": "holm", "paired": True}
     s = parse_sweep({**BASE, "primary": "best_loss", "baseline": "Post-LN", "family": ["Peri-LN"], "alpha": 0.01,
                      "correction": "bh"})
-    assert s.question == {"declared": True, "primary": "best_loss", "baseline": "Post-LN", "family": ["Peri-LN"],
-                          "alpha": 0.01, "correction": "bh", "paired": True}
+    assert s.question.as_dict() == {"declared": True, "primary": "best_loss", "baseline": "Post-LN",
+                                    "family": ["Peri-LN"], "alpha": 0.01, "correction": "bh", "paired": True}
     d = s.design()
     assert d["groups"] == ["Pre-LN", "Peri-LN", "Post-LN"] and d["seeds"] == [0, 1]
     assert d["learning_rates"] == [0.001, 0.01] and d["primary"] == "best_loss"
     one = {k: v for k, v in BASE.items() if k != "lr_grid"}
-    assert parse_sweep(one).question["primary"] == "final_loss"
+    assert parse_sweep(one).question.primary == "final_loss"
 
 
 def test_question_keys_do_not_change_the_sweep_hash():
@@ -74,13 +74,13 @@ def test_lr_sensitivity_needs_a_grid():
 def _no_training(monkeypatch, seen):
     monkeypatch.setattr(runner, "_prepare_data", lambda configs, log: None)
 
-    def fake(store, sweep_dir, todo, threads, log, outcome):  # what the first run would see in the store
+    def fake(executor, store, jobs, log, trained):  # what the first run would see in the store
         seen.append((stored_design(store.meta()), sum(r["status"] != "pending" for r in store.runs())))
-        for rid in todo:
+        for rid in (r for job in jobs for r in job):
             store.update(rid, status="completed", val_bpb=4.0, step=1)
         return "completed"
 
-    monkeypatch.setattr(runner, "_execute_inline", fake)
+    monkeypatch.setattr(runner, "drive", fake)
 
 
 def test_the_design_is_in_the_store_before_the_first_run_and_a_later_change_is_flagged(tmp_path, monkeypatch):

@@ -64,10 +64,10 @@ def test_presets_validate():
     quick = load_sweep(preset="quick")
     assert len({r.axes["grid_group"] for r in quick.runs}) == 4
     assert sorted({r.seed for r in quick.runs}) == [1000, 1001, 1002, 1003]
-    assert quick.question["declared"] and len(quick.question["family"]) <= 3  # few questions, decided
+    assert quick.question.declared and len(quick.question.family) <= 3  # few questions, decided
     explore = load_sweep(preset="quick-explore")
     # the old design: exploratory
-    assert len({r.axes["grid_group"] for r in explore.runs}) == 6 and not explore.question["declared"]
+    assert len({r.axes["grid_group"] for r in explore.runs}) == 6 and not explore.question.declared
     assert {r.config["data"]["source"] for r in quick.runs} == {"pystdlib"}
     assert len(load_sweep(preset="depth").runs) == 30
     dyt = load_sweep(preset="dyt")

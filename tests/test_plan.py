@@ -7,7 +7,8 @@ import pytest
 import yaml
 
 from normlab.errors import NormlabError
-from normlab.experiments.plan import declared_question, fractions, looks_of
+from normlab.experiments.plan import fractions, looks_of
+from normlab.experiments.question import stored_question
 from normlab.experiments.sweep import dump_spec, parse_sweep
 
 FAST = {"train.steps": 6}
@@ -67,14 +68,14 @@ def test_the_first_round_needs_two_seeds_and_question_keys_are_checked():
         sweep(replicate=3)
 
 
-def test_declared_question_defaults():
-    q = declared_question(sweep(seeds=[0, 1]).spec, ["A", "B"])
-    assert (q.primary, q.baseline, q.variants, q.alpha) == ("final_loss", "A", ("B",), 0.05)
+def test_stored_question_defaults():
+    q = stored_question(sweep(seeds=[0, 1]).spec, ["A", "B"])
+    assert (q.primary, q.baseline, q.family, q.alpha) == ("final_loss", "A", ("B",), 0.05)
     s = sweep(seeds=[0, 1], baseline="B", alpha=0.01, primary="best_loss")
-    q = declared_question(s.spec, ["A", "B"])
-    assert (q.primary, q.baseline, q.variants, q.alpha) == ("best_loss", "B", ("A",), 0.01)
+    q = stored_question(s.spec, ["A", "B"])
+    assert (q.primary, q.baseline, q.family, q.alpha) == ("best_loss", "B", ("A",), 0.01)
     grid = parse_sweep({"name": "g", "base": "tiny", "set": FAST, "variants": TWO, "lr_grid": [1e-3, 1e-2]})
-    assert declared_question(grid.spec, ["A", "B"]).primary == "lr_sensitivity"
+    assert stored_question(grid.spec, ["A", "B"]).primary == "lr_sensitivity"
 
 
 def test_planned_rounds_tell_seeds_added_by_the_plan_from_a_design_change():

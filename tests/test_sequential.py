@@ -25,7 +25,7 @@ from normlab.experiments.store import Store
 from normlab.experiments.sweep import dump_spec, parse_sweep
 from normlab.io import write_text
 from normlab.report.sequential import (
-    fixed_decisions, look_record, primary_values, replication_block, sequential_block, verdict,
+    fixed_decisions, look_record, primary_values, replication_block, sequential_block,
 )
 from normlab.stats.sequential import (
     HolmLevels, crossing_probabilities, obf_spending, paired_z, sequential_holm, spending_boundaries, t_to_z,
@@ -146,7 +146,7 @@ def test_an_interrupted_round_stops_the_plan(tmp_path, monkeypatch):
 
 
 def test_fixed_decisions_use_holm_over_the_family():
-    from normlab.experiments.plan import Question
+    from normlab.experiments.question import Question
     from normlab.stats import holm
 
     vals = {"A": {s: effect_b("A", s) for s in range(5)}, "B": {s: effect_b("B", s) for s in range(5)},
@@ -158,6 +158,8 @@ def test_fixed_decisions_use_holm_over_the_family():
 
 
 def test_verdicts():
+    from normlab.experiments.verdicts import replication as verdict
+
     assert verdict("lower", "lower") == "replicated"
     assert verdict("lower", "undecided", power=0.9) == "not replicated"
     assert verdict("lower", "undecided", power=0.17) == "underpowered"
@@ -216,7 +218,7 @@ def grid_sweep(name="g", **kw):
 def test_a_variant_that_cannot_learn_is_never_lower_on_any_path(tmp_path, monkeypatch):
     """The one did-not-learn guard on every decision path: the report's family, every look of --until-decided,
     the fixed design's Holm (--replicate-on) and the replication verdict; without it Flat would be "lower"."""
-    from normlab.experiments.plan import Question
+    from normlab.experiments.question import Question
     from normlab.report.analysis import load
     from normlab.report.sequential import learned_flags, record_replication
 

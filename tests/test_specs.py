@@ -13,7 +13,7 @@ from scipy.stats import binomtest, ttest_1samp
 
 from normlab.experiments.claims.docs import recorded_hashes, spec_lines, unrevised_changes
 from normlab.experiments.claims.specs import CLAIMS, Revision, spec_hash
-from normlab.experiments.claims.stats import collapse_rates, judge_family, tost
+from normlab.experiments.verdicts import collapse_rates, judge_family, tost
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "claims.md"
 

@@ -31,8 +31,8 @@ from typing import Any
 
 from normlab.stats import (
     Diff,
+    SEEDS_NEEDED_MAX,
     SeedsRange,
-    adjust,
     holm_first_level,
     min_permutation_p,
     min_sign_flip_p,
@@ -43,18 +43,21 @@ from normlab.stats import (
     sign_flip_p,
     welch_diff,
 )
-from normlab.stats.learning import NOT_DECIDED_BASE_DNL, NOT_DECIDED_DNL
+from normlab.experiments.question import METRIC_LABELS, Question, question_of
+from normlab.experiments.verdicts import (
+    EXPLORATORY,
+    NOT_DECIDED,
+    NOT_TESTABLE,
+    UNDECIDED,
+    decision,
+    family_adjusted,
+    learning_guard,
+    rejects,
+)
 
 EXACT_MIN_N = 5
-METRIC_LABELS = {"lr_sensitivity": "LR sensitivity", "best_loss": "best loss", "final_loss": "final loss"}
 VERDICT_WORDS = ("lower", "higher", "beyond noise")
 """Words that state a decision; the report uses them only for the primary family (tests/test_decisions.py)."""
-
-
-def default_question(baseline: str | None, grid: bool) -> dict[str, Any]:
-    """The question of a sweep that declared none: the usual metric, every variant vs ``baseline``, exploratory."""
-    return {"declared": False, "primary": "lr_sensitivity" if grid else "final_loss", "baseline": baseline,
-            "family": None, "alpha": 0.05, "correction": "holm", "paired": True}
 
 
 @dataclass
@@ -75,6 +78,7 @@ class PairedRow:
     min_exact_p: float | None = None
     seeds: SeedsRange | None = None
     note: str | None = None  # why a family member cannot be decided ("did not learn")
+    decision: str = UNDECIDED  # a primary row's verdict (normlab.experiments.verdicts)
 
     @property
     def seeds_needed(self) -> int | None:
@@ -82,8 +86,6 @@ class PairedRow:
 
     @property
     def seeds_needed_more_than(self) -> int | None:
-        from normlab.stats import SEEDS_NEEDED_MAX
-
         if self.seeds is None or self.diff.mean == 0.0 or self.seeds.n is not None:
             return None
         return SEEDS_NEEDED_MAX
@@ -91,17 +93,9 @@ class PairedRow:
     @property
     def verdict(self) -> str:
         """``lower`` / ``higher`` (decided), ``undecided``, ``not testable``, ``not decided: did not learn`` or ``not
-        decided: baseline did not learn`` (primary family);
+        decided: baseline did not learn`` (primary family, decided by normlab.experiments.verdicts);
         ``exploratory`` for every other row."""
-        if self.role != "primary":
-            return "exploratory"
-        if self.note:
-            return self.note
-        if self.diff.p is None:
-            return "not testable"
-        if self.decided:
-            return "lower" if self.diff.mean < 0 else "higher"
-        return "undecided"
+        return self.decision if self.role == "primary" else EXPLORATORY
 
 
 def _values(group: Any, get: Callable[[Any], float]) -> dict[int, float]:
@@ -141,43 +135,38 @@ def compare(g: Any, b: Any, metric: str, get: Callable[[Any], float], *, paired:
     return row
 
 
-def build_rows(groups: list[Any], base: Any, question: dict[str, Any], *, grid: bool, exploratory: str | None
-               ) -> list[PairedRow]:
+def build_rows(groups: list[Any], base: Any, question: Question | dict[str, Any], *, grid: bool,
+               exploratory: str | None) -> list[PairedRow]:
     """Every comparison of each group with ``base`` (LR sensitivity and best loss on a grid, final loss at one
     learning rate), the primary family decided as in the module docstring."""
+    q = question_of(question, baseline=base.name, grid=grid)
     metrics = ["lr_sensitivity", "best_loss"] if grid else ["final_loss"]
     getters = {"lr_sensitivity": lambda s: s.sensitivity, "best_loss": lambda s: s.best, "final_loss": lambda s: s.best}
-    primary = question.get("primary")
-    family = question.get("family")
-    if family is None:
-        family = [g.name for g in groups if g is not base]
-    decide = bool(question.get("declared")) and exploratory is None and primary in metrics
+    family = list(q.family) if q.family is not None else [g.name for g in groups if g is not base]
+    decide = q.declared and exploratory is None and q.primary in metrics
     rows: list[PairedRow] = []
     for g in groups:
         if g is base or not g.seeds:
             continue
         for m in metrics:
-            r = compare(g, base, METRIC_LABELS[m], getters[m], paired=question.get("paired", True))
+            r = compare(g, base, METRIC_LABELS[m], getters[m], paired=q.paired)
             if r is None:
                 continue
-            if decide and m == primary and g.name in family:
+            if decide and m == q.primary and g.name in family:
                 r.role = "primary"
-                if g.learned is False:  # normlab.stats.learning: one guard for every metric and path
-                    r.note = NOT_DECIDED_DNL
-                elif base.learned is False:
-                    r.note = NOT_DECIDED_BASE_DNL
+                r.note = learning_guard([g.learned], [base.learned])  # normlab.stats.learning, every metric and path
             rows.append(r)
     fam = [r for r in rows if r.role == "primary"]
     if fam:
         # an untestable member, one whose variant did not learn, and one with no finished run at all stay in the
         # family with p = 1 (m is the declared family's size: conservative)
         missing = len([f for f in family if f not in {r.variant for r in fam}]) if decide else 0
-        ps = [1.0 if (r.note or r.diff.p is None) else r.diff.p for r in fam] + [1.0] * missing
-        for r, q in zip(fam, adjust(ps, question.get("correction", "holm"))):
-            r.p_adjusted = q
-            r.decided = r.note is None and r.diff.p is not None and q is not None and q <= question.get("alpha", 0.05)
+        for r, p in zip(fam, family_adjusted([r.diff.p for r in fam], [r.note for r in fam], q, missing)):
+            r.p_adjusted = p
+            r.decided = r.diff.p is not None and rejects(p, q.alpha, r.note)
+            r.decision = decision(r.diff.mean, rejected=r.decided, note=r.note, testable=r.diff.p is not None)
     m_family = (len(family) if decide else len(fam)) or 1
-    _plan(rows, groups, getters, metrics, question.get("alpha", 0.05), m_family)
+    _plan(rows, groups, getters, metrics, q.alpha, m_family)
     return rows
 
 
@@ -197,21 +186,22 @@ def _plan(rows: list[PairedRow], groups: list[Any], getters: dict, metrics: list
             r.seeds = seeds_needed_range(r.diff.mean, pooled, level=1.0 - a)
 
 
-def family_summary(rows: list[PairedRow], question: dict[str, Any], exploratory: str | None) -> list[str]:
+def family_summary(rows: list[PairedRow], question: Question | dict[str, Any], exploratory: str | None) -> list[str]:
     """Sentences about the declared question: what was decided, under which correction, or why nothing was."""
-    base = question.get("baseline")
+    q = question_of(question, baseline=None, grid=False)
+    base = q.baseline
     if exploratory:
         return [f"Every comparison below is exploratory (estimates with 95% intervals, no verdicts): {exploratory}."]
-    if not question.get("declared"):
+    if not q.declared:
         return [(f"This sweep declared no question (no primary: key), so every comparison with {base} is exploratory: "
                 "an estimate with its 95% interval and an unadjusted p, no verdict. Declare primary:, family:, "
                 "alpha: and correction: before running to have the report decide (docs/compare.md).")]
     fam = [r for r in rows if r.role == "primary"]
-    corr = "Holm" if question.get("correction", "holm") == "holm" else "Benjamini–Hochberg"
-    metric = METRIC_LABELS.get(question.get("primary", ""), question.get("primary"))
-    family = question.get("family") or [r.variant for r in fam]
+    corr = "Holm" if q.correction == "holm" else "Benjamini–Hochberg"
+    metric = METRIC_LABELS.get(q.primary, q.primary)
+    family = list(q.family or ()) or [r.variant for r in fam]
     out = [(f"Declared question: {metric} of {len(family)} variant(s) vs {base}, {corr}-adjusted over the family at "
-            f"alpha = {question.get('alpha', 0.05):g}; all other comparisons are exploratory.")]
+            f"alpha = {q.alpha:g}; all other comparisons are exploratory.")]
     absent = [f for f in family if f not in {r.variant for r in fam}]
     if absent:
         out.append(f"No finished seeds to compare (counted in the family as p = 1): {', '.join(absent)}.")
@@ -221,10 +211,10 @@ def family_summary(rows: list[PairedRow], question: dict[str, Any], exploratory:
         if got:
             out.append(f"{metric[0].upper() + metric[1:]} {word} than {base} beyond noise: " + "; ".join(got) + ".")
     und = [f"{r.variant} ({_est(r)}, adjusted p {_p(r.p_adjusted, eq=True)}{_need_txt(r)})" for r in fam
-           if r.verdict in ("undecided", "not testable")]
+           if r.verdict in (UNDECIDED, NOT_TESTABLE)]
     if und:
         out.append("Undecided at this n: " + "; ".join(und) + ".")
-    dnl = [r.variant for r in fam if r.verdict in (NOT_DECIDED_DNL, NOT_DECIDED_BASE_DNL)]
+    dnl = [r.variant for r in fam if r.verdict in NOT_DECIDED]
     if dnl:
         out.append(f"Not decided because the variant or {base} did not learn at its best learning rate in some seed "
                    f"(counted in the family as p = 1): {', '.join(dnl)}.")
@@ -246,7 +236,6 @@ def need_text(r: PairedRow) -> str | None:
     s = r.seeds
     if s is None or r.diff.mean == 0.0:
         return None
-    from normlab.stats import SEEDS_NEEDED_MAX
 
     def one(n: int | None) -> str:
         return str(n) if n is not None else f">{SEEDS_NEEDED_MAX}"

@@ -1,15 +1,8 @@
-"""A sweep's declared question and design, and the record of it in the results store.
+"""A sweep's design and the record of it in the results store.
 
-A sweep declares before it runs what its report decides (docs/compare.md, "Declared questions")::
-
-    primary: lr_sensitivity      # the metric decided on: lr_sensitivity (needs lr_grid), best_loss, final_loss
-    baseline: Pre-LN             # every comparison is variant - baseline (default: the first variant)
-    family: [Peri-LN, Post-LN]   # the comparisons decided on (default: every other variant vs the baseline)
-    alpha: 0.05                  # family-wise error (holm) or false discovery rate (bh)
-    correction: holm             # holm (default) or bh (Benjamini-Hochberg), over the family
-    paired: true                 # paired t over shared seeds (default); false: Welch, declared before the data
-
-The *design* is the question plus what was planned to run (group labels, seeds, learning rates). ``record_design``
+A sweep declares before it runs what its report decides: its question (normlab.experiments.question, the one
+parser of ``primary``, ``baseline``, ``family``, ``alpha``, ``correction`` and ``paired``). The *design* is the
+question plus what was planned to run (group labels, seeds, learning rates). ``record_design``
 writes it to the store's ``meta`` table (key ``design``) before the first run is registered. A later call with a
 different design appends an entry to ``design_changes`` (``{at, finished_runs, changed, sequential}``); a change
 made after any run had finished, outside a sequential plan (``sequential=True``, normlab's own seeds-until-decided
@@ -23,85 +16,13 @@ import math
 import time
 from typing import Any
 
-from normlab.errors import NormlabError, did_you_mean
+from normlab.experiments.question import Question
 from normlab.experiments.store import FINAL, Store
 
-PRIMARY_METRICS = ("lr_sensitivity", "best_loss", "final_loss")
-"""Sweep key ``primary:`` values: per-seed LR sensitivity and best-of-grid loss (a sweep with ``lr_grid``), or the
-final validation bits/byte (a sweep at one learning rate, where it equals ``best_loss``)."""
-METRIC_LABELS = {"lr_sensitivity": "LR sensitivity", "best_loss": "best loss", "final_loss": "final loss"}
-CORRECTIONS = ("holm", "bh")
-QUESTION_KEYS = ("primary", "family", "alpha", "correction", "paired")
-"""Top-level sweep keys of the question; not part of the sweep hash (changing them after results is recorded and
-reported instead of orphaning the sweep directory). ``baseline`` is older and stays in the hash."""
-DEFAULT_ALPHA = 0.05
-
-
-def parse_question(raw: dict[str, Any], names: list[str], *, grid: bool, source: str) -> dict[str, Any]:
-    """Validate the question keys of sweep mapping ``raw`` against the group labels ``names`` (baseline first when
-    not given); returns the resolved question ``{declared, primary, baseline, family, alpha, correction, paired}``.
-    ``declared`` is False when ``primary:`` is absent: then the defaults below are used and the report treats every
-    comparison as exploratory."""
-    declared = raw.get("primary") is not None
-    primary = raw.get("primary", "lr_sensitivity" if grid else "final_loss")
-    if primary not in PRIMARY_METRICS:
-        raise NormlabError(
-            f"{source}: primary {primary!r} is not a metric{did_you_mean(str(primary), PRIMARY_METRICS)};"
-            f" allowed: {', '.join(PRIMARY_METRICS)}"
-        )
-    if primary == "lr_sensitivity" and not grid:
-        raise NormlabError(f"{source}: primary: lr_sensitivity needs an lr_grid (at one learning rate use final_loss)")
-    if primary == "final_loss" and grid:
-        raise NormlabError(f"{source}: primary: final_loss is for a sweep at one learning rate; with lr_grid use "
-                           "lr_sensitivity or best_loss (the best final loss of the grid)")
-    baseline = raw.get("baseline")
-    if baseline is None:
-        baseline = names[0] if names else None
-    elif baseline not in names:
-        raise NormlabError(f"{source}: baseline {baseline!r} is not a variant{did_you_mean(str(baseline), names)}; "
-                           f"variants: {', '.join(names)}")
-    others = [n for n in names if n != baseline]
-    family = raw.get("family")
-    if family is None:
-        family = others
-    else:
-        if not isinstance(family, list) or not family or not all(isinstance(f, str) for f in family):
-            raise NormlabError(f"{source}: family must be a non-empty list of variant names compared with the "
-                               f"baseline; variants: {', '.join(others)}")
-        for f in family:
-            if f == baseline:
-                raise NormlabError(f"{source}: family names the baseline {f!r}; list the variants compared with it")
-            if f not in others:
-                raise NormlabError(f"{source}: family member {f!r} is not a variant{did_you_mean(f, others)}; "
-                                   f"variants: {', '.join(others)}")
-        if len(set(family)) != len(family):
-            raise NormlabError(f"{source}: family lists a variant twice: {family}")
-    alpha = raw.get("alpha", DEFAULT_ALPHA)
-    if (isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not math.isfinite(alpha)
-            or not 0 < alpha <= 0.5):
-        raise NormlabError(f"{source}: alpha must be a number in (0, 0.5], got {alpha!r}")
-    correction = raw.get("correction", "holm")
-    if correction not in CORRECTIONS:
-        raise NormlabError(f"{source}: correction {correction!r} is not one of {', '.join(CORRECTIONS)} "
-                           "(holm: family-wise error; bh: Benjamini-Hochberg false discovery rate)")
-    paired = raw.get("paired", True)
-    if not isinstance(paired, bool):
-        raise NormlabError(
-            f"{source}: paired must be true (paired t over shared seeds) or false (Welch), got {paired!r}"
-        )
-    return {"declared": declared, "primary": primary, "baseline": baseline, "family": list(family),
-            "alpha": float(alpha), "correction": correction, "paired": paired}
-
-
-def question_spec(raw: dict[str, Any]) -> dict[str, Any]:
-    """The question keys as given in ``raw`` (for the stored, self-contained sweep spec)."""
-    return {k: raw[k] for k in QUESTION_KEYS if raw.get(k) is not None}
-
-
-def make_design(question: dict[str, Any], groups: list[str], seeds: list[int], lrs: list[float] | None
+def make_design(question: Question, groups: list[str], seeds: list[int], lrs: list[float] | None
                 ) -> dict[str, Any]:
     """The design recorded in the store: the question and what is planned to run."""
-    return {**question, "groups": list(groups), "seeds": sorted(int(s) for s in seeds),
+    return {**question.as_dict(), "groups": list(groups), "seeds": sorted(int(s) for s in seeds),
             "learning_rates": sorted(float(x) for x in lrs) if lrs else None}
 
 

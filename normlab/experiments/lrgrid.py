@@ -29,7 +29,8 @@ from dataclasses import dataclass, field
 from statistics import mean
 from typing import Any
 
-from normlab.experiments.decisions import PairedRow, build_rows, default_question
+from normlab.experiments.decisions import PairedRow, build_rows
+from normlab.experiments.question import Question, default_primary
 from normlab.stats import ClopperPearson, MeanCI, clopper_pearson, mean_ci
 from normlab.stats.learning import DID_NOT_LEARN_MARGIN, collapsed, did_not_learn
 
@@ -255,7 +256,7 @@ def analyze(runs: list[GridRun], baseline: str | None = None, order: list[str] |
     if question is not None and question.get("baseline") in order:
         baseline = question["baseline"]
     base_name = baseline if baseline in order else (order[0] if order else None)
-    q = dict(question) if question is not None else default_question(base_name, grid)
+    q = dict(question) if question is not None else Question(default_primary(grid), base_name, declared=False).as_dict()
     q["baseline"] = base_name
     base = next((g for g in groups if g.name == base_name), None)
     paired: list[PairedRow] = []

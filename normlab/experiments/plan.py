@@ -15,35 +15,22 @@ the cap with the next unused integers, so the plan (and the sweep's hash) is fix
 seeds through it never changes the design. ``replicate`` is not part of the hash (it adds a second sweep directory
 and changes no run of this one).
 
-``declared_question(spec, groups)`` is the one reader of ``primary`` / ``baseline`` / ``alpha`` for the sequential
-and replication code (normlab.report.sequential).
+The question itself (``primary``, ``baseline``, ``family``, ``alpha``) is read by normlab.experiments.question
+(``parse_question`` for the sweep file, ``stored_question`` for the sequential and replication code).
 """
 
 from __future__ import annotations
 
 import itertools
-import math
-from dataclasses import dataclass
 from typing import Any
 
 from normlab.errors import NormlabError, did_you_mean
 
-PRIMARY_METRICS = ("lr_sensitivity", "best_loss", "final_loss")
 PLAN_KEYS = ("max_seeds", "round", "looks")
 MAX_LOOKS = 20
 PLAN_META = "sequential_plan"  # store meta: the plan as stored before the first run (JSON)
 LOOKS_META = "sequential"  # store meta: the looks so far and why the plan stopped (JSON; normlab.report.sequential)
 DEFAULT_ROUNDS = 4  # --until-decided without --max-seeds: four rounds of the sweep's seeds
-
-
-@dataclass(frozen=True)
-class Question:
-    """The declared primary family: every variant in ``variants`` against ``baseline`` on ``primary``."""
-
-    primary: str
-    baseline: str
-    variants: tuple[str, ...]
-    alpha: float
 
 
 def resolve_plan(plan: Any, seeds: list[int], source: str) -> tuple[dict[str, Any], list[int]]:
@@ -105,21 +92,6 @@ def looks_of(spec: dict[str, Any]) -> list[int] | None:
 def fractions(looks: list[int]) -> list[float]:
     """Information fractions: seeds at each look / the cap (paired differences: information is proportional to n)."""
     return [n / looks[-1] for n in looks]
-
-
-def declared_question(spec: dict[str, Any], groups: list[str]) -> Question:
-    """The declared family of a stored sweep spec: ``primary`` (default: lr_sensitivity with a grid, else
-    final_loss), ``baseline`` (default: the first group) and ``alpha`` (default 0.05); ``groups``: the sweep's
-    variant labels in order (the grid groups of an lr_grid sweep)."""
-    grid = isinstance(spec.get("lr_grid"), list) and len(spec["lr_grid"]) >= 2
-    primary = spec.get("primary") or ("lr_sensitivity" if grid else "final_loss")
-    baseline = spec.get("baseline") if spec.get("baseline") in groups else (groups[0] if groups else "")
-    alpha = float(spec.get("alpha", 0.05))
-    if not (0.0 < alpha < 1.0 and math.isfinite(alpha)):
-        raise NormlabError(f"alpha must be in (0, 1), got {alpha}")
-    family = spec.get("family")  # the declared family (normlab.experiments.design), else every other group
-    members = [g for g in groups if g != baseline and (not isinstance(family, list) or g in family)]
-    return Question(primary, baseline, tuple(members), alpha)
 
 
 def planned_rounds(spec: dict[str, Any], stored_seeds: set[int] | list[int]) -> bool:

@@ -41,19 +41,19 @@ import hashlib
 import itertools
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from normlab.config import (RunConfig, _all_keys, _mapping_keys, config_from_dict, read_yaml,
-                            resolve_config_path)
-from normlab.aliases import suggest_key
+                            resolve_config_path, suggest_key)
 from normlab.errors import NormlabError, did_you_mean
-from normlab.experiments.design import QUESTION_KEYS, make_design, parse_question, question_spec
+from normlab.experiments.design import make_design
 from normlab.experiments.grid import expand_grid
 from normlab.experiments.plan import resolve_plan
+from normlab.experiments.question import QUESTION_KEYS, Question, parse_question, question_spec
 from normlab.experiments.sizes import SIZE_KEYS, SIZE_OWNED, size_points
 from normlab.io import read_yaml_file
 from normlab.presets import SWEEP_DIR, sweep_presets  # package data: shipped sweeps
@@ -101,11 +101,12 @@ class Sweep:
     description: str = ""
     lr_grid: list[float] | None = None
     rerun: str = ""  # the command that re-runs it, for sweep.yaml's header (default: normlab compare this file)
-    question: dict[str, Any] = field(default_factory=dict)  # normlab.experiments.design.parse_question
+    question: Question | None = None  # normlab.experiments.question.parse_question (None: a sweep built in code)
 
     def design(self) -> dict[str, Any]:
         """The declared design written to the store before the first run (normlab.experiments.design)."""
         groups = list(dict.fromkeys(r.axes.get("grid_group") or r.variant for r in self.runs))
+        assert self.question is not None, "a sweep built without a question has no design"
         return make_design(self.question, groups, self.spec.get("seeds") or [], self.lr_grid)
 
     @property
@@ -335,10 +336,10 @@ def parse_sweep(raw: Any, *, here: Path | None = None, source: str = "sweep") ->
                 runs.append(SweepRun("", label, seed, run_axes, overrides, cfg_s.to_dict(), cfg_s.hash()))
     baseline = raw.get("baseline")
     names = list(dict.fromkeys(r.axes.get("grid_group") or r.variant for r in runs))
-    question = parse_question(raw, names, grid=bool(lr_grid), source=source)
-    if plan and question["correction"] != "holm":
+    question = replace(parse_question(raw, names, grid=bool(lr_grid), source=source), seeds=tuple(seeds))
+    if plan and question.correction != "holm":
         raise NormlabError(f"{source}: a sequential plan decides with group-sequential Holm; correction "
-                           f"{question['correction']!r} is not available with it (use correction: holm)")
+                           f"{question.correction!r} is not available with it (use correction: holm)")
     ids: set[str] = set()
     for r in runs:
         rid = f"{slug(r.variant)}-s{r.seed}"

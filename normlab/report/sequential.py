@@ -1,7 +1,8 @@
 """The decisions of a declared primary family: at each look of a sequential plan (Lan–DeMets O'Brien–Fleming-type
 boundaries, t-based, with a group-sequential Holm over the family: normlab.stats.sequential), and side by side on a
 second data source (replicated / contradicted / underpowered / not replicated, with the replication's power at
-Holm's first level from its own spread).
+Holm's first level from its own spread). The verdicts are made by normlab.experiments.verdicts; this module computes
+the statistics they are made from.
 
 Every decision path applies the one did-not-learn guard (normlab.stats.learning): a comparison involving a model
 that did not learn in a seed it uses is "not decided: did not learn" (or "...: baseline did not learn") and counts as
@@ -14,8 +15,8 @@ loss). Each variant is compared with the baseline by the paired differences over
 
 A look's record (``look_record``, stored in the sweep's meta by normlab.experiments.sequential) holds the seeds,
 the information fraction, the boundary at the first and the last Holm level, and per comparison the estimate, the
-normal-scale statistic ``z`` and the decision. A fixed design (no plan) decides by Holm's adjustment of the paired
-t-tests' p-values over the family at ``alpha`` (``fixed_decisions``).
+normal-scale statistic ``z`` and the decision. A fixed design (no plan) decides by the declared correction (Holm
+unless ``correction: bh``) of the paired t-tests' p-values over the family at ``alpha`` (``fixed_decisions``).
 """
 
 from __future__ import annotations
@@ -31,12 +32,13 @@ import numpy as np
 
 from normlab.errors import NormlabError
 from normlab.io import read_yaml_file
-from normlab.experiments.plan import LOOKS_META, Question, declared_question, fractions, looks_of
+from normlab.experiments.plan import LOOKS_META, fractions, looks_of
+from normlab.experiments.question import Question, stored_question
 from normlab.experiments.store import Store
+from normlab.experiments.verdicts import decision, family_adjusted, learning_guard, rejects, replication
 from normlab.report.analysis import load
 from normlab.experiments.lrgrid import GridReport, SeedGrid
-from normlab.stats import holm, holm_first_level, paired_diff, paired_t_power
-from normlab.stats.learning import NOT_DECIDED_BASE_DNL, NOT_DECIDED_DNL
+from normlab.stats import holm_first_level, paired_diff, paired_t_power
 from normlab.stats.sequential import HolmLevels, nominal_p, paired_z, sequential_holm
 
 REPLICATIONS_META = "replications"  # [{"source", "dir"}] in the original sweep's meta
@@ -45,9 +47,6 @@ METRIC_OF: dict[str, Callable[[SeedGrid], float]] = {
     "best_loss": lambda s: s.best,
     "final_loss": lambda s: s.best,
 }
-VERDICTS = ("replicated", "not replicated", "contradicted", "no conclusion to replicate", "underpowered")
-POWER_NEEDED = 0.8  # a replication with less power than this at Holm's first level reads "underpowered"
-DECIDED = ("lower", "higher")
 
 
 def learned_flags(grid: GridReport) -> dict[str, dict[int, bool | None]]:
@@ -56,14 +55,14 @@ def learned_flags(grid: GridReport) -> dict[str, dict[int, bool | None]]:
 
 
 def _dnl(learned: dict[str, dict[int, bool | None]] | None, v: str, base: str, seeds: set[int] | None) -> str | None:
-    """``NOT_DECIDED_DNL`` when the variant did not learn in one of ``seeds`` (all when None), the baseline's note
-    when the baseline did not, else None: the guard of the report's own decisions (normlab.experiments.decisions)."""
+    """The did-not-learn guard (normlab.experiments.verdicts.learning_guard) over ``seeds`` (all when None)."""
     if learned is None:
         return None
-    for name, note in ((v, NOT_DECIDED_DNL), (base, NOT_DECIDED_BASE_DNL)):
-        if any(f is False for s, f in learned.get(name, {}).items() if seeds is None or s in seeds):
-            return note
-    return None
+
+    def flags(name: str) -> list[bool | None]:
+        return [f for s, f in learned.get(name, {}).items() if seeds is None or s in seeds]
+
+    return learning_guard(flags(v), flags(base))
 
 
 @lru_cache(maxsize=32)
@@ -87,7 +86,8 @@ def _spec(sweep_dir: Path) -> dict[str, Any]:
 
 
 def question_of(sweep_dir: Path, grid: GridReport) -> Question:
-    return declared_question(_spec(sweep_dir), [g.name for g in grid.groups])
+    """The declared question of the sweep in ``sweep_dir`` over the groups that ran (its family resolved)."""
+    return stored_question(_spec(sweep_dir), [g.name for g in grid.groups])
 
 
 def _pairs(values: dict[str, dict[int, float]], v: str, base: str, seeds: set[int] | None) -> list[tuple[float, float]]:
@@ -119,17 +119,17 @@ def _look(spec: dict[str, Any], grid: GridReport, k: int) -> dict[str, Any]:
     """Look ``k`` of the plan in ``spec`` from the grid analysis of the stored runs (``look_record``)."""
     looks = looks_of(spec)
     assert looks is not None
-    q = declared_question(spec, [g.name for g in grid.groups])
+    q = stored_question(spec, [g.name for g in grid.groups])
     rep = grid
     values = primary_values(rep, q.primary)
     learned = learned_flags(rep)
     seeds = list(spec["seeds"])
-    m = len(q.variants)
+    m = len(q.family)
     z = np.full((k + 1, m), np.nan)
     notes: list[str | None] = [None] * m
     for j in range(k + 1):
         keep = set(seeds[: looks[j]])
-        for i, v in enumerate(q.variants):
+        for i, v in enumerate(q.family):
             # the one did-not-learn guard: a comparison involving a model that did not learn in a seed so far is
             # not tested from that look on (NaN: it stays in the family, never rejected, as p = 1)
             notes[i] = notes[i] or _dnl(learned, v, q.baseline, keep)
@@ -140,14 +140,14 @@ def _look(spec: dict[str, Any], grid: GridReport, k: int) -> dict[str, Any]:
     rejected = sequential_holm(z[None], levels)[0] if m else np.zeros(0, dtype=int)
     keep = set(seeds[: looks[k]])
     comps = []
-    for i, v in enumerate(q.variants):
+    for i, v in enumerate(q.family):
         at = int(rejected[i])
         zz = z[at, i] if at >= 0 else z[k, i]
-        decision = ("lower" if zz < 0 else "higher") if at >= 0 else (notes[i] or "undecided")
         comps.append({"variant": v, "baseline": q.baseline, "metric": q.primary,
                       **_estimate(_pairs(values, v, q.baseline, keep)),
                       "z": None if not np.isfinite(zz) else float(zz),
-                      "decided_at_look": at + 1 if at >= 0 else None, "decision": decision})
+                      "decided_at_look": at + 1 if at >= 0 else None,
+                      "decision": decision(float(zz), rejected=at >= 0, note=notes[i])})
     mm = max(m, 1)
     return {"look": k + 1, "seeds": looks[k], "fraction": fractions(looks)[k],
             "boundary_first": levels.bounds[mm][k], "boundary_last": levels.bounds[1][k],
@@ -161,16 +161,17 @@ def _look(spec: dict[str, Any], grid: GridReport, k: int) -> dict[str, Any]:
 
 def fixed_decisions(values: dict[str, dict[int, float]], q: Question,
                     learned: dict[str, dict[int, bool | None]] | None = None) -> list[dict[str, Any]]:
-    """A fixed design's decisions: paired t over the common seeds, Holm over the family at ``q.alpha``. A comparison
-    involving a model that did not learn in some seed (``learned``: ``learned_flags``) is "not decided: did not
-    learn" and enters Holm as p = 1; so does one that cannot be tested (fewer than 2 common seeds)."""
-    est = [_estimate(_pairs(values, v, q.baseline, None)) for v in q.variants]
-    notes = [_dnl(learned, v, q.baseline, None) for v in q.variants]
-    adj = holm([None if n else e["p"] for e, n in zip(est, notes)])
-    return [{"variant": v, "baseline": q.baseline, "metric": q.primary, **e, "p_holm": 1.0 if n else a,
-             "decision": n or (("lower" if e["diff"] < 0 else "higher") if a is not None and a <= q.alpha
-                               else "undecided")}
-            for v, e, a, n in zip(q.variants, est, adj, notes)]
+    """A fixed design's decisions (normlab.experiments.verdicts): paired t over the common seeds, adjusted by the
+    question's correction over ``q.family`` at ``q.alpha``. A comparison involving a model that did not learn in
+    some seed (``learned``: ``learned_flags``) is "not decided: did not learn" and enters as p = 1; so does one that
+    cannot be tested (fewer than 2 common seeds), whose adjusted p is shown as None."""
+    est = [_estimate(_pairs(values, v, q.baseline, None)) for v in q.family]
+    notes = [_dnl(learned, v, q.baseline, None) for v in q.family]
+    adj = [None if e["p"] is None and not n else a
+           for e, n, a in zip(est, notes, family_adjusted([e["p"] for e in est], notes, q))]
+    return [{"variant": v, "baseline": q.baseline, "metric": q.primary, **e, "p_holm": a,
+             "decision": decision(e["diff"], rejected=rejects(a, q.alpha, n), note=n)}
+            for v, e, a, n in zip(q.family, est, adj, notes)]
 
 
 def sequential_block(sweep_dir: Path, grid: GridReport | None = None) -> dict[str, Any] | None:
@@ -218,22 +219,6 @@ def _decisions_values(sweep_dir: Path) -> tuple[Question, list[dict[str, Any]], 
     return q, fixed_decisions(values, q, learned_flags(rep.grid)), values
 
 
-def verdict(original: str, replica: str, power: float | None = None) -> str:
-    """``replicated`` (decided the same way on both), ``contradicted`` (decided the opposite way), ``no conclusion
-    to replicate`` (not decided on the original), the replication's own "not decided: ..." when a model did not
-    learn there; else (decided on the original only) ``underpowered`` when the replication's power at Holm's first
-    level is below ``POWER_NEEDED`` or unknown, ``not replicated`` when it had that power and still did not decide."""
-    if original not in DECIDED:
-        return VERDICTS[3]
-    if replica == original:
-        return VERDICTS[0]
-    if replica in DECIDED:
-        return VERDICTS[2]
-    if replica.startswith("not decided:"):
-        return replica
-    return VERDICTS[1] if power is not None and power >= POWER_NEEDED else VERDICTS[4]
-
-
 def replication_power(effect: float | None, replica_diffs: list[float], alpha: float, m: int) -> float | None:
     """The power of the replication's paired t-test at Holm's first level ``alpha / m`` to detect the original's
     effect ``effect``, from the replication's own spread (SD of its per-seed differences) and seeds:
@@ -260,7 +245,7 @@ def replication_block(sweep_dir: Path) -> list[dict[str, Any]]:
     if not todo:
         return out
     q, orig, ovals = _decisions_values(Path(sweep_dir))
-    m = len(q.variants)
+    m = len(q.family)
     for r in todo:
         _, repl, rvals = _decisions_values(Path(sweep_dir) / r["dir"])
         by = {c["variant"]: c for c in repl}
@@ -275,7 +260,7 @@ def replication_block(sweep_dir: Path) -> list[dict[str, Any]]:
                          "replication": {**{k: other.get(k) for k in ("diff", "ci95", "n", "decision")},
                                          "per_seed": per},
                          "power": power, "power_level": holm_first_level(q.alpha, m),
-                         "verdict": verdict(c["decision"], other["decision"], power)})
+                         "verdict": replication(c["decision"], other["decision"], power)})
         out.append({"source": r["source"], "dir": r["dir"], "comparisons": rows})
     return out
 

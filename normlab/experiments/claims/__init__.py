@@ -6,8 +6,9 @@ and honest verdicts (``held`` / ``not held`` / ``inconclusive``).
 - :mod:`.variants`: the runs they need (each variant's config overrides, the learning-rate grid's variants);
 - :mod:`.measures` (+ :mod:`.measures_lr`, :mod:`.measures_surgery`): the per-seed measurements, plain functions;
 - :mod:`.execution`: training what is missing, reusing what is complete, measuring, ``claims.json``;
-- :mod:`.stats`: the verdict logic (means and Student-t CIs from ``normlab.stats``, the project's one copy; Holm
-  over the family of claims with a significance test, practical margins, observability, collapse rates);
+- the verdicts (Holm over the family of claims with a significance test, practical margins by TOST, observability,
+  collapse rates with Clopper-Pearson intervals) are made by ``normlab.experiments.verdicts``, the one module that
+  makes verdicts (sweeps, looks and replications too);
 - :mod:`.docs`: docs/claims.md from a report (verdict table with the Holm column, Definitions revised, spec hashes);
 - :mod:`.budgets`: ``tiny`` (tests), ``quick`` (< 15 min on 2 cores), ``full`` (docs/claims.md).
 """
@@ -15,7 +16,7 @@ and honest verdicts (``held`` / ``not held`` / ``inconclusive``).
 from normlab.experiments.claims.budgets import BUDGETS, Budget, get_budget
 from normlab.experiments.claims.execution import run_suite, save_report
 from normlab.experiments.claims.specs import CLAIM_NAMES, CLAIMS, Claim, select
-from normlab.experiments.claims.stats import verdict
+from normlab.experiments.verdicts import claim_verdict as verdict
 
 __all__ = ["BUDGETS", "Budget", "CLAIMS", "CLAIM_NAMES", "Claim", "get_budget", "run_suite", "save_report", "select",
            "verdict"]

@@ -37,7 +37,8 @@ from normlab.errors import EXIT_INTERRUPTED, NormlabError
 from normlab.experiments.claims.budgets import Budget
 from normlab.experiments.claims.docs import claim_scale
 from normlab.experiments.claims.specs import CLAIM_NAMES, CLAIMS, spec_hash
-from normlab.experiments.claims.stats import SIGNIFICANCE_TESTS, judge_family, verdict
+from normlab.experiments.verdicts import SIGNIFICANCE_TESTS, judge_family
+from normlab.experiments.verdicts import claim_verdict as verdict
 from normlab.experiments.claims.variants import GRID_VARIANTS, lr_dir, variant_config
 from normlab.io import read_json, read_json_object, write_json
 from normlab.run.files import CHECKPOINTS_DIR, SUMMARY_FILE
@@ -405,8 +406,8 @@ def report_unigram(report: dict) -> float | None:
 
 
 def judge(report: dict, correction: str = "holm") -> dict:
-    """``report`` with every claim's final verdict judged over the family of its claims (normlab.experiments.claims
-    .stats.judge_family: Holm over the claims with a significance test, practical margins, observability,
+    """``report`` with every claim's final verdict judged over the family of its claims (normlab.experiments.verdicts
+    .judge_family: Holm over the claims with a significance test, practical margins, observability,
     collapse rates). A stored claim without spec fields (measured before they were recorded) is judged with the
     test its direction implies and no margin; its ``spec_hash`` stays missing, so it reads as measured under an
     earlier definition."""

@@ -1,12 +1,30 @@
-"""Mean, Student-t confidence interval and the verdict of a claim; the family's final verdicts (``judge_family``:
-Holm over the claims with a significance test, ``within margin``, ``not observable at this scale``, collapse rates
-with Clopper-Pearson intervals), all p-values and intervals from ``normlab.stats``. ``verdict`` below is the raw,
-unadjusted verdict on the 95% CI, which the final one is reported beside.
+"""The one module that makes verdicts: every "lower" / "higher", "held", "within margin", "not decided: did not
+learn", "not observable at this scale" and "replicated" normlab prints is decided here, from p-values, intervals
+and per-seed values computed by normlab.stats; the report, the sequential looks, the replication tables and the
+claims only call these functions and render their results.
+
+**Comparisons of a declared question** (normlab.experiments.question; sweeps, presets, ``--until-decided``,
+``--replicate-on``): a family member is ``lower`` / ``higher`` (by the sign of ``variant - baseline``) where it is
+rejected — its adjusted p <= the question's alpha (``rejects``), or its statistic crossed a sequential boundary —
+``undecided`` or ``not testable`` otherwise (``decision``). The one did-not-learn guard (``learning_guard``,
+normlab.stats.learning): a comparison involving a model that did not learn in a seed it uses is "not decided: did
+not learn" (or "...: baseline did not learn"), never rejected, and counts as p = 1 in the family's adjustment
+(``family_adjusted``), as does an untestable member and a declared member without results: a family never shrinks.
+
+**Replications** (``replication``): ``replicated`` (decided the same way on both sources), ``contradicted`` (decided
+the opposite way), ``no conclusion to replicate``, the replication's own "not decided: ..." where a model did not
+learn there, else ``underpowered`` (power at Holm's first level below ``POWER_NEEDED`` or unknown) or ``not
+replicated``.
+
+**Claims** (``claim_verdict``: the raw verdict on the 95% CI; ``judge_family``: the final verdicts of the family of
+claims): a directional claim is ``held`` where its test rejects (the same ``rejects`` and ``decision`` as a
+comparison, read against the claimed direction), ``within margin`` by TOST (Schuirmann 1987: both one-sided tests
+reject at the family's level), ``not observable at this scale`` by the claim's observability rule; a split-outcome
+claim by its collapse rates (Clopper-Pearson intervals, ``collapse_rates``) under the one collapse rule
+(``recollapse``, normlab.stats.learning.collapsed).
 
 The CI is ``mean ± t_{1-a/2, n-1} * sd / sqrt(n)`` over per-seed values (``sd`` with ``n - 1``), from
-``normlab.stats.mean_ci``.
-
-Verdicts (``direction``):
+``normlab.stats.mean_ci``. The raw verdicts (``direction``):
 
 - ``greater`` / ``less``: the claim says the effect is above / below ``null``. CI entirely on the claimed side ->
   ``held``; entirely on the other side -> ``not held``; CI containing ``null`` (or fewer than 2 finite values)
@@ -21,20 +39,93 @@ Verdicts (``direction``):
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
-from normlab.stats import mean_ci, t_ppf
-from normlab.stats.learning import DID_NOT_LEARN_MARGIN, collapsed, did_not_learn
+from normlab.experiments.question import Question
+from normlab.stats import adjust, clopper_pearson, mean_ci, paired_diff, t_cdf, t_ppf
+from normlab.stats.learning import (
+    DID_NOT_LEARN_MARGIN,
+    NOT_DECIDED_BASE_DNL,
+    NOT_DECIDED_DNL,
+    collapsed,
+    did_not_learn,
+)
 
+# -- comparisons of a declared question ---------------------------------------------------------------------------
+LOWER, HIGHER, UNDECIDED, NOT_TESTABLE, EXPLORATORY = "lower", "higher", "undecided", "not testable", "exploratory"
+DECIDED = (LOWER, HIGHER)
+NOT_DECIDED = (NOT_DECIDED_DNL, NOT_DECIDED_BASE_DNL)
+
+
+def learning_guard(variant: Iterable[bool | None], baseline: Iterable[bool | None]) -> str | None:
+    """The did-not-learn guard of every decision path: ``NOT_DECIDED_DNL`` when the variant did not learn in one of
+    the seeds a comparison uses (``variant``: its learned flags there, normlab.stats.learning), the baseline's note
+    when the baseline did not, else None (a flag None: no unigram level, nothing to check)."""
+    if any(f is False for f in variant):
+        return NOT_DECIDED_DNL
+    if any(f is False for f in baseline):
+        return NOT_DECIDED_BASE_DNL
+    return None
+
+
+def family_adjusted(ps: Sequence[float | None], notes: Sequence[str | None], question: Question, missing: int = 0
+                    ) -> list[float | None]:
+    """The adjusted p of each family member (``question.correction`` over the family): a member with a note (a
+    model did not learn) or no p (untestable) enters as p = 1, and so do ``missing`` declared members with no
+    finished run; the family's size is never smaller than declared."""
+    full = [1.0 if (n or p is None) else float(p) for p, n in zip(ps, notes)] + [1.0] * missing
+    return adjust(full, question.correction)[: len(ps)]
+
+
+def rejects(p_adjusted: float | None, alpha: float, note: str | None = None) -> bool:
+    """A member is rejected (decided) where its adjusted p <= alpha and no model of it failed to learn."""
+    return note is None and p_adjusted is not None and p_adjusted <= alpha
+
+
+def decision(estimate: float | None, *, rejected: bool, note: str | None = None, testable: bool = True) -> str:
+    """A comparison's word: ``lower`` / ``higher`` by the sign of ``estimate`` (variant - baseline, or its test
+    statistic) when rejected (a decision made at a look stands), else the did-not-learn note, else ``undecided``
+    (``not testable`` when there was no test)."""
+    if rejected and estimate is not None:
+        return LOWER if estimate < 0 else HIGHER
+    if note:
+        return note
+    return UNDECIDED if testable else NOT_TESTABLE
+
+
+# -- replications -------------------------------------------------------------------------------------------------
+REPLICATED, NOT_REPLICATED, CONTRADICTED = "replicated", "not replicated", "contradicted"
+NO_CONCLUSION, UNDERPOWERED = "no conclusion to replicate", "underpowered"
+REPLICATION_VERDICTS = (REPLICATED, NOT_REPLICATED, CONTRADICTED, NO_CONCLUSION, UNDERPOWERED)
+POWER_NEEDED = 0.8
+"""A replication with less power than this at Holm's first level reads "underpowered"."""
+
+
+def replication(original: str, replica: str, power: float | None = None) -> str:
+    """``replicated`` (decided the same way on both), ``contradicted`` (decided the opposite way), ``no conclusion
+    to replicate`` (not decided on the original), the replication's own "not decided: ..." when a model did not
+    learn there; else (decided on the original only) ``underpowered`` when the replication's power at Holm's first
+    level is below ``POWER_NEEDED`` or unknown, ``not replicated`` when it had that power and still did not decide."""
+    if original not in DECIDED:
+        return NO_CONCLUSION
+    if replica == original:
+        return REPLICATED
+    if replica in DECIDED:
+        return CONTRADICTED
+    if replica.startswith("not decided:"):
+        return replica
+    return NOT_REPLICATED if power is not None and power >= POWER_NEEDED else UNDERPOWERED
+
+
+# -- claims ---------------------------------------------------------------------------------------------------------
 HELD, NOT_HELD, INCONCLUSIVE = "held", "not held", "inconclusive"
 DIRECTIONS = ("greater", "less", "within", "exact")
+CLAIMED = {"greater": HIGHER, "less": LOWER}
+"""The comparison word a directional claim expects of ``value - null``."""
 
 
-def finite(values: Sequence[float | None]) -> list[float]:
-    return [float(v) for v in values if v is not None and math.isfinite(float(v))]
-
-
-def verdict(values: Sequence[float | None], direction: str, *, null: float = 0.0, margin: float | None = None,
+#VERDICT
+def claim_verdict(values: Sequence[float | None], direction: str, *, null: float = 0.0, margin: float | None = None,
             tolerance: float | None = None, level: float = 0.95) -> dict:
     """``{measured, ci, n, verdict, reason}`` for per-seed ``values`` (see the module docstring)."""
     if direction not in DIRECTIONS:
@@ -79,7 +170,6 @@ def verdict(values: Sequence[float | None], direction: str, *, null: float = 0.0
     return {**out, "verdict": v, "reason": why}
 
 
-# -- the family of claims: Holm over the claims with a significance test, margins, observability -------
 ALPHA = 0.05
 WITHIN_MARGIN, NOT_OBSERVABLE = "within margin", "not observable at this scale"
 VERDICTS = (HELD, NOT_HELD, INCONCLUSIVE, WITHIN_MARGIN, NOT_OBSERVABLE)
@@ -87,8 +177,6 @@ VERDICTS = (HELD, NOT_HELD, INCONCLUSIVE, WITHIN_MARGIN, NOT_OBSERVABLE)
 
 def _p_against(xs: list[float], null: float) -> float | None:
     """Two-sided one-sample t-test p of ``mean(xs) = null`` (normlab.stats.paired_diff against a constant)."""
-    from normlab.stats import paired_diff
-
     if len(xs) < 2:
         return None
     return paired_diff(xs, [null] * len(xs)).p
@@ -119,8 +207,6 @@ def tost(values: Sequence[float | None], null: float, margin: float, alpha: floa
     - margin`` and ``H02: mu >= null + margin``, each rejected at level ``alpha``; equivalently the ``1 - 2 alpha``
     t-interval lies inside ``(null - margin, null + margin)``. Returns ``{within, p, ci, level}`` (``p``: the larger
     one-sided p), None with fewer than 2 finite values."""
-    from normlab.stats import t_cdf
-
     xs = finite(values)
     if len(xs) < 2:
         return None
@@ -136,67 +222,15 @@ def tost(values: Sequence[float | None], null: float, margin: float, alpha: floa
     return {"within": null - margin < lo and hi < null + margin, "p": p, "ci": [lo, hi], "level": 1.0 - 2 * alpha}
 
 
-def recollapse(details: Sequence[dict]) -> list[dict]:
-    """The details with every ``collapsed_<cond>`` flag recomputed by the one collapse rule
-    (normlab.stats.learning.collapsed: diverged, i.e. no finite ``bpb_<cond>``, or at or above the unigram level
-    minus DID_NOT_LEARN_MARGIN) from its ``bpb_<cond>`` and the ``unigram_bpb`` recorded beside it; a flag
-    without them is kept. A diverged run of a split-outcome measure scores log2(vocab) bits/byte, above any
-    unigram level, so it stays collapsed."""
-    out = []
-    for d in details:
-        if not isinstance(d, dict) or not isinstance(d.get("unigram_bpb"), (int, float)):
-            out.append(d)
-            continue
-        new = dict(d)
-        for k in d:
-            if k.startswith("collapsed_") and f"bpb_{k[len('collapsed_'):]}" in d:
-                flag = collapsed(d[f"bpb_{k[len('collapsed_'):]}"], d["unigram_bpb"])
-                if flag is not None:
-                    new[k] = int(flag)
-        if "collapse_above_bpb" in d:
-            new["collapse_above_bpb"] = d["unigram_bpb"] - DID_NOT_LEARN_MARGIN
-        out.append(new)
-    return out
-
-
-def split_values(details: Sequence[dict], a: str, b: str) -> list[float | None]:
-    """A split-outcome claim's per-seed values: ``bpb_a - bpb_b`` where neither run collapsed, else None."""
-    vals: list[float | None] = []
-    for d in details:
-        ok = isinstance(d, dict) and d.get(f"collapsed_{a}") == 0 and d.get(f"collapsed_{b}") == 0
-        vals.append(float(d[f"bpb_{a}"]) - float(d[f"bpb_{b}"]) if ok else None)
-    return vals
-
-
-def collapse_rates(details: Sequence[dict], variants: Sequence[str] | None = None, level: float = 0.95
-                   ) -> dict[str, dict]:
-    """Per condition (``variants``, or every ``collapsed_<condition>`` key of the details): collapsed seeds ``k``
-    of ``n`` with the exact Clopper-Pearson interval (normlab.stats.clopper_pearson), and the mean final loss of
-    the seeds that did not collapse (``bpb_<condition>``; None when every seed collapsed or none is recorded)."""
-    from normlab.stats import clopper_pearson
-
-    dicts = [d for d in details if isinstance(d, dict)]
-    conds = list(variants) if variants is not None else list(dict.fromkeys(
-        k.removeprefix("collapsed_") for d in dicts for k in d if k.startswith("collapsed_")))
-    out = {}
-    for v in conds:
-        ks = [(int(d[f"collapsed_{v}"]), d.get(f"bpb_{v}")) for d in dicts if d.get(f"collapsed_{v}") is not None]
-        if ks:
-            cp = clopper_pearson(sum(k for k, _ in ks), len(ks), level)
-            kept = [float(x) for k, x in ks if not k and isinstance(x, (int, float))]
-            out[v] = {"k": cp.k, "n": cp.n, "rate": cp.rate, "ci": [cp.low, cp.high],
-                      "loss_no_collapse": sum(kept) / len(kept) if kept else None, "n_no_collapse": len(kept)}
-    return out
-
-
 def judge_family(entries: list[dict], correction: str = "holm") -> list[dict]:
     """Final verdicts of a family of claims. Each entry: ``values``, ``details``, ``direction``, ``null``,
     ``margin``, ``tolerance``, ``test``, ``practical_margin``, ``observable``, ``args``. Returns per entry
     ``{verdict, reason, p, p_adj, raw_verdict, collapse?, observable_ci?}``:
 
-    - the raw verdict is :func:`verdict` on the 95% CI, unadjusted (kept beside);
+    - the raw verdict is :func:`claim_verdict` on the 95% CI, unadjusted (kept beside);
     - claims with a significance test (``t``, ``equivalence``, ``collapse``) are adjusted together
-      (normlab.stats.adjust, Holm by default); a claim is decided only where its adjusted p < 0.05;
+      (normlab.stats.adjust, Holm by default); a claim is decided only where its test rejects (``rejects``: adjusted
+      p <= 0.05);
     - ``within margin``: equivalence by TOST (:func:`tost`): the ``1 - 2 alpha`` interval lies inside ``null ±
       practical_margin`` (both one-sided tests reject at the family's ``ALPHA``); a mean inside the margin with
       an interval that is not is not "within margin";
@@ -205,9 +239,7 @@ def judge_family(entries: list[dict], correction: str = "holm") -> list[dict]:
     - ``collapse``: held when the first variant's Clopper-Pearson collapse interval lies above the second's;
       otherwise the t-test on the seeds where neither collapsed decides as for ``t``.
     """
-    from normlab.stats import adjust
-
-    entries = [_recollapsed(e) for e in entries]
+    entries = [recollapsed(e) for e in entries]
     ps = [raw_p(e["values"], e["test"], null=e.get("null", 0.0), margin=e.get("margin")) for e in entries]
     # the family: every claim with a significance test (one whose test cannot be computed counts as p = 1)
     fam = [i for i, e in enumerate(entries) if e["test"] in SIGNIFICANCE_TESTS]
@@ -216,7 +248,7 @@ def judge_family(entries: list[dict], correction: str = "holm") -> list[dict]:
         qs[i] = q
     out = []
     for e, p, q in zip(entries, ps, qs):
-        raw = verdict(e["values"], e["direction"], null=e.get("null", 0.0), margin=e.get("margin"),
+        raw = claim_verdict(e["values"], e["direction"], null=e.get("null", 0.0), margin=e.get("margin"),
                       tolerance=e.get("tolerance"))
         res: dict = {"p": p, "p_adj": q, "correction": correction, "raw_verdict": raw["verdict"],
                      "raw_reason": raw["reason"]}
@@ -229,7 +261,7 @@ def judge_family(entries: list[dict], correction: str = "holm") -> list[dict]:
             m = e["margin"]
             if q is None:
                 v, why = INCONCLUSIVE, f"{len(xs)} finite value(s): a test needs at least 2"
-            elif q >= ALPHA:
+            elif not rejects(q, ALPHA):
                 v, why = INCONCLUSIVE, f"{correction}-adjusted p = {q:.2g} >= {ALPHA:g}: not decided against ±{m:g}"
             elif null - m < mean < null + m:
                 v, why = HELD, f"inside ±{m:g} ({correction}-adjusted p = {q:.2g})"
@@ -286,23 +318,6 @@ def judge_family(entries: list[dict], correction: str = "holm") -> list[dict]:
 SIGNIFICANCE_TESTS = ("t", "equivalence", "collapse")
 
 
-def _recollapsed(e: dict) -> dict:
-    """The entry with its collapse flags (and, for a split-outcome claim, its values) under the one collapse rule;
-    ``recollapsed`` is set when that changed anything, so the judged claim carries the new details and values."""
-    details = e.get("details") or []
-    new = recollapse(details)
-    values = e["values"]
-    args = e.get("args") or []
-    if e["test"] == "collapse" and len(args) >= 2 and new and all(
-            isinstance(d, dict) and {f"bpb_{args[0]}", f"bpb_{args[1]}", "unigram_bpb"} <= set(d) for d in new):
-        values = split_values(new, args[0], args[1])
-        if len(values) != len(e["values"]):
-            values = e["values"]
-    if new == list(details) and values == e["values"]:
-        return e
-    return {**e, "details": new, "values": values, "recollapsed": True}
-
-
 def _learning_note(e: dict, res: dict, why: str) -> str:
     """``must_learn``: the listed details keys (a model's bits/byte per seed) checked against the unigram bits/byte
     minus ``DID_NOT_LEARN_MARGIN``. Records ``did_not_learn`` ({key: {k, n, missing}}) and returns the reason with a
@@ -331,8 +346,81 @@ def _directional(mean: float | None, q: float | None, direction: str, null: floa
                  ) -> tuple[str, str]:
     if q is None or mean is None:
         return INCONCLUSIVE, f"{n} finite value(s): a test needs at least 2"
-    if q >= ALPHA:
+    if not rejects(q, ALPHA):
         return INCONCLUSIVE, f"{correction}-adjusted p = {q:.2g} >= {ALPHA:g}"
-    claimed = mean > null if direction == "greater" else mean < null
+    claimed = mean != null and decision(mean - null, rejected=True) == CLAIMED[direction]
     return (HELD if claimed else NOT_HELD,
             f"{correction}-adjusted p = {q:.2g}, mean on the {'expected' if claimed else 'opposite'} side of {null:g}")
+
+
+# -- the claims' per-seed values under the one collapse rule (normlab.stats.learning) ------------------------------
+def finite(values: Sequence[float | None]) -> list[float]:
+    return [float(v) for v in values if v is not None and math.isfinite(float(v))]
+
+
+def recollapse(details: Sequence[dict]) -> list[dict]:
+    """The details with every ``collapsed_<cond>`` flag recomputed by the one collapse rule
+    (normlab.stats.learning.collapsed: diverged, i.e. no finite ``bpb_<cond>``, or at or above the unigram level
+    minus DID_NOT_LEARN_MARGIN) from its ``bpb_<cond>`` and the ``unigram_bpb`` recorded beside it; a flag
+    without them is kept. A diverged run of a split-outcome measure scores log2(vocab) bits/byte, above any
+    unigram level, so it stays collapsed."""
+    out = []
+    for d in details:
+        if not isinstance(d, dict) or not isinstance(d.get("unigram_bpb"), (int, float)):
+            out.append(d)
+            continue
+        new = dict(d)
+        for k in d:
+            if k.startswith("collapsed_") and f"bpb_{k[len('collapsed_'):]}" in d:
+                flag = collapsed(d[f"bpb_{k[len('collapsed_'):]}"], d["unigram_bpb"])
+                if flag is not None:
+                    new[k] = int(flag)
+        if "collapse_above_bpb" in d:
+            new["collapse_above_bpb"] = d["unigram_bpb"] - DID_NOT_LEARN_MARGIN
+        out.append(new)
+    return out
+
+
+def split_values(details: Sequence[dict], a: str, b: str) -> list[float | None]:
+    """A split-outcome claim's per-seed values: ``bpb_a - bpb_b`` where neither run collapsed, else None."""
+    vals: list[float | None] = []
+    for d in details:
+        ok = isinstance(d, dict) and d.get(f"collapsed_{a}") == 0 and d.get(f"collapsed_{b}") == 0
+        vals.append(float(d[f"bpb_{a}"]) - float(d[f"bpb_{b}"]) if ok else None)
+    return vals
+
+
+def collapse_rates(details: Sequence[dict], variants: Sequence[str] | None = None, level: float = 0.95
+                   ) -> dict[str, dict]:
+    """Per condition (``variants``, or every ``collapsed_<condition>`` key of the details): collapsed seeds ``k``
+    of ``n`` with the exact Clopper-Pearson interval (normlab.stats.clopper_pearson), and the mean final loss of
+    the seeds that did not collapse (``bpb_<condition>``; None when every seed collapsed or none is recorded)."""
+    dicts = [d for d in details if isinstance(d, dict)]
+    conds = list(variants) if variants is not None else list(dict.fromkeys(
+        k.removeprefix("collapsed_") for d in dicts for k in d if k.startswith("collapsed_")))
+    out = {}
+    for v in conds:
+        ks = [(int(d[f"collapsed_{v}"]), d.get(f"bpb_{v}")) for d in dicts if d.get(f"collapsed_{v}") is not None]
+        if ks:
+            cp = clopper_pearson(sum(k for k, _ in ks), len(ks), level)
+            kept = [float(x) for k, x in ks if not k and isinstance(x, (int, float))]
+            out[v] = {"k": cp.k, "n": cp.n, "rate": cp.rate, "ci": [cp.low, cp.high],
+                      "loss_no_collapse": sum(kept) / len(kept) if kept else None, "n_no_collapse": len(kept)}
+    return out
+
+
+def recollapsed(e: dict) -> dict:
+    """The entry with its collapse flags (and, for a split-outcome claim, its values) under the one collapse rule;
+    ``recollapsed`` is set when that changed anything, so the judged claim carries the new details and values."""
+    details = e.get("details") or []
+    new = recollapse(details)
+    values = e["values"]
+    args = e.get("args") or []
+    if e["test"] == "collapse" and len(args) >= 2 and new and all(
+            isinstance(d, dict) and {f"bpb_{args[0]}", f"bpb_{args[1]}", "unigram_bpb"} <= set(d) for d in new):
+        values = split_values(new, args[0], args[1])
+        if len(values) != len(e["values"]):
+            values = e["values"]
+    if new == list(details) and values == e["values"]:
+        return e
+    return {**e, "details": new, "values": values, "recollapsed": True}
