@@ -1,8 +1,12 @@
 """Run configuration: ``seed`` + ``data`` + ``model`` + ``train`` + ``optim`` sections, loaded from YAML with
 ``--set`` overrides.
 
-Every key is checked: unknown keys get a did-you-mean, values are type-checked against the dataclass annotations,
-and cross-field rules are checked by each section's ``validate()``. All failures are one-line ``NormlabError``s.
+Each key is declared once, on its field (``normlab.validate.setting``: type and default, help, range or choices,
+other tools' names for it); :data:`KEYS` is that declaration as a table, and validation, ``normlab config``
+(normlab.config_help) and the did-you-mean for other tools' key names (:func:`suggest_key`) read it. Every key is
+checked: unknown keys get a did-you-mean, values are type-checked against the dataclass annotations, each key's
+declared range and choices by its section's ``validate()``, then the cross-field rules. All failures are one-line
+``NormlabError``s.
 """
 
 from __future__ import annotations
@@ -14,19 +18,21 @@ import re
 import types
 import typing
 from dataclasses import asdict, dataclass, field, fields
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from normlab.aliases import suggest_key
-from normlab.errors import NormlabError, unknown
+from normlab.errors import NormlabError, did_you_mean
 from normlab.io import load_yaml, read_yaml_file
 from normlab.model.config import ModelConfig
 from normlab.presets import CONFIG_DIR, config_presets  # package data: shipped presets
-from normlab.validate import check_config
+from normlab.validate import (MAX_SEED, NONNEG, POS, UNIT_OPEN_HI, DeclaredKey, I, R, check_config, check_section,
+                              declared_keys, setting)
 
 _FLOAT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
+FRACTION = R(0, 0.5, lo_open=True, hi_open=True)
 
 
 @dataclass
@@ -34,14 +40,17 @@ class DataConfig:
     """Corpus and tokenizer. ``source``: see docs/data.md; ``tokenizer``: ``bytes``, ``bpe:N`` or a tokenizer.json
     path, each optionally ``+doc`` (a document token before every document)."""
 
-    source: str = "pystdlib"
-    tokenizer: str = "bytes"
-    val_fraction: float = 0.05
-    test_fraction: float = 0.05
-    cache_dir: str | None = None
+    source: str = setting("pystdlib", "the corpus: pystdlib, a file, a directory, a .jsonl, hf:NAME, "
+                          "synthetic:markov?... (docs/data.md)", aliases=("dataset",))
+    tokenizer: str = setting("bytes", "bytes, bpe:N (trained on the train split) or a tokenizer.json path; +doc "
+                             "adds a document token")
+    val_fraction: float = setting(0.05, "share of the corpus held out for validation (by document hash, or the "
+                                  "file's end)", range=FRACTION)
+    test_fraction: float = setting(0.05, "share of the corpus held out for the test split", range=FRACTION)
+    cache_dir: str | None = setting(None, "token cache root (null: $NORMLAB_CACHE_DIR, else ~/.cache/normlab)")
 
     def validate(self) -> "DataConfig":
-        check_config(self, "data.")  # val_fraction, test_fraction in (0, 0.5): normlab.validate.RANGES
+        check_section(self, "data.")
         return self
 
 
@@ -51,7 +60,9 @@ PRECISIONS = ("auto", "fp32", "bf16")
 TRACKERS = ("tensorboard", "wandb", "mlflow")  # normlab.train.tracking: each through the library's own logger
 DEVICES = ("auto", "cpu", "cuda")
 STACKS = ("auto", "on", "off")  # normlab.train.stacked; a sweep's runs of one architecture in one stacked model
-TRI = (True, False, "auto")
+TRI = ("auto", True, False)
+STEPS = I(0, 10**9)
+EVERY = I(1, 10**9)
 
 
 @dataclass
@@ -63,60 +74,70 @@ class TrainConfig:
     tokens (cheaper to reason about, but one long file at the split's start dominates it).
     """
 
-    steps: int = 200
-    batch_size: int = 16
-    grad_accum: int = 1
-    lr: float = 3e-3
-    min_lr_ratio: float = 0.1
-    warmup_steps: int = 20
-    weight_decay: float = 0.1
-    wd_norm: bool = False
-    wd_embeddings: bool = False
-    beta1: float = 0.9
-    beta2: float = 0.95
-    grad_clip: float = 1.0
-    clip: str = "global"
-    adagc_lambda: float = 1.05
-    adagc_beta: float = 0.98
-    adagc_warmup: int | None = None
-    eval_every: int = 50
-    eval_batches: int = 8
-    eval_sample: str = "spread"
-    log_every: int = 10
-    checkpoint_every: int = 100
-    keep_checkpoints: int = 2
-    loss_ceiling: float | None = None
-    z_loss: float = 0.0
-    logitnorm_tau: float | None = None
-    threads: int | str | None = "auto"
-    precision: str = "auto"
-    compile: bool | str = "auto"
-    deterministic: bool | str = True
-    tf32: bool | str = "auto"
-    stack: bool | str = "auto"  # YAML reads on / off as booleans: true is on, false is off
-    track: list[str] = field(default_factory=lambda: ["tensorboard"])
-    track_required: bool = False  # a tracker server that does not answer: error before training, not a warning
+    steps: int = setting(200, "optimizer steps", range=EVERY,
+                         aliases=("max_iters", "max_steps", "lr_decay_iters", "num_steps", "total_steps"))
+    batch_size: int = setting(16, "sequences per micro-batch", range=I(1, 2**20),
+                              aliases=("per_device_train_batch_size", "micro_batch_size"))
+    grad_accum: int = setting(1, "micro-batches per optimizer step", range=I(1, 2**16),
+                              aliases=("gradient_accumulation_steps",))
+    lr: float = setting(3e-3, "peak learning rate (after linear warm-up, cosine decay to min_lr_ratio * lr)",
+                        range=POS, aliases=("learning_rate", "max_lr"))
+    min_lr_ratio: float = setting(0.1, "final learning rate as a share of lr", range=R(0, 1), aliases=("min_lr",),
+                                  alias_note="normlab takes the ratio min_lr / lr")
+    warmup_steps: int = setting(20, "linear learning-rate warm-up steps", range=STEPS, aliases=("warmup_iters",))
+    weight_decay: float = setting(0.1, "decoupled weight decay on matrices (AdamW)", range=NONNEG)
+    wd_norm: bool = setting(False, "also decay norm gains and biases")
+    wd_embeddings: bool = setting(False, "also decay the token (and position) embeddings")
+    beta1: float = setting(0.9, "Adam beta1", range=UNIT_OPEN_HI, aliases=("adam_beta1",))
+    beta2: float = setting(0.95, "Adam beta2", range=UNIT_OPEN_HI, aliases=("adam_beta2",))
+    grad_clip: float = setting(1.0, "clip the global gradient norm to this (0: no clipping)", range=NONNEG,
+                               aliases=("max_grad_norm", "clip_grad"))
+    clip: str = setting("global", "gradient clipping: global norm, or AdaGC's per-tensor adaptive thresholds "
+                        "(Wang et al. 2025)", choices=CLIPS)  # normlab.train.clipping: what each value does
+    adagc_lambda: float = setting(1.05, "AdaGC: clip each tensor to lambda x the EMA of its clipped gradient norm",
+                                  range=POS)
+    adagc_beta: float = setting(0.98, "AdaGC: EMA coefficient of each tensor's gradient norm", range=UNIT_OPEN_HI)
+    adagc_warmup: int | None = setting(None, "AdaGC: steps of global clipping that initialise the EMA (null: the LR "
+                                       "warm-up)", range=STEPS)
+    eval_every: int = setting(50, "validate every N steps (and at the end)", range=EVERY,
+                              aliases=("eval_interval", "eval_steps"))
+    eval_batches: int = setting(8, "validation batches per evaluation", range=I(1, 2**20), aliases=("eval_iters",))
+    eval_sample: str = setting("spread", "validation windows spread over the whole split, or its head",
+                               choices=EVAL_SAMPLES)
+    log_every: int = setting(10, "write a training record to metrics.jsonl every N steps", range=EVERY,
+                             aliases=("log_interval", "logging_steps"))
+    checkpoint_every: int = setting(100, "save a resumable checkpoint every N steps", range=EVERY,
+                                    aliases=("save_steps",))
+    keep_checkpoints: int = setting(2, "checkpoints kept on disk (the newest)", range=I(1, 10**6))
+    loss_ceiling: float | None = setting(None, "a loss above this stops the run as diverged (null: 3 ln(vocab))",
+                                         range=POS)
+    z_loss: float = setting(0.0, "z-loss coefficient c: loss += c * mean log^2 Z (PaLM; 0: off)", range=NONNEG)
+    logitnorm_tau: float | None = setting(None, "LogitNorm temperature: CE on logits normalised to norm 1/tau "
+                                          "(null: off)", range=POS)
+    threads: int | str | None = setting("auto", "torch CPU threads: auto (from the machine's load at start), a "
+                                        "count (clamped to the usable cores) or null (torch's default)",
+                                        range=I(1, 4096))
+    precision: str = setting("auto", "matmul precision: auto, fp32 or bf16 autocast (statistics stay fp32)",
+                             choices=PRECISIONS, aliases=("dtype",))  # normlab.train.precision: what each does
+    compile: bool | str = setting("auto", "torch.compile the model: auto, true or false", choices=TRI)
+    deterministic: bool | str = setting(True, "CUDA: deterministic kernels, so a resumed run is bit-identical (CPU: "
+                                        "always); auto: deterministic kernels without NaN-filling new memory, the "
+                                        "choice stated in the run log", choices=TRI)
+    tf32: bool | str = setting("auto", "CUDA: TF32 for fp32 matmuls (auto: on; false: strict fp32); no effect on "
+                               "CPU", choices=TRI)
+    stack: bool | str = setting("auto", "a sweep's runs of one architecture train as one stacked model: auto (on a "
+                                "GPU), on, off", choices=STACKS)  # YAML reads on / off as booleans: true is on
+    track: list[str] = setting(help="where curves and hparams are logged live: tensorboard, wandb, mlflow (a list; "
+                               "[] for none)", choices=TRACKERS, factory=lambda: ["tensorboard"])
+    track_required: bool = setting(False, "true: a tracker server that does not answer at start is an error before "
+                                   "training (default false: a one-line warning, training goes on without it)")
 
     def validate(self) -> "TrainConfig":
-        check_config(self, "train.")  # numeric ranges: normlab.validate.RANGES
-        if self.clip not in CLIPS:  # normlab.train.clipping: what each value does
-            raise unknown("train.clip", self.clip, CLIPS)
-        if self.eval_sample not in EVAL_SAMPLES:
-            raise unknown("train.eval_sample", self.eval_sample, EVAL_SAMPLES)
-        if self.precision not in PRECISIONS:  # normlab.train.precision: what each value does
-            raise unknown("train.precision", self.precision, PRECISIONS)
-        if isinstance(self.threads, str) and self.threads != "auto":
-            raise NormlabError(f"train.threads must be auto, a count >= 1 or null, got {self.threads!r}")
-        for key in ("compile", "deterministic", "tf32"):
-            if getattr(self, key) not in TRI:
-                raise NormlabError(f"train.{key} must be auto, true or false, got {getattr(self, key)!r}")
         if isinstance(self.stack, bool):
             self.stack = "on" if self.stack else "off"
-        if self.stack not in STACKS:
-            raise unknown("train.stack", self.stack, STACKS)
-        for t in self.track:
-            if t not in TRACKERS:
-                raise unknown("train.track entry", t, TRACKERS)
+        check_section(self, "train.")  # each field's range and choices, declared above
+        if isinstance(self.threads, str) and self.threads != "auto":
+            raise NormlabError(f"train.threads must be auto, a count >= 1 or null, got {self.threads!r}")
         if len(set(self.track)) != len(self.track):
             raise NormlabError(f"train.track lists a tracker twice: {self.track}")
         return self
@@ -137,18 +158,20 @@ class OptimConfig:
     Learning rate, betas, weight decay and its grouping (``train.wd_norm``) stay in ``train``.
     """
 
-    name: str = "adamw"
-    nap: bool = False
-    delta: float = 0.1
-    wd_ratio: float = 0.1
-    momentum: float = 0.9
-    effective_lr_every: int = 0
-    perp_grad: bool = False
+    name: str = setting("adamw", "optimizer: adamw, adamp or sgdp (docs/optim.md)", choices=OPTIMIZERS,
+                        aliases=("optimizer", "optim"))
+    nap: bool = setting(False, "Normalize-and-Project after every step (Lyle et al. 2024)")
+    delta: float = setting(0.1, "AdamP / SGDP: cosine threshold for the projection", range=POS)
+    wd_ratio: float = setting(0.1, "AdamP / SGDP: weight-decay ratio on projected (scale-invariant) weights",
+                              range=R(0, 1))
+    momentum: float = setting(0.9, "SGDP momentum", range=UNIT_OPEN_HI)
+    effective_lr_every: int = setting(0, "record ||dW|| / ||W|| of weights feeding norms every N steps (0: off)",
+                                      range=STEPS)
+    perp_grad: bool = setting(False, "perp-Grad: remove the gradient component along each weight (Prieto et al. "
+                              "2025)")
 
     def validate(self) -> "OptimConfig":
-        if self.name not in OPTIMIZERS:
-            raise unknown("optim.name", self.name, OPTIMIZERS)
-        check_config(self, "optim.")  # numeric ranges: normlab.validate.RANGES
+        check_section(self, "optim.")
         return self
 
 
@@ -166,13 +189,16 @@ class DiagConfig:
     ``normlab probe``'s defaults) on each completed run and store them as ``RUN/probes.json`` for the report.
     """
 
-    every: int = 0
-    spike_factor: float = 2.0
-    spike_window: int = 20
-    probes: bool = False
+    every: int = setting(0, "record per-block activation and gradient statistics every N steps (0: off)",
+                         range=STEPS)
+    spike_factor: float = setting(2.0, "a step loss above this times the recent mean counts as a loss spike",
+                                  range=R(1, lo_open=True))
+    spike_window: int = setting(20, "steps in the recent mean for loss spikes", range=I(1, 10**6))
+    probes: bool = setting(False, "a sweep measures the in-context probes (induction, recall) on each completed run "
+                           "(probes.json)")
 
     def validate(self) -> "DiagConfig":
-        check_config(self, "diag.")  # every >= 0, spike_factor > 1, spike_window >= 1: normlab.validate.RANGES
+        check_section(self, "diag.")
         return self
 
 
@@ -181,8 +207,9 @@ class RunConfig:
     """A whole run. ``seed`` drives model init, data order and dropout. ``device``: ``auto`` (CUDA when available),
     ``cpu`` or ``cuda`` (normlab.train.precision resolves it at the start of training)."""
 
-    seed: int = 0
-    device: str = "auto"
+    seed: int = setting(0, "drives model initialisation, data order and dropout (the unit of replication)",
+                        range=I(0, MAX_SEED), aliases=("random_seed",))
+    device: str = setting("auto", "where to train: auto (CUDA when available), cpu or cuda", choices=DEVICES)
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
@@ -190,8 +217,7 @@ class RunConfig:
     diag: DiagConfig = field(default_factory=DiagConfig)
 
     def validate(self) -> "RunConfig":
-        if self.device not in DEVICES:
-            raise unknown("device", self.device, DEVICES)
+        check_section(self)  # seed, device; each section checks its own keys
         self.data.validate()
         self.model.validate()
         self.train.validate()
@@ -321,24 +347,36 @@ def non_default(cfg: RunConfig) -> list[tuple[str, Any]]:
     return [(k, v) for k, v in mine.items() if k not in skip and (k not in default or default[k] != v)]
 
 
-def _all_keys(cls: type = RunConfig, prefix: str = "") -> list[str]:
-    out = []
-    for f in fields(cls):
-        tp = typing.get_type_hints(cls)[f.name]
-        out += _all_keys(tp, f"{prefix}{f.name}.") if dataclasses.is_dataclass(tp) else [f"{prefix}{f.name}"]
-    return out
+KEYS: dict[str, DeclaredKey] = declared_keys(RunConfig)
+"""Every config key in config order, ``key -> (annotation, default, facts)``: the fields' own declarations as a
+table (normlab.validate.declared_keys, which refuses a key declared without its facts)."""
+RANGES = {k: d.facts.range for k, d in KEYS.items() if d.facts.range is not None}
+"""The declared numeric ranges, ``key -> Range`` (an attention kind's options: the kind's ``ranges``)."""
+KEY_ALIASES = {a: (k, d.facts.alias_note.format(alias=a)) for k, d in KEYS.items() for a in d.facts.aliases}
+"""Other tools' names for normlab's keys, ``name -> (key, note when the meaning differs)``: nanoGPT (``n_layer``,
+``block_size``, ``learning_rate``, ...), Hugging Face configs and ``TrainingArguments`` (``hidden_size``,
+``num_hidden_layers``, ...) and common paper/code spellings (``d_model``, ``n_heads``, ``seq_len``, ...)."""
 
 
-def _mapping_keys(cls: type = RunConfig, prefix: str = "") -> list[str]:
+def suggest_key(key: str, valid: Iterable[str]) -> str:
+    """`` (did you mean 'model.depth'?)`` for an unknown config key. Other tools' names first (:data:`KEY_ALIASES`,
+    on the key's last component, so ``n_layer``, ``model.n_layer`` and ``train.n_layer`` all resolve: ``n_layer``
+    is nowhere near ``depth`` as a string); nothing is renamed silently, so a config always says what normlab ran.
+    Other unknown keys get the closest spelling (``normlab.errors.did_you_mean``)."""
+    leaf = key.rsplit(".", 1)[-1]
+    if leaf in KEY_ALIASES:
+        target, note = KEY_ALIASES[leaf]
+        return f" (did you mean '{target}'? '{leaf}' is what other tools call it{'; ' + note if note else ''})"
+    return did_you_mean(key, valid)
+
+
+def _all_keys() -> list[str]:
+    return list(KEYS)
+
+
+def _mapping_keys() -> list[str]:
     """Keys whose value is a free-form mapping (``--set model.norm_options.alpha_init=0.5`` sets one entry)."""
-    out = []
-    for f in fields(cls):
-        tp = typing.get_type_hints(cls)[f.name]
-        if dataclasses.is_dataclass(tp):
-            out += _mapping_keys(tp, f"{prefix}{f.name}.")
-        elif typing.get_origin(tp) is dict:
-            out.append(f"{prefix}{f.name}")
-    return out
+    return [k for k, d in KEYS.items() if typing.get_origin(d.annotation) is dict]
 
 
 def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
@@ -399,7 +437,7 @@ def read_yaml(path: Path) -> dict[str, Any]:
 def config_from_dict(data: dict[str, Any]) -> RunConfig:
     """Build and validate a RunConfig from a nested dict (numeric ranges first: normlab.validate)."""
     cfg = _build(RunConfig, data, "")
-    check_config(cfg)
+    check_config(cfg)  # every numeric key in its range before any other rule
     return cfg.validate()
 
 

@@ -1,12 +1,13 @@
-"""Declared ranges for every numeric config key and command-line flag, and a memory estimate checked before
-anything is allocated.
+"""The facts each config key declares next to its field (:func:`setting`: help, range, choices, owner, aliases),
+the checks derived from them, ranges for command-line flags, the ``NORMLAB_*`` environment, and a memory estimate
+checked before anything is allocated.
 
 Every numeric config key (``int``/``float`` annotations of the config dataclasses, also the numeric entries of
-``model.norm_options``) must be finite; the keys in :data:`RANGES` must also lie in their declared range (lower
-bounds where the value must be positive, upper bounds where memory or time follows from the value), and so must an
-attention kind's options, whose ranges the kind declares (its ``ranges``, checked by ``ModelConfig.validate``
-through :func:`check_value`). A failure is one line naming the key, the value and what is allowed, raised before
-anything is written.
+``model.norm_options``) must be finite and lie in the ``range`` its field declares (lower bounds where the value
+must be positive, upper bounds where memory or time follows from the value); a key with ``choices`` must hold one
+of them. An attention kind's options are declared with ``owner="attention"``: their ranges and values are the
+kind's (its ``ranges`` and ``check_keys``, checked by ``ModelConfig.validate`` through :func:`check_value`). A
+failure is one line naming the key, the value and what is allowed, raised before anything is written.
 
 :func:`check_train_memory` estimates the model (weights, gradients, two AdamW moments: 16 bytes per parameter)
 plus one micro-batch's activations (Korthikanti et al. 2022, "Reducing Activation Recomputation in Large
@@ -24,7 +25,7 @@ import typing
 from dataclasses import dataclass
 from typing import Any
 
-from normlab.errors import NormlabError, did_you_mean
+from normlab.errors import NormlabError, did_you_mean, unknown
 
 MAX_SEED = 2**63 - 1
 GiB = 1024**3
@@ -82,60 +83,89 @@ POS = R(0, lo_open=True)
 NONNEG = R(0)
 UNIT_OPEN_HI = R(0, 1, hi_open=True)
 
-RANGES: dict[str, Range] = {
-    "seed": I(0, MAX_SEED),
-    "data.val_fraction": R(0, 0.5, lo_open=True, hi_open=True),
-    "data.test_fraction": R(0, 0.5, lo_open=True, hi_open=True),
-    # model: sizes are bounded so a typo cannot ask for terabytes; the memory estimate catches the rest
-    "model.vocab_size": I(1, 2**24),
-    "model.context": I(1, 2**20),
-    "model.width": I(1, 2**16),
-    "model.depth": I(1, 4096),
-    "model.heads": I(1, 2**16),
-    "model.mlp_ratio": R(0, 64, lo_open=True),
-    "model.mlp_hidden": I(1, 2**24),
-    # attention options (model.attn_softcap, lssa_power, linear_conv, linear_chunk): each kind's ``ranges``
-    # (normlab.attention.registry), checked by ModelConfig.validate
-    "model.rope_base": POS,
-    "model.dropout": UNIT_OPEN_HI,
-    "model.norm_eps": POS,
-    "model.mix_alpha": R(0, 1),
-    "model.embed_scale_init": POS,
-    "model.logit_softcap": POS,
-    "model.init_std": POS,
-    # train
-    "train.steps": I(1, 10**9),
-    "train.batch_size": I(1, 2**20),
-    "train.grad_accum": I(1, 2**16),
-    "train.lr": POS,
-    "train.min_lr_ratio": R(0, 1),
-    "train.warmup_steps": I(0, 10**9),
-    "train.weight_decay": NONNEG,
-    "train.beta1": UNIT_OPEN_HI,
-    "train.beta2": UNIT_OPEN_HI,
-    "train.grad_clip": NONNEG,
-    "train.adagc_lambda": POS,
-    "train.adagc_beta": UNIT_OPEN_HI,
-    "train.adagc_warmup": I(0, 10**9),
-    "train.eval_every": I(1, 10**9),
-    "train.eval_batches": I(1, 2**20),
-    "train.log_every": I(1, 10**9),
-    "train.checkpoint_every": I(1, 10**9),
-    "train.keep_checkpoints": I(1, 10**6),
-    "train.loss_ceiling": POS,
-    "train.z_loss": NONNEG,
-    "train.logitnorm_tau": POS,
-    "train.threads": I(1, 4096),
-    # optim
-    "optim.delta": POS,
-    "optim.wd_ratio": R(0, 1),
-    "optim.momentum": UNIT_OPEN_HI,
-    "optim.effective_lr_every": I(0, 10**9),
-    # diag
-    "diag.every": I(0, 10**9),
-    "diag.spike_factor": R(1, lo_open=True),
-    "diag.spike_window": I(1, 10**6),
-}
+FACTS = "normlab.key"
+"""The ``dataclasses.field`` metadata entry that holds a config key's :class:`KeyFacts`."""
+
+
+@dataclass(frozen=True)
+class KeyFacts:
+    """What a config key declares next to its field (:func:`setting`); validation (:func:`check_section`),
+    ``normlab config`` (normlab.config_help), and the alias hints (normlab.config.suggest_key) read it.
+
+    ``help``: one line. ``range``: a numeric key's allowed values. ``choices``: the allowed values (a tuple, or a
+    function returning them when a registry holds them; a list key: each entry). ``owner``: who checks the key
+    instead of :func:`check_section` (``attention``: the kind that declares the key's ``ranges`` and
+    ``check_keys``; ``norms``: the norm registry), its choices then only listed. ``aliases``: other tools' names
+    for the key (nanoGPT, Hugging Face, papers), with ``alias_note`` (``{alias}``: the name) when the meaning
+    differs."""
+
+    help: str
+    range: Range | None = None
+    choices: tuple[Any, ...] | typing.Callable[[], typing.Iterable[str]] | None = None
+    owner: str = ""
+    aliases: tuple[str, ...] = ()
+    alias_note: str = ""
+
+    def allowed(self) -> tuple[Any, ...] | None:
+        """The choices as a tuple (a registry's read now), or None."""
+        return tuple(self.choices()) if callable(self.choices) else self.choices
+
+
+def setting(default: Any = dataclasses.MISSING, help: str = "", *, range: Range | None = None,
+            choices: Any = None, owner: str = "", aliases: tuple[str, ...] = (), alias_note: str = "",
+            factory: typing.Callable[[], Any] | None = None) -> Any:
+    """A config dataclass field with its facts: ``lr: float = setting(3e-3, "peak learning rate", range=POS)``.
+    The type is the field's annotation and the default its default (``factory`` for a list or mapping); a key
+    without a one-line ``help`` is refused here, a numeric key without a ``range`` (or an ``owner``) by
+    :func:`declared_keys`."""
+    if not help or "\n" in help:
+        raise TypeError(f"a config key needs a one-line help text, got {help!r}")
+    meta = {FACTS: KeyFacts(help, range, choices, owner, tuple(aliases), alias_note)}
+    if factory is not None:
+        return dataclasses.field(default_factory=factory, metadata=meta)
+    return dataclasses.field(default=default, metadata=meta)
+
+
+class DeclaredKey(typing.NamedTuple):
+    """One config key as declared: its annotation, its default and its :class:`KeyFacts`."""
+
+    annotation: Any
+    default: Any
+    facts: KeyFacts
+
+
+def _numeric(tp: Any) -> bool:
+    return any(a in (int, float) for a in (typing.get_args(tp) or (tp,)))
+
+
+def declared_keys(cls: type, prefix: str = "") -> dict[str, DeclaredKey]:
+    """``key -> DeclaredKey`` for every leaf field of config dataclass ``cls`` and its nested sections, in field
+    order. A TypeError names a key declared without :func:`setting`, a numeric key with neither a range nor an
+    owner, and an alias declared twice or equal to a key's own name."""
+    out: dict[str, DeclaredKey] = {}
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        tp, key = hints[f.name], f"{prefix}{f.name}"
+        if dataclasses.is_dataclass(tp):
+            out.update(declared_keys(tp, f"{key}."))
+            continue
+        facts = f.metadata.get(FACTS)
+        if facts is None:
+            raise TypeError(f"config key {key} is declared without its facts: use normlab.validate.setting(default, "
+                            "help, range=/choices=/aliases=)")
+        if _numeric(tp) and facts.range is None and not facts.owner:
+            raise TypeError(f"numeric config key {key} declares no range (setting(..., range=...))")
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+        out[key] = DeclaredKey(tp, default, facts)
+    if not prefix:
+        leaves = {k.rsplit(".", 1)[-1] for k in out}
+        seen: set[str] = set()
+        for key, d in out.items():
+            for alias in d.facts.aliases:
+                if alias in seen or alias in leaves:
+                    raise TypeError(f"alias {alias!r} of config key {key} is declared twice or is a key's own name")
+                seen.add(alias)
+    return out
 
 
 def _is_number(v: Any) -> bool:
@@ -143,15 +173,35 @@ def _is_number(v: Any) -> bool:
 
 
 def check_value(key: str, value: Any, rng: Range | None = None) -> None:
-    """One-line NormlabError unless ``value`` is finite and inside ``rng`` (or :data:`RANGES` ``[key]``)."""
+    """One-line NormlabError unless ``value`` is finite and inside ``rng`` (unbounded without one)."""
     if not _is_number(value):
         return
-    rng = rng or RANGES.get(key) or R()
+    rng = rng or R()
     if not rng.contains(value):
         raise NormlabError(f"{key} must be {rng.text(value)}, got {value!r}")
 
 
-def _walk(obj: Any, prefix: str = "") -> typing.Iterator[tuple[str, Any]]:
+def _or(values: typing.Iterable[Any]) -> str:
+    words = ["null" if v is None else str(v).lower() if isinstance(v, bool) else str(v) for v in values]
+    return ", ".join(words[:-1]) + f" or {words[-1]}" if len(words) > 1 else words[0]
+
+
+def check_choice(key: str, value: Any, choices: tuple[Any, ...]) -> None:
+    """One-line NormlabError unless ``value`` (each entry of a list) is one of ``choices``: names get the standard
+    ``unknown ... allowed:`` line with did-you-mean, a mix with true / false ``KEY must be auto, true or false``."""
+    if isinstance(value, list):
+        for entry in value:
+            if entry not in choices:
+                raise unknown(f"{key} entry", entry, choices)
+        return
+    if value in choices:
+        return
+    if all(isinstance(c, str) for c in choices):
+        raise unknown(key, value, choices)
+    raise NormlabError(f"{key} must be {_or(choices)}, got {value!r}")
+
+
+def _walk(obj: Any, prefix: str = "") -> typing.Iterator[tuple[str, Any, KeyFacts | None]]:
     for f in dataclasses.fields(obj):
         v = getattr(obj, f.name)
         key = f"{prefix}{f.name}"
@@ -159,16 +209,34 @@ def _walk(obj: Any, prefix: str = "") -> typing.Iterator[tuple[str, Any]]:
             yield from _walk(v, f"{key}.")
         elif isinstance(v, dict):
             for k, sub in v.items():
-                yield f"{key}.{k}", sub
+                yield f"{key}.{k}", sub, None
         else:
-            yield key, v
+            yield key, v, f.metadata.get(FACTS)
 
 
 def check_config(cfg: Any, prefix: str = "") -> None:
-    """Every numeric key of a RunConfig (or of one section, ``prefix`` e.g. ``"train."``: what each section's
-    ``validate`` calls first) finite and in its declared range (the first failure is raised)."""
-    for key, value in _walk(cfg, prefix):
-        check_value(key, value)
+    """Every numeric key of a RunConfig (or of one section, ``prefix`` e.g. ``"model."``) and its nested sections
+    finite and in its declared range (the first failure is raised): what ``config_from_dict`` checks first."""
+    for key, value, facts in _walk(cfg, prefix):
+        check_value(key, value, facts.range if facts else None)
+
+
+def check_section(section: Any, prefix: str = "") -> None:
+    """The declared facts of one config section's own keys, in field order (what each section's ``validate`` checks
+    first; nested sections check their own): every number finite and in its ``range``, every value among its
+    ``choices``, the entries of a mapping finite; a key with an ``owner`` is left to it."""
+    for f in dataclasses.fields(section):
+        value, key = getattr(section, f.name), f"{prefix}{f.name}"
+        if dataclasses.is_dataclass(value):
+            continue
+        facts = f.metadata.get(FACTS)
+        if isinstance(value, dict):
+            for k, sub in value.items():
+                check_value(f"{key}.{k}", sub)
+            continue
+        check_value(key, value, facts.range if facts else None)
+        if facts is not None and facts.choices is not None and not facts.owner:
+            check_choice(key, value, facts.allowed())
 
 
 # ---------------------------------------------------------------------------------------------- environment

@@ -398,11 +398,10 @@ def test_meaningless_pairs_are_refused_in_one_line(opts, frag):
 
 @pytest.mark.parametrize("kind", attention_names())
 def test_each_kind_declares_the_ranges_of_its_options_once(kind):
-    """A kind's ``ranges`` are the one declaration of its numeric options' ranges: ``normlab.validate.RANGES`` holds
-    none of them, and a value just outside one is refused, whichever kind the config chooses, in one line by
-    ``ModelConfig.validate`` and by a run config (``--set``) with the message of every numeric key."""
-    from normlab.config import config_from_dict
-    from normlab.validate import RANGES
+    """A kind's ``ranges`` are the one declaration of its numeric options' ranges: the config fields declare none
+    of them (``normlab.config.RANGES``), and a value just outside one is refused, whichever kind the config chooses,
+    in one line by ``ModelConfig.validate`` and by a run config (``--set``) with the message of every numeric key."""
+    from normlab.config import RANGES, config_from_dict
 
     cls = get_attention_class(kind)
     for key, rng in cls.ranges.items():

@@ -1,11 +1,21 @@
-"""Config loading and validation: presets, overrides, one-line errors."""
+"""Config loading and validation: presets, overrides, one-line errors; each key declared once on its field (type,
+default, help, range or choices, other tools' names), the tables derived from there; other tools' key names get
+"did you mean" the normlab key, and enumerated values are matched up to case and separators (``RMSNorm`` ->
+``rmsnorm``)."""
 
 from __future__ import annotations
 
-import pytest
+import dataclasses
+import hashlib
+import json
 
-from normlab.config import CONFIG_DIR, config_from_dict, load_config
+import pytest
+import yaml
+
+from normlab.config import CONFIG_DIR, KEY_ALIASES, RANGES, _all_keys, config_from_dict, load_config
 from normlab.errors import NormlabError
+from normlab.validate import I, declared_keys, setting
+from tests.helpers import assert_bad_input, run_inproc
 
 
 @pytest.mark.parametrize("preset", sorted(p.stem for p in CONFIG_DIR.glob("*.yaml")))
@@ -87,30 +97,27 @@ def _outside(rng) -> list:
     return out
 
 
-def test_each_section_validates_its_ranges_from_the_one_table():
-    """``normlab.validate.RANGES`` is the one declaration of the config's numeric ranges: each section's own
-    ``validate()`` (a bare ModelConfig / TrainConfig ... too, not only a run config) refuses a value just outside
-    any of them with the table's message, the same line a run config (``--set``) gives."""
-    import dataclasses
-
+def test_each_section_validates_its_declared_ranges():
+    """The range a field declares is what validation checks: each section's own ``validate()`` (a bare ModelConfig /
+    TrainConfig ... too, not only a run config; ``seed`` by RunConfig's) refuses a value just outside any of them
+    with the range's message, the same line a run config (``--set``) gives."""
     from normlab.config import RunConfig
-    from normlab.validate import RANGES
 
     sections = {f.name: f.type for f in dataclasses.fields(RunConfig)}
     checked = 0
     for key, rng in RANGES.items():
         section, _, name = key.partition(".")
         if not name:  # seed: a run-level key
-            continue
+            section, name = "", key
         for bad in _outside(rng):
             msg = f"{key} must be {rng.text(bad)}, got {bad!r}"
-            part = getattr(RunConfig(), section)
+            part = getattr(RunConfig(), section) if section else RunConfig()
             setattr(part, name, bad)
             with pytest.raises(NormlabError) as e:
                 part.validate()
             assert str(e.value) == msg, sections[section]
             with pytest.raises(NormlabError) as e:
-                config_from_dict({section: {name: bad}})
+                config_from_dict({section: {name: bad}} if section else {name: bad})
             assert str(e.value) == msg
             checked += 1
     assert checked > 40
@@ -132,3 +139,78 @@ def test_non_default_names_every_key_set_away_from_its_default():
                                            + ["train.log_every=7", "device=cpu", "train.precision=fp32",
                                               "model.norm_options.alpha_init=0.8"]))
     assert dict(non_default(cfg)) == {**sets, "model.norm_options.alpha_init": 0.8}
+
+
+def test_the_derived_tables_are_the_hand_written_ones_they_replace():
+    """The ranges and other tools' names, now read from the fields' declarations, are exactly the two tables that
+    held them before (``validate.RANGES``, 46 keys, and ``aliases.KEY_ALIASES``, 72 names): their digest. A
+    deliberate change of a range or an alias changes it here too."""
+    blob = json.dumps({"ranges": {k: dataclasses.astuple(r) for k, r in RANGES.items()},
+                       "aliases": {k: list(v) for k, v in KEY_ALIASES.items()}}, sort_keys=True)
+    assert (len(RANGES), len(KEY_ALIASES)) == (46, 72)
+    assert hashlib.sha256(blob.encode()).hexdigest()[:16] == "1b60a068b8e63789"
+    assert KEY_ALIASES["intermediate_size"] == ("model.mlp_ratio", "normlab takes the ratio intermediate_size / width")
+
+
+def test_a_key_declared_without_its_facts_is_refused():
+    """A key's facts are written once, on its field: ``setting`` refuses a key without a one-line help, and the
+    table (``declared_keys``, what normlab.config builds at import) a plain field, a numeric key with neither a
+    range nor an owner, and an alias declared twice or equal to a key's own name."""
+    with pytest.raises(TypeError, match="one-line help"):
+        setting(1)
+    with pytest.raises(TypeError, match="one-line help"):
+        setting(1, "two\nlines", range=I(0))
+
+    def section(**fields):
+        return dataclasses.make_dataclass("Scratch", [(n, tp, f) for n, (tp, f) in fields.items()])
+
+    ok = section(n=(int, setting(1, "a count", range=I(0), aliases=("num",))), name=(str, setting("a", "a name")))
+    table = declared_keys(ok)
+    assert list(table) == ["n", "name"] and table["n"].default == 1 and table["n"].facts.range == I(0)
+    for bad, fragment in [
+        (section(n=(int, dataclasses.field(default=1))), "config key n is declared without its facts"),
+        (section(n=(int, setting(1, "a count"))), "numeric config key n declares no range"),
+        (section(x=(float | None, setting(None, "a scale"))), "numeric config key x declares no range"),
+        (section(n=(int, setting(1, "a", range=I(0), aliases=("k",))), m=(int, setting(1, "b", range=I(0),
+                                                                                      aliases=("k",)))), "'k'"),
+        (section(n=(int, setting(1, "a", range=I(0), aliases=("m",))), m=(int, setting(1, "b", range=I(0)))), "'m'"),
+    ]:
+        with pytest.raises(TypeError, match=fragment):
+            declared_keys(bad)
+
+
+ISSUE = {"n_layer": "model.depth", "n_embd": "model.width", "n_head": "model.heads", "block_size": "model.context",
+         "learning_rate": "train.lr", "hidden_size": "model.width", "num_hidden_layers": "model.depth"}
+
+
+def test_every_alias_names_a_real_key():
+    keys = set(_all_keys())
+    assert {t for t, _ in KEY_ALIASES.values()} <= keys
+    assert not set(KEY_ALIASES) & {k.rsplit(".", 1)[-1] for k in keys}  # an alias never shadows a real name
+    assert {k: KEY_ALIASES[k][0] for k in ISSUE} == ISSUE
+
+
+@pytest.mark.parametrize("key", ["n_layer", "model.n_embd", "model.n_head", "block_size", "train.learning_rate",
+                                 "model.hidden_size", "num_hidden_layers"])
+def test_set_alias_suggests_normlab_key(key, tmp_path):
+    proc = run_inproc("train", "tiny", "--set", f"{key}=4", "--out", str(tmp_path / "r"), cache=tmp_path)
+    assert_bad_input(proc, f"unknown config key '{key}'", f"did you mean '{ISSUE[key.rsplit('.', 1)[-1]]}'")
+    assert not (tmp_path / "r").exists()
+
+
+def test_yaml_and_sweep_aliases(tmp_path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump({"model": {"n_layer": 2}}))
+    assert_bad_input(run_inproc("train", str(cfg), cache=tmp_path), "model.n_layer", "did you mean 'model.depth'")
+    sw = tmp_path / "s.yaml"
+    sw.write_text(yaml.safe_dump({"base": "tiny", "axes": {"model.intermediate_size": [128]}}))
+    assert_bad_input(run_inproc("compare", str(sw), "--out", str(tmp_path / "o"), cache=tmp_path),
+                     "did you mean 'model.mlp_ratio'", "ratio")
+
+
+@pytest.mark.parametrize(
+    "value, want", [("RMSNorm", "rmsnorm"), ("LayerNorm", "layernorm"), ("Layer_Norm", "layernorm")]
+)
+def test_norm_names_in_other_spellings(value, want, tmp_path):
+    assert_bad_input(run_inproc("train", "tiny", "--set", f"model.norm={value}", cache=tmp_path),
+                     f"did you mean '{want}'")

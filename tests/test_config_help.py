@@ -1,4 +1,4 @@
-"""``normlab config`` (issue 29 item 5): every key described, and each listed range or choice list is what
+"""``normlab config``: every key described from its declaration, and each listed range or choice list is what
 validation itself accepts and refuses (the reference: ``config_from_dict``'s own errors)."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import json
 import pytest
 import yaml
 
-from normlab.config import _all_keys, apply_overrides, config_from_dict, load_config
-from normlab.config_help import KEY_HELP, describe_keys
+from normlab.config import KEYS, RunConfig, _all_keys, apply_overrides, config_from_dict, load_config
+from normlab.config_help import describe_keys
 from normlab.errors import NormlabError
 from normlab.run.rundir import apply_norm_defaults
 from tests.helpers import run_inproc
@@ -23,9 +23,24 @@ def _refusal(key: str, value) -> str:
     return str(e.value)
 
 
+def _leaves(obj, prefix=""):
+    """Every leaf key of a config object, walked on the instance (not on the declarations)."""
+    for name, value in vars(obj).items():
+        if hasattr(value, "__dataclass_fields__"):
+            yield from _leaves(value, f"{prefix}{name}.")
+        else:
+            yield f"{prefix}{name}", value
+
+
 def test_every_key_has_a_one_line_description():
-    assert set(KEY_HELP) == set(_all_keys()), "add the new config key to normlab.config_help.KEY_HELP"
-    assert all(d and "\n" not in d for d in KEY_HELP.values())
+    """Every key of a default RunConfig is a row, in config order, with its default and a one-line description read
+    from its own declaration."""
+    leaves = dict(_leaves(RunConfig()))
+    assert list(ROWS) == list(leaves) == _all_keys()
+    for key, value in leaves.items():
+        help_text = KEYS[key].facts.help
+        assert help_text and "\n" not in help_text and ROWS[key]["description"] == help_text
+        assert ROWS[key]["default"] == value
 
 
 @pytest.mark.parametrize("key", [k for k, r in ROWS.items() if "range" in r])
@@ -42,9 +57,15 @@ def test_listed_ranges_are_what_validation_refuses(key):
         assert key in msg and ROWS[key]["allowed"].removesuffix(" or null").split(" (")[0] in msg, msg
 
 
-@pytest.mark.parametrize("key", [k for k, r in ROWS.items() if "choices" in r and k != "train.compile"])
+@pytest.mark.parametrize("key", [k for k, r in ROWS.items() if "choices" in r])
 def test_listed_choices_are_what_validation_lists(key):
     msg = _refusal(key, "zzz-not-a-choice")
+    if "true" in ROWS[key]["choices"]:  # auto / true / false: one sentence, not a list of names
+        assert ROWS[key]["choices"] == ["auto", "true", "false"]
+        assert msg == f"{key} must be auto, true or false, got 'zzz-not-a-choice'"
+        for ok in ROWS[key]["choices"]:
+            config_from_dict(apply_overrides({}, [f"{key}={ok}"]))
+        return
     assert "allowed: " in msg, msg
     allowed = msg.split("allowed: ")[1].split(";")[0].split(", ")
     assert sorted(allowed) == sorted(ROWS[key]["choices"]), msg
@@ -60,7 +81,7 @@ def test_config_command_json_is_the_resolved_config(cache, tmp_path):
     assert list(keys) == _all_keys()
     assert keys["train.lr"]["value"] == 0.01 and keys["train.lr"]["default"] == 0.003 == 3e-3
     assert keys["model.norm"]["value"] == "unified" and "rmsnorm" in keys["model.norm"]["choices"]
-    assert keys["train.lr"]["description"] == KEY_HELP["train.lr"]
+    assert keys["train.lr"]["description"] == KEYS["train.lr"].facts.help
 
     run = tmp_path / "run"
     run_inproc("train", "tiny", "--set", "train.steps=1", "--set", "model.context=16", "--out", str(run),

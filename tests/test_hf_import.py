@@ -405,7 +405,8 @@ def test_import_keeps_a_document_token_inside_the_vocabulary(dirs, corpus, cache
 def test_param_total_limit_counts_the_whole_model():
     """The limit is on the product, each factor being within its own range (issue 27 item 6)."""
     from normlab.model import ModelConfig
-    from normlab.validate import MAX_PARAMS, RANGES, param_count
+    from normlab.config import RANGES
+    from normlab.validate import MAX_PARAMS, param_count
 
     kw = dict(vocab_size=2**24, width=8192, depth=2, heads=64, mlp_hidden=22016, positions="rope",
               tie_embeddings=False, norm="rmsnorm", activation="swiglu")

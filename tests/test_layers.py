@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1] / "normlab"
 # own package and from lower floors; packages on one floor do not import each other. "" is ``normlab/__init__.py``.
 FLOORS: list[tuple[str, ...]] = [
     ("errors", "version"),
-    ("", "io", "safety", "names", "validate", "aliases", "stats", "resources", "markdown", "presets", "interrupt"),
+    ("", "io", "safety", "names", "validate", "stats", "resources", "markdown", "presets", "interrupt"),
     ("provenance", "plotting", "data", "norms"),
     ("attention",),
     ("model",),

@@ -176,3 +176,23 @@ def test_the_command_refuses_a_bad_variable_before_anything_runs(name, value, fr
                        capture_output=True, text=True, timeout=300)
     assert_bad_input(r, fragment)
     assert not out.exists()
+
+
+def test_check_choice_gives_the_one_line_of_each_kind_of_key():
+    """A declared ``choices`` check: names get the standard ``unknown`` line (errors.unknown, with did-you-mean), a
+    list key each entry, a mix with true / false one sentence; an allowed value (``False`` among them) passes."""
+    from normlab.errors import NormlabError
+    from normlab.validate import check_choice
+
+    def refusal(*args) -> str:
+        with pytest.raises(NormlabError) as e:
+            check_choice(*args)
+        return str(e.value)
+
+    assert refusal("train.clip", "adagcc", ("global", "adagc")) == \
+        "unknown train.clip 'adagcc' (did you mean 'adagc'?); allowed: adagc, global"
+    assert refusal("train.track", ["wandb", "neptune"], ("tensorboard", "wandb", "mlflow")) == \
+        "unknown train.track entry 'neptune'; allowed: mlflow, tensorboard, wandb"
+    assert refusal("train.tf32", "maybe", ("auto", True, False)) == "train.tf32 must be auto, true or false, got 'maybe'"
+    check_choice("train.tf32", False, ("auto", True, False))
+    check_choice("train.track", [], ("wandb",))

@@ -11,7 +11,7 @@ trust:
   ``tokenizer_config.json``, ``special_tokens_map.json``, ``*.py`` are never read).
 - ``read_hf_config(hf_dir)``: ``config.json`` read so, a ``model_type`` outside ``ARCHS`` refused before
   ``transformers`` sees the directory, an ``auto_map`` (custom code) refused, every value normlab reads checked for
-  its type (``check_config_types``), every size within normlab's own ranges (``SIZE_RANGES``: ``validate.RANGES``)
+  its type (``check_config_types``), every size within normlab's own ranges (``SIZE_RANGES``: ``config.RANGES``)
   and every key whose value would change what the model is (``SEMANTIC``: an encoder-decoder, cross-attention,
   pruned heads, non-causal attention, changed outputs, an attention implementation other than eager / sdpa, such
   as a hub kernel, a quantization config, a RoPE type other than default) refused, all before anything is built.
@@ -53,9 +53,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from normlab.config import RANGES
 from normlab.errors import NormlabError
 from normlab.interop.arch import ARCHS
-from normlab.validate import RANGES, Range
+from normlab.validate import Range
 
 MAX_CONFIG_BYTES = 1 << 20
 MAX_INDEX_BYTES = 16 << 20  # a safetensors index lists tensor names: tens of KiB for the largest released models

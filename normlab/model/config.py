@@ -1,13 +1,20 @@
-"""Typed, validated model configuration (litgpt style: strings name choices, validated when built)."""
+"""Typed, validated model configuration (litgpt style: strings name choices, validated when built). Each key is
+declared once, with its help, range or choices and other tools' names for it (``normlab.validate.setting``)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from normlab.errors import NormlabError, unknown
+from normlab.attention import attention_names, check_attention_config
+from normlab.attention.linear import CONV_SOURCES, GATES
+from normlab.attention.softmax import QK_NORM_SCOPES
+from normlab.errors import NormlabError
 from normlab.model.outputs import OUTPUTS
-from normlab.validate import check_config, check_param_total
+from normlab.model.placements import IN_SITES, OUT_SITES, PLACEMENTS, sites_used
+from normlab.norms import build_norm, get_norm_class, norm_names
+from normlab.norms.registry import auto_embed_scale, resolve_norm_options
+from normlab.validate import POS, UNIT_OPEN_HI, I, R, check_param_total, check_section, setting
 
 ACTIVATIONS = ("gelu", "gelu_tanh", "swiglu", "selu")
 POSITIONS = ("rope", "learned", "alibi", "none")
@@ -44,71 +51,89 @@ class ModelConfig:
     returns ``log StableMax(logits)``, normlab.model.outputs), after ``logit_softcap`` when both are set.
     """
 
-    vocab_size: int = 256
-    context: int = 128
-    width: int = 128
-    depth: int = 4
-    heads: int = 4
-    mlp_ratio: float = 4.0
-    mlp_hidden: int | None = None
-    activation: str = "gelu"
-    positions: str = "rope"
-    attention: str = "softmax"
-    qk_norm: bool = False
-    qk_norm_scope: str = "head"
-    attn_softcap: float | None = None
-    lssa_reweight: bool = False
-    lssa_power: float = 15.0
-    linear_conv: int = 0
-    linear_conv_source: str = "value"
-    linear_gate: str = "none"
-    linear_chunk: int = 64
-    rope_base: float = 10000.0
-    dropout: float = 0.0
-    tie_embeddings: bool = True
-    bias: bool = False
-    norm: str = "layernorm"
-    norm_eps: float = 1e-5
-    norm_options: dict[str, Any] = field(default_factory=dict)
-    placement: str = "pre"
-    final_norm: bool | None = None
-    embed_norm: bool | None = None
-    mix_alpha: float = 0.25
-    layernorm_scaling: bool = False
-    residual_scale: str = "none"
-    embed_scale: str = "auto"
-    embed_scale_init: float | None = None
-    head_bias: bool = False
-    logit_softcap: float | None = None
-    output: str = "softmax"
-    init_std: float = 0.02
+    vocab_size: int = setting(256, "number of token ids (filled in from the tokenizer)", range=I(1, 2**24))
+    context: int = setting(128, "training sequence length in tokens", range=I(1, 2**20),
+                           aliases=("block_size", "max_position_embeddings", "n_positions", "n_ctx", "seq_len",
+                                    "seq_length", "max_seq_len", "context_length"))
+    width: int = setting(128, "residual stream width d_model", range=I(1, 2**16),
+                         aliases=("n_embd", "hidden_size", "d_model", "dim", "embed_dim", "n_embed"))
+    depth: int = setting(4, "number of transformer blocks", range=I(1, 4096),
+                         aliases=("n_layer", "n_layers", "num_layers", "num_hidden_layers", "layers"))
+    heads: int = setting(4, "attention heads (width must be divisible by heads)", range=I(1, 2**16),
+                         aliases=("n_head", "n_heads", "num_heads", "num_attention_heads"))
+    mlp_ratio: float = setting(4.0, "MLP hidden size as a multiple of width (times 2/3 for swiglu)",
+                               range=R(0, 64, lo_open=True), aliases=("intermediate_size", "d_ff", "ffn_dim"),
+                               alias_note="normlab takes the ratio {alias} / width")
+    mlp_hidden: int | None = setting(None, "MLP hidden size directly (null: derived from mlp_ratio)",
+                                     range=I(1, 2**24))
+    activation: str = setting("gelu", "MLP activation", choices=ACTIVATIONS,
+                              aliases=("hidden_act", "activation_function"))
+    positions: str = setting("rope", "position encoding: rope, learned table, alibi bias or none", choices=POSITIONS)
+    attention: str = setting("softmax", "attention kind (normlab attention lists them; docs/attention.md)",
+                             choices=attention_names)
+    qk_norm: bool = setting(False, "RMSNorm on queries and keys before the scores (softmax, linear)")
+    qk_norm_scope: str = setting("head", "qk_norm over each head's head_dim (head, Qwen3) or over all heads' q, k "
+                                 "(width, OLMo 2)", choices=QK_NORM_SCOPES, owner="attention")
+    attn_softcap: float | None = setting(None, "softmax score cap c: s = c * tanh(s / c) (null: no cap)",
+                                         owner="attention", aliases=("attn_logit_softcapping",))
+    lssa_reweight: bool = setting(False, "softplus attention's LSSAR re-weighting (switchable at evaluation time)")
+    lssa_power: float = setting(15.0, "exponent of the LSSAR re-weighting (softplus attention)", owner="attention")
+    linear_conv: int = setting(0, "kernel size of the causal depthwise convolution (linear, nala; 0: none)",
+                               owner="attention")
+    linear_conv_source: str = setting("value", "what the convolution runs over: value (NaLaFormer) or input (LINA)",
+                                      choices=CONV_SOURCES, owner="attention")
+    linear_gate: str = setting("none", "KV gate of linear attention: none, static (per head and position) or "
+                               "sigmoid", choices=GATES, owner="attention")
+    linear_chunk: int = setting(64, "chunk length of linear attention's prefix sums (speed only; same outputs)",
+                                owner="attention")
+    rope_base: float = setting(10000.0, "RoPE frequency base theta", range=POS,
+                               aliases=("rope_theta", "rotary_emb_base"))
+    dropout: float = setting(0.0, "dropout probability on attention and residual branches", range=UNIT_OPEN_HI,
+                             aliases=("resid_pdrop", "embd_pdrop", "attn_pdrop", "hidden_dropout",
+                                      "attention_dropout"), alias_note="one dropout rate for all sites")
+    tie_embeddings: bool = setting(True, "share the token embedding with the LM head",
+                                   aliases=("tie_word_embeddings",))
+    bias: bool = setting(False, "biases in the linear layers")
+    norm: str = setting("layernorm", "the normalization layer (normlab norms lists them; docs/norms.md)",
+                        choices=norm_names, owner="norms", aliases=("norm_type", "normalization"))
+    norm_eps: float = setting(1e-5, "epsilon added inside the norm's statistic", range=POS,
+                              aliases=("rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon", "norm_epsilon"))
+    norm_options: dict[str, Any] = setting(help="extra options of the norm; key@group for one site group (attn, "
+                                           "mlp, final, embed)", factory=dict)
+    placement: str = setting("pre", "where norms sit in a block: pre, post, peri, output or mix "
+                             "(docs/placements.md)", choices=tuple(PLACEMENTS))
+    final_norm: bool | None = setting(None, "norm before the LM head (null: the placement's default)")
+    embed_norm: bool | None = setting(None, "norm after the token embedding (null: the placement's default)")
+    mix_alpha: float = setting(0.25, "Mix-LN: share of blocks (the first ones) that use Post-LN", range=R(0, 1))
+    layernorm_scaling: bool = setting(False, "scale input-norm outputs of block l by 1/sqrt(l) (Curse of Depth)")
+    residual_scale: str = setting("none", "residual branch scale: none, fixed 1/sqrt(2L), or learnable (a scalar "
+                                  "per branch, init 0)", choices=RESIDUAL_SCALES)
+    embed_scale: str = setting("auto", "token-embedding scale: auto (as the norm asks), none, fixed sqrt(width) or "
+                               "learnable", choices=EMBED_SCALES)
+    embed_scale_init: float | None = setting(None, "(initial) embedding scale (null: sqrt(width), or 1/init_std for "
+                                             "dyt's auto)", range=POS)
+    head_bias: bool = setting(False, "a bias on the LM head (lets convert fold a final norm's bias into it)")
+    logit_softcap: float | None = setting(None, "output logit cap c: z = c * tanh(z / c) (Gemma 2; null: no cap)",
+                                          range=POS, aliases=("final_logit_softcapping",))
+    output: str = setting("softmax", "output distribution: softmax, or StableMax (Prieto et al. 2025; "
+                          "docs/output.md)", choices=OUTPUTS)
+    init_std: float = setting(0.02, "standard deviation of the normal weight initialisation", range=POS,
+                              aliases=("initializer_range",))
 
     def validate(self) -> "ModelConfig":
-        """Check cross-field constraints; raise a one-line NormlabError naming the field."""
-        from normlab.model.placements import PLACEMENTS
-        from normlab.norms import get_norm_class
-
-        check_config(self, "model.")  # numeric ranges: normlab.validate.RANGES (attention options: their kinds)
+        """Check each key's declared range and choices, then the cross-field constraints; raise a one-line
+        NormlabError naming the field."""
+        check_section(self, "model.")  # each field's range / choices (attention options: their kinds)
         if self.width % self.heads:
             raise NormlabError(
                 f"model.width ({self.width}) must be divisible by model.heads ({self.heads})"
             )
         if self.positions == "rope" and (self.width // self.heads) % 2:
             raise NormlabError(f"model.positions 'rope' needs an even head dim, got {self.width // self.heads}")
-        if self.activation not in ACTIVATIONS:
-            raise unknown("model.activation", self.activation, ACTIVATIONS)
-        if self.positions not in POSITIONS:
-            raise unknown("model.positions", self.positions, POSITIONS)
-        if self.placement not in PLACEMENTS:
-            raise unknown("model.placement", self.placement, PLACEMENTS)
-        if self.output not in OUTPUTS:  # normlab.model.outputs: softmax or StableMax (Prieto et al. 2025)
-            raise unknown("model.output", self.output, OUTPUTS)
         check_param_total(self)  # every size within its range can still multiply to terabytes
         self._validate_attention()
         self._validate_placement()
         get_norm_class(self.norm)
-        from normlab.norms import build_norm
-
         for group in NORM_GROUPS:  # unknown or invalid norm options fail here, not mid-build
             build_norm(self.norm, self.width, eps=self.norm_eps, **self.norm_kwargs(group))
         return self
@@ -117,17 +142,9 @@ class ModelConfig:
         """Attention kind, its options and the position encoding: refuse pairs without a meaning (one line). Every
         rule is declared by the registered kinds (normlab.attention.registry: each kind's options, check_keys and
         check_config), so a new kind brings its own."""
-        from normlab.attention import check_attention_config
-
         check_attention_config(self)
 
     def _validate_placement(self) -> None:
-        from normlab.model.placements import IN_SITES, OUT_SITES, sites_used
-
-        if self.residual_scale not in RESIDUAL_SCALES:
-            raise unknown("model.residual_scale", self.residual_scale, RESIDUAL_SCALES)
-        if self.embed_scale not in EMBED_SCALES:
-            raise unknown("model.embed_scale", self.embed_scale, EMBED_SCALES)
         used = sites_used(self)
         if self.layernorm_scaling and not used & set(IN_SITES):
             raise NormlabError(
@@ -158,8 +175,6 @@ class ModelConfig:
                     raise NormlabError(f"model.norm_options key '{k}': group must be one of {', '.join(NORM_GROUPS)}")
                 if grp == group:
                     out[name] = v
-        from normlab.norms.registry import resolve_norm_options
-
         return resolve_norm_options(self.norm, self.width, group, out)  # e.g. DyT's alpha_init: auto
 
     @property
@@ -167,8 +182,6 @@ class ModelConfig:
         """``embed_scale`` with ``auto`` resolved by the norm class (``auto_embed_scale``: ``learnable`` for DyT,
         whose authors scale the LLaMA token embeddings by a learnable scalar; ``none`` for the others)."""
         if self.embed_scale == "auto":
-            from normlab.norms.registry import auto_embed_scale
-
             return auto_embed_scale(self.norm)
         return self.embed_scale
 
