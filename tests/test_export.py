@@ -26,7 +26,7 @@ def test_export_record_paths_work_from_another_directory(tmp_path, cache, monkey
 
     assert not [ln for ln in p.stderr.splitlines() if ln.startswith("export [")]  # piped: no stage lines
     # on a terminal, progress as it goes: each stage on stderr, in order
-    monkeypatch.setattr("normlab.commands.export.stages_visible", lambda: True)
+    monkeypatch.setattr("normlab.commands.stages.stages_visible", lambda: True)
     q = run_inproc("export", str(work / "run"), "--to", "hf", "--out", str(tmp_path / "hf2"), cache=cache,
                    check=True)
     stages = [ln for ln in q.stderr.splitlines() if ln.startswith("export [")]
@@ -44,25 +44,3 @@ def test_export_record_paths_work_from_another_directory(tmp_path, cache, monkey
                          capture_output=True, text=True).stdout.strip()
     assert out == rec["hf_class"] and transformers.__version__
 
-
-def test_stage_lines_only_on_a_terminal(monkeypatch, capsys):
-    """export / quantize name their stages on stderr for a person at a terminal; piped, stderr stays free for the
-    one-line error a refused input gets."""
-    import io
-
-    from normlab.commands.export import stage_printer
-
-    class Tty(io.StringIO):
-        def isatty(self) -> bool:
-            return True
-
-    for tty, want in ((False, 0), (True, 2)):
-        err = Tty() if tty else io.StringIO()
-        monkeypatch.setattr("sys.stderr", err)
-        say = stage_printer("export", 5)
-        say("loading the run")
-        say("writing")
-        lines = err.getvalue().splitlines()
-        assert len(lines) == want
-        if want:
-            assert lines[0].startswith("export [1/5] loading the run (") and lines[1].startswith("export [2/5] writing")

@@ -131,7 +131,7 @@ def test_quantize_table_keeps_whole_layer_names_at_80_columns(tmp_path, monkeypa
     run_inproc("train", "tiny", "--set", "train.steps=2", "--set", "train.eval_every=2", "--out", str(run),
                cache=cache, check=True)
     monkeypatch.setenv("COLUMNS", "80")
-    monkeypatch.setattr("normlab.commands.export.stages_visible", lambda: True)  # as on a terminal
+    monkeypatch.setattr("normlab.commands.stages.stages_visible", lambda: True)  # as on a terminal
     p = run_inproc("quantize", str(run), "--weights", "4", "--grid", "higgs", "--max-tokens", "128", "--out",
                    str(tmp_path / "q"), cache=cache, check=True)
     out = p.stdout

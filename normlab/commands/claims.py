@@ -73,9 +73,12 @@ def run_claims(args: argparse.Namespace) -> int:
     check_executor(args.executor, args.address)
     from normlab.experiments.claims.execution import SuiteStopped
 
-    try:
-        report = run_suite(claims, budget, out, seeds=args.seeds, workers=workers, reuse=reuse,
-                           executor=args.executor, address=args.address)
+    from normlab.commands.stages import StageProgress
+
+    try:  # on a terminal: the training sweep's bar, then one of the claims measured (stage lines above it)
+        with StageProgress("claims", len(claims), unit="claim") as say:
+            report = run_suite(claims, budget, out, seeds=args.seeds, workers=workers, reuse=reuse,
+                               executor=args.executor, address=args.address, progress=say)
     except SuiteStopped as e:  # interrupted (130) or runs failed (1): nothing measured
         if args.json:
             print(dumps({"status": "interrupted" if e.exit_code == EXIT_INTERRUPTED else "failed", "out": str(out),

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
-import time
 
 KEYS = ("arch", "hf_class", "max_abs_logit_diff", "greedy_equal", "tolerance", "doc_start_token", "out")
 
@@ -26,30 +24,12 @@ def print_result(r: dict, as_json: bool, title: str) -> None:
     Console().print(table)
 
 
-def stages_visible() -> bool:
-    """Whether stage lines are shown: stderr is a terminal."""
-    return sys.stderr.isatty()
-
-
-def stage_printer(what: str, total: int):
-    """A ``progress`` callback for a command's stages: ``what [i/total] stage (elapsed)`` on stderr, one line each,
-    when stderr is a terminal (a person watching); otherwise nothing, so that a refused input stays the one line
-    on stderr that scripts and logs read."""
-    t0, n = time.monotonic(), 0
-    tty = stages_visible()
-
-    def say(stage: str) -> None:
-        nonlocal n
-        n += 1
-        if tty:
-            print(f"{what} [{n}/{total}] {stage} ({time.monotonic() - t0:.1f}s)", file=sys.stderr, flush=True)
-    return say
-
-
 def run_export(args: argparse.Namespace) -> int:
+    from normlab.commands.stages import StageProgress  # rich: only when a command runs
     from normlab.interop.export import EXPORT_STAGES, export_run
 
-    r = export_run(args.run_dir, args.out, progress=stage_printer("export", len(EXPORT_STAGES)))
+    with StageProgress("export", len(EXPORT_STAGES)) as say:  # on a terminal: stage lines and a bar on stderr
+        r = export_run(args.run_dir, args.out, progress=say)
     print_result(r, args.json, f"{args.run_dir} -> {r['out']} (HF {r['arch']})")
     return 0
 

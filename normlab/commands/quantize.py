@@ -8,15 +8,16 @@ import json
 
 
 def run_quantize(args: argparse.Namespace) -> int:
-    from normlab.commands.export import stage_printer
+    from normlab.commands.stages import StageProgress
     from normlab.surgery.run_quantize import quantize_run, quantize_stages
 
     acts = None if args.acts == "none" else int(args.acts)
     stages = quantize_stages(args.rotate, args.norm_tweak, args.linearity)
-    r = quantize_run(args.run_dir, args.out, weights=args.weights, group=args.group, acts=acts, rotate=args.rotate,
-                     max_tokens=args.max_tokens, batch_size=args.batch_size, seed=args.seed, grid=args.grid,
-                     tweak=args.norm_tweak, tweak_samples=args.tweak_samples, tweak_lr=args.tweak_lr,
-                     linearity=args.linearity, progress=stage_printer("quantize", len(stages)))
+    with StageProgress("quantize", len(stages)) as say:  # on a terminal: stage lines and a bar on stderr
+        r = quantize_run(args.run_dir, args.out, weights=args.weights, group=args.group, acts=acts,
+                         rotate=args.rotate, max_tokens=args.max_tokens, batch_size=args.batch_size, seed=args.seed,
+                         grid=args.grid, tweak=args.norm_tweak, tweak_samples=args.tweak_samples,
+                         tweak_lr=args.tweak_lr, linearity=args.linearity, progress=say)
     if args.json:
         print(json.dumps(r, default=float))
         return 0

@@ -302,9 +302,11 @@ def _copy_run(src: Path, dest: Path) -> None:
 # -- the suite --------------------------------------------------------------------------------------------------
 def run_suite(claims: list["Claim"], budget: Budget, out: Path, *, seeds: int | None = None,
               workers: int | None = 1, log: Callable[[str], None] = lambda s: print(s, file=sys.stderr, flush=True),
-              reuse: Path | None = None, executor: str = "local", address: str | None = None) -> dict:
+              reuse: Path | None = None, executor: str = "local", address: str | None = None,
+              progress: Callable[[str], None] | None = None) -> dict:
     """Train what is missing, measure every claim per seed, return ``{claims: [...], ...}`` (also written to
-    ``OUT/claims.json``). Raises ``SuiteStopped`` (nothing measured) when the runs did not all finish."""
+    ``OUT/claims.json``). Raises ``SuiteStopped`` (nothing measured) when the runs did not all finish.
+    ``progress``: called with each claim's name as its measurement starts (``normlab claims`` draws a bar)."""
     import torch
 
     from normlab.experiments.store import FINAL, Store
@@ -344,6 +346,8 @@ def run_suite(claims: list["Claim"], budget: Budget, out: Path, *, seeds: int | 
     ctx = Context(budget)
     results = []
     for c in claims:
+        if progress is not None:
+            progress(c.name)
         base = {"name": c.name, "claim": c.claim, "paper": c.paper, "metric": c.metric, "expected": c.expected}
         t = time.time()
         values, details, runs = [], [], []
