@@ -168,7 +168,7 @@ def test_ctrl_c_checkpoints_every_member_and_the_group_resumes_bit_exactly(stack
     checkpoints there and ends ``interrupted``; resumed, the group ends bit for bit as the uninterrupted one."""
     import normlab.train.stacked as S
 
-    class StopAfter(S._StopFlag):
+    class StopAfter(S.StopFlag):
         reads = 0
 
         @property
@@ -180,7 +180,7 @@ def test_ctrl_c_checkpoints_every_member_and_the_group_resumes_bit_exactly(stack
         def stop(self, value):
             pass
 
-    monkeypatch.setattr(S, "_StopFlag", StopAfter)
+    monkeypatch.setattr(S, "StopFlag", StopAfter)
     dirs = [tmp_path / f"r{i}" for i in range(len(MEMBERS))]
     summaries = train_stacked(_cfgs(cache), dirs, quiet=True)
     assert [(s["status"], s["step"]) for s in summaries] == [("interrupted", 4)] * 4
@@ -202,10 +202,10 @@ def test_a_second_ctrl_c_stops_at_once_and_the_group_still_resumes(stacked, tmp_
 
     real = S._finish_step
 
-    def finish(m, step, *a, **k):
-        if step == 4:
+    def finish(m, *a, **k):
+        if m.step == 4:
             raise KeyboardInterrupt
-        return real(m, step, *a, **k)
+        return real(m, *a, **k)
 
     monkeypatch.setattr(S, "_finish_step", finish)
     dirs = [tmp_path / f"r{i}" for i in range(len(MEMBERS))]

@@ -20,9 +20,10 @@ What a rank does differently from a one-process run (the hooks in ``normlab.trai
 - **Only rank 0 writes**: run directory, metrics, checkpoints, summary (and evaluates). Other ranks read the
   checkpoint on ``--resume`` (the run directory must be visible to every node: shared storage).
 - **Stopping.** Every step starts with one all-reduce of the stop flag (SIGINT / SIGTERM on any rank, e.g.
-  torchrun forwarding Ctrl-C), so all ranks stop at the same step; the divergence test runs on the all-reduced
-  loss and the (already summed) gradient norm, identical on every rank. Rank 0 records the status once; a final
-  barrier keeps the other ranks alive until it has.
+  torchrun forwarding Ctrl-C; ``normlab.interrupt.StopFlag(repeat="count")``: a repeated signal does not abort a
+  rank, torchrun SIGKILLs a hung one after its shutdown timeout), so all ranks stop at the same step; the divergence
+  test runs on the all-reduced loss and the (already summed) gradient norm, identical on every rank. Rank 0
+  records the status once; a final barrier keeps the other ranks alive until it has.
 
 Reference: Li et al. 2020, "PyTorch Distributed: Experiences on Accelerating Data Parallel Training"
 (arXiv:2006.15704); torch.distributed.run (torchrun) and DistributedDataParallel documentation.
@@ -31,21 +32,26 @@ Reference: Li et al. 2020, "PyTorch Distributed: Experiences on Accelerating Dat
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import inspect
 import os
 import signal
+import socket
 import sys
 from dataclasses import dataclass
 from typing import Any, Iterator
 
 import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
 
 from normlab.errors import NormlabError
+from normlab.norms.batchstat import set_sync_group
+from normlab.resources import available_cores
 
 
 def _sum_hook(group, bucket):  # no annotations: DDP checks them against its own (GradBucket, Future) types
     """DDP comm hook: all-reduce SUM (DDP's default divides by the world size; our losses are pre-weighted)."""
-    import torch.distributed as dist
-
     fut = dist.all_reduce(bucket.buffer(), group=group, async_op=True).get_future()
     return fut.then(lambda f: f.value()[0])
 
@@ -90,10 +96,6 @@ class DistContext:
         """``model`` in DistributedDataParallel with summed gradients (or ``model`` itself in one process)."""
         if not self.active:
             return model
-        from torch.nn.parallel import DistributedDataParallel as DDP
-
-        import inspect
-
         dev = self.device = next(model.parameters()).device
         # buffers are not broadcast before each forward: batch-statistics norms keep them equal by all-reducing
         no_sync_buffers = ({"forward_sync_buffers": False} if "forward_sync_buffers" in
@@ -115,8 +117,6 @@ class DistContext:
         """Sum ``values`` over ranks (float64; identical on every rank)."""
         if not self.active:
             return values
-        import torch.distributed as dist
-
         t = torch.tensor(values, dtype=torch.float64, device=self.device)
         dist.all_reduce(t)
         return t.tolist()
@@ -127,16 +127,10 @@ class DistContext:
 
     def barrier(self) -> None:
         if self.active:
-            import torch.distributed as dist
-
             dist.barrier()
 
     def close(self) -> None:
         if self.active:
-            import torch.distributed as dist
-
-            from normlab.norms.batchstat import set_sync_group
-
             set_sync_group(None)
             if dist.is_initialized():
                 dist.destroy_process_group()
@@ -156,8 +150,6 @@ def env_world() -> int:
 def _die_with_parent() -> None:
     """Linux: SIGKILL this rank when its torchrun agent dies (kill -9 of the launcher leaves no orphans)."""
     try:
-        import ctypes
-
         ppid = os.getppid()
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
         if os.getppid() != ppid:  # the parent died before prctl
@@ -171,10 +163,6 @@ def from_env() -> DistContext:
     world = env_world()
     if world <= 1:
         return SINGLE
-    import torch.distributed as dist
-
-    from normlab.norms.batchstat import set_sync_group
-
     _die_with_parent()
     rank, local_rank = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0"))
     # collectives go to gloo for CPU tensors and NCCL for CUDA tensors (torch routes by the tensor's device)
@@ -190,31 +178,7 @@ def from_env() -> DistContext:
     return ctx
 
 
-class StopSignals:
-    """In a rank: SIGINT and SIGTERM (what torchrun forwards when it is interrupted) set ``stop``; the training loop
-    all-reduces it at the next step. Repeated signals do not abort the rank (torchrun SIGKILLs it after its
-    shutdown timeout if it hangs)."""
-
-    def __init__(self) -> None:
-        self.stop = False
-        self._old: dict[int, Any] = {}
-
-    def __enter__(self) -> "StopSignals":
-        for s in (signal.SIGINT, signal.SIGTERM):
-            self._old[s] = signal.signal(s, self._handle)
-        return self
-
-    def _handle(self, *_: Any) -> None:
-        self.stop = True
-
-    def __exit__(self, *exc: Any) -> None:
-        for s, h in self._old.items():
-            signal.signal(s, h)
-
-
 def _free_port() -> int:
-    import socket
-
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -226,12 +190,11 @@ def launch(nproc: int, argv: list[str]) -> int:
     the ranks too). Returns torchrun's exit status (0 when every rank exited 0)."""
     if nproc < 1:
         raise NormlabError(f"--nproc must be >= 1, got {nproc}")
+    # torch's elastic agent and launcher: imported here, as only --nproc needs them (not every run's import)
     from torch.distributed.run import get_args_parser, run
 
     env_threads = os.environ.get("OMP_NUM_THREADS")
     if not env_threads:  # torchrun would set 1 and warn; share the cores instead
-        from normlab.resources import available_cores
-
         os.environ["OMP_NUM_THREADS"] = str(max(1, available_cores() // nproc))
     if sys.platform.startswith("linux") and os.path.exists("/sys/class/net/lo"):
         os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # every rank is local

@@ -28,6 +28,11 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
+
+from normlab.eval.lm import evaluate
+from normlab.norms import get_norm_class
+from normlab.norms.batchstat import BatchStatNorm
 from normlab.stats.learning import DID_NOT_LEARN_MARGIN, did_not_learn
 
 INIT_EVAL_BATCHES = 8
@@ -36,8 +41,6 @@ EVAL_GAP_BPB = 0.5
 
 def initial_eval(model: Any, data: Any, cfg: Any) -> dict[str, float]:
     """``{init_val_loss, init_val_bpb}`` of ``model`` before training (no RNG is consumed)."""
-    from normlab.eval.lm import evaluate
-
     tc, mc = cfg.train, cfg.model
     n = min(tc.eval_batches, INIT_EVAL_BATCHES)
     val = evaluate(model, data.val, data.token_bytes, data.tokenizer.decode_bytes, context=mc.context,
@@ -47,9 +50,6 @@ def initial_eval(model: Any, data: Any, cfg: Any) -> dict[str, float]:
 
 
 def is_batch_stat(norm: str) -> bool:
-    from normlab.norms import get_norm_class
-    from normlab.norms.batchstat import BatchStatNorm
-
     try:
         return issubclass(get_norm_class(norm), BatchStatNorm)
     except Exception:  # noqa: BLE001 - an unknown norm is not a batch-statistic one
@@ -77,8 +77,6 @@ def eval_mode_gap(norm: str, train_loss: float | None, val_loss: float | None,
 def unigram_bpb(tokens: Any, vocab_size: int, n_bytes: int) -> float | None:
     """Unigram entropy of ``tokens [N]`` in bits per byte: ``-sum_v p_v log2 p_v * N / n_bytes`` with ``p`` the
     split's own token frequencies (so no context-free predictor does better on these tokens); None when empty."""
-    import numpy as np
-
     n = len(tokens)
     if n == 0 or n_bytes <= 0:
         return None

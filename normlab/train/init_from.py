@@ -19,6 +19,7 @@ from torch import nn
 from normlab.errors import NormlabError
 from normlab.io import read_json, write_json
 from normlab.run.files import INIT_FROM_FILE, MODEL_FILE
+from normlab.run.rundir import read_data_info, tokenizer_ref
 from normlab.run.tensors import list_checkpoints, load_tensors, model_tensors
 
 DEFAULT_TOKENIZER = "bytes"  # DataConfig's default: a config that does not choose a tokenizer takes the source's
@@ -114,7 +115,5 @@ def source_tokenizer(init_from: str | Path | None) -> str | Path | None:
     the source run's ``tokenizer.json``; None when there is no source or it predates recorded tokenizers."""
     if init_from is None:
         return None
-    from normlab.run.rundir import read_data_info, tokenizer_ref
-
     info = read_data_info(init_from)
     return None if info is None else tokenizer_ref(Path(init_from), info)

@@ -40,6 +40,7 @@ run used) and returns one line per decision with its reason, printed at start an
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import functools
 import json
 import os
@@ -54,6 +55,11 @@ import torch
 from torch import nn
 from torch.utils import deterministic as torch_deterministic
 
+from normlab.data.cache import default_cache_dir
+from normlab.errors import NormlabError
+from normlab.io import write_json
+from normlab.model import build_model
+from normlab.norms.registry import _REGISTRY
 from normlab.train.threads import step_flops
 
 DEVICES = ("auto", "cpu", "cuda")
@@ -121,8 +127,6 @@ def resolve_device(name: str) -> tuple[str, str]:
         dev = "cuda" if torch.cuda.is_available() else "cpu"
         return dev, "auto: " + ("a CUDA device is available" if dev == "cuda" else "no CUDA device")
     if name == "cuda" and not torch.cuda.is_available():
-        from normlab.errors import NormlabError
-
         raise NormlabError("device: cuda was asked for but torch sees no CUDA device; use device: cpu or auto")
     return name, "set in the config"
 
@@ -142,8 +146,6 @@ def probe_step_times(cfg: Any, device: str, reps: int = 9, budget_s: float = 30.
     for ``reps`` rounds or until ``budget_s`` is spent (at least 3 rounds after a warm-up round). Returns the median
     seconds of each and ``ratio``, the median over rounds of ``fp32 / bf16`` within a round (paired: load on a shared
     machine hits both alike). Runs under ``torch.random.fork_rng`` so the run's seeded RNG streams are untouched."""
-    from normlab.model import build_model
-
     with torch.random.fork_rng(devices=[torch.cuda.current_device()] if device == "cuda" else []):
         model = build_model(cfg.model).to(device)
         prepare_model(model, "bf16")
@@ -172,11 +174,6 @@ def probe_step_times(cfg: Any, device: str, reps: int = 9, budget_s: float = 30.
 def _cached_probe(cfg: Any, device: str) -> dict[str, float]:
     """The probe's times for this machine and shape: from the cache, else measured (under a file lock, so the
     workers of a sweep starting together probe once and agree)."""
-    import fcntl
-
-    from normlab.data.cache import default_cache_dir
-    from normlab.io import write_json
-
     path = Path(cfg.data.cache_dir or default_cache_dir()) / "precision_probe.json"
     key = _probe_key(cfg, device)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -278,8 +275,6 @@ def nondeterministic_op_error(e: BaseException) -> Exception | None:
     """The one-line error for ``e`` when it is torch refusing an operation that has no deterministic kernel while
     ``train.deterministic`` switched deterministic algorithms on (on CUDA, e.g. an attention kind or diagnostic
     built on a scatter-add), else None."""
-    from normlab.errors import NormlabError
-
     msg = str(e)
     if not (isinstance(e, RuntimeError) and torch.are_deterministic_algorithms_enabled()
             and "does not have a deterministic implementation" in msg):
@@ -342,8 +337,6 @@ def _fp32_forward(forward: Any) -> Any:
 
 def norm_layers(model: nn.Module) -> Iterator[nn.Module]:
     """Every module of ``model`` that is a registered norm class (block, embedding, final and QK norms)."""
-    from normlab.norms.registry import _REGISTRY
-
     classes = tuple(_REGISTRY.values())
     return (m for m in model.modules() if isinstance(m, classes))
 

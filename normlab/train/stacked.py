@@ -32,36 +32,25 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import torch
 
 from normlab.config import RunConfig
-from normlab.diagnostics.training import TrainDiagnostics
-from normlab.diagnostics.weightnorms import weight_norm_record
 from normlab.errors import NormlabError
-from normlab.model.flops import flops_summary
-from normlab.eval.lm import evaluate
-from normlab.io import clean_stale_temps, dumps, exclusive_lock, write_json, write_text
+from normlab.interrupt import StopFlag
+from normlab.io import dumps
 from normlab.model import build_model
-from normlab.run.files import CHECKPOINTS_DIR, CONFIG_FILE, METRICS_FILE, PARAM_GROUPS_FILE
-from normlab.run.fingerprint import write_fingerprint
-from normlab.run.publish import finish_run, write_config
-from normlab.run.rundir import apply_norm_defaults, load_data, read_data_info, read_initial, run_data, save_run_identity
-from normlab.run.tensors import list_checkpoints, load_checkpoint, save_checkpoint
-from normlab.train.clipping import build_clipper
-from normlab.train.init_eval import eval_mode_gap, initial_eval, near_chance_warning, unigram_bpb
+from normlab.run.files import CONFIG_FILE
+from normlab.run.rundir import apply_norm_defaults, load_data, read_data_info, run_data
 from normlab.train.losses import lm_loss
-from normlab.train.loop import (_interrupted_summary, _rng_from_json, _rng_to_json, _StopFlag, _truncate_metrics,
-                                get_batch, loss_ceiling)
-from normlab.train.optim import EffectiveLR, NormalizeAndProject, build_optimizer
+from normlab.train.loop import get_batch
 from normlab.train.precision import (autocast, kept_determinism, nondeterministic_op_error, prepare_model,
                                     resolve_runtime)
-from normlab.train.schedule import lr_at
+from normlab.train.runstate import RunState, claim_run_dir, interrupted_summary
 from normlab.train.threads import resolve_threads, step_flops
 from normlab.train.tracking import Tracker
 
@@ -127,83 +116,34 @@ def group_configs(cfgs: list[RunConfig]) -> list[list[int]]:
 
 
 @dataclass
-class _Member:
-    """One run of a stacked group: everything a run alone keeps, here per member."""
+class _Member(RunState):
+    """One run of a stacked group: a run alone's state (``RunState``), its own global torch RNG state (what a run
+    alone would hold now: the process's state belongs to the group), its tracker and metrics file."""
 
-    cfg: RunConfig
-    run_dir: Path
-    data: Any
-    model: torch.nn.Module
-    opt: torch.optim.Optimizer
-    groups: dict[str, list[str]]
-    clipper: Any
-    nap: NormalizeAndProject | None
-    eff_lr: EffectiveLR
-    diag: TrainDiagnostics
-    gen: torch.Generator
-    rng: torch.Tensor  # the member's global torch RNG state (what a run alone would hold now)
-    cuda_rng: torch.Tensor | None
-    run_hash: str = ""  # the config's hash as handed over, before the data and the machine fill in auto values
+    rng: torch.Tensor | None = None
+    cuda_rng: torch.Tensor | None = None
     tracker: Any = None
-    init: dict[str, Any] = field(default_factory=dict)
-    step: int = 0
-    tokens_seen: int = 0
-    elapsed: float = 0.0
-    best: float | None = None
-    status: str = "completed"
-    last_loss: float = float("nan")
-    val: dict[str, Any] = field(default_factory=dict)
+    mlog: IO[str] | None = None
     mark_tokens: int = 0
     done: bool = False
-    mlog: Any = None
 
 
 def _setup(cfg: RunConfig, run_dir: Path, *, resume: bool, data: Any, tb_dir: Path | None, run_hash: str) -> _Member:
-    """As ``normlab.train.loop._train`` up to its first step, for one member (the runtime is already resolved)."""
-    tc, mc, oc, dev = cfg.train, cfg.model, cfg.optim, cfg.device
+    """As ``normlab.train.loop.Recipe.setup`` builds its model and state, for one member (the runtime is already
+    resolved)."""
+    tc, dev = cfg.train, cfg.device
     torch.manual_seed(cfg.seed)
-    model = prepare_model(build_model(mc).to(dev), tc.precision)
-    opt, groups = build_optimizer(model, tc, oc)
-    clipper = build_clipper(model, tc)
-    nap = NormalizeAndProject(model) if oc.nap else None
-    eff_lr = EffectiveLR({n: p for n, p in model.named_parameters() if n in groups["feeds_norm"]})
-    diag = TrainDiagnostics(model, cfg.diag)
-    m = _Member(cfg, run_dir, data, model, opt, groups, clipper, nap, eff_lr, diag,
-                torch.Generator().manual_seed(cfg.seed), torch.get_rng_state(),
-                torch.cuda.get_rng_state() if dev == "cuda" else None, run_hash)
-    metrics_path = run_dir / METRICS_FILE
-    final: dict[str, Any] = {}
+    model = prepare_model(build_model(cfg.model).to(dev), tc.precision)
+    m = _Member.build(cfg, run_dir, data, model, run_hash)
+    m.rng, m.cuda_rng = torch.get_rng_state(), torch.cuda.get_rng_state() if dev == "cuda" else None
     if resume:
-        ckpts = list_checkpoints(run_dir)
-        if ckpts:
-            state = load_checkpoint(ckpts[-1], model, opt)
-            if state.get("config_hash") != cfg.hash():
-                raise NormlabError(f"{ckpts[-1]} was written with another config; cannot resume from it")
-            m.run_hash = state.get("run_hash", run_hash)
-            m.step, m.tokens_seen = state["step"], state["tokens_seen"]
-            m.elapsed, m.best = state["elapsed_s"], state.get("best_val_bpb")
-            if nap is not None:
-                nap.check(state.get("nap_init_norms"), str(ckpts[-1]))
-            diag.load_state_dict(state.get("diag"))
-            clipper.load_state_dict(state.get("clip"))
-            m.rng = _rng_from_json(state["rng"]["torch"])
-            if "cuda" in state["rng"]:
-                m.cuda_rng = _rng_from_json(state["rng"]["cuda"])
-            m.gen.set_state(_rng_from_json(state["rng"]["data"]))
-            final = state.get("final") or {}
-        _truncate_metrics(metrics_path, m.step)
-        m.init = read_initial(metrics_path)
+        rng = m.resume()
+        if rng is not None:
+            m.rng = rng["torch"]
+            if "cuda" in rng:
+                m.cuda_rng = rng["cuda"]
     else:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        write_config(run_dir, cfg)
-        write_json(run_dir / PARAM_GROUPS_FILE, groups)
-        save_run_identity(run_dir, cfg, data)
-        write_fingerprint(run_dir, cfg, model)
-        m.init = initial_eval(model, data, cfg)
-        write_text(metrics_path, json.dumps({"step": 0, **m.init}) + "\n")
-    if final:
-        m.last_loss = final["train_loss"] if final.get("train_loss") is not None else float("nan")
-        m.val = {"loss": final["val_loss"], "bpb": final["val_bpb"]} if final.get("val_bpb") is not None else {}
+        m.start_run_dir()
     m.mark_tokens = m.tokens_seen
     m.tracker = Tracker(tb_dir if tb_dir is not None else run_dir / "tb", cfg.to_dict(), start_step=m.step,
                         track=tc.track)
@@ -258,14 +198,12 @@ def train_stacked(cfgs: list[RunConfig], run_dirs: list[str | Path], *, resume: 
     if len(set(dirs)) != len(dirs):
         raise NormlabError("a stacked group's run directories must differ")
     tb = tb_dirs or [None] * len(cfgs)
-    with _StopFlag() as flag, kept_determinism(), contextlib.ExitStack() as locks:
+    with StopFlag() as flag, kept_determinism(), contextlib.ExitStack() as locks:
         starts = []
         for d in dirs:
             again = resume and (d / CONFIG_FILE).is_file()
             if again:
-                locks.enter_context(exclusive_lock(d / ".train.lock", f"run {d}"))
-                clean_stale_temps(d / CHECKPOINTS_DIR, (".step_*",))
-                clean_stale_temps(d, (".*.tmp",))
+                locks.enter_context(claim_run_dir(d))
             starts.append(again)
         hashes = [c.hash() for c in cfgs]  # as handed over (the summary's config_hash, as a run alone records it)
         try:
@@ -273,7 +211,7 @@ def train_stacked(cfgs: list[RunConfig], run_dirs: list[str | Path], *, resume: 
         except KeyboardInterrupt:  # a second Ctrl-C: stop now, keep each member's last checkpoint, write summaries
             if not all((d / CONFIG_FILE).is_file() for d in dirs):
                 raise
-            return [_interrupted_summary(c, d, h) for c, d, h in zip(cfgs, dirs, hashes)]
+            return [interrupted_summary(c, d, h) for c, d, h in zip(cfgs, dirs, hashes)]
         except BaseException as e:
             err = nondeterministic_op_error(e)  # train.deterministic on CUDA: an op without a deterministic kernel
             if err is not None:
@@ -282,7 +220,7 @@ def train_stacked(cfgs: list[RunConfig], run_dirs: list[str | Path], *, resume: 
 
 
 def _train_group(cfgs: list[RunConfig], dirs: list[Path], resumes: list[bool], hashes: list[str], *, quiet: bool,
-                 flag: Any, tb_dirs: list[Any], threads: int | None) -> list[dict[str, Any]]:
+                 flag: StopFlag, tb_dirs: list[Any], threads: int | None) -> list[dict[str, Any]]:
     say = (lambda s: None) if quiet else (lambda s: print(s, flush=True))
     fresh = None
     datas = []
@@ -303,7 +241,6 @@ def _train_group(cfgs: list[RunConfig], dirs: list[Path], resumes: list[bool], h
     runtime.append(f"stacked: {len(cfgs)} runs of one architecture in one model (train.stack)")
     members = [_setup(c, d, resume=r, data=x, tb_dir=t, run_hash=h)
                for c, d, r, x, t, h in zip(cfgs, dirs, resumes, datas, tb_dirs, hashes)]
-    flag.tracker = None
     c0 = cfgs[0]
     tc, mc, dev = c0.train, c0.model, c0.device
     with torch.random.fork_rng(devices=[torch.cuda.current_device()] if dev == "cuda" else []):
@@ -312,7 +249,7 @@ def _train_group(cfgs: list[RunConfig], dirs: list[Path], resumes: list[bool], h
     say(f"stacked group of {len(members)}: " + " | ".join(runtime))
     for m in members:
         m.model.train()
-        m.mlog = (m.run_dir / METRICS_FILE).open("a")
+        m.mlog = m.metrics_path.open("a")
     t_start, mark_t = time.time(), time.time()
     try:
         while True:
@@ -322,14 +259,12 @@ def _train_group(cfgs: list[RunConfig], dirs: list[Path], resumes: list[bool], h
             if flag.stop:
                 for m in live:
                     m.status = "interrupted"
-                    _checkpoint(m, m.step, t_start)
+                    _checkpoint(m, t_start)
                 break
             step = min(m.step for m in live)
             active = [m for m in live if m.step == step]
+            lrs = [m.set_lr() for m in active]
             for m in active:
-                lr = lr_at(step, lr=m.cfg.train.lr, warmup=tc.warmup_steps, total=tc.steps, min_ratio=tc.min_lr_ratio)
-                for g in m.opt.param_groups:
-                    g["lr"] = lr
                 m.diag.start_step(step)
             if active[0].diag.is_diag_step(step) or len(active) == 1:
                 results = [_alone_step(m) for m in active]
@@ -339,8 +274,8 @@ def _train_group(cfgs: list[RunConfig], dirs: list[Path], resumes: list[bool], h
                     say(stacked.note)
                     stacked.note = ""
             eval_s = 0.0
-            for m, (loss_sum, extra) in zip(active, results):
-                eval_s += _finish_step(m, step, loss_sum, extra, t_start, mark_t, say)
+            for m, lr, (loss_sum, extra) in zip(active, lrs, results):
+                eval_s += _finish_step(m, lr, loss_sum, extra, t_start, mark_t, say)
             mark_t += eval_s
             if any(m.step % tc.log_every == 0 or m.step == tc.steps for m in active):
                 mark_t = time.time()
@@ -405,106 +340,47 @@ def _stacked_step(active: list[_Member], stacked: _StackedForward) -> list[tuple
     return out
 
 
-def _finish_step(m: _Member, step: int, loss_sum: float, extra: dict[str, float], t_start: float, mark_t: float,
+def _finish_step(m: _Member, lr: float, loss_sum: float, extra: dict[str, float], t_start: float, mark_t: float,
                  say: Any) -> float:
-    """The rest of the loop's step for one member after its backward pass: divergence, clipping, update, metrics,
+    """The rest of the loop's step for one member after its backward pass: clipping, divergence, update, metrics,
     evaluation, checkpoint. Returns the seconds spent evaluating."""
-    tc, mc, oc = m.cfg.train, m.cfg.model, m.cfg.optim
-    m.last_loss = loss_sum / tc.grad_accum
-    m.diag.after_backward(step, m.last_loss)
-    grad_norm = m.clipper.clip(step)
-    lr = m.opt.param_groups[0]["lr"]
-    ceiling = loss_ceiling(m.cfg)
-    if not math.isfinite(m.last_loss) or m.last_loss > ceiling or not math.isfinite(grad_norm):
-        m.status, m.done = "diverged", True
-        m.step = step + 1
-        say(f"{m.run_dir.name}: diverged at step {m.step}: loss {m.last_loss:.4g} (ceiling {ceiling:.3g}), "
-            f"grad norm {grad_norm:.4g}")
+    tc = m.cfg.train
+    grad_norm = m.after_backward(loss_sum)
+    diverged = m.diverged(grad_norm)
+    if diverged:
+        m.done = True
+        say(f"{m.run_dir.name}: {diverged}")
         m.opt.zero_grad(set_to_none=True)
         return 0.0
-    track = oc.effective_lr_every > 0 and (step + 1) % oc.effective_lr_every == 0
-    if track:
-        m.eff_lr.before()
-    m.opt.step()
-    if m.nap is not None:
-        m.nap.project()
-    m.opt.zero_grad(set_to_none=True)
-    m.step = step = step + 1
-    m.tokens_seen += tc.batch_size * mc.context * tc.grad_accum
-    eff = m.eff_lr.after() if track else {}
-    record: dict[str, Any] = {"step": step, **eff} if eff else {}
-    record |= m.diag.collect()
-    if step % tc.log_every == 0 or step == tc.steps:
+    record = m.advance(m.optimizer_step())
+    if m.due(tc.log_every):
         now = time.time()
         tok_s = (m.tokens_seen - m.mark_tokens) / max(now - mark_t, 1e-9)
-        record |= {"step": step, "loss": m.last_loss, "lr": lr, "grad_norm": grad_norm, "tokens_per_s": tok_s,
-                   "elapsed_s": m.elapsed + now - t_start, **extra, **m.clipper.metrics()}
+        m.log_fields(record, lr, grad_norm, extra, tok_s, m.elapsed + now - t_start)
     t_eval = time.time()
-    if step % tc.eval_every == 0 or step == tc.steps:
-        data = m.data
-        m.val = evaluate(m.model, data.val, data.token_bytes, data.tokenizer.decode_bytes, context=mc.context,
-                         batch_size=tc.batch_size, max_tokens=tc.eval_batches * tc.batch_size * mc.context,
-                         spread=tc.eval_sample == "spread")
-        m.best = m.val["bpb"] if m.best is None else min(m.best, m.val["bpb"])
-        record.update({"step": step, "val_loss": m.val["loss"], "val_bpb": m.val["bpb"]})
-        if "loss" not in record:
-            record.update({"loss": m.last_loss, "lr": lr, "grad_norm": grad_norm})
-        say(f"{m.run_dir.name} step {step}: val loss {m.val['loss']:.4f}, val bits/byte {m.val['bpb']:.4f}")
+    if m.due(tc.eval_every):
+        say(f"{m.run_dir.name} {m.evaluate(record, lr, grad_norm)}")
     eval_s = time.time() - t_eval
     if record:
         m.mlog.write(dumps(record) + "\n")
         m.mlog.flush()
         m.tracker.log(record)
-    if step % tc.checkpoint_every == 0 or step == tc.steps:
-        _checkpoint(m, step, t_start)
-    m.done = step >= tc.steps
+    if m.due(tc.checkpoint_every):
+        _checkpoint(m, t_start)
+    m.done = m.step >= tc.steps
     return eval_s
 
 
-def _checkpoint(m: _Member, at: int, t_start: float) -> None:
-    state: dict[str, Any] = {"tokens_seen": m.tokens_seen, "elapsed_s": m.elapsed + time.time() - t_start,
-                             "best_val_bpb": m.best, "run_hash": m.run_hash,
-                             "rng": {"torch": _rng_to_json(m.rng), "data": _rng_to_json(m.gen.get_state())}}
-    if m.cuda_rng is not None:
-        state["rng"]["cuda"] = _rng_to_json(m.cuda_rng)
-    state["diag"] = m.diag.state_dict()
-    state["clip"] = m.clipper.state_dict()
-    state["final"] = {"train_loss": m.last_loss, "val_loss": m.val.get("loss"), "val_bpb": m.val.get("bpb")}
-    if m.nap is not None:
-        state["nap_init_norms"] = m.nap.to_json()
-    save_checkpoint(m.run_dir, at, m.model, m.opt, state, m.cfg.hash(), m.cfg.train.keep_checkpoints)
+def _checkpoint(m: _Member, t_start: float) -> None:
+    m.checkpoint(m.step, m.elapsed + time.time() - t_start, m.rng, m.cuda_rng)
 
 
 def _summary(m: _Member, wall: float, why_threads: str) -> dict[str, Any]:
-    """``summary.json`` as ``normlab.train.loop._train`` writes it (``tokens_per_s``: this member's tokens over the
-    group's wall time), then the final weights (a completed member) and the summary, last."""
+    """``summary.json`` as a run alone writes it (``tokens_per_s``: this member's tokens over the group's wall
+    time), then the final weights (a completed member) and the summary, last."""
     m.tracker.close(m.status)
-    cfg, data, tc, mc = m.cfg, m.data, m.cfg.train, m.cfg.model
-    total = m.elapsed + wall
-    val = m.val
-    summary = {
-        "status": m.status, "step": m.step, "steps": tc.steps, "train_loss": m.last_loss,
-        "val_loss": val.get("loss"), "val_bpb": val.get("bpb"), "best_val_bpb": m.best,
-        "entropy_floor_bpb": data.entropy_floor_bpb, "unigram_bpb": data.unigram_bpb,
-        "gap_bpb": (val["bpb"] - data.entropy_floor_bpb) if (val and data.entropy_floor_bpb is not None) else None,
-        "tokens_seen": m.tokens_seen, "tokens_per_s": m.tokens_seen / max(total, 1e-9),
-        "elapsed_s": total, "params": m.model.num_params(), "config_hash": m.run_hash,
-        "loss_spikes": m.diag.summary(), **m.clipper.summary(), "run_dir": str(m.run_dir), **m.init,
-        "weight_norms": {k.split("/", 1)[1]: v for k, v in weight_norm_record(m.model).items()},
-        "device": cfg.device, "precision": tc.precision, "compile": tc.compile, "compile_s": None,
-        "threads": torch.get_num_threads(), "threads_reason": why_threads,
-        **flops_summary(mc, m.tokens_seen, total),  # analytic FLOPs per token, measured wall s per token
-    }
-    recent = list(m.diag.spikes.history) or [m.last_loss]
-    gap = eval_mode_gap(mc.norm, sum(recent) / len(recent), val.get("loss"), val.get("bpb"))
-    if gap:
-        summary["eval_mode_warning"] = gap
-    unigram = unigram_bpb(data.val, data.vocab_size, data.split_bytes["val"])
-    flat = near_chance_warning(mc.norm, tc.lr, val.get("bpb"), m.init.get("init_val_bpb"), unigram)
-    if flat and m.status == "completed":
-        summary["near_chance_warning"] = flat
+    summary = m.summary(m.elapsed + wall, why_threads, None)
     if m.status == "interrupted" and not (m.run_dir / CONFIG_FILE).is_file():
         return summary
-    finish_run(m.run_dir, cfg, m.model if m.status == "completed" else None, summary)
+    m.finish(summary)
     return summary
-

@@ -50,6 +50,7 @@ import dataclasses
 import math
 import os
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -149,8 +150,6 @@ def record_run(wall_s: float, cpu_s: float, end: float | None = None) -> None:
     """Add a run of this process to its share of the load average: ``cpu_s`` CPU-seconds over ``wall_s`` seconds
     ending at ``end`` (``time.monotonic()``; default now) kept ``cpu_s / wall_s`` threads runnable. The kernel's
     average moves toward a constant load ``n`` as ``n (1 - exp(-t / 60))``, and decays by ``exp(-t / 60)`` after."""
-    import time
-
     end = time.monotonic() if end is None else end
     if wall_s <= 0:
         return
@@ -163,8 +162,6 @@ def record_run(wall_s: float, cpu_s: float, end: float | None = None) -> None:
 def own_load(at: float | None = None) -> float:
     """This process's share of the 1-minute load average at ``at`` (``time.monotonic()``; default now), from the
     runs ``record_run`` saw: 0 in a fresh process."""
-    import time
-
     at = time.monotonic() if at is None else at
     return _OWN[0] * math.exp(-max(0.0, at - _OWN[1]) / LOAD_TAU_S)
 
@@ -175,8 +172,6 @@ def current_load(samples: int = 5, interval_s: float = 0.01, path: str = "/proc/
     of *other* runnable tasks right now (``/proc/loadavg``'s ``running/total`` field, minus this process, over
     ``samples`` reads): the average lags a minute behind processes that just started. ``average=False``: the
     runnable count alone (where PSI reports contention)."""
-    import time
-
     try:
         avg, now = (max(0.0, os.getloadavg()[0] - own_load()) if average else 0.0), []
         for i in range(samples):
