@@ -189,7 +189,8 @@ SMALL = ["Base", "Steep", "Smooth"]  # decided lower / higher when declared
 
 
 def test_a_design_changed_after_results_is_flagged(tmp_path):
-    from normlab.report.lrsection import md_section, rows_json
+    from normlab.report.document import section_md
+    from normlab.report.lrsection import rows_json, sections
 
     fake_grid(tmp_path, SMALL, SEEDS, LRS, final, primary="lr_sensitivity", baseline="Base")
     store = Store(tmp_path / "results.sqlite")
@@ -202,7 +203,8 @@ def test_a_design_changed_after_results_is_flagged(tmp_path):
     assert gr.exploratory and "after 45 run(s) had finished" in gr.exploratory and "seeds" in gr.exploratory
     assert all(r.role == "exploratory" for r in gr.paired)
     assert any(s.startswith("Every comparison below is exploratory") and "seeds changed" in s for s in rep.summary)
-    assert _check_verdict_lines("\n".join(md_section(gr, lambda n: []) + rep.summary), [], "LR sensitivity") == 0
+    md = [line for s in sections(gr, {}) for line in section_md(s)]
+    assert _check_verdict_lines("\n".join(md + rep.summary), [], "LR sensitivity") == 0
     assert rows_json(gr)["exploratory_reason"] == gr.exploratory
 
 

@@ -8,6 +8,7 @@ from types import SimpleNamespace
 import pytest
 
 from normlab.report import equal_flops as E
+from normlab.report.document import section_html, section_md
 
 
 def _run(fpt: float, tokens_per_step: int, pts, seed=0, variant="A"):
@@ -49,8 +50,8 @@ def test_a_verdict_that_flips_at_equal_flops_is_flagged():
 
 def test_report_section_shows_the_flip():
     rep = SimpleNamespace(runs=flipping_runs(), grid=SimpleNamespace(baseline="cheap"))
-    h, md = E.section(rep)
-    text = "\n".join(md)
+    (section,) = E.sections(rep)
+    text = "\n".join(section_md(section))
     assert "## At equal FLOPs" in text and "| costly | 3 |" in text and "| yes |" in text
-    assert "<h2>At equal FLOPs</h2>" in h
-    assert E.section(SimpleNamespace(runs=flipping_runs()[:1], grid=None)) is None
+    assert "<h2>At equal FLOPs</h2>" in section_html(section)
+    assert E.sections(SimpleNamespace(runs=flipping_runs()[:1], grid=None)) == []

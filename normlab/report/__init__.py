@@ -2,6 +2,7 @@
 ``report.html`` (self-contained) and ``report.md`` (+ ``report_*.png``). The training loop never imports this."""
 
 from normlab.report.analysis import SweepReport, load
-from normlab.report.render import markdown_table, ranking_rows, table_cells, write_report
+from normlab.report.ranking import markdown_table, ranking_rows, table_cells
+from normlab.report.render import write_report
 
 __all__ = ["SweepReport", "load", "markdown_table", "ranking_rows", "table_cells", "write_report"]

@@ -11,10 +11,9 @@ sections). ``changed``: the readings (lower / higher / undecided) differ.
 
 from __future__ import annotations
 
-import html
 from typing import Any, Callable
 
-from normlab.markdown import md_escape, md_table
+from normlab.report.document import Note, Section, Table
 from normlab.stats import paired_diff
 
 FlopsOf = Callable[[Any], "float | None"]  # a run -> training FLOPs per token when its summary lacks them
@@ -111,22 +110,17 @@ NOTE = ("Validation bits/byte, variant − baseline over (seed, learning rate) c
         "exploratory (no multiplicity correction). docs/advise.md.")
 
 
-def section(rep: Any) -> tuple[str, list[str]] | None:
-    """The report's "At equal FLOPs" section (HTML, Markdown lines), or None when no pair is comparable."""
+def sections(rep: Any) -> list[Section]:
+    """The report's "At equal FLOPs" section, or none when no pair is comparable."""
     baseline = rep.grid.baseline if getattr(rep, "grid", None) is not None else None
     res = compare_runs(rep.runs, baseline)
     rows = [c for c in res["comparisons"] if c["n"]]
     if not rows:
-        return None
+        return []
     head = ["variant", "n", f"Δ at equal steps vs {res['baseline']}", "reading", "Δ at equal FLOPs", "FLOPs",
             "reading", "verdict changes"]
     cells = [[c["variant"], str(c["n"]), f"{c['equal_steps']['diff']:+.4f} ± {_g(c['equal_steps']['half'])}",
               c["equal_steps"]["reading"], f"{c['equal_flops']['diff']:+.4f} ± {_g(c['equal_flops']['half'])}",
               f"{c['equal_flops']['flops']:.3g}", c["equal_flops"]["reading"], "yes" if c["changed"] else "no"]
              for c in rows]
-    e = html.escape
-    h = ("<h2>At equal FLOPs</h2><table><tr>" + "".join(f"<th>{e(x)}</th>" for x in head) + "</tr>"
-         + "".join("<tr>" + "".join(f"<td>{e(x)}</td>" for x in r) + "</tr>" for r in cells)
-         + f"</table><div class='note'>{e(NOTE)}</div>")
-    md = ["## At equal FLOPs", "", md_table(head, cells), "", md_escape(NOTE), ""]
-    return h, md
+    return [Section("At equal FLOPs", [Table(head, cells), Note(NOTE)])]

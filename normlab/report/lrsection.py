@@ -1,14 +1,15 @@
-"""The report's leading learning-rate section (HTML and Markdown) and its summary sentences, from a GridReport."""
+"""The report's learning-rate sections (sweep, paired differences, collapse, instability signals: ``sections``),
+their cells (also ``normlab compare``'s terminal tables) and summary sentences, from a GridReport."""
 
 from __future__ import annotations
 
-import html
 from typing import Any
 
 from normlab.experiments.decisions import METRIC_LABELS, PairedRow, family_summary, need_text
 from normlab.experiments.lrgrid import DID_NOT_LEARN_MARGIN, STABLE_MARGIN, GridReport, GroupGrid
-from normlab.markdown import md_escape, md_table
 from normlab.report import lrplots
+from normlab.report.document import Break, Figure, Html, Note, Section, Table
+from normlab.report.figures import colors
 from normlab.stats import MeanCI, pooled_sd, t_ppf
 
 
@@ -219,32 +220,6 @@ PAIRED_NOTE = ("Δ = variant − baseline over per-seed numbers (the seed is the
 SIGNAL_FIGURES = ("report_lr_signals.png", "report_signal_attn.png", "report_signal_lse.png", "report_signal_tev.png")
 
 
-def html_section(gr: GridReport, img) -> list[str]:
-    e = html.escape
-    out: list[str] = []
-    if gr.is_grid:
-        out.append("<h2>Learning-rate sweep</h2>" + img("report_lr_loss.png"))
-        head, rows = ranking_cells(gr)
-        out.append(_html_table(head, rows, best_first=True))
-        out.append(f"<div class='note'>{e(NOTE)}</div>" + img("report_lr_sensitivity.png"))
-    if gr.paired:
-        head, rows = paired_cells(gr)
-        out.append(f"<h2>Paired differences vs {e(str(gr.baseline))}</h2>" + _html_table(head, rows))
-        out.append(f"<div class='note'>{e(PAIRED_NOTE)}</div>")
-    head, rows = collapse_cells(gr)
-    if rows:
-        out.append("<h2>Collapse per learning rate</h2>" + _html_table(head, rows))
-        out.append(f"<div class='note'>{e(COLLAPSE_NOTE)}</div>")
-    sig = [img(n) for n in SIGNAL_FIGURES]
-    if any(sig):
-        out.append("<h2>Instability signals</h2><div class='note'>Recorded every diag.every steps "
-                   "(normlab.diagnostics.instability): attention logit growth and output logit divergence "
-                   "(Wortsman et al. 2023), Softmax Collapse (Prieto et al. 2025), Token Embedding Variability "
-                   "(Chung et al. 2024) and the output layer's RMS->inf norm (Filatov et al. 2025).</div>"
-                   + "".join(sig))
-    return out
-
-
 def collapse_cells(gr: GridReport) -> tuple[list[str], list[list[str]]]:
     """Learning rates where some seed collapsed (did not learn or diverged): the rate with its exact interval and
     the loss of the seeds that did not collapse."""
@@ -264,38 +239,43 @@ COLLAPSE_NOTE = (f"Collapsed: diverged, or the final loss is within {DID_NOT_LEA
                  "bimodal outcome.")
 
 
-def md_section(gr: GridReport, mdimg) -> list[str]:
-    out: list[str] = []
+LEFT = ("variant", "metric", "role", "reading", "stable range")
+SIGNALS_NOTE = ("<div class='note'>Recorded every diag.every steps (normlab.diagnostics.instability): attention logit "
+                "growth and output logit divergence (Wortsman et al. 2023), Softmax Collapse (Prieto et al. 2025), "
+                "Token Embedding Variability (Chung et al. 2024) and the output layer's RMS->inf norm (Filatov et al. "
+                "2025).</div>")  # HTML only
+
+
+def _table(head: list[str], rows: list[list[str]], best_first: bool = False) -> Table:
+    """Text columns (``LEFT``) left-aligned; ``best_first``: the first row highlighted when it ranks 1."""
+    classes = ["best" if best_first and j == 0 and r[0] == "1" else "" for j, r in enumerate(rows)]
+    return Table(head, rows, left={i for i, c in enumerate(head) if c in LEFT}, row_class=classes,
+                 class_every_cell=True)
+
+
+def sections(gr: GridReport | None, variant_colors: dict[str, Any]) -> list[Section]:
+    """The learning-rate sections of a sweep's grid analysis: the sweep (a grid only), paired differences with the
+    baseline, collapse per learning rate, instability signals; each only when it has data. ``variant_colors``: the
+    report's colour per variant (a grid colours its groups itself)."""
+    if gr is None:
+        return []
+    cmap = colors([g.name for g in gr.groups]) if gr.is_grid else variant_colors
+    figs = {n: Figure(n, cap, png) for n, (png, cap) in figures(gr, cmap).items()}
+    out: list[Section] = []
     if gr.is_grid:
-        out += ["## Learning-rate sweep", ""] + mdimg("report_lr_loss.png")
-        out += [_md_table(*ranking_cells(gr)), "", md_escape(NOTE), ""] + mdimg("report_lr_sensitivity.png")
+        out.append(Section("Learning-rate sweep", [
+            figs["report_lr_loss.png"], Break(), _table(*ranking_cells(gr), best_first=True), Break(), Note(NOTE),
+            figs["report_lr_sensitivity.png"]]))
     if gr.paired:
-        out += [f"## Paired differences vs {md_escape(gr.baseline)}", "", _md_table(*paired_cells(gr)), "",
-                md_escape(PAIRED_NOTE), ""]
+        out.append(Section(f"Paired differences vs {gr.baseline}",
+                           [_table(*paired_cells(gr)), Break(), Note(PAIRED_NOTE)]))
     head, rows = collapse_cells(gr)
     if rows:
-        out += ["## Collapse per learning rate", "", _md_table(head, rows), "", md_escape(COLLAPSE_NOTE), ""]
-    sig = [x for n in SIGNAL_FIGURES for x in mdimg(n)]
-    if sig:
-        out += ["## Instability signals", ""] + sig
+        out.append(Section("Collapse per learning rate", [_table(head, rows), Break(), Note(COLLAPSE_NOTE)]))
+    signals = [figs[n] for n in SIGNAL_FIGURES]
+    if any(f.png for f in signals):
+        out.append(Section("Instability signals", [Html(SIGNALS_NOTE), *signals]))
     return out
-
-
-LEFT = ("variant", "metric", "role", "reading", "stable range")
-
-
-def _html_table(head: list[str], rows: list[list[str]], best_first: bool = False) -> str:
-    e = html.escape
-    cls = ["l" if c in LEFT else "" for c in head]
-    h = ["<table><tr>" + "".join(f"<th class='{k}'>{e(c)}</th>" for k, c in zip(cls, head)) + "</tr>"]
-    for j, r in enumerate(rows):
-        row_cls = "best" if best_first and j == 0 and r[0] == "1" else ""
-        h.append(f"<tr class='{row_cls}'>" + "".join(f"<td class='{k}'>{e(c)}</td>" for k, c in zip(cls, r)) + "</tr>")
-    return "".join(h) + "</table>"
-
-
-def _md_table(head: list[str], rows: list[list[str]]) -> str:
-    return md_table(head, rows, [":---" if c in LEFT else "---:" for c in head])
 
 
 def rows_json(gr: GridReport) -> dict[str, Any]:

@@ -150,4 +150,10 @@ def variant_order(rep: SweepReport) -> list[str]:
     return seen
 
 
-__all__ = ["colors", "curves_png", "diag_png", "extrapolation_png", "ranking_png", "variant_order", "VariantResult"]
+def variant_colors(rep: SweepReport) -> dict[str, Any]:
+    """Each variant's colour, the same in every figure of a report."""
+    return colors(variant_order(rep))
+
+
+__all__ = ["colors", "curves_png", "diag_png", "extrapolation_png", "ranking_png", "variant_colors", "variant_order",
+           "VariantResult"]

@@ -4,38 +4,26 @@ table (differences at 10x and 100x the largest size), crossovers, and the signal
 
 from __future__ import annotations
 
-import html
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from matplotlib.figure import Figure as MplFigure
 
-from normlab.markdown import md_escape, md_table
 from normlab.report import scaling_fit as sf
 from normlab.report.analysis import SweepReport
-from normlab.report.scaling import FACTORS, NOISE_LAST_N, ScalingAnalysis, analyse, is_size_sweep, to_json
+from normlab.report.document import Bullets, Figure, Note, Paragraph, Section, Subheading, Table
+from normlab.report.figures import colors, png
+from normlab.report.scaling import FACTORS, NOISE_LAST_N, ScalingAnalysis, analyse, is_size_sweep
 
 PNG = "report_scaling.png"
 
 
-@dataclass
-class Section:
-    html: str
-    md: list[str]
-    figs: dict[str, bytes] = field(default_factory=dict)
-    data: dict[str, Any] = field(default_factory=dict)
-
-
 def scaling_png(an: ScalingAnalysis) -> bytes | None:
-    from matplotlib.figure import Figure
-
-    from normlab.report.figures import colors, png
-
     curves = [c for c in an.curves if any(p.losses for p in c.points)]
     if not curves:
         return None
     cmap = colors([c.name for c in curves])
-    fig = Figure(figsize=(8.5, 5.2))
+    fig = MplFigure(figsize=(8.5, 5.2))
     ax = fig.add_subplot()
     horizon = FACTORS[-1] * an.n_max
     grid = np.geomspace(an.n_min / 1.5, horizon, 200)
@@ -168,51 +156,41 @@ NOTES = {
 }
 
 
-def section(rep: SweepReport) -> Section | None:
-    """The scaling section for a size sweep; None when the sweep does not span >= 3 sizes."""
-    if not is_size_sweep(rep):
-        return None
-    an = analyse(rep)
-    figs = {}
-    png = scaling_png(an)
-    if png:
-        figs[PNG] = png
-    tabs = tables(an)
-    e = html.escape
-    h = ["<h2>Scaling</h2><ul class='summary'>" + "".join(f"<li>{e(s)}</li>" for s in an.summary) + "</ul>"]
-    if png:
-        import base64
+TITLES = {"fits": "Fitted scaling laws", "forecast": "Forecasts and crossovers", "snr": "Signal-to-noise per size",
+          "confounds": "Design confounds", "points": "Points"}
 
-        h.append(f"<img alt='loss vs parameters' src='data:image/png;base64,{base64.b64encode(png).decode()}'>")
-    md = ["## Scaling", ""] + [f"- {md_escape(s)}" for s in an.summary] + [""]
-    if png:
-        md += [f"![loss vs parameters]({PNG})", ""]
-    titles = {"fits": "Fitted scaling laws", "forecast": "Forecasts and crossovers",
-              "snr": "Signal-to-noise per size", "confounds": "Design confounds", "points": "Points"}
+
+def nd_lines(an: ScalingAnalysis) -> list[str]:
+    """One sentence per joint ``L(N, D)`` fit (or why it failed)."""
+    out = []
+    for nd in an.nd_fits:
+        if "error" in nd:
+            out.append(f"L(N, D) for {nd['variant']}: {nd['error']}.")
+            continue
+        p = nd["params"]
+        out.append(f"L(N, D) for {nd['variant']}: {p['E']:.4f} + {p['A']:.4g} N^-{p['alpha']:.4f} + "
+                   f"{p['B']:.4g} D^-{p['beta']:.4f} (alpha 95% {_iv(nd['ci95']['alpha'], '.4f')}, beta 95% "
+                   f"{_iv(nd['ci95']['beta'], '.4f')}; {nd['n_points']} runs)"
+                   + (f" ⚠ degenerate fit: {'; '.join(nd['issues'])}." if nd.get("issues") else "."))
+    return out
+
+
+def sections(rep: SweepReport) -> list[Section]:
+    """The scaling section of a size sweep; none when the sweep does not span >= 3 sizes."""
+    if not is_size_sweep(rep):
+        return []
+    an = analyse(rep)
+    blocks: list[Any] = [Bullets(an.summary), Figure(PNG, "loss vs parameters", scaling_png(an))]
+    tabs = tables(an)
     for key in ("fits", "forecast", "confounds", "snr", "points"):
         head, rows = tabs[key]
         if not rows:
             continue
-        h.append(f"<h3>{e(titles[key])}</h3><table><tr>" + "".join(
-            f"<th class='{'l' if i == 0 or head[i] == 'crossover' else ''}'>{e(c)}</th>" for i, c in enumerate(head))
-            + "</tr>")
-        h += ["<tr>" + "".join(f"<td class='{'l' if i == 0 or head[i] == 'crossover' else ''}'>{e(c)}</td>"
-                               for i, c in enumerate(r)) + "</tr>" for r in rows]
-        h.append("</table>" + (f"<div class='note'>{e(NOTES[key])}</div>" if key in NOTES else ""))
-        md += [f"### {titles[key]}", "", md_table(head, rows, [":---"] + ["---:"] * (len(head) - 1))]
-        md += [""] + ([md_escape(NOTES[key]), ""] if key in NOTES else [])
-    for nd in an.nd_fits:
-        if "error" in nd:
-            line = f"L(N, D) for {nd['variant']}: {nd['error']}."
-        else:
-            p = nd["params"]
-            line = (f"L(N, D) for {nd['variant']}: {p['E']:.4f} + {p['A']:.4g} N^-{p['alpha']:.4f} + "
-                    f"{p['B']:.4g} D^-{p['beta']:.4f} (alpha 95% {_iv(nd['ci95']['alpha'], '.4f')}, beta 95% "
-                    f"{_iv(nd['ci95']['beta'], '.4f')}; {nd['n_points']} runs)"
-                    + (f" ⚠ degenerate fit: {'; '.join(nd['issues'])}." if nd.get("issues") else "."))
-        h.append(f"<p>{e(line)}</p>")
-        md += [md_escape(line), ""]
-    return Section("".join(h), md, figs, to_json(an))
+        left = {i for i, c in enumerate(head) if i == 0 or c == "crossover"}
+        blocks += [Subheading(TITLES[key]), Table(head, rows, left=left, md_left={0}, class_every_cell=True)]
+        blocks += [Note(NOTES[key])] if key in NOTES else []
+    blocks += [Paragraph(line) for line in nd_lines(an)]
+    return [Section("Scaling", blocks)]
 
 
-__all__ = ["Section", "section", "scaling_png", "tables", "sf"]
+__all__ = ["sections", "scaling_png", "tables", "sf"]

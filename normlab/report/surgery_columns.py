@@ -4,20 +4,19 @@
   ``label_free.json`` in its run directory (normlab.surgery.robustness);
 - ``robustness_rows``: per variant, the mean bits/byte increase under W4 RTN and W4 + Hadamard, as rows of the
   report's diagnostics table (next to the massive-activation ratio);
-- ``label_free_section``: per variant the mean MaNo, Matrix Nuclear-Norm and loss, and across all runs the
+- ``label_free_sections``: per variant the mean MaNo, Matrix Nuclear-Norm and loss, and across all runs the
   Spearman and Pearson correlation of each score with the loss on the same tokens.
 """
 
 from __future__ import annotations
 
-import html
 from pathlib import Path
 from statistics import mean
 from typing import Any, Callable
 
 from normlab.errors import NormlabError
 from normlab.io import read_json
-from normlab.markdown import md_escape
+from normlab.report.document import Note, Paragraph, Section, Table
 from normlab.surgery.robustness import LABEL_FREE_FILE, QUANT_FILE, label_free, pearson, quant_robustness, spearman
 
 W4_RTN = "W4 RTN Δbits/byte"
@@ -102,25 +101,16 @@ NOTE = ("MaNo (Xie et al. 2024; softmax-normalised logits, p = 4) and the Matrix
         "(normlab report --label-free). Correlations are over all runs of the sweep.")
 
 
-def label_free_section(rep) -> tuple[str, str] | None:
-    """``(html, markdown)`` of the label-free section, or None."""
-
+def label_free_sections(rep) -> list[Section]:
+    """The "Label-free metrics" section (per-variant means, the correlations with the loss), or none."""
     d = label_free_data(rep)
     if d is None:
-        return None
-    e = html.escape
+        return []
     c = d["correlation"]
     corr_line = (f"Across {d['n_runs']} runs: MaNo vs loss Spearman {_c(c['mano']['spearman'])}, Pearson "
                  f"{_c(c['mano']['pearson'])}; Matrix Nuclear-Norm vs loss Spearman "
                  f"{_c(c['matrix_nuclear_norm']['spearman'])}, Pearson {_c(c['matrix_nuclear_norm']['pearson'])}.")
-    h = ["<h2>Label-free metrics</h2><table><tr><th class='l'>variant</th><th>MaNo</th><th>Matrix Nuclear-Norm</th>"
-         "<th>val loss</th><th>runs</th></tr>"]
-    md = ["## Label-free metrics", "", "| variant | MaNo | Matrix Nuclear-Norm | val loss | runs |",
-          "| :--- | ---: | ---: | ---: | ---: |"]
-    for r in d["rows"]:
-        cells = [f"{r['mano']:.5f}", f"{r['matrix_nuclear_norm']:.4f}", f"{r['loss']:.4f}", str(r["runs"])]
-        h.append(f"<tr><td class='l'>{e(r['variant'])}</td>" + "".join(f"<td>{x}</td>" for x in cells) + "</tr>")
-        md.append(f"| {md_escape(r['variant'])} | " + " | ".join(cells) + " |")
-    h.append(f"</table><p>{e(corr_line)}</p><div class='note'>{e(NOTE)}</div>")
-    md += ["", md_escape(corr_line), "", md_escape(NOTE), ""]
-    return "".join(h), "\n".join(md)
+    rows = [[r["variant"], f"{r['mano']:.5f}", f"{r['matrix_nuclear_norm']:.4f}", f"{r['loss']:.4f}", str(r["runs"])]
+            for r in d["rows"]]
+    table = Table(["variant", "MaNo", "Matrix Nuclear-Norm", "val loss", "runs"], rows, left={0})
+    return [Section("Label-free metrics", [table, Paragraph(corr_line), Note(NOTE)])]
