@@ -27,11 +27,12 @@ With ``lr_grid`` every run's ``axes`` carries ``train.lr`` and ``grid_group``: t
 axes without the learning rate, which the report uses to draw loss against learning rate per group. ``train.lr``
 may then not be set anywhere else in the sweep (it would be silently overridden).
 
-Everything is validated before anything is written: unknown keys get a did-you-mean, an empty axis, a seed given as
-an override, two variants that produce the same config, and every expanded config's own checks are one-line
-``NormlabError``s. A sweep's identity (``Sweep.hash``) is the hash of its resolved spec (base config inlined,
-overrides flattened to dotted keys), so the same sweep written differently (key order, nested vs dotted keys, a
-preset name vs the same config inlined) has the same hash.
+Everything is validated before anything is written (the top-level keys by the typed loader
+normlab.experiments.sweepfile, the question by normlab.experiments.question): unknown keys get a did-you-mean, an
+empty axis, a seed given as an override, two variants that produce the same config, and every expanded config's own
+checks are one-line ``NormlabError``s. A sweep's identity (``Sweep.hash``) is the hash of its resolved spec (base
+config inlined, overrides flattened to dotted keys), so the same sweep written differently (key order, nested vs
+dotted keys, a preset name vs the same config inlined) has the same hash.
 """
 
 from __future__ import annotations
@@ -47,34 +48,21 @@ from typing import Any
 
 import yaml
 
-from normlab.config import (RunConfig, _all_keys, _mapping_keys, config_from_dict, read_yaml,
-                            resolve_config_path, suggest_key)
+from normlab.config import RunConfig, config_from_dict
 from normlab.errors import NormlabError, did_you_mean
 from normlab.experiments.design import make_design
-from normlab.experiments.grid import expand_grid
-from normlab.experiments.plan import resolve_plan
 from normlab.experiments.question import QUESTION_KEYS, Question, parse_question, question_spec
-from normlab.experiments.sizes import SIZE_KEYS, SIZE_OWNED, size_points
+from normlab.experiments.sizes import SIZE_OWNED, size_points
+from normlab.experiments.sweepfile import LR_KEY, MAX_NAME, MAX_RUNS, PROVENANCE_KEYS, SweepFile, read_sweep_file
 from normlab.io import read_yaml_file
 from normlab.presets import SWEEP_DIR, sweep_presets  # package data: shipped sweeps
 
-PLAN_KEYS = ("sequential", "replicate", "replicate_seeds")  # normlab.experiments.plan
-PROVENANCE_KEYS = ("designed_from",)
-"""What informed a declared design (earlier runs, their seeds and data): recorded, not hashed; the design's own
-seed block must be disjoint from the seeds it names (docs/compare.md, "Seed blocks")."""
+__all__ = ["MAX_NAME", "MAX_RUNS", "Sweep", "SweepRun", "dump_spec", "load_sweep", "parse_sweep"]
 REPLICATION_SEED_OFFSET = 10_000
 """A replication without ``replicate_seeds`` runs the design's seeds shifted by this much: a fresh seed block."""
 NOT_HASHED = ("description", "replicate", "replicate_seeds", *PROVENANCE_KEYS, *QUESTION_KEYS)
 # a replication adds a second sweep dir; the question keys' changes are recorded in the store instead
 # (normlab.experiments.design)
-TOP_KEYS = ("name", "description", "base", "set", "axes", "variants", "seeds", "lr_grid", "baseline", *QUESTION_KEYS,
-            *PLAN_KEYS, *PROVENANCE_KEYS, *SIZE_KEYS)
-LR_KEY = "train.lr"
-SECTIONS = ("data", "model", "train", "optim")
-MAX_RUNS = 10_000
-"""The most runs one sweep may expand to (variants x axes x sizes x seeds), checked before expanding."""
-MAX_NAME = 200
-"""The longest variant name (it becomes part of run ids, labels, tables and file names)."""
 
 
 @dataclass
@@ -132,32 +120,6 @@ def preset_path(name: str) -> Path:
     return path
 
 
-def _check_key(key: str, where: str) -> None:
-    if key == "seed":
-        raise NormlabError(f"{where}: 'seed' is set by the sweep's 'seeds:' list, not as an override")
-    if key in _all_keys():
-        return
-    if any(key.startswith(f"{m}.") and key.count(".") == m.count(".") + 1 for m in _mapping_keys()):
-        return
-    raise NormlabError(f"{where}: unknown config key '{key}'{suggest_key(key, _all_keys())}")
-
-
-def _flatten(data: Any, where: str, prefix: str = "") -> dict[str, Any]:
-    """``{train: {steps: 3}, 'model.norm': x}`` -> ``{'train.steps': 3, 'model.norm': x}`` (mapping-valued keys
-    kept)."""
-    if not isinstance(data, dict):
-        raise NormlabError(f"{where} must be a mapping of config keys to values, got {type(data).__name__}")
-    out: dict[str, Any] = {}
-    for k, v in data.items():
-        key = f"{prefix}{k}"
-        if isinstance(v, dict) and not prefix and key in SECTIONS:
-            out.update(_flatten(v, where, f"{key}."))
-        else:
-            _check_key(key, where)
-            out[key] = v
-    return out
-
-
 def _apply(data: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
     data = copy.deepcopy(data)
     for key, value in overrides.items():
@@ -202,110 +164,39 @@ def _short_keys(keys: list[str]) -> dict[str, str]:
     return out
 
 
-def _load_base(base: Any, here: Path | None) -> dict[str, Any]:
-    if isinstance(base, dict):
-        return copy.deepcopy(base)
-    if not isinstance(base, str) or not base:
-        raise NormlabError("sweep 'base' must be a config preset name, a YAML path, or a mapping")
-    if here is not None and (here / base).is_file():
-        return read_yaml(here / base)
-    return read_yaml(resolve_config_path(base))
-
-
 def parse_sweep(raw: Any, *, here: Path | None = None, source: str = "sweep") -> Sweep:
     """Validate and expand a sweep mapping (see the module docstring). ``here``: folder for relative ``base`` paths."""
-    if not isinstance(raw, dict):
-        raise NormlabError(f"{source} must be a YAML mapping with keys {', '.join(TOP_KEYS)}")
-    for k in raw:
-        if k not in TOP_KEYS:
-            raise NormlabError(
-                f"{source}: unknown key '{k}'{did_you_mean(str(k), TOP_KEYS)}; allowed: {', '.join(TOP_KEYS)}"
-            )
-    name = raw.get("name") or (Path(source).stem if source.endswith((".yaml", ".yml")) else "sweep")
-    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name):
-        raise NormlabError(f"{source}: name must be letters, digits, '.', '_' or '-', got {name!r}")
-    if "base" not in raw:
-        raise NormlabError(
-            f"{source}: 'base' is required (a config preset such as tiny or small, a YAML path, or a mapping)"
-        )
-    base = _load_base(raw["base"], here)
-    if "seed" in base:
-        base.pop("seed")
-    common = _flatten(raw.get("set") or {}, f"{source}: set")
-
-    axes_raw = raw.get("axes") or {}
-    if not isinstance(axes_raw, dict):
-        raise NormlabError(f"{source}: axes must be a mapping of config key -> list of values")
-    axes: dict[str, list[Any]] = {}
-    for key, values in axes_raw.items():
-        _check_key(str(key), f"{source}: axes")
-        if not isinstance(values, list):
-            raise NormlabError(f"{source}: axis '{key}' must be a list of values, got {type(values).__name__}")
-        if not values:
-            raise NormlabError(f"{source}: axis '{key}' is empty; give at least one value")
-        axes[str(key)] = values
-
-    variants_raw = raw.get("variants")
-    variants: list[tuple[str, dict[str, Any]]] = []
-    if variants_raw is not None:
-        if not isinstance(variants_raw, list) or not variants_raw:
-            raise NormlabError(f"{source}: variants must be a non-empty list of {{name: ..., set: {{...}}}}")
-        for i, v in enumerate(variants_raw):
-            if not isinstance(v, dict) or not isinstance(v.get("name"), str) or not v["name"].strip():
-                raise NormlabError(f"{source}: variant #{i + 1} needs a 'name' (string) and a 'set' mapping")
-            if len(v["name"]) > MAX_NAME or not v["name"].isprintable():
-                raise NormlabError(f"{source}: variant #{i + 1}'s name ({len(v['name'])} characters, starting "
-                                   f"{v['name'][:20]!r}) must be at most {MAX_NAME} printable characters")
-            extra = set(v) - {"name", "set"}
-            if extra:
-                raise NormlabError(
-                    f"{source}: variant '{v['name']}' has unknown key '{sorted(extra)[0]}'; allowed: name, set"
-                )
-            if any(v["name"] == n for n, _ in variants):
-                raise NormlabError(f"{source}: two variants are named '{v['name']}'; names must be unique")
-            variants.append((v["name"], _flatten(v.get("set") or {}, f"{source}: variant '{v['name']}'")))
-
-    seeds = _seed_list(raw.get("seeds", [0]), source, "seeds")
-    replicate_seeds = None
-    if raw.get("replicate_seeds") is not None:
-        replicate_seeds = _seed_list(raw["replicate_seeds"], source, "replicate_seeds")
-    designed_from = raw.get("designed_from")
-    if designed_from is not None and (not isinstance(designed_from, str) or not designed_from.strip()):
-        raise NormlabError(f"{source}: designed_from must be a sentence naming the runs (and their seeds) that "
-                           f"informed the design, got {designed_from!r}")
-    plan = None
-    if raw.get("sequential") is not None:  # the plan's seeds are all in the design from the start
-        plan, seeds = resolve_plan(raw["sequential"], seeds, source)
-    if replicate_seeds and set(replicate_seeds) & set(seeds):
-        raise NormlabError(f"{source}: replicate_seeds {replicate_seeds} share seeds with seeds {seeds}; a "
-                           "replication runs on a fresh seed block")
-    replicate = raw.get("replicate")
-    if replicate is not None and (not isinstance(replicate, str) or not replicate.strip()):
-        raise NormlabError(f"{source}: replicate must be a data source string (docs/data.md), got {replicate!r}")
-
-    lr_grid = None
-    if raw.get("lr_grid") is not None:
-        lr_grid = expand_grid(raw["lr_grid"], name=f"{source}: lr_grid")
-        where = ("set" if LR_KEY in common else "axes" if LR_KEY in axes else
-                 next((f"variant '{n}'" for n, vs in variants if LR_KEY in vs), None))
-        if where:
-            raise NormlabError(f"{source}: {where} sets {LR_KEY}, but lr_grid already sweeps it; remove one")
-    grid_axes = {**axes, LR_KEY: lr_grid} if lr_grid else axes
-    short = _short_keys(list(grid_axes))
-    named = variants or [("", {})]
-    sizes, size_spec = size_points(raw, base, common, source, _apply)  # the size axis (normlab.experiments.sizes)
-    _check_run_count(source, named, grid_axes, sizes, seeds)  # before anything is expanded
-    points = ([dict(zip(grid_axes, combo)) for combo in itertools.product(*grid_axes.values())]
-              if grid_axes else [{}])
+    f = read_sweep_file(raw, here=here, source=source)  # every top-level key checked (normlab.experiments.sweepfile)
+    grid_axes = {**f.axes, LR_KEY: f.lr_grid} if f.lr_grid else f.axes
+    sizes, size_spec = size_points(raw, f.base, f.overrides, source, _apply)  # normlab.experiments.sizes
+    named = f.variants or [("", {})]
+    _check_run_count(source, named, grid_axes, sizes, f.seeds)  # before anything is expanded
     if sizes:
-        owned = [k for k in SIZE_OWNED if k in axes] + [f"{k} (variant '{n}')" for n, vs in variants
-                                                        for k in SIZE_OWNED if k in vs]
+        owned = [k for k in SIZE_OWNED if k in f.axes] + [f"{k} (variant '{n}')" for n, vs in f.variants
+                                                          for k in SIZE_OWNED if k in vs]
         if owned:
             raise NormlabError(f"{source}: {owned[0]} is given by the size axis; remove it")
-        if (LR_KEY in axes or lr_grid) and "lr_transfer" in size_spec:
+        if (LR_KEY in f.axes or f.lr_grid) and "lr_transfer" in size_spec:
             raise NormlabError(f"{source}: give either lr_transfer or a learning-rate grid (lr_grid or a train.lr "
                                "axis), not both")
-    # largest sizes first, so parallel workers do not end on one long run
+    runs, labels = _expand(f, grid_axes, sizes, source)
+    names = list(dict.fromkeys(r.axes.get("grid_group") or r.variant for r in runs))
+    question = replace(parse_question(raw, names, grid=bool(f.lr_grid), source=source), seeds=tuple(f.seeds))
+    if f.plan and question.correction != "holm":
+        raise NormlabError(f"{source}: a sequential plan decides with group-sequential Holm; correction "
+                           f"{question.correction!r} is not available with it (use correction: holm)")
+    spec = f.spec(size_spec, question_spec(raw))
+    return Sweep(f.name, spec, runs, labels, spec["description"], f.lr_grid, question=question)
+
+
+def _expand(f: SweepFile, grid_axes: dict[str, list[Any]], sizes: list, source: str
+            ) -> tuple[list[SweepRun], list[str]]:
+    """The runs (largest sizes first, so parallel workers do not end on one long run; then variants, axis points
+    and seeds) and the labels of the distinct configs; two variants with the same config are refused."""
+    short = _short_keys(list(grid_axes))
+    points = ([dict(zip(grid_axes, combo)) for combo in itertools.product(*grid_axes.values())]
+              if grid_axes else [{}])
+    named = f.variants or [("", {})]
     combos = ([(s, v) for s in reversed(sizes) for v in named] if sizes else [(None, v) for v in named])
     runs: list[SweepRun] = []
     labels: list[str] = []
@@ -315,9 +206,10 @@ def parse_sweep(raw: Any, *, here: Path | None = None, source: str = "sweep") ->
             axis_label = ", ".join(f"{short[k]}={_fmt(v)}" for k, v in point.items())
             size_label = size.label if size else ""
             label = " · ".join(p for p in (vname, size_label, axis_label) if p) or "base"
-            group = _group_label(" · ".join(p for p in (vname, size_label) if p), point, short) if lr_grid else None
-            overrides = {**common, **vset, **(size.overrides if size else {}), **point}
-            data = _apply(base, overrides)
+            group = (_group_label(" · ".join(p for p in (vname, size_label) if p), point, short) if f.lr_grid
+                     else None)
+            overrides = {**f.overrides, **vset, **(size.overrides if size else {}), **point}
+            data = _apply(f.base, overrides)
             try:
                 cfg = config_from_dict({**data, "seed": 0})
             except NormlabError as e:
@@ -329,17 +221,11 @@ def parse_sweep(raw: Any, *, here: Path | None = None, source: str = "sweep") ->
                 )
             seen[key] = label
             labels.append(label)
-            for seed in seeds:
+            for seed in f.seeds:
                 cfg_s = config_from_dict({**data, "seed": seed})
                 run_axes = (({"variant": vname} if vname else {}) | ({"size": size.label} if size else {}) | point
                             | ({"grid_group": group} if group else {}))
                 runs.append(SweepRun("", label, seed, run_axes, overrides, cfg_s.to_dict(), cfg_s.hash()))
-    baseline = raw.get("baseline")
-    names = list(dict.fromkeys(r.axes.get("grid_group") or r.variant for r in runs))
-    question = replace(parse_question(raw, names, grid=bool(lr_grid), source=source), seeds=tuple(seeds))
-    if plan and question.correction != "holm":
-        raise NormlabError(f"{source}: a sequential plan decides with group-sequential Holm; correction "
-                           f"{question.correction!r} is not available with it (use correction: holm)")
     ids: set[str] = set()
     for r in runs:
         rid = f"{slug(r.variant)}-s{r.seed}"
@@ -347,27 +233,7 @@ def parse_sweep(raw: Any, *, here: Path | None = None, source: str = "sweep") ->
             rid = f"{rid}-{r.config_hash[:6]}"
         ids.add(rid)
         r.run_id = rid
-    spec = {"name": name, "description": str(raw.get("description") or ""), "base": base,
-            "set": common, "axes": axes,
-            **({"variants": [{"name": n, "set": s} for n, s in variants]} if variants else {}), "seeds": seeds,
-            **({"lr_grid": lr_grid} if lr_grid else {}), **size_spec,
-            **({"baseline": baseline} if baseline is not None else {}), **question_spec(raw),
-            **({"sequential": plan} if plan else {}), **({"replicate": replicate} if replicate else {}),
-            **({"replicate_seeds": replicate_seeds} if replicate_seeds else {}),
-            **({"designed_from": designed_from.strip()} if designed_from else {})}
-    return Sweep(name, spec, runs, labels, spec["description"], lr_grid, question=question)
-
-
-def _seed_list(seeds: Any, source: str, key: str) -> list[int]:
-    """``seeds`` checked: a non-empty list of distinct integers >= 0, at most MAX_RUNS."""
-    if isinstance(seeds, list) and len(seeds) > MAX_RUNS:
-        raise NormlabError(f"{source}: {len(seeds)} {key}; a sweep has at most {MAX_RUNS} runs (MAX_RUNS)")
-    if (not isinstance(seeds, list) or not seeds
-            or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds)):
-        raise NormlabError(f"{source}: {key} must be a non-empty list of integers >= 0, got {seeds!r}")
-    if len(set(seeds)) != len(seeds):
-        raise NormlabError(f"{source}: {key} contain a duplicate: {seeds}")
-    return seeds
+    return runs, labels
 
 
 def replication_seeds(spec: dict[str, Any]) -> list[int]:
