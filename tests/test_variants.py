@@ -55,3 +55,27 @@ def test_powernorm_recipe_groups_are_heads_and_lssar_trains_reweighted():
     assert cfg.model.lssa_reweight is True and all(b.attn.reweight for b in m.blocks)
     cfg, _ = _build("softplus")
     assert cfg.model.lssa_reweight is False
+
+
+def test_variants_are_named_keyword_configs_evaluated_on_the_budget():
+    """A variant is a named config (``Variant``: depth class, model / train overrides by keyword); a budget-
+    dependent override (PowerNorm's groups = heads) is evaluated on the budget it runs with, and the claims' recipe
+    reads it on the full budget."""
+    from normlab.experiments.claims.budgets import get_budget
+    from normlab.experiments.claims.variants import (ALL_VARIANTS, GRID_VARIANTS, VARIANTS, Variant, recipe,
+                                                     variant_config)
+
+    assert set(ALL_VARIANTS) == set(VARIANTS) | set(GRID_VARIANTS) and all(
+        isinstance(v, Variant) and v.name == k for k, v in {**VARIANTS, **GRID_VARIANTS}.items())
+    for b in ("tiny", "full"):
+        assert variant_config("powernorm", get_budget(b), 0)["model"]["norm_options"] == {
+            "groups": get_budget(b).heads}
+    assert recipe("powernorm")["model"]["norm_options"] == {"groups": get_budget("full").heads}
+    cfg = variant_config("deep_post_nowarm", get_budget("tiny"), 1)
+    assert cfg["model"]["depth"] == get_budget("tiny").deep_depth and cfg["train"]["warmup_steps"] == 0
+    assert cfg["model"]["placement"] == "post" and cfg["seed"] == 1
+    grid = variant_config("grid_pre_z", get_budget("tiny"), 0, 0.01)
+    assert grid["train"]["z_loss"] == 1e-4 and grid["train"]["lr"] == 0.01
+    assert grid["model"]["depth"] == get_budget("tiny").grid_depth
+    with pytest.raises(ValueError, match="depth must be one of"):
+        Variant("x", "medium")

@@ -19,7 +19,8 @@ replicated``.
 **Claims** (``claim_verdict``: the raw verdict on the 95% CI; ``judge_family``: the final verdicts of the family of
 claims): a directional claim is ``held`` where its test rejects (the same ``rejects`` and ``decision`` as a
 comparison, read against the claimed direction), ``within margin`` by TOST (Schuirmann 1987: both one-sided tests
-reject at the family's level), ``not observable at this scale`` by the claim's observability rule; a split-outcome
+reject at the family's level), ``not observable at this scale`` by the claim's observability rule or where a model
+it is about did not learn (the one did-not-learn rule, p = 1 in the family); a split-outcome
 claim by its collapse rates (Clopper-Pearson intervals, ``collapse_rates``) under the one collapse rule
 (``recollapse``, normlab.stats.learning.collapsed).
 
@@ -235,19 +236,22 @@ def judge_family(entries: list[dict], correction: str = "holm") -> list[dict]:
       practical_margin`` (both one-sided tests reject at the family's ``ALPHA``); a mean inside the margin with
       an interval that is not is not "within margin";
     - ``not observable at this scale``: the claim's ``observable`` details key does not have a 95% CI above 0
-      (the phenomenon the claim explains does not appear here), whatever the value;
+      (the phenomenon the claim explains does not appear here), whatever the value; or a model whose final loss
+      the claim's ``must_learn`` keys hold did not learn in some seed (:func:`_learning_check`; p = 1 in the family);
     - ``collapse``: held when the first variant's Clopper-Pearson collapse interval lies above the second's;
       otherwise the t-test on the seeds where neither collapsed decides as for ``t``.
     """
     entries = [recollapsed(e) for e in entries]
     ps = [raw_p(e["values"], e["test"], null=e.get("null", 0.0), margin=e.get("margin")) for e in entries]
-    # the family: every claim with a significance test (one whose test cannot be computed counts as p = 1)
+    learned = [_learning_check(e) for e in entries]
+    # the family: every claim with a significance test (one whose test cannot be computed, or about a model that
+    # did not learn, counts as p = 1)
     fam = [i for i, e in enumerate(entries) if e["test"] in SIGNIFICANCE_TESTS]
     qs: list[float | None] = [None] * len(entries)
-    for i, q in zip(fam, adjust([ps[i] for i in fam], correction)):
+    for i, q in zip(fam, adjust([1.0 if learned[i][1] else ps[i] for i in fam], correction)):
         qs[i] = q
     out = []
-    for e, p, q in zip(entries, ps, qs):
+    for e, p, q, (dnl, dnl_note) in zip(entries, ps, qs, learned):
         raw = claim_verdict(e["values"], e["direction"], null=e.get("null", 0.0), margin=e.get("margin"),
                       tolerance=e.get("tolerance"))
         res: dict = {"p": p, "p_adj": q, "correction": correction, "raw_verdict": raw["verdict"],
@@ -302,8 +306,12 @@ def judge_family(entries: list[dict], correction: str = "holm") -> list[dict]:
                 v, why = NOT_OBSERVABLE, (f"{e['observable']} (the phenomenon) has 95% CI "
                                           f"{'n/a' if c is None else f'[{c.low:.3g}, {c.high:.3g}]'}, not above 0; "
                                           f"the value alone: {why}")
-        if e.get("must_learn"):
-            why = _learning_note(e, res, why)
+        if dnl is not None:
+            res["did_not_learn"] = dnl
+        if dnl_note:
+            v, why = NOT_OBSERVABLE, dnl_note + ("" if p is None else f"; unadjusted p = {p:.2g}")
+        elif e.get("must_learn") and dnl is None:
+            why = f"{why}; did-not-learn check not made (no unigram bits/byte recorded)"
         if "collapse" not in res:
             rates = collapse_rates(e.get("details") or [])
             if rates:
@@ -318,28 +326,30 @@ def judge_family(entries: list[dict], correction: str = "holm") -> list[dict]:
 SIGNIFICANCE_TESTS = ("t", "equivalence", "collapse")
 
 
-def _learning_note(e: dict, res: dict, why: str) -> str:
-    """``must_learn``: the listed details keys (a model's bits/byte per seed) checked against the unigram bits/byte
-    minus ``DID_NOT_LEARN_MARGIN``. Records ``did_not_learn`` ({key: {k, n, missing}}) and returns the reason with a
-    note naming each model that did not learn in some seed. A note, not a verdict: a model that does not train at
-    the budget is itself a finding about that budget, and the values of the seeds where it did learn stay in the
-    test. Without a recorded unigram level the reason says the check could not be made."""
+def _learning_check(e: dict) -> tuple[dict | None, str | None]:
+    """The one did-not-learn rule (normlab.stats.learning) on a claim's ``must_learn`` details keys (a model's final
+    loss per seed, in ``learn_unit``: bits/byte, or nats/byte converted by 1/ln 2) against the unigram bits/byte
+    minus ``DID_NOT_LEARN_MARGIN``. Returns ``did_not_learn`` ({key: {k, n, missing}}; None without a recorded
+    unigram level or no ``must_learn``) and, where some model did not learn in some seed, the reason the claim is
+    "not observable at this scale": a verdict about a model that did not learn says whether it trains at all, not
+    what the claim says; it counts as p = 1 in the family."""
     level = e.get("unigram_bpb")
-    if not isinstance(level, (int, float)):
-        return f"{why}; did-not-learn check not made (no unigram bits/byte recorded)"
+    if not e.get("must_learn") or not isinstance(level, (int, float)):
+        return None, None
+    scale = 1.0 / math.log(2) if e.get("learn_unit") == "nats/byte" else 1.0
     details = [d for d in e.get("details") or [] if isinstance(d, dict)]
-    notes = []
+    record, notes = {}, []
     for key in e["must_learn"]:
         xs = [d.get(key) for d in details]
-        ok = [x for x in xs if isinstance(x, (int, float)) and math.isfinite(x)]
+        ok = [x * scale for x in xs if isinstance(x, (int, float)) and math.isfinite(x)]
         k = sum(1 for x in ok if did_not_learn(x, level))
-        res.setdefault("did_not_learn", {})[key] = {"k": k, "n": len(ok), "missing": len(xs) - len(ok)}
+        record[key] = {"k": k, "n": len(ok), "missing": len(xs) - len(ok)}
         if k:
-            notes.append(f"{key} did not learn in {k} of {len(ok)} seeds (up to {max(ok):.3g})")
+            notes.append(f"{key} did not learn in {k} of {len(ok)} seeds (up to {max(ok):.3g} bits/byte)")
     if not notes:
-        return why
-    return (f"{why}; note: {'; '.join(notes)}, not below the unigram {level:.3g} - {DID_NOT_LEARN_MARGIN:g} "
-            "bits/byte: at this budget the comparison also measures whether the model trains at all")
+        return record, None
+    return record, (f"{'; '.join(notes)}, not below the unigram {level:.3g} - {DID_NOT_LEARN_MARGIN:g} bits/byte: "
+                    "a verdict about a model that did not learn is not observable (counted as p = 1 in the family)")
 
 
 def _directional(mean: float | None, q: float | None, direction: str, null: float, correction: str, n: int

@@ -1,8 +1,9 @@
 """docs/claims.md from a claims report (``normlab claims --budget full``, ``--docs``, or ``--render CLAIMS_JSON``):
 the verdict table with the raw 95% interval and the Holm-adjusted p beside it, the scale of each claim, the
 pre-registered specifications (each claim's spec hash, which ``tests/test_specs.py`` compares with
-``specs.spec_hash``), the "Definitions revised" section (every ``Revision`` of every claim: date, what changed,
-why, the verdict before), and per claim its meaning, source, deviations, per-seed values and details.
+``specs.spec_hash``), the "Definitions revised" section (every ``Revision`` of every claim, from
+normlab/evidence/revisions.yaml: date, what changed, why, the verdict before), and per claim its meaning, source,
+deviations, per-seed values and details. Every number on the page comes from the report; the definitions hold none.
 """
 
 from __future__ import annotations
@@ -11,6 +12,12 @@ import datetime
 import re
 from pathlib import Path
 from typing import Any
+
+from normlab.errors import NormlabError
+from normlab.experiments.claims.specs import CLAIMS, grid_claim_names, spec_hash
+from normlab.io import write_text
+from normlab.markdown import md_code, md_fence
+from normlab.run.rundir import open_config
 
 
 def _fmt(v: float | None) -> str:
@@ -36,9 +43,6 @@ def claim_scale(c: dict, base: Path | str) -> str:
     relative to the claims directory ``base``, a grid variant's at every learning rate, read from their
     ``config.yaml``; tokens = steps x batch x grad_accum x context); ``n/a`` without runs. Measured once, when the
     claim is measured, and stored in its ``scale`` field: a rendered page reads the stored value, never the runs."""
-    from normlab.errors import NormlabError
-    from normlab.run.rundir import open_config
-
     shapes: dict[tuple, None] = {}
     first = ((c.get("runs") or [{}])[0] or {}).values()  # variant -> run dir, or lr -> run dir for a grid variant
     for run_dir in [d for v in first for d in (v.values() if isinstance(v, dict) else [v])]:
@@ -105,7 +109,7 @@ def revisions_lines(claims: list) -> list[str]:
     """The "Definitions revised" section: every revision of every claim (``claims``: ``specs.Claim`` objects)."""
     out = ["## Definitions revised", "",
            "Every change of a claim's metric, recipe, test or margin after a verdict was published, with the "
-           "verdict before it (from the claims' specifications, `revised:`; `normlab claims` prints them too). "
+           "verdict before it (from normlab/evidence/revisions.yaml; `normlab claims` prints them too). "
            "A definition chosen after seeing a verdict is a forking path: read the verdicts of these claims with "
            "that in mind.", ""]
     rows = [(c.name, r) for c in claims for r in c.revised]
@@ -122,16 +126,15 @@ def spec_lines(claims: list, measured: dict[str, str | None] | None = None) -> l
     """The "Pre-registered specifications" section: per claim the spec hash its published result was measured under
     (``measured``: name -> the result's ``spec_hash``; "–" when it predates hashes), which
     ``tests/test_specs.py`` compares with the current ``specs.spec_hash``, and the current hash beside it."""
-    from normlab.experiments.claims.specs import spec_hash
-
     measured = measured if measured is not None else {c.name: spec_hash(c) for c in claims}
     out = ["## Pre-registered specifications", "",
-           "Each claim's measure, margin, test, seeds and recipe are data in its specification "
-           "(normlab/experiments/claims/specs.py); the hash covers all of them (and each variant's overrides with "
-           "the full budget's fields), not the prose. The first hash is the one the result on this page was "
-           "measured under; `tests/test_specs.py` fails when a claim's current hash differs from it and the "
-           "claim has no `revised:` entry from it (`hash_before`): a definition cannot change silently. Re-rendering "
-           "this page from stored results keeps the hashes those results were measured under.", "",
+           "Each claim's measure, margin, test, seeds and recipe are data in its definition "
+           "(normlab/experiments/claims/defs/NAME.yaml); the hash covers all of them (and each variant's overrides "
+           "with the full budget's fields), not the prose. The first hash is the one the result on this page was "
+           "measured under; `tests/test_specs.py` fails when a claim's current hash differs from it and "
+           "normlab/evidence/revisions.yaml has no revision of the claim from it (`hash_before`): a definition "
+           "cannot change silently. Re-rendering this page from stored results keeps the hashes those results "
+           "were measured under.", "",
            "| claim | measured under | current spec hash | test | seeds | practical margin | revisions |",
            "|---|---|---|---|---|---|---|"]
     for c in claims:
@@ -148,10 +151,6 @@ def _first(load: Any) -> float:
 
 
 def write_docs(report: dict, path: Path) -> None:
-    from normlab.experiments.claims.specs import CLAIMS, grid_claim_names
-    from normlab.io import write_text
-    from normlab.markdown import md_code, md_fence
-
     GRID_CLAIMS = grid_claim_names()
 
     meaning = {c.name: c.meaning for c in CLAIMS}
@@ -210,10 +209,10 @@ def write_docs(report: dict, path: Path) -> None:
         "inside the claim's stated practical margin: both one-sided tests reject at 0.05, i.e. the 90% interval lies "
         "inside ± the margin (a mean inside the margin with a wider interval is not enough); "
         "**not observable at this scale** when"
-        " the phenomenon the claim explains does not appear here (the claim's observability rule), which is not 'not "
-        "held'. Best-of-grid comparisons note a model that did not learn (its loss not below the unigram bits/byte "
-        "minus 0.1) in some seed: a note beside the verdict, not a change of it. Exactness claims: every seed within "
-        "the tolerance (no test). Split outcomes "
+        " the phenomenon the claim explains does not appear here (the claim's observability rule), or when a model "
+        "the claim is about did not learn (its final loss not below the unigram bits/byte minus 0.1, "
+        "normlab.stats.learning) in some seed, which then counts as p = 1 in the family; neither is 'not held'. "
+        "Exactness claims: every seed within the tolerance (no test). Split outcomes "
         "(collapse): the collapse rate per model with its exact Clopper-Pearson interval, and the test of the loss "
         "given no collapse; a run collapsed when it diverged or ended at or above the unigram bits/byte minus 0.1 "
         "(normlab.stats.learning: the did-not-learn rule of the report, one threshold everywhere). The verdict "
@@ -279,8 +278,6 @@ def unrevised_changes(claims: list, recorded: dict[str, str]) -> list[str]:
     """One line per claim whose spec hash differs from the hash ``recorded`` for it (docs/claims.md) without a
     ``Revision`` from that hash (``hash_before``): a definition changed silently. Claims not recorded yet (new
     ones) are not changes; recorded names that are no claim are reported too."""
-    from normlab.experiments.claims.specs import spec_hash
-
     out = []
     names = {c.name for c in claims}
     for c in claims:

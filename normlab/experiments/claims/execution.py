@@ -428,13 +428,14 @@ def judge(report: dict, correction: str = "holm") -> dict:
         if spec is not None and spec.observable and any(spec.observable in d for d in details):
             observable = spec.observable  # a current observability rule reads stored details only: it applies
         if spec is not None and spec.must_learn and all(k in d for d in details for k in spec.must_learn):
-            must_learn = list(spec.must_learn)  # and the did-not-learn note (a note: it changes no verdict)
+            must_learn = list(spec.must_learn)  # and the did-not-learn rule (not observable, p = 1 in the family)
         test = c.get("test") if c.get("test") in TESTS else {"exact": "exact", "within": "equivalence"}.get(
             c["direction"], "t")
         entries.append({"values": c["values"], "details": c.get("details") or [], "direction": c["direction"],
                         "null": c.get("null", 0.0), "margin": c.get("margin"), "tolerance": c.get("tolerance"),
                         "test": test, "practical_margin": c.get("practical_margin"),
                         "observable": observable, "args": c.get("args") or [], "must_learn": must_learn,
+                        "learn_unit": spec.learn_unit if spec is not None else "bits/byte",
                         "unigram_bpb": next((d["unigram_bpb"] for d in details if "unigram_bpb" in d), unigram)})
     judged = judge_family(entries, correction)
     current = {c.name: spec_hash(c) for c in CLAIMS}
