@@ -21,7 +21,6 @@ unless ``correction: bh``) of the paired t-tests' p-values over the family at ``
 
 from __future__ import annotations
 
-import html
 import json
 from collections.abc import Callable
 from functools import lru_cache
@@ -271,86 +270,3 @@ def record_replication(sweep_dir: Path, source: str, rel_dir: str) -> None:
     raw = store.meta().get(REPLICATIONS_META)
     reps = [r for r in (json.loads(raw) if raw else []) if r["source"] != source]
     store.set_meta(REPLICATIONS_META, json.dumps([*reps, {"source": source, "dir": rel_dir}]))
-
-
-# -- rendering ---------------------------------------------------------------------------------------------------
-def _est_text(e: dict[str, Any]) -> str:
-    if e.get("diff") is None:
-        return "–"
-    return f"{e['diff']:+.3f}" + (f" ± {e['ci95']:.3f}" if e.get("ci95") is not None else "") + f" (n={e['n']})"
-
-
-def sequential_cells(block: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
-    head = ["look", "seeds", "fraction", "boundary |z| (first Holm step)", "nominal p", "boundary (last step)",
-            *[f"z {c['variant']}" for c in block["decisions"]]]
-    rows = []
-    for lk in block["looks"]:
-        zs = [("–" if c["z"] is None else f"{c['z']:+.2f}") + (" ✓" if c["decided_at_look"] == lk["look"] else "")
-              for c in lk["comparisons"]]
-        rows.append([str(lk["look"]), str(lk["seeds"]), f"{lk['fraction']:.2f}", f"{lk['boundary_first']:.3f}",
-                     f"{lk['nominal_p_first']:.2g}", f"{lk['boundary_last']:.3f}", *zs])
-    return head, rows
-
-
-def _sequential_text(block: dict[str, Any]) -> str:
-    p = block["plan"]
-    why = {"decided": "every primary comparison was decided (or cannot be: a model did not learn)",
-           "max_seeds": "the seed cap was reached",
-           "budget": "the time budget could not fit another round", "interrupted": "it was interrupted",
-           "failed": "a run failed"}.get(block["stopped"], block["stopped"])
-    return (f"Seeds until decided on {p['primary']} vs {p['baseline']}: looks at {p['looks']} seeds, "
-            f"{p['spending']} alpha spending at family-wise alpha = {p['alpha']:g} over {len(block['decisions'])} "
-            f"comparison(s) ({p['multiplicity']}; the boundary applies to the paired t statistic's normal-quantile "
-            f"transform, calibrated by simulating that statistic under the null). "
-            f"Stopped after {len(block['looks'])} look(s), {block['seeds_spent']} seeds spent: {why}. "
-            + "; ".join(f"{c['variant']}: {c['decision']}"
-                        + (f" at look {c['decided_at_look']}" if c.get("decided_at_look") else "")
-                        for c in block["decisions"]) + ".")
-
-
-def replication_cells(rep: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
-    head = ["comparison", "metric", "original", "decision", f"on {rep['source']}", "decision",
-            "power (Holm's first level)", "verdict"]
-    rows = [[f"{c['variant']} − {c['baseline']}", c["metric"], _est_text(c["original"]), c["original"]["decision"],
-             _est_text(c["replication"]), c["replication"]["decision"],
-             "–" if c.get("power") is None else f"{c['power']:.2f} at {c['power_level']:.3g}", c["verdict"]]
-            for c in rep["comparisons"]]
-    return head, rows
-
-
-def md_sections(sweep_dir: Path, esc: Callable[[object], str]) -> list[str]:
-    """Markdown sections (sequential looks, replications) of ``sweep_dir``; ``esc``: the report's escaper."""
-    out: list[str] = []
-
-    def table(head: list[str], rows: list[list[str]]) -> list[str]:
-        return (["| " + " | ".join(esc(h) for h in head) + " |", "|" + " ---: |" * len(head)]
-                + ["| " + " | ".join(esc(c) for c in r) + " |" for r in rows] + [""])
-
-    block = sequential_block(sweep_dir)
-    if block:
-        out += ["## Seeds until decided", "", esc(_sequential_text(block)), ""] + table(*sequential_cells(block))
-    for rep in replication_block(sweep_dir):
-        out += [f"## Replication on {esc(rep['source'])}", "",
-                esc("The same declared design on a second data source; each primary conclusion side by side. "
-                    "Power: of the replication's paired t-test at Holm's first level (alpha / m) to detect the "
-                    "original estimate, from the replication's own spread; below 0.8 an undecided replication "
-                    "reads 'underpowered', not 'not replicated'."), ""]
-        out += table(*replication_cells(rep))
-    return out
-
-
-def html_sections(sweep_dir: Path) -> list[str]:
-    e = html.escape
-
-    def table(head: list[str], rows: list[list[str]]) -> str:
-        return ("<table><tr>" + "".join(f"<th>{e(h)}</th>" for h in head) + "</tr>"
-                + "".join("<tr>" + "".join(f"<td>{e(c)}</td>" for c in r) + "</tr>" for r in rows) + "</table>")
-
-    out: list[str] = []
-    block = sequential_block(sweep_dir)
-    if block:
-        out.append(f"<h2>Seeds until decided</h2><div class='note'>{e(_sequential_text(block))}</div>"
-                   + table(*sequential_cells(block)))
-    for rep in replication_block(sweep_dir):
-        out.append(f"<h2>Replication on {e(rep['source'])}</h2>" + table(*replication_cells(rep)))
-    return out
