@@ -1,10 +1,12 @@
 """``normlab claims``: published claims about normalization re-measured at CPU scale, with seeds, 95% t-intervals
 and honest verdicts (``held`` / ``not held`` / ``inconclusive``).
 
-- :mod:`.specs`: the claims as pre-registered specifications (text, paper, metric, expected direction, variants,
-  measurement name, test, seeds, margins, source, deviations, revisions; ``spec_hash``);
-- :mod:`.variants`: the runs they need (each variant's config overrides, the learning-rate grid's variants);
-- :mod:`.measures` (+ :mod:`.measures_lr`, :mod:`.measures_surgery`): the per-seed measurements, plain functions;
+- :mod:`.specs`: loads the claims' definitions (``defs/<name>.yaml``, one per claim, in ``suite.yaml``'s order:
+  text, paper, the question, named variants, the measure by name, source, deviations) with their revisions
+  (``normlab/evidence/revisions.yaml``); ``spec_hash`` over the definition only;
+- :mod:`.variants`: the runs they need (each a keyword ``Variant``: depth class and config overrides);
+- :mod:`.measure_registry` and :mod:`.measures` (+ :mod:`.measures_lr`, :mod:`.measures_surgery`,
+  :mod:`.measures_literature`): the per-seed measures, plain functions registered by name;
 - :mod:`.execution`: training what is missing, reusing what is complete, measuring, ``claims.json``;
 - the verdicts (Holm over the family of claims with a significance test, practical margins by TOST, observability,
   collapse rates with Clopper-Pearson intervals) are made by ``normlab.experiments.verdicts``, the one module that
