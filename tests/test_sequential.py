@@ -157,19 +157,6 @@ def test_fixed_decisions_use_holm_over_the_family():
     assert [o["decision"] for o in out] == ["lower", "undecided"]
 
 
-def test_verdicts():
-    from normlab.experiments.verdicts import replication as verdict
-
-    assert verdict("lower", "lower") == "replicated"
-    assert verdict("lower", "undecided", power=0.9) == "not replicated"
-    assert verdict("lower", "undecided", power=0.17) == "underpowered"
-    assert verdict("lower", "undecided") == "underpowered"  # power unknown: never "not replicated"
-    assert verdict("higher", "lower") == "contradicted"
-    assert verdict("undecided", "lower") == "no conclusion to replicate"
-    assert verdict("not decided: did not learn", "lower") == "no conclusion to replicate"
-    assert verdict("lower", "not decided: did not learn", power=0.99) == "not decided: did not learn"
-
-
 def test_replication_block_sets_each_conclusion_side_by_side(tmp_path, monkeypatch):
     from normlab.report.sequential import record_replication
 

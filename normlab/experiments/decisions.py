@@ -45,6 +45,7 @@ from normlab.stats import (
 )
 from normlab.experiments.question import METRIC_LABELS, Question, question_of
 from normlab.experiments.verdicts import (
+    DECIDED,
     EXPLORATORY,
     NOT_DECIDED,
     NOT_TESTABLE,
@@ -56,7 +57,7 @@ from normlab.experiments.verdicts import (
 )
 
 EXACT_MIN_N = 5
-VERDICT_WORDS = ("lower", "higher", "beyond noise")
+VERDICT_WORDS = (*DECIDED, "beyond noise")
 """Words that state a decision; the report uses them only for the primary family (tests/test_decisions.py)."""
 
 
@@ -205,7 +206,7 @@ def family_summary(rows: list[PairedRow], question: Question | dict[str, Any], e
     absent = [f for f in family if f not in {r.variant for r in fam}]
     if absent:
         out.append(f"No finished seeds to compare (counted in the family as p = 1): {', '.join(absent)}.")
-    for word in ("lower", "higher"):
+    for word in DECIDED:
         got = [f"{r.variant} ({r.diff.mean:+.3f} ± {r.diff.half:.3f}, adjusted p {_p(r.p_adjusted, eq=True)})"
                for r in fam if r.verdict == word]
         if got:

@@ -49,8 +49,9 @@ def default_primary(grid: bool) -> str:
 class Question:
     """A declared (or default) question: each of ``family`` (None: every other variant) against ``baseline`` on
     ``primary``, adjusted by ``correction`` at ``alpha``; ``declared`` False: nothing is decided (exploratory).
-    ``margin``: the practical margin (|effect| below it by TOST is "within margin"), ``seeds``: the seed block,
-    ``observable``: the details key whose per-seed CI must lie above 0 for the phenomenon to be observable."""
+    ``margin``: the practical margin (a claim's: "within margin" by TOST, normlab.experiments.verdicts; no sweep
+    key declares one yet), ``seeds``: the seed block, ``observable``: the details key whose per-seed CI must lie
+    above 0 for the phenomenon to be observable (a claim's)."""
 
     primary: str
     baseline: str | None

@@ -34,7 +34,7 @@ from normlab.io import read_yaml_file
 from normlab.experiments.plan import LOOKS_META, fractions, looks_of
 from normlab.experiments.question import Question, stored_question
 from normlab.experiments.store import Store
-from normlab.experiments.verdicts import decision, family_adjusted, learning_guard, rejects, replication
+from normlab.experiments.verdicts import UNDECIDED, decision, family_adjusted, learning_guard, rejects, replication
 from normlab.report.analysis import load
 from normlab.experiments.lrgrid import GridReport, SeedGrid
 from normlab.stats import holm_first_level, paired_diff, paired_t_power
@@ -154,7 +154,7 @@ def _look(spec: dict[str, Any], grid: GridReport, k: int) -> dict[str, Any]:
             "primary": q.primary, "baseline": q.baseline, "comparisons": comps,
             # nothing left to decide: every comparison decided, or not decidable because a model did not learn
             # (more seeds cannot undo that)
-            "decided": bool(m) and all(c["decided_at_look"] is not None or c["decision"] != "undecided"
+            "decided": bool(m) and all(c["decided_at_look"] is not None or c["decision"] != UNDECIDED
                                        for c in comps)}
 
 
@@ -250,7 +250,7 @@ def replication_block(sweep_dir: Path) -> list[dict[str, Any]]:
         by = {c["variant"]: c for c in repl}
         rows = []
         for c in orig:
-            other = by.get(c["variant"], {"decision": "undecided", "diff": None, "ci95": None, "n": 0})
+            other = by.get(c["variant"], {"decision": UNDECIDED, "diff": None, "ci95": None, "n": 0})
             per = _per_seed(rvals, c["variant"], c["baseline"])
             power = replication_power(c.get("diff"), list(per.values()), q.alpha, m)
             rows.append({"variant": c["variant"], "baseline": c["baseline"], "metric": c["metric"],

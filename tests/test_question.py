@@ -1,0 +1,101 @@
+"""normlab.experiments.question: one Question, whichever way it is declared. A sweep file and a claim that ask the
+same thing give the same frozen Question, and the sweep's report, its fixed-design decisions (--replicate-on) and
+the claims' judge give the same verdict from normlab.experiments.verdicts, with the p-value scipy's paired t gives;
+the stored design and the stored spec read back to the Question that was parsed."""
+
+from __future__ import annotations
+
+import pytest
+from scipy.stats import ttest_rel
+
+from normlab.experiments.claims.specs import get_claim
+from normlab.experiments.question import (
+    Question,
+    claim_question,
+    parse_question,
+    question_of,
+    stored_question,
+)
+from normlab.experiments.sweep import load_sweep, parse_sweep
+from normlab.experiments.verdicts import CLAIMED, DECIDED, HELD, INCONCLUSIVE, NOT_HELD, UNDECIDED, judge_family
+from normlab.report.analysis import load
+from normlab.report.sequential import fixed_decisions, learned_flags, primary_values
+from tests.report_fakes import fake_grid
+
+LRS = [0.001, 0.01, 0.1]
+SEEDS = [0, 1, 2, 3, 4, 5]
+BASE_SHAPE = (4.40, 3.90, 4.30)
+SHAPES = {"higher": (4.62, 3.92, 4.58), "lower": (4.20, 3.91, 4.10), "null": BASE_SHAPE}
+
+
+def _final(shape_of: dict[str, tuple[float, float, float]]):
+    def final(v: str, s: int, lr: float) -> float:
+        i = LRS.index(lr)
+        return shape_of[v][i] + 0.03 * s + 0.015 * ((s * 7 + i * 3 + len(v)) % 5)
+    return final
+
+
+def test_a_sweep_file_and_a_claim_declare_the_same_question():
+    claim = get_claim("peri-lr-sensitivity")  # per seed: sens(grid_pre) - sens(grid_peri), expected > 0
+    variant, baseline = claim.args
+    sweep = parse_sweep({"name": "peri", "base": "tiny", "lr_grid": LRS, "seeds": [0, 1, 2, 3],
+                         "variants": [{"name": baseline, "set": {"model.placement": "peri"}},
+                                      {"name": variant, "set": {"model.placement": "pre"}}],
+                         "primary": "lr_sensitivity", "baseline": baseline, "family": [variant]})
+    expected = Question("lr_sensitivity", baseline, (variant,), 0.05, "holm", True, True, None, (0, 1, 2, 3), "")
+    assert sweep.question == expected == claim_question(claim, seeds=4)
+    assert hash(sweep.question) == hash(expected)  # frozen: usable as a key
+    # a claim measured otherwise (a slope) declares no sweep question
+    assert claim_question(get_claim("cod-growth"), seeds=4) is None
+
+
+@pytest.mark.parametrize("effect", ["higher", "lower", "null"])
+def test_the_same_question_gets_the_same_verdict_on_every_path(tmp_path, effect):
+    claim = get_claim("peri-lr-sensitivity")
+    variant, baseline = claim.args
+    fake_grid(tmp_path, [baseline, variant], SEEDS, LRS, _final({baseline: BASE_SHAPE, variant: SHAPES[effect]}),
+              primary="lr_sensitivity", baseline=baseline, family=[variant])
+    sweep = load_sweep(tmp_path / "sweep.yaml")
+    assert sweep.question == claim_question(claim, seeds=len(SEEDS))
+
+    grid = load(tmp_path).grid
+    values = primary_values(grid, "lr_sensitivity")
+    diffs = [values[variant][s] - values[baseline][s] for s in SEEDS]
+    ref_p = ttest_rel([values[variant][s] for s in SEEDS], [values[baseline][s] for s in SEEDS]).pvalue
+
+    # the report's primary family
+    (row,) = [r for r in grid.paired if r.role == "primary"]
+    # the fixed design's decisions (what --replicate-on compares)
+    (fixed,) = fixed_decisions(values, stored_question(sweep.spec, [g.name for g in grid.groups]),
+                               learned_flags(grid))
+    # the claim, judged as a family of one
+    (judged,) = judge_family([{"values": diffs, "details": [{} for _ in SEEDS], "direction": claim.direction,
+                               "null": claim.null, "margin": claim.margin, "tolerance": claim.tolerance,
+                               "test": claim.test, "practical_margin": claim.practical_margin,
+                               "observable": claim.observable, "args": list(claim.args), "must_learn": []}])
+    assert row.diff.p == pytest.approx(ref_p, rel=1e-9) == judged["p"] == fixed["p"]
+    assert row.p_adjusted == pytest.approx(judged["p_adj"], rel=1e-12) == fixed["p_holm"]
+    assert row.verdict == fixed["decision"]
+    word = row.verdict
+    if effect == "null":
+        assert word == UNDECIDED and judged["verdict"] == INCONCLUSIVE
+    else:
+        assert word == effect and word in DECIDED
+        assert judged["verdict"] == (HELD if word == CLAIMED[claim.direction] else NOT_HELD)
+
+
+def test_the_stored_design_and_spec_read_back_to_the_parsed_question():
+    raw = {"name": "rt", "base": "tiny", "lr_grid": LRS, "seeds": [3, 4],
+           "variants": [{"name": n, "set": {"model.width": w}} for n, w in (("A", 32), ("B", 40), ("C", 48))],
+           "primary": "best_loss", "baseline": "B", "family": ["A", "C"], "alpha": 0.01, "correction": "bh"}
+    sweep = parse_sweep(raw)
+    q = sweep.question
+    assert (q.primary, q.baseline, q.family, q.alpha, q.correction, q.declared) == (
+        "best_loss", "B", ("A", "C"), 0.01, "bh", True)
+    assert question_of(sweep.design(), baseline=None, grid=True) == q  # the store's design meta
+    assert stored_question(sweep.spec, ["A", "B", "C"]) == q  # the stored sweep.yaml
+    assert stored_question(sweep.spec, ["A", "B"]).family == ("A",)  # only the members that ran
+    # undeclared: the defaults, written once
+    plain = parse_question({}, ["A", "B"], grid=False, source="s")
+    assert plain == Question("final_loss", "A", ("B",), 0.05, "holm", True, False)
+    assert question_of(None, baseline="A", grid=True) == Question("lr_sensitivity", "A", None, declared=False)
