@@ -52,8 +52,11 @@ def store_plan(sweep: Sweep, sweep_dir: Path) -> None:
     if looks is None:
         raise NormlabError(f"sweep '{sweep.name}' has no sequential plan")
     existing = check_sweep_dir(sweep, sweep_dir)
-    plan = {"looks": looks, "seeds": sweep.spec["seeds"], "alpha": sweep.spec.get("alpha", 0.05),
-            "primary": sweep.spec.get("primary"), "baseline": sweep.spec.get("baseline")}
+    q = sweep.question  # normlab.experiments.question: the declared primary, alpha (baseline: as written)
+    if q is None:
+        raise NormlabError(f"sweep '{sweep.name}' has no declared question; a sequential plan decides one")
+    plan = {"looks": looks, "seeds": sweep.spec["seeds"], "alpha": q.alpha,
+            "primary": q.primary if q.declared else None, "baseline": sweep.spec.get("baseline")}
     store = existing or Store(sweep_dir / "results.sqlite")
     if existing is None:
         sweep_dir.mkdir(parents=True, exist_ok=True)
