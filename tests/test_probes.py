@@ -159,3 +159,27 @@ def test_diag_probes_off_leaves_the_config_hash_as_before():
     assert "probes" not in off.identity_dict()["diag"] and off.to_dict()["diag"]["probes"] is False
     assert on.identity_dict()["diag"]["probes"] is True and on.hash() != off.hash()
 
+
+def test_report_section_shows_chance_and_per_variant_values_from_the_stored_probes(probe_sweep):
+    """The report's "In-context probes" table: per variant, mean ± the 95% t half-width over the two seeds of the
+    numbers in probes.json (computed here by hand with scipy's t quantile), and the chance levels ln 8 and 1/4."""
+    from scipy import stats as sps
+
+    from normlab.report.render import write_report
+
+    write_report(probe_sweep)
+    md = (probe_sweep / "report.md").read_text()
+    html = (probe_sweep / "report.html").read_text()
+    part = md.split("## In-context probes", 1)[1].split("\n## ", 1)[0]
+    assert "In-context probes" in html and "ln 8 = 2.079" in part and "1/4 = 0.2500" in part
+    rows = {ln.split("|")[1].strip(): [c.strip() for c in ln.split("|")[2:-1]] for ln in part.splitlines()
+            if ln.startswith("| ") and not ln.startswith(("| variant", "| :", "| -"))}
+    assert set(rows) == {"pre", "qk"}  # 'off' stored none
+    for name, cells in rows.items():
+        recs = [json.loads((probe_sweep / "runs" / f"{name}-s{s}" / "probes.json").read_text()) for s in (0, 1)]
+        for col, get in ((1, lambda r: r["induction"]["first_copy_loss"]),
+                         (3, lambda r: r["induction"]["induction_gain"]), (5, lambda r: r["recall"]["accuracy"])):
+            a, b = (get(r) for r in recs)
+            half = sps.t.ppf(0.975, 1) * (abs(a - b) / math.sqrt(2)) / math.sqrt(2)  # t * sd / sqrt(n), n = 2
+            assert cells[col] == f"{(a + b) / 2:.3f} ± {half:.3f}", (name, col, cells)
+        assert cells[0] == "2"

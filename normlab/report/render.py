@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from normlab.io import atomic_path, check_file_slot, check_inside, write_text
-from normlab.report import equal_flops, lrsection, plots, ranking, reproduce, scaling_section, sections
+from normlab.report import equal_flops, lrsection, plots, probes, ranking, reproduce, scaling_section, sections
 from normlab.report import sequential as seqsection
 from normlab.report import sequential_section, surgery_columns
 from normlab.report.analysis import SweepReport, load
@@ -37,6 +37,7 @@ SECTIONS: tuple[tuple[str, SectionBuilder], ...] = (
     ("ranking", ranking.sections),
     ("curves", sections.curves),
     ("equal flops", equal_flops.sections),  # variant vs baseline at equal steps and equal FLOPs (docs/advise.md)
+    ("probes", probes.sections),  # per variant, the stored in-context probes (diag.probes) beside chance
     ("scaling", scaling_section.sections),  # a sweep over model sizes (docs/scaling.md)
     ("diagnostics", sections.diagnostics),
     ("extrapolation", sections.extrapolation),
