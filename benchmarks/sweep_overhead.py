@@ -39,7 +39,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from normlab.experiments.runner import _worker_env, registration, run_sweep  # noqa: E402
+from normlab.experiments.runner import registration, run_sweep  # noqa: E402
+from normlab.experiments.scheduling import worker_env  # noqa: E402
 from normlab.experiments.store import Store  # noqa: E402
 from normlab.experiments.sweep import parse_sweep  # noqa: E402
 
@@ -59,7 +60,7 @@ def one(mode: str, sweep, root: Path) -> tuple[float, float]:
         store = Store(d / "results.sqlite")
         store.create(sweep.name, sweep.hash)
         store.register(registration(sweep))
-        env = _worker_env(1)
+        env = worker_env(1)
         for r in sweep.runs:
             subprocess.run([sys.executable, "-m", "normlab.experiments.worker", str(d), r.run_id, "--threads", "1"],
                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)

@@ -185,8 +185,10 @@ def compare(sweep: str | Path | dict[str, Any], out: str | Path | None = None, *
     """Run a sweep (a sweep file, a preset name, or a sweep mapping as in docs/compare.md) in parallel worker
     processes into ``out`` (default ``runs/compare-<name>``) and write its report; returns ``status``, ``counts``,
     ``runs`` (the stored rows), and with ``report`` the ``ranking`` / ``summary`` / report paths."""
-    from normlab.experiments.runner import default_sweep_dir, run_sweep
+    from normlab.experiments.entry import run
+    from normlab.experiments.runner import default_sweep_dir
     from normlab.experiments.sweep import list_presets, load_sweep, parse_sweep
+    from normlab.report.sequential import look_record
 
     if isinstance(sweep, dict):
         s = parse_sweep(sweep, here=Path.cwd())
@@ -195,17 +197,7 @@ def compare(sweep: str | Path | dict[str, Any], out: str | Path | None = None, *
     else:
         s = load_sweep(sweep)
     sweep_dir = Path(out) if out else default_sweep_dir(s)
-    from normlab.experiments.plan import looks_of
-
-    if looks_of(s.spec) is not None:  # a sequential plan: seeds in rounds until decided (docs/compare.md)
-        from normlab.experiments.sequential import run_until_decided
-        from normlab.report.sequential import look_record
-
-        seq = run_until_decided(s, sweep_dir, look_record, workers=workers)
-        outcome = seq.outcome
-        outcome.trained = seq.trained
-    else:
-        outcome = run_sweep(s, sweep_dir, workers=workers)
+    outcome = run(s, sweep_dir, workers=workers, decide=look_record)  # a sequential plan: seeds in rounds until decided
     res: dict[str, Any] = {"sweep_dir": str(sweep_dir), "sweep": s.name, "status": outcome.status,
                            "counts": outcome.counts(), "trained": outcome.trained, "skipped": outcome.skipped,
                            "runs": outcome.runs}

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import yaml
 
-from normlab.experiments.runner import _worker_env, registration, run_sweep
+from normlab.experiments.runner import registration, run_sweep
+from normlab.experiments.scheduling import worker_env
 from normlab.experiments.store import Store
 from normlab.experiments.sweep import parse_sweep
 from tests.helpers import cli_env
@@ -36,7 +37,7 @@ def test_a_persistent_worker_trains_like_a_fresh_process(tmp_path, cache, monkey
     store.register(registration(sweep))
     second = sweep.runs[1].run_id
     subprocess.run([sys.executable, "-m", "normlab.experiments.worker", str(fresh), second, "--threads", "1"],
-                   env={**_worker_env(1), "NORMLAB_CACHE_DIR": str(cache)}, check=True, capture_output=True)
+                   env={**worker_env(1), "NORMLAB_CACHE_DIR": str(cache)}, check=True, capture_output=True)
     a = (tmp_path / "pool" / "runs" / second / "model.safetensors").read_bytes()
     assert a == (fresh / "runs" / second / "model.safetensors").read_bytes()
     rows = {r["run_id"]: r for r in Store(tmp_path / "pool" / "results.sqlite").runs()}
@@ -94,17 +95,17 @@ def test_in_process_runner_stops_on_a_signal_between_runs_even_if_sigint_was_ign
     """The in-process runner (claims with one worker) installs its own handlers: a SIGINT that lands after a run
     finished and before the next starts stops the sweep (``interrupted``, the next run never trained) even when the
     process started with SIGINT ignored, as under a background shell (CI); the old handler is back afterwards."""
-    import normlab.experiments.worker as worker
+    import normlab.experiments.scheduling as scheduling
 
     monkeypatch.setenv("NORMLAB_CACHE_DIR", str(cache))
-    real = worker.serve_one
+    real = scheduling.serve_one
 
     def then_ctrl_c(*a, **kw):  # the signal arrives right after the run, outside the trainer
         rc = real(*a, **kw)
         os.kill(os.getpid(), signal.SIGINT)
         return rc
 
-    monkeypatch.setattr(worker, "serve_one", then_ctrl_c)
+    monkeypatch.setattr(scheduling, "serve_one", then_ctrl_c)
     sweep = parse_sweep({"name": "inline", "base": "tiny", "seeds": [0, 1], "set": FAST})
     old = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
@@ -176,8 +177,7 @@ def test_the_runner_replaces_a_worker_after_a_run_that_failed_with_an_error(tmp_
     """A run that ends in an unexpected error (exit status 1) may leave its process unfit (a poisoned CUDA context,
     a fragmented allocator): the runner closes that worker and the next run gets a new one; a run that completed
     does not cost its worker."""
-    import normlab.experiments.pool as pool
-    from normlab.experiments.runner import SweepOutcome, _execute
+    import normlab.experiments.scheduling as scheduling
 
     sweep = parse_sweep({"name": "fail", "base": "tiny", "seeds": [0, 1, 2], "set": FAST})
     d = tmp_path / "s"
@@ -213,9 +213,10 @@ def test_the_runner_replaces_a_worker_after_a_run_that_failed_with_an_error(tmp_
         def close(self, timeout=60.0):
             self.closed = True
 
-    monkeypatch.setattr(pool, "Worker", FakeWorker)
+    monkeypatch.setattr(scheduling, "Worker", FakeWorker)
     ids = [r.run_id for r in sweep.runs]
-    assert _execute(store, d, ids, 1, 1, lambda s: None, SweepOutcome(d, "running")) == "completed"
+    processes = scheduling.Processes(d, 1, 1, lambda s: None, store, len(ids))
+    assert scheduling.drive(processes, store, [[r] for r in ids], lambda s: None, []) == "completed"
     assert trained_by[ids[0]].closed and trained_by[ids[1]] is not trained_by[ids[0]]
     assert trained_by[ids[2]] is trained_by[ids[1]] and len(made) == 2
 

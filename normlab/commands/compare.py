@@ -67,22 +67,14 @@ def parse_duration(text: str) -> float:
     return total
 
 
-def _execute(sweep: Any, out: Path, args: argparse.Namespace) -> tuple[Any, dict[str, Any] | None]:
-    """Run ``sweep`` in ``out``: in rounds until decided when it has a sequential plan, else once."""
-    from normlab.experiments.plan import looks_of
-    from normlab.experiments.runner import run_sweep
-
-    kw = {"workers": args.workers, "executor": args.executor, "address": args.address, "stack": args.stack}
-    if looks_of(sweep.spec) is None:
-        return run_sweep(sweep, out, **kw), None
-    from normlab.experiments.sequential import run_until_decided
+def _execute(sweep: Any, out: Path, args: argparse.Namespace) -> Any:
+    """Run ``sweep`` in ``out`` through the one entry (``normlab.experiments.run``): in rounds until decided when it
+    has a sequential plan (the looks judged by normlab.report.sequential), else once."""
+    from normlab.experiments.entry import run  # torch: not when the parser is built
     from normlab.report.sequential import look_record
 
-    res = run_until_decided(sweep, out, look_record, budget_s=args.budget, **kw)
-    res.outcome.trained = res.trained
-    if res.stopped == "interrupted":
-        res.outcome.status = "interrupted"
-    return res.outcome, {"stopped": res.stopped, "seeds_spent": res.seeds_spent, "looks": len(res.looks)}
+    return run(sweep, out, executor=args.executor, workers=args.workers, address=args.address, stack=args.stack,
+               decide=look_record, budget_s=args.budget)
 
 
 def _load(args: argparse.Namespace, source: str | None = None) -> Any:
@@ -172,7 +164,7 @@ def run_compare(args: argparse.Namespace) -> int:
         check_replication_data(rsweep)
     out = Path(args.out) if args.out else default_sweep_dir(sweep)
     try:
-        outcome, seq = _execute(sweep, out, args)
+        outcome = _execute(sweep, out, args)
         rep_out = []
         for s, rsweep, rel in replicas:
             if outcome.status == "interrupted":
@@ -180,9 +172,10 @@ def run_compare(args: argparse.Namespace) -> int:
             from normlab.report.sequential import record_replication
 
             record_replication(out, s, rel)
-            routcome, rseq = _execute(rsweep, out / rel, args)
+            routcome = _execute(rsweep, out / rel, args)
             write_report(out / rel)
-            rep_out.append({"source": s, "sweep_dir": str(out / rel), "status": routcome.status, "sequential": rseq})
+            rep_out.append({"source": s, "sweep_dir": str(out / rel), "status": routcome.status,
+                            "sequential": routcome.until_decided})
             outcome.status = routcome.status
             outcome.runs = outcome.runs + routcome.runs
     except KeyboardInterrupt:  # Ctrl-C before any worker started (data preparation, store setup)
@@ -194,8 +187,8 @@ def run_compare(args: argparse.Namespace) -> int:
             "counts": counts, "trained": outcome.trained, "skipped": outcome.skipped, "workers": outcome.workers,
             "threads": outcome.threads, "executor": args.executor, "wall_s": outcome.wall_s,
             "packing": outcome.packing, "sweep_tokens_per_s": outcome.sweep_tokens_per_s}
-    if seq is not None:
-        base["until_decided"] = seq
+    if outcome.until_decided is not None:
+        base["until_decided"] = outcome.until_decided
     if replicas:
         base["replications"] = rep_out
     if outcome.status == "interrupted":

@@ -1,4 +1,5 @@
-"""Where a sweep's runs train: ``local`` worker processes (``normlab.experiments.runner``) or a Ray cluster.
+"""The Ray executor (``RayTasks``): a sweep's runs as tasks on a Ray cluster; ``local`` worker processes, in-process
+and stacked runs are the executors of ``normlab.experiments.scheduling``, whose one loop drives this one too.
 
 ``normlab compare SWEEP --executor ray [--address auto|HOST:PORT|ray://HOST:PORT]`` (and ``normlab claims
 --executor ray``) submits every
@@ -28,8 +29,10 @@ arXiv:1712.05889) asking for ``threads`` CPUs, or one GPU when the cluster has G
 
 from __future__ import annotations
 
+import ctypes
 import io
 import json
+import logging
 import os
 import secrets
 import shutil
@@ -41,9 +44,12 @@ import tarfile
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from normlab.errors import NormlabError
+from normlab.experiments.worker import finished_summary, record
+from normlab.resources import available_cores, plan_workers
+from normlab.run.rundir import read_summary
 from normlab.safety import printable
 
 EXECUTORS = ("local", "ray")
@@ -109,8 +115,6 @@ def _auto_address() -> tuple[str, int]:
 
 def connect(address: str | None) -> Any:
     """``ray`` connected to the cluster at ``address`` (or RAY_ADDRESS, or a new one-machine cluster)."""
-    import logging
-
     import ray
 
     if not ray.is_initialized():
@@ -119,8 +123,6 @@ def connect(address: str | None) -> Any:
         if address:
             kw["address"] = address
         elif not os.environ.get("RAY_ADDRESS"):
-            from normlab.resources import available_cores
-
             kw.update(num_cpus=available_cores(), include_dashboard=False)
         try:
             ray.init(**kw)
@@ -151,8 +153,6 @@ def plan_ray(ray: Any, n_runs: int, workers: int | None) -> tuple[int, int]:
     """``(tasks in flight, threads per task)`` on the cluster: the cluster's CPUs shared as on one machine
     (``resources.plan_workers``), each task's threads capped at the largest live node's CPUs. The cap matters with
     fewer runs than nodes, and right after a node died (the cluster's total still counts it for a while)."""
-    from normlab.resources import plan_workers
-
     w, threads = plan_workers(n_runs, workers, cluster_cpus(ray))
     return w, min(threads, node_cpus(ray))
 
@@ -213,8 +213,6 @@ def _shared(sweep_root: str, token: str, mode: str) -> bool:
 def _die_with_parent(parent: int | None) -> None:
     """Linux: SIGKILL this trainer when the Ray worker that started it dies (a lost node leaves no orphan)."""
     try:
-        import ctypes
-
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         return
@@ -274,8 +272,6 @@ def sweep_task(run_id: str, config: dict[str, Any], threads: int, sweep_root: st
                 proc.send_signal(signal.SIGINT if signalled <= 2 else signal.SIGKILL)
         proc.returncode = status
         cfg_file.unlink(missing_ok=True)
-        from normlab.run.rundir import read_summary
-
         try:
             summary = read_summary(run_dir) if run_dir.is_dir() else None
         except NormlabError:
@@ -313,102 +309,108 @@ def _last_line(data: bytes | None) -> str:
     return lines[-1][:300] if lines else ""
 
 
-def run_ray_sweep(ray: Any, store: Any, sweep_dir: Path, todo: list[str], n_workers: int, threads: int,
-                  log: Callable[[str], None], outcome: Any) -> str:
-    """Train ``todo`` on the Ray cluster, at most ``n_workers`` tasks in flight; the driver records every row.
-    Returns ``completed`` or ``interrupted``."""
-    from normlab.experiments.progress import describe_row, stopping_message
-    from normlab.experiments.worker import finished_summary, record
+class RayTasks:
+    """The Ray executor (``normlab.experiments.scheduling.Executor``): one task per run, at most ``slots`` in
+    flight; the driver alone records every row (module docstring). The first signal sets the ``Stopper`` flag every
+    task polls (each forwards one SIGINT to its trainer), a second cancels the tasks, a third force-kills them."""
 
-    sweep_dir = sweep_dir.resolve()
-    token = secrets.token_hex(8)
-    (sweep_dir / MARKER).write_text(token)
-    (sweep_dir / "logs").mkdir(exist_ok=True)
-    mode = os.environ.get("NORMLAB_RAY_FILES", "auto")
-    if mode not in ("auto", "shared", "copy"):
-        raise NormlabError(f"NORMLAB_RAY_FILES must be auto, shared or copy, got '{mode}'")
-    remote = ray.remote(max_retries=0)(sweep_task)
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+    in_process, announces, tag, exited = False, True, "", "trainer exited"
 
-    here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=True)
-    stopper = ray.remote(num_cpus=0)(Stopper).options(scheduling_strategy=here).remote()  # on the driver's node
-    res = _resources(ray, threads)
-    queue = list(todo)
-    running: dict[Any, str] = {}
-    interrupts = 0
-    done_count = 0
+    def __init__(self, ray: Any, store: Any, sweep_dir: Path, slots: int, threads: int):
+        self.ray, self.store, self.slots, self.threads = ray, store, slots, threads
+        self.sweep_dir = sweep_dir.resolve()
+        self.token = secrets.token_hex(8)
+        (self.sweep_dir / MARKER).write_text(self.token)
+        (self.sweep_dir / "logs").mkdir(exist_ok=True)
+        self.mode = os.environ.get("NORMLAB_RAY_FILES", "auto")
+        if self.mode not in ("auto", "shared", "copy"):
+            raise NormlabError(f"NORMLAB_RAY_FILES must be auto, shared or copy, got '{self.mode}'")
+        self.remote = ray.remote(max_retries=0)(sweep_task)
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    def on_signal(signum: int, _frame: Any) -> None:
-        nonlocal interrupts
-        interrupts += 1
-        if interrupts == 1:
-            log(stopping_message(len(running)))
-            stopper.stop.remote()
+        here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=True)
+        self.stopper = ray.remote(num_cpus=0)(Stopper).options(scheduling_strategy=here).remote()  # driver's node
+        self.res = _resources(ray, threads)
+        self.running: dict[Any, str] = {}
+        self.ready: list[tuple[str, int | None]] = []
+        self.signals = 0
+
+    def in_flight(self) -> int:
+        return len(self.running) + len(self.ready)
+
+    def start(self, job: list[str], on_signal: Any) -> bool:
+        (run_id,) = job
+        row = self.store.get(run_id)
+        summary = finished_summary(self.sweep_dir / "runs" / run_id)
+        self.store.start(run_id, calls_trainer=summary is None)
+        if summary is not None:  # trained earlier, not recorded: record only
+            record(self.store, self.sweep_dir, run_id, summary, peak_mem_mb=row.get("peak_mem_mb"))
+            self.ready.append((run_id, None))
+            return True
+        files = ({"runs": pack(self.sweep_dir / "runs", run_id), "tb": pack(self.sweep_dir / "tb", run_id)}
+                 if self.mode != "shared" else None)
+        ref = self.remote.options(**self.res).remote(run_id, row["config"], self.threads, str(self.sweep_dir),
+                                                     self.token, self.mode, files, self.stopper)
+        self.running[ref] = run_id
+        return True
+
+    def finished(self) -> list[tuple[str, int | None]]:
+        out, self.ready = self.ready, []
+        if not self.running:
+            return out
+        ready, _ = self.ray.wait(list(self.running), num_returns=1, timeout=0.5)
+        for ref in ready:
+            run_id = self.running.pop(ref)
+            try:
+                result, error = self.ray.get(ref), None
+            except Exception as e:  # noqa: BLE001 - a lost node, a cancelled or crashed task: recorded
+                first = (str(e).strip().splitlines() or [e.__class__.__name__])[0]
+                result, error = None, f"Ray task lost ({e.__class__.__name__}): {first[:300]}"
+            out.append((run_id, self._record(run_id, result, error)))
+        return out
+
+    def _record(self, run_id: str, result: dict[str, Any] | None, error: str | None) -> int | None:
+        """Unpack what the task sent back and write the run's row; returns the trainer's exit status."""
+        status = "interrupted" if self.signals else "failed"
+        if result is None:
+            self.store.update(run_id, status=status, error=error)
+            return None
+        if result.get("files"):
+            unpack(result["files"], self.sweep_dir / "runs", run_id)
+        if result.get("tb_files"):
+            unpack(result["tb_files"], self.sweep_dir / "tb", run_id)
+        if result.get("log"):
+            with open(self.sweep_dir / "logs" / f"{run_id}.log", "ab") as f:
+                f.write(result["log"])
+        summary = result.get("summary")
+        if summary and summary.get("status") in ("completed", "diverged", "interrupted"):
+            summary = {**summary, "run_dir": str(self.sweep_dir / "runs" / run_id)}
+            record(self.store, self.sweep_dir, run_id, summary, peak_mem_mb=result.get("peak_mem_mb"))
         else:
-            for ref in running:
-                ray.cancel(ref, force=interrupts >= 3)
+            why = _last_line(result.get("log") or result.get("log_tail"))
+            self.store.update(run_id, status=status, error=f"trainer exited with status {result.get('rc')} on "
+                                                           f"{result.get('host')}: {why}")
+        return result.get("rc")
 
-    def finish(run_id: str, result: dict[str, Any] | None, error: str | None) -> None:
-        nonlocal done_count
-        done_count += 1
-        run_dir = sweep_dir / "runs" / run_id
-        if result is not None:
-            if result.get("files"):
-                unpack(result["files"], sweep_dir / "runs", run_id)
-            if result.get("tb_files"):
-                unpack(result["tb_files"], sweep_dir / "tb", run_id)
-            if result.get("log"):
-                with open(sweep_dir / "logs" / f"{run_id}.log", "ab") as f:
-                    f.write(result["log"])
-            summary = result.get("summary")
-            if summary and summary.get("status") in ("completed", "diverged", "interrupted"):
-                summary = {**summary, "run_dir": str(run_dir)}
-                record(store, sweep_dir, run_id, summary, peak_mem_mb=result.get("peak_mem_mb"))
-            else:
-                why = _last_line(result.get("log") or result.get("log_tail"))
-                store.update(run_id, status="interrupted" if interrupts else "failed",
-                             error=f"trainer exited with status {result.get('rc')} on {result.get('host')}: {why}")
-        else:
-            store.update(run_id, status="interrupted" if interrupts else "failed", error=error)
-        row = store.get(run_id)
-        log(f"[{done_count}/{len(todo)}] {run_id}: {describe_row(row)}"
-            + (f" (log: {sweep_dir / 'logs' / (run_id + '.log')})" if row["status"] == "failed" else ""))
+    def interrupt(self, signals: int) -> None:
+        self.signals = signals
+        if signals == 1:
+            self.stopper.stop.remote()
+            return
+        for ref in self.running:
+            self.ray.cancel(ref, force=signals >= 3)
 
-    old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        while running or (queue and not interrupts):
-            while queue and not interrupts and len(running) < n_workers:
-                run_id = queue.pop(0)
-                row = store.get(run_id)
-                summary = finished_summary(sweep_dir / "runs" / run_id)
-                store.start(run_id, calls_trainer=summary is None)
-                outcome.trained.append(run_id)
-                if summary is not None:  # trained earlier, not recorded: record only
-                    record(store, sweep_dir, run_id, summary, peak_mem_mb=row.get("peak_mem_mb"))
-                    done_count += 1
-                    log(f"[{done_count}/{len(todo)}] {run_id}: {describe_row(store.get(run_id))}")
-                    continue
-                files = ({"runs": pack(sweep_dir / "runs", run_id), "tb": pack(sweep_dir / "tb", run_id)}
-                         if mode != "shared" else None)
-                ref = remote.options(**res).remote(run_id, row["config"], threads, str(sweep_dir), token, mode,
-                                                   files, stopper)
-                running[ref] = run_id
-            if not running:
-                continue
-            ready, _ = ray.wait(list(running), num_returns=1, timeout=0.5)
-            for ref in ready:
-                run_id = running.pop(ref)
-                try:
-                    result, error = ray.get(ref), None
-                except Exception as e:  # noqa: BLE001 - a lost node, a cancelled or crashed task: recorded
-                    first = (str(e).strip().splitlines() or [e.__class__.__name__])[0]
-                    result, error = None, f"Ray task lost ({e.__class__.__name__}): {first[:300]}"
-                finish(run_id, result, error)
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)
-        (sweep_dir / MARKER).unlink(missing_ok=True)
-    return "interrupted" if interrupts else "completed"
+    def wait(self) -> None:
+        """``finished`` waits (``ray.wait``, half a second) for the next task."""
+
+    def close(self) -> None:
+        (self.sweep_dir / MARKER).unlink(missing_ok=True)
+
+    def log_of(self, run_id: str) -> Path:
+        return self.sweep_dir / "logs" / f"{run_id}.log"
+
+    def progress_line(self, done: int) -> str:
+        return ""
 
 
 # ---------------------------------------------------------------------------------------------- trainer child

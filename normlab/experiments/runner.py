@@ -1,4 +1,7 @@
-"""Run a sweep: parallel worker processes on one machine, resumable, Ctrl-C safe.
+"""One pass over a sweep: its directory, resume, and which executor trains what; resumable, Ctrl-C safe.
+
+The entry is ``normlab.experiments.run`` (entry.py: once, or in rounds until decided); every executor trains
+through the one scheduling loop of ``normlab.experiments.scheduling``.
 
 Layout of a sweep directory::
 
@@ -25,20 +28,28 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-import signal
 import sys
 import time
-from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, TextIO
 
-from normlab.errors import EXIT_FAILED, EXIT_INTERRUPTED, NormlabError
+from normlab.config import config_from_dict
+from normlab.data.cache import default_cache_dir
+from normlab.errors import NormlabError
 from normlab.experiments.design import record_design
-from normlab.experiments.progress import SweepProgress, describe_row, stopping_message
+from normlab.experiments.estimate import check_device
+from normlab.experiments.executors import RayTasks, check_executor, cluster_cpus, connect, plan_ray
+from normlab.experiments.packing import choose_packing
+from normlab.experiments.scheduling import Inline, Processes, Stacked, drive
 from normlab.experiments.store import FINAL, Store
 from normlab.experiments.sweep import Sweep, dump_spec
+from normlab.experiments.worker import plan_stacks
+from normlab.io import write_text
 from normlab.resources import available_cores, plan_workers
+from normlab.run.files import FINGERPRINT_FILE
+from normlab.run.fingerprint import check_run
+from normlab.run.rundir import load_data
 
 
 def default_sweep_dir(sweep: Sweep) -> Path:
@@ -47,7 +58,9 @@ def default_sweep_dir(sweep: Sweep) -> Path:
 
 @dataclass
 class SweepOutcome:
-    """What one ``run_sweep`` call did. ``status``: ``completed`` (nothing left to run) or ``interrupted``."""
+    """What one ``run_sweep`` call did (or, from ``experiments.entry.run``, a whole sequential plan: its last round,
+    ``trained`` over every round, ``until_decided``: why it stopped, the seeds spent, the number of looks).
+    ``status``: ``completed`` (nothing left to run) or ``interrupted``."""
 
     sweep_dir: Path
     status: str
@@ -59,6 +72,7 @@ class SweepOutcome:
     runs: list[dict[str, Any]] = field(default_factory=list)
     packing: dict[str, float] = field(default_factory=dict)  # measured summed tokens/s per "WxT" (packing.py)
     sweep_tokens_per_s: float | None = None  # tokens trained by this call's runs / its wall time
+    until_decided: dict[str, Any] | None = None  # a sequential plan: {stopped, seeds_spent, looks}
 
     def counts(self) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -86,9 +100,6 @@ def check_sweep_dir(sweep: Sweep, sweep_dir: Path) -> Store | None:
 
 def _prepare_data(configs: list[dict[str, Any]], log: Callable[[str], None]) -> None:
     """Build every distinct token cache once, here, before workers start (and check each corpus fits its context)."""
-    from normlab.config import config_from_dict
-    from normlab.run.rundir import load_data
-
     seen = set()
     for c in configs:
         key = (repr(sorted(c["data"].items())), c["model"]["context"])
@@ -130,19 +141,11 @@ class _Lock:
             self.f.close()
 
 
-def _worker_env(threads: int) -> dict[str, str]:
-    env = dict(os.environ)
-    root = str(Path(__file__).resolve().parents[2])
-    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    env.update({"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads), "PYTHONUNBUFFERED": "1"})
-    return env
-
-
 def run_sweep(sweep: Sweep, sweep_dir: Path, *, workers: int | None = None,
               log: Callable[[str], None] | None = None, executor: str = "local",
               address: str | None = None, threads: int | None = None, inline: bool = False,
               stack: str | None = None) -> SweepOutcome:
-    """Run every unfinished run of ``sweep`` in ``sweep_dir`` (see the module docstring); returns the outcome.
+    """Run every unfinished run of ``sweep`` in ``sweep_dir`` once (see the module docstring); returns the outcome.
     ``executor``: ``local`` worker processes, or ``ray`` tasks on the cluster at ``address``
     (``normlab.experiments.executors``). ``threads``: torch threads per worker (default: cores // workers; the
     claims suite passes 1, which its bit-for-bit reproducible numbers depend on). ``inline``: train the runs one
@@ -150,16 +153,13 @@ def run_sweep(sweep: Sweep, sweep_dir: Path, *, workers: int | None = None,
     many tiny runs whose process start-up (~3 s: docs/benchmarks.md, sweep overhead) would dominate; the store, logs
     and Ctrl-C behave the same. ``stack``: ``--stack auto|on|off`` (default: each run's ``train.stack``): runs of one
     architecture train first, as stacked groups in this process (normlab.experiments.worker.plan_stacks,
-    normlab.train.stacked), the others as without it (local executor only)."""
-    from normlab.experiments.executors import check_executor
-
+    normlab.train.stacked), the others as without it (local executor only). Every executor trains through the one
+    scheduling loop, ``normlab.experiments.scheduling.drive``."""
     log = log or (lambda s: print(s, file=sys.stderr, flush=True))
     if workers is not None and workers < 1:
         raise NormlabError(f"--workers must be >= 1, got {workers}")
     check_executor(executor, address)
     if executor == "local":  # a Ray cluster may have the GPUs this machine lacks
-        from normlab.experiments.estimate import check_device
-
         check_device(sweep.name, [r.config for r in sweep.runs])
     if inline and (executor != "local" or (workers or 1) != 1):
         raise NormlabError("inline training needs the local executor with one worker")
@@ -187,29 +187,21 @@ def run_sweep(sweep: Sweep, sweep_dir: Path, *, workers: int | None = None,
             log(f"note: the sweep's design changed ({', '.join(changed)}); the change is recorded in the store, and "
                 "if runs had already finished the report treats every comparison as exploratory")
         if changed or not (sweep_dir / "sweep.yaml").is_file():
-            from normlab.io import write_text
-
             write_text(sweep_dir / "sweep.yaml", dump_spec(sweep))
         store.register(registration(sweep))
-        ray = None
-        if executor == "ray" and todo:
-            from normlab.experiments.executors import cluster_cpus, connect, plan_ray
-
-            ray = connect(address)
+        ray = connect(address) if executor == "ray" and todo else None
         groups, stack_note = [], ""
         if todo and ray is None:
-            from normlab.experiments.worker import plan_stacks
-
             groups, _, stack_note = plan_stacks({r.run_id: r.config for r in todo}, stack)
         in_groups = {r for g in groups for r in g}
-        alone = [r for r in todo if r.run_id not in in_groups]
+        alone = [r.run_id for r in todo if r.run_id not in in_groups]
         n_workers, planned = plan_ray(ray, len(todo), workers) if ray else plan_workers(max(len(alone), 1), workers)
         packing: dict[str, float] = {}
         if threads is not None:
             if threads < 1:
                 raise NormlabError(f"threads must be >= 1, got {threads}")
         elif ray is None and workers is None and not inline and len(alone) > 1 and available_cores() > 1:  # .packing
-            n_workers, planned, packing = _choose_packing(sweep, alone, log)
+            n_workers, planned, packing = _choose_packing(sweep, [r for r in todo if r.run_id in alone], log)
         threads = threads or planned
         outcome = SweepOutcome(sweep_dir, "completed", skipped=skipped, workers=n_workers, threads=threads,
                                packing=packing)
@@ -222,20 +214,13 @@ def run_sweep(sweep: Sweep, sweep_dir: Path, *, workers: int | None = None,
             t_exec = time.time()
             if groups or stack == "on":
                 log(stack_note)
-            if groups:
-                outcome.status = _execute_stacked(store, sweep_dir, groups, threads, log, outcome)
-            if outcome.status == "interrupted" or not alone:
-                pass
-            elif ray is not None:
-                from normlab.experiments.executors import run_ray_sweep
-
-                outcome.status = run_ray_sweep(ray, store, sweep_dir, [r.run_id for r in todo], n_workers, threads,
-                                               log, outcome)
-            elif inline:
-                outcome.status = _execute_inline(store, sweep_dir, [r.run_id for r in alone], threads, log, outcome)
-            else:
-                outcome.status = _execute(store, sweep_dir, [r.run_id for r in alone], n_workers, threads, log,
-                                          outcome)
+            if groups:  # the stacked groups first, then the runs alone
+                outcome.status = drive(Stacked(sweep_dir, threads, log), store, groups, log, outcome.trained)
+            if outcome.status != "interrupted" and alone:
+                run_alone = (RayTasks(ray, store, sweep_dir, n_workers, threads) if ray is not None
+                             else Inline(sweep_dir, threads, log) if inline
+                             else Processes(sweep_dir, n_workers, threads, log, store, len(alone)))
+                outcome.status = drive(run_alone, store, [[r] for r in alone], log, outcome.trained)
             outcome.wall_s = time.time() - t_start
             outcome.sweep_tokens_per_s = _sweep_tokens(store, outcome.trained) / max(time.time() - t_exec, 1e-9)
             log(f"sweep throughput {outcome.sweep_tokens_per_s:,.0f} tokens/s summed over {n_workers} workers "
@@ -260,9 +245,6 @@ def _refingerprint(sweep: Sweep, sweep_dir: Path, stored: dict, log: Callable[[s
     normlab and torch versions) no longer matches what the current code builds: each is moved aside to
     ``SWEEP_DIR/stale/RUN_ID-<n>`` (kept, not deleted) and returned to be trained again, with the reason logged.
     Runs trained before fingerprints existed cannot be checked: they are reused, and the log says so."""
-    from normlab.run.files import FINGERPRINT_FILE
-    from normlab.run.fingerprint import check_run
-
     again, legacy, why_all = [], [], {}
     for r in sweep.runs:
         if stored.get(r.run_id, {}).get("status") not in FINAL:
@@ -291,9 +273,6 @@ def _refingerprint(sweep: Sweep, sweep_dir: Path, stored: dict, log: Callable[[s
 
 
 def _choose_packing(sweep: Sweep, todo: list, log: Callable[[str], None]) -> tuple[int, int, dict[str, float]]:
-    from normlab.data.cache import default_cache_dir
-    from normlab.experiments.packing import choose_packing
-
     cfg = todo[0].config
     cache = (cfg.get("data") or {}).get("cache_dir") or default_cache_dir()
     return choose_packing(cfg, len(todo), available_cores(), Path(cache), log)
@@ -301,8 +280,6 @@ def _choose_packing(sweep: Sweep, todo: list, log: Callable[[str], None]) -> tup
 
 def _sweep_tokens(store: Store, run_ids: list[str]) -> float:
     """Tokens trained by ``run_ids`` (steps x batch x context x grad_accum of each, as resolved now)."""
-    from normlab.config import config_from_dict
-
     total = 0.0
     for run_id in run_ids:
         row = store.get(run_id)
@@ -310,163 +287,3 @@ def _sweep_tokens(store: Store, run_ids: list[str]) -> float:
             c = config_from_dict(json.loads(json.dumps(row["config"])))
             total += row["step"] * c.train.batch_size * c.model.context * c.train.grad_accum
     return total
-
-
-def _execute(store: Store, sweep_dir: Path, todo: list[str], n_workers: int, threads: int,
-             log: Callable[[str], None], outcome: SweepOutcome) -> str:
-    """Train ``todo`` with ``n_workers`` persistent worker processes (normlab.experiments.pool), each training one
-    run at a time; Ctrl-C as in the module docstring."""
-    from normlab.experiments.pool import Worker
-
-    queue = deque(todo)
-    workers: list[Worker] = []
-    interrupts = 0
-    (sweep_dir / "logs").mkdir(exist_ok=True)
-    env = _worker_env(threads)
-    done_count = 0
-    progress = SweepProgress(sweep_dir, log, total=len(todo))  # sweep ETA; per-run step / ETA / log path
-    log(f"worker logs: {sweep_dir / 'logs'}/<run id>.log")
-
-    def busy() -> list[Worker]:
-        return [w for w in workers if w.run_id is not None]
-
-    def on_signal(signum: int, _frame: Any) -> None:
-        nonlocal interrupts
-        interrupts += 1
-        if interrupts == 1:
-            log(stopping_message(len(busy())))
-        for w in workers:
-            w.interrupt(kill=interrupts >= 3)
-
-    old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-    bar = progress.bar()  # a progress bar of the sweep's runs on a terminal; nothing otherwise
-    bar.__enter__()
-    try:
-        while busy() or (queue and not interrupts):
-            while queue and not interrupts:
-                idle = next((w for w in workers if w.run_id is None and w.alive()), None)
-                if idle is None and sum(w.alive() for w in workers) >= n_workers:
-                    break
-                if idle is None:
-                    idle = Worker(sweep_dir, threads, env)
-                    workers.append(idle)
-                run_id = queue[0]
-                if not idle.assign(run_id):  # it died idle: another worker takes the run
-                    continue
-                queue.popleft()
-                outcome.trained.append(run_id)
-                progress.started(run_id, int((store.get(run_id).get("config") or {}).get("train", {}).get("steps", 0)))
-            for w in list(workers):
-                if w.run_id is None:
-                    if not w.alive():
-                        w.close()
-                        workers.remove(w)
-                    continue
-                end = w.finished()
-                if end is None:
-                    continue
-                run_id, rc, died = end
-                progress.finished(run_id)
-                done_count += 1
-                row = store.get(run_id)
-                if row["status"] in ("running", "pending"):  # the worker died (or stopped) without recording
-                    status = "interrupted" if interrupts else "failed"
-                    store.update(run_id, status=status, error=f"worker exited with status {rc}; see logs/{run_id}.log")
-                    row = store.get(run_id)
-                log(f"[{done_count}/{len(todo)}] {run_id}: {describe_row(row)}"
-                    + (f" (log: {sweep_dir / 'logs' / (run_id + '.log')})" if row["status"] == "failed" else "")
-                    + f"; {progress.sweep_line(done_count).removeprefix('sweep: ')}")
-                if rc == EXIT_FAILED and not died:  # an unexpected error may leave the process unfit (a poisoned CUDA
-                    w.close()                       # context, a fragmented allocator): the next run gets a new one
-                    workers.remove(w)
-            if busy():
-                progress.tick([w.run_id for w in busy()])
-                time.sleep(0.2)
-    finally:
-        bar.__exit__(None, None, None)
-        for s, h in old.items():
-            signal.signal(s, h)
-        for w in workers:
-            w.close()
-    return "interrupted" if interrupts else "completed"
-
-
-def _execute_stacked(store: Store, sweep_dir: Path, groups: list[list[str]], threads: int,
-                     log: Callable[[str], None], outcome: SweepOutcome) -> str:
-    """Train each group of ``groups`` as one stacked model in this process (``worker.serve_group``), one group after
-    another; Ctrl-C as ``_execute_inline`` (the trainer checkpoints every member and returns ``interrupted``)."""
-    from normlab.experiments.worker import serve_group
-
-    interrupts = 0
-
-    def on_signal(signum: int, _frame: Any) -> None:
-        nonlocal interrupts
-        interrupts += 1
-
-    old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-    n, total = 0, sum(map(len, groups))
-    try:
-        for group in groups:
-            if interrupts:
-                return "interrupted"
-            outcome.trained.extend(group)
-            signal.signal(signal.SIGINT, signal.default_int_handler)  # the trainer installs its own
-            try:
-                codes = serve_group(sweep_dir, group, threads)
-            except NormlabError as e:  # a run of the group is being trained by another process
-                log(f"stacked group {group[0]} ...: {e}")
-                codes = {r: EXIT_FAILED for r in group}
-            signal.signal(signal.SIGINT, on_signal)
-            for run_id in group:
-                n += 1
-                row = store.get(run_id)
-                if row["status"] in ("running", "pending"):
-                    store.update(run_id, status="interrupted" if codes.get(run_id) == EXIT_INTERRUPTED else "failed",
-                                 error=f"exited with status {codes.get(run_id)}; see logs/{group[0]}.log")
-                    row = store.get(run_id)
-                log(f"[{n}/{total} stacked] {run_id}: {describe_row(row)}")
-                if row["status"] == "interrupted":
-                    interrupts = max(interrupts, 1)
-        return "interrupted" if interrupts else "completed"
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)
-
-
-def _execute_inline(store: Store, sweep_dir: Path, todo: list[str], threads: int, log: Callable[[str], None],
-                    outcome: SweepOutcome) -> str:
-    """Train ``todo`` one after another in this process (``worker.serve_one``: output in ``logs/<run id>.log``).
-    Ctrl-C / SIGTERM: during training the trainer checkpoints and returns ``interrupted``; anywhere else the signal is
-    recorded and the run in progress finishes; either way no further run starts, and the sweep is resumable, as with
-    worker processes. (Handlers are installed here, so this holds also when this process started with SIGINT
-    ignored, as under a background shell.)"""
-    from normlab.experiments.worker import serve_one
-
-    interrupts = 0
-
-    def on_signal(signum: int, _frame: Any) -> None:
-        nonlocal interrupts
-        interrupts += 1
-
-    (sweep_dir / "logs").mkdir(exist_ok=True)
-    old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        for i, run_id in enumerate(todo, 1):
-            if interrupts:
-                return "interrupted"
-            outcome.trained.append(run_id)
-            rc = serve_one(sweep_dir, run_id, threads, sigint=on_signal)
-            signal.signal(signal.SIGINT, on_signal)  # whatever the run left
-            row = store.get(run_id)
-            if row["status"] in ("running", "pending"):  # stopped outside the trainer (between store writes)
-                store.update(run_id, status="interrupted" if rc == EXIT_INTERRUPTED else "failed",
-                             error=f"exited with status {rc}; see logs/{run_id}.log")
-                row = store.get(run_id)
-            log(f"[{i}/{len(todo)}] {run_id}: {describe_row(row)}"
-                + (f" (log: {sweep_dir / 'logs' / (run_id + '.log')})" if row["status"] == "failed" else ""))
-            if rc == EXIT_INTERRUPTED or row["status"] == "interrupted":
-                return "interrupted"
-        return "interrupted" if interrupts else "completed"
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)

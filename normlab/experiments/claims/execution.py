@@ -247,17 +247,17 @@ def why_retrain(out: Path, sweep: "Sweep") -> dict[str, list[str]]:
 # -- training ---------------------------------------------------------------------------------------------------
 def train_runs(sweep: "Sweep", out: Path, *, workers: int | None, log: Callable[[str], None],
                reuse: Path | None = None, executor: str = "local", address: str | None = None) -> str:
-    """Train the unfinished runs of ``sweep`` in ``out`` with one torch thread each (``run_sweep``; with one local
-    worker, in this process); with ``reuse``
+    """Train the unfinished runs of ``sweep`` in ``out`` with one torch thread each (``normlab.experiments.run``;
+    with one local worker, in this process); with ``reuse``
     the runs that sweep holds are copied (waited for while it trains them) after the others trained. Returns the
     runner's status (``completed`` or ``interrupted``)."""
-    from normlab.experiments.runner import run_sweep
+    from normlab.experiments.entry import run
 
-    inline = executor == "local" and workers == 1  # tiny runs: no process start-up per run
+    if executor == "local" and workers == 1:  # tiny runs: no process start-up per run
+        executor = "inline"
 
     def go(s: "Sweep") -> str:
-        return run_sweep(s, out, workers=workers, log=log, executor=executor, address=address, threads=1,
-                         inline=inline).status
+        return run(s, out, executor=executor, workers=workers, log=log, address=address, threads=1).status
 
     if reuse is None:
         return go(sweep)
