@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from normlab.experiments.verdicts import decision
 from normlab.report.document import Note, Section, Table
 from normlab.stats import paired_diff
 
@@ -64,9 +65,9 @@ def equal_compute(a: Any, b: Any, flops_of: FlopsOf | None = None) -> dict[str, 
 
 
 def _reading(d: Any) -> str:
-    if d.half is None:
-        return "not testable"
-    return ("lower" if d.mean < 0 else "higher") if abs(d.mean) > d.half else "undecided"
+    """The interval's reading by the one verdict rule (normlab.experiments.verdicts.decision): lower / higher where
+    the 95% interval excludes 0, else undecided (not testable without an interval)."""
+    return decision(d.mean, rejected=d.half is not None and abs(d.mean) > d.half, testable=d.half is not None)
 
 
 def compare_runs(runs: list[Any], baseline: str | None = None, flops_of: FlopsOf | None = None) -> dict[str, Any]:
