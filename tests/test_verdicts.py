@@ -67,7 +67,7 @@ def test_a_claim_about_a_model_that_did_not_learn_is_never_held():
 WORDS = {V.LOWER, V.HIGHER, V.UNDECIDED, V.NOT_TESTABLE, V.NOT_DECIDED_DNL, V.NOT_DECIDED_BASE_DNL, V.HELD,
          V.NOT_HELD, V.INCONCLUSIVE, V.WITHIN_MARGIN, V.NOT_OBSERVABLE, *V.REPLICATION_VERDICTS}
 DECIDING = ["experiments/decisions.py", "experiments/lrgrid.py", "experiments/sequential.py",
-            "experiments/claims/execution.py", "report/sequential.py"]
+            "experiments/claims/execution.py", "report/sequential.py", "report/equal_flops.py"]
 
 
 @pytest.mark.parametrize("path", DECIDING)
