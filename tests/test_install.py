@@ -67,6 +67,13 @@ def test_wheel_ships_presets_and_sweeps(installed):
     assert shipped and shipped <= names
     assert "normlab/examples/api.py" in names  # docs/api.md's example runs from a wheel install
     assert "normlab/evidence/claims.json" in names  # normlab advise's evidence (docs/advise.md)
+    claims = {p.relative_to(ROOT).as_posix() for p in (ROOT / "normlab" / "experiments" / "claims").rglob("*.yaml")}
+    assert len(claims) > 30 and claims | {"normlab/evidence/revisions.yaml"} <= names  # the claim definitions
+    got = _run([str(installed["py"]), "-c", "from normlab.experiments.claims.specs import CLAIMS; "
+                "print(len(CLAIMS), sum(len(c.revised) for c in CLAIMS))"], installed["cwd"], installed["env"]).stdout
+    from normlab.experiments.claims.specs import CLAIMS
+
+    assert got.split() == [str(len(CLAIMS)), str(sum(len(c.revised) for c in CLAIMS))]  # loaded from the wheel
     assert not any(n.startswith(("tests/", "docs/", "benchmarks/")) for n in names)
 
 
