@@ -12,7 +12,7 @@ and honest verdicts (``held`` / ``not held`` / ``inconclusive``).
   collapse rates with Clopper-Pearson intervals) are made by ``normlab.experiments.verdicts``, the one module that
   makes verdicts (sweeps, looks and replications too);
 - :mod:`.docs`: docs/claims.md from a report (verdict table with the Holm column, Definitions revised, spec hashes);
-- :mod:`.budgets`: ``tiny`` (tests), ``quick`` (< 15 min on 2 cores), ``full`` (docs/claims.md).
+- :mod:`.budgets`: ``tiny`` (tests), ``quick``, ``full`` (docs/claims.md).
 """
 
 from normlab.experiments.claims.budgets import BUDGETS, Budget, get_budget

@@ -1,32 +1,16 @@
-"""Budgets of ``normlab claims``: model shapes, steps and seeds.
+"""Budgets of ``normlab claims``: model shapes, steps and seeds (definitions; what a run of the suite cost is
+measured by that run: its ``claims.json`` records the wall time and the runs it trained, and docs/claims.md prints
+them).
 
-Costs (measured 2026-11-21, 1 thread per run, 2 workers, width 64, context 64, batch 16, pystdlib bytes, on a
-2-core machine shared with other jobs, load average ~5): 7-9k tokens/s per worker for a 4-block model, 4-6k
-for an 8-block model; ``quick`` (3 seeds x 250 steps, 33 runs, deep = 8 blocks) took about 14 min wall under that
-load, so about 7 min on an idle machine. ``full`` (5 seeds x 500 steps, 55 runs, deep = 12 blocks) scales that
-by 5/3 x 2 (x 1.5 for the deep half): about 60 min under the same load, ~30 min idle (estimate; its first
-12-block runs took 115-270 s each at 2-4.4k tokens/s under load ~5).
-``tiny`` is for the tests: a few seconds.
-The full suite has 13 shallow/deep variants (``ln_untied`` and ``softplus_lssar`` added: 65 runs at
-5 seeds) plus the learning-rate grid (175 runs) and the surgery measurements. Measured 2026-11-23 on the shared
-2-core machine (load average 9-12, the claims processes at nice 10, 2 workers): a quick-budget 8-block run took
-about 6 min wall, a 4-block one about 3 min; a full-budget 12-block run at nice 19 reached step 250 of 500 in about
-11 min. From the 2026-11-21 costs (55 runs ~3k CPU-s; the demo's 6-block runs ~23 CPU-s per 120 steps) a
-from-scratch ``full`` run was estimated at roughly 10-11k CPU-seconds. Measured 2026-11-24: ``normlab claims --budget
-full --workers 2`` from an empty directory trained 240 runs and measured 24 claims in 106.7 min wall on the shared
-2-core machine, its two workers at nice 5 getting about half a core each (37 CPU-min per worker after 74 min), so
-roughly 50-55 min on 2 idle cores: already above a ~30-minute target at width 64, so the width was not
-raised (docs/claims.md states each claim's width, blocks, steps and tokens).
+- ``tiny``: the tests' budget, a synthetic Markov corpus and a few steps (seconds);
+- ``quick``: 3 seeds x 250 steps on pystdlib, depth studies at 8 blocks;
+- ``full``: 5 seeds x 500 steps on pystdlib, depth studies at 12 blocks (docs/claims.md).
 
-Learning-rate sweep claims (``grid_*``): 7 variants x ``grid_lrs`` x seeds runs of a ``grid_depth``-block model for
-``grid_steps`` steps. ``quick``: 7 x 5 x 3 = 105 runs of 120 steps, each exactly a run of the demo preset (same
-model, lr grid 1e-3 .. 3e-1, steps, validation), so ``normlab claims --reuse runs/demo-quick-<hash>`` copies the 50
-runs the demo already trained for seeds 0 and 1 instead of training them; ``full``: 7 x 5 x 5 = 175 runs of 200
-steps (run 2026-11-24, above). Since the claims' fixed rules (2026-11-25) ``dyt-vs-ln`` trains DyT and its LayerNorm
-baseline on the grid too
-(``grid_dyt``, ``grid_ln_untied``: 2 x 5 x 5 = 50 more full-budget runs of 6 blocks x 200 steps, about a fifth
-more of the full budget's cost by the 2026-11-24 rates; not measured). The paper's grid is 3e-4 .. 3e-1 in factors
-of ~3 over much longer runs; these grids are coarser and shorter to fit a CPU.
+Each budget trains every shallow / deep variant (normlab.experiments.claims.variants) once per seed, and every
+learning-rate grid variant (``grid_*``, Wortsman et al. 2023) at each of ``grid_lrs`` with ``grid_depth`` blocks for
+``grid_steps`` steps; ``normlab claims --reuse SWEEP_DIR`` copies the runs another sweep trained from exactly the
+same resolved config instead of training them. The paper's grid is 3e-4 .. 3e-1 in factors of ~3 over much longer
+runs; these grids are coarser and shorter to fit a CPU.
 """
 
 from __future__ import annotations

@@ -130,9 +130,9 @@ def variant_config(variant: str, budget: Budget, seed: int, lr: float | None = N
 
 
 def grid_config(variant: str, budget: Budget, seed: int, lr: float) -> dict[str, Any]:
-    """The config dict of one grid run (the suite's ``variant_config`` with the grid's depth, steps and lr). With
-    the quick budget it is the config of the demo preset's run of the same variant, lr and seed (``--reuse``); no
-    ``train.threads`` (the claims workers set one thread themselves), as in the demo."""
+    """The config dict of one grid run (the suite's ``variant_config`` with the grid's depth, steps and lr); no
+    ``train.threads`` (the claims workers set one thread themselves), as in a ``normlab compare`` sweep, so
+    ``--reuse`` can match a sweep's run of the same resolved config."""
     v = GRID_VARIANTS[variant]
     b = budget
     steps = b.grid_steps
