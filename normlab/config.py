@@ -47,7 +47,8 @@ class DataConfig:
     val_fraction: float = setting(0.05, "share of the corpus held out for validation (by document hash, or the "
                                   "file's end)", range=FRACTION)
     test_fraction: float = setting(0.05, "share of the corpus held out for the test split", range=FRACTION)
-    cache_dir: str | None = setting(None, "token cache root (null: $NORMLAB_CACHE_DIR, else ~/.cache/normlab)")
+    cache_dir: str | None = setting(None, "token cache root (null: $NORMLAB_CACHE_DIR, else ~/.cache/normlab)",
+                                    role="bookkeeping")
 
     def validate(self) -> "DataConfig":
         check_section(self, "data.")
@@ -100,15 +101,16 @@ class TrainConfig:
     adagc_warmup: int | None = setting(None, "AdaGC: steps of global clipping that initialise the EMA (null: the LR "
                                        "warm-up)", range=STEPS)
     eval_every: int = setting(50, "validate every N steps (and at the end)", range=EVERY,
-                              aliases=("eval_interval", "eval_steps"))
-    eval_batches: int = setting(8, "validation batches per evaluation", range=I(1, 2**20), aliases=("eval_iters",))
+                              aliases=("eval_interval", "eval_steps"), role="bookkeeping")
+    eval_batches: int = setting(8, "validation batches per evaluation", range=I(1, 2**20), aliases=("eval_iters",),
+                                role="bookkeeping")
     eval_sample: str = setting("spread", "validation windows spread over the whole split, or its head",
                                choices=EVAL_SAMPLES)
     log_every: int = setting(10, "write a training record to metrics.jsonl every N steps", range=EVERY,
-                             aliases=("log_interval", "logging_steps"))
+                             aliases=("log_interval", "logging_steps"), role="bookkeeping")
     checkpoint_every: int = setting(100, "save a resumable checkpoint every N steps", range=EVERY,
-                                    aliases=("save_steps",))
-    keep_checkpoints: int = setting(2, "checkpoints kept on disk (the newest)", range=I(1, 10**6))
+                                    aliases=("save_steps",), role="bookkeeping")
+    keep_checkpoints: int = setting(2, "checkpoints kept on disk (the newest)", range=I(1, 10**6), role="bookkeeping")
     loss_ceiling: float | None = setting(None, "a loss above this stops the run as diverged (null: 3 ln(vocab))",
                                          range=POS)
     z_loss: float = setting(0.0, "z-loss coefficient c: loss += c * mean log^2 Z (PaLM; 0: off)", range=NONNEG)
@@ -116,21 +118,23 @@ class TrainConfig:
                                           "(null: off)", range=POS)
     threads: int | str | None = setting("auto", "torch CPU threads: auto (from the machine's load at start), a "
                                         "count (clamped to the usable cores) or null (torch's default)",
-                                        range=I(1, 4096))
+                                        range=I(1, 4096), role="runtime")
     precision: str = setting("auto", "matmul precision: auto, fp32 or bf16 autocast (statistics stay fp32)",
-                             choices=PRECISIONS, aliases=("dtype",))  # normlab.train.precision: what each does
-    compile: bool | str = setting("auto", "torch.compile the model: auto, true or false", choices=TRI)
+                             choices=PRECISIONS, aliases=("dtype",), role="runtime")  # normlab.train.precision
+    compile: bool | str = setting("auto", "torch.compile the model: auto, true or false", choices=TRI, role="runtime")
     deterministic: bool | str = setting(True, "CUDA: deterministic kernels, so a resumed run is bit-identical (CPU: "
                                         "always); auto: deterministic kernels without NaN-filling new memory, the "
-                                        "choice stated in the run log", choices=TRI)
+                                        "choice stated in the run log", choices=TRI, identity="dropped at default")
     tf32: bool | str = setting("auto", "CUDA: TF32 for fp32 matmuls (auto: on; false: strict fp32); no effect on "
-                               "CPU", choices=TRI)
+                               "CPU", choices=TRI, identity="dropped at default", role="runtime")
     stack: bool | str = setting("auto", "a sweep's runs of one architecture train as one stacked model: auto (on a "
-                                "GPU), on, off", choices=STACKS)  # YAML reads on / off as booleans: true is on
+                                "GPU), on, off", choices=STACKS, identity="dropped", role="runtime")  # YAML: on = true
     track: list[str] = setting(help="where curves and hparams are logged live: tensorboard, wandb, mlflow (a list; "
-                               "[] for none)", choices=TRACKERS, factory=lambda: ["tensorboard"])
+                               "[] for none)", choices=TRACKERS, identity="dropped", role="bookkeeping",
+                               factory=lambda: ["tensorboard"])
     track_required: bool = setting(False, "true: a tracker server that does not answer at start is an error before "
-                                   "training (default false: a one-line warning, training goes on without it)")
+                                   "training (default false: a one-line warning, training goes on without it)",
+                                   identity="dropped", role="bookkeeping")
 
     def validate(self) -> "TrainConfig":
         if isinstance(self.stack, bool):
@@ -195,7 +199,7 @@ class DiagConfig:
                                   range=R(1, lo_open=True))
     spike_window: int = setting(20, "steps in the recent mean for loss spikes", range=I(1, 10**6))
     probes: bool = setting(False, "a sweep measures the in-context probes (induction, recall) on each completed run "
-                           "(probes.json)")
+                           "(probes.json)", identity="dropped at default")
 
     def validate(self) -> "DiagConfig":
         check_section(self, "diag.")
@@ -209,7 +213,8 @@ class RunConfig:
 
     seed: int = setting(0, "drives model initialisation, data order and dropout (the unit of replication)",
                         range=I(0, MAX_SEED), aliases=("random_seed",))
-    device: str = setting("auto", "where to train: auto (CUDA when available), cpu or cuda", choices=DEVICES)
+    device: str = setting("auto", "where to train: auto (CUDA when available), cpu or cuda", choices=DEVICES,
+                          role="runtime")
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
@@ -229,21 +234,23 @@ class RunConfig:
         return asdict(self)
 
     def identity_dict(self) -> dict[str, Any]:
-        """``to_dict()`` less keys that came later and leave a run as it was, so runs from before keep their hashes:
-        ``train.track`` and ``train.track_required`` (where the curves are logged; changes no number),
-        ``train.stack`` (a sweep's scheduling), and ``train.deterministic`` and ``train.tf32`` at their defaults (true
-        and auto: how every earlier CPU run trained), ``diag.probes`` at its default (false: measured after training,
-        nothing of the run changes; true keeps it, so a sweep asking for probes trains runs that measure them)."""
+        """``to_dict()`` less the keys each field declares outside a run's identity (``identity=``), so runs from
+        before a key existed keep their hashes: ``dropped`` always (``train.track``, ``train.track_required``: where
+        the curves are logged; ``train.stack``: a sweep's scheduling, equal to fp32 round-off), ``dropped at
+        default`` at their default (``train.deterministic`` true and ``train.tf32`` auto: how every earlier CPU run
+        trained; ``diag.probes`` false: measured after training; true keeps it, so a sweep asking for probes trains
+        runs that measure them)."""
         d = self.to_dict()
-        d["train"].pop("track", None)
-        d["train"].pop("track_required", None)  # whether a tracker may be missing: changes no number
-        d["train"].pop("stack", None)  # where a sweep trains the run (alone or stacked), equal to fp32 round-off
-        if d["train"].get("deterministic") is True:
-            d["train"].pop("deterministic")
-        if d["train"].get("tf32") == "auto":
-            d["train"].pop("tf32")
-        if d["diag"].get("probes") is False:
-            d["diag"].pop("probes")
+        for key, (_, default, facts) in KEYS.items():
+            if facts.identity == "kept":
+                continue
+            *parents, leaf = key.split(".")
+            node = d
+            for p in parents:
+                node = node[p]
+            value = node[leaf]
+            if facts.identity == "dropped" or (value == default and type(value) is type(default)):
+                del node[leaf]
         return d
 
     def hash(self) -> str:
@@ -325,13 +332,6 @@ def _build(cls: type, data: dict[str, Any], prefix: str) -> Any:
     return cls(**kwargs)
 
 
-RUNTIME_KEYS = ("device", "train.precision", "train.compile", "train.threads", "train.tf32", "train.stack")
-"""Keys the machine decides at ``auto`` (a run names what it used on its own line, normlab.train.precision)."""
-BOOKKEEPING_KEYS = ("train.track", "train.track_required", "train.log_every", "train.checkpoint_every",
-                    "train.keep_checkpoints", "train.eval_every", "train.eval_batches", "data.cache_dir")
-"""Keys that say where and how often a run logs, checkpoints and evaluates, not what it trains."""
-
-
 def non_default(cfg: RunConfig) -> list[tuple[str, Any]]:
     """``(key, value)`` for every key of ``cfg`` whose value differs from ``RunConfig()``'s default, in config order
     (a mapping such as ``model.norm_options`` entry by entry), less ``RUNTIME_KEYS`` and ``BOOKKEEPING_KEYS``: the
@@ -356,6 +356,10 @@ KEY_ALIASES = {a: (k, d.facts.alias_note.format(alias=a)) for k, d in KEYS.items
 """Other tools' names for normlab's keys, ``name -> (key, note when the meaning differs)``: nanoGPT (``n_layer``,
 ``block_size``, ``learning_rate``, ...), Hugging Face configs and ``TrainingArguments`` (``hidden_size``,
 ``num_hidden_layers``, ...) and common paper/code spellings (``d_model``, ``n_heads``, ``seq_len``, ...)."""
+RUNTIME_KEYS = tuple(k for k, d in KEYS.items() if d.facts.role == "runtime")
+"""Keys the machine decides at ``auto`` (a run names what it used on its own line, normlab.train.precision)."""
+BOOKKEEPING_KEYS = tuple(k for k, d in KEYS.items() if d.facts.role == "bookkeeping")
+"""Keys that say where and how often a run logs, checkpoints and evaluates, not what it trains."""
 
 
 def suggest_key(key: str, valid: Iterable[str]) -> str:

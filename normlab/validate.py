@@ -97,7 +97,10 @@ class KeyFacts:
     instead of :func:`check_section` (``attention``: the kind that declares the key's ``ranges`` and
     ``check_keys``; ``norms``: the norm registry), its choices then only listed. ``aliases``: other tools' names
     for the key (nanoGPT, Hugging Face, papers), with ``alias_note`` (``{alias}``: the name) when the meaning
-    differs."""
+    differs. ``identity``: whether the key is part of a run's identity (its config hash): ``kept``; ``dropped``
+    (where a run logs, how a sweep schedules it: no number changes); ``dropped at default`` (a key that came later,
+    whose default is how every earlier run trained). ``role``: ``runtime`` (the machine decides it at ``auto``) or
+    ``bookkeeping`` (where and how often a run logs, checkpoints and evaluates): left out of a run's banner."""
 
     help: str
     range: Range | None = None
@@ -105,22 +108,30 @@ class KeyFacts:
     owner: str = ""
     aliases: tuple[str, ...] = ()
     alias_note: str = ""
+    identity: str = "kept"
+    role: str = ""
 
     def allowed(self) -> tuple[Any, ...] | None:
         """The choices as a tuple (a registry's read now), or None."""
         return tuple(self.choices()) if callable(self.choices) else self.choices
 
 
+IDENTITIES = ("kept", "dropped", "dropped at default")
+ROLES = ("", "runtime", "bookkeeping")
+
+
 def setting(default: Any = dataclasses.MISSING, help: str = "", *, range: Range | None = None,
             choices: Any = None, owner: str = "", aliases: tuple[str, ...] = (), alias_note: str = "",
-            factory: typing.Callable[[], Any] | None = None) -> Any:
+            identity: str = "kept", role: str = "", factory: typing.Callable[[], Any] | None = None) -> Any:
     """A config dataclass field with its facts: ``lr: float = setting(3e-3, "peak learning rate", range=POS)``.
     The type is the field's annotation and the default its default (``factory`` for a list or mapping); a key
     without a one-line ``help`` is refused here, a numeric key without a ``range`` (or an ``owner``) by
     :func:`declared_keys`."""
     if not help or "\n" in help:
         raise TypeError(f"a config key needs a one-line help text, got {help!r}")
-    meta = {FACTS: KeyFacts(help, range, choices, owner, tuple(aliases), alias_note)}
+    if identity not in IDENTITIES or role not in ROLES:
+        raise TypeError(f"identity must be one of {IDENTITIES} and role one of {ROLES}, got {identity!r}, {role!r}")
+    meta = {FACTS: KeyFacts(help, range, choices, owner, tuple(aliases), alias_note, identity, role)}
     if factory is not None:
         return dataclasses.field(default_factory=factory, metadata=meta)
     return dataclasses.field(default=default, metadata=meta)

@@ -12,7 +12,8 @@ import json
 import pytest
 import yaml
 
-from normlab.config import CONFIG_DIR, KEY_ALIASES, RANGES, _all_keys, config_from_dict, load_config
+from normlab.config import (BOOKKEEPING_KEYS, CONFIG_DIR, KEY_ALIASES, KEYS, RANGES, RUNTIME_KEYS, _all_keys,
+                            config_from_dict, load_config)
 from normlab.errors import NormlabError
 from normlab.validate import I, declared_keys, setting
 from tests.helpers import assert_bad_input, run_inproc
@@ -150,6 +151,41 @@ def test_the_derived_tables_are_the_hand_written_ones_they_replace():
     assert (len(RANGES), len(KEY_ALIASES)) == (46, 72)
     assert hashlib.sha256(blob.encode()).hexdigest()[:16] == "1b60a068b8e63789"
     assert KEY_ALIASES["intermediate_size"] == ("model.mlp_ratio", "normlab takes the ratio intermediate_size / width")
+    # the key lists that were written by hand next to the banner and the config hash
+    assert set(RUNTIME_KEYS) == {"device", "train.precision", "train.compile", "train.threads", "train.tf32",
+                                 "train.stack"}
+    assert set(BOOKKEEPING_KEYS) == {"train.track", "train.track_required", "train.log_every",
+                                     "train.checkpoint_every", "train.keep_checkpoints", "train.eval_every",
+                                     "train.eval_batches", "data.cache_dir"}
+    assert {k: d.facts.identity for k, d in KEYS.items() if d.facts.identity != "kept"} == {
+        "train.track": "dropped", "train.track_required": "dropped", "train.stack": "dropped",
+        "train.deterministic": "dropped at default", "train.tf32": "dropped at default",
+        "diag.probes": "dropped at default"}
+
+
+def test_identity_drops_the_declared_keys_as_the_hand_written_rule_did():
+    """``identity_dict`` (the config hash's input) against the rule it replaces, written out here: ``train.track``,
+    ``track_required`` and ``stack`` always out; ``deterministic`` out when ``True``, ``tf32`` when ``"auto"``,
+    ``diag.probes`` when ``False``; for every combination of those keys' values."""
+    import itertools
+
+    def by_hand(cfg):
+        d = cfg.to_dict()
+        for k in ("track", "track_required", "stack"):
+            d["train"].pop(k)
+        if d["train"]["deterministic"] is True:
+            del d["train"]["deterministic"]
+        if d["train"]["tf32"] == "auto":
+            del d["train"]["tf32"]
+        if d["diag"]["probes"] is False:
+            del d["diag"]["probes"]
+        return d
+
+    for det, tf32, probes, stack in itertools.product(["true", "false", "auto"], ["auto", "true", "false"],
+                                                      ["true", "false"], ["auto", "on", "off"]):
+        cfg = load_config("tiny", [f"train.deterministic={det}", f"train.tf32={tf32}", f"diag.probes={probes}",
+                                   f"train.stack={stack}", "train.track=[]"])
+        assert cfg.identity_dict() == by_hand(cfg)
 
 
 def test_a_key_declared_without_its_facts_is_refused():
@@ -160,6 +196,8 @@ def test_a_key_declared_without_its_facts_is_refused():
         setting(1)
     with pytest.raises(TypeError, match="one-line help"):
         setting(1, "two\nlines", range=I(0))
+    with pytest.raises(TypeError, match="identity must be one of"):
+        setting(1, "a count", range=I(0), identity="sometimes")
 
     def section(**fields):
         return dataclasses.make_dataclass("Scratch", [(n, tp, f) for n, (tp, f) in fields.items()])
