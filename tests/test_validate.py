@@ -193,6 +193,7 @@ def test_check_choice_gives_the_one_line_of_each_kind_of_key():
         "unknown train.clip 'adagcc' (did you mean 'adagc'?); allowed: adagc, global"
     assert refusal("train.track", ["wandb", "neptune"], ("tensorboard", "wandb", "mlflow")) == \
         "unknown train.track entry 'neptune'; allowed: mlflow, tensorboard, wandb"
-    assert refusal("train.tf32", "maybe", ("auto", True, False)) == "train.tf32 must be auto, true or false, got 'maybe'"
+    assert refusal("train.tf32", "maybe", ("auto", True, False)) == \
+        "train.tf32 must be auto, true or false, got 'maybe'"
     check_choice("train.tf32", False, ("auto", True, False))
     check_choice("train.track", [], ("wandb",))
