@@ -151,6 +151,29 @@ def test_a_sweep_stores_exactly_what_normlab_probe_measures(probe_sweep, cache):
     assert not (probe_sweep / "runs" / "off-s0" / PROBES_FILE).exists()  # diag.probes off: nothing measured
 
 
+def test_a_stacked_group_stores_its_members_probes(tmp_path, cache, monkeypatch):
+    """The stacked path (one model for a variant's seeds, normlab.train.stacked) probes each member as the worker
+    does a run alone: what normlab probe measures on its run directory."""
+    from normlab.experiments.runner import run_sweep
+    from normlab.experiments.sweep import parse_sweep
+    from normlab.run.files import PROBES_FILE
+
+    monkeypatch.setenv("NORMLAB_CACHE_DIR", str(cache))
+    spec = {"name": "stk", "base": "tiny", "seeds": [0, 1],
+            "set": {"train.steps": 6, "train.eval_every": 6, "train.eval_batches": 2, "train.checkpoint_every": 6,
+                    "model.width": 32, "model.context": 32, "train.batch_size": 4, "train.precision": "fp32",
+                    "train.compile": False, "train.track": [], "diag.probes": True}}
+    logs: list[str] = []
+    out = run_sweep(parse_sweep(spec), tmp_path / "s", workers=1, threads=1, inline=True, stack="on",
+                    log=logs.append)
+    assert out.status == "completed" and any("1 group(s) of 2 runs stacked" in m for m in logs), logs
+    for r in out.runs:
+        d = tmp_path / "s" / "runs" / r["run_id"]
+        stored = json.loads((d / PROBES_FILE).read_text())
+        cli = json.loads(normlab("probe", str(d), "--json", cache=cache, check=True).stdout)
+        assert stored["induction"] == cli["induction"] and stored["recall"] == cli["recall"]
+
+
 def test_diag_probes_off_leaves_the_config_hash_as_before():
     """At its default the key is not part of the identity (runs from before keep their hashes); on, it is."""
     from normlab.config import config_from_dict
