@@ -225,10 +225,12 @@ def write_docs(report: dict, path: Path) -> None:
         "| # | claim | paper | metric | scale | expected | measured (raw 95% CI) | p | Holm p | verdict |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
+    defined = {c.name: c for c in CLAIMS}  # prose (the claim's text, its paper) from the current definition
     for i, c in enumerate(report["claims"], 1):
         scale = c.get("scale") or claim_scale(c, report.get("out") or ".")  # older reports stored no scale
-        cells = [str(i), f"{c['claim']} (`{c['name']}`)", c["paper"], c["metric"], scale,
-                 c["expected"], measured_text(c) + beside_text(c), _p(c.get("p")), _p(c.get("p_adj")),
+        d = defined.get(c["name"])
+        cells = [str(i), f"{d.claim if d else c['claim']} (`{c['name']}`)", d.paper if d else c["paper"], c["metric"],
+                 scale, c["expected"], measured_text(c) + beside_text(c), _p(c.get("p")), _p(c.get("p_adj")),
                  verdict_cell(c)]
         lines.append("| " + " | ".join(x.replace("|", "\\|") for x in cells) + " |")
     lines += ["", "Caveats: these are tiny byte-level models trained for a few hundred steps (validation bits/byte "
