@@ -222,23 +222,8 @@ def train_stacked(cfgs: list[RunConfig], run_dirs: list[str | Path], *, resume: 
 def _train_group(cfgs: list[RunConfig], dirs: list[Path], resumes: list[bool], hashes: list[str], *, quiet: bool,
                  flag: StopFlag, tb_dirs: list[Any], threads: int | None) -> list[dict[str, Any]]:
     say = (lambda s: None) if quiet else (lambda s: print(s, flush=True))
-    fresh = None
-    datas = []
-    for cfg, d, again in zip(cfgs, dirs, resumes):
-        if again and read_data_info(d) is not None:
-            datas.append(run_data(d, cfg))
-        else:
-            fresh = fresh or load_data(cfg)
-            datas.append(fresh)
-        cfg.model.vocab_size = datas[-1].vocab_size
-        apply_norm_defaults(cfg)
-        cfg.validate()
-    n_threads, why_threads = resolve_threads(cfgs[0].train.threads, step_flops(cfgs[0]), override=threads)
-    if n_threads:
-        torch.set_num_threads(n_threads)
-    runtime = [resolve_runtime(c) for c in cfgs][0]  # every member resolves alike (same shape and keys)
-    runtime.append(f"threads {torch.get_num_threads()} ({why_threads})")
-    runtime.append(f"stacked: {len(cfgs)} runs of one architecture in one model (train.stack)")
+    datas = _group_data(cfgs, dirs, resumes)
+    runtime, why_threads = _group_runtime(cfgs, threads)
     members = [_setup(c, d, resume=r, data=x, tb_dir=t, run_hash=h)
                for c, d, r, x, t, h in zip(cfgs, dirs, resumes, datas, tb_dirs, hashes)]
     c0 = cfgs[0]
@@ -291,6 +276,35 @@ def _train_group(cfgs: list[RunConfig], dirs: list[Path], resumes: list[bool], h
                 m.mlog.close()
     wall = time.time() - t_start
     return [_summary(m, wall, why_threads) for m in members]
+
+
+def _group_data(cfgs: list[RunConfig], dirs: list[Path], resumes: list[bool]) -> list[Any]:
+    """Each member's token splits (a resumed member's own, else one load shared by the new members), and its config
+    completed by them (vocab_size, the norms' defaults) and checked."""
+    fresh = None
+    datas = []
+    for cfg, d, again in zip(cfgs, dirs, resumes):
+        if again and read_data_info(d) is not None:
+            datas.append(run_data(d, cfg))
+        else:
+            fresh = fresh or load_data(cfg)
+            datas.append(fresh)
+        cfg.model.vocab_size = datas[-1].vocab_size
+        apply_norm_defaults(cfg)
+        cfg.validate()
+    return datas
+
+
+def _group_runtime(cfgs: list[RunConfig], threads: int | None) -> tuple[list[str], str]:
+    """Threads, then device / precision / compile for every member (they resolve alike: same shape and keys).
+    Returns the banner's runtime parts and the reason for the thread count."""
+    n_threads, why_threads = resolve_threads(cfgs[0].train.threads, step_flops(cfgs[0]), override=threads)
+    if n_threads:
+        torch.set_num_threads(n_threads)
+    runtime = [resolve_runtime(c) for c in cfgs][0]
+    runtime.append(f"threads {torch.get_num_threads()} ({why_threads})")
+    runtime.append(f"stacked: {len(cfgs)} runs of one architecture in one model (train.stack)")
+    return runtime, why_threads
 
 
 def _alone_step(m: _Member) -> tuple[float, dict[str, float]]:
