@@ -169,6 +169,7 @@ def test_deterministic_key_keeps_old_hashes_and_rejects_non_bools(tmp_path, cach
     d["train"].pop("track"), d["train"].pop("deterministic")
     d["train"].pop("stack"), d["train"].pop("tf32")  # keys that came later, at their defaults
     d["train"].pop("track_required", None)
+    d["diag"].pop("probes", None)
     old = hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
     assert a.hash() == old != config_from_dict({"train": {"deterministic": False}}).hash()
     out = tmp_path / "x"
