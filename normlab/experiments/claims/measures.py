@@ -327,5 +327,12 @@ def m_extrap_eval_only(ctx: Context, runs: dict[str, Path]) -> tuple[float | Non
 
 
 def measure(claim: Any, ctx: Context, runs: dict[str, Path]) -> tuple[float | None, dict]:
-    """One seed's value and details of ``claim`` (a ``specs.Claim``): its registered measure with its args."""
-    return get_measure(claim.measure)(ctx, runs, *claim.args)
+    """One seed's value and details of ``claim`` (a ``specs.Claim``): its registered measure with its args. A claim
+    with ``must_learn`` losses gets the training split's unigram bits/byte in its details (``unigram_bpb``) when its
+    measure did not record it, so the did-not-learn rule can be applied whichever claims a run measures."""
+    value, details = get_measure(claim.measure)(ctx, runs, *claim.args)
+    if getattr(claim, "must_learn", ()) and isinstance(details, dict) and "unigram_bpb" not in details:
+        first = next(iter(runs.values()))  # a run directory, or lr -> run directory for a grid variant
+        run_dir = first[min(first)] if isinstance(first, dict) else first
+        details = {**details, "unigram_bpb": unigram_bpb(ctx, open_config(run_dir))}
+    return value, details
