@@ -6,8 +6,10 @@ the stored design and the stored spec read back to the Question that was parsed.
 from __future__ import annotations
 
 import pytest
+from scipy.stats import t as t_dist
 from scipy.stats import ttest_rel
 
+from normlab.errors import NormlabError
 from normlab.experiments.claims.specs import get_claim
 from normlab.experiments.question import (
     Question,
@@ -17,7 +19,16 @@ from normlab.experiments.question import (
     stored_question,
 )
 from normlab.experiments.sweep import load_sweep, parse_sweep
-from normlab.experiments.verdicts import CLAIMED, DECIDED, HELD, INCONCLUSIVE, NOT_HELD, UNDECIDED, judge_family
+from normlab.experiments.verdicts import (
+    CLAIMED,
+    DECIDED,
+    HELD,
+    INCONCLUSIVE,
+    NOT_HELD,
+    UNDECIDED,
+    WITHIN_MARGIN,
+    judge_family,
+)
 from normlab.report.analysis import load
 from normlab.report.sequential import fixed_decisions, learned_flags, primary_values
 from tests.report_fakes import fake_grid
@@ -99,3 +110,50 @@ def test_the_stored_design_and_spec_read_back_to_the_parsed_question():
     plain = parse_question({}, ["A", "B"], grid=False, source="s")
     assert plain == Question("final_loss", "A", ("B",), 0.05, "holm", True, False)
     assert question_of(None, baseline="A", grid=True) == Question("lr_sensitivity", "A", None, declared=False)
+
+
+def test_a_declared_margin_is_the_same_within_margin_on_every_path(tmp_path):
+    """mixln-lr-best declares a practical margin; the sweep file that asks its question declares the same margin,
+    and a difference whose TOST interval lies inside it is "within margin" in the report, in the fixed design's
+    decisions and in the claims' judge alike."""
+    claim = get_claim("mixln-lr-best")  # per seed: best(grid_pre) - best(grid_mix), margin 0.01
+    variant, baseline = claim.args
+
+    def final(v: str, s: int, lr: float) -> float:
+        i = LRS.index(lr)
+        own = 2 * (v == variant)
+        return BASE_SHAPE[i] + 0.03 * s + (0.002 if v == variant else 0.0) + 0.001 * ((s * 5 + i + own) % 4)
+
+    fake_grid(tmp_path, [baseline, variant], SEEDS, LRS, final, primary="best_loss", baseline=baseline,
+              family=[variant], margin=claim.practical_margin)
+    sweep = load_sweep(tmp_path / "sweep.yaml")
+    assert sweep.question == claim_question(claim, seeds=len(SEEDS)) and sweep.question.margin == 0.01
+    grid = load(tmp_path).grid
+    values = primary_values(grid, "best_loss")
+    diffs = [values[variant][s] - values[baseline][s] for s in SEEDS]
+    (row,) = [r for r in grid.paired if r.role == "primary"]
+    (fixed,) = fixed_decisions(values, stored_question(sweep.spec, [g.name for g in grid.groups]),
+                               learned_flags(grid))
+    (judged,) = judge_family([{"values": diffs, "details": [{} for _ in SEEDS], "direction": claim.direction,
+                               "test": claim.test, "practical_margin": claim.practical_margin, "must_learn": []}])
+    assert row.verdict == fixed["decision"] == judged["verdict"] == WITHIN_MARGIN
+    # the interval: mean ± t_{0.95, n-1} s / sqrt(n), inside ±0.01 (an independent computation)
+    m, sd = sum(diffs) / len(diffs), (sum((d - sum(diffs) / len(diffs)) ** 2 for d in diffs) / (len(diffs) - 1)) ** .5
+    half = t_dist.ppf(0.95, len(diffs) - 1) * sd / len(diffs) ** 0.5
+    assert row.tost["ci"] == pytest.approx([m - half, m + half], rel=1e-9) == judged["tost"]["ci"]
+    assert -0.01 < m - half and m + half < 0.01
+
+
+@pytest.mark.parametrize("extra, fragment", [
+    ({"margin": -0.1}, "margin must be a number > 0"),
+    ({"margin": True}, "margin must be a number > 0"),
+    ({"margin": 0.01, "paired": False}, "margin is tested on the per-seed differences (TOST): it needs paired: true"),
+    ({"margin": 0.01, "sequential": {"max_seeds": 6}}, "a sequential plan's boundaries test a difference"),
+])
+def test_a_bad_margin_is_one_line(extra, fragment):
+    raw = {"name": "m", "base": "tiny", "lr_grid": LRS, "seeds": [0, 1, 2],
+           "variants": [{"name": "A", "set": {"model.width": 32}}, {"name": "B", "set": {"model.width": 40}}],
+           "primary": "best_loss", **extra}
+    with pytest.raises(NormlabError) as e:
+        parse_sweep(raw, source="m.yaml")
+    assert fragment in str(e.value) and "\n" not in str(e.value)

@@ -50,9 +50,11 @@ from normlab.experiments.verdicts import (
     NOT_DECIDED,
     NOT_TESTABLE,
     UNDECIDED,
+    WITHIN_MARGIN,
     decision,
     family_adjusted,
     learning_guard,
+    margin_verdict,
     rejects,
 )
 
@@ -80,6 +82,8 @@ class PairedRow:
     seeds: SeedsRange | None = None
     note: str | None = None  # why a family member cannot be decided ("did not learn")
     decision: str = UNDECIDED  # a primary row's verdict (normlab.experiments.verdicts)
+    differences: list[float] | None = None  # per shared seed, variant - baseline (a paired design)
+    tost: dict | None = None  # equivalence against the question's practical margin (verdicts.margin_verdict)
 
     @property
     def seeds_needed(self) -> int | None:
@@ -117,7 +121,7 @@ def compare(g: Any, b: Any, metric: str, get: Callable[[Any], float], *, paired:
         d = Diff(w.mean, w.half, w.n, w.sd, w.df, None, False)
     else:
         d = welch_diff(list(mine.values()), list(base.values()))
-    row = PairedRow(g.name, b.name, metric, d)
+    row = PairedRow(g.name, b.name, metric, d, differences=[x - y for x, y in zip(a, c)] if paired else None)
     if len(common) >= 3:
         try:
             row.correlation = correlation(a, c)
@@ -166,6 +170,7 @@ def build_rows(groups: list[Any], base: Any, question: Question | dict[str, Any]
             r.p_adjusted = p
             r.decided = r.diff.p is not None and rejects(p, q.alpha, r.note)
             r.decision = decision(r.diff.mean, rejected=r.decided, note=r.note, testable=r.diff.p is not None)
+            r.decision, r.tost = margin_verdict(r.decision, r.differences, q)
     m_family = (len(family) if decide else len(fam)) or 1
     _plan(rows, groups, getters, metrics, q.alpha, m_family)
     return rows
@@ -215,6 +220,11 @@ def family_summary(rows: list[PairedRow], question: Question | dict[str, Any], e
            if r.verdict in (UNDECIDED, NOT_TESTABLE)]
     if und:
         out.append("Undecided at this n: " + "; ".join(und) + ".")
+    eq = [f"{r.variant} ({_est(r)}; {r.tost['level']:.0%} interval [{r.tost['ci'][0]:+.3f}, {r.tost['ci'][1]:+.3f}])"
+          for r in fam if r.verdict == WITHIN_MARGIN and r.tost]
+    if eq:
+        out.append(f"Within the practical margin ±{q.margin:g} of {base} (TOST at alpha = {q.alpha:g}): "
+                   + "; ".join(eq) + ".")
     dnl = [r.variant for r in fam if r.verdict in NOT_DECIDED]
     if dnl:
         out.append(f"Not decided because the variant or {base} did not learn at its best learning rate in some seed "

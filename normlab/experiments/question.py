@@ -11,6 +11,8 @@ data (docs/compare.md, "Declared questions")::
     alpha: 0.05                  # family-wise error (holm) or false discovery rate (bh)
     correction: holm             # holm (default) or bh (Benjamini-Hochberg)
     paired: true                 # paired t over shared seeds (default); false: Welch
+    margin: 0.01                 # optional: the practical margin; a difference whose 1 - 2 alpha interval lies
+                                 # inside +-margin is "within margin" (TOST; needs paired: true, no sequential plan)
 
 Every reader goes through this module: ``parse_question`` checks a sweep file's keys (one-line errors),
 ``stored_question`` reads a stored sweep spec leniently (the report, the sequential looks and the replications),
@@ -32,7 +34,7 @@ PRIMARY_METRICS = ("lr_sensitivity", "best_loss", "final_loss")
 validation bits/byte (a sweep at one learning rate, where it equals ``best_loss``)."""
 METRIC_LABELS = {"lr_sensitivity": "LR sensitivity", "best_loss": "best loss", "final_loss": "final loss"}
 CORRECTIONS = ("holm", "bh")
-QUESTION_KEYS = ("primary", "family", "alpha", "correction", "paired")
+QUESTION_KEYS = ("primary", "family", "alpha", "correction", "paired", "margin")
 """Top-level sweep keys of the question; not part of the sweep hash (changing them after results is recorded and
 reported instead of orphaning the sweep directory). ``baseline`` is older and stays in the hash."""
 DEFAULT_ALPHA = 0.05
@@ -49,8 +51,8 @@ def default_primary(grid: bool) -> str:
 class Question:
     """A declared (or default) question: each of ``family`` (None: every other variant) against ``baseline`` on
     ``primary``, adjusted by ``correction`` at ``alpha``; ``declared`` False: nothing is decided (exploratory).
-    ``margin``: the practical margin (a claim's: "within margin" by TOST, normlab.experiments.verdicts; no sweep
-    key declares one yet), ``seeds``: the seed block, ``observable``: the details key whose per-seed CI must lie
+    ``margin``: the practical margin ("within margin" by TOST, normlab.experiments.verdicts), ``seeds``: the seed
+    block, ``observable``: the details key whose per-seed CI must lie
     above 0 for the phenomenon to be observable (a claim's)."""
 
     primary: str
@@ -131,7 +133,15 @@ def parse_question(raw: Mapping[str, Any], names: list[str], *, grid: bool, sour
         raise NormlabError(
             f"{source}: paired must be true (paired t over shared seeds) or false (Welch), got {paired!r}"
         )
-    return Question(primary, baseline, tuple(family), float(alpha), correction, paired, declared)
+    margin = raw.get("margin")
+    if margin is not None:
+        if isinstance(margin, bool) or not isinstance(margin, (int, float)) or not math.isfinite(margin) or margin <= 0:
+            raise NormlabError(f"{source}: margin must be a number > 0 (the practical margin, in the primary metric's "
+                               f"units), got {margin!r}")
+        if not paired:
+            raise NormlabError(f"{source}: margin is tested on the per-seed differences (TOST): it needs paired: true")
+        margin = float(margin)
+    return Question(primary, baseline, tuple(family), float(alpha), correction, paired, declared, margin)
 
 
 def question_spec(raw: Mapping[str, Any]) -> dict[str, Any]:
@@ -165,12 +175,13 @@ def stored_question(spec: Mapping[str, Any], groups: list[str]) -> Question:
     if not (0.0 < alpha < 1.0 and math.isfinite(alpha)):
         raise NormlabError(f"alpha must be in (0, 1), got {alpha}")
     family = spec.get("family")
+    margin = spec.get("margin")
     q = Question(spec.get("primary") or default_primary(grid), baseline,
                  tuple(family) if isinstance(family, list) else None, alpha, spec.get("correction") or "holm",
                  spec.get("paired", True) is not False, spec.get("primary") is not None,
-                 seeds=tuple(spec.get("seeds") or ()))
+                 None if margin is None else float(margin), tuple(spec.get("seeds") or ()))
     return Question(q.primary, q.baseline, q.members(groups), q.alpha, q.correction, q.paired, q.declared,
-                    seeds=q.seeds)
+                    q.margin, q.seeds)
 
 
 def claim_question(claim: Any, *, seeds: int | None = None, alpha: float = DEFAULT_ALPHA,

@@ -18,6 +18,7 @@
     family: [Peri-LN]               # decided on, the comparisons with the baseline it decides, alpha and the
     alpha: 0.05                     # multiplicity correction (holm | bh); without primary: every comparison in
     correction: holm                # the report is exploratory
+    margin: 0.01                    # optional: the practical margin ("within margin" by TOST)
     sequential: {max_seeds: 12}     # optional: seeds in rounds until decided (normlab.experiments.plan)
     replicate: english              # optional: the same design on a second data source (docs/compare.md)
     replicate_seeds: [10, 11]       # optional: the replication's own seed block (default: seeds + 10000)
@@ -185,6 +186,9 @@ def parse_sweep(raw: Any, *, here: Path | None = None, source: str = "sweep") ->
     if f.plan and question.correction != "holm":
         raise NormlabError(f"{source}: a sequential plan decides with group-sequential Holm; correction "
                            f"{question.correction!r} is not available with it (use correction: holm)")
+    if f.plan and question.margin is not None:
+        raise NormlabError(f"{source}: a sequential plan's boundaries test a difference, not equivalence; margin "
+                           "is for a fixed design (remove sequential: or margin:)")
     spec = f.spec(size_spec, question_spec(raw))
     return Sweep(f.name, spec, runs, labels, spec["description"], f.lr_grid, question=question)
 

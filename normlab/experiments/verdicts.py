@@ -6,10 +6,12 @@ claims only call these functions and render their results.
 **Comparisons of a declared question** (normlab.experiments.question; sweeps, presets, ``--until-decided``,
 ``--replicate-on``): a family member is ``lower`` / ``higher`` (by the sign of ``variant - baseline``) where it is
 rejected — its adjusted p <= the question's alpha (``rejects``), or its statistic crossed a sequential boundary —
-``undecided`` or ``not testable`` otherwise (``decision``). The one did-not-learn guard (``learning_guard``,
-normlab.stats.learning): a comparison involving a model that did not learn in a seed it uses is "not decided: did
-not learn" (or "...: baseline did not learn"), never rejected, and counts as p = 1 in the family's adjustment
-(``family_adjusted``), as does an untestable member and a declared member without results: a family never shrinks.
+``undecided`` or ``not testable`` otherwise (``decision``); ``within margin`` where the question declares a
+practical margin and TOST puts the difference inside it (``margin_verdict``). The one did-not-learn guard
+(``learning_guard``, normlab.stats.learning): a comparison involving a model that did not learn in a seed it uses is
+"not decided: did not learn" (or "...: baseline did not learn"), never rejected, and counts as p = 1 in the family's
+adjustment (``family_adjusted``), as does an untestable member and a declared member without results: a family never
+shrinks.
 
 **Replications** (``replication``): ``replicated`` (decided the same way on both sources), ``contradicted`` (decided
 the opposite way), ``no conclusion to replicate``, the replication's own "not decided: ..." where a model did not
@@ -81,6 +83,20 @@ def family_adjusted(ps: Sequence[float | None], notes: Sequence[str | None], que
 def rejects(p_adjusted: float | None, alpha: float, note: str | None = None) -> bool:
     """A member is rejected (decided) where its adjusted p <= alpha and no model of it failed to learn."""
     return note is None and p_adjusted is not None and p_adjusted <= alpha
+
+
+def margin_verdict(word: str, differences: Sequence[float] | None, question: Question) -> tuple[str, dict | None]:
+    """Equivalence against the question's practical margin by TOST (:func:`tost`: the ``1 - 2 alpha`` interval of
+    the per-seed differences inside ``±margin``, both one-sided tests rejecting at the question's alpha): the word
+    becomes ``within margin`` where it holds, whatever the difference's own test said (an effect too small to matter,
+    the claims' rule); a comparison not decided because a model did not learn stays so. Returns the word and the
+    TOST record (None without a margin or differences)."""
+    if question.margin is None or not differences:
+        return word, None
+    eq = tost(differences, 0.0, question.margin, question.alpha)
+    if eq is not None and eq["within"] and word in (LOWER, HIGHER, UNDECIDED):
+        return WITHIN_MARGIN, eq
+    return word, eq
 
 
 def decision(estimate: float | None, *, rejected: bool, note: str | None = None, testable: bool = True) -> str:

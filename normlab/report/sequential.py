@@ -34,7 +34,15 @@ from normlab.io import read_yaml_file
 from normlab.experiments.plan import LOOKS_META, fractions, looks_of
 from normlab.experiments.question import Question, stored_question
 from normlab.experiments.store import Store
-from normlab.experiments.verdicts import UNDECIDED, decision, family_adjusted, learning_guard, rejects, replication
+from normlab.experiments.verdicts import (
+    UNDECIDED,
+    decision,
+    family_adjusted,
+    learning_guard,
+    margin_verdict,
+    rejects,
+    replication,
+)
 from normlab.report.analysis import load
 from normlab.experiments.lrgrid import GridReport, SeedGrid
 from normlab.stats import holm_first_level, paired_diff, paired_t_power
@@ -163,13 +171,15 @@ def fixed_decisions(values: dict[str, dict[int, float]], q: Question,
     """A fixed design's decisions (normlab.experiments.verdicts): paired t over the common seeds, adjusted by the
     question's correction over ``q.family`` at ``q.alpha``. A comparison involving a model that did not learn in
     some seed (``learned``: ``learned_flags``) is "not decided: did not learn" and enters as p = 1; so does one that
-    cannot be tested (fewer than 2 common seeds), whose adjusted p is shown as None."""
+    cannot be tested (fewer than 2 common seeds), whose adjusted p is shown as None. With a practical margin
+    declared, a difference whose TOST interval lies inside it is "within margin" (verdicts.margin_verdict)."""
     est = [_estimate(_pairs(values, v, q.baseline, None)) for v in q.family]
     notes = [_dnl(learned, v, q.baseline, None) for v in q.family]
     adj = [None if e["p"] is None and not n else a
            for e, n, a in zip(est, notes, family_adjusted([e["p"] for e in est], notes, q))]
     return [{"variant": v, "baseline": q.baseline, "metric": q.primary, **e, "p_holm": a,
-             "decision": decision(e["diff"], rejected=rejects(a, q.alpha, n), note=n)}
+             "decision": margin_verdict(decision(e["diff"], rejected=rejects(a, q.alpha, n), note=n),
+                                        [x - y for x, y in _pairs(values, v, q.baseline, None)], q)[0]}
             for v, e, a, n in zip(q.family, est, adj, notes)]
 
 
