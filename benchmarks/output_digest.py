@@ -5,8 +5,8 @@ the same on every run), ``normlab claims --budget tiny``, and a tiny ``train`` f
 and ``export``. It records the SHA-256 of every tensor file those commands write and of every results file with its
 volatile fields (wall times, dates, absolute paths, host facts) removed, plus the demo's Markdown tables verbatim.
 
-    python benchmarks/output_digest.py --work /tmp/before --out before.json
-    python benchmarks/output_digest.py --work /tmp/after --out after.json --compare before.json
+    python benchmarks/output_digest.py --work before-dir --out before.json
+    python benchmarks/output_digest.py --work after-dir --out after.json --compare before.json
 
 ``--compare`` exits 1 and lists the entries that differ. ``--skip-demo`` leaves out the 80-run demo (10-20 min).
 """
