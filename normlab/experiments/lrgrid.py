@@ -304,7 +304,7 @@ def signal_series(curves: dict[str, list[tuple[int, float]]]) -> dict[str, list[
 
 SIGNALS = {"attn_logit_max": "largest pre-softmax attention logit (max over blocks)",
            "output_lse": "mean logsumexp of the output logits (log Z)",
-           "softmax_collapse": "fraction of positions in Softmax Collapse (fp32 target probability exactly 1)",
+           "softmax_collapse": "fraction of positions in Softmax Collapse (fp32 softmax exactly one-hot)",
            "tev_mean": "Token Embedding Variability (mean over the vocabulary)",
            "head_rms_inf_norm": "output layer's RMS->inf operator norm"}
 
