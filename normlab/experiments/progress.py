@@ -102,8 +102,12 @@ class SweepProgress:
         return (f"sweep: {done}/{self.total} runs done, {_fmt_s(time.monotonic() - self.t0)} elapsed, "
                 + (f"ETA {_fmt_s(eta)}" if eta is not None else "ETA after the first run finishes"))
 
+    def _step(self, run_id: str) -> int | None:
+        """The run's last recorded step (its ``metrics.jsonl``), None before the first."""
+        return last_step(self.sweep_dir / "runs" / run_id / METRICS_FILE)
+
     def started(self, run_id: str, steps: int) -> None:
-        first = last_step(self.sweep_dir / "runs" / run_id / METRICS_FILE) or 0  # resumed runs start later
+        first = self._step(run_id) or 0  # resumed runs start later
         self.runs[run_id] = {"steps": steps, "first": first, "t0": time.monotonic(), "t_first": None}
 
     def finished(self, run_id: str) -> None:
@@ -112,7 +116,7 @@ class SweepProgress:
     def line(self, run_id: str) -> str:
         r = self.runs[run_id]
         logf = self.sweep_dir / "logs" / f"{run_id}.log"
-        step = last_step(self.sweep_dir / "runs" / run_id / METRICS_FILE)
+        step = self._step(run_id)
         if step is None:
             return f"  {run_id}: starting ({_fmt_s(time.monotonic() - r['t0'])}; log: {logf})"
         if r["t_first"] is None or step <= r["first"]:  # rate measured from the first step this process saw

@@ -27,7 +27,7 @@ from typing import Any, Iterator
 from normlab.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, NormlabError
 from normlab.experiments.store import Store
 from normlab.run.files import CONFIG_FILE, METRICS_FILE, MODEL_FILE, PROBES_FILE
-from normlab.run.rundir import STATUS_EXIT, read_metrics
+from normlab.run.rundir import STATUS_EXIT, open_config, read_metrics
 from normlab.safety import printable
 
 
@@ -95,17 +95,24 @@ def train_run(run_dir: Path, config: dict[str, Any], threads: int | None = None,
     ``tb_dir``: live TensorBoard scalars (default ``RUN_DIR/tb``)."""
     import torch
 
-    from normlab.config import config_from_dict
-    from normlab.run.rundir import open_config
     from normlab.train.loop import train
 
     if threads:
         torch.set_num_threads(threads)
+    cfg, resume = run_config(run_dir, config)
+    return train(cfg, run_dir, resume=resume, quiet=False, tb_dir=tb_dir, threads=threads)
+
+
+def run_config(run_dir: Path, config: dict[str, Any]) -> tuple[Any, bool]:
+    """``(RunConfig, resume)`` for training ``run_dir``: the config it holds (resumed), else ``config`` (the store's,
+    a new run; a directory left by a run that died before writing its config is removed: it starts afresh)."""
+    from normlab.config import config_from_dict  # torch: only where a run trains
+
     if (run_dir / CONFIG_FILE).is_file():
-        return train(open_config(run_dir), run_dir, resume=True, quiet=False, tb_dir=tb_dir, threads=threads)
-    if run_dir.exists():  # a run that died before writing its config: start it afresh
+        return open_config(run_dir), True
+    if run_dir.exists():
         shutil.rmtree(run_dir)
-    return train(config_from_dict(config), run_dir, resume=False, quiet=False, tb_dir=tb_dir, threads=threads)
+    return config_from_dict(config), False
 
 
 def finished_summary(run_dir: Path) -> dict[str, Any] | None:
@@ -315,8 +322,6 @@ def serve_group(sweep_dir: Path, run_ids: list[str], threads: int | None) -> dic
     as ``run_one`` does for one run; returns ``{run id: exit status}``. The group's output goes to
     ``logs/<first run id>.log``; the other members' logs name it."""
 
-    from normlab.config import config_from_dict
-    from normlab.run.rundir import open_config
     from normlab.train.stacked import train_stacked
 
     (sweep_dir / "logs").mkdir(exist_ok=True)
@@ -337,11 +342,8 @@ def serve_group(sweep_dir: Path, run_ids: list[str], threads: int | None) -> dic
         if todo:
             cfgs, dirs = [], []
             for r in todo:
-                d = sweep_dir / "runs" / r
-                if not (d / CONFIG_FILE).is_file() and d.exists():  # died before writing its config: start afresh
-                    shutil.rmtree(d)
-                cfgs.append(open_config(d) if (d / CONFIG_FILE).is_file() else config_from_dict(rows[r]["config"]))
-                dirs.append(d)
+                dirs.append(sweep_dir / "runs" / r)
+                cfgs.append(run_config(dirs[-1], rows[r]["config"])[0])
             with output_to(sweep_dir / "logs" / f"{todo[0]}.log"):
                 try:
                     out = train_stacked(cfgs, dirs, resume=True, tb_dirs=[sweep_dir / "tb" / r for r in todo],
