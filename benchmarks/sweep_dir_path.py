@@ -9,9 +9,11 @@ found from the caller's imports, its module's functions and classes (``Store(pat
 ``self.method`` and nested functions; the receiving parameter is named by position or keyword, and each (function,
 parameter) is visited once. A method of an object the walk cannot type (``store.update``) is not followed.
 
-Each visit stands on its module's floor (``FLOORS`` of tests/test_layers.py, lowest first). Every call that passes the
-directory down to a lower floor *returns to a higher floor it had already left* once (a chain experiments -> run ->
-io returns twice). Printed: the files entered, the visits and that count; with ``--walk`` every visit. An object
+Each visit stands on its module's floor (``FLOORS`` of tests/test_layers.py, lowest first). Every call (a distinct
+caller and callee, wherever the walk meets it) that passes the directory down to a lower floor *returns to a higher
+floor it had already left* once (a chain experiments -> run -> io returns twice); counted over calls, not visits, so
+the number does not depend on the order in which the walk first meets a function. Printed: the files entered, the
+visits and that count; with ``--walk`` every visit and every call down a floor. An object
 that keeps the directory (``self.sweep_dir = sweep_dir``) passes it on through its methods that read it: they are
 visited once its constructor is done. Not seen: calls through a process boundary (a worker started with the
 directory on its command line, a Ray task) and through callables passed as values.
@@ -177,6 +179,7 @@ class Walker:
         self.seen: set[tuple[str, str, str]] = set()
         self.kept: dict[tuple[str, str], set[str]] = {}  # (module, class) -> "self.attr" names holding it
         self.pending: list[tuple[Func, str]] = []
+        self.edges: set[tuple[str, str]] = set()  # ("module:qual" of the caller, of the callee): passed on
         self.walk: list[tuple[int, Func, str]] = []  # (depth, function, receiving parameter)
 
     def _lookup(self, target: str) -> Func | None:
@@ -280,6 +283,8 @@ class Walker:
                 params = callee.params[1:]
             targets = [params[i] for i, _ in passed if i < len(params)] + [k for k, _ in kw if k in callee.params]
             outer = frozenset(names) if callee.parent is not None else frozenset()
+            if targets:
+                self.edges.add((f"{f.module}:{f.qual}", f"{callee.module}:{callee.qual}"))
             for p in dict.fromkeys(targets):
                 self.visit(callee, p, depth + 1, outer)
         if isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.AugAssign)) and stmt.value is not None:
@@ -342,15 +347,13 @@ def measure(entry: str, param: str, root: Path = REPO) -> dict:
     if start is None:
         raise SystemExit(f"error: no function {entry} (give MODULE:FUNCTION)")
     w.visit(start, param, 0)
-    returns, stack = 0, []  # the floors of the visit's callers, outermost first
-    for depth, f, _ in w.walk:
-        del stack[depth:]
-        floor = floor_of(f.module)
-        returns += bool(stack) and floor < stack[-1]  # a call down a floor: its return climbs back up
-        stack.append(floor)
+    # each call (caller, callee) that passes it down a floor: its return climbs back up
+    down = sorted(f"{a} -> {b}" for a, b in w.edges if floor_of(b.partition(":")[0]) < floor_of(a.partition(":")[0]))
+    returns = len(down)
     files = list(dict.fromkeys(f.module for _, f, _ in w.walk))
     return {"entry": entry, "param": param, "files": len(files), "visits": len(w.walk), "returns_up": returns,
-            "modules": files, "walk": [(d, floor_of(f.module), f"{f.module}:{f.qual}", p) for d, f, p in w.walk]}
+            "modules": files, "down_calls": down,
+            "walk": [(d, floor_of(f.module), f"{f.module}:{f.qual}", p) for d, f, p in w.walk]}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -369,6 +372,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.walk:
         for d, fl, name, prm in res["walk"]:
             print(f"{'  ' * d}[{fl:2d}] {name}({prm})")
+        print("calls down a floor (each returns up once):", *res["down_calls"], sep="\n  ")
     print(f"{res['entry']}({res['param']}): enters {res['files']} files in {res['visits']} visits, returns to a "
           f"higher floor {res['returns_up']} times")
     return 0
