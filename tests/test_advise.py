@@ -57,6 +57,19 @@ def test_a_sweep_verdict_that_flips_at_equal_flops_is_flagged(monkeypatch, tmp_p
     monkeypatch.setattr(rd, "collect", lambda paths: [(r, None) for r in flipping_runs()])
     res = A.sweep_comparisons(tmp_path, baseline="cheap")
     assert res["sweep"] == str(tmp_path) and res["comparisons"][0]["changed"]
+    assert res["probes"] == [] and res["probes_missing"] == []  # no stored runs to read probes from
+
+
+def test_a_sweeps_stored_probes_are_printed_per_variant_beside_chance():
+    """The rows normlab.report.probes computes (mean ± t half-width over seeds) in advise's text, chance included."""
+    ci = lambda m, h: {"mean": m, "half": h, "n": 3}
+    row = {"variant": "QK-norm", "n": 3, "first_copy_loss": ci(2.625, 0.231), "second_copy_loss": ci(2.609, 0.243),
+           "induction_gain": ci(0.016, 0.019), "accuracy": ci(0.193, 0.125), "chance_first_copy_loss": 2.0794415,
+           "chance_accuracy": 0.25, "symbols": 8}
+    lines = A._probe_lines({"probes": [row], "probes_missing": ["qk-norm-s3: too long for the context"]})
+    assert lines == ["  probes QK-norm (n 3): induction gain 0.016 ± 0.019 nats (first copy 2.625 ± 0.231, chance "
+                     "ln 8 = 2.079); recall accuracy 0.193 ± 0.125 (chance 1/4 = 0.2500)",
+                     "  probes not measured: qk-norm-s3: too long for the context"]
 
 
 def test_next_question_prefers_contested_then_decided_far_then_undecided():
@@ -93,6 +106,14 @@ def test_gpt2_small_answer_states_only_what_the_evidence_decides(tmp_path, cache
     text = normlab("advise", "--width", "768", "--depth", "12", "--context", "1024", "--tokens", "1e9", "--no-write",
                    cache=cache, check=True).stdout
     assert "MORE THAN 10x AWAY" in text and "nothing below is decided at your scale" in text
+    # the packaged scaling fits (docs/scaling-2026-11-26.json: widths 32-96, depth 4, 2 tokens per parameter) are
+    # all degenerate and end at N = 444,096: they do not reach 85M parameters at 11.7 tokens per parameter
+    sc = res["scaling_fits"]
+    assert sc["n_max"] == _ln_params(96, 4) == 444_096
+    assert sc["params_over_largest"] == pytest.approx(t["params"] / 444_096) and sc["far"]
+    assert sc["tokens_per_param"] == pytest.approx(t["tokens"] / t["params"])
+    assert not sc["reaches_any"] and all(f["degenerate"] for f in sc["fits"].values())
+    assert "they do not reach your model" in text and "the fits are along 2 tokens per parameter" in text
 
 
 @pytest.mark.parametrize("args, fragment", [

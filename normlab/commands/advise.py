@@ -58,6 +58,7 @@ def _config(args: argparse.Namespace):
 def run_advise(args: argparse.Namespace) -> int:
     from normlab.report.advise import advise, gemm_rate, render
     from normlab.report.evidence import load_evidence
+    from normlab.report.scaling_evidence import load_scaling_evidence
 
     for d in args.from_dirs:
         if not (Path(d) / "results.sqlite").is_file():
@@ -69,7 +70,7 @@ def run_advise(args: argparse.Namespace) -> int:
                 "its own rate")
     out = None if args.no_write else Path(args.write)
     res = advise(cfg, load_evidence(), from_dirs=[Path(d) for d in args.from_dirs], baseline=args.baseline,
-                 rate=rate[0], rate_source=rate[1], sweep_path=out, base=base)
+                 rate=rate[0], rate_source=rate[1], sweep_path=out, base=base, scaling=load_scaling_evidence())
     print(json.dumps(res, allow_nan=False) if args.json else render(res))
     return 0
 

@@ -2,13 +2,15 @@
 was measured.
 
 Inputs: the target model (a ``RunConfig``: width, depth, context, tokens, optimizer, precision), the packaged claims
-evidence (``normlab.report.evidence``), the user's sweep directories (``--from``) and the scaling fits stored with
-them (none is packaged). Per decision (``DECISIONS``) each claim is sorted into **decided** (the claims suite's
-verdict at Holm-adjusted p <= alpha, or an exact check), **undecided** or **not observable**, with the scale it was
-measured at and its distance from the target (a factor in non-embedding parameters and in training tokens;
-``FAR`` = 10x either way is marked). A decision is stated only as the evidence states it, at its own scale; nothing
-is extrapolated. Comparisons from ``--from`` sweeps are shown at equal steps and at equal training FLOPs
-(normlab.model.flops; the validation curve interpolated at the pair's common cumulative FLOPs), exploratory.
+evidence (``normlab.report.evidence``), the packaged scaling fits (``normlab.report.scaling_evidence``: whether they
+reach the target -- not degenerate, within their forecast horizon, along the target's tokens per parameter) and the
+user's sweep directories (``--from``). Per decision (``DECISIONS``) each claim is sorted into **decided** (the
+claims suite's verdict at Holm-adjusted p <= alpha, or an exact check), **undecided** or **not observable**, with
+the scale it was measured at and its distance from the target (a factor in non-embedding parameters and in training
+tokens; ``FAR`` = 10x either way is marked). A decision is stated only as the evidence states it, at its own scale;
+nothing is extrapolated. Comparisons from ``--from`` sweeps are shown at equal steps and at equal training FLOPs
+(normlab.model.flops; the validation curve interpolated at the pair's common cumulative FLOPs), exploratory, with
+the in-context probes their runs stored (``diag.probes``; normlab.report.probes) per variant.
 
 The next question (``next_question``): among the claims with a sweep recipe (``RECIPES``), the most valuable open
 one at the target's scale, by this stated rule: a claim whose replications disagree (contested) first, then one
@@ -33,7 +35,10 @@ from normlab.errors import NormlabError
 from normlab.model import build_model
 from normlab.model.config import ModelConfig
 from normlab.model.flops import count_flops
+from normlab.report import probes, rundirs
+from normlab.report.analysis import load as load_sweep_report
 from normlab.report.equal_flops import compare_runs
+from normlab.report.scaling_evidence import reach
 
 FAR = 10.0
 ALPHA = 0.05
@@ -192,15 +197,14 @@ def _config_flops(info: Any) -> float | None:
 def sweep_comparisons(sweep_dir: Path, baseline: str | None = None) -> dict[str, Any]:
     """Each variant of a sweep directory against ``baseline`` (default: its first variant) at equal steps and at
     equal FLOPs (normlab.report.equal_flops)."""
-    from normlab.report.rundirs import collect
-
-    runs = [info for info, _ in collect([sweep_dir])]
+    runs = [info for info, _ in rundirs.collect([sweep_dir])]
     res = compare_runs(runs, baseline, _config_flops)
     if res["baseline"] is None:
         raise NormlabError(f"{sweep_dir}: no completed runs to compare")
     if baseline is not None and res["baseline"] != baseline:
         raise NormlabError(f"{sweep_dir}: baseline {baseline!r} is not a variant with completed runs")
-    return {"sweep": str(sweep_dir), **res}
+    table, missing = probes.rows(load_sweep_report(sweep_dir)) if (sweep_dir / "results.sqlite").is_file() else ([], [])
+    return {"sweep": str(sweep_dir), **res, "probes": table, "probes_missing": missing}
 
 
 # ------------------------------------------------------------------------------------------------- the next sweep
@@ -290,8 +294,20 @@ def target_record(cfg: RunConfig) -> dict[str, Any]:
             "flops_per_token": count_flops(m).training}
 
 
+def scaling_record(target: dict[str, Any], sc: dict[str, Any]) -> dict[str, Any]:
+    """The packaged scaling fits as advise states them: provenance, per variant the fit and whether it is
+    degenerate, and whether the fits reach the target (``scaling_evidence.reach``)."""
+    return {"points": sc["points"], "command": sc["command"], "date": sc["date"], "corpus": sc["corpus"],
+            "metric": sc["metric"], "question": sc["question"], "n_min": sc["n_min"], "n_max": sc["n_max"],
+            "tokens_per_param_fitted": sc["tokens_per_param"], "horizon": sc["horizon"],
+            "fits": {k: {"params": f["params"], "degenerate": f["degenerate"], "issues": f["issues"]}
+                     for k, f in sc["fits"].items()},
+            **reach(target["params"], target["tokens"], sc)}
+
+
 def advise(cfg: RunConfig, ev: dict[str, Any], *, from_dirs: list[Path] = (), baseline: str | None = None,
-           rate: float, rate_source: str, sweep_path: Path | None, base: str | dict[str, Any]) -> dict[str, Any]:
+           rate: float, rate_source: str, sweep_path: Path | None, base: str | dict[str, Any],
+           scaling: dict[str, Any] | None = None) -> dict[str, Any]:
     """The whole answer as one JSON-able object (module docstring); writes the next sweep to ``sweep_path``."""
     target = target_record(cfg)
     decs = decisions(target, ev)
@@ -306,7 +322,7 @@ def advise(cfg: RunConfig, ev: dict[str, Any], *, from_dirs: list[Path] = (), ba
         nxt["sweep"] = spec
     return {"target": target, "evidence": {**ev["sources"], "corpus": ev["suite"]["corpus"],
                                            "suite_command": ev["suite"]["command"]},
-            "scaling_fits": "none stored in the package; `normlab scaling SWEEP_DIR` fits a scaling sweep you ran",
+            "scaling_fits": None if scaling is None else scaling_record(target, scaling),
             "far_factor": FAR, "decisions": decs, "costs": recipe_costs(cfg),
             "sweeps": [sweep_comparisons(Path(d), baseline) for d in from_dirs], "next": nxt}
 
@@ -327,7 +343,7 @@ def render(res: dict[str, Any]) -> str:
              f"training tokens ({t['steps']} steps x {t['batch_size']}); {t['optimizer']}, precision "
              f"{t['precision']}; {t['flops_per_token']:.3g} training FLOPs/token (normlab.model.flops).",
              f"Evidence: {res['evidence']['claims']} (corpus {res['evidence']['corpus']}), "
-             f"{res['evidence']['replications']}; scaling fits: {res['scaling_fits']}."]
+             f"{res['evidence']['replications']}.", *_scaling_lines(res["scaling_fits"])]
     near = [e for d in res["decisions"] for e in d["decided"] if e["distance"] and not e["distance"]["far"]]
     lines += [f"{len(near)} decided claim(s) were measured within 10x of your model in parameters and tokens"
               + ("" if near else ": nothing below is decided at your scale; each line states what was decided at "
@@ -366,6 +382,7 @@ def render(res: dict[str, Any]) -> str:
                          f"± {_g(es['half'])} ({es['reading']}); equal FLOPs ({ef['flops']:.3g}) {ef['diff']:+.4f} "
                          f"± {_g(ef['half'])} ({ef['reading']})"
                          + (" -- THE VERDICT CHANGES at equal FLOPs" if c["changed"] else ""))
+        lines += _probe_lines(s)
     n = res["next"]
     lines.append("")
     if n is None:
@@ -379,6 +396,31 @@ def render(res: dict[str, Any]) -> str:
                      f"FLOPs; here: {_duration(est['seconds_here'])} at {est['rate_flops_per_s']:.3g} FLOP/s "
                      f"({est['rate_source']}); GPU: {est['gpu']}")
     return "\n".join(lines)
+
+
+def _scaling_lines(sc: dict[str, Any] | None) -> list[str]:
+    if sc is None:
+        return ["Scaling fits: none packaged; `normlab compare --preset scaling` then `normlab scaling SWEEP_DIR` "
+                "fits a size sweep (docs/scaling.md)."]
+    fits = "; ".join(f"{k}: A {f['params']['A']:.3g}, alpha {f['params']['alpha']:.3g}"
+                     + (" (degenerate)" if f["degenerate"] else "") for k, f in sc["fits"].items())
+    far = " -- MORE THAN 10x AWAY" if sc["far"] else ""
+    verdict = ("they reach your model for " + ", ".join(k for k, v in sc["reaches"].items() if v)
+               if sc["reaches_any"] else "they do not reach your model: " + "; ".join(sc["why_not"]))
+    return [f"Scaling fits ({sc['points']}, `{sc['command']}`, {sc['date']}, corpus {sc['corpus']}; "
+            f"L(N) = E + A N^-alpha in {sc['metric']} over N {sc['n_min']:,}-{sc['n_max']:,} at "
+            f"{sc['tokens_per_param_fitted']:g} tokens per parameter): {fits}.",
+            f"  Your model is {_factor(sc['params_over_largest'])} the largest fitted size{far}, at "
+            f"{sc['tokens_per_param']:.3g} tokens per parameter; {verdict}."]
+
+
+def _probe_lines(s: dict[str, Any]) -> list[str]:
+    out = []
+    for name, n, first, _, gain, chance, acc, chance_acc in probes.cells(s["probes"]):
+        out.append(f"  probes {name} (n {n}): induction gain {gain} nats (first copy {first}, chance {chance}); "
+                   f"recall accuracy {acc} (chance {chance_acc})")
+    out += [f"  probes not measured: {m}" for m in s["probes_missing"]]
+    return out
 
 
 def _replications(e: dict[str, Any]) -> list[str]:
