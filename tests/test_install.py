@@ -67,6 +67,7 @@ def test_wheel_ships_presets_and_sweeps(installed):
     assert shipped and shipped <= names
     assert "normlab/examples/api.py" in names  # docs/api.md's example runs from a wheel install
     assert "normlab/evidence/claims.json" in names  # normlab advise's evidence (docs/advise.md)
+    assert "normlab/evidence/scaling.json" in names  # and its scaling fits
     claims = {p.relative_to(ROOT).as_posix() for p in (ROOT / "normlab" / "experiments" / "claims").rglob("*.yaml")}
     assert len(claims) > 30 and claims | {"normlab/evidence/revisions.yaml"} <= names  # the claim definitions
     got = _run([str(installed["py"]), "-c", "from normlab.experiments.claims.specs import CLAIMS; "
