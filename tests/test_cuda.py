@@ -117,3 +117,30 @@ def test_gpu_speed_without_cuda_says_so_in_one_line(tmp_path):
     assert r.returncode == 2 and r.stdout == ""
     assert len(r.stderr.strip().splitlines()) == 1 and "no CUDA device" in r.stderr
     assert not out.exists()
+
+
+@needs_cuda
+@pytest.mark.parametrize("compile_", ["false", "true"])
+def test_cuda_steps_between_read_points_never_wait_for_the_device(tmp_path, cache, monkeypatch, compile_):
+    """``torch.cuda.set_sync_debug_mode("error")`` around every step that is neither logged nor a diagnostic,
+    evaluation or checkpoint step (after the first two, which compile): any host read of a device tensor there
+    (``.item()``, ``float()``, an ``if`` on a tensor, a blocking copy) raises. The run completes."""
+    import normlab.train.loop as loop
+    from normlab.config import load_config
+
+    read_point = loop.Recipe._read_point
+
+    def guarded(self, i):
+        read = read_point(self, i)
+        torch.cuda.set_sync_debug_mode("error" if (i >= 2 and not read) else "default")
+        return read
+
+    monkeypatch.setenv("NORMLAB_CACHE_DIR", str(cache))
+    monkeypatch.setattr(loop.Recipe, "_read_point", guarded)
+    sets = [*SMALL, "diag.every=4", "train.steps=24", "train.log_every=6", "train.eval_every=12",
+            "train.checkpoint_every=12", f"train.compile={compile_}"]
+    try:
+        s = loop.train(load_config("tiny", sets), tmp_path / "r", quiet=True)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert (s["status"], s["step"], s["device"]) == ("completed", 24, "cuda")

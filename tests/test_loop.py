@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+import normlab.train.loop as loop
+from normlab.config import load_config
 from tests.helpers import SHORT, run_inproc
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -54,3 +56,116 @@ def test_ctrl_c_twice_before_the_loop_writes_summary(tmp_path, cache):
     assert "Traceback" not in err
     s = json.loads((out / "summary.json").read_text())
     assert s["status"] == "interrupted" and s["steps"] == 400
+
+
+# -- host reads: the CPU stand-in for torch.cuda.set_sync_debug_mode ---------------------------------------------------
+
+SYNC_SETS = ["model.depth=1", "train.steps=12", "train.log_every=6", "train.eval_every=12", "train.checkpoint_every=12",
+             "diag.every=4", "optim.effective_lr_every=0", "train.warmup_steps=2"]
+READ_POINT = loop.Recipe._read_point
+
+
+def _train_counting_reads(run_dir: Path, sets: list[str], monkeypatch, defer: bool) -> tuple[dict, dict[int, list]]:
+    """Train ``tiny`` + ``sets`` in-process and list, per step, every host read of a tensor's value
+    (``aten._local_scalar_dense``: ``.item()``, ``float()``, ``bool()``, an ``if`` on a tensor; and ``.tolist()``),
+    named by the nearest normlab or torch.optim frame. A step starts where the loop decides whether it is read."""
+    import collections
+    import os
+    import traceback
+
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    reads: dict[int, list] = collections.defaultdict(list)
+    cur = [-1]
+
+    def where() -> str:
+        for fr in reversed(traceback.extract_stack()[:-2]):
+            if "normlab" in fr.filename.split(os.sep) or f"torch{os.sep}optim" in fr.filename:
+                return f"{os.path.basename(fr.filename)}:{fr.name}"
+        return "?"
+
+    class Reads(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func is torch.ops.aten._local_scalar_dense.default:
+                reads[cur[0]].append(where())
+            return func(*args, **(kwargs or {}))
+
+    tolist = torch.Tensor.tolist
+
+    def counted_tolist(self):
+        reads[cur[0]].append("tolist " + where())
+        return tolist(self)
+
+    read_point = READ_POINT
+
+    def marked(self, i):
+        cur[0] = i
+        return read_point(self, i)
+
+    monkeypatch.setattr(torch.Tensor, "tolist", counted_tolist)
+    monkeypatch.setattr(loop.Recipe, "_read_point", marked)
+    monkeypatch.setattr(loop, "defer_reads", lambda cfg, ctx: True)  # every step asks whether it is a read point
+    read_all = not defer
+    if read_all:
+        monkeypatch.setattr(loop.Recipe, "_read_point", lambda self, i: marked(self, i) or True)
+    with Reads():
+        summary = loop.train(load_config("tiny", sets), run_dir, quiet=True)
+    return summary, reads
+
+
+def _records(run_dir: Path) -> list[dict]:
+    out = []
+    for line in (run_dir / "metrics.jsonl").read_text().splitlines():
+        rec = json.loads(line)
+        rec.pop("tokens_per_s", None)
+        rec.pop("elapsed_s", None)
+        out.append(rec)
+    return out
+
+
+def test_a_step_between_read_points_reads_nothing_on_the_host(tmp_path, cache, monkeypatch):
+    """With reads deferred (the accelerator policy, here on the CPU), a step that is neither logged nor a
+    diagnostic, evaluation or checkpoint step reads no tensor of the run: only the batch's window offsets (drawn
+    from the CPU data generator on every device) and torch's AdamW step counters (CPU tensors on every device).
+    Before, such a step read its loss and its gradient norm. The metrics, summary and weights equal those of the
+    run read at every step."""
+    monkeypatch.setenv("NORMLAB_CACHE_DIR", str(cache))
+    s_now, reads_now = _train_counting_reads(tmp_path / "now", SYNC_SETS, monkeypatch, defer=False)
+    s_def, reads_def = _train_counting_reads(tmp_path / "deferred", SYNC_SETS, monkeypatch, defer=True)
+    allowed = {"tolist loop.py:get_batch", "optimizer.py:_get_value"}
+    quiet_steps = [i for i in range(12) if (i + 1) % 4 and (i + 1) % 6]  # diag.every 4, log every 6
+    assert quiet_steps == [0, 1, 2, 4, 6, 8, 9, 10]
+    for i in quiet_steps:
+        assert set(reads_def[i]) <= allowed, (i, reads_def[i])
+        assert reads_def[i].count("tolist loop.py:get_batch") == 1
+        assert {"runstate.py:after_backward"} <= set(reads_now[i])  # read at once: loss and grad norm, this step
+    assert reads_now[0].count("runstate.py:after_backward") == 2
+    assert any("runstate.py:settle" in reads_def[i] for i in (5, 11))  # the deferred steps read at the next log step
+    assert _records(tmp_path / "now") == _records(tmp_path / "deferred")
+    for k in ("status", "step", "train_loss", "val_bpb", "loss_spikes", "tokens_seen", "weight_norms"):
+        assert s_now[k] == s_def[k], k
+    assert (tmp_path / "now" / "model.safetensors").read_bytes() == \
+        (tmp_path / "deferred" / "model.safetensors").read_bytes()
+
+
+@pytest.mark.parametrize("lr", ["3", "0.3"])
+def test_a_deferred_divergence_ends_the_run_as_a_read_one(tmp_path, cache, monkeypatch, capsys, lr):
+    """A run that spikes and diverges between two read points (lr 3: spikes at steps 3 and 4, diverged at 4; lr
+    0.3: spikes at 5-8 and 12, diverged at 12; log every 10) ends with the same status, step, loss, spike list,
+    tokens and message, and the same metrics lines, as when every step is read at once."""
+    monkeypatch.setenv("NORMLAB_CACHE_DIR", str(cache))
+    sets = ["train.steps=40", "train.log_every=10", "train.eval_every=40", "train.checkpoint_every=40", "diag.every=0",
+            "model.depth=1", f"train.lr={lr}", "train.warmup_steps=10", "train.grad_clip=0", "diag.spike_factor=1.01",
+            "diag.spike_window=2"]
+    got = {}
+    for defer in (False, True):
+        name = "deferred" if defer else "now"
+        s, _ = _train_counting_reads(tmp_path / name, sets, monkeypatch, defer=defer)
+        got[name] = s, _records(tmp_path / name)
+    (a, ra), (b, rb) = got["now"], got["deferred"]
+    assert a["status"] == b["status"] == "diverged" and a["step"] % 10 != 0
+    for k in ("step", "train_loss", "loss_spikes", "tokens_seen", "val_bpb"):
+        assert a[k] == b[k], k
+    assert a["loss_spikes"]["count"] >= 2
+    assert ra == rb

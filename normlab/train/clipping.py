@@ -58,8 +58,13 @@ class GlobalClip:
     def __init__(self, params: list[nn.Parameter], max_norm: float):
         self.params, self.max_norm = params, max_norm
 
+    def clip_on_device(self, step: int) -> torch.Tensor:
+        """Clip; returns the global norm before clipping as a 0-dim tensor on the gradients' device (no host read:
+        ``clip_grad_norm_`` scales by ``min(1, max_norm / (norm + 1e-6))`` on the device)."""
+        return torch.nn.utils.clip_grad_norm_(self.params, self.max_norm if self.max_norm > 0 else math.inf)
+
     def clip(self, step: int) -> float:
-        return float(torch.nn.utils.clip_grad_norm_(self.params, self.max_norm if self.max_norm > 0 else math.inf))
+        return float(self.clip_on_device(step))
 
     def metrics(self) -> dict[str, float]:
         return {}
@@ -124,6 +129,10 @@ class AdaGC:
                 last[f"adagc/threshold/{grp}"] = sum(finite) / len(finite)
         self._last = last
         return total
+
+    def clip_on_device(self, step: int) -> float:
+        """As :meth:`clip` (AdaGC keeps its thresholds on the host and reads every step's per-tensor norms)."""
+        return self.clip(step)
 
     def metrics(self) -> dict[str, float]:
         """The last step's per-group clip share and mean threshold (flat keys for metrics.jsonl)."""

@@ -38,7 +38,7 @@ from normlab.train.losses import lm_loss
 from normlab.train.precision import (CompileTimer, autocast, kept_determinism, nondeterministic_op_error,
                                     prepare_model, resolve_runtime)
 from normlab.train.progress import ProgressReporter
-from normlab.train.runstate import RunState, claim_run_dir, interrupted_summary
+from normlab.train.runstate import PendingStep, RunState, claim_run_dir, interrupted_summary
 from normlab.train.threads import record_run, resolve_threads, step_flops, wait_policy_note
 from normlab.train.tracking import Tracker, probe_trackers
 from normlab.validate import check_train_memory
@@ -53,6 +53,24 @@ def get_batch(tokens: np.ndarray, batch_size: int, context: int, gen: torch.Gene
     chunk = np.stack([tokens[i : i + context + 1] for i in ix]).astype(np.int64)
     t = torch.from_numpy(chunk)
     return t[:, :-1], t[:, 1:]
+
+
+def to_device(t: torch.Tensor, device: str) -> torch.Tensor:
+    """A CPU batch on ``device``; to CUDA from pinned memory without blocking the host (a copy from pageable
+    memory waits for the device)."""
+    if device.startswith("cuda"):
+        return t.pin_memory().to(device, non_blocking=True)
+    return t.to(device)
+
+
+def defer_reads(cfg: RunConfig, ctx: DistContext) -> bool:
+    """Whether a step leaves its loss and gradient norm on the device until the next read point (a logged,
+    diagnostic, evaluation, checkpoint or effective-LR step, the last step, or a stop), so that the host never
+    waits for the device in between: on an accelerator, one process. On the CPU every step is read at once (a read
+    costs nothing there). Outputs are the same either way; a run that diverges between two read points stops at
+    the next one, with the diverged step's status, step, loss and message, after a few more updates of weights
+    that are not saved (its summary's weight norms are of the weights when it stopped)."""
+    return cfg.device != "cpu" and not ctx.active
 
 
 class NullTracker:
@@ -237,16 +255,29 @@ class Recipe:
         self.mark_t, self.mark_tokens = time.time(), s.tokens_seen  # tokens/s since the last logged step
         self.t_start = time.time()
         s.model.train()
+        defer = defer_reads(self.cfg, ctx)
+        pending: list[PendingStep] = []  # steps whose loss and gradient norm are still on the device
         with self._metrics_log() as mlog:
             while s.step < tc.steps:
                 if ctx.any(self.flag.stop):  # one all-reduce per step on more than one process: all stop together
+                    if self._settle(mlog, pending):
+                        break
                     s.status = "interrupted"
                     self._checkpoint()
+                    break
+                read = not defer or self._read_point(s.step)
+                if read and self._settle(mlog, pending):
                     break
                 lr = s.set_lr()
                 s.diag.start_step(s.step)  # diag: forward hooks on diagnostic steps only
                 t_step = time.perf_counter()
                 loss_sum, extra = self._forward_backward()
+                if not read:  # no host read: the step's checks wait for the next read point
+                    pending.append(s.clip_unread(loss_sum))
+                    s.optimizer_step()
+                    self.timer.add(time.perf_counter() - t_step)
+                    s.advance(False)
+                    continue
                 grad_norm = s.after_backward(loss_sum)
                 diverged = s.diverged(grad_norm)
                 if diverged:
@@ -266,29 +297,51 @@ class Recipe:
         self.tracker.close(s.status)
         return self._finish()
 
+    def _read_point(self, i: int) -> bool:
+        """Whether step ``i`` (0-based) reads its loss and gradient norm on the host when reads are deferred: a
+        logged, evaluation, checkpoint, diagnostic or effective-LR step, or the last one."""
+        s, tc, every = self.state, self.cfg.train, self.cfg.optim.effective_lr_every
+        n = i + 1
+        return (n == tc.steps or any(n % k == 0 for k in (tc.log_every, tc.eval_every, tc.checkpoint_every))
+                or s.diag.is_diag_step(i) or (every > 0 and n % every == 0))
+
+    def _settle(self, mlog: IO[str], pending: list[PendingStep]) -> bool:
+        """The host part of the deferred steps (one read of their losses and gradient norms): their spike records
+        written in step order; True when one of them diverged (the run ends there, as if read at once)."""
+        if not pending:
+            return False
+        records, diverged = self.state.settle(pending)
+        for rec in records:
+            self._write(mlog, rec)
+        if diverged:
+            self.report.message(diverged)
+        return diverged is not None
+
     def _metrics_log(self) -> IO[str]:
         return (self.state.metrics_path.open("a") if self.ctx.is_main else open(os.devnull, "w"))
 
-    def _forward_backward(self) -> tuple[float, dict[str, float]]:
+    def _forward_backward(self) -> tuple[Any, dict[str, Any]]:
         """``grad_accum`` micro-batches of this rank's rows, forward (eager with the diagnostics' hooks on a
         diagnostic step) and backward. Returns the summed cross-entropy and the mean extra loss terms, global-batch
-        values identical on every rank."""
+        values identical on every rank: 0-dim float64 tensors on the device (the same float64 sums as Python
+        floats), read by the caller at a read point; floats on more than one process (the all-reduce reads them)."""
         s, tc, mc, dev, ctx = self.state, self.cfg.train, self.cfg.model, self.cfg.device, self.ctx
-        loss_sum, extra = 0.0, {}
+        loss_sum: Any = 0.0
+        extra: dict[str, Any] = {}
         step_fwd = self.ddp if s.diag.is_diag_step(s.step) else self.fwd
         for micro in range(tc.grad_accum):
-            x, y = (t.to(dev) for t in get_batch(s.data.train, tc.batch_size, mc.context, s.gen, self.rows))
+            x, y = (to_device(t, dev) for t in get_batch(s.data.train, tc.batch_size, mc.context, s.gen, self.rows))
             with ctx.no_sync(self.ddp, micro == tc.grad_accum - 1):
                 with autocast(dev, tc.precision):
                     logits = step_fwd(x)
                 loss, parts = lm_loss(logits.float(), y, z_loss=tc.z_loss, logitnorm_tau=tc.logitnorm_tau)
                 s.diag.observe_output(logits, y)  # diag: Softmax Collapse counts (diagnostic steps only)
                 (loss * self.share / tc.grad_accum).backward()  # share: this rank's part of the global batch
-            loss_sum += float(parts.pop("ce")) * self.share  # raw cross-entropy: what is logged and checked
+            loss_sum = loss_sum + parts.pop("ce").double() * self.share  # raw cross-entropy: logged and checked
             for k, v in parts.items():
-                extra[k] = extra.get(k, 0.0) + float(v) * self.share / tc.grad_accum
+                extra[k] = extra.get(k, 0.0) + v.double() * self.share / tc.grad_accum
         if ctx.active:  # global-batch means, identical on every rank
-            sums = ctx.all_sum([loss_sum, *extra.values()])
+            sums = ctx.all_sum([float(loss_sum), *(float(v) for v in extra.values())])
             loss_sum, extra = sums[0], dict(zip(extra, sums[1:]))
         return loss_sum, extra
 

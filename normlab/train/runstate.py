@@ -89,6 +89,18 @@ def interrupted_summary(cfg: RunConfig, run_dir: Path, run_hash: str) -> dict[st
 
 
 @dataclass
+class PendingStep:
+    """A step taken on the device whose host part (spike and divergence checks) waits for the next read point:
+    its index (0-based), the tokens seen before it, its summed cross-entropy (0-dim float64 tensor) and its gradient
+    norm before clipping (0-dim tensor, or the float AdaGC computes on the host)."""
+
+    step: int
+    tokens_seen: int
+    loss_sum: torch.Tensor
+    grad_norm: torch.Tensor | float
+
+
+@dataclass
 class RunState:
     """Everything one run keeps between steps. ``model`` is the run's own module (not its DDP wrapper); ``gen`` draws
     its batches; ``elapsed`` is the training time of earlier sessions (a resumed run's); ``val`` the last
@@ -188,12 +200,41 @@ class RunState:
             g["lr"] = lr
         return lr
 
-    def after_backward(self, loss_sum: float) -> float:
-        """The step's mean loss over its ``grad_accum`` micro-batches is ``loss_sum / grad_accum``; the diagnostics
-        see it (spike check, gradient norms before clipping); returns the global gradient norm before clipping."""
-        self.last_loss = loss_sum / self.cfg.train.grad_accum
+    def after_backward(self, loss_sum: float | torch.Tensor) -> float:
+        """The step's mean loss over its ``grad_accum`` micro-batches is ``loss_sum / grad_accum`` (``loss_sum`` a
+        float or a 0-dim float64 tensor, read here); the diagnostics see it (spike check, gradient norms before
+        clipping); returns the global gradient norm before clipping, read on the host."""
+        self.last_loss = float(loss_sum) / self.cfg.train.grad_accum
         self.diag.after_backward(self.step, self.last_loss)  # diag: grad norms, spike check; hooks removed
-        return self.clipper.clip(self.step)
+        return float(self.clipper.clip_on_device(self.step))
+
+    def clip_unread(self, loss_sum: torch.Tensor) -> PendingStep:
+        """A step whose loss and gradient norm stay on the device until the next read point (a step that is
+        neither logged nor a diagnostic, evaluation or checkpoint step; normlab.train.loop): clipping alone, no
+        host read. Returns what :meth:`settle` needs to take the step's host part later."""
+        return PendingStep(self.step, self.tokens_seen, loss_sum, self.clipper.clip_on_device(self.step))
+
+    def settle(self, pending: list[PendingStep]) -> tuple[list[dict[str, Any]], str | None]:
+        """The host part of the ``pending`` steps, in order, as :meth:`after_backward` and :meth:`diverged` take it
+        for a step read at once: the spike check (its records returned, to be written in step order) and the
+        divergence check. A diverged step ends there as it would have when read at once (``step``, ``tokens_seen``
+        and ``last_loss`` are its own; the steps after it are dropped); returns the records and the line that says
+        so, else None."""
+        records: list[dict[str, Any]] = []
+        step, tokens = self.step, self.tokens_seen
+        for p in pending:
+            self.step, self.tokens_seen = p.step, p.tokens_seen
+            self.last_loss = float(p.loss_sum) / self.cfg.train.grad_accum
+            self.diag.after_backward(p.step, self.last_loss)  # no hooks on a pending step: the spike check alone
+            rec = self.diag.collect()
+            diverged = self.diverged(float(p.grad_norm))
+            if diverged:
+                return records, diverged
+            if rec:
+                records.append(rec)
+        self.step, self.tokens_seen = step, tokens
+        pending.clear()
+        return records, None
 
     def diverged(self, grad_norm: float) -> str | None:
         """A non-finite loss or gradient norm, or a loss above the ceiling: the run ends ``diverged`` at this step
@@ -230,9 +271,10 @@ class RunState:
         record |= self.diag.collect()  # diag: {} or {"step": step, "diag/...": ...}
         return record
 
-    def log_fields(self, record: dict[str, Any], lr: float, grad_norm: float, extra: dict[str, float],
+    def log_fields(self, record: dict[str, Any], lr: float, grad_norm: float, extra: dict[str, Any],
                    tokens_per_s: float, elapsed_s: float) -> None:
         """The logged step's loss, learning rate, gradient norm, speed and loss terms, into ``record``."""
+        extra = {k: float(v) for k, v in extra.items()}  # 0-dim tensors from the loop, read here
         record |= {"step": self.step, "loss": self.last_loss, "lr": lr, "grad_norm": grad_norm,
                    "tokens_per_s": tokens_per_s, "elapsed_s": elapsed_s, **extra, **self.clipper.metrics()}
 
