@@ -26,8 +26,17 @@ def test_docs_api_shows_the_example_that_runs():
 
 
 @pytest.mark.slow
-def test_example_script_matches_the_cli(tmp_path, cache):
-    proc = subprocess.run([sys.executable, "-m", "normlab.examples.api", str(tmp_path / "ex"), "--steps", "8"],
+def test_example_script_matches_the_cli_learns_and_ranks(tmp_path, cache):
+    """The example as a newcomer runs it (default steps): its numbers are the CLI's; every model it trains ends more
+    than the margin below the unigram entropy of its training split (computed here from the bytes); the sweep ranks
+    both variants by their mean final loss over seeds, with the Student-t interval and the Welch p against the best
+    recomputed from the runs' own summary.json files."""
+    import numpy as np
+    from scipy import stats
+
+    from normlab.run.rundir import open_config, run_data
+
+    proc = subprocess.run([sys.executable, "-m", "normlab.examples.api", str(tmp_path / "ex")],
                           cwd=tmp_path, env=cli_env(cache), capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
     r = json.loads(proc.stdout)
@@ -41,12 +50,32 @@ def test_example_script_matches_the_cli(tmp_path, cache):
     cli_gen = json.loads(run_inproc("generate", str(run), "--prompt", "abc", "--max-new-tokens", "16",
                                     "--temperature", "0", "--json", cache=cache, check=True).stdout)
     assert r["generated"] == cli_gen["text"]
-    assert r["sweep_counts"] == {"completed": 2}
-    # 8 steps learn nothing: both runs end above the unigram level minus 0.1 (normlab.stats.learning), so the eval
-    # flags it beside the unigram level and the sweep ranks neither
-    assert r["unigram_bpb"] == cli_eval["unigram_bpb"] and r["did_not_learn"] is True
-    assert r["eval_bpb"] >= r["unigram_bpb"] - 0.1
-    assert r["ranking"] == [] and r["not_ranked"] == {"Pre-LN": "did not learn", "Pre-RMSNorm": "did not learn"}
+    assert r["sweep_counts"] == {"completed": 4}
+    # the unigram level by hand: the entropy of the training split's byte frequencies (a byte-level corpus)
+    train = np.asarray(run_data(run, open_config(run)).train)
+    unigram = float(stats.entropy(np.bincount(train, minlength=256), base=2))
+    assert r["unigram_bpb"] == cli_eval["unigram_bpb"] == pytest.approx(unigram, rel=1e-9)
+    # the model learned: its training-time and its evaluated loss are both below the unigram level minus 0.1
+    assert s["val_bpb"] < unigram - 0.1 and r["eval_bpb"] < unigram - 0.1 and r["did_not_learn"] is False
+    finals: dict[str, list[float]] = {}
+    for f in sorted((tmp_path / "ex" / "sweep" / "runs").glob("*/summary.json")):
+        sm = json.loads(f.read_text())
+        assert sm["status"] == "completed" and sm["val_bpb"] < unigram - 0.1, (f, sm["val_bpb"])
+        name = "Pre-RMSNorm" if f.parent.name.startswith("pre-rmsnorm") else "Pre-LN"
+        finals.setdefault(name, []).append(sm["val_bpb"])
+    assert sorted(len(v) for v in finals.values()) == [2, 2]
+    # both variants ranked, in the order of their mean over the two seeds; interval and p recomputed with scipy
+    order = sorted(finals, key=lambda k: np.mean(finals[k]))
+    assert [x["variant"] for x in r["ranking"]] == order and [x["rank"] for x in r["ranking"]] == [1, 2]
+    assert r["not_ranked"] == {}
+    for x in r["ranking"]:
+        v = np.asarray(finals[x["variant"]])
+        assert x["val_bpb"] == pytest.approx(v.mean(), rel=1e-9)
+        assert x["ci95"] == pytest.approx(stats.t.ppf(0.975, 1) * v.std(ddof=1) / np.sqrt(2), rel=1e-6)
+    best, other = (np.asarray(finals[k]) for k in order)
+    assert r["ranking"][0]["welch_p_vs_best"] is None
+    assert r["ranking"][1]["welch_p_vs_best"] == pytest.approx(
+        stats.ttest_ind(other, best, equal_var=False).pvalue, rel=1e-6)
     assert Path(r["report"]).is_file()
 
 
