@@ -437,3 +437,37 @@ def test_claims_ctrl_c_stops_resumably_and_measures_nothing(tmp_path, inherited)
     rep = json.loads(again.stdout)
     assert rep["claims"][0]["n"] == 1 and (out / "claims.json").is_file()
     assert all(r["status"] == "completed" for r in Store(out / "results.sqlite").runs())
+
+
+def test_the_scale_budget_runs_its_claims_at_the_documented_shape_on_its_own_seeds():
+    """``--budget scale``: the claims not decided at width 64, every run (shallow, deep and grid) at 12 blocks of
+    width 256, 4 heads, context 256, 2,000 steps of batch 16 on pystdlib, asking for ``device: cuda``, on seeds
+    5000-5007 (docs/compare.md, Seed blocks); the CPU budgets' claims.json ``budget_spec`` keeps its fields."""
+    from normlab.config import config_from_dict
+    from normlab.experiments.claims.execution import claims_sweep
+    from normlab.experiments.claims.specs import select
+
+    b = get_budget("scale")
+    claims = select(",".join(b.claims))
+    assert {c.name for c in claims} >= {"cod-growth", "peri-variance-magnitude", "dyt-vs-ln", "stablemax-collapse"}
+    sweep = claims_sweep(b, sorted({v for c in claims for v in c.variants}), b.seeds)
+    assert {r.seed for r in sweep.runs} == set(range(5000, 5008))
+    assert any(r.axes.get("train.lr") for r in sweep.runs) and any("train.lr" not in r.axes for r in sweep.runs)
+    for r in sweep.runs:
+        cfg = config_from_dict(dict(r.config))
+        m, t = cfg.model, cfg.train
+        assert (cfg.device, m.depth, m.width, m.heads, m.context) == ("cuda", 12, 256, 4, 256), r.run_id
+        assert (t.steps, t.batch_size, cfg.data.source) == (2000, 16, "pystdlib"), r.run_id
+    assert "device" not in get_budget("full").to_dict() and "seed_base" not in get_budget("tiny").to_dict()
+    assert get_budget("scale").to_dict()["seed_base"] == 5000
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the machine without a CUDA device")
+def test_the_scale_budget_without_cuda_refuses_in_one_line_with_its_estimated_time(tmp_path, cache):
+    from tests.helpers import assert_bad_input
+
+    out = tmp_path / "out"
+    proc = run_inproc("claims", "--budget", "scale", "--out", str(out), cache=cache)
+    assert_bad_input(proc, "sweep 'claims-scale' asks for device: cuda", "no CUDA device", "would take at least",
+                     "training FLOPs")
+    assert not out.exists()

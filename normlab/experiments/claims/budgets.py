@@ -4,7 +4,13 @@ them).
 
 - ``tiny``: the tests' budget, a synthetic Markov corpus and a few steps (seconds);
 - ``quick``: 3 seeds x 250 steps on pystdlib, depth studies at 8 blocks;
-- ``full``: 5 seeds x 500 steps on pystdlib, depth studies at 12 blocks (docs/claims.md).
+- ``full``: 5 seeds x 500 steps on pystdlib, depth studies at 12 blocks (docs/claims.md);
+- ``scale``: the claims whose verdict at width 64 is an initialisation artefact or not observable
+  (:data:`SCALE_CLAIMS`), at a scale where training dominates the initialisation, sized for one GPU: 8 seeds x 2,000
+  steps on pystdlib, 12 blocks of width 256 (4 heads), context 256, batch 16, the learning-rate grid of ``quick`` at
+  the same shape and length; its runs ask for ``device: cuda`` (a CPU-only machine refuses the budget in one line
+  with its estimated time, normlab.experiments.estimate) and use their own seed block, 5000-5007 (docs/compare.md,
+  "Seed blocks").
 
 Each budget trains every shallow / deep variant (normlab.experiments.claims.variants) once per seed, and every
 learning-rate grid variant (``grid_*``, Wortsman et al. 2023) at each of ``grid_lrs`` with ``grid_depth`` blocks for
@@ -45,9 +51,27 @@ class Budget:
     grid_steps: int = 120
     grid_warmup: int = 12
     grid_eval_batches: int = 24
+    device: str | None = None   # the device its runs ask for (None: the config's default, auto)
+    seed_base: int = 0          # its seeds are seed_base .. seed_base + n - 1
+    claims: tuple[str, ...] = ()  # the claims it runs without --only (empty: every claim)
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """The budget's fields (``claims.json``'s ``budget_spec``); the three above only where set."""
+        d = asdict(self)
+        for key, default in (("device", None), ("seed_base", 0), ("claims", ())):
+            if d[key] == default:
+                del d[key]
+        return d
+
+    def seed_list(self, n: int) -> list[int]:
+        """The seeds of ``n`` replicates: the budget's block from its first seed."""
+        return list(range(self.seed_base, self.seed_base + n))
+
+
+# claims whose verdict at width 64 is a property of the initialisation (cod-growth: Pre-LN's depth slope is there at
+# init; peri-variance-magnitude: the gap is larger at init than at the end) or not observable (docs/claims.md)
+SCALE_CLAIMS = ("cod-growth", "peri-variance", "peri-variance-magnitude", "dyt-vs-ln", "stablemax-collapse",
+                "mano-rank", "mnn-rank", "residual-sink-clipping")
 
 
 BUDGETS: dict[str, Budget] = {
@@ -63,6 +87,11 @@ BUDGETS: dict[str, Budget] = {
                    deep_depth=12, warmup_steps=50, lr=3e-3, eval_batches=32, diag_every=50, sample_sequences=32,
                    extrap_factors=(1, 2, 4, 8, 16), extrap_windows=8,
                    grid_lrs=(0.001, 0.00416, 0.0173, 0.0721, 0.3), grid_depth=6, grid_steps=200, grid_warmup=20),
+    "scale": Budget("scale", "pystdlib", seeds=8, steps=2000, batch_size=16, context=256, width=256, heads=4, depth=12,
+                    deep_depth=12, warmup_steps=100, lr=3e-3, eval_batches=24, diag_every=100, sample_sequences=32,
+                    extrap_factors=(1, 4), extrap_windows=4, grid_lrs=(0.001, 0.00416, 0.0173, 0.0721, 0.3),
+                    grid_depth=12, grid_steps=2000, grid_warmup=100, grid_eval_batches=24, device="cuda",
+                    seed_base=5000, claims=SCALE_CLAIMS),
 }
 
 

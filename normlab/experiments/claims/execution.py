@@ -40,6 +40,7 @@ from normlab.experiments.claims.specs import CLAIM_NAMES, CLAIMS, spec_hash
 from normlab.experiments.verdicts import SIGNIFICANCE_TESTS, judge_family
 from normlab.experiments.verdicts import claim_verdict as verdict
 from normlab.experiments.claims.variants import GRID_VARIANTS, lr_dir, variant_config
+from normlab.experiments.estimate import check_device
 from normlab.io import read_json, read_json_object, write_json
 from normlab.run.files import CHECKPOINTS_DIR, SUMMARY_FILE
 from normlab.run.rundir import read_summary
@@ -79,7 +80,7 @@ def claims_sweep(budget: Budget, variants: list[str], n_seeds: int) -> "Sweep":
     from normlab.experiments.sweep import Sweep, SweepRun
 
     runs = []
-    for seed in range(n_seeds):
+    for seed in budget.seed_list(n_seeds):
         for v in variants:
             for lr in (budget.grid_lrs if v in GRID_VARIANTS else (None,)):
                 rc = config_from_dict(variant_config(v, budget, seed, lr))
@@ -319,6 +320,8 @@ def run_suite(claims: list["Claim"], budget: Budget, out: Path, *, seeds: int | 
     t0 = time.time()
     needed = sorted({v for c in claims for v in c.variants})
     sweep = claims_sweep(budget, needed, n_seeds)
+    if executor == "local":  # a budget whose runs ask for cuda, on a machine without: one line, its estimated time
+        check_device(sweep.name, [r.config for r in sweep.runs])
     open_out(out, sweep)
     specs = {r.run_id: variant_config(r.variant, budget, r.seed, r.axes.get("train.lr")) for r in sweep.runs}
     migrate_old_layout(out, sweep, specs, log)
@@ -351,7 +354,7 @@ def run_suite(claims: list["Claim"], budget: Budget, out: Path, *, seeds: int | 
         base = {"name": c.name, "claim": c.claim, "paper": c.paper, "metric": c.metric, "expected": c.expected}
         t = time.time()
         values, details, runs = [], [], []
-        for seed in range(per_claim[c.name]):
+        for seed in budget.seed_list(per_claim[c.name]):
             rd = seed_runs(sweep, out, seed, c.variants)
             val, det = measure(c, ctx, rd)
             values.append(val)
@@ -360,7 +363,7 @@ def run_suite(claims: list["Claim"], budget: Budget, out: Path, *, seeds: int | 
         v = verdict(values, c.direction, null=c.null, margin=c.margin, tolerance=c.tolerance)
         results.append({**base, "measured": v["measured"], "ci": v["ci"], "verdict": v["verdict"], "n": v["n"],
                         "reason": v["reason"], "direction": c.direction, "null": c.null, "margin": c.margin,
-                        "tolerance": c.tolerance, "values": values, "seeds": list(range(per_claim[c.name])),
+                        "tolerance": c.tolerance, "values": values, "seeds": budget.seed_list(per_claim[c.name]),
                         "details": details, "runs": runs, "scale": claim_scale({"runs": runs}, out),
                         "measure_s": time.time() - t, **spec_fields(c)})
         log(f"{c.name}: measured ({v['reason']}; the verdict is judged with the family)")

@@ -126,7 +126,7 @@ def variant_config(variant: str, budget: Budget, seed: int, lr: float | None = N
                   "checkpoint_every": b.steps, "keep_checkpoints": 1, "threads": 1, **v.train},
         "diag": {"every": b.diag_every if deep else 0},
     }
-    return cfg
+    return {**cfg, "device": b.device} if b.device else cfg
 
 
 def grid_config(variant: str, budget: Budget, seed: int, lr: float) -> dict[str, Any]:
@@ -145,6 +145,7 @@ def grid_config(variant: str, budget: Budget, seed: int, lr: float) -> dict[str,
                   "eval_every": steps, "eval_batches": b.grid_eval_batches, "log_every": max(1, steps // 12),
                   "checkpoint_every": steps, "keep_checkpoints": 1, **v.train},
         "diag": {"every": max(1, steps // 6)},
+        **({"device": b.device} if b.device else {}),
     }
 
 
