@@ -12,13 +12,17 @@ import os
 import re
 import sys
 
-from normlab.errors import EXIT_BAD_INPUT
+from normlab.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, NormlabError
+from normlab.provenance import version_string
+from normlab.safety import guarded, printable
+from normlab.train.heap import set_heap_policy
+from normlab.train.threads import set_wait_policy
+from normlab.validate import check_environment
 
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # one line, exit 2 (argparse prints usage + message)
         message = re.sub(r"^argument (--[\w-]+)(?:/\S+)?: must", r"\1 must", message)  # a range flag (validate.py)
-        from normlab.safety import printable
 
         print(f"error: {printable(message)} (see '{self.prog} --help')", file=sys.stderr)
         raise SystemExit(EXIT_BAD_INPUT)
@@ -34,8 +38,6 @@ class _Version(argparse.Action):
     """``--version``, computed only when asked (the git lookup costs a subprocess)."""
 
     def __call__(self, parser, namespace, values, option_string=None) -> None:
-        from normlab.provenance import version_string
-
         print(f"normlab {version_string()}")
         raise SystemExit(0)
 
@@ -52,8 +54,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from normlab.safety import guarded
-
     parser = build_parser()
     args = parser.parse_args(argv)
     return guarded(lambda: int(args.func(args) or 0), debug=args.debug, command=getattr(args, "command", None))
@@ -64,16 +64,9 @@ def set_process_policies() -> None:
     OpenMP wait policy with the threads ``auto`` may take (normlab.train.threads.set_wait_policy) and the C heap's
     policy (normlab.train.heap.set_heap_policy), for this process and, through the environment, its children (sweep
     workers, DDP ranks). The ``normlab`` command and ``make demo`` call it first."""
-    from normlab.errors import NormlabError
-    from normlab.train.heap import set_heap_policy
-    from normlab.train.threads import set_wait_policy
-    from normlab.validate import check_environment
-
     try:  # every NORMLAB_* variable: bad input is one line, exit 2, before anything runs
         check_environment()
     except NormlabError as e:
-        from normlab.safety import printable
-
         print(f"error: {printable(e)}", file=sys.stderr)
         sys.exit(EXIT_BAD_INPUT)
     set_wait_policy()  # the wait policy and auto's threads, from the machine's state now (kept if a parent set it)
@@ -87,8 +80,6 @@ def entry() -> None:
     try:
         code = main()
     except KeyboardInterrupt:
-        from normlab.errors import EXIT_INTERRUPTED
-
         print("interrupted (Ctrl-C); nothing was written", file=sys.stderr)
         code = EXIT_INTERRUPTED
     sys.exit(code)

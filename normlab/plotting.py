@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from normlab.io import atomic_path
+
 
 def pyplot():
     """``matplotlib.pyplot`` on the Agg backend (no display needed); imported lazily, it is slow to import."""
@@ -18,8 +20,6 @@ def pyplot():
 def save_png(fig, path: str | Path) -> str:
     """Lay out ``fig``, write it to ``path`` as a 100-dpi PNG via a temp file + rename (never half-written), close
     it; returns the file name."""
-    from normlab.io import atomic_path
-
     path = Path(path)
     fig.tight_layout()
     with atomic_path(path) as tmp:

@@ -9,6 +9,7 @@ lower), Ctrl-C (exit 130, no traceback) and a closed stdout pipe (exit 0). ``--d
 from __future__ import annotations
 
 import errno
+import shlex
 import sys
 from typing import Callable
 
@@ -29,8 +30,6 @@ def shell_quote(text: object) -> str:
     """``text`` as one shell word on one line: ``shlex.quote`` (POSIX sh; ``shlex.split`` gives ``text`` back), or,
     when ``text`` holds a control character (a newline in a directory name), bash's ANSI-C quoting ``$'...'`` with
     the character escaped, so a copied command can neither run a second command nor span two lines."""
-    import shlex
-
     s = str(text)
     if s.isprintable():
         return shlex.quote(s)

@@ -49,6 +49,7 @@ from torch import nn
 from normlab.attention.base import AttentionBase, AttentionState
 from normlab.attention.positions import RotaryEmbedding
 from normlab.attention.registry import register_attention
+from normlab.errors import NormlabError, unknown
 from normlab.norms.modules import RMSNorm
 from normlab.validate import I
 
@@ -178,8 +179,6 @@ class LinearAttention(AttentionBase):
 
     @classmethod
     def check_keys(cls, cfg) -> None:
-        from normlab.errors import unknown
-
         if cfg.linear_gate not in GATES:
             raise unknown("model.linear_gate", cfg.linear_gate, GATES)
         if cfg.linear_conv_source not in CONV_SOURCES:
@@ -188,16 +187,12 @@ class LinearAttention(AttentionBase):
     @classmethod
     def check_context(cls, cfg, context: int) -> None:
         """``linear_gate: static`` has one scale per training position: a longer context is a one-line error."""
-        from normlab.errors import NormlabError
-
         if cfg.linear_gate == "static" and context > cfg.context:
             raise NormlabError(f"context {context} exceeds the static KV-gate table ({cfg.context} positions); "
                                "model.linear_gate 'static' cannot extrapolate")
 
     @classmethod
     def check_config(cls, cfg) -> None:
-        from normlab.errors import NormlabError
-
         if cfg.linear_conv_source != "value" and not cfg.linear_conv:
             raise NormlabError("model.linear_conv_source picks what model.linear_conv convolves; set model.linear_conv "
                                "(a kernel size, e.g. 4) too")

@@ -36,6 +36,7 @@ from __future__ import annotations
 from typing import Any
 
 from normlab.errors import NormlabError, unknown
+from normlab.validate import check_value
 
 ATTENTION_FACTS: dict[str, Any] = {"paper": "", "description": "", "score_matrix": True, "options": {},
                                    "ranges": {}, "qk_norm_refusal": "", "eval_keys": (), "convertible": False,
@@ -100,8 +101,6 @@ def check_attention_config(cfg: Any) -> None:
     """The attention rules of a ``ModelConfig``: every kind's ``ranges`` and ``check_keys`` (the values of the keys
     it owns); the kind exists; options of other kinds stay at their defaults; ``qk_norm`` and ALiBi only where they
     mean something; the kind's own ``check_config``."""
-    from normlab.validate import check_value
-
     for cls in _REGISTRY.values():
         for key, rng in cls.ranges.items():
             check_value(f"model.{key}", getattr(cfg, key), rng)

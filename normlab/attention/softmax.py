@@ -33,6 +33,7 @@ import torch.nn.functional as F
 from normlab.attention.base import AttentionBase, AttentionState, append_kv, causal_mask
 from normlab.attention.positions import RotaryEmbedding, alibi_bias, alibi_slopes
 from normlab.attention.registry import register_attention
+from normlab.errors import NormlabError, unknown
 from normlab.norms.modules import RMSNorm
 from normlab.validate import POS as POSITIVE
 
@@ -58,15 +59,11 @@ class CausalSelfAttention(AttentionBase):
 
     @classmethod
     def check_keys(cls, cfg) -> None:
-        from normlab.errors import unknown
-
         if cfg.qk_norm_scope not in QK_NORM_SCOPES:
             raise unknown("model.qk_norm_scope", cfg.qk_norm_scope, QK_NORM_SCOPES)
 
     @classmethod
     def check_config(cls, cfg) -> None:
-        from normlab.errors import NormlabError
-
         if cfg.qk_norm_scope != "head" and not cfg.qk_norm:
             raise NormlabError("model.qk_norm_scope 'width' needs model.qk_norm: true and model.attention: softmax")
 

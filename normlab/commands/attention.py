@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import argparse
 
+from normlab.commands.listing import print_listing
+
 _YES = {True: "yes", False: "no"}
 
 
 def run_attention(args: argparse.Namespace) -> int:
-    from normlab.attention import list_attention
-    from normlab.commands.listing import print_listing
+    from normlab.attention import list_attention  # torch: not loaded by `normlab --help`
 
     return print_listing("attention", list_attention(), {
         "name": lambda r: r["name"],

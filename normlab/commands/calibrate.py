@@ -10,16 +10,22 @@ from __future__ import annotations
 
 import argparse
 
+from rich.console import Console
+from rich.table import Table
+
+from normlab.commands.args import data_arg
 from normlab.errors import NormlabError
 from normlab.io import check_file_slot, check_inside, dumps, write_json
+from normlab.run.rundir import open_run
+from normlab.validate import int_in
 
 LOGITS_BUDGET = 1 << 30  # bytes of float32 logits held in memory (caps the token count for large vocabularies)
 
 
 def run_calibrate(args: argparse.Namespace) -> int:
+    # torch: not loaded by `normlab --help`
     from normlab.eval.calibration import (calibration_stats, collect_logits, ece_note, fit_temperature,
                                           reliability_diagram)
-    from normlab.run.rundir import open_run
 
     if args.max_tokens < 0 or args.batch_size < 1:
         raise NormlabError("--max-tokens must be >= 0 and --batch-size >= 1")
@@ -57,8 +63,6 @@ def run_calibrate(args: argparse.Namespace) -> int:
     if args.json:
         print(dumps(m))
         return 0
-    from rich.console import Console
-    from rich.table import Table
 
     table = Table("metric", "before (T = 1)", f"after (T = {temperature:.4f})",
                   title=f"{run_dir} calibration ({args.split}: fit {half}, held-out {len(y) - half} tokens)")
@@ -73,9 +77,6 @@ def run_calibrate(args: argparse.Namespace) -> int:
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """Register ``normlab calibrate`` with their flags (called by ``normlab.cli.build_parser``)."""
-    from normlab.validate import int_in
-    from normlab.commands.args import data_arg
-
     cb = sub.add_parser("calibrate", help="temperature scaling: ECE (15 bins), NLL, Brier before/after")
     cb.add_argument("run_dir")
     cb.add_argument("--split", choices=["val", "test"], default="val")

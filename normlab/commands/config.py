@@ -6,20 +6,22 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from rich.console import Console
+from rich.table import Table
+
 from normlab.io import dumps
 from normlab.presets import config_presets
 from normlab.run.files import CONFIG_FILE
+from normlab.run.rundir import apply_norm_defaults, open_config
 
 
 def run_config(args: argparse.Namespace) -> int:
+    # torch: not loaded by `normlab --help`
     from normlab.config import apply_overrides, config_from_dict, load_config, read_yaml
     from normlab.config_help import describe_keys
-    from normlab.run.rundir import apply_norm_defaults
 
     src = args.source
     if src and Path(src).is_dir():  # a run directory: its saved config, then --set
-        from normlab.run.rundir import open_config
-
         open_config(src)  # one-line errors for a folder that is not a run
         cfg = config_from_dict(apply_overrides(read_yaml(Path(src) / CONFIG_FILE), args.overrides))
         origin = f"run directory {src}"
@@ -35,8 +37,6 @@ def run_config(args: argparse.Namespace) -> int:
         print(dumps({"source": origin, "overrides": list(args.overrides), "config_hash": cfg.hash(),
                      "config": cfg.to_dict(), "keys": rows}))
         return 0
-    from rich.console import Console
-    from rich.table import Table
 
     def show(v: object) -> str:
         return "null" if v is None else str(v).lower() if isinstance(v, bool) else str(v)

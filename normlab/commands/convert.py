@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import argparse
 
+from rich.console import Console
+from rich.table import Table
+
 from normlab.errors import NormlabError
 from normlab.io import dumps
+from normlab.validate import int_in
 
 
 def run_convert(args: argparse.Namespace) -> int:
-    from normlab.convert import convert_run
+    from normlab.convert import convert_run  # torch: not loaded by `normlab --help`
 
     if args.batch_size < 1:
         raise NormlabError(f"--batch-size must be >= 1, got {args.batch_size}")
@@ -18,8 +22,6 @@ def run_convert(args: argparse.Namespace) -> int:
     if args.json:
         print(dumps(row))
         return 0
-    from rich.console import Console
-    from rich.table import Table
 
     title = f"{args.run_dir} -> {r['out']} ({r['norm_from']} -> {r['norm_to']}, {args.to})"
     table = Table("metric", "value", title=title)
@@ -35,8 +37,6 @@ def run_convert(args: argparse.Namespace) -> int:
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """Register ``normlab convert`` with their flags (called by ``normlab.cli.build_parser``)."""
-    from normlab.validate import int_in
-
     c = sub.add_parser(
         "convert", help="exact conversion of a Pre-LN run: to Pre-RMSNorm, Pre-CRMSNorm, or folded norms"
     )

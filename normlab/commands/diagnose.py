@@ -6,17 +6,22 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from rich.console import Console
+from rich.table import Table
+
+from normlab.commands.args import data_arg
 from normlab.errors import NormlabError
 from normlab.io import check_dir, check_file_slot, check_inside, dumps, read_json_object, write_json
 from normlab.run.files import SUMMARY_FILE
+from normlab.run.rundir import open_run
+from normlab.validate import int_in
 
 
 def run_diagnose(args: argparse.Namespace) -> int:
-    import torch
+    import torch  # not loaded by `normlab --help`
 
     from normlab.diagnostics.analyze import diagnose_model, sample_sequences, training_records, training_summary
     from normlab.diagnostics.plots import write_plots
-    from normlab.run.rundir import open_run
 
     if args.sequences < 1 or (args.context is not None and args.context < 1):
         raise NormlabError(f"--sequences and --context must be >= 1, got {args.sequences} and {args.context}")
@@ -59,9 +64,6 @@ def _fmt(v: float | None, spec: str = ".4g") -> str:
 
 
 def _print_headline(d: dict) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
     v, ms, s, e = d["variance"], d["massive"], d["sinks"], d["layer_effectiveness"]
     t = Table("block", "resid RMS", "resid var", "top |h|", "median |h|", "ratio", "angular dist", "skip Δloss",
               title=f"{d['run_dir']} ({d['split']}, {d['sequences']} x {d['context']} tokens)")
@@ -100,9 +102,6 @@ def _print_headline(d: dict) -> None:
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """Register ``normlab diagnose`` with their flags (called by ``normlab.cli.build_parser``)."""
-    from normlab.validate import int_in
-    from normlab.commands.args import data_arg
-
     dg = sub.add_parser("diagnose", help="diagnostics of a run: variance vs depth, massive activations, attention "
                         "sinks, layer effectiveness, norm parameters -> RUN_DIR/diagnostics.json + PNGs")
     dg.add_argument("run_dir")

@@ -18,15 +18,20 @@ import argparse
 import json
 from pathlib import Path
 
+from rich.console import Console
+from rich.table import Table
+
+from normlab.commands.args import data_arg, eval_set_arg
 from normlab.errors import NormlabError
-from normlab.io import check_file_slot, dumps, write_json
+from normlab.io import check_file_slot, dumps, read_json, write_json
 from normlab.run.files import HF_IMPORT_FILE
+from normlab.run.rundir import open_run
 from normlab.stats.learning import DID_NOT_LEARN_MARGIN, learning_record
+from normlab.validate import int_in
 
 
 def run_eval(args: argparse.Namespace) -> int:
-    from normlab.eval.lm import evaluate
-    from normlab.run.rundir import open_run
+    from normlab.eval.lm import evaluate  # torch: not loaded by `normlab --help`
 
     if args.batch_size < 1 or args.max_tokens < 0:
         raise NormlabError("--batch-size must be >= 1 and --max-tokens >= 0")
@@ -64,8 +69,6 @@ def run_eval(args: argparse.Namespace) -> int:
     if args.json:
         print(dumps(m))
         return 0
-    from rich.console import Console
-    from rich.table import Table
 
     table = Table("metric", "value", title=f"{args.run_dir} ({args.split}, context {context}, stride {m['stride']})")
     for k in ("loss", "bpb", "unigram_bpb", "token_perplexity", "byte_perplexity", "unigram_byte_perplexity",
@@ -94,7 +97,6 @@ def _print_learning(m: dict) -> None:
 def _eval_documents(args: argparse.Namespace, run, data, context: int, overrides: list[str]) -> int:
     """``--documents``: lm-evaluation-harness rolling log-likelihood, one document at a time."""
     from normlab.eval.documents import evaluate_documents, split_documents
-    from normlab.io import read_json
 
     if args.stride is not None:
         raise NormlabError("--stride does not apply to --documents (the harness scores disjoint windows)")
@@ -136,8 +138,6 @@ def _eval_documents(args: argparse.Namespace, run, data, context: int, overrides
     if args.json:
         print(json.dumps(m))
         return 0
-    from rich.console import Console
-    from rich.table import Table
 
     table = Table("metric", "value", title=f"{args.run_dir} ({args.split}, documents, context {context})")
     for k in ("loss", "bpb", "unigram_bpb", "token_perplexity", "byte_perplexity", "unigram_byte_perplexity",
@@ -156,9 +156,6 @@ def _eval_documents(args: argparse.Namespace, run, data, context: int, overrides
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """Register ``normlab eval`` with their flags (called by ``normlab.cli.build_parser``)."""
-    from normlab.commands.args import data_arg, eval_set_arg
-    from normlab.validate import int_in
-
     e = sub.add_parser("eval", help="evaluate a run: loss, bits-per-byte, perplexities")
     eval_set_arg(e)
     e.add_argument("run_dir")

@@ -6,6 +6,11 @@ from __future__ import annotations
 import argparse
 import json
 
+from rich.console import Console
+from rich.table import Table
+
+from normlab.commands.stages import StageProgress
+
 KEYS = ("arch", "hf_class", "max_abs_logit_diff", "greedy_equal", "tolerance", "doc_start_token", "out")
 
 
@@ -15,8 +20,6 @@ def print_result(r: dict, as_json: bool, title: str) -> None:
     if as_json:
         print(json.dumps(row))
         return
-    from rich.console import Console
-    from rich.table import Table
 
     table = Table("metric", "value", title=title)
     for k, v in row.items():
@@ -25,8 +28,7 @@ def print_result(r: dict, as_json: bool, title: str) -> None:
 
 
 def run_export(args: argparse.Namespace) -> int:
-    from normlab.commands.stages import StageProgress  # rich: only when a command runs
-    from normlab.interop.export import EXPORT_STAGES, export_run
+    from normlab.interop.export import EXPORT_STAGES, export_run  # torch: not loaded by `normlab --help`
 
     with StageProgress("export", len(EXPORT_STAGES)) as say:  # on a terminal: stage lines and a bar on stderr
         r = export_run(args.run_dir, args.out, progress=say)

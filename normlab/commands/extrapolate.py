@@ -10,14 +10,19 @@ from __future__ import annotations
 
 import argparse
 
+from rich.console import Console
+from rich.table import Table
+
+from normlab.commands.args import data_arg, eval_set_arg
 from normlab.errors import NormlabError
 from normlab.io import check_file_slot, check_inside, dumps, write_json
+from normlab.run.rundir import open_config, open_run
+from normlab.validate import float_in, int_in
 
 
 def run_extrapolate(args: argparse.Namespace) -> int:
+    from normlab.attention import check_attention_context  # torch: not loaded by `normlab --help`
     from normlab.eval.extrapolation import check_positions, extrapolate, parse_factors, plot_extrapolation
-    from normlab.attention import check_attention_context
-    from normlab.run.rundir import open_config, open_run
 
     factors = parse_factors(args.factors)
     if args.max_tokens < 0 or args.batch_size < 1 or not args.memory_gb > 0:
@@ -47,8 +52,6 @@ def run_extrapolate(args: argparse.Namespace) -> int:
     if args.json:
         print(dumps(rep))
         return 0
-    from rich.console import Console
-    from rich.table import Table
 
     table = Table("factor", "context", "loss", "bits/byte", "tokens",
                   title=f"{run_dir} length extrapolation ({args.split}, training context {mc.context})")
@@ -64,9 +67,6 @@ def run_extrapolate(args: argparse.Namespace) -> int:
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """Register ``normlab extrapolate`` with their flags (called by ``normlab.cli.build_parser``)."""
-    from normlab.validate import float_in, int_in
-    from normlab.commands.args import data_arg, eval_set_arg
-
     x = sub.add_parser("extrapolate", help="loss and bits-per-byte at multiples of the training context")
     eval_set_arg(x)
     x.add_argument("run_dir")

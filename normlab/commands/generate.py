@@ -15,15 +15,16 @@ import time
 
 from normlab.errors import NormlabError
 from normlab.io import dumps
+from normlab.run.rundir import load_run, run_tokenizer
+from normlab.validate import MAX_SEED, int_in
 
 MAX_NEW_TOKENS = 100_000
 
 
 def run_generate(args: argparse.Namespace) -> int:
-    import torch
+    import torch  # not loaded by `normlab --help`
 
     from normlab.eval.sampling import check_sampling_args, generate_tokens
-    from normlab.run.rundir import load_run, run_tokenizer
 
     sampling = {"temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p, "min_p": args.min_p,
                 "top_nsigma": args.top_nsigma}
@@ -80,8 +81,6 @@ def run_generate(args: argparse.Namespace) -> int:
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """Register ``normlab generate`` with their flags (called by ``normlab.cli.build_parser``)."""
-    from normlab.validate import int_in, MAX_SEED
-
     g = sub.add_parser("generate", help="sample a continuation of a prompt (tokens stream to stdout)")
     g.add_argument("run_dir")
     g.add_argument("--prompt", help="text to continue (default: the beginning of a validation document of the run's "

@@ -21,7 +21,7 @@ def ignored_note(keys: list[str]) -> str | None:
 
 
 def run_import(args: argparse.Namespace) -> int:
-    from normlab.interop.hf_import import import_hf
+    from normlab.interop.hf_import import import_hf  # torch: not loaded by `normlab --help`
 
     r = import_hf(args.hf_dir, args.out, data=args.data, tokenizer=args.tokenizer)
     note = ignored_note(r["ignored_config_keys"])

@@ -5,6 +5,9 @@ from __future__ import annotations
 import json
 from typing import Callable
 
+from rich.console import Console
+from rich.table import Table
+
 from normlab.safety import printable
 
 
@@ -18,8 +21,6 @@ def print_listing(key: str, rows: list[dict], columns: dict[str, Callable[[dict]
     if as_json:
         print(json.dumps({key: rows}))
         return 0
-    from rich.console import Console
-    from rich.table import Table
 
     table = Table(*columns)
     cells = [[printable(cell(r)) for cell in columns.values()] for r in rows]  # control characters as escapes

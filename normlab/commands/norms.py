@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import argparse
 
+from normlab.commands.listing import print_listing
+
 
 def run_norms(args: argparse.Namespace) -> int:
-    from normlab.commands.listing import print_listing
-    from normlab.norms import list_norms
+    from normlab.norms import list_norms  # torch: not loaded by `normlab --help`
 
     return print_listing("norms", list_norms(), {
         "name": lambda r: r["name"],

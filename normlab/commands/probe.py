@@ -8,6 +8,8 @@ from __future__ import annotations
 import argparse
 import json
 
+from normlab.validate import int_in
+
 
 def run_probe(args: argparse.Namespace) -> int:
     from normlab.eval.probes import probe_run  # torch: not at import (building the parser stays torch-free)
@@ -31,8 +33,6 @@ def run_probe(args: argparse.Namespace) -> int:
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """Register ``normlab probe`` with its flags (called by ``normlab.cli.build_parser``)."""
-    from normlab.validate import int_in
-
     p = sub.add_parser("probe", help="in-context probes of a run: induction and associative recall vs chance")
     p.add_argument("run_dir")
     p.add_argument("--length", type=int_in(2, 2**20), help="tokens per random sequence (default: context / 2)")

@@ -6,10 +6,15 @@ from __future__ import annotations
 import argparse
 import json
 
+from rich.console import Console
+from rich.table import Table
+
+from normlab.commands.stages import StageProgress
+from normlab.validate import float_in, int_in
+
 
 def run_quantize(args: argparse.Namespace) -> int:
-    from normlab.commands.stages import StageProgress
-    from normlab.surgery.run_quantize import quantize_run, quantize_stages
+    from normlab.surgery.run_quantize import quantize_run, quantize_stages  # torch: not loaded by `normlab --help`
 
     acts = None if args.acts == "none" else int(args.acts)
     stages = quantize_stages(args.rotate, args.norm_tweak, args.linearity)
@@ -21,8 +26,6 @@ def run_quantize(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(r, default=float))
         return 0
-    from rich.console import Console
-    from rich.table import Table
 
     title = (f"{args.run_dir} -> {r['out']}: W{r['weights']}{'' if acts is None else f'A{acts}'} {r['scheme']}, "
              f"rotate {r['rotate']} (simulated: fake-quant fp32)")
@@ -54,8 +57,6 @@ def run_quantize(args: argparse.Namespace) -> int:
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """Register ``normlab quantize`` with its flags (called by ``normlab.cli.build_parser``)."""
-    from normlab.validate import float_in, int_in
-
     qz = sub.add_parser("quantize", help="simulated RTN quantization of a run (optional Hadamard rotation, QuaRot "
                         "style) -> a fake-quantized run directory and per-layer statistics")
     qz.add_argument("run_dir")

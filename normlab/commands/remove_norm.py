@@ -6,9 +6,14 @@ from __future__ import annotations
 import argparse
 import json
 
+from rich.console import Console
+from rich.table import Table
+
+from normlab.validate import float_in, int_in
+
 
 def run_remove_norm(args: argparse.Namespace) -> int:
-    from normlab.surgery.remove_norm import remove_norm_run
+    from normlab.surgery.remove_norm import remove_norm_run  # torch: not loaded by `normlab --help`
 
     r = remove_norm_run(args.run_dir, args.out, steps=args.steps, lr=args.lr, schedule=args.schedule,
                         data_source=args.data, max_tokens=args.max_tokens, batch_size=args.batch_size,
@@ -16,8 +21,6 @@ def run_remove_norm(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(r, default=float))
         return 0
-    from rich.console import Console
-    from rich.table import Table
 
     o = r["original"]
     table = Table("stage", "sites", "loss after removal", "after fine-tune", "Δ nats vs original", "Δ bits/byte",
@@ -40,8 +43,6 @@ def run_remove_norm(args: argparse.Namespace) -> int:
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """Register ``normlab remove-norm`` with its flags (called by ``normlab.cli.build_parser``)."""
-    from normlab.validate import float_in, int_in
-
     rm = sub.add_parser("remove-norm", help="remove LayerNorm/RMSNorm by fine-tuning (fixed-scale schedule, "
                         "Heimersheim 2024) -> a norm-free run directory")
     rm.add_argument("run_dir")

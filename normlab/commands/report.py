@@ -4,13 +4,16 @@ report comparing any run directories (normlab.report.rundirs)."""
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from normlab.errors import NormlabError
 from normlab.io import dumps
+from normlab.validate import int_in
 
 
 def run_report(args: argparse.Namespace) -> int:
+    # matplotlib (the report) and compare's printers: not loaded by `normlab --help`
     from normlab.commands.compare import print_lr, print_ranking
     from normlab.report import write_report
     from normlab.report.rundirs import default_out, load_dirs
@@ -20,8 +23,6 @@ def run_report(args: argparse.Namespace) -> int:
         if not d.is_dir():
             raise NormlabError(f"directory {d} does not exist (give a sweep directory or run directories)")
     if args.quantize or args.label_free:  # per-run surgery metrics
-        import sys
-
         from normlab.report.surgery_columns import measure_sweep
 
         if args.max_tokens < 1:
@@ -52,8 +53,6 @@ def run_report(args: argparse.Namespace) -> int:
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """Register ``normlab report`` with their flags (called by ``normlab.cli.build_parser``)."""
-    from normlab.validate import int_in
-
     rp = sub.add_parser("report", help="write report.html and report.md from a sweep's stored results, or compare "
                                        "any run directories (a single run gets its own page)")
     rp.add_argument("dirs", nargs="+", metavar="DIR", help="a sweep directory, or run / sweep directories to compare")

@@ -7,11 +7,14 @@ import argparse
 import json
 from pathlib import Path
 
+from rich.console import Console
+from rich.table import Table
+
 from normlab.errors import NormlabError
 
 
 def run_scaling(args: argparse.Namespace) -> int:
-    from normlab.report.analysis import load
+    from normlab.report.analysis import load  # matplotlib: not loaded by `normlab --help`
     from normlab.report.scaling import analyse, is_size_sweep, to_json
 
     d = Path(args.sweep_dir)
@@ -25,8 +28,6 @@ def run_scaling(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(to_json(an), allow_nan=False))
         return 0
-    from rich.console import Console
-    from rich.table import Table
 
     from normlab.report.scaling_section import tables
 

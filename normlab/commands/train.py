@@ -20,7 +20,10 @@ from normlab.errors import NormlabError
 from normlab.io import dumps
 from normlab.presets import config_presets
 from normlab.run.files import CONFIG_FILE, MODEL_FILE, SUMMARY_FILE
-from normlab.run.rundir import open_config
+from normlab.run.rundir import STATUS_EXIT, apply_norm_defaults, open_config, read_summary
+from normlab.safety import printable, shell_quote
+from normlab.stats.learning import DID_NOT_LEARN_MARGIN, did_not_learn
+from normlab.validate import int_in
 
 if TYPE_CHECKING:
     from normlab.config import RunConfig
@@ -52,13 +55,11 @@ def _diff_keys(a: dict, b: dict, prefix: str = "") -> list[str]:
 
 
 def _resume_config(args: argparse.Namespace) -> tuple[RunConfig, Path]:
-    from normlab.config import config_from_dict, load_config, read_yaml
+    from normlab.config import config_from_dict, load_config, read_yaml  # torch: not loaded by `normlab --help`
 
     run_dir = Path(args.resume)
     temps = leftover_temps(run_dir)
     if temps:
-        from normlab.safety import shell_quote
-
         raise NormlabError(f"{run_dir} holds only temporary files ({', '.join(p.name for p in temps)}): a run killed "
                            "while it wrote its config.yaml, before anything was trained; start it again with "
                            f"'normlab train CONFIG --out {shell_quote(run_dir)}' (which removes them)")
@@ -67,7 +68,6 @@ def _resume_config(args: argparse.Namespace) -> tuple[RunConfig, Path]:
         base = load_config(args.config, args.overrides) if args.config else config_from_dict(
             _with_overrides(read_yaml(run_dir / CONFIG_FILE), args.overrides))
         base.model.vocab_size = saved.model.vocab_size
-        from normlab.run.rundir import apply_norm_defaults
 
         apply_norm_defaults(base)
         from normlab.train.precision import fill_auto
@@ -104,7 +104,6 @@ def plan_run(args: argparse.Namespace) -> tuple[RunConfig, Path, bool, dict | No
     """Check the arguments and the run directory: ``(config, run_dir, resume, summary)``, where ``summary`` is the
     stored summary of a run that is already complete (nothing left to train), else None."""
     from normlab.config import load_config
-    from normlab.run.rundir import apply_norm_defaults, read_summary
 
     if args.resume:
         if args.init_from:
@@ -133,7 +132,6 @@ def plan_run(args: argparse.Namespace) -> tuple[RunConfig, Path, bool, dict | No
     if temps:  # a start killed while it wrote config.yaml: nothing was trained, the directory is free again
         for p in temps:
             p.unlink(missing_ok=True)
-        from normlab.safety import printable
 
         print(printable(f"note: --out {run_dir} held only the temporary files of a killed start "
                         f"({', '.join(p.name for p in temps)}); removed them"), file=sys.stderr)
@@ -143,7 +141,6 @@ def plan_run(args: argparse.Namespace) -> tuple[RunConfig, Path, bool, dict | No
 
 
 def _run_train(args: argparse.Namespace, ctx) -> int:
-    from normlab.run.rundir import STATUS_EXIT
     from normlab.train.loop import train
 
     cfg, run_dir, resume, summary = plan_run(args)
@@ -165,8 +162,6 @@ def print_summary(s: dict) -> None:
     if s.get("val_bpb") is not None:
         parts.append(f"val loss {s['val_loss']:.4f} nats/token, val bits/byte {s['val_bpb']:.4f}")
         if s.get("unigram_bpb") is not None:  # the one did-not-learn rule (normlab.stats.learning), flagged here too
-            from normlab.stats.learning import DID_NOT_LEARN_MARGIN, did_not_learn
-
             flag = (f" -- DID NOT LEARN (not below the unigram level - {DID_NOT_LEARN_MARGIN:g})"
                     if did_not_learn(s["val_bpb"], s["unigram_bpb"]) else "")
             parts.append(f"unigram level {s['unigram_bpb']:.4f} bits/byte{flag}")
@@ -177,7 +172,6 @@ def print_summary(s: dict) -> None:
         parts.append(
             f"{s['device']} {s['precision']}" + (f", compiled in {s['compile_s']:.1f}s" if s.get("compile_s") else "")
         )
-    from normlab.safety import printable
 
     print(printable(f"run {s['run_dir']}: " + "; ".join(parts)))  # a stored status or a directory name: escaped
 
@@ -201,7 +195,6 @@ def rank_argv(args: argparse.Namespace, run_dir: str, resume: bool) -> list[str]
 
 
 def launch_train(args: argparse.Namespace) -> int:
-    from normlab.run.rundir import STATUS_EXIT, read_summary
     from normlab.train.distributed import launch
 
     if args.nproc < 1:
@@ -224,8 +217,6 @@ def launch_train(args: argparse.Namespace) -> int:
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """Register ``normlab train`` with their flags (called by ``normlab.cli.build_parser``)."""
-    from normlab.validate import int_in
-
     t = sub.add_parser("train", help="train a model from a YAML config or preset")
     t.add_argument("config", nargs="?",
                    help=f"YAML file or preset name (shipped in normlab/configs/: {', '.join(config_presets())})")

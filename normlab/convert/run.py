@@ -22,12 +22,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from normlab.run.files import SUMMARY_FILE
-from normlab.run.publish import publish_run
-from normlab.run.rundir import load_run
 from normlab.convert.exact import KINDS, PAPER, convert_model
 from normlab.errors import NormlabError
+from normlab.eval.lm import evaluate
 from normlab.io import check_new_dir, read_json_object
+from normlab.run.files import SUMMARY_FILE
+from normlab.run.publish import publish_run
+from normlab.run.rundir import load_run, run_data
 
 LOGIT_TOL = 1e-4
 BPB_TOL = 1e-6
@@ -58,9 +59,6 @@ def convert_run(run_dir: str | Path, kind: str, out: str | Path | None = None, *
 
     Raises a one-line NormlabError (and writes nothing) for unsupported models or a failed check.
     """
-    from normlab.eval.lm import evaluate
-    from normlab.run.rundir import run_data
-
     if kind not in KINDS:
         raise NormlabError(f"unknown conversion '{kind}'; allowed: {', '.join(KINDS)}")
     if max_tokens < 1:

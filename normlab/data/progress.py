@@ -9,12 +9,12 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from rich.console import Console
+
 MIN_REPORT_S = 1.0
 
 
 def _console():
-    from rich.console import Console
-
     return Console(stderr=True)
 
 

@@ -21,6 +21,7 @@ import re
 import sysconfig
 from dataclasses import dataclass, field
 from pathlib import Path
+from pydoc_data.topics import topics
 from urllib.parse import parse_qsl
 
 import numpy as np
@@ -162,8 +163,6 @@ def english_text() -> str:
     """The ``english`` corpus: the topics of ``pydoc_data.topics`` (the Python Language Reference and library
     sections CPython ships for ``help()``, PSF licence) sorted by name, each without its indented lines (code
     examples, grammar productions, tables), blank-line runs collapsed; joined by a blank line. English prose only."""
-    from pydoc_data.topics import topics
-
     parts = []
     for name in sorted(topics):
         lines = [ln.rstrip() for ln in topics[name].splitlines() if not ln.startswith((" ", "\t"))]
@@ -175,7 +174,6 @@ def english_text() -> str:
 
 def _load_english(source: str, query: str) -> Corpus:
     _parse_query(source, query, ())
-    from pydoc_data.topics import topics
 
     meta = {"kind": "english", "python_version": platform.python_version(), "origin": "pydoc_data.topics",
             "num_topics": len(topics)}

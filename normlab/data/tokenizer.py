@@ -22,6 +22,8 @@ from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
+from tokenizers import Tokenizer as HFTokenizer
+from tokenizers import decoders, models, pre_tokenizers, trainers
 
 from normlab.errors import NormlabError
 
@@ -165,9 +167,6 @@ def _segments(data: bytes) -> Iterator[str | bytes]:
 
 
 def _new_bpe():
-    from tokenizers import Tokenizer as HFTokenizer
-    from tokenizers import decoders, models, pre_tokenizers
-
     tok = HFTokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     tok.decoder = decoders.ByteLevel()
@@ -202,8 +201,6 @@ class BPETokenizer(Tokenizer):
     @classmethod
     def train(cls, docs: Iterable[bytes], vocab_size: int, name: str | None = None) -> BPETokenizer:
         """Train on ``docs`` (the train split): 256 byte tokens plus up to ``vocab_size - 256`` merges."""
-        from tokenizers import pre_tokenizers, trainers
-
         tok = _new_bpe()
         trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=2, show_progress=False,
                                       special_tokens=[], initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
@@ -214,8 +211,6 @@ class BPETokenizer(Tokenizer):
     @classmethod
     def from_file(cls, path: str | Path, name: str | None = None) -> BPETokenizer:
         """Load a saved byte-level BPE ``tokenizer.json``, refusing anything that would not be lossless."""
-        from tokenizers import Tokenizer as HFTokenizer
-
         path = Path(path)
         try:
             st = path.stat()

@@ -22,6 +22,7 @@ from normlab.diagnostics.residual_sinks import ablate_residual_sinks, residual_s
 from normlab.diagnostics.sinks import EPSILON, SINK_CONTEXT, sink_analysis
 from normlab.errors import NormlabError
 from normlab.run.files import METRICS_FILE
+from normlab.run.rundir import read_jsonl
 
 
 def sample_sequences(tokens: np.ndarray, n: int, context: int) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
@@ -70,8 +71,7 @@ def diagnose_model(model: nn.Module, idx: torch.Tensor, targets: torch.Tensor, *
 
 def training_records(run_dir: str | Path) -> list[dict]:
     """Records of ``RUN_DIR/metrics.jsonl`` that carry ``diag/...`` keys (skipping lines cut by a kill)."""
-    from normlab.run.rundir import read_jsonl  # cut, junk and non-UTF-8 lines are skipped
-
+    # read_jsonl skips cut, junk and non-UTF-8 lines
     return [rec for rec in read_jsonl(Path(run_dir) / METRICS_FILE) if any(k.startswith("diag/") for k in rec)]
 
 

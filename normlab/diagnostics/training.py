@@ -45,6 +45,7 @@ from normlab.config import DiagConfig
 from normlab.diagnostics.collapse import softmax_collapse
 from normlab.diagnostics.instability import InstabilityProbe
 from normlab.diagnostics.weightnorms import weight_norm_record
+from normlab.model.placements import SITES
 
 MAX_LISTED_SPIKES = 1000
 
@@ -133,8 +134,6 @@ def _is_site(m: nn.Module) -> bool:
 
 def norm_modules(model: nn.Module) -> dict[str, nn.Module]:
     """``{module path: norm module}`` for every occupied norm site of a GPT (embed, block sites, final)."""
-    from normlab.model.placements import SITES
-
     out: dict[str, nn.Module] = {}
     if _is_site(getattr(model, "embed_norm", nn.Identity())):
         out["embed_norm"] = model.embed_norm
@@ -158,8 +157,6 @@ def _grad_norm(params: Iterable[nn.Parameter]) -> float | None:
 def grad_norms(model: nn.Module) -> dict[str, float]:
     """Per-block gradient norms ``diag/grad_norm/{attn,mlp,norm}/<l>`` and of the model-level norms (flat keys).
     Parameters without a gradient are skipped; a group with none is omitted."""
-    from normlab.model.placements import SITES
-
     out: dict[str, float] = {}
     for l, blk in enumerate(model.blocks):
         groups = {"attn": blk.attn.parameters(), "mlp": blk.mlp.parameters(),

@@ -24,6 +24,7 @@ import torch
 
 from normlab.errors import NormlabError
 from normlab.eval.lm import windows
+from normlab.plotting import pyplot, save_png
 
 ECE_BINS = 15
 T_MIN, T_MAX = 1e-2, 1e2
@@ -169,8 +170,6 @@ def ece_note(before: dict, after: dict, temperature: float) -> str | None:
 
 def reliability_diagram(before: dict, after: dict, path: str | Path, *, temperature: float, title: str = "") -> None:
     """Write a two-panel reliability diagram PNG (before / after temperature scaling) from ``calibration_stats``."""
-    from normlab.plotting import pyplot, save_png
-
     plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(10, 4.6), sharey=True)
     for ax, stats, name in ((axes[0], before, "before (T = 1)"), (axes[1], after, f"after (T = {temperature:.3f})")):

@@ -23,12 +23,15 @@ of ``normlab.eval.lm.windows`` (input ``s[begin:end]``, targets ``s[begin+1:end+
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import numpy as np
 import torch
 
+from normlab.data import load_corpus, split_docs
 from normlab.errors import NormlabError
 from normlab.eval.lm import lm_metrics, window_nll
+from normlab.run.rundir import read_data_info, run_data
 
 _WS = re.compile(r"\s+")
 
@@ -90,11 +93,6 @@ def split_documents(run_dir, cfg, data, split: str, source: str | None = None) -
     prepared from: ``source`` (``--data``), else the run's recorded local path (``data.json``), else
     ``cfg.data.source``; checked against ``data``'s content hash. ``split="all"``: every document of the corpus, in
     corpus order."""
-    from pathlib import Path
-
-    from normlab.data import load_corpus, split_docs
-    from normlab.run.rundir import read_data_info
-
     if source is None:
         info = read_data_info(run_dir) or {}
         resolved = info.get("resolved_source")
@@ -116,8 +114,6 @@ def validation_prompt(run_dir, cfg, seed: int = 0) -> tuple[bytes, dict]:
     ``min(32, context // 2)`` tokens; a corpus of fewer than 3 documents has one validation document, the slice of
     the text the split rule gives it. Returns ``(prompt bytes, {"split", "document", "documents", "tokens",
     "source"})`` (which document it was: the command says so)."""
-    from normlab.run.rundir import run_data
-
     data = run_data(run_dir, cfg, need_window=())
     docs = [d for d in split_documents(run_dir, cfg, data, "val") if d]
     if not docs:

@@ -28,8 +28,7 @@ import torch.nn.functional as F
 from normlab.attention import get_attention_class
 from normlab.errors import NormlabError
 from normlab.eval.lm import window_batches, windows
-
-
+from normlab.plotting import pyplot, save_png
 
 MAX_FACTOR = 4096  # x the training context; longer windows are far outside any memory budget
 
@@ -164,8 +163,6 @@ def extrapolate(model: torch.nn.Module, tokens: np.ndarray, token_bytes: np.ndar
 
 def plot_extrapolation(report: dict, path: str | Path, *, title: str = "") -> None:
     """PNG: loss vs context (left) and loss per position bucket for every factor (right)."""
-    from normlab.plotting import pyplot, save_png
-
     plt = pyplot()
     import matplotlib.ticker
 

@@ -9,17 +9,7 @@
 """
 
 from normlab.interop.arch import ARCHS, hf_arch
+from normlab.interop.export import export_run
+from normlab.interop.hf_import import import_hf
 
 __all__ = ["ARCHS", "export_run", "hf_arch", "import_hf"]
-
-
-def export_run(*args, **kwargs):
-    from normlab.interop.export import export_run as f
-
-    return f(*args, **kwargs)
-
-
-def import_hf(*args, **kwargs):
-    from normlab.interop.hf_import import import_hf as f
-
-    return f(*args, **kwargs)

@@ -25,7 +25,9 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from normlab.attention import attention_names, get_attention_class
 from normlab.errors import NormlabError
+from normlab.model.placements import embed_norm_on, final_norm_on
 
 if TYPE_CHECKING:
     from normlab.model.config import ModelConfig
@@ -43,9 +45,6 @@ def _refuse(choice: str) -> NormlabError:
 
 def hf_arch(cfg: "ModelConfig") -> str:
     """The HF architecture (``model_type``) ``cfg`` maps onto exactly, else a one-line NormlabError."""
-    from normlab.attention import attention_names, get_attention_class
-    from normlab.model.placements import embed_norm_on, final_norm_on
-
     c = cfg
     if c.norm not in ("layernorm", "rmsnorm"):
         raise _refuse(f"model.norm '{c.norm}' has no HF counterpart (layernorm or rmsnorm would export)")

@@ -27,6 +27,7 @@ from normlab.interop.hf_files import dependency_io
 from normlab.interop.hf_tokenizer import write_hf_tokenizer
 from normlab.interop.mapping import gemma_embed_mul, hf_config, weight_map
 from normlab.io import check_new_dir, publish_dir, write_json
+from normlab.run.rundir import load_run, run_data
 
 FORMAT = "normlab-hf-export-v1"
 HF_CLASSES = {"gpt2": "GPT2Config", "gpt_neox": "GPTNeoXConfig", "llama": "LlamaConfig", "qwen3": "Qwen3Config",
@@ -100,8 +101,6 @@ def export_run(run_dir: str | Path, out: str | Path, progress: Any = None) -> di
     """Export the run in ``run_dir`` to an HF directory ``out``; returns the export record (also
     ``out/normlab_export.json``). Refusals and a failed check are one-line NormlabErrors; nothing is written then.
     ``progress``: called with each of ``EXPORT_STAGES`` as it starts (``normlab export`` prints them)."""
-    from normlab.run.rundir import load_run, run_data
-
     say = progress or (lambda stage: None)
     require_transformers()
     run_dir, out = Path(run_dir), Path(out)

@@ -7,9 +7,12 @@ directory, ``loglikelihood_rolling`` per document, and the wikitext task's per-d
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from normlab.errors import NormlabError
+from normlab.eval.documents import evaluate_documents, split_documents
+from normlab.run.rundir import load_run, run_data
 
 
 def harness_document_metrics(hf_dir: str | Path, docs: list[str], *, prefix_token_id: int, max_length: int,
@@ -47,11 +50,6 @@ def harness_document_metrics(hf_dir: str | Path, docs: list[str], *, prefix_toke
 def crosscheck(run_dir: str | Path, hf_dir: str | Path, split: str = "test", batch_size: int = 4) -> dict:
     """normlab's per-document metrics of ``run_dir`` (normlab.eval.documents, as ``normlab eval --documents``)
     next to lm-eval on its export ``hf_dir``: the same documents, context and document-start token."""
-    import json
-
-    from normlab.eval.documents import evaluate_documents, split_documents
-    from normlab.run.rundir import load_run, run_data
-
     rec = json.loads((Path(hf_dir) / "normlab_export.json").read_text())
     run = load_run(run_dir)
     data = run_data(run_dir, run.cfg)

@@ -53,6 +53,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import torch
+from safetensors import safe_open
+
 from normlab.config import RANGES
 from normlab.errors import NormlabError
 from normlab.interop.arch import ARCHS
@@ -454,8 +457,6 @@ def read_header(path: Path) -> dict[str, dict[str, Any]]:
 
 def expected_tensors(transformers: Any, arch: str, hc: Any) -> dict[str, tuple[int, ...]]:
     """Names and shapes of the family's causal-LM parameters for config ``hc`` (built on ``meta``: no memory)."""
-    import torch
-
     cls = getattr(transformers, CLASSES[arch][1])
     try:
         with dependency_io(), torch.device("meta"):
@@ -517,9 +518,6 @@ def check_tensors(headers: dict[Path, dict[str, dict[str, Any]]], arch: str, exp
 
 def load_tensors_checked(found: dict[str, tuple[Path, str]]) -> dict[str, Any]:
     """The tensors as float32 (``safetensors.safe_open``: no pickle), each finite."""
-    import torch
-    from safetensors import safe_open
-
     out: dict[str, Any] = {}
     by_file: dict[Path, list[tuple[str, str]]] = {}
     for key, (path, name) in found.items():

@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 
+from normlab.config import DataConfig, RunConfig
 from normlab.data.tokenizer import DOC_SUFFIX
 from normlab.errors import NormlabError
 from normlab.interop.arch import ARCHS
@@ -44,8 +45,11 @@ from normlab.interop.hf_files import (
 from normlab.interop.hf_tokenizer import HF_TOKENIZER_FILE, normlab_tokenizer
 from normlab.interop.mapping import weight_map
 from normlab.io import check_new_dir, publish_dir, write_json
+from normlab.model import ModelConfig, build_model
 from normlab.run.files import HF_IMPORT_FILE, SUMMARY_FILE, TOKENIZER_FILE
-from normlab.validate import check_param_total
+from normlab.run.publish import write_run
+from normlab.run.rundir import load_data, save_run_identity
+from normlab.validate import check_memory, check_param_total
 
 FORMAT = "normlab-hf-import-v1"
 GELU = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh"}
@@ -198,9 +202,6 @@ def read_hf_model(transformers, hf_dir: Path) -> tuple[str, Any, dict[str, Any],
     ``hf_files`` says: config checked and limited (sizes, ``MAX_PARAMS``, available memory) before anything is
     built or any weight is read, the HF config made from the keys normlab maps only, the safetensors exact to the
     family's parameter set. Nothing in ``hf_dir`` is executed or unpickled."""
-    from normlab.model import ModelConfig
-    from normlab.validate import check_memory
-
     arch, raw = read_hf_config(hf_dir)
     hf_kw, ignored = hf_config_kwargs(arch, raw)
     hc = build_hf_config(transformers, arch, hf_kw, hf_dir / "config.json")
@@ -250,11 +251,6 @@ def build_hf(transformers, arch: str, hc, tensors: dict[str, Any], tied: dict[st
 def import_hf(hf_dir: str | Path, out: str | Path, *, data: str = "pystdlib", tokenizer: str | None = None
               ) -> dict[str, Any]:
     """Import the HF checkpoint in ``hf_dir`` as a run directory ``out``; returns the import record."""
-    from normlab.config import DataConfig, RunConfig
-    from normlab.model import ModelConfig, build_model
-    from normlab.run.rundir import load_data, save_run_identity
-    from normlab.run.publish import write_run
-
     transformers = require_transformers()
     hf_dir, out = Path(hf_dir), Path(out)
     if not hf_dir.is_dir():

@@ -26,6 +26,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from tokenizers import AddedToken, decoders, models, pre_tokenizers
+from tokenizers import Tokenizer as HFTokenizer
+
 from normlab.data.tokenizer import (
     DOC_SUFFIX,
     MAX_TOKENIZER_BYTES,
@@ -45,9 +48,6 @@ _SECTIONS = ("normalizer", "pre_tokenizer", "post_processor", "decoder", "trunca
 
 def byte_tokenizer_json() -> str:
     """``tokenizer.json`` text of the byte tokenizer (ids 0..255 = bytes)."""
-    from tokenizers import Tokenizer as HFTokenizer
-    from tokenizers import decoders, models, pre_tokenizers
-
     vocab = {bytes_to_unicode()[b]: b for b in range(256)}
     tok = HFTokenizer(models.BPE(vocab=vocab, merges=[]))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
@@ -57,9 +57,6 @@ def byte_tokenizer_json() -> str:
 
 def write_hf_tokenizer(tokenizer: Tokenizer, out: Path, context: int) -> None:
     """Write ``tokenizer.json`` and ``tokenizer_config.json`` for ``tokenizer`` into ``out``."""
-    from tokenizers import AddedToken
-    from tokenizers import Tokenizer as HFTokenizer
-
     base = getattr(tokenizer, "base", tokenizer)  # a DocTokenizer wraps bytes or BPE
     if isinstance(base, BytesTokenizer):
         text = byte_tokenizer_json()

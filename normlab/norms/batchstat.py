@@ -30,6 +30,7 @@ What every batch-statistic norm here guarantees:
 from __future__ import annotations
 
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
 
 from normlab.norms import functional as NF
@@ -53,8 +54,6 @@ def sync_group():
 
 def _all_sum(t: torch.Tensor) -> torch.Tensor:
     """Sum of ``t`` over the sync group (in place, no autograd)."""
-    import torch.distributed as dist
-
     dist.all_reduce(t, group=_SYNC_GROUP)
     return t
 

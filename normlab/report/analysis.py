@@ -26,7 +26,11 @@ from normlab.errors import NormlabError
 from normlab.experiments.design import changed_after_results, stored_design
 from normlab.experiments.lrgrid import GridReport, analyze, grid_runs_from_rows
 from normlab.experiments.store import Store
+from normlab.io import read_json, read_yaml_file
 from normlab.names import GRAD_NORM_PREFIXES, read_bpb
+from normlab.report import lrsection
+from normlab.report.surgery_columns import robustness_rows
+from normlab.run import rundir
 from normlab.run.files import SUMMARY_FILE
 from normlab.stats import MeanCI, Welch, mean_ci, t_ppf, welch, welch_diff
 from normlab.stats.learning import DID_NOT_LEARN_MARGIN, did_not_learn
@@ -86,8 +90,6 @@ class SweepReport:
 def _read_json(path: Path) -> Any:
     """A run artifact's JSON, or None when missing or unsafe to trust (``normlab.io.read_json``: a FIFO or device
     in its place, over the size cap, corrupt, nested too deep)."""
-    from normlab.io import read_json
-
     try:
         return read_json(path)
     except NormlabError:
@@ -142,8 +144,6 @@ def load(sweep_dir: str | Path, baseline: str | None = None) -> SweepReport:
 def _read_yaml(path: Path) -> Any:
     """A YAML file through normlab's one strict reader (``normlab.io.read_yaml_file``), or None when it is missing
     or refused."""
-    from normlab.io import read_yaml_file
-
     try:
         return read_yaml_file(path, "YAML file")
     except NormlabError:
@@ -163,8 +163,6 @@ def unigram_floors(runs: list[RunInfo], sweep_dir: Path) -> None:
     """Fill ``summary["unigram_bpb"]`` of runs trained before normlab recorded it: computed exactly from the
     training split of the run's own corpus (normlab.run.rundir.run_data, identity-checked; the token cache is reused),
     once per distinct corpus and tokenizer. A run whose corpus cannot be read keeps no floor."""
-    from normlab.run import rundir
-
     cache: dict[str, float | None] = {}
     for r in runs:
         if r.summary is None or _num(r.summary.get("unigram_bpb")):
@@ -274,8 +272,6 @@ def _p(p: float) -> str:
 
 def summarize(rep: SweepReport) -> list[str]:
     """Sentences that state only what the stored numbers show (a learning-rate grid leads with its own)."""
-    from normlab.report import lrsection
-
     warn = [f"{r.row['run_id']}: {r.summary['eval_mode_warning']['message']}." for r in rep.runs
             if r.summary and isinstance(r.summary.get("eval_mode_warning"), dict)
             and isinstance(r.summary["eval_mode_warning"].get("message"), str)]
@@ -469,9 +465,8 @@ def diagnostics(rep: SweepReport) -> tuple[list[DiagSection], dict[str, dict[str
             xs = [float(x) for x in xs if _num(x)]
             if xs:
                 table.setdefault(label, {})[v.name] = mean(xs)
-    from normlab.report.surgery_columns import robustness_rows  # W4 / W4+Hadamard (normlab report --quantize)
 
-    table.update(robustness_rows(rep))
+    table.update(robustness_rows(rep))  # W4 / W4+Hadamard (normlab report --quantize)
     spikes = {}
     for v in rep.variants:
         counts = [_get(r.summary, "loss_spikes", "count") for r in v.runs if r.summary]

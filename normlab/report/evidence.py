@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from normlab.errors import NormlabError
+from normlab.experiments.claims.execution import judge
 from normlab.io import read_json
 
 FORMAT = "normlab-evidence-v1"
@@ -43,7 +44,6 @@ def build_evidence(claims: dict[str, Any], replications: dict[str, Any], *, clai
     unknown = sorted({r["claim"] for r in reps} - names)
     if unknown:
         raise NormlabError(f"{replications_name}: replications of claims not in {claims_name}: {', '.join(unknown)}")
-    from normlab.experiments.claims.execution import judge
 
     claims = judge(claims)  # the verdicts of the current rules, as docs/claims.md renders them (one rule, every path)
     return {

@@ -19,9 +19,10 @@ from typing import Any
 
 from normlab.errors import NormlabError
 from normlab.experiments.store import Store
+from normlab.io import read_json
+from normlab.report.analysis import RunInfo, SweepReport, _load_artifacts, _read_yaml, from_runs
 from normlab.run.files import CONFIG_FILE, METRICS_FILE
 from normlab.run.rundir import read_metrics, read_summary
-from normlab.report.analysis import RunInfo, SweepReport, _load_artifacts, _read_yaml, from_runs
 
 IGNORED = ("seed", "train.lr", "train.threads", "train.track", "train.log_every", "train.checkpoint_every",
            "train.keep_checkpoints", "data.cache_dir", "train.eval_every")
@@ -68,9 +69,7 @@ def _summary_row(run_dir: Path, rid: str, position: int, cfg: dict[str, Any]) ->
 
 
 def _read_json(path: Path) -> Any:
-    from normlab.io import read_json  # a regular file under the size cap; None when missing or refused
-
-    try:
+    try:  # a regular file under the size cap; None when missing or refused
         return read_json(path)
     except NormlabError:
         return None

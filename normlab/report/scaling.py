@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from normlab.errors import NormlabError
+from normlab.experiments.sizes import count_params, lr_rule, run_tokens
 from normlab.io import read_yaml_file
 from normlab.report import scaling_fit as sf
 from normlab.report.analysis import RunInfo, SweepReport
@@ -105,8 +106,6 @@ def _last_values(info: RunInfo, n: int) -> list[float]:
 
 
 def _collect(rep: SweepReport) -> list[Curve]:
-    from normlab.experiments.sizes import count_params, run_tokens
-
     n_cache: dict[str, int] = {}
 
     def params(config: dict[str, Any]) -> int:
@@ -188,8 +187,6 @@ def _fit_error(curve: Curve, with_d: bool) -> str | None:
 
 def analyse(rep: SweepReport, *, replicates: int = REPLICATES, seed: int = 0) -> ScalingAnalysis:
     """Fits, forecasts, crossovers and SNR for a size sweep (see the module docstring)."""
-    from normlab.experiments.sizes import lr_rule
-
     curves = _collect(rep)
     spec = _spec(rep.sweep_dir)
     lrs = max((p.lrs_tried for c in curves for p in c.points), default=1)

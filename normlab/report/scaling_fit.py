@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 import numpy as np
+from scipy.optimize import brentq, minimize
 
 HUBER_DELTA = 1e-3
 LEVEL = 0.95
@@ -98,8 +99,6 @@ def _objective(x: np.ndarray, feats: np.ndarray, y: np.ndarray, delta: float) ->
 
 
 def _minimise(feats: np.ndarray, y: np.ndarray, inits: list[np.ndarray], delta: float) -> tuple[np.ndarray, float]:
-    from scipy.optimize import minimize
-
     k = feats.shape[1]
     bounds = [BOUNDS_LOG_E] + [BOUNDS_LOG_A, BOUNDS_EXP] * k
     best_x, best_f = None, math.inf
@@ -296,8 +295,6 @@ def huber_delta(cells: dict[Any, Cell]) -> float:
 # ---------------------------------------------------------------------------------------------- crossovers
 def crossings(f: Callable[[np.ndarray], np.ndarray], lo: float, hi: float, points: int = 400) -> list[float]:
     """Every ``N`` in ``[lo, hi]`` where ``f`` changes sign (log-spaced scan, then Brent's method)."""
-    from scipy.optimize import brentq
-
     xs = np.linspace(math.log(lo), math.log(hi), points)
     vals = f(np.exp(xs))
     roots = []

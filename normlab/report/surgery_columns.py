@@ -15,6 +15,7 @@ from statistics import mean
 from typing import Any, Callable
 
 from normlab.errors import NormlabError
+from normlab.experiments.store import Store
 from normlab.io import read_json
 from normlab.report.document import Note, Paragraph, Section, Table
 from normlab.surgery.robustness import LABEL_FREE_FILE, QUANT_FILE, label_free, pearson, quant_robustness, spearman
@@ -26,8 +27,6 @@ W4_HAD = "W4 + Hadamard Δbits/byte"
 def measure_sweep(sweep_dir: str | Path, *, quantize: bool, label_free_scores: bool, max_tokens: int = 8192,
                   log: Callable[[str], None] = lambda s: None) -> int:
     """Measure every completed run of the sweep; returns how many runs were visited."""
-    from normlab.experiments.store import Store
-
     sweep_dir = Path(sweep_dir)
     rows = [r for r in Store(sweep_dir / "results.sqlite").runs() if r["status"] == "completed"]
     for i, r in enumerate(rows, 1):

@@ -25,9 +25,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from normlab.io import read_json_object
+from normlab.io import read_json_object, write_json
 from normlab.provenance import git_commit
 from normlab.run.files import FINGERPRINT_FILE
+from normlab.run.rundir import open_config
 from normlab.version import __version__
 
 
@@ -51,8 +52,6 @@ def fingerprint_record(cfg: Any, model: Any) -> dict[str, Any]:
 
 
 def write_fingerprint(run_dir: str | Path, cfg: Any, model: Any) -> dict[str, Any]:
-    from normlab.io import write_json
-
     rec = fingerprint_record(cfg, model)
     write_json(Path(run_dir) / FINGERPRINT_FILE, rec)
     return rec
@@ -96,8 +95,6 @@ def check_run(run_dir: str | Path) -> str | None:
         return "no fingerprint recorded (trained before run fingerprints)"
     try:
         old = read_json_object(path, "fingerprint")  # a regular file under the size cap, a JSON object
-        from normlab.run.rundir import open_config
-
         new = current_fingerprint(open_config(run_dir))
     except Exception as e:  # a corrupt or foreign file: retrain rather than trust it
         return f"fingerprint not checkable ({type(e).__name__}: {e})"

@@ -38,15 +38,17 @@ import json
 import os
 import platform
 import stat
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from normlab.errors import EXIT_DIVERGED, EXIT_INTERRUPTED, EXIT_OK, NormlabError
 from normlab.io import MAX_JSON_BYTES, MAX_JSONL_BYTES, atomic_path, read_bytes, read_json, read_json_object, write_json
+from normlab.provenance import version_info
 from normlab.run.files import (CHECKPOINTS_DIR, CONFIG_FILE, DATA_FILE, MODEL_FILE, PROVENANCE_FILE, SUMMARY_FILE,
                                TOKENIZER_FILE)
+from normlab.validate import check_eval_memory
 
 if TYPE_CHECKING:  # nothing here imports torch at import time (sweep workers record results without it)
     from normlab.config import RunConfig
@@ -222,7 +224,6 @@ def save_run_identity(run_dir: str | Path, cfg: RunConfig, data: PreparedData) -
 
     from normlab.data import BPETokenizer
     from normlab.data.tokenizer import DOC_SUFFIX
-    from normlab.provenance import version_info
 
     run_dir = Path(run_dir)
     m, tok = data.meta, data.tokenizer
@@ -503,8 +504,6 @@ def open_run(run_dir: str | Path, *, overrides: Sequence[str] = (), source: str 
     memory (``normlab.validate.check_eval_memory``, labelled ``what``), load its data (``source``, ``--data``:
     another corpus) and pick ``split`` (``val`` or ``test``; every command picks it the same way,
     ``PreparedData.split``); ``need_window``: the splits that must hold one context window (``load_data``)."""
-    from normlab.validate import check_eval_memory
-
     run_dir = Path(run_dir)
     run = load_run(run_dir)
     overrides = list(overrides)

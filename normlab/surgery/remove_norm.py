@@ -37,11 +37,17 @@ import numpy as np
 import torch
 from torch import nn
 
+from normlab.config import config_from_dict
 from normlab.errors import NormlabError
+from normlab.eval.lm import evaluate
 from normlab.io import check_new_dir, publish_dir, read_json, write_json
+from normlab.model import build_model
 from normlab.model.placements import IN_SITES, block_sites
 from normlab.norms.fixedscale import FixedScaleNorm
 from normlab.run.files import INIT_FROM_FILE, SUMMARY_FILE
+from normlab.run.publish import write_run
+from normlab.run.rundir import load_run, run_data
+from normlab.train.loop import train
 
 FORMAT = "normlab-norm-removal-v1"
 NORMS = ("layernorm", "rmsnorm")
@@ -95,9 +101,6 @@ def stages(model: nn.Module, schedule: str) -> list[tuple[str, list[str]]]:
 
 def to_fixedscale(model: nn.Module, cfg):
     """``(config, model)``: the same function with every norm a live ``fixedscale`` norm (exact copy)."""
-    from normlab.config import config_from_dict
-    from normlab.model import build_model
-
     mc = cfg.model
     opts: dict[str, Any] = {"center": mc.norm == "layernorm"}
     mods = {"attn": model.blocks[0].attn_in, "mlp": model.blocks[0].mlp_in, "final": model.final_norm}
@@ -177,8 +180,6 @@ def _windows(tokens: np.ndarray, context: int, n: int) -> torch.Tensor:
 def _write_run(path: Path, cfg, model: nn.Module, summary: dict[str, Any], name: Path | None = None,
                source: Path | None = None, records: dict[str, dict[str, Any]] | None = None) -> None:
     """One stage's (or the final) run directory, derived from ``source`` (normlab.run.publish.write_run)."""
-    from normlab.run.publish import write_run
-
     write_run(path, cfg, model, {"status": "completed", **summary, "config_hash": cfg.hash(),
                                  "params": sum(p.numel() for p in model.parameters()), "run_dir": str(name or path)},
               derived_from=source, records=records)
@@ -199,8 +200,6 @@ def _published_paths(stage: Path, tmp: Path, out: Path) -> None:
 
 
 def _finetune_config(cfg, *, steps: int, lr: float, data_source: str | None):
-    from normlab.config import config_from_dict
-
     d = cfg.to_dict()
     t = d["train"]
     t.update({"steps": steps, "lr": lr, "warmup_steps": min(int(t.get("warmup_steps", 0)), max(steps // 10, 0)),
@@ -215,10 +214,6 @@ def remove_norm_run(run_dir: str | Path, out: str | Path, *, steps: int = 100, l
                     batch_size: int = 16, control: bool = False, measure_windows: int = 16,
                     quiet: bool = True) -> dict[str, Any]:
     """Run the schedule on ``run_dir``; write the norm-free run to ``out`` (whole or absent); return the record."""
-    from normlab.eval.lm import evaluate
-    from normlab.run.rundir import load_run, run_data
-    from normlab.train.loop import train
-
     if steps < 0 or max_tokens < 1 or batch_size < 1:
         raise NormlabError("--steps must be >= 0, --max-tokens and --batch-size >= 1")
     if lr is not None and not lr > 0:

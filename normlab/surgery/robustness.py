@@ -21,6 +21,7 @@ import numpy as np
 
 from normlab.errors import NormlabError
 from normlab.io import read_json, write_json
+from normlab.run.rundir import load_run, run_data
 
 QUANT_FILE = "quant_robustness.json"
 LABEL_FREE_FILE = "label_free.json"
@@ -39,7 +40,7 @@ def _cached(path: Path, settings: dict[str, Any]) -> dict[str, Any] | None:
 
 def quant_robustness(run_dir: str | Path, *, max_tokens: int = 8192, bits: int = 4) -> dict[str, Any]:
     """``{bpb, w4_rtn, w4_hadamard, hadamard_error}`` (bits/byte increases) for a completed run; cached."""
-    from normlab.run.rundir import load_run, run_data
+    # torch: report/ reads the cached numbers through this module and stays torch-free
     from normlab.surgery.run_quantize import quantize_model
 
     run_dir = Path(run_dir)
@@ -65,7 +66,6 @@ def quant_robustness(run_dir: str | Path, *, max_tokens: int = 8192, bits: int =
 def label_free(run_dir: str | Path, *, max_tokens: int = 8192, batch_size: int = 16) -> dict[str, Any]:
     """``{mano, matrix_nuclear_norm, loss, bpb, ...}`` on the first ``max_tokens`` validation tokens; cached."""
     from normlab.eval.lm import evaluate
-    from normlab.run.rundir import load_run, run_data
     from normlab.surgery.label_free import label_free_scores
 
     run_dir = Path(run_dir)

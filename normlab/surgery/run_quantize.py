@@ -26,12 +26,18 @@ from typing import Any
 import numpy as np
 import torch
 
+from normlab.convert.exact import convert_model
+from normlab.convert.run import max_logit_diff
 from normlab.errors import NormlabError
-from normlab.io import check_new_dir
+from normlab.eval.lm import evaluate
+from normlab.io import check_new_dir, read_json
 from normlab.run.files import SUMMARY_FILE
+from normlab.run.publish import publish_run
+from normlab.run.rundir import load_run, run_data
 from normlab.surgery.higgs import GRIDS, linearity_check, quantize_layers
 from normlab.surgery.norm_tweak import TWEAK_LR, norm_tweak, output_error
 from normlab.surgery.quantize import ACT_BITS, WEIGHT_BITS, act_quant, activation_stats
+from normlab.surgery.rotate import random_rotation, rotate_model
 
 FORMAT = "normlab-quantization-v1"
 ROTATE_TOL = 1e-4
@@ -49,10 +55,6 @@ def _windows(tokens: np.ndarray, context: int, n: int) -> torch.Tensor:
 def rotated_copy(model: torch.nn.Module, cfg, tokens: np.ndarray, seed: int = 0):
     """``(config, model, info)``: the exact parameter-free RMSNorm form of ``model`` with a randomized Hadamard
     rotation fused in, checked against ``model`` on ``tokens`` (max |logit diff| <= ROTATE_TOL)."""
-    from normlab.convert.exact import convert_model
-    from normlab.convert.run import max_logit_diff
-    from normlab.surgery.rotate import random_rotation, rotate_model
-
     kinds = {"layernorm": "rmsnorm", "rmsnorm": "folded"}
     if cfg.model.norm not in kinds:
         raise NormlabError(f"--rotate hadamard needs a Pre-LN layernorm or rmsnorm model (got norm "
@@ -83,8 +85,6 @@ def quantize_model(model: torch.nn.Module, cfg, data, *, weights: int, group: in
                    linearity: bool = False, progress: Any = None) -> tuple[Any, torch.nn.Module, dict[str, Any]]:
     """Quantize a copy of ``model`` (built from ``cfg``; ``data`` its PreparedData); ``(config, model, record)``.
     ``progress``: called with each of ``quantize_stages(...)`` as it starts."""
-    from normlab.eval.lm import evaluate
-
     if weights not in WEIGHT_BITS:
         raise NormlabError(f"--weights {weights} is not supported; allowed: {', '.join(map(str, WEIGHT_BITS))}")
     if acts is not None and acts not in ACT_BITS:
@@ -161,10 +161,6 @@ def quantize_run(run_dir: str | Path, out: str | Path, *, weights: int, group: i
                  tweak_lr: float = TWEAK_LR, linearity: bool = False, progress: Any = None) -> dict[str, Any]:
     """Quantize the run in ``run_dir`` and write it to ``out`` (whole or absent); returns the record. ``progress``:
     as ``quantize_model``'s."""
-    from normlab.io import read_json
-    from normlab.run.publish import publish_run
-    from normlab.run.rundir import load_run, run_data
-
     if max_tokens < 1 or batch_size < 1:
         raise NormlabError("--max-tokens and --batch-size must be >= 1")
     if weights not in WEIGHT_BITS:  # before any work: bad input is refused at once
