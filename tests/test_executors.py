@@ -1,14 +1,20 @@
-"""Bad input for the sweep executors (no cluster needed): one line, exit 2, nothing written."""
+"""The sweep executors without a cluster: bad input is one line, exit 2, nothing written; the Ray trainer child
+takes the SIGINT its task forwards."""
 
 from __future__ import annotations
 
+import json
+import signal
 import socket
+import subprocess
 import sys
+import time
 
 import pytest
 import yaml
 
-from tests.helpers import assert_bad_input, run_inproc
+from normlab.api import make_config
+from tests.helpers import assert_bad_input, cli_env, run_inproc
 
 FAST = {"train.steps": 2, "train.eval_every": 2, "train.log_every": 1}
 
@@ -90,3 +96,25 @@ def test_ray_tasks_never_ask_more_cpus_than_one_live_node_has():
     assert plan_workers(1, None, 24) == (1, 24) and plan_ray(ray, 1, None) == (1, 4)
     assert plan_ray(ray, 3, None) == (3, 4) and plan_ray(ray, 100, None) == (24, 1)
     assert plan_ray(_FakeRay([(True, 1), (True, 1)]), 1, None) == (1, 1)  # the killed-worker-node test's cluster
+
+
+def test_the_ray_trainer_child_stops_on_sigint_though_its_worker_blocked_it(tmp_path, cache):
+    """A Ray worker runs with SIGINT blocked, and a child inherits the blocked mask across exec: the trainer child
+    (``python -m normlab.experiments.executors``) unblocks it, so the SIGINT its task forwards on the driver's first
+    Ctrl-C checkpoints the run (exit 130, ``interrupted``, resumable) instead of waiting, pending, until the end."""
+    cfg = make_config("tiny", {"train.steps": 100000, "train.checkpoint_every": 100000}).to_dict()
+    (tmp_path / "cfg.json").write_text(json.dumps(cfg))
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "normlab.experiments.executors", str(run_dir),
+                             str(tmp_path / "cfg.json"), "--threads", "1"], env=cli_env(cache),
+                            preexec_fn=lambda: signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT}),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    metrics = run_dir / "metrics.jsonl"
+    deadline = time.time() + 300
+    while not (metrics.is_file() and metrics.stat().st_size) and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=300)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert proc.returncode == 130 and summary["status"] == "interrupted", out[-2000:]
+    assert 0 < summary["step"] < 100000

@@ -431,6 +431,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tb-dir", default=None, help="live TensorBoard scalars (default RUN_DIR/tb)")
     args = p.parse_args(argv)
     _die_with_parent(args.parent)
+    # a Ray worker runs with SIGINT blocked, and a blocked mask is inherited across fork and exec: unblocked, the
+    # SIGINT the task forwards on the driver's first Ctrl-C reaches the trainer (checkpoint, interrupted)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
     try:
         config = json.loads(Path(args.config).read_text())
         summary = train_run(Path(args.run_dir), config, args.threads, tb_dir=Path(args.tb_dir) if args.tb_dir else None)
