@@ -168,3 +168,38 @@ def test_control_characters_from_files_and_directory_names_are_escaped_in_the_ta
     assert "x\\x1b[2J\\ny" in table and "done\\x1b[31m\\nFAKE" in " ".join(table.split()).replace(" ", "")
     out = json.loads(run_inproc("runs", str(root), "--json", cache=cache, check=True).stdout)
     assert out["runs"][0]["status"] == "done\x1b[31m\nFAKE" and out["runs"][0]["path"] == str(root / "x\x1b[2J\ny")
+
+
+def test_runs_flags_a_run_that_did_not_learn_beside_its_number(tmp_path, cache):
+    """A run whose final val bits/byte is at or above its summary's unigram level minus 0.1 is marked in every
+    format, single runs and a sweep's runs alike (normlab.stats.learning's rule; 2.75 vs 2.8 - 0.1 is flagged,
+    2.65 is not, a run without a level is neither)."""
+    import csv
+    import io
+
+    from tests.helpers import make_sweep
+
+    root = tmp_path / "runs"
+    _fake_run(root / "flat", {**GOOD, "val_bpb": 2.75, "unigram_bpb": 2.8})
+    _fake_run(root / "learned", {**GOOD, "val_bpb": 2.65, "unigram_bpb": 2.8})
+    _fake_run(root / "nolevel", GOOD)
+    rows = {r["path"]: r for r in json.loads(run_inproc("runs", str(root), "--json", cache=cache, check=True)
+                                             .stdout)["runs"]}
+    assert [rows[str(root / n)]["did_not_learn"] for n in ("flat", "learned", "nolevel")] == [True, False, None]
+    assert rows[str(root / "flat")]["unigram_bpb"] == 2.8
+    table = run_inproc("runs", str(root), cache=cache, check=True).stdout
+    flagged = [ln for ln in table.splitlines() if "did not learn" in ln]
+    assert len(flagged) == 1 and "flat" in flagged[0] and "2.7500 (did not learn: unigram 2.8000)" in flagged[0]
+    got = {r["path"]: r["did_not_learn"] for r in csv.DictReader(io.StringIO(
+        run_inproc("runs", str(root), "--format", "csv", cache=cache, check=True).stdout))}
+    assert got == {str(root / "flat"): "True", str(root / "learned"): "False", str(root / "nolevel"): ""}
+
+    s = make_sweep(tmp_path / "s", [("A", 0, "completed", 2.75), ("B", 0, "completed", 2.65)])
+    for rid in ("r0", "r1"):
+        (s / "runs" / rid).mkdir(parents=True)
+        (s / "runs" / rid / "summary.json").write_text(json.dumps({"status": "completed", "unigram_bpb": 2.8}))
+    srows = {r["run_id"]: r for r in json.loads(run_inproc("runs", str(s), "--json", cache=cache, check=True)
+                                                .stdout)["runs"]}
+    assert (srows["r0"]["did_not_learn"], srows["r1"]["did_not_learn"]) == (True, False)
+    table = run_inproc("runs", str(s), cache=cache, check=True).stdout
+    assert [("r0" in ln) for ln in table.splitlines() if "did not learn" in ln] == [True]

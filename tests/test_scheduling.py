@@ -91,6 +91,26 @@ def test_the_finish_step_records_what_the_trainer_left_open(tmp_path):
     assert lines[2] == "[3/3] c: interrupted at step 0 (resumable)"
 
 
+def test_the_log_line_flags_a_run_that_did_not_learn(tmp_path):
+    """The ``[k/N] run: completed, val L bits/byte`` line says "did not learn" beside L when L is at or above the
+    unigram level its summary.json records minus 0.1 (the scripted runs end at 4.0), and nothing when it is below
+    or no level was recorded."""
+    import json
+
+    ids = ["at", "below", "none"]
+    store = _store(tmp_path, ids)
+    for run_id, level in (("at", 4.05), ("below", 4.2)):
+        (tmp_path / "runs" / run_id).mkdir(parents=True)
+        (tmp_path / "runs" / run_id / "summary.json").write_text(json.dumps({"status": "completed",
+                                                                             "unigram_bpb": level}))
+    lines: list[str] = []
+    drive(Scripted(tmp_path, store, dict.fromkeys(ids), slots=1), store, [[r] for r in ids], lines.append, [])
+    assert lines[0].startswith("[1/3] at: completed, val 4.0000 bits/byte -- did not learn (at or above the "
+                               "unigram 4.050 - 0.1 bits/byte), "), lines[0]
+    assert lines[1].startswith("[2/3] below: completed, val 4.0000 bits/byte, ") and "learn" not in lines[1]
+    assert lines[2].startswith("[3/3] none: completed, val 4.0000 bits/byte, ") and "learn" not in lines[2]
+
+
 def test_a_run_interrupted_in_this_process_stops_the_sweep(tmp_path):
     ids = ["a", "b", "c"]
     store = _store(tmp_path, ids)

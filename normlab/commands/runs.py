@@ -12,13 +12,15 @@ from pathlib import Path
 from typing import Any
 
 from normlab.errors import NormlabError
+from normlab.experiments.progress import run_unigram
 from normlab.io import dumps
 from normlab.run.files import CHECKPOINTS_DIR, CONFIG_FILE, METRICS_FILE, SUMMARY_FILE
 from normlab.safety import printable
+from normlab.stats.learning import did_not_learn
 
 COLUMNS = ("run_id", "variant", "seed", "status", "step", "steps", "val_bpb", "best_val_bpb", "final_val_loss",
            "entropy_floor_bpb", "tokens_per_s", "wall_s", "peak_mem_mb", "params", "train_calls", "config_hash",
-           "error")
+           "error", "unigram_bpb", "did_not_learn")
 
 
 def _fmt(v: object, col: str) -> str:
@@ -35,6 +37,19 @@ def _fmt(v: object, col: str) -> str:
     return str(v)
 
 
+def _learned(row: dict[str, Any]) -> dict[str, Any]:
+    """The row with ``did_not_learn`` (normlab.stats.learning's rule on its final ``val_bpb`` against its
+    ``unigram_bpb``; None without either)."""
+    flag = did_not_learn(row["val_bpb"], row["unigram_bpb"]) if row.get("val_bpb") is not None else None
+    return {**row, "did_not_learn": flag}
+
+
+def _val_cell(row: dict[str, Any]) -> str:
+    """The final validation bits/byte, flagged "did not learn" beside the unigram level where the rule says so."""
+    cell = _fmt(row["val_bpb"], "val_bpb")
+    return f"{cell} (did not learn: unigram {row['unigram_bpb']:.4f})" if row.get("did_not_learn") else cell
+
+
 def run_runs(args: argparse.Namespace) -> int:
     from normlab.experiments.store import Store
 
@@ -46,7 +61,8 @@ def run_runs(args: argparse.Namespace) -> int:
         return _list_run_dirs(d, "json" if args.json else args.format)
     store = Store(d / "results.sqlite")
     meta = store.meta()
-    rows = store.runs(damaged="mark")
+    rows = [_learned({**r, "unigram_bpb": run_unigram(d, r["run_id"]) if r["status"] == "completed" else None})
+            for r in store.runs(damaged="mark")]
     fmt = "json" if args.json else args.format
     if fmt == "json":
         print(dumps({"sweep_dir": str(d), "sweep": meta.get("sweep_name"), "sweep_hash": meta.get("sweep_hash"),
@@ -69,14 +85,16 @@ def run_runs(args: argparse.Namespace) -> int:
         table = Table(*heads, title=printable(f"sweep '{meta.get('sweep_name')}' ({d}): {len(rows)} runs"))
         for r in rows:
             step = f"{r['step']}/{r['steps']}" if r["step"] is not None else "–"
-            table.add_row(*[step if c == "step" else _fmt(r[c], c) for c in cols])
+            table.add_row(*[step if c == "step" else _val_cell(r) if c == "val_bpb" else _fmt(r[c], c)
+                            for c in cols])
         console = Console(width=max(140, Console().width), markup=False)
         console.print(table)
         _print_malformed(console, [(r["run_id"], r) for r in rows])
     return 0
 
 
-RUN_COLUMNS = ("path", "status", "step", "steps", "val_bpb", "best_val_bpb", "norm", "config_hash")
+RUN_COLUMNS = ("path", "status", "step", "steps", "val_bpb", "best_val_bpb", "norm", "config_hash", "unigram_bpb",
+               "did_not_learn")
 SKIP_DIRS = {CHECKPOINTS_DIR, "tb", "logs", "diagnostics", ".git", "__pycache__"}
 
 
@@ -101,7 +119,9 @@ def find_run_dirs(root: Path) -> tuple[list[Path], list[Path]]:
 def describe_run(run_dir: Path) -> dict[str, Any]:
     """One row of ``normlab runs`` for a single run directory, from its files only (no torch): ``status`` from
     ``summary.json`` (``unfinished`` without one: still training, or killed; ``step`` then is the last logged),
-    ``val_bpb`` / ``best_val_bpb`` the final and best validation bits/byte, ``config_hash`` the run's config hash
+    ``val_bpb`` / ``best_val_bpb`` the final and best validation bits/byte, ``unigram_bpb`` the training split's
+    unigram level and ``did_not_learn`` the one rule on the two (normlab.stats.learning; None without a level),
+    ``config_hash`` the run's config hash
     (``read_run_hash``: the one ``normlab config`` prints and the run folder's name holds; config.yaml's own hash
     where the run recorded none). A file that cannot be trusted (a FIFO or device in its place, over the size cap,
     not JSON / YAML, a duplicate key, a value of the wrong type) makes the row ``status`` ``malformed`` with the
@@ -109,7 +129,8 @@ def describe_run(run_dir: Path) -> dict[str, Any]:
     from normlab.run.rundir import last_step, open_config, read_run_hash, read_summary
 
     row: dict[str, Any] = {"path": str(run_dir), "status": "unfinished", "step": None, "steps": None,
-                           "val_bpb": None, "best_val_bpb": None, "norm": None, "config_hash": None, "error": None}
+                           "val_bpb": None, "best_val_bpb": None, "norm": None, "config_hash": None, "error": None,
+                           "unigram_bpb": None, "did_not_learn": None}
     try:
         cfg = open_config(run_dir)
         row.update(steps=cfg.train.steps, norm=cfg.model.norm, config_hash=cfg.hash())
@@ -123,6 +144,9 @@ def describe_run(run_dir: Path) -> dict[str, Any]:
         return row
     if summary is not None:
         row.update({k: summary.get(k, row[k]) for k in ("status", "step", "steps", "val_bpb", "best_val_bpb")})
+        u = summary.get("unigram_bpb")
+        row.update(_learned({**row, "unigram_bpb": u if isinstance(u, (int, float)) and not isinstance(u, bool)
+                             else None}))
     else:
         row["step"] = last_step(run_dir / METRICS_FILE)
     try:
@@ -165,7 +189,7 @@ def _list_run_dirs(d: Path, fmt: str) -> int:
                       title=printable(f"{d}: {len(rows)} runs"))
         for r in rows:
             step = f"{r['step']}/{r['steps']}" if r["step"] is not None else "–"
-            table.add_row(_rel(r["path"], d), _fmt(r["status"], "status"), step, _fmt(r["val_bpb"], "val_bpb"),
+            table.add_row(_rel(r["path"], d), _fmt(r["status"], "status"), step, _val_cell(r),
                           _fmt(r["best_val_bpb"], "val_bpb"), _fmt(r["norm"], "norm"), _fmt(r["config_hash"], ""))
         console = Console(width=max(140, Console().width), markup=False)
         console.print(table)

@@ -10,8 +10,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from normlab.errors import NormlabError
 from normlab.run.files import METRICS_FILE
-from normlab.run.rundir import last_step
+from normlab.run.rundir import last_step, read_summary
+from normlab.stats.learning import learning_note
 from normlab.validate import env_value
 
 DEFAULT_EVERY_S = 30.0
@@ -23,18 +25,32 @@ def stopping_message(running: int) -> str:
             "(Ctrl-C again to stop without waiting for checkpoints)")
 
 
-def describe_row(row: dict[str, Any]) -> str:
-    """One finished row of the store as the runner logs it: status, val bits/byte, speed and wall time."""
+def describe_row(row: dict[str, Any], unigram_bpb: float | None = None) -> str:
+    """One finished row of the store as the runner logs it: status, val bits/byte, speed and wall time; a run that
+    did not learn (normlab.stats.learning, against the training split's ``unigram_bpb``) says so beside its
+    number."""
     st = row["status"]
     if st == "completed":
         val = f"{row['val_bpb']:.4f}" if isinstance(row.get("val_bpb"), (int, float)) else "n/a"
-        return (f"completed, val {val} bits/byte, {row.get('tokens_per_s') or 0:,.0f} tok/s, "
-                f"{row.get('wall_s') or 0:.0f}s")
+        note = learning_note(row.get("val_bpb"), unigram_bpb)
+        return (f"completed, val {val} bits/byte{f' -- {note}' if note else ''}, "
+                f"{row.get('tokens_per_s') or 0:,.0f} tok/s, {row.get('wall_s') or 0:.0f}s")
     if st == "diverged":
         return f"diverged at step {row['step']}"
     if st == "interrupted":
         return f"interrupted at step {row['step'] or 0} (resumable)"
     return f"{st}: {row.get('error') or ''}".strip()
+
+
+def run_unigram(sweep_dir: Path, run_id: str) -> float | None:
+    """The unigram bits/byte a finished run of the sweep recorded in its ``summary.json`` (None when it has none,
+    or the file cannot be read: the log line then carries no did-not-learn flag)."""
+    try:
+        summary = read_summary(sweep_dir / "runs" / run_id)
+    except NormlabError:
+        return None
+    u = (summary or {}).get("unigram_bpb")
+    return float(u) if isinstance(u, (int, float)) and not isinstance(u, bool) else None
 
 
 def report_every() -> float:

@@ -29,7 +29,7 @@ from typing import Any, Protocol
 
 from normlab.errors import EXIT_FAILED, EXIT_INTERRUPTED, NormlabError
 from normlab.experiments.pool import Worker
-from normlab.experiments.progress import SweepProgress, describe_row, stopping_message
+from normlab.experiments.progress import SweepProgress, describe_row, run_unigram, stopping_message
 from normlab.experiments.store import Store
 from normlab.experiments.worker import serve_group, serve_one
 from normlab.interrupt import StopFlag, handle_signals
@@ -89,7 +89,8 @@ def drive(executor: Executor, store: Store, jobs: list[list[str]], log: Callable
                         store.update(run_id, status=status, error=f"{executor.exited} with status {rc}; "
                                                                   f"see logs/{executor.log_of(run_id).name}")
                         row = store.get(run_id)
-                    log(f"[{done}/{total}{executor.tag}] {run_id}: {describe_row(row)}"
+                    unigram = run_unigram(store.path.parent, run_id) if row["status"] == "completed" else None
+                    log(f"[{done}/{total}{executor.tag}] {run_id}: {describe_row(row, unigram)}"
                         + (f" (log: {executor.log_of(run_id)})" if row["status"] == "failed" else "")
                         + executor.progress_line(done))
                     if executor.in_process and row["status"] == "interrupted":
