@@ -96,7 +96,8 @@ def test_quantize_on_a_terminal_and_piped(run, tmp_path, cache):
     cmd = [sys.executable, "-m", "normlab", "quantize", str(run), "--weights", "8", "--max-tokens", "128"]
     rc, out, tty = on_a_pty(cmd + ["--out", str(tmp_path / "q1")], env)
     assert rc == 0, tty
-    assert stage_lines("quantize", tty) == ["scoring the float model", "quantizing the weights", "scoring the quantized model"], tty
+    stages = ["scoring the float model", "quantizing the weights", "scoring the quantized model"]
+    assert stage_lines("quantize", tty) == stages, tty
     assert BAR in tty and "bits/byte" in out
     piped = subprocess.run(cmd + ["--out", str(tmp_path / "q2")], env=env, capture_output=True, text=True)
     assert piped.returncode == 0 and "quantize [" not in piped.stderr and BAR not in piped.stderr
