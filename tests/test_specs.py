@@ -167,7 +167,7 @@ def test_docs_claims_md_is_what_render_writes_from_the_stored_results(tmp_path):
     by = {c["name"]: c for c in report["claims"]}
     assert by["peri-variance"]["verdict"] == "not observable at this scale"
     assert by["peri-quant"]["verdict"] == "within margin" and by["peri-quant"]["raw_verdict"] == "inconclusive"
-    assert by["dyt-vs-ln"]["current_definition"]
+    assert not by["dyt-vs-ln"]["current_definition"]  # the stored run used the 7B alpha0, not the width-set one
     # state claims: judged on the end value only where training changed the state (the at-init value beside);
     # cod-growth's slope is already there at initialisation
     assert by["cod-growth"]["verdict"] == "not observable at this scale" and by["cod-growth"]["beside"]
@@ -186,7 +186,7 @@ def test_docs_claims_md_is_what_render_writes_from_the_stored_results(tmp_path):
     assert dyt["did_not_learn"]["best_grid_dyt"] == {"k": 3, "n": 5, "missing": 0}
     assert dyt["did_not_learn"]["best_grid_ln_untied"]["k"] == 0
     for name in ("mano-rank", "mnn-rank"):
-        assert by[name]["verdict"] == "not observable at this scale" and by[name]["current_definition"]
+        assert by[name]["verdict"] == "not observable at this scale" and not by[name]["current_definition"]
         assert by[name]["did_not_learn"]["loss.dyt"] == {"k": 3, "n": 5, "missing": 0}
     assert "did not learn" not in by["mixln-lr-best"]["reason"]
     assert [c["name"] for c in report["claims"] if c["verdict"] == "not observable at this scale"] == [
@@ -199,8 +199,9 @@ def test_docs_claims_md_is_what_render_writes_from_the_stored_results(tmp_path):
     assert pw["verdict"] == "inconclusive" and not pw["current_definition"]
     # within margin is a TOST now: both stay within margin, their 90% intervals inside ± 0.01
     assert by["hadamard-w4"]["verdict"] == "within margin" and by["peri-quant"]["tost"]["within"]
-    # not under their current definition: cod-growth, peri-variance-magnitude, postln-warmup, the two all-zero ones
-    assert sum(not c["current_definition"] for c in report["claims"]) == 5
+    # not under their current definition: cod-growth, peri-variance-magnitude, postln-warmup, the two all-zero ones,
+    # and the three DyT claims (alpha0 now set for the width)
+    assert sum(not c["current_definition"] for c in report["claims"]) == 8
 
 
 def test_render_bad_input(tmp_path):
@@ -326,7 +327,7 @@ def test_spec_hashes_equal_the_stored_results_or_carry_a_revision_from_them():
     changed = {c.name for c in CLAIMS if spec_hash(c) != stored[c.name]}
     assert changed == {c.name for c in CLAIMS if any(r.hash_before == stored[c.name] for r in c.revised)}
     assert changed == {"cod-growth", "peri-variance-magnitude", "postln-warmup", "stablemax-collapse",
-                       "residual-sink-clipping"}
+                       "residual-sink-clipping", "dyt-vs-ln", "mano-rank", "mnn-rank"}
     # and the hashes docs/claims.md records as "measured under" are the stored ones
     assert recorded_hashes(DOCS.read_text()) == stored
 

@@ -42,12 +42,13 @@ class Variant:
 
 
 # DyT, the authors' LLaMA recipe (jiachenzhu/DyT other_tasks/LLaMA/fms_fsdp/models/llama.py and README): untied LM
-# head (tie_heads False), no DyT bias, per-site alpha init (their smallest model, 7B: attention 0.8, FFN 0.2,
-# final 0.2), and a learnable scalar after the token embedding (shared_scale) initialised to sqrt(d) at their
-# d = 4096, i.e. 64: with N(0, 0.02) embeddings the stream starts at RMS 1.28 as theirs (sqrt(64) = 8 would start
-# it at 0.16). Its baseline is the same model with LayerNorm (untied head, no embedding scale).
+# head (tie_heads False), no DyT bias, per-site alpha init set for the model's width as the paper recommends
+# (alpha_init: auto, Zhu et al. 2025 Tables 10-11: 1.0 / 1.0 at width <= 1024, their 7B's 0.8 / 0.2 at 4096), and a
+# learnable scalar after the token embedding (shared_scale) initialised to sqrt(d) at their d = 4096, i.e. 64: with
+# N(0, 0.02) embeddings the stream starts at RMS 1.28 as theirs (sqrt(64) = 8 would start it at 0.16). Its baseline
+# is the same model with LayerNorm (untied head, no embedding scale).
 DYT_LLAMA = {"norm": "dyt", "tie_embeddings": False, "embed_scale": "learnable", "embed_scale_init": 64.0,
-             "norm_options": {"bias": False, "alpha_init@attn": 0.8, "alpha_init@mlp": 0.2, "alpha_init@final": 0.2}}
+             "norm_options": {"bias": False, "alpha_init": "auto"}}
 MIX_LN = {"placement": "mix", "mix_alpha": 0.25}  # Mix-LN (Li et al. 2024): Post-LN in the first quarter of blocks
 
 
