@@ -17,7 +17,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
     ("diverged", 2, "diverged at step 3; try a smaller --lr"),
 ])
 def test_an_interrupted_fine_tune_is_an_interruption(status, code, fragment, tmp_path, cache, monkeypatch):
-    import normlab.train.loop as loop
+    import normlab.surgery.remove_norm as remove_norm
 
     run = write_untrained(tmp_path / "src", cache)
     calls = []
@@ -26,7 +26,7 @@ def test_an_interrupted_fine_tune_is_an_interruption(status, code, fragment, tmp
         calls.append(run_dir)
         return {"status": status, "step": 3}
 
-    monkeypatch.setattr(loop, "train", stopped)
+    monkeypatch.setattr(remove_norm, "train", stopped)  # the training loop remove_norm_run calls
     out = tmp_path / "out"
     p = run_inproc("remove-norm", str(run), "--out", str(out), "--steps", "5", "--max-tokens", "256", cache=cache)
     assert calls and p.returncode == code, p.stderr
