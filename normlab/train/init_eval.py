@@ -13,9 +13,10 @@ bits/byte in eval against ~4.0 for LayerNorm on the same run length). :func:`eva
 numbers when the validation bits/byte exceed the training loss (converted to bits/byte with the validation
 split's bits-per-nat ratio) by more than ``EVAL_GAP_BPB``.
 
-A run whose final validation bits/byte is at or above the validation split's own unigram entropy (:func:`unigram_bpb`:
-the best any predictor that ignores context can do on it) minus ``DID_NOT_LEARN_MARGIN`` did not learn (the one
-rule of normlab.stats.learning, which the report, compare and the claims apply too; a run far worse than the
+A run whose final validation bits/byte is at or above the corpus's unigram level (the training split's unigram
+entropy per byte, ``PreparedData.unigram_bpb``, normlab.data.unigram: what the best predictor that ignores context
+learns from it; the summary line and the report use the same level) minus ``DID_NOT_LEARN_MARGIN`` did not learn
+(the one rule of normlab.stats.learning, which the report, compare and the claims apply too; a run far worse than the
 unigram level is caught as well as one just at it): :func:`near_chance_warning` says so, naming the learning rate,
 and for a batch-statistic norm that this is the known
 failure at a learning rate tuned for LayerNorm (measured on the ``tiny`` preset, lr 0.003, 60 steps, with
@@ -96,7 +97,8 @@ def near_chance_warning(norm: str, lr: float, val_bpb: float | None, init_bpb: f
             "try a lower train.lr or a learning-rate grid (normlab compare, lr_grid)") if is_batch_stat(norm) else (
             "; try another train.lr (normlab compare, lr_grid) or more train.steps")
     init = f" ({init_bpb:.2f} at initialisation)" if init_bpb is not None else ""
-    msg = (f"the run did not learn: validation {val_bpb:.3f} bits/byte{init} is not below the validation split's "
-           f"unigram entropy (no context at all) {unigram:.3f} minus {DID_NOT_LEARN_MARGIN:g}, at train.lr {lr:g}"
+    msg = (f"the run did not learn: validation {val_bpb:.3f} bits/byte{init} is not below the corpus's unigram "
+           f"level (the training split's byte frequencies, no context at all) {unigram:.3f} minus "
+           f"{DID_NOT_LEARN_MARGIN:g}, at train.lr {lr:g}"
            f"{hint}")
     return {"val_bpb": val_bpb, "init_val_bpb": init_bpb, "unigram_bpb": unigram, "message": msg}

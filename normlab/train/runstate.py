@@ -34,7 +34,7 @@ from normlab.run.publish import finish_run, write_config
 from normlab.run.rundir import read_initial, read_jsonl, save_run_identity
 from normlab.run.tensors import list_checkpoints, load_checkpoint, save_checkpoint
 from normlab.train.clipping import build_clipper
-from normlab.train.init_eval import eval_mode_gap, initial_eval, near_chance_warning, unigram_bpb
+from normlab.train.init_eval import eval_mode_gap, initial_eval, near_chance_warning
 from normlab.train.optim import EffectiveLR, NormalizeAndProject, build_optimizer
 from normlab.train.schedule import lr_at
 
@@ -333,8 +333,7 @@ class RunState:
         gap = eval_mode_gap(mc.norm, sum(recent) / len(recent), val.get("loss"), val.get("bpb"))
         if gap:
             summary["eval_mode_warning"] = gap
-        unigram = unigram_bpb(data.val, data.vocab_size, data.split_bytes["val"])
-        flat = near_chance_warning(mc.norm, tc.lr, val.get("bpb"), self.init.get("init_val_bpb"), unigram)
+        flat = near_chance_warning(mc.norm, tc.lr, val.get("bpb"), self.init.get("init_val_bpb"), data.unigram_bpb)
         if flat and self.status == "completed":
             summary["near_chance_warning"] = flat
         return summary
