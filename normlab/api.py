@@ -139,7 +139,8 @@ def evaluate(run: Run | str | Path, *, split: str = "val", data: str | None = No
     run = _as_run(run)
     ctx = context or run.cfg.model.context
     check_context(run.cfg.model, ctx)
-    d = run_data(run.run_dir, run.cfg, source=data, need_window=())  # scoring: any file of 2 tokens or more
+    d = run_data(run.run_dir, run.cfg, source=data, need_window=(),  # scoring: any file of 2 tokens or more
+                 whole_ok=split == "all")
     m = _evaluate(run.model, d.split(split), d.token_bytes, d.tokenizer.decode_bytes, context=ctx, stride=stride,
                   batch_size=batch_size, max_tokens=max_tokens)
     m.update({"split": split, "split_bytes": d.bytes_of(split), "context": ctx, "stride": stride or ctx})

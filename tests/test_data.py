@@ -249,6 +249,26 @@ def test_tiny_corpus_cannot_be_split(tmp_path):
         prepare_data(str(tmp_path / "t.txt"), cache_dir=tmp_path / "c")
 
 
+def test_tiny_corpus_prepared_whole_for_scoring_only(tmp_path):
+    """``whole_ok`` (eval --split all): a corpus too short to split is train = every byte, val/test empty, in an
+    entry keyed apart, so preparing it for training after that still refuses it with the split message; a
+    corpus that can be split gets the very same entry either way; one token is refused."""
+    f = tmp_path / "t.txt"
+    f.write_bytes(b"ab")
+    d = prepare_data(str(f), cache_dir=tmp_path / "c", whole_ok=True)
+    assert d.train.tolist() == [97, 98] and d.val.size == d.test.size == 0
+    assert d.split("all").tolist() == [97, 98] and d.bytes_of("all") == 2
+    assert prepare_data(str(f), cache_dir=tmp_path / "c", whole_ok=True).split("all").tolist() == [97, 98]  # cached
+    with pytest.raises(NormlabError, match="^corpus has 2 bytes; at least 3 are needed for train/val/test splits$"):
+        prepare_data(str(f), cache_dir=tmp_path / "c")
+    f.write_bytes(b"a")
+    with pytest.raises(NormlabError, match="^corpus '.*' has 1 token \\(1 byte\\); at least 2 tokens are needed"):
+        prepare_data(str(f), cache_dir=tmp_path / "c", whole_ok=True)
+    f.write_bytes(b"abc")
+    split, whole = (prepare_data(str(f), cache_dir=tmp_path / "c", whole_ok=w) for w in (False, True))
+    assert split.meta["cache_dir"] == whole.meta["cache_dir"] and whole.val.tolist() == [98]
+
+
 def test_hf_without_datasets_says_install_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "datasets", None)  # makes `import datasets` raise ImportError
     with pytest.raises(NormlabError) as e:

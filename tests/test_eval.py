@@ -212,6 +212,39 @@ def test_a_file_shorter_than_a_window_is_scored(trained, cache, tmp_path, size):
         assert docs["bpb"] == pytest.approx(bpb, rel=1e-5)
 
 
+def test_a_two_byte_file_is_scored_and_a_one_byte_file_refused(trained, cache, tmp_path):
+    """A file of 2 bytes, too short for train/val/test splits, is scored whole: ``--split all`` is the model's
+    cross-entropy of the second byte after the first, ``-ln p(b1 | b0) / ln 2`` bits over 1 byte, from a direct
+    forward; ``--documents`` adds the first byte after the newline token. One byte: refused in one line."""
+    import normlab
+
+    f = tmp_path / "two.txt"
+    f.write_bytes(b"ac")
+    whole = json.loads(run_inproc("eval", str(trained), "--data", str(f), "--split", "all", "--json",
+                                  cache=cache, check=True).stdout)
+    model = normlab.load_run(trained).model
+
+    def nll(inputs: bytes, targets: bytes) -> float:  # summed next-byte cross-entropy (nats) of one forward
+        with torch.no_grad():
+            out = model(torch.tensor([list(inputs)]))
+        logits = (out if isinstance(out, torch.Tensor) else out[0]).float()[0]  # [len(inputs), vocab]
+        return F.cross_entropy(logits, torch.tensor(list(targets)), reduction="sum").double().item()
+
+    one = nll(b"a", b"c")  # the file's only prediction: its second byte after its first, nothing before
+    assert whole["tokens"] == whole["bytes"] == 1 and whole["split_bytes"] == 2
+    assert whole["loss"] == pytest.approx(one, rel=1e-6)
+    assert whole["bpb"] == pytest.approx(one / math.log(2), rel=1e-6)
+    docs = json.loads(run_inproc("eval", str(trained), "--data", str(f), "--split", "all", "--documents", "--json",
+                                 cache=cache, check=True).stdout)
+    assert docs["tokens"] == docs["bytes"] == 2
+    assert docs["bpb"] == pytest.approx(nll(b"\na", b"ac") / (2 * math.log(2)), rel=1e-6)
+    f.write_bytes(b"a")
+    for mode in ((), ("--documents",)):
+        r = run_inproc("eval", str(trained), "--data", str(f), "--split", "all", *mode, cache=cache)
+        assert r.returncode == 2 and r.stderr.strip().count("\n") == 0
+        assert "has 1 token (1 byte); at least 2 tokens are needed to score it" in r.stderr
+
+
 def test_other_commands_refuse_split_all(trained, cache):
     r = run_inproc("calibrate", str(trained), "--split", "all", cache=cache)
     assert r.returncode == 2 and "invalid choice: 'all'" in r.stderr

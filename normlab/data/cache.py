@@ -5,6 +5,9 @@ Splits (exact rules in docs/data.md):
 - several documents (>= 3): each document goes by a hash of its content, ``u = sha256(doc)[:8] / 2**64``:
   ``u < test_fraction`` -> test, ``u < test_fraction + val_fraction`` -> val, else train; an empty split then
   takes the last document of the split holding the most documents. Two documents: handled as one (joined).
+- a corpus too short to split (fewer than 3 documents and fewer than 3 bytes), prepared for scoring the whole of it
+  (``prepare_data(whole_ok=True)``, ``eval --split all``): train holds all of it, val and test are empty; its cache
+  entry is keyed apart, and training data preparation still refuses it (``split_docs``).
 Documents of a split are concatenated with nothing in between, so a split's tokens stand for exactly its
 documents' bytes.
 
@@ -45,6 +48,8 @@ from normlab.io import make_temp_dir
 
 CACHE_VERSION = 1
 SPLITS = ("train", "val", "test")
+_EMPTY = np.zeros(0, dtype=np.uint16)
+_EMPTY.setflags(write=False)
 _WS = re.compile(r"\s+")
 
 
@@ -109,6 +114,11 @@ def doc_unit(doc: bytes) -> float:
     return int.from_bytes(hashlib.sha256(doc).digest()[:8], "big") / 2**64
 
 
+def can_split(docs: list[bytes]) -> bool:
+    """Whether ``split_docs`` can give each of train/val/test a byte: 3 documents or more, or 3 bytes or more."""
+    return len(docs) >= 3 or sum(len(d) for d in docs) >= 3
+
+
 def split_docs(docs: list[bytes], val_fraction: float, test_fraction: float) -> dict[str, list[bytes]]:
     """Split documents into train/val/test (see the module docstring). Every split is non-empty."""
     _check_fractions(val_fraction, test_fraction)
@@ -146,10 +156,12 @@ def _entry_name(corpus: Corpus, tok_spec: str, key: str) -> str:
     return f"{kind}-{re.sub(r'[^A-Za-z0-9]+', '', tok)}-{key[:16]}"
 
 
-def cache_key(content_hash: str, tok_spec: str, val_fraction: float, test_fraction: float) -> str:
-    blob = json.dumps({"version": CACHE_VERSION, "content_hash": content_hash, "tokenizer": tok_spec,
-                       "val_fraction": float(val_fraction), "test_fraction": float(test_fraction)},
-                      sort_keys=True)
+def cache_key(content_hash: str, tok_spec: str, val_fraction: float, test_fraction: float,
+              whole: bool = False) -> str:
+    """sha256 of the entry's identity; ``whole`` (an unsplit corpus, every byte in train) keys it apart."""
+    spec = {"version": CACHE_VERSION, "content_hash": content_hash, "tokenizer": tok_spec,
+            "val_fraction": float(val_fraction), "test_fraction": float(test_fraction)}
+    blob = json.dumps({**spec, "whole": True} if whole else spec, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
@@ -189,7 +201,8 @@ def _open_entry(entry: Path, meta: dict) -> PreparedData:
     tok = with_doc_token(tok, doc)
     if tok.vocab_size != meta["vocab_size"]:
         raise NormlabError(f"cache entry '{entry}' is inconsistent (vocab size); delete it and retry")
-    arrays = {s: np.memmap(entry / f"{s}.bin", dtype=np.uint16, mode="r") for s in SPLITS}
+    arrays = {s: np.memmap(entry / f"{s}.bin", dtype=np.uint16, mode="r") if meta["split_tokens"][s]
+              else _EMPTY for s in SPLITS}  # an empty file cannot be mapped (a whole entry's val and test)
     floor = meta["corpus"].get("entropy_rate_bpb")
     return PreparedData(
         **arrays, tokenizer=tok, vocab_size=tok.vocab_size, token_bytes=tok.token_bytes(),
@@ -200,13 +213,17 @@ def _open_entry(entry: Path, meta: dict) -> PreparedData:
 
 
 def _build_entry(tmp: Path, corpus: Corpus, tok_spec: str, tok_arg: int | Tokenizer | None, key: str,
-                 val_fraction: float, test_fraction: float) -> None:
+                 val_fraction: float, test_fraction: float, whole: bool = False) -> None:
     """Split, tokenize and write every file of a cache entry into ``tmp``.
 
     ``tok_arg``: None for bytes, an int N to train ``bpe:N`` on the train split, or a ready BPE tokenizer.
     A ``+doc`` spec wraps the first two in ``DocTokenizer`` (a ready tokenizer comes wrapped already).
+    ``whole``: no split (train = the corpus joined, val and test empty), for scoring; it must hold 2 tokens.
     """
-    splits = split_docs(corpus.docs, val_fraction, test_fraction)
+    if whole:
+        splits = {"train": [b"".join(corpus.docs)], "val": [], "test": []}
+    else:
+        splits = split_docs(corpus.docs, val_fraction, test_fraction)
     base_spec, doc = split_doc_suffix(tok_spec)
     if tok_arg is None:
         tok: Tokenizer = with_doc_token(BytesTokenizer(), doc)
@@ -234,6 +251,10 @@ def _build_entry(tmp: Path, corpus: Corpus, tok_spec: str, tok_arg: int | Tokeni
         meta["split_bytes"][s] = nbytes
         meta["split_words"][s] = count_words(splits[s])
         meta["split_docs"][s] = len(splits[s])
+        if whole and s == "train" and ids.size < 2:
+            raise NormlabError(f"corpus '{corpus.source}' has {ids.size} token{'s' * (ids.size != 1)} ({nbytes} "
+                               f"byte{'s' * (nbytes != 1)}); at least 2 tokens are needed to score it (one "
+                               "prediction)")
     meta["entropy_floor_bpb"] = corpus.meta.get("entropy_rate_bpb")
     meta["source"] = corpus.source
     meta["corpus"] = corpus.meta
@@ -260,13 +281,15 @@ def _resolve_tokenizer(tokenizer) -> tuple[str, int | Tokenizer | None]:
 
 def prepare_data(source: str, tokenizer: str | Path = "bytes", *, cache_dir: str | Path | None = None,
                  val_fraction: float = 0.05, test_fraction: float = 0.05,
-                 check: Callable[[Corpus], None] | None = None) -> PreparedData:
+                 check: Callable[[Corpus], None] | None = None, whole_ok: bool = False) -> PreparedData:
     """Load ``source``, split it, tokenize it (training BPE on train only) and cache the token ids.
 
     A second call with the same corpus content, tokenizer and fractions reuses the cache entry; an entry with
     missing or unreadable files, or sizes that disagree with its ``meta.json``, is rebuilt. ``tokenizer``: ``bytes``,
     ``bpe:N`` or the path of a saved ``tokenizer.json`` (a run's own). ``check(corpus)`` runs on the loaded corpus
-    before anything is tokenized (a run directory's identity check raises there).
+    before anything is tokenized (a run directory's identity check raises there). ``whole_ok``: a corpus too short
+    to split (``can_split``) is prepared whole instead of refused, train holding every byte and val/test empty
+    (for reading split ``all`` only: ``eval --split all``); a corpus that can be split is split as always.
     """
     tok_spec, tok_arg = _resolve_tokenizer(tokenizer)
     _check_fractions(val_fraction, test_fraction)
@@ -274,7 +297,8 @@ def prepare_data(source: str, tokenizer: str | Path = "bytes", *, cache_dir: str
         corpus = load_corpus(source)
     if check is not None:
         check(corpus)
-    key = cache_key(corpus.meta["content_hash"], tok_spec, val_fraction, test_fraction)
+    whole = whole_ok and not can_split(corpus.docs)
+    key = cache_key(corpus.meta["content_hash"], tok_spec, val_fraction, test_fraction, whole)
     root = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
     try:
         root.mkdir(parents=True, exist_ok=True)
@@ -286,7 +310,8 @@ def prepare_data(source: str, tokenizer: str | Path = "bytes", *, cache_dir: str
         return cached
     tmp = make_temp_dir(".tmp-", root)  # the umask honoured, not mkdtemp's 0700 (a shared cache stays readable)
     try:
-        _build_entry(tmp, corpus, tok_spec, tok_arg, key, float(val_fraction), float(test_fraction))
+        _build_entry(tmp, corpus, tok_spec, tok_arg, key, float(val_fraction), float(test_fraction),
+                     whole)
         cached = _try_open(entry, key)  # another process may have finished the same entry meanwhile
         if cached is not None:
             return cached

@@ -325,10 +325,11 @@ def check_identity(run_dir: Path, info: dict[str, Any], corpus: Corpus) -> None:
 
 
 def run_data(run_dir: str | Path, cfg: RunConfig, source: str | None = None, *,
-             need_window: Sequence[str] = ("train", "val")) -> PreparedData:
+             need_window: Sequence[str] = ("train", "val"), whole_ok: bool = False) -> PreparedData:
     """The tokenized splits for a trained run: its own corpus (identity-checked) or ``source`` (``--data``),
     always with the run's own tokenizer; a vocabulary that does not match the model is a one-line error.
-    ``need_window``: the splits that must hold one context window (``load_data``)."""
+    ``need_window``: the splits that must hold one context window; ``whole_ok``: a corpus too short to split is
+    prepared whole (``load_data``)."""
     from normlab.data.tokenizer import DOC_SUFFIX, split_doc_suffix
 
     run_dir = Path(run_dir)
@@ -337,13 +338,13 @@ def run_data(run_dir: str | Path, cfg: RunConfig, source: str | None = None, *,
         if source is not None and cfg.data.tokenizer != "bytes":
             raise NormlabError(f"{run_dir} has no {DATA_FILE}/{TOKENIZER_FILE} (trained before run directories kept "
                                "their tokenizer); --data needs the run's own BPE tokenizer")
-        data = load_data(cfg, source=source, need_window=need_window)
+        data = load_data(cfg, source=source, need_window=need_window, whole_ok=whole_ok)
     else:
         tokenizer = tokenizer_ref(run_dir, info)
         if split_doc_suffix(info["tokenizer"].get("spec") or "bytes")[1]:  # trained with a document token
             tokenizer = f"{tokenizer}{DOC_SUFFIX}"
         if source is not None:
-            data = load_data(cfg, source=source, tokenizer=tokenizer, need_window=need_window)
+            data = load_data(cfg, source=source, tokenizer=tokenizer, need_window=need_window, whole_ok=whole_ok)
         else:
             resolved = info.get("resolved_source")
             own = resolved if resolved and Path(resolved.partition("?")[0]).exists() else info["source"]
@@ -351,7 +352,7 @@ def run_data(run_dir: str | Path, cfg: RunConfig, source: str | None = None, *,
                 raise NormlabError(f"the corpus of {run_dir} is gone: {resolved.partition('?')[0]} does not exist "
                                    f"(source '{info['source']}' at training time); score another corpus with --data "
                                    "SOURCE")
-            data = load_data(cfg, source=own, tokenizer=tokenizer, need_window=need_window,
+            data = load_data(cfg, source=own, tokenizer=tokenizer, need_window=need_window, whole_ok=whole_ok,
                              check=lambda corpus: check_identity(run_dir, info, corpus))
     if cfg.model.vocab_size and data.vocab_size != cfg.model.vocab_size:
         raise NormlabError(f"the tokenizer gives {data.vocab_size} token ids but the model of {run_dir} has "
@@ -374,19 +375,21 @@ def data_record(source: str | None, data: PreparedData) -> dict[str, Any]:
 
 
 def load_data(cfg: RunConfig, *, source: str | None = None, tokenizer: str | Path | None = None,
-              check=None, need_window: Sequence[str] = ("train", "val")) -> PreparedData:
+              check=None, need_window: Sequence[str] = ("train", "val"), whole_ok: bool = False) -> PreparedData:
     """Prepare (or reuse from the cache) the tokenised splits of ``cfg.data`` and check they fit the context.
 
     ``source`` / ``tokenizer`` replace ``cfg.data``'s (a run directory's own tokenizer.json, another corpus);
     ``check``: see ``prepare_data``; ``need_window``: the splits that must hold one context window of
     ``context + 1`` tokens (training and its evaluations; scoring a file, as lm-eval does, needs none: a window
-    may be shorter than the context). Commands on an existing run use ``run_data``.
+    may be shorter than the context); ``whole_ok``: a corpus too short to split into train/val/test (under 3 bytes)
+    is prepared whole, train holding all of it (``prepare_data``; for split ``all`` only, the other splits empty).
+    Commands on an existing run use ``run_data``.
     """
     from normlab.data import prepare_data
 
     d = cfg.data
     data = prepare_data(source or d.source, tokenizer or d.tokenizer, cache_dir=d.cache_dir,
-                        val_fraction=d.val_fraction, test_fraction=d.test_fraction, check=check)
+                        val_fraction=d.val_fraction, test_fraction=d.test_fraction, check=check, whole_ok=whole_ok)
     need = cfg.model.context + 1
     for split in need_window:
         n = len(getattr(data, split))
@@ -502,8 +505,9 @@ def open_run(run_dir: str | Path, *, overrides: Sequence[str] = (), source: str 
     ``run_dir``, apply ``overrides`` (``--set``; evaluation-time keys only), check the context it will run at
     (``context``, default the training context: ``check_context``), check that ``batch`` sequences of it fit in
     memory (``normlab.validate.check_eval_memory``, labelled ``what``), load its data (``source``, ``--data``:
-    another corpus) and pick ``split`` (``val`` or ``test``; every command picks it the same way,
-    ``PreparedData.split``); ``need_window``: the splits that must hold one context window (``load_data``)."""
+    another corpus) and pick ``split`` (``val``, ``test`` or ``all``; every command picks it the same way,
+    ``PreparedData.split``; for ``all``, a file too short to split, of 2 tokens or more, is scored whole);
+    ``need_window``: the splits that must hold one context window (``load_data``)."""
     run_dir = Path(run_dir)
     run = load_run(run_dir)
     overrides = list(overrides)
@@ -513,5 +517,5 @@ def open_run(run_dir: str | Path, *, overrides: Sequence[str] = (), source: str 
     check_context(mc, ctx)
     if batch is not None:
         check_eval_memory(mc, batch, ctx, what)
-    data = run_data(run_dir, run.cfg, source=source, need_window=need_window)
+    data = run_data(run_dir, run.cfg, source=source, need_window=need_window, whole_ok=split == "all")
     return OpenedRun(run_dir, run.cfg, run.model, run.weights, overrides, ctx, data, source, split, data.split(split))
