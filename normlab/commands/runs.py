@@ -11,10 +11,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from rich.console import Console
+from rich.table import Table
+
 from normlab.errors import NormlabError
 from normlab.experiments.progress import run_unigram
+from normlab.experiments.store import Store
 from normlab.io import dumps
 from normlab.run.files import CHECKPOINTS_DIR, CONFIG_FILE, METRICS_FILE, SUMMARY_FILE
+from normlab.run.rundir import last_step, open_config, read_run_hash, read_summary
 from normlab.safety import printable
 from normlab.stats.learning import did_not_learn
 
@@ -51,8 +56,6 @@ def _val_cell(row: dict[str, Any]) -> str:
 
 
 def run_runs(args: argparse.Namespace) -> int:
-    from normlab.experiments.store import Store
-
     d = Path(args.sweep_dir)
     if not d.is_dir():
         raise NormlabError(f"{d} is a file, not a directory; give a sweep directory or a folder holding run "
@@ -75,9 +78,6 @@ def run_runs(args: argparse.Namespace) -> int:
                 [("" if r[c] is None else r[c]) for c in COLUMNS] + [json.dumps(r["axes"]), json.dumps(r["overrides"])]
             )
     else:
-        from rich.console import Console
-        from rich.table import Table
-
         cols = ("run_id", "variant", "seed", "status", "step", "val_bpb", "best_val_bpb", "tokens_per_s",
                 "wall_s", "peak_mem_mb", "params")
         heads = ("run", "variant", "seed", "status", "step", "final val bpb", "best val bpb", "tokens/s", "wall s",
@@ -126,8 +126,6 @@ def describe_run(run_dir: Path) -> dict[str, Any]:
     where the run recorded none). A file that cannot be trusted (a FIFO or device in its place, over the size cap,
     not JSON / YAML, a duplicate key, a value of the wrong type) makes the row ``status`` ``malformed`` with the
     one-line reason in ``error``; the listing goes on."""
-    from normlab.run.rundir import last_step, open_config, read_run_hash, read_summary
-
     row: dict[str, Any] = {"path": str(run_dir), "status": "unfinished", "step": None, "steps": None,
                            "val_bpb": None, "best_val_bpb": None, "norm": None, "config_hash": None, "error": None,
                            "unigram_bpb": None, "did_not_learn": None}
@@ -182,9 +180,6 @@ def _list_run_dirs(d: Path, fmt: str) -> int:
         for r in rows:
             w.writerow([("" if r[c] is None else r[c]) for c in (*RUN_COLUMNS, "error")])
     else:
-        from rich.console import Console
-        from rich.table import Table
-
         table = Table("run", "status", "step", "final val bpb", "best val bpb", "norm", "config hash",
                       title=printable(f"{d}: {len(rows)} runs"))
         for r in rows:
