@@ -2,7 +2,7 @@
 boundaries, t-based, with a group-sequential Holm over the family: normlab.stats.sequential), and side by side on a
 second data source (replicated / contradicted / underpowered / not replicated, with the replication's power at
 Holm's first level from its own spread). The verdicts are made by normlab.experiments.verdicts; this module computes
-the statistics they are made from.
+the statistics they are made from (normlab.report.sequential_section renders them).
 
 Every decision path applies the one did-not-learn guard (normlab.stats.learning): a comparison involving a model
 that did not learn in a seed it uses is "not decided: did not learn" (or "...: baseline did not learn") and counts as
