@@ -14,7 +14,7 @@ error is then counted over the true nulls only.
     python benchmarks/sequential_error.py [--looks 2,4,6,8] [--m 1,3] [--runs 200000] [--alpha 0.05] [--partial]
         [--json]
 
-200k runs give a standard error of about 0.0005 at alpha 0.05; the unit test (tests/test_sequential.py) runs a
+200k runs give a standard error of about 0.0005 at alpha 0.05; the unit test (tests/report/test_sequential.py) runs a
 smaller simulation with a tolerance.
 """
 

@@ -105,9 +105,9 @@ def test_train_track_is_a_list_and_changes_no_hash():
     assert base.train.track == ["tensorboard"] and base.hash() == both.hash() == one.hash() == required.hash()
     assert required.train.track_required is True and base.train.track_required is False
     d = base.to_dict()
-    del d["train"]["track"], d["train"]["deterministic"]  # deterministic at its default: tests/test_precision.py
+    del d["train"]["track"], d["train"]["deterministic"]  # deterministic at its default: tests/train/test_precision.py
     del d["train"]["track_required"]  # whether a tracker server may be missing: changes no number
-    del d["train"]["stack"], d["train"]["tf32"]  # a sweep's scheduling; tf32 at its default (tests/test_precision.py)
+    del d["train"]["stack"], d["train"]["tf32"]  # scheduling; tf32 at its default (tests/train/test_precision.py)
     del d["diag"]["probes"]  # at its default (false): measured after training, changes no number
     import hashlib
 

@@ -341,13 +341,28 @@ CROSS_CUTTING_TESTS = {"test_docs", "test_layers", "test_install", "test_help", 
 
 
 def test_every_test_file_is_named_after_a_module():
-    """tests/ mirrors normlab/: ``tests/test_<name>.py`` tests the module or package ``<name>`` (a command module
-    named after a keyword, ``import_``, counts as ``import``), so a newcomer finds a module's tests by its name."""
-    names = {p.parent.name if p.name == "__init__.py" else p.stem.rstrip("_") for p in ROOT.rglob("*.py")}
+    """tests/ mirrors normlab/ as folders: ``tests/<path>/test_<name>.py`` tests ``normlab/<path>/<name>.py`` or the
+    package ``normlab/<path>/<name>/`` (a command module named after a keyword, ``import_``, counts as ``import``), so
+    a newcomer finds a module's tests where the module is; only the whole-package checks sit at the top, named
+    otherwise."""
     tests = Path(__file__).resolve().parent
-    stray = [p.name for p in sorted(tests.glob("test_*.py"))
-             if p.stem not in CROSS_CUTTING_TESTS and p.stem.removeprefix("test_") not in names]
-    assert not stray, f"test files named after no module of normlab/: {stray}"
+    stray = []
+    for p in sorted(tests.rglob("test_*.py")):
+        rel = p.relative_to(tests)
+        if rel.parent == Path(".") and p.stem in CROSS_CUTTING_TESTS:
+            continue
+        name = p.stem.removeprefix("test_")
+        here = ROOT / rel.parent
+        if not any(f.is_file() for f in (here / f"{name}.py", here / f"{name}_.py", here / name / "__init__.py")):
+            stray.append(str(rel))
+    assert not stray, f"test files that name no module at their place in normlab/: {stray}"
+
+
+def test_every_test_folder_is_a_package():
+    """Each folder of tests/ has an ``__init__.py``, so two ``test_<name>.py`` in different folders import apart."""
+    tests = Path(__file__).resolve().parent
+    folders = {p.parent for p in tests.rglob("test_*.py")}
+    assert [str(f) for f in sorted(folders) if not (f / "__init__.py").is_file()] == []
 
 
 # Imports sit at the top of their module: a function-local import is still a dependency, only hidden (and leaves its

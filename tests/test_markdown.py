@@ -277,7 +277,7 @@ def test_scaling_section_escapes_variant_names(tmp_path):
     from normlab.experiments.sweep import parse_sweep
     from normlab.experiments.worker import record
     from tests.helpers import register_sweep
-    from tests.test_scaling import BASE, LAWS, _non_embedding
+    from tests.report.test_scaling import BASE, LAWS, _non_embedding
 
     names = {"<img src=x onerror=alert(8)>": "pre", "**b** [l](http://e.vil) `c`": "post"}
     sweep = parse_sweep({"name": "sizes", "base": BASE, "seeds": [0, 1], "sizes": [[16, 1], [32, 1], [48, 2], [64, 3]],

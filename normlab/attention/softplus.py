@@ -21,7 +21,8 @@ above-uniform weight (exactly uniform) keeps ``A``.
 (check) The authors' repository (iminfine/freeatten; "freeattn" in earlier normlab text was a misspelling) could not
 be fetched from the reference index, so these formulas are checked against the paper's description, not their
 code: ``N`` is, per row, the number of attended tokens and the offset matrix is all ones except its first 3 rows,
-which are 0. tests/test_softplus.py holds closed-form cases (cosines 0 or 1, the offset rows, N = 4096 at p = 15).
+which are 0. tests/attention/test_softplus.py holds closed-form cases (cosines 0 or 1, the offset rows, N = 4096 at
+p = 15).
 
 Positions: RoPE rotates q and k before the l2 normalisation (a rotation keeps the norm); ALiBi adds its bias to
 ``S`` after the length scaling; learned / none need nothing here. ``qk_norm`` and ``attn_softcap`` are refused by

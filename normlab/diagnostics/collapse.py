@@ -13,7 +13,7 @@ Two fractions, recorded on diagnostic steps (``diag.every``) next to Wortsman et
   - ``sum_exp`` (the default): the softmax is exactly one-hot, ``sum_v exp(z_v - max z) == 1`` in the dtype, as
     the authors' logger counts it (``MetricsLogger.compute_softmax_collapse`` in
     github.com/LucasPrietoAl/grokking-at-the-edge-of-numerical-stability; checked against it in
-    tests/test_collapse.py). It does not look at the target: a confidently wrong position collapses too (its
+    tests/diagnostics/test_collapse.py). It does not look at the target: a confidently wrong position collapses too (its
     gradient is not 0, but the softmax carries no information beyond its argmax);
   - ``target_prob``: the target's probability is exactly 1, ``softmax(z)[y] == 1``, i.e. the gradient with
     respect to the target logit is exactly 0 (normlab's count before the authors' rule became the default);

@@ -60,7 +60,8 @@ from normlab.experiments.verdicts import (
 
 EXACT_MIN_N = 5
 VERDICT_WORDS = (*DECIDED, "beyond noise")
-"""Words that state a decision; the report uses them only for the primary family (tests/test_decisions.py)."""
+"""Words that state a decision; the report uses them only for the primary family
+(tests/experiments/test_decisions.py)."""
 
 
 @dataclass

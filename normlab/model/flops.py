@@ -18,7 +18,7 @@ matmuls). Attention counts the full ``T x T`` matrix the dense kernels compute (
 half of it). Not counted: embedding lookups, dropout, bias additions, optimizer updates. One FLOP is one add,
 multiply, divide or transcendental function of one element.
 
-``torch.utils.flop_counter.FlopCounterMode`` counts only matmuls and convolutions (tests/test_flops.py checks the
+``torch.utils.flop_counter.FlopCounterMode`` counts only matmuls and convolutions (tests/model/test_flops.py checks the
 ``matmul`` + ``attention`` parts against it); on CPU it does not count the fused SDPA kernel
 (``_scaled_dot_product_flash_attention_for_cpu`` has no formula registered), so softmax attention is compared
 there on its explicit path (a score softcap).

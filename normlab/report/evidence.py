@@ -7,7 +7,7 @@ the demo's declared replications as docs/compare.md tabulates them) by::
     python -m normlab.report.evidence docs/claims-full-2026-11-26.json docs/replications-2026-11-26.json \\
         normlab/evidence/claims.json
 
-``tests/test_evidence.py`` rebuilds it from those files and fails when the packaged copy differs. Torch-free.
+``tests/report/test_evidence.py`` rebuilds it from those files and fails when the packaged copy differs. Torch-free.
 """
 
 from __future__ import annotations

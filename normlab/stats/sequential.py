@@ -27,7 +27,7 @@ Small samples: with ``n`` seeds the paired statistic is Student-t with ``n - 1``
 ``t_to_z`` maps it to the normal scale with the same tail probability, ``z = Phi^{-1}(F_t(t; n - 1))``, and the
 boundary is applied to ``z`` (Jennison & Turnbull section 11.4's "significance level" approach). Marginally ``z``
 is exactly N(0, 1) under the null; the joint law is the canonical one only approximately, which
-``tests/test_sequential.py`` checks by simulating the whole procedure.
+``tests/report/test_sequential.py`` checks by simulating the whole procedure.
 
 The transform alone is not enough at very small ``n``: with looks at 2/4/6/8 seeds and three comparisons the
 whole procedure's simulated family-wise error is 0.054 (benchmarks/sequential_error.py), because the joint law of

@@ -19,7 +19,7 @@ their sum gives each member exactly the gradient of its own loss, because the me
 
 A diagnostic step (``diag.every``) runs each member alone through its own module, so the forward hooks see exactly
 what they see in a run alone; the other steps run stacked. A stacked step equals the K steps alone to fp32
-round-off (batched matrix products sum in another order; tests/test_stacked.py), not bit for bit, so a run trained
+round-off (batched matrix products sum in another order; tests/train/test_stacked.py), not bit for bit, so a run trained
 stacked and the same run trained alone differ in the last bits, as two thread counts do; a stacked group resumed
 from checkpoints of one step continues bit for bit as the uninterrupted group.
 

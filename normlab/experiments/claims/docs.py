@@ -1,6 +1,6 @@
 """docs/claims.md from a claims report (``normlab claims --budget full``, ``--docs``, or ``--render CLAIMS_JSON``):
 the verdict table with the raw 95% interval and the Holm-adjusted p beside it, the scale of each claim, the
-pre-registered specifications (each claim's spec hash, which ``tests/test_specs.py`` compares with
+pre-registered specifications (each claim's spec hash, which ``tests/experiments/claims/test_specs.py`` compares with
 ``specs.spec_hash``), the "Definitions revised" section (every ``Revision`` of every claim, from
 normlab/evidence/revisions.yaml: date, what changed, why, the verdict before), and per claim its meaning, source,
 deviations, per-seed values and details. Every number on the page comes from the report; the definitions hold none.
@@ -125,13 +125,15 @@ def revisions_lines(claims: list) -> list[str]:
 def spec_lines(claims: list, measured: dict[str, str | None] | None = None) -> list[str]:
     """The "Pre-registered specifications" section: per claim the spec hash its published result was measured under
     (``measured``: name -> the result's ``spec_hash``; "–" when it predates hashes), which
-    ``tests/test_specs.py`` compares with the current ``specs.spec_hash``, and the current hash beside it."""
+    ``tests/experiments/claims/test_specs.py`` compares with the current ``specs.spec_hash``, and the current hash
+    beside it."""
     measured = measured if measured is not None else {c.name: spec_hash(c) for c in claims}
     out = ["## Pre-registered specifications", "",
            "Each claim's measure, margin, test, seeds and recipe are data in its definition "
            "(normlab/experiments/claims/defs/NAME.yaml); the hash covers all of them (and each variant's overrides "
            "with the full budget's fields), not the prose. The first hash is the one the result on this page was "
-           "measured under; `tests/test_specs.py` fails when a claim's current hash differs from it and "
+           "measured under; `tests/experiments/claims/test_specs.py` fails when a claim's current hash differs "
+           "from it and "
            "normlab/evidence/revisions.yaml has no revision of the claim from it (`hash_before`): a definition "
            "cannot change silently. Re-rendering this page from stored results keeps the hashes those results "
            "were measured under.", "",

@@ -28,12 +28,14 @@ measure and its arguments, null, margins, tolerance, test, seeds, the observabil
 recipe with the full budget), never the prose. docs/claims.md records each claim's hash; a claim whose hash differs
 from the recorded one needs a ``Revision`` from that hash in ``normlab/evidence/revisions.yaml`` (the history of
 changes: date, what changed, why, the verdict before, the hash before), which ``normlab claims`` prints and
-docs/claims.md lists under "Definitions revised" (``tests/test_specs.py``). Changing what a measure computes means
+docs/claims.md lists under "Definitions revised" (``tests/experiments/claims/test_specs.py``). Changing what a
+measure computes means
 registering it under a new name, so the change shows in the hash.
 
 Adding a claim: one ``defs/<name>.yaml``, its name in ``suite.yaml``, and, when no measure fits, one function
 registered with ``measure_registry.register_measure``. A new claim needs no revision: it has no verdict yet.
-Definitions hold no dates, commit hashes or measured numbers (``tests/test_specs.py`` checks): results are in the
+Definitions hold no dates, commit hashes or measured numbers (``tests/experiments/claims/test_specs.py`` checks):
+results are in the
 stored ``claims.json`` and the page generated from it.
 """
 

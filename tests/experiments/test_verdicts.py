@@ -13,7 +13,7 @@ from statsmodels.stats.multitest import multipletests
 from normlab.experiments import verdicts as V
 from normlab.experiments.question import Question
 
-ROOT = Path(__file__).resolve().parents[1] / "normlab"
+ROOT = Path(__file__).resolve().parents[2] / "normlab"
 
 
 @pytest.mark.parametrize("correction, method", [("holm", "holm"), ("bh", "fdr_bh")])

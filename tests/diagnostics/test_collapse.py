@@ -14,7 +14,7 @@ from normlab.diagnostics.collapse import (COLLAPSE_RULES, DEFAULT_COLLAPSE_RULE,
                                           softmax_collapse)
 from normlab.errors import NormlabError
 
-REF = json.loads((Path(__file__).parent / "fixtures" / "prieto_softmax_collapse.json").read_text())
+REF = json.loads((Path(__file__).resolve().parents[1] / "fixtures" / "prieto_softmax_collapse.json").read_text())
 LOGITS = torch.tensor(REF["logits"])  # [36, 16] float32
 TARGETS = torch.tensor(REF["targets"])
 DTYPES = {"16": torch.float16, "32": torch.float32, "64": torch.float64}

@@ -20,7 +20,7 @@ def test_the_scale_preset_asks_quicks_question_at_scale():
     m, t = scale.runs[0].config["model"], scale.runs[0].config["train"]
     assert m["depth"] == 12 and 256 <= m["width"] <= 384 and m["context"] == 256 and t["steps"] >= 2000
     seeds = {r.seed for r in scale.runs}
-    assert len(seeds) >= 8 and not seeds & {r.seed for r in quick.runs}  # (all blocks: tests/test_sweep.py)
+    assert len(seeds) >= 8 and not seeds & {r.seed for r in quick.runs}  # (all blocks: tests/experiments/test_sweep.py)
     assert {r.config["device"] for r in scale.runs} == {"cuda"}
 
 

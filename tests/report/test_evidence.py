@@ -11,7 +11,7 @@ import pytest
 from normlab.errors import NormlabError
 from normlab.report.evidence import build_evidence, load_evidence
 
-DOCS = Path(__file__).resolve().parents[1] / "docs"
+DOCS = Path(__file__).resolve().parents[2] / "docs"
 CLAIMS, REPS = DOCS / "claims-full-2026-11-26.json", DOCS / "replications-2026-11-26.json"
 
 

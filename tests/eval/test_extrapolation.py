@@ -13,7 +13,7 @@ import torch
 from normlab.errors import NormlabError
 from normlab.eval.extrapolation import bucket_edges, extrapolate, parse_factors
 from tests.helpers import assert_bad_input, run_inproc as normlab
-from tests.test_calibration import SHORT, tiny_run
+from tests.eval.test_calibration import SHORT, tiny_run
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")

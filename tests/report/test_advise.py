@@ -51,7 +51,7 @@ def test_distance_is_the_ratio_of_closed_form_parameters_and_of_tokens():
 
 
 def test_a_sweep_verdict_that_flips_at_equal_flops_is_flagged(monkeypatch, tmp_path):
-    from tests.test_equal_flops import flipping_runs
+    from tests.report.test_equal_flops import flipping_runs
     import normlab.report.rundirs as rd
 
     monkeypatch.setattr(rd, "collect", lambda paths: [(r, None) for r in flipping_runs()])

@@ -14,7 +14,7 @@ from normlab.errors import NormlabError
 from normlab.report import replication_evidence as R
 from normlab.report.evidence import load_evidence
 
-DOCS = Path(__file__).resolve().parents[1] / "docs"
+DOCS = Path(__file__).resolve().parents[2] / "docs"
 REPS = DOCS / "replications-2026-11-26.json"
 
 

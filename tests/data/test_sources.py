@@ -15,7 +15,7 @@ from normlab.errors import NormlabError
 import os
 from tests.helpers import assert_bad_input, run_inproc
 
-DOCS = Path(__file__).resolve().parents[1] / "docs"
+DOCS = Path(__file__).resolve().parents[2] / "docs"
 
 
 def test_english_is_one_deterministic_document_of_prose():

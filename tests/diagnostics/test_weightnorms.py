@@ -87,7 +87,7 @@ def test_report_draws_tev_beside_the_loss():
 
 
 def test_scaling_shows_the_head_norm_at_each_sizes_best_learning_rate(tmp_path):
-    from tests.test_scaling import make_size_sweep
+    from tests.report.test_scaling import make_size_sweep
 
     d = tmp_path / "sizes"
     finals = make_size_sweep(d)

@@ -68,7 +68,7 @@ def test_dyt_per_site_alpha_inits_from_config():
     assert m.final_norm.alpha.item() == pytest.approx(0.2)
 
 
-DYT_REF = json.loads((Path(__file__).parent / "fixtures" / "dyt_reference.json").read_text())
+DYT_REF = json.loads((Path(__file__).resolve().parents[1] / "fixtures" / "dyt_reference.json").read_text())
 
 
 @pytest.mark.parametrize("case", DYT_REF["cases"], ids=lambda c: f"{c['module']}-{c['alpha_init_value']}")

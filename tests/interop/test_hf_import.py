@@ -467,7 +467,7 @@ def test_every_from_pretrained_call_refuses_remote_code():
     benchmarks passes ``trust_remote_code=False``; the one exception is this file's positive control."""
     import ast
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     missing = []
     for path in [p for d in ("normlab", "tests", "examples", "benchmarks") for p in (root / d).rglob("*.py")]:
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):

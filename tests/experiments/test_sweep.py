@@ -18,7 +18,7 @@ from normlab.experiments.grid import MAX_POINTS, expand_grid
 from normlab.experiments.sweep import MAX_NAME, MAX_RUNS, parse_sweep
 from normlab.io import load_yaml
 
-DOCS = Path(__file__).resolve().parents[1] / "docs"
+DOCS = Path(__file__).resolve().parents[2] / "docs"
 
 
 def _refused(raw: dict, *fragments: str) -> str:

@@ -15,7 +15,7 @@ from normlab.experiments.claims.docs import recorded_hashes, spec_lines, unrevis
 from normlab.experiments.claims.specs import CLAIMS, Revision, spec_hash
 from normlab.experiments.verdicts import collapse_rates, judge_family, tost
 
-DOCS = Path(__file__).resolve().parent.parent / "docs" / "claims.md"
+DOCS = Path(__file__).resolve().parents[3] / "docs" / "claims.md"
 
 
 def entry(values, direction="greater", test="t", **kw):
@@ -288,7 +288,7 @@ def test_a_claim_whose_test_cannot_be_computed_counts_as_p_one_in_the_family():
 
 
 # ---------------------------------------------------------------- the definitions: one YAML per claim, loaded
-SPEC_DIR = Path(__file__).resolve().parent.parent / "normlab" / "experiments" / "claims"
+SPEC_DIR = Path(__file__).resolve().parents[3] / "normlab" / "experiments" / "claims"
 STORED = DOCS.parent / "claims-full-2026-11-26.json"
 NOT_IN_SOURCE = {
     "date": r"\b20\d\d-[01]\d-[0-3]\d\b",

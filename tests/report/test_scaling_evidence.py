@@ -14,7 +14,7 @@ import pytest
 from normlab.errors import NormlabError
 from normlab.report.scaling_evidence import build_scaling_evidence, load_scaling_evidence, reach
 
-DOCS = Path(__file__).resolve().parents[1] / "docs"
+DOCS = Path(__file__).resolve().parents[2] / "docs"
 POINTS = DOCS / "scaling-2026-11-26.json"
 SECTION = "## A real run of the `scaling` preset (72 of 72 runs)"
 
