@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import importlib  # loaded by the interpreter before this runs: nothing from the current directory (__main__.py)
 
+from normlab.errors import NormlabError
 from normlab.version import __version__  # noqa: E402 - the one place it is written
 
 _API = ("make_config", "build_model", "train_run", "load_run", "evaluate", "generate", "compare", "Run")
@@ -25,8 +26,4 @@ __all__ = [*_API, "NormlabError", "__version__"]
 def __getattr__(name: str) -> object:
     if name in _API:
         return getattr(importlib.import_module("normlab.api"), name)
-    if name == "NormlabError":
-        from normlab.errors import NormlabError
-
-        return NormlabError
     raise AttributeError(f"module 'normlab' has no attribute '{name}'")

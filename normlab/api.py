@@ -16,13 +16,29 @@ those are normlab's own modules (a function of that name would be replaced by th
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from normlab.config import RunConfig, apply_overrides, config_from_dict, read_yaml, resolve_config_path
 from normlab.errors import NormlabError
+from normlab.eval.documents import validation_prompt
+from normlab.eval.lm import evaluate as _evaluate
+from normlab.eval.sampling import check_sampling_args, generate_tokens
+from normlab.experiments.entry import run as run_sweep
+from normlab.experiments.runner import default_sweep_dir
+from normlab.experiments.sweep import list_presets, load_sweep, parse_sweep
+from normlab.model import build_model as _build
+from normlab.report import write_report
+from normlab.report.sequential import look_record
 from normlab.run.files import CONFIG_FILE
+from normlab.run.rundir import apply_norm_defaults, check_context, open_config, run_data, run_tokenizer
+from normlab.run.rundir import load_run as _load
+from normlab.stats.learning import learning_record
+from normlab.train.loop import train as _train
 
 
 def make_config(base: str | Path | dict[str, Any] | RunConfig | None = None,
@@ -42,8 +58,6 @@ def make_config(base: str | Path | dict[str, Any] | RunConfig | None = None,
         items = overrides if isinstance(overrides, list) else [f"{k}={_yaml_scalar(v)}" for k, v in overrides.items()]
         apply_overrides(data, items)
     cfg = config_from_dict(data)
-    from normlab.run.rundir import apply_norm_defaults
-
     apply_norm_defaults(cfg)
     return cfg
 
@@ -53,8 +67,6 @@ def _nested_copy(d: dict[str, Any]) -> dict[str, Any]:
 
 
 def _yaml_scalar(v: Any) -> str:
-    import json
-
     return json.dumps(v) if not isinstance(v, str) else v
 
 
@@ -65,10 +77,6 @@ def _as_config(cfg: str | Path | dict[str, Any] | RunConfig) -> RunConfig:
 def build_model(cfg: str | Path | dict[str, Any] | RunConfig, *, seed: int | None = None):
     """The untrained model of a config (a ``normlab.model.GPT``), initialised under ``seed`` (default the config's
     ``seed``), exactly as ``train`` initialises it. ``model.vocab_size`` is the config's (256 for bytes)."""
-    import torch
-
-    from normlab.model import build_model as _build
-
     cfg = _as_config(cfg)
     torch.manual_seed(cfg.seed if seed is None else seed)
     return _build(cfg.model)
@@ -78,12 +86,8 @@ def train_run(cfg: str | Path | dict[str, Any] | RunConfig, out: str | Path, *, 
           quiet: bool = True) -> dict[str, Any]:
     """Train into the run directory ``out`` (new; or ``resume=True`` to continue it) and return ``summary.json``'s
     dict (``status``: completed / diverged / interrupted). Same files as ``normlab train``, TensorBoard included."""
-    from normlab.train.loop import train as _train
-
     out = Path(out)
     if resume:
-        from normlab.run.rundir import open_config
-
         return _train(open_config(out), out, resume=True, quiet=quiet)
     if (out / CONFIG_FILE).exists():
         raise NormlabError(f"{out} already holds a run; pass resume=True or another directory")
@@ -102,21 +106,15 @@ class Run:
 
     @property
     def tokenizer(self):
-        from normlab.run.rundir import run_tokenizer
-
         return run_tokenizer(self.run_dir, self.cfg)
 
     def data(self, source: str | None = None):
         """The tokenized splits (``PreparedData``): the run's corpus, or ``source`` with the run's tokenizer."""
-        from normlab.run.rundir import run_data
-
         return run_data(self.run_dir, self.cfg, source=source)
 
 
 def load_run(run_dir: str | Path) -> Run:
     """Open a run directory (final weights, or the last checkpoint of an unfinished run)."""
-    from normlab.run.rundir import load_run as _load
-
     r = _load(run_dir)
     return Run(Path(run_dir), r.cfg, r.model, r.weights)
 
@@ -131,11 +129,6 @@ def evaluate(run: Run | str | Path, *, split: str = "val", data: str | None = No
     (``unigram_bpb``, ``unigram_byte_perplexity``) and ``did_not_learn`` (normlab.stats.learning), as ``normlab
     eval --json`` (nothing is written). ``split``: ``val``, ``test`` or ``all`` (the whole corpus); ``data``: score
     another corpus with the run's tokenizer."""
-    from normlab.eval.lm import evaluate as _evaluate
-    from normlab.run.rundir import check_context
-
-    from normlab.run.rundir import run_data
-
     run = _as_run(run)
     ctx = context or run.cfg.model.context
     check_context(run.cfg.model, ctx)
@@ -147,8 +140,6 @@ def evaluate(run: Run | str | Path, *, split: str = "val", data: str | None = No
     if d.entropy_floor_bpb is not None:
         m["entropy_floor_bpb"] = d.entropy_floor_bpb
         m["gap_bpb"] = m["bpb"] - d.entropy_floor_bpb
-    from normlab.stats.learning import learning_record
-
     m.update(learning_record(m["bpb"], d.unigram_bpb))  # unigram_bpb, its byte perplexity, did_not_learn
     return m
 
@@ -159,10 +150,6 @@ def generate(run: Run | str | Path, prompt: str | None = None, *, max_new_tokens
     """The sampled continuation of ``prompt`` (text, without the prompt), as ``normlab generate`` would stream it.
     ``temperature=0`` is greedy. ``prompt=None``: as the command, the beginning of a validation document of the
     run's own corpus (``normlab.eval.documents.validation_prompt``)."""
-    import torch
-
-    from normlab.eval.sampling import check_sampling_args, generate_tokens
-
     sampling = {"temperature": temperature, "top_k": top_k, "top_p": top_p, "min_p": min_p, "top_nsigma": top_nsigma}
     check_sampling_args(**sampling)
     if prompt is not None and not prompt:
@@ -170,8 +157,6 @@ def generate(run: Run | str | Path, prompt: str | None = None, *, max_new_tokens
     run = _as_run(run)
     tok = run.tokenizer
     if prompt is None:
-        from normlab.eval.documents import validation_prompt
-
         prompt = validation_prompt(run.run_dir, run.cfg, seed)[0]
     ids = tok.encode_prompt(prompt)
     use_cache = hasattr(run.model, "step") and hasattr(run.model, "init_state")
@@ -186,11 +171,6 @@ def compare(sweep: str | Path | dict[str, Any], out: str | Path | None = None, *
     """Run a sweep (a sweep file, a preset name, or a sweep mapping as in docs/compare.md) in parallel worker
     processes into ``out`` (default ``runs/compare-<name>``) and write its report; returns ``status``, ``counts``,
     ``runs`` (the stored rows), and with ``report`` the ``ranking`` / ``summary`` / report paths."""
-    from normlab.experiments.entry import run
-    from normlab.experiments.runner import default_sweep_dir
-    from normlab.experiments.sweep import list_presets, load_sweep, parse_sweep
-    from normlab.report.sequential import look_record
-
     if isinstance(sweep, dict):
         s = parse_sweep(sweep, here=Path.cwd())
     elif not Path(sweep).is_file() and str(sweep) in list_presets():
@@ -198,13 +178,12 @@ def compare(sweep: str | Path | dict[str, Any], out: str | Path | None = None, *
     else:
         s = load_sweep(sweep)
     sweep_dir = Path(out) if out else default_sweep_dir(s)
-    outcome = run(s, sweep_dir, workers=workers, decide=look_record)  # a sequential plan: seeds in rounds until decided
+    # a sequential plan: seeds in rounds until decided
+    outcome = run_sweep(s, sweep_dir, workers=workers, decide=look_record)
     res: dict[str, Any] = {"sweep_dir": str(sweep_dir), "sweep": s.name, "status": outcome.status,
                            "counts": outcome.counts(), "trained": outcome.trained, "skipped": outcome.skipped,
                            "runs": outcome.runs}
     if report and outcome.status != "interrupted":
-        from normlab.report import write_report
-
         rep = write_report(sweep_dir)
         res.update({"report_html": rep["html"], "report_md": rep["md"], "ranking": rep["ranking"],
                     "summary": rep["summary"]})

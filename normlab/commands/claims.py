@@ -17,7 +17,14 @@ import shlex
 import sys
 from pathlib import Path
 
-from normlab.errors import EXIT_INTERRUPTED
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from normlab.commands.stages import StageProgress
+from normlab.errors import EXIT_INTERRUPTED, NormlabError
+from normlab.io import dumps, read_json
+from normlab.validate import int_in
 
 DOCS = Path("docs") / "claims.md"  # relative to the current directory (the repo root in a checkout), never the package
 
@@ -25,10 +32,7 @@ DOCS = Path("docs") / "claims.md"  # relative to the current directory (the repo
 def render(args: argparse.Namespace) -> int:
     """``--render CLAIMS_JSON``: judge a stored report under the current rules; print it, and with ``--docs``
     write the page. Nothing is trained or measured."""
-    from normlab.errors import NormlabError
     from normlab.experiments.claims.execution import judge
-    from normlab.io import read_json
-
     src = Path(args.render)
     if not src.is_file():
         raise NormlabError(f"--render {src}: no such file; give a claims.json written by normlab claims")
@@ -51,10 +55,7 @@ def render(args: argparse.Namespace) -> int:
 
 
 def run_claims(args: argparse.Namespace) -> int:
-    from normlab.errors import NormlabError
     from normlab.experiments.claims import get_budget, run_suite, select
-    from normlab.io import dumps
-
     if args.render:
         return render(args)
     budget = get_budget(args.budget)
@@ -72,8 +73,6 @@ def run_claims(args: argparse.Namespace) -> int:
 
     check_executor(args.executor, args.address)
     from normlab.experiments.claims.execution import SuiteStopped
-
-    from normlab.commands.stages import StageProgress
 
     try:  # on a terminal: the training sweep's bar, then one of the claims measured (stage lines above it)
         with StageProgress("claims", len(claims), unit="claim") as say:
@@ -108,15 +107,9 @@ def run_claims(args: argparse.Namespace) -> int:
 def show(report: dict, args: argparse.Namespace) -> int:
     """Print the judged ``report``: one JSON object (``--json``), or the verdict table, the reasons of the
     undecided claims and every revised definition."""
-    from normlab.io import dumps
-
     if args.json:
         print(dumps(report, default=float))
         return 0
-    from rich.console import Console
-    from rich.markup import escape
-    from rich.table import Table
-
     from normlab.experiments.claims.docs import _p, measured_text
 
     t = Table("claim", "paper", "metric", "expected", "measured (mean ± raw 95% CI)", "p",
@@ -176,8 +169,6 @@ def machine() -> dict:
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """Register ``normlab claims`` with their flags (called by ``normlab.cli.build_parser``)."""
-    from normlab.validate import int_in
-
     cl = sub.add_parser("claims", help="re-measure published normalization claims with seeds and 95%% CIs")
     cl.add_argument("--only", metavar="NAME", help="run only these claims (comma-separated names)")
     cl.add_argument("--seeds", type=int_in(1, 1000), help="number of seeds (default: the budget's)")

@@ -8,17 +8,18 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from normlab.errors import EXIT_INTERRUPTED
+from rich.console import Console
+from rich.table import Table
+
+from normlab.errors import EXIT_INTERRUPTED, NormlabError
 from normlab.io import dumps
 from normlab.presets import sweep_presets
 from normlab.safety import printable
+from normlab.validate import int_in
 
 
 def print_ranking(rep: Any, title: str | None = None) -> None:
     """The ranking table on stdout (rich)."""
-    from rich.console import Console
-    from rich.table import Table
-
     from normlab.report import table_cells
 
     head, rows = table_cells(rep)
@@ -32,9 +33,6 @@ def print_ranking(rep: Any, title: str | None = None) -> None:
 
 def print_lr(rep: Any) -> None:
     """The learning-rate ranking (a grid) and the paired differences, on stdout (rich); nothing without them."""
-    from rich.console import Console
-    from rich.table import Table
-
     from normlab.report import lrsection
 
     grid = rep.grid
@@ -79,7 +77,6 @@ def _execute(sweep: Any, out: Path, args: argparse.Namespace) -> Any:
 
 def _load(args: argparse.Namespace, source: str | None = None) -> Any:
     """The sweep (with ``--until-decided``'s plan added when it declares none; on ``source`` for a replication)."""
-    from normlab.errors import NormlabError
     from normlab.experiments.plan import default_plan
     from normlab.experiments.sweep import load_sweep, parse_sweep
 
@@ -106,7 +103,6 @@ def replication_sweep(sweep: Any, source: str) -> Any:
     """The same declared design on data source ``source``: ``data.source`` set for every run, named
     ``<name>-on-<source>``, on the replication's own seed block (``replicate_seeds``, else the seeds shifted by
     REPLICATION_SEED_OFFSET), no ``replicate`` key (normlab.experiments.plan)."""
-    from normlab.errors import NormlabError
     from normlab.experiments.sweep import parse_sweep, replication_seeds, slug
 
     spec = sweep.spec
@@ -219,8 +215,6 @@ def run_compare(args: argparse.Namespace) -> int:
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """Register ``normlab compare`` with their flags (called by ``normlab.cli.build_parser``)."""
-    from normlab.validate import int_in
-
     cp = sub.add_parser("compare", help="train many variants in parallel, store the results, write a report")
     cp.add_argument("sweep", nargs="?", help="sweep YAML file (docs/compare.md); or use --preset")
     cp.add_argument("--preset", help=f"a shipped sweep in normlab/configs/sweeps/ ({', '.join(sweep_presets())})")

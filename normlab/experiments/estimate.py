@@ -22,16 +22,17 @@ import time
 from pathlib import Path
 from typing import Any
 
+import torch
+
+from normlab.config import config_from_dict
 from normlab.errors import NormlabError
+from normlab.train.threads import step_flops
 
 PROBE_N = 512  # the probe's matrix size: square fp32 products of this size
 
 
 def sweep_flops(configs: list[dict[str, Any]]) -> float:
     """Training FLOPs of the runs ``configs`` (full config dicts): sum of ``steps x step_flops``."""
-    from normlab.config import config_from_dict
-    from normlab.train.threads import step_flops
-
     total = 0.0
     for c in configs:
         cfg = config_from_dict(c)
@@ -42,8 +43,6 @@ def sweep_flops(configs: list[dict[str, Any]]) -> float:
 def matmul_rate(seconds: float = 0.3, n: int = PROBE_N) -> float:
     """FLOP/s of ``n x n`` fp32 matrix products on this CPU at the current torch thread count (after one warm-up
     product; at least 3 products, about ``seconds`` of them)."""
-    import torch
-
     with torch.random.fork_rng():
         torch.manual_seed(0)
         a, b = torch.randn(n, n), torch.randn(n, n)
@@ -67,11 +66,10 @@ def human_time(seconds: float) -> str:
 
 
 def cuda_present() -> bool:
-    """Whether torch sees a CUDA device (answered without importing torch where no NVIDIA device node exists)."""
+    """Whether torch sees a CUDA device (False without asking torch's CUDA runtime where no NVIDIA device node
+    exists)."""
     if not any(Path("/dev").glob("nvidia[0-9]*")):
         return False
-    import torch
-
     return torch.cuda.is_available()
 
 
@@ -82,8 +80,6 @@ def check_device(name: str, configs: list[dict[str, Any]], *, rate: float | None
     cuda = [c for c in configs if c.get("device") == "cuda"]
     if not cuda or cuda_present():
         return
-    import torch
-
     flops = sweep_flops(configs)
     rate = rate or matmul_rate()
     raise NormlabError(

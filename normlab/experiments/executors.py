@@ -29,6 +29,7 @@ arXiv:1712.05889) asking for ``threads`` CPUs, or one GPU when the cluster has G
 
 from __future__ import annotations
 
+import argparse
 import ctypes
 import io
 import json
@@ -46,10 +47,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from normlab.errors import NormlabError
-from normlab.experiments.worker import finished_summary, record
+from normlab.errors import EXIT_BAD_INPUT, NormlabError
+from normlab.experiments.worker import finished_summary, probe_if_asked, record, train_run
 from normlab.resources import available_cores, plan_workers
-from normlab.run.rundir import read_summary
+from normlab.run.rundir import STATUS_EXIT, read_summary
 from normlab.safety import printable
 
 EXECUTORS = ("local", "ray")
@@ -417,12 +418,6 @@ class RayTasks:
 def main(argv: list[str] | None = None) -> int:
     """``python -m normlab.experiments.executors RUN_DIR CONFIG_JSON [--threads N] [--parent PID]``: train or resume
     one run (no store access; the Ray task that started it reports to the driver)."""
-    import argparse
-
-    from normlab.errors import EXIT_BAD_INPUT
-    from normlab.experiments.worker import probe_if_asked, train_run
-    from normlab.run.rundir import STATUS_EXIT
-
     p = argparse.ArgumentParser(prog="python -m normlab.experiments.executors")
     p.add_argument("run_dir")
     p.add_argument("config")

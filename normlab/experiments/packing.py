@@ -20,6 +20,16 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+import torch
+import torch.nn.functional as F
+
+from normlab.config import TrainConfig, config_from_dict
+from normlab.io import write_json
+from normlab.model import ModelConfig, build_model
+from normlab.train import precision as P
+from normlab.train.optim import build_optimizer
+from normlab.train.precision import cpu_name
+
 PROBE_S = 3.0  # seconds of timed steps per probe process
 
 
@@ -29,18 +39,12 @@ def candidates(cores: int, n_runs: int) -> list[tuple[int, int]]:
 
 
 def _probe_spec(cfg: dict[str, Any]) -> dict[str, Any]:
-    from normlab.config import config_from_dict
-
     c = config_from_dict(json.loads(json.dumps(cfg)))
     return {"model": {k: v for k, v in json.loads(json.dumps(c.to_dict()["model"])).items()},
             "batch_size": c.train.batch_size, "precision": c.train.precision, "seconds": PROBE_S}
 
 
 def _key(spec: dict[str, Any], cores: int) -> str:
-    import torch
-
-    from normlab.train.precision import cpu_name
-
     return json.dumps({"cpu": cpu_name(), "cores": cores, "torch": torch.__version__, **spec}, sort_keys=True)
 
 
@@ -91,8 +95,6 @@ def choose_packing(cfg: dict[str, Any], n_runs: int, cores: int, cache_dir: Path
         measured = measure_packing(spec, packings)
         cache[key] = {**cache.get(key, {}), **measured}
         try:
-            from normlab.io import write_json
-
             path.parent.mkdir(parents=True, exist_ok=True)
             write_json(path, cache)
         except OSError:
@@ -108,14 +110,6 @@ def choose_packing(cfg: dict[str, Any], n_runs: int, cores: int, cache_dir: Path
 
 def _probe(spec: dict[str, Any]) -> float:
     """Tokens/s of full training steps of ``spec``'s model (after two warm-up steps)."""
-    import torch
-    import torch.nn.functional as F
-
-    from normlab.config import TrainConfig
-    from normlab.model import ModelConfig, build_model
-    from normlab.train import precision as P
-    from normlab.train.optim import build_optimizer
-
     threads = int(os.environ.get("OMP_NUM_THREADS", "1"))
     torch.set_num_threads(threads)
     torch.manual_seed(0)

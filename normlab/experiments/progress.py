@@ -10,6 +10,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
 from normlab.errors import NormlabError
 from normlab.run.files import METRICS_FILE
 from normlab.run.rundir import last_step, read_summary
@@ -93,9 +96,6 @@ class SweepProgress:
         """On a terminal (stderr), a rich progress bar of the sweep's runs for the ``with`` block: runs done of
         ``total``, elapsed, and the ETA once the first run finished (``sweep_eta_s``); log lines print above it.
         Off a terminal, nothing (the lines above carry the same)."""
-        from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
         console = console or Console(stderr=True)
         if not console.is_terminal or not self.total:
             yield

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -74,8 +75,6 @@ def run_until_decided(sweep: Sweep, sweep_dir: Path, decide: Callable[[Path, int
     """Run ``sweep``'s sequential plan in rounds (module docstring). ``decide(sweep_dir, k)`` returns look ``k``'s
     record with at least ``decided`` (bool: every primary comparison decided); ``run_kwargs`` go to
     ``run_sweep`` (workers, executor, address, threads, inline)."""
-    import sys
-
     log = log or (lambda s: print(s, file=sys.stderr, flush=True))
     looks = looks_of(sweep.spec)
     if looks is None:

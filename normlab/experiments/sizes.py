@@ -33,7 +33,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from normlab.errors import NormlabError
+from normlab.errors import NormlabError, did_you_mean
 
 SIZE_KEYS = ("sizes", "size_grid", "tokens_per_param", "lr_transfer")
 SIZE_OWNED = ("model.width", "model.depth", "model.heads")
@@ -70,8 +70,6 @@ def _mapping(v: Any, what: str, allowed: tuple[str, ...]) -> dict[str, Any]:
         raise NormlabError(f"{what} must be a mapping with keys {', '.join(allowed)}, got {type(v).__name__}")
     for k in v:
         if k not in allowed:
-            from normlab.errors import did_you_mean
-
             raise NormlabError(
                 f"{what}: unknown key '{k}'{did_you_mean(str(k), allowed)}; allowed: {', '.join(allowed)}"
             )

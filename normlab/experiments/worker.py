@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import ctypes
+import fcntl
 import math
 import os
 import resource
@@ -27,7 +29,7 @@ from typing import Any, Iterator
 from normlab.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, NormlabError
 from normlab.experiments.store import Store
 from normlab.run.files import CONFIG_FILE, METRICS_FILE, MODEL_FILE, PROBES_FILE
-from normlab.run.rundir import STATUS_EXIT, open_config, read_metrics
+from normlab.run.rundir import STATUS_EXIT, open_config, read_metrics, read_summary
 from normlab.safety import printable
 
 
@@ -117,8 +119,6 @@ def run_config(run_dir: Path, config: dict[str, Any]) -> tuple[Any, bool]:
 
 def finished_summary(run_dir: Path) -> dict[str, Any] | None:
     """The summary of a run that needs no more training (completed with its model, or diverged), else None."""
-    from normlab.run.rundir import read_summary
-
     try:
         summary = read_summary(run_dir) if run_dir.is_dir() else None
     except NormlabError:
@@ -171,8 +171,6 @@ def run_one(sweep_dir: Path, run_id: str, threads: int | None = None) -> int:
 def _die_with_parent() -> None:
     """Linux: get SIGINT (checkpoint and stop) if the coordinating ``normlab compare`` dies without forwarding it."""
     try:
-        import ctypes
-
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGINT)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         pass
@@ -180,8 +178,6 @@ def _die_with_parent() -> None:
 
 def _run_lock(sweep_dir: Path, run_id: str):
     """An exclusive lock on ``logs/<run id>.lock``: two processes never train the same run directory."""
-    import fcntl
-
     (sweep_dir / "logs").mkdir(exist_ok=True)
     f = open(sweep_dir / "logs" / f"{run_id}.lock", "a+")
     try:

@@ -32,6 +32,7 @@ import yaml
 
 from normlab.config import RunConfig, config_from_dict
 from normlab.errors import NormlabError
+from normlab.experiments.sweep import parse_sweep
 from normlab.model import build_model
 from normlab.model.config import ModelConfig
 from normlab.model.flops import count_flops
@@ -253,8 +254,6 @@ def sweep_yaml(claim: str, cfg: RunConfig, base: str | dict[str, Any]) -> dict[s
 def write_sweep(spec: dict[str, Any], path: Path) -> Path:
     """Write ``spec`` as YAML to ``path`` (parsed back by ``normlab.experiments.sweep.load_sweep`` first: a spec
     ``normlab compare`` would refuse is never written)."""
-    from normlab.experiments.sweep import parse_sweep
-
     parse_sweep(spec, source=str(path))
     path.write_text(yaml.safe_dump(spec, sort_keys=False), encoding="utf-8")
     return path

@@ -42,6 +42,7 @@ import os
 import re
 import socket
 import sys
+import time
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -258,8 +259,6 @@ class MlflowTracker:
         step = record.get("step")
         if not isinstance(step, int) or self.run_id is None:
             return
-        import time
-
         now = int(time.time() * 1000)
         metrics = [Metric(_MLFLOW_BAD.sub("_", k), v, now, step) for k, v in _scalars(record).items()]
         for i in range(0, len(metrics), 1000):

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import fcntl
 import json
 import shutil
 import sys
@@ -33,21 +34,31 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
+import torch
+
+from normlab.config import config_from_dict
 from normlab.errors import EXIT_INTERRUPTED, NormlabError
 from normlab.experiments.claims.budgets import Budget
 from normlab.experiments.claims.docs import claim_scale
-from normlab.experiments.claims.specs import CLAIM_NAMES, CLAIMS, spec_hash
+from normlab.experiments.claims.measures import Context, measure
+from normlab.experiments.claims.specs import CLAIM_NAMES, CLAIMS, TESTS, spec_hash
 from normlab.experiments.verdicts import SIGNIFICANCE_TESTS, judge_family
 from normlab.experiments.verdicts import claim_verdict as verdict
+from normlab.experiments.worker import finished_summary
+from normlab.experiments.worker import record as record_run
 from normlab.experiments.claims.variants import GRID_VARIANTS, lr_dir, variant_config
+from normlab.experiments.entry import run as run_sweep
 from normlab.experiments.estimate import check_device
+from normlab.experiments.runner import check_sweep_dir, registration
+from normlab.experiments.store import FINAL, Store
+from normlab.experiments.sweep import Sweep, SweepRun
 from normlab.io import read_json, read_json_object, write_json
-from normlab.run.files import CHECKPOINTS_DIR, SUMMARY_FILE
+from normlab.run.files import CHECKPOINTS_DIR, FINGERPRINT_FILE, SUMMARY_FILE
+from normlab.run.fingerprint import check_run
 from normlab.run.rundir import read_summary
 
 if TYPE_CHECKING:
     from normlab.experiments.claims.specs import Claim
-    from normlab.experiments.sweep import Sweep, SweepRun
 
 CHANGED = "its spec or resolved config changed"
 
@@ -76,9 +87,6 @@ def claims_sweep(budget: Budget, variants: list[str], n_seeds: int) -> "Sweep":
     """The sweep ``claims-<budget>`` of ``variants`` x seeds (x the grid's learning rates for a grid variant), deep
     models first (the longest runs start early, so parallel workers finish together). Its hash depends on the
     budget's name only, so every ``--only`` / ``--seeds`` selection shares one store."""
-    from normlab.config import config_from_dict
-    from normlab.experiments.sweep import Sweep, SweepRun
-
     runs = []
     for seed in budget.seed_list(n_seeds):
         for v in variants:
@@ -123,9 +131,6 @@ def _as_json(runs: dict[str, Any], out: Path) -> dict[str, Any]:
 def open_out(out: Path, sweep: "Sweep") -> None:
     """Make ``out`` this budget's claims sweep directory (an existing one is resumed); refuse a file, another
     sweep's directory, or a non-empty directory that holds no claims results."""
-    from normlab.experiments.runner import check_sweep_dir
-    from normlab.experiments.store import Store
-
     if out.exists() and not out.is_dir():
         raise NormlabError(f"--out {out} is a file; give a directory")
     if (out / "results.sqlite").is_file():
@@ -142,8 +147,6 @@ def open_out(out: Path, sweep: "Sweep") -> None:
 
 def spec_record(cfg: dict) -> dict:
     """What an old-layout run's ``claims_spec.json`` holds: its spec and the full config it resolved to."""
-    from normlab.config import config_from_dict
-
     record = {"spec": cfg, "resolved": config_from_dict(copy.deepcopy(cfg)).to_dict()}
     return json.loads(json.dumps(record))  # as it reads back from disk (tuples -> lists)
 
@@ -163,8 +166,6 @@ def old_reuse_reason(run_dir: Path, cfg: dict) -> str | None:
         return "unreadable claims_spec.json or summary.json"
     if status not in ("completed", "diverged"):
         return f"status {status}"
-    from normlab.run.fingerprint import check_run
-
     return check_run(run_dir)
 
 
@@ -202,17 +203,13 @@ def migrate_old_layout(out: Path, sweep: "Sweep", specs: dict[str, dict], log: C
 def record_finished(out: Path, sweep: "Sweep", run_ids: list[str]) -> None:
     """Register ``sweep``'s runs in the store and record the finished runs ``run_ids`` already in ``OUT/runs`` (moved
     or copied there) as the sweep worker does for a run it need not train, without starting a process for each."""
-    from normlab.experiments.runner import registration
-    from normlab.experiments.store import Store
-    from normlab.experiments.worker import finished_summary, record
-
     store = Store(out / "results.sqlite")
     store.register(registration(sweep))
     for rid in run_ids:
         summary = finished_summary(out / "runs" / rid)
         if summary is not None:
             store.start(rid, calls_trainer=False)
-            record(store, out, rid, summary, peak_mem_mb=None)
+            record_run(store, out, rid, summary, peak_mem_mb=None)
 
 
 def _names(names: list[str]) -> str:
@@ -223,10 +220,6 @@ def why_retrain(out: Path, sweep: "Sweep") -> dict[str, list[str]]:
     """Why finished runs will be trained again: reason -> run labels. A stored finished run of the same variant,
     seed and learning rate under another run id (its spec or resolved config changed), or a run of this sweep whose
     fingerprint no longer matches (the runner moves it to ``OUT/stale/`` and trains it again)."""
-    from normlab.experiments.store import FINAL, Store
-    from normlab.run.files import FINGERPRINT_FILE
-    from normlab.run.fingerprint import check_run
-
     rows = {r["run_id"]: r for r in Store(out / "results.sqlite").runs()}
     ids = {r.run_id for r in sweep.runs}
     old = {(r["variant"], r["seed"], (r["axes"] or {}).get("train.lr")) for r in rows.values()
@@ -252,18 +245,14 @@ def train_runs(sweep: "Sweep", out: Path, *, workers: int | None, log: Callable[
     with one local worker, in this process); with ``reuse``
     the runs that sweep holds are copied (waited for while it trains them) after the others trained. Returns the
     runner's status (``completed`` or ``interrupted``)."""
-    from normlab.experiments.entry import run
-
     if executor == "local" and workers == 1:  # tiny runs: no process start-up per run
         executor = "inline"
 
     def go(s: "Sweep") -> str:
-        return run(s, out, executor=executor, workers=workers, log=log, address=address, threads=1).status
+        return run_sweep(s, out, executor=executor, workers=workers, log=log, address=address, threads=1).status
 
     if reuse is None:
         return go(sweep)
-    from normlab.experiments.store import Store
-
     theirs = {_resolved_key(r["config"]) for r in Store(reuse / "results.sqlite").runs()}
     held = [r for r in sweep.runs if _resolved_key(r.config) in theirs and not _finished(out / "runs" / r.run_id)]
     if not held:
@@ -285,8 +274,6 @@ def train_runs(sweep: "Sweep", out: Path, *, workers: int | None, log: Callable[
 
 
 def _finished(run_dir: Path) -> bool:
-    from normlab.experiments.worker import finished_summary
-
     return finished_summary(run_dir) is not None
 
 
@@ -308,10 +295,6 @@ def run_suite(claims: list["Claim"], budget: Budget, out: Path, *, seeds: int | 
     """Train what is missing, measure every claim per seed, return ``{claims: [...], ...}`` (also written to
     ``OUT/claims.json``). Raises ``SuiteStopped`` (nothing measured) when the runs did not all finish.
     ``progress``: called with each claim's name as its measurement starts (``normlab claims`` draws a bar)."""
-    import torch
-
-    from normlab.experiments.store import FINAL, Store
-
     if seeds is not None and seeds < 1:
         raise NormlabError(f"--seeds must be >= 1, got {seeds}")
     # a claim pre-registered with its own seed count (Claim.seeds) gets it unless --seeds overrides every claim
@@ -344,8 +327,6 @@ def run_suite(claims: list["Claim"], budget: Budget, out: Path, *, seeds: int | 
                            "same command to retry them", 1, out, failed)
     trained = sum(rows[r.run_id]["train_calls"] > calls.get(r.run_id, 0) for r in sweep.runs)
     torch.set_num_threads(1)
-    from normlab.experiments.claims.measures import Context, measure
-
     ctx = Context(budget)
     results = []
     for c in claims:
@@ -418,8 +399,6 @@ def judge(report: dict, correction: str = "holm") -> dict:
     collapse rates). A stored claim without spec fields (measured before they were recorded) is judged with the
     test its direction implies and no margin; its ``spec_hash`` stays missing, so it reads as measured under an
     earlier definition."""
-    from normlab.experiments.claims.specs import TESTS
-
     specs = {s.name: s for s in CLAIMS}
     unigram = report_unigram(report)
     entries = []
@@ -464,8 +443,6 @@ sweep's workers set their own thread count, so two configs that differ only here
 
 
 def _resolved_key(cfg: dict[str, Any]) -> str:
-    from normlab.config import config_from_dict
-
     d = config_from_dict(copy.deepcopy(cfg)).to_dict()
     d["train"] = {k: v for k, v in d["train"].items() if k not in NOT_RESULTS}
     return json.dumps(d, sort_keys=True)
@@ -476,10 +453,6 @@ def find_reusable(sweep_dir: Path, cfg: dict[str, Any], wait_s: float = 7200.0) 
     of ``cfg`` that finished (completed or diverged), or None. A matching run that is still pending or running in a
     sweep that is in progress is waited for (polling its store, up to ``wait_s``), so a claims run can share the
     runs of a demo that has not finished yet instead of training them twice."""
-    import fcntl
-
-    from normlab.experiments.store import FINAL, Store
-
     store = Store(sweep_dir / "results.sqlite")
     key = _resolved_key(cfg)
     t0 = time.time()
@@ -489,8 +462,6 @@ def find_reusable(sweep_dir: Path, cfg: dict[str, Any], wait_s: float = 7200.0) 
             return None
         done = [r for r in match if r["status"] in FINAL]
         if done:
-            from normlab.run.fingerprint import check_run
-
             src = sweep_dir / "runs" / done[0]["run_id"]
             return src if check_run(src) is None else None  # the current code would not reproduce it: train
         try:  # is a compare still running in that directory?
