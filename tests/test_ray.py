@@ -117,6 +117,11 @@ def cluster(tmp_path_factory, cache):
     env = cli_env(cache)
     env["PYTHONPATH"] = str(Path(__file__).resolve().parents[1]) + os.pathsep + env.get("PYTHONPATH", "")
     env["RAY_USAGE_STATS_ENABLED"] = "0"
+    # the test's own cluster: nothing from the user's ~/.ray (an auth_token there, written by `ray get-auth-token
+    # --generate`, makes the head require a token that the worker node does not send: it never joins)
+    env["HOME"] = str(tmp)
+    for k in [k for k in env if k.startswith("RAY_AUTH")]:
+        del env[k]
     env["RAY_agent_register_timeout_ms"] = "120000"  # slow agent start-up on a loaded machine
     # the Ray client proxy waits this long for a connection's own server (default 30 s, which a loaded machine
     # exceeded once: "Initialization failure from server")
