@@ -1,8 +1,8 @@
 """Follow a sweep directory through the calls that pass it on, and count how often the path climbs back up a floor.
 
 Read from the source with ``ast`` (nothing is imported or run). From the entry function (default
-``normlab.experiments.runner.run_sweep``) and its parameter (default ``sweep_dir``), the walk visits, depth first and in
-source order, every function that receives the directory: a call passes it on when one of its arguments mentions a
+``normlab.experiments.sweepdir.run_sweep``) and its parameter (default ``sweep_dir``), the walk visits, depth first and
+in source order, every function that receives the directory: a call passes it on when one of its arguments mentions a
 name that holds it (the parameter, or a local assigned from an expression that mentions one: ``run_dir = sweep_dir /
 "runs" / run_id``; a ``for`` target over one; a nested function sees its enclosing function's names). The callee is
 found from the caller's imports, its module's functions and classes (``Store(path)`` is ``Store.__init__``),
@@ -358,7 +358,7 @@ def measure(entry: str, param: str, root: Path = REPO) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--entry", default="normlab.experiments.runner:run_sweep", help="MODULE:FUNCTION to start from")
+    p.add_argument("--entry", default="normlab.experiments.sweepdir:run_sweep", help="MODULE:FUNCTION to start from")
     p.add_argument("--param", default="sweep_dir", help="its parameter holding the sweep directory")
     p.add_argument("--walk", action="store_true", help="print every visit (depth, floor, function, parameter)")
     p.add_argument("--root", type=Path, default=REPO, help="a checkout whose normlab/ to read (e.g. an older commit "

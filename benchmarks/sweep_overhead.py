@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Per-run overhead of the sweep runner's local execution modes (``normlab.experiments.runner``).
+"""Per-run overhead of the sweep runner's local execution modes (``normlab.experiments.sweepdir``).
 
 A sweep of ``--runs`` tiny runs (the ``tiny`` preset, ``--steps`` steps: training itself takes a fraction of a
 second, so what is measured is nearly all overhead) is trained three ways, one worker and one torch thread each:
@@ -39,7 +39,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from normlab.experiments.runner import registration, run_sweep  # noqa: E402
+from normlab.experiments.sweepdir import registration, run_sweep  # noqa: E402
 from normlab.experiments.scheduling import worker_env  # noqa: E402
 from normlab.experiments.store import Store  # noqa: E402
 from normlab.experiments.sweep import parse_sweep  # noqa: E402

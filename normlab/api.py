@@ -29,14 +29,14 @@ from normlab.eval.documents import validation_prompt
 from normlab.eval.lm import evaluate as _evaluate
 from normlab.eval.sampling import check_sampling_args, generate_tokens
 from normlab.experiments.entry import run as run_sweep
-from normlab.experiments.runner import default_sweep_dir
+from normlab.experiments.sweepdir import default_sweep_dir
 from normlab.experiments.sweep import list_presets, load_sweep, parse_sweep
 from normlab.model import build_model as _build
 from normlab.report import write_report
 from normlab.report.sequential import look_record
-from normlab.run.files import CONFIG_FILE
-from normlab.run.rundir import apply_norm_defaults, check_context, open_config, run_data, run_tokenizer
-from normlab.run.rundir import load_run as _load
+from normlab.rundir.files import CONFIG_FILE
+from normlab.rundir.readers import apply_norm_defaults, check_context, open_config, run_data, run_tokenizer
+from normlab.rundir.readers import load_run as _load
 from normlab.stats.learning import learning_record
 from normlab.train.loop import train as _train
 

@@ -3,7 +3,7 @@ publishing of a whole output directory (``publish_dir``: checkpoints, converted 
 safe loading of JSON / YAML.
 
 Nothing here unpickles and nothing imports torch (sweep workers, reports and the CLI's light commands use it);
-tensors (safetensors) are written and read beside the checkpoint code, ``normlab.run.tensors``.
+tensors (safetensors) are written and read beside the checkpoint code, ``normlab.rundir.tensors``.
 """
 
 from __future__ import annotations

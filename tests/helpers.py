@@ -87,7 +87,7 @@ def assert_same_weights(a: Path, b: Path) -> None:
 
 
 # Installed as ``sitecustomize`` in every Python process of a killed run (the CLI, torchrun and its ranks): when
-# ``normlab.run.tensors`` is first imported, its ``save_checkpoint`` is wrapped so that the process SIGKILLs itself
+# ``normlab.rundir.tensors`` is first imported, its ``save_checkpoint`` is wrapped so that the process SIGKILLs itself
 # as it is about to write the first checkpoint after step NORMLAB_TEST_KILL_AFTER (the steps since that checkpoint
 # are done and lost, as in a kill anywhere between the two checkpoints). Deterministic: no polling race, however
 # loaded the machine is.
@@ -99,7 +99,7 @@ _after = int(os.environ["NORMLAB_TEST_KILL_AFTER"])
 
 class _KillHook(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path, target=None):
-        if name != "normlab.run.tensors":
+        if name != "normlab.rundir.tensors":
             return None
         sys.meta_path.remove(self)
         spec = importlib.util.find_spec(name)

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from normlab.experiments.design import record_design
-from normlab.experiments.runner import registration
+from normlab.experiments.sweepdir import registration
 from normlab.experiments.store import Store
 from normlab.experiments.sweep import dump_spec, parse_sweep
 from normlab.experiments.worker import record

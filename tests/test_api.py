@@ -34,7 +34,7 @@ def test_example_script_matches_the_cli_learns_and_ranks(tmp_path, cache):
     import numpy as np
     from scipy import stats
 
-    from normlab.run.rundir import open_config, run_data
+    from normlab.rundir.readers import open_config, run_data
 
     proc = subprocess.run([sys.executable, "-m", "normlab.examples.api", str(tmp_path / "ex")],
                           cwd=tmp_path, env=cli_env(cache), capture_output=True, text=True)
@@ -94,10 +94,10 @@ def test_make_config_and_build_model():
 
 
 def test_evaluate_refuses_a_context_past_the_learned_positions_as_the_cli_does():
-    """``normlab.evaluate`` checks the context with the commands' own check (``rundir.check_context``): the same
+    """``normlab.evaluate`` checks the context with the commands' own check (``readers.check_context``): the same
     one-line message, before any data is read."""
     from normlab.api import Run
-    from normlab.run.rundir import check_context
+    from normlab.rundir.readers import check_context
 
     cfg = normlab.make_config("tiny", {"model.positions": "learned"})
     run = Run(Path("unused"), cfg, None, Path("unused"))

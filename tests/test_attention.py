@@ -524,7 +524,7 @@ def test_lssar_switches_at_evaluation_without_retraining(runs, capsys, monkeypat
     from normlab.cli import build_parser
     from normlab.commands.eval import run_eval
     from normlab.commands.extrapolate import run_extrapolate
-    from normlab.run.rundir import load_run
+    from normlab.rundir.readers import load_run
 
     run_dirs, cache = runs
     monkeypatch.setenv("NORMLAB_CACHE_DIR", str(cache))

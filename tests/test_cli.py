@@ -154,7 +154,7 @@ def test_eval_and_train_print_the_unigram_level_and_flag_a_run_that_did_not_lear
     import numpy as np
     from scipy.stats import entropy
 
-    from normlab.run.rundir import open_config, run_data
+    from normlab.rundir.readers import open_config, run_data
 
     d = run_data(run, open_config(run))
     h1 = entropy(np.bincount(np.asarray(d.train), minlength=256), base=2)  # bytes tokenizer: bits per byte

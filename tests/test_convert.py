@@ -16,12 +16,12 @@ from torch import nn
 from normlab.config import config_from_dict, dump_config
 from normlab.convert import convert_model, convert_run
 from normlab.model.crms import CRMSGPT
-from normlab.run.rundir import load_run
+from normlab.rundir.readers import load_run
 from normlab.errors import NormlabError
 from normlab.io import write_text
 from normlab.model import build_model
 from normlab.norms import build_norm, registry
-from normlab.run.tensors import save_model
+from normlab.rundir.tensors import save_model
 from tests.helpers import run_inproc, scratch_norm
 
 V, CTX = 50, 16

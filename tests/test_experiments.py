@@ -356,7 +356,7 @@ def test_compare_stack_on_trains_each_variant_as_one_group(tmp_path, cache, monk
     driver; every run gets its own directory, store row and curves, equal to fp32 round-off to the same sweep run
     with ``--stack off``; a variant with dropout trains alone (the reason is logged). ``auto`` on a CPU stacks
     nothing."""
-    from normlab.experiments.runner import run_sweep
+    from normlab.experiments.sweepdir import run_sweep
     from normlab.experiments.worker import plan_stacks
 
     monkeypatch.setenv("NORMLAB_CACHE_DIR", str(cache))

@@ -20,8 +20,8 @@ from normlab.config import DataConfig, RunConfig, dump_config
 from normlab.eval.documents import doc_windows, evaluate_documents, harness_words
 from normlab.io import write_text
 from normlab.model import ModelConfig, build_model
-from normlab.run.rundir import load_run
-from normlab.run.tensors import save_model
+from normlab.rundir.readers import load_run
+from normlab.rundir.tensors import save_model
 from tests.helpers import assert_bad_input, run_inproc
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -5,7 +5,7 @@
   and never sideways to another package on the same floor;
 - no import cycle between modules, counting every import (a package's ``__init__`` and its own submodules excepted);
 - no command except ``train`` imports the training loop, and outside ``train/`` only the modules that train do (a
-  run directory's files have one owner: normlab.run.rundir); each run-directory fact is defined once, in its owner;
+  run directory's files have one owner: normlab.rundir.readers); each run-directory fact is defined once, in its owner;
 - the run-directory readers, the JSON/text I/O and the report stay torch-free (sweep workers and reports use them).
 - imports sit at the top of their module; one inside a function is an optional heavy dependency, a command's, or
   listed with its reason in ``LAZY_IMPORTS``.
@@ -34,7 +34,7 @@ FLOORS: list[tuple[str, ...]] = [
     ("model",),
     ("config",),
     ("config_help",),
-    ("run",),
+    ("rundir",),
     ("eval", "diagnostics"),
     ("train",),
     ("convert", "interop"),
@@ -180,7 +180,7 @@ def test_the_cycle_finder_finds_a_cycle():
 
 
 # modules that train (and so may import the training loop): the train command, the library's ``train``, the sweep
-# worker and norm removal's fine-tune; everything else reads run directories through normlab.run.rundir
+# worker and norm removal's fine-tune; everything else reads run directories through normlab.rundir.readers
 TRAINERS = {"normlab.commands.train", "normlab.api", "normlab.experiments.worker",
             "normlab.surgery.remove_norm"}
 
@@ -192,14 +192,13 @@ def test_only_modules_that_train_import_the_training_loop():
 
 
 # each run-directory / file-writing fact is defined once, in its owner (a second copy is how the seams came apart)
-OWNERS = {"STATUS_EXIT": "normlab.run.rundir", "read_summary": "normlab.run.rundir", "read_jsonl": "normlab.run.rundir",
-          "read_metrics": "normlab.run.rundir", "read_initial": "normlab.run.rundir", "last_step": "normlab.run.rundir",
-          "load_data": "normlab.run.rundir", "run_data": "normlab.run.rundir", "load_run": "normlab.run.rundir",
-          "open_run": "normlab.run.rundir", "apply_norm_defaults": "normlab.run.rundir", "atomic_path": "normlab.io",
-          "publish_dir": "normlab.io", "save_tensors": "normlab.run.tensors",
-          "load_tensors": "normlab.run.tensors", "save_model": "normlab.run.tensors",
-          "publish_run": "normlab.run.publish", "write_run": "normlab.run.publish",
-          "copy_identity": "normlab.run.publish",
+_READERS = ("STATUS_EXIT", "read_summary", "read_jsonl", "read_metrics", "read_initial", "last_step", "load_data",
+            "run_data", "load_run", "open_run", "apply_norm_defaults")
+OWNERS = {**dict.fromkeys(_READERS, "normlab.rundir.readers"),
+          "atomic_path": "normlab.io", "publish_dir": "normlab.io", "save_tensors": "normlab.rundir.tensors",
+          "load_tensors": "normlab.rundir.tensors", "save_model": "normlab.rundir.tensors",
+          "publish_run": "normlab.rundir.publish", "write_run": "normlab.rundir.publish",
+          "copy_identity": "normlab.rundir.publish",
           "available_cores": "normlab.resources"}
 
 
@@ -223,13 +222,13 @@ OTHER_DIRECTORIES = {"normlab.data.cache", "normlab.data.tokenizer", "normlab.in
 
 
 def test_run_directory_file_names_are_defined_once():
-    """Every file name of a run directory is a constant of normlab.run.files; no other module spells it."""
-    import normlab.run.files as files
+    """Every file name of a run directory is a constant of normlab.rundir.files; no other module spells it."""
+    import normlab.rundir.files as files
 
     names = {getattr(files, n) for n in files.__all__}
     found = []
     for p in FILES:
-        if _module(p) in OTHER_DIRECTORIES | {"normlab.run.files"}:
+        if _module(p) in OTHER_DIRECTORIES | {"normlab.rundir.files"}:
             continue
         for n in ast.walk(ast.parse(p.read_text(encoding="utf-8"))):
             if isinstance(n, ast.Constant) and n.value in names:
@@ -238,9 +237,10 @@ def test_run_directory_file_names_are_defined_once():
 
 
 def test_run_directory_readers_io_and_report_do_not_import_torch():
-    code = ("import sys, normlab.io, normlab.run, normlab.run.files, normlab.run.rundir, normlab.experiments.worker, "
+    code = ("import sys, normlab.io, normlab.rundir, normlab.rundir.files, normlab.rundir.readers, "
+            "normlab.experiments.worker, "
             "normlab.experiments.progress, normlab.report; "
-            "from normlab.run.rundir import read_metrics, read_summary, STATUS_EXIT; "
+            "from normlab.rundir.readers import read_metrics, read_summary, STATUS_EXIT; "
             "print(sorted(m for m in ('torch', 'safetensors.torch') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
@@ -381,12 +381,12 @@ LAZY_IMPORTS: dict[tuple[str, tuple[str, ...]], str] = {
                                                 "torch loads; the sweep module imports torch",
     ("normlab.norms.batchstat", ("torch.distributed.nn",)): "torch.distributed.nn.functional fails to import on a "
                                                             "torch built without distributed support",
-    ("normlab.run.rundir", ("torch", "normlab.config", "normlab.model", "normlab.norms", "normlab.attention",
-                            "normlab.run.tensors")): _TORCH_FREE,
-    ("normlab.run.rundir", ("normlab.data",)): "normlab.data brings numpy and tokenizers: importing the readers "
+    ("normlab.rundir.readers", ("torch", "normlab.config", "normlab.model", "normlab.norms", "normlab.attention",
+                            "normlab.rundir.tensors")): _TORCH_FREE,
+    ("normlab.rundir.readers", ("normlab.data",)): "normlab.data brings numpy and tokenizers: importing the readers "
                                               "takes 0.045 s of CPU without it, 0.18 s with it",
-    ("normlab.run.fingerprint", ("torch", "normlab.model")): _TORCH_FREE,
-    ("normlab.run.publish", ("normlab.config", "normlab.run.tensors")): _TORCH_FREE,
+    ("normlab.rundir.fingerprint", ("torch", "normlab.model")): _TORCH_FREE,
+    ("normlab.rundir.publish", ("normlab.config", "normlab.rundir.tensors")): _TORCH_FREE,
     ("normlab.surgery.robustness", ("normlab.surgery", "normlab.eval")): "report/ reads the cached robustness "
                                                                           "numbers through this module and stays "
                                                                           "torch-free",
@@ -480,12 +480,13 @@ def test_the_function_import_rule():
     guarded = _guarded_by_import_error(tree)
     imports = [n for n in ast.walk(tree) if isinstance(n, ast.Import)]
     assert [n.names[0].name for n in imports if id(n) not in guarded] == ["a.b"]
-    assert not _lazy_allowed("normlab.eval.lm", "normlab.run.rundir")
+    assert not _lazy_allowed("normlab.eval.lm", "normlab.rundir.readers")
     assert not _lazy_allowed("normlab.eval.lm", "json")
     assert not _lazy_allowed("normlab.commands.eval", "json")
     assert _lazy_allowed("normlab.commands.eval", "normlab.eval.lm")
     assert _lazy_allowed("normlab.plotting", "matplotlib.pyplot")
-    assert _lazy_allowed("normlab.run.rundir", "torch") and not _lazy_allowed("normlab.run.rundir", "torch", entries={})
+    assert _lazy_allowed("normlab.rundir.readers", "torch")
+    assert not _lazy_allowed("normlab.rundir.readers", "torch", entries={})
     assert _lazy_allowed("normlab.experiments.worker", "torch")
     assert not _lazy_allowed("normlab.experiments.store", "torch") and not _lazy_allowed("normlab.eval.lm", "torch")
     assert _in("normlab", "normlab") and not _in("normlab.eval.lm", "normlab")

@@ -23,8 +23,8 @@ import torch
 
 from normlab.config import dump_config, load_config
 from normlab.model import build_model
-from normlab.run.rundir import load_run
-from normlab.run.tensors import save_model
+from normlab.rundir.readers import load_run
+from normlab.rundir.tensors import save_model
 from tests.helpers import assert_bad_input, run_inproc, weights
 from tests.test_interop import corpus, save_hf, text_ids  # noqa: F401 - corpus is a fixture
 
@@ -46,7 +46,7 @@ def trained(tmp_path_factory, cache):
 def write_untrained(path: Path, cache: Path, *overrides: str) -> Path:
     """A run directory from a config without training (seeded init): enough for refusals."""
     cfg = load_config("tiny", [f"data.source={SOURCE}", f"data.cache_dir={cache}", *overrides])
-    from normlab.run.rundir import load_data
+    from normlab.rundir.readers import load_data
 
     cfg.model.vocab_size = load_data(cfg).vocab_size
     torch.manual_seed(0)
@@ -132,7 +132,7 @@ def test_hadamard_rotation_leaves_logits_unchanged(trained):
     from normlab.convert.run import max_logit_diff
     from normlab.surgery.quantize import activation_stats
     from normlab.surgery.run_quantize import rotated_copy
-    from normlab.run.rundir import load_data
+    from normlab.rundir.readers import load_data
 
     src = load_run(trained)
     data = load_data(src.cfg)
@@ -487,7 +487,7 @@ def test_remove_norm_fine_tunes_an_imported_gpt2(imported, tmp_path, cache):
 def test_eval_label_free_on_imported_gpt2_matches_transformers(imported, cache):
     """MaNo and the Matrix Nuclear-Norm of the imported run equal the papers' formulas applied by hand to
     transformers' logits and last hidden states (after ln_f) on the same windows."""
-    from normlab.run.rundir import run_data
+    from normlab.rundir.readers import run_data
 
     run, hf = imported
     r = json.loads(run_inproc("eval", str(run), "--label-free", "--max-tokens", "512", "--json", cache=cache,

@@ -85,7 +85,7 @@ def test_gradient_accumulation_matches_big_batch(tmp_path, cache, monkeypatch):
     """Two micro-batches of 4 sum to the same gradient as one batch of 8 drawn from the same windows."""
     from normlab.config import load_config
     from normlab.model import build_model
-    from normlab.run.rundir import load_data
+    from normlab.rundir.readers import load_data
     from normlab.train.loop import get_batch
 
     monkeypatch.setenv("NORMLAB_CACHE_DIR", str(cache))

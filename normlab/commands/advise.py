@@ -25,8 +25,8 @@ def _tokens(text: str) -> int:
 def _config(args: argparse.Namespace):
     """The target RunConfig, its source for the sweep's ``base`` and a measured rate from a run, if any."""
     from normlab.config import load_config
-    from normlab.run.files import CONFIG_FILE
-    from normlab.run.rundir import read_summary
+    from normlab.rundir.files import CONFIG_FILE
+    from normlab.rundir.readers import read_summary
 
     src, run_dir = args.source or "small", None
     p = Path(src)

@@ -14,6 +14,6 @@ def data_arg(p: argparse.ArgumentParser) -> None:
 
 def eval_set_arg(p: argparse.ArgumentParser) -> None:
     """``--set KEY=VALUE`` for evaluation-time keys only (eval, extrapolate;
-    ``normlab.run.rundir.apply_eval_overrides``)."""
+    ``normlab.rundir.readers.apply_eval_overrides``)."""
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="evaluation-time key only, e.g. model.lssa_reweight=true")

@@ -16,7 +16,7 @@ from rich.table import Table
 from normlab.commands.args import data_arg
 from normlab.errors import NormlabError
 from normlab.io import check_file_slot, check_inside, dumps, write_json
-from normlab.run.rundir import open_run
+from normlab.rundir.readers import open_run
 from normlab.validate import int_in
 
 LOGITS_BUDGET = 1 << 30  # bytes of float32 logits held in memory (caps the token count for large vocabularies)

@@ -123,7 +123,7 @@ def check_replication_data(sweep: Any) -> None:
     cannot be read (``/dev/zero``, a missing path, an empty or too short corpus) is a one-line error before the main
     sweep trains, not after it; the replication then finds its token caches built."""
     from normlab.config import config_from_dict
-    from normlab.run.rundir import load_data
+    from normlab.rundir.readers import load_data
 
     seen = set()
     for r in sweep.runs:
@@ -149,7 +149,7 @@ def print_decisions(rep: dict[str, Any]) -> None:
 
 
 def run_compare(args: argparse.Namespace) -> int:
-    from normlab.experiments.runner import default_sweep_dir
+    from normlab.experiments.sweepdir import default_sweep_dir
     from normlab.experiments.sweep import slug
     from normlab.report import write_report
 

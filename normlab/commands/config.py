@@ -11,8 +11,8 @@ from rich.table import Table
 
 from normlab.io import dumps
 from normlab.presets import config_presets
-from normlab.run.files import CONFIG_FILE
-from normlab.run.rundir import apply_norm_defaults, open_config
+from normlab.rundir.files import CONFIG_FILE
+from normlab.rundir.readers import apply_norm_defaults, open_config
 
 
 def run_config(args: argparse.Namespace) -> int:

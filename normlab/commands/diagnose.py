@@ -12,8 +12,8 @@ from rich.table import Table
 from normlab.commands.args import data_arg
 from normlab.errors import NormlabError
 from normlab.io import check_dir, check_file_slot, check_inside, dumps, read_json_object, write_json
-from normlab.run.files import SUMMARY_FILE
-from normlab.run.rundir import open_run
+from normlab.rundir.files import SUMMARY_FILE
+from normlab.rundir.readers import open_run
 from normlab.validate import int_in
 
 

@@ -1,7 +1,7 @@
 """``normlab eval``: loss, bits-per-byte, token/byte/word perplexity on a split of a run's corpus.
 
 Evaluation-time overrides (``args.overrides``, ``--set model.KEY=VALUE``): only the keys that change how a trained
-model is evaluated without touching its weights (``normlab.run.rundir.apply_eval_overrides``,
+model is evaluated without touching its weights (``normlab.rundir.readers.apply_eval_overrides``,
 ``normlab.attention.eval_time_keys()``, declared by each kind: the LSSAR re-weighting of
 softplus attention, ``model.lssa_reweight`` / ``model.lssa_power``). The result then goes to
 ``eval_<split>_overrides.json`` with an ``overrides`` list, so the plain evaluation is never overwritten.
@@ -24,8 +24,8 @@ from rich.table import Table
 from normlab.commands.args import data_arg, eval_set_arg
 from normlab.errors import NormlabError
 from normlab.io import check_file_slot, dumps, read_json, write_json
-from normlab.run.files import HF_IMPORT_FILE
-from normlab.run.rundir import open_run
+from normlab.rundir.files import HF_IMPORT_FILE
+from normlab.rundir.readers import open_run
 from normlab.stats.learning import DID_NOT_LEARN_MARGIN, learning_record
 from normlab.validate import int_in
 

@@ -3,7 +3,7 @@
 Writes ``RUN_DIR/extrapolation.json`` and ``RUN_DIR/extrapolation.png``; ``--json`` prints one object whose
 ``results`` key holds the list of ``{factor, context, loss, bpb, buckets, ...}`` (see
 ``normlab.eval.extrapolation``). Evaluation-time overrides (``args.overrides``, e.g. ``model.lssa_reweight=true``;
-see ``normlab.run.rundir.apply_eval_overrides``) write ``extrapolation_overrides.json`` / ``.png`` instead.
+see ``normlab.rundir.readers.apply_eval_overrides``) write ``extrapolation_overrides.json`` / ``.png`` instead.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from rich.table import Table
 from normlab.commands.args import data_arg, eval_set_arg
 from normlab.errors import NormlabError
 from normlab.io import check_file_slot, check_inside, dumps, write_json
-from normlab.run.rundir import open_config, open_run
+from normlab.rundir.readers import open_config, open_run
 from normlab.validate import float_in, int_in
 
 

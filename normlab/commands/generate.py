@@ -15,7 +15,7 @@ import time
 
 from normlab.errors import NormlabError
 from normlab.io import dumps
-from normlab.run.rundir import load_run, run_tokenizer
+from normlab.rundir.readers import load_run, run_tokenizer
 from normlab.validate import MAX_SEED, int_in
 
 MAX_NEW_TOKENS = 100_000

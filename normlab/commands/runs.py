@@ -18,8 +18,8 @@ from normlab.errors import NormlabError
 from normlab.experiments.progress import run_unigram
 from normlab.experiments.store import Store
 from normlab.io import dumps
-from normlab.run.files import CHECKPOINTS_DIR, CONFIG_FILE, METRICS_FILE, SUMMARY_FILE
-from normlab.run.rundir import last_step, open_config, read_run_hash, read_summary
+from normlab.rundir.files import CHECKPOINTS_DIR, CONFIG_FILE, METRICS_FILE, SUMMARY_FILE
+from normlab.rundir.readers import last_step, open_config, read_run_hash, read_summary
 from normlab.safety import printable
 from normlab.stats.learning import did_not_learn
 

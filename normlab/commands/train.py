@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING
 from normlab.errors import NormlabError
 from normlab.io import dumps
 from normlab.presets import config_presets
-from normlab.run.files import CONFIG_FILE, MODEL_FILE, SUMMARY_FILE
-from normlab.run.rundir import STATUS_EXIT, apply_norm_defaults, open_config, read_summary
+from normlab.rundir.files import CONFIG_FILE, MODEL_FILE, SUMMARY_FILE
+from normlab.rundir.readers import STATUS_EXIT, apply_norm_defaults, open_config, read_summary
 from normlab.safety import printable, shell_quote
 from normlab.stats.learning import DID_NOT_LEARN_MARGIN, did_not_learn
 from normlab.validate import int_in

@@ -26,9 +26,9 @@ from normlab.convert.exact import KINDS, PAPER, convert_model
 from normlab.errors import NormlabError
 from normlab.eval.lm import evaluate
 from normlab.io import check_new_dir, read_json_object
-from normlab.run.files import SUMMARY_FILE
-from normlab.run.publish import publish_run
-from normlab.run.rundir import load_run, run_data
+from normlab.rundir.files import SUMMARY_FILE
+from normlab.rundir.publish import publish_run
+from normlab.rundir.readers import load_run, run_data
 
 LOGIT_TOL = 1e-4
 BPB_TOL = 1e-6

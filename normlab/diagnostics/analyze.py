@@ -21,8 +21,8 @@ from normlab.diagnostics.normstats import norm_parameter_stats
 from normlab.diagnostics.residual_sinks import ablate_residual_sinks, residual_sinks_by_block
 from normlab.diagnostics.sinks import EPSILON, SINK_CONTEXT, sink_analysis
 from normlab.errors import NormlabError
-from normlab.run.files import METRICS_FILE
-from normlab.run.rundir import read_jsonl
+from normlab.rundir.files import METRICS_FILE
+from normlab.rundir.readers import read_jsonl
 
 
 def sample_sequences(tokens: np.ndarray, n: int, context: int) -> tuple[torch.Tensor, torch.Tensor, list[int]]:

@@ -31,7 +31,7 @@ import torch
 from normlab.data import load_corpus, split_docs
 from normlab.errors import NormlabError
 from normlab.eval.lm import lm_metrics, window_nll
-from normlab.run.rundir import read_data_info, run_data
+from normlab.rundir.readers import read_data_info, run_data
 
 _WS = re.compile(r"\s+")
 

@@ -35,8 +35,8 @@ import torch.nn.functional as F
 
 from normlab.errors import NormlabError
 from normlab.io import write_json
-from normlab.run.files import PROBES_FILE
-from normlab.run.rundir import load_run, run_data
+from normlab.rundir.files import PROBES_FILE
+from normlab.rundir.readers import load_run, run_data
 
 Model = Callable[[torch.Tensor], torch.Tensor]
 

@@ -2,12 +2,12 @@
 
 >>> import normlab.experiments                                 # doctest: +SKIP
 >>> from normlab.experiments.sweep import load_sweep
->>> from normlab.experiments.runner import default_sweep_dir
+>>> from normlab.experiments.sweepdir import default_sweep_dir
 >>> sweep = load_sweep(preset="quick")
 >>> outcome = normlab.experiments.run(sweep, default_sweep_dir(sweep), executor="local")
 
 ``normlab.experiments.run`` (defined in ``entry``) is the one entry: once, or in rounds until decided. Modules:
-``sweep`` (sweep files, presets, expansion into runs), ``entry`` (``run``), ``runner`` (one pass: the sweep
+``sweep`` (sweep files, presets, expansion into runs), ``entry`` (``run``), ``sweepdir`` (one pass: the sweep
 directory, resume, planning), ``scheduling`` (the ``Executor`` protocol, the one scheduling loop and its signal
 handling; worker processes, in-process and stacked executors), ``executors`` (Ray), ``pool`` (the worker processes),
 ``worker`` (one run, torch-free result recording), ``store`` (SQLite results), ``claims`` (the published-claims

@@ -1,7 +1,7 @@
 """The one entry to run an experiment: ``run(sweep, out, executor=...)``, for the CLI (``normlab compare``,
 ``normlab claims``), the Python API (``normlab.compare``) and the claims suite.
 
-A sweep without a sequential plan runs once (``normlab.experiments.runner.run_sweep``: store, resume, stacked groups,
+A sweep without a sequential plan runs once (``normlab.experiments.sweepdir.run_sweep``: store, resume, stacked groups,
 then the runs alone on the executor); one with a plan (``sequential:`` in the sweep file, or ``--until-decided``) runs
 in rounds, a look after each, until every primary comparison is decided (``normlab.experiments.sequential
 .run_until_decided``). Every round and every executor goes through the one scheduling loop
@@ -21,7 +21,7 @@ from typing import Any
 from normlab.errors import NormlabError
 from normlab.experiments.executors import EXECUTORS
 from normlab.experiments.plan import looks_of
-from normlab.experiments.runner import SweepOutcome, run_sweep
+from normlab.experiments.sweepdir import SweepOutcome, run_sweep
 from normlab.experiments.sequential import run_until_decided
 from normlab.experiments.sweep import Sweep
 

@@ -50,7 +50,7 @@ from typing import Any
 from normlab.errors import EXIT_BAD_INPUT, NormlabError
 from normlab.experiments.worker import finished_summary, probe_if_asked, record, train_run
 from normlab.resources import available_cores, plan_workers
-from normlab.run.rundir import STATUS_EXIT, read_summary
+from normlab.rundir.readers import STATUS_EXIT, read_summary
 from normlab.safety import printable
 
 EXECUTORS = ("local", "ray")

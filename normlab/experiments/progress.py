@@ -14,8 +14,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from normlab.errors import NormlabError
-from normlab.run.files import METRICS_FILE
-from normlab.run.rundir import last_step, read_summary
+from normlab.rundir.files import METRICS_FILE
+from normlab.rundir.readers import last_step, read_summary
 from normlab.stats.learning import learning_note
 from normlab.validate import env_value
 

@@ -23,7 +23,7 @@ from typing import Any
 
 from normlab.errors import NormlabError
 from normlab.experiments.plan import LOOKS_META, PLAN_META, looks_of
-from normlab.experiments.runner import SweepOutcome, check_sweep_dir, run_sweep
+from normlab.experiments.sweepdir import SweepOutcome, check_sweep_dir, run_sweep
 from normlab.experiments.store import Store
 from normlab.experiments.sweep import Sweep
 

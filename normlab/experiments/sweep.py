@@ -58,7 +58,7 @@ from normlab.experiments.sweepfile import LR_KEY, MAX_NAME, MAX_RUNS, PROVENANCE
 from normlab.io import read_yaml_file
 from normlab.presets import SWEEP_DIR, sweep_presets  # package data: shipped sweeps
 
-__all__ = ["MAX_NAME", "MAX_RUNS", "Sweep", "SweepRun", "dump_spec", "load_sweep", "parse_sweep"]
+__all__ = ["MAX_NAME", "MAX_RUNS", "Sweep", "PlannedRun", "dump_spec", "load_sweep", "parse_sweep"]
 REPLICATION_SEED_OFFSET = 10_000
 """A replication without ``replicate_seeds`` runs the design's seeds shifted by this much: a fresh seed block."""
 NOT_HASHED = ("description", "replicate", "replicate_seeds", *PROVENANCE_KEYS, *QUESTION_KEYS)
@@ -67,7 +67,7 @@ NOT_HASHED = ("description", "replicate", "replicate_seeds", *PROVENANCE_KEYS, *
 
 
 @dataclass
-class SweepRun:
+class PlannedRun:
     """One training run of a sweep: ``variant`` label, ``seed``, the axis values that define it, its config."""
 
     run_id: str
@@ -85,7 +85,7 @@ class Sweep:
 
     name: str
     spec: dict[str, Any]
-    runs: list[SweepRun]
+    runs: list[PlannedRun]
     variants: list[str] = field(default_factory=list)
     description: str = ""
     lr_grid: list[float] | None = None
@@ -194,7 +194,7 @@ def parse_sweep(raw: Any, *, here: Path | None = None, source: str = "sweep") ->
 
 
 def _expand(f: SweepFile, grid_axes: dict[str, list[Any]], sizes: list, source: str
-            ) -> tuple[list[SweepRun], list[str]]:
+            ) -> tuple[list[PlannedRun], list[str]]:
     """The runs (largest sizes first, so parallel workers do not end on one long run; then variants, axis points
     and seeds) and the labels of the distinct configs; two variants with the same config are refused."""
     short = _short_keys(list(grid_axes))
@@ -202,7 +202,7 @@ def _expand(f: SweepFile, grid_axes: dict[str, list[Any]], sizes: list, source: 
               if grid_axes else [{}])
     named = f.variants or [("", {})]
     combos = ([(s, v) for s in reversed(sizes) for v in named] if sizes else [(None, v) for v in named])
-    runs: list[SweepRun] = []
+    runs: list[PlannedRun] = []
     labels: list[str] = []
     seen: dict[str, str] = {}
     for size, (vname, vset) in combos:
@@ -229,7 +229,7 @@ def _expand(f: SweepFile, grid_axes: dict[str, list[Any]], sizes: list, source: 
                 cfg_s = config_from_dict({**data, "seed": seed})
                 run_axes = (({"variant": vname} if vname else {}) | ({"size": size.label} if size else {}) | point
                             | ({"grid_group": group} if group else {}))
-                runs.append(SweepRun("", label, seed, run_axes, overrides, cfg_s.to_dict(), cfg_s.hash()))
+                runs.append(PlannedRun("", label, seed, run_axes, overrides, cfg_s.to_dict(), cfg_s.hash()))
     ids: set[str] = set()
     for r in runs:
         rid = f"{slug(r.variant)}-s{r.seed}"

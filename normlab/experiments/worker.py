@@ -28,8 +28,8 @@ from typing import Any, Iterator
 
 from normlab.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, NormlabError
 from normlab.experiments.store import Store
-from normlab.run.files import CONFIG_FILE, METRICS_FILE, MODEL_FILE, PROBES_FILE
-from normlab.run.rundir import STATUS_EXIT, open_config, read_metrics, read_summary
+from normlab.rundir.files import CONFIG_FILE, METRICS_FILE, MODEL_FILE, PROBES_FILE
+from normlab.rundir.readers import STATUS_EXIT, open_config, read_metrics, read_summary
 from normlab.safety import printable
 
 

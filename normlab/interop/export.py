@@ -27,7 +27,7 @@ from normlab.interop.hf_files import dependency_io
 from normlab.interop.hf_tokenizer import write_hf_tokenizer
 from normlab.interop.mapping import gemma_embed_mul, hf_config, weight_map
 from normlab.io import check_new_dir, publish_dir, write_json
-from normlab.run.rundir import load_run, run_data
+from normlab.rundir.readers import load_run, run_data
 
 FORMAT = "normlab-hf-export-v1"
 HF_CLASSES = {"gpt2": "GPT2Config", "gpt_neox": "GPTNeoXConfig", "llama": "LlamaConfig", "qwen3": "Qwen3Config",

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from normlab.errors import NormlabError
 from normlab.eval.documents import evaluate_documents, split_documents
-from normlab.run.rundir import load_run, run_data
+from normlab.rundir.readers import load_run, run_data
 
 
 def harness_document_metrics(hf_dir: str | Path, docs: list[str], *, prefix_token_id: int, max_length: int,

@@ -11,7 +11,7 @@ safetensors, exact to the family's parameter set; parameter total and memory che
 
 Run directory: ``config.yaml`` (``data.source`` = ``--data``, ``data.tokenizer`` = ``bytes`` or the HF
 tokenizer's lossless copy ``RUN_DIR/tokenizer.json``), ``model.safetensors``, ``data.json`` / ``provenance.json``
-(``normlab.run.rundir``: the run is self-contained like a trained one), ``summary.json`` (status ``completed``,
+(``normlab.rundir.readers``: the run is self-contained like a trained one), ``summary.json`` (status ``completed``,
 ``imported_from``) and ``hf_import.json`` (family, check numbers, the document-start token an
 lm-evaluation-harness run of the HF model would use: ``bos_token_id``, else ``eos_token_id``; the ``config.json``
 keys normlab does not map and dropped, ``ignored_config_keys``).
@@ -46,9 +46,9 @@ from normlab.interop.hf_tokenizer import HF_TOKENIZER_FILE, normlab_tokenizer
 from normlab.interop.mapping import weight_map
 from normlab.io import check_new_dir, publish_dir, write_json
 from normlab.model import ModelConfig, build_model
-from normlab.run.files import HF_IMPORT_FILE, SUMMARY_FILE, TOKENIZER_FILE
-from normlab.run.publish import write_run
-from normlab.run.rundir import load_data, save_run_identity
+from normlab.rundir.files import HF_IMPORT_FILE, SUMMARY_FILE, TOKENIZER_FILE
+from normlab.rundir.publish import write_run
+from normlab.rundir.readers import load_data, save_run_identity
 from normlab.validate import check_memory, check_param_total
 
 FORMAT = "normlab-hf-import-v1"
@@ -273,7 +273,7 @@ def import_hf(hf_dir: str | Path, out: str | Path, *, data: str = "pystdlib", to
         del tensors
         load_hf_weights(model, cfg.model, arch, hf.state_dict())
         model.eval()
-        write_run(tmp, cfg, model)  # config.yaml, model.safetensors (normlab.run.publish)
+        write_run(tmp, cfg, model)  # config.yaml, model.safetensors (normlab.rundir.publish)
         tok_file = tmp / TOKENIZER_FILE
         data_cfg = cfg
         if tok_file.is_file():  # load the data with the copy where it is now; the config names its final place

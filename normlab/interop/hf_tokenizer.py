@@ -41,7 +41,7 @@ from normlab.errors import NormlabError
 from normlab.interop.hf_files import read_model_json
 from normlab.io import write_json, write_text
 
-HF_TOKENIZER_FILE = "tokenizer.json"  # an HF model directory's tokenizer (a run's is normlab.run.files)
+HF_TOKENIZER_FILE = "tokenizer.json"  # an HF model directory's tokenizer (a run's is normlab.rundir.files)
 DOC_TOKEN_TEXT = "<|doc|>"  # the HF spelling of a DocTokenizer's separator
 _SECTIONS = ("normalizer", "pre_tokenizer", "post_processor", "decoder", "truncation", "padding")
 

@@ -30,8 +30,8 @@ from normlab.io import read_json, read_yaml_file
 from normlab.names import GRAD_NORM_PREFIXES, read_bpb
 from normlab.report import lrsection
 from normlab.report.surgery_columns import robustness_rows
-from normlab.run import rundir
-from normlab.run.files import SUMMARY_FILE
+from normlab.rundir import readers
+from normlab.rundir.files import SUMMARY_FILE
 from normlab.stats import MeanCI, Welch, mean_ci, t_ppf, welch, welch_diff
 from normlab.stats.learning import DID_NOT_LEARN_MARGIN, did_not_learn
 
@@ -161,7 +161,8 @@ def _question(question: dict[str, Any] | None, grid: bool) -> dict[str, Any] | N
 
 def unigram_floors(runs: list[RunInfo], sweep_dir: Path) -> None:
     """Fill ``summary["unigram_bpb"]`` of runs trained before normlab recorded it: computed exactly from the
-    training split of the run's own corpus (normlab.run.rundir.run_data, identity-checked; the token cache is reused),
+    training split of the run's own corpus (normlab.rundir.readers.run_data, identity-checked; the token cache is
+    reused),
     once per distinct corpus and tokenizer. A run whose corpus cannot be read keeps no floor."""
     cache: dict[str, float | None] = {}
     for r in runs:
@@ -169,13 +170,13 @@ def unigram_floors(runs: list[RunInfo], sweep_dir: Path) -> None:
             continue
         d = r.path or sweep_dir / "runs" / r.row["run_id"]
         try:
-            info = rundir.read_data_info(d)
+            info = readers.read_data_info(d)
             if info is None:
                 continue
             key = json.dumps([info.get("content_hash"), info.get("tokenizer"), (r.row.get("config") or {}).get("data")],
                              sort_keys=True, default=str)
             if key not in cache:
-                cache[key] = rundir.run_data(d, rundir.open_config(d)).unigram_bpb
+                cache[key] = readers.run_data(d, readers.open_config(d)).unigram_bpb
         except (NormlabError, OSError, ValueError, KeyError, TypeError):
             continue
         if cache.get(key) is not None:

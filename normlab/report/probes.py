@@ -14,7 +14,7 @@ from typing import Any
 from normlab.errors import NormlabError
 from normlab.io import read_json
 from normlab.report.document import Note, Section, Table
-from normlab.run.files import PROBES_FILE
+from normlab.rundir.files import PROBES_FILE
 from normlab.stats import mean_ci
 
 TITLE = "In-context probes"

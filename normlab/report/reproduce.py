@@ -9,7 +9,7 @@ from normlab.errors import NormlabError
 from normlab.io import MAX_YAML_BYTES, read_text
 from normlab.report.analysis import SweepReport, VariantResult
 from normlab.report.document import Break, Code, Details, Fields, Paragraph, Preformatted, Section, Subheading, Table
-from normlab.run.files import CONFIG_FILE
+from normlab.rundir.files import CONFIG_FILE
 from normlab.safety import shell_quote
 
 

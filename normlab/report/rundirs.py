@@ -21,8 +21,8 @@ from normlab.errors import NormlabError
 from normlab.experiments.store import Store
 from normlab.io import read_json
 from normlab.report.analysis import RunInfo, SweepReport, _load_artifacts, _read_yaml, from_runs
-from normlab.run.files import CONFIG_FILE, METRICS_FILE
-from normlab.run.rundir import read_metrics, read_summary
+from normlab.rundir.files import CONFIG_FILE, METRICS_FILE
+from normlab.rundir.readers import read_metrics, read_summary
 
 IGNORED = ("seed", "train.lr", "train.threads", "train.track", "train.log_every", "train.checkpoint_every",
            "train.keep_checkpoints", "data.cache_dir", "train.eval_every")

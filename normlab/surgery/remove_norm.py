@@ -44,9 +44,9 @@ from normlab.io import check_new_dir, publish_dir, read_json, write_json
 from normlab.model import build_model
 from normlab.model.placements import IN_SITES, block_sites
 from normlab.norms.fixedscale import FixedScaleNorm
-from normlab.run.files import INIT_FROM_FILE, SUMMARY_FILE
-from normlab.run.publish import write_run
-from normlab.run.rundir import load_run, run_data
+from normlab.rundir.files import INIT_FROM_FILE, SUMMARY_FILE
+from normlab.rundir.publish import write_run
+from normlab.rundir.readers import load_run, run_data
 from normlab.train.loop import train
 
 FORMAT = "normlab-norm-removal-v1"
@@ -179,7 +179,7 @@ def _windows(tokens: np.ndarray, context: int, n: int) -> torch.Tensor:
 
 def _write_run(path: Path, cfg, model: nn.Module, summary: dict[str, Any], name: Path | None = None,
                source: Path | None = None, records: dict[str, dict[str, Any]] | None = None) -> None:
-    """One stage's (or the final) run directory, derived from ``source`` (normlab.run.publish.write_run)."""
+    """One stage's (or the final) run directory, derived from ``source`` (normlab.rundir.publish.write_run)."""
     write_run(path, cfg, model, {"status": "completed", **summary, "config_hash": cfg.hash(),
                                  "params": sum(p.numel() for p in model.parameters()), "run_dir": str(name or path)},
               derived_from=source, records=records)

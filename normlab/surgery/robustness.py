@@ -21,7 +21,7 @@ import numpy as np
 
 from normlab.errors import NormlabError
 from normlab.io import read_json, write_json
-from normlab.run.rundir import load_run, run_data
+from normlab.rundir.readers import load_run, run_data
 
 QUANT_FILE = "quant_robustness.json"
 LABEL_FREE_FILE = "label_free.json"

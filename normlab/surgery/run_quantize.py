@@ -31,9 +31,9 @@ from normlab.convert.run import max_logit_diff
 from normlab.errors import NormlabError
 from normlab.eval.lm import evaluate
 from normlab.io import check_new_dir, read_json
-from normlab.run.files import SUMMARY_FILE
-from normlab.run.publish import publish_run
-from normlab.run.rundir import load_run, run_data
+from normlab.rundir.files import SUMMARY_FILE
+from normlab.rundir.publish import publish_run
+from normlab.rundir.readers import load_run, run_data
 from normlab.surgery.higgs import GRIDS, linearity_check, quantize_layers
 from normlab.surgery.norm_tweak import TWEAK_LR, norm_tweak, output_error
 from normlab.surgery.quantize import ACT_BITS, WEIGHT_BITS, act_quant, activation_stats

@@ -18,9 +18,9 @@ from torch import nn
 
 from normlab.errors import NormlabError
 from normlab.io import read_json, write_json
-from normlab.run.files import INIT_FROM_FILE, MODEL_FILE
-from normlab.run.rundir import read_data_info, tokenizer_ref
-from normlab.run.tensors import list_checkpoints, load_tensors, model_tensors
+from normlab.rundir.files import INIT_FROM_FILE, MODEL_FILE
+from normlab.rundir.readers import read_data_info, tokenizer_ref
+from normlab.rundir.tensors import list_checkpoints, load_tensors, model_tensors
 
 DEFAULT_TOKENIZER = "bytes"  # DataConfig's default: a config that does not choose a tokenizer takes the source's
 

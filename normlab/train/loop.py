@@ -28,8 +28,8 @@ from normlab.config import RunConfig, non_default
 from normlab.interrupt import StopFlag
 from normlab.io import dumps
 from normlab.model import build_model
-from normlab.run.files import CONFIG_FILE
-from normlab.run.rundir import apply_norm_defaults, load_data, read_data_info, run_data
+from normlab.rundir.files import CONFIG_FILE
+from normlab.rundir.readers import apply_norm_defaults, load_data, read_data_info, run_data
 from normlab.train.distributed import SINGLE, DistContext
 from normlab.train.heap import heap_policy_note
 from normlab.train.init_from import load_init, resolve_init, source_tokenizer
@@ -176,7 +176,7 @@ class Recipe:
     def _setup_data(self, resume: bool, init_from: str | Path | None) -> Any:
         """The token splits; the config completed by them (vocab_size, the norms' defaults) and checked, also
         against memory, before anything is allocated or written. A resumed run keeps its own tokenizer and refuses
-        a changed corpus (normlab.run.rundir); ``--init-from`` trains on its source's token ids."""
+        a changed corpus (normlab.rundir.readers); ``--init-from`` trains on its source's token ids."""
         cfg, run_dir = self.cfg, self.run_dir
         data = (run_data(run_dir, cfg) if resume and read_data_info(run_dir) is not None
                 else load_data(cfg, tokenizer=None if resume else source_tokenizer(init_from)))

@@ -28,11 +28,11 @@ from normlab.errors import NormlabError
 from normlab.eval.lm import evaluate
 from normlab.io import clean_stale_temps, dumps, exclusive_lock, read_json_object, write_json, write_text
 from normlab.model.flops import flops_summary
-from normlab.run.files import CHECKPOINTS_DIR, METRICS_FILE, PARAM_GROUPS_FILE
-from normlab.run.fingerprint import write_fingerprint
-from normlab.run.publish import finish_run, write_config
-from normlab.run.rundir import read_initial, read_jsonl, save_run_identity
-from normlab.run.tensors import list_checkpoints, load_checkpoint, save_checkpoint
+from normlab.rundir.files import CHECKPOINTS_DIR, METRICS_FILE, PARAM_GROUPS_FILE
+from normlab.rundir.fingerprint import write_fingerprint
+from normlab.rundir.publish import finish_run, write_config
+from normlab.rundir.readers import read_initial, read_jsonl, save_run_identity
+from normlab.rundir.tensors import list_checkpoints, load_checkpoint, save_checkpoint
 from normlab.train.clipping import build_clipper
 from normlab.train.init_eval import eval_mode_gap, initial_eval, near_chance_warning
 from normlab.train.optim import EffectiveLR, NormalizeAndProject, build_optimizer
@@ -151,7 +151,7 @@ class RunState:
         initialisation as ``metrics.jsonl``'s first line (consumes no RNG)."""
         cfg, run_dir = self.cfg, self.run_dir
         run_dir.mkdir(parents=True, exist_ok=True)
-        write_config(run_dir, cfg)  # config.yaml (normlab.run.publish)
+        write_config(run_dir, cfg)  # config.yaml (normlab.rundir.publish)
         write_json(run_dir / PARAM_GROUPS_FILE, self.groups)
         save_run_identity(run_dir, cfg, self.data)  # tokenizer.json, data.json, provenance.json
         write_fingerprint(run_dir, cfg, self.model)  # fingerprint.json: config + parameter layout + versions
@@ -339,5 +339,5 @@ class RunState:
         return summary
 
     def finish(self, summary: dict[str, Any]) -> None:
-        """model.safetensors (a completed run's), then summary.json last (normlab.run.publish)."""
+        """model.safetensors (a completed run's), then summary.json last (normlab.rundir.publish)."""
         finish_run(self.run_dir, self.cfg, self.model if self.status == "completed" else None, summary)

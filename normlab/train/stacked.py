@@ -44,8 +44,8 @@ from normlab.errors import NormlabError
 from normlab.interrupt import StopFlag
 from normlab.io import dumps
 from normlab.model import build_model
-from normlab.run.files import CONFIG_FILE
-from normlab.run.rundir import apply_norm_defaults, load_data, read_data_info, run_data
+from normlab.rundir.files import CONFIG_FILE
+from normlab.rundir.readers import apply_norm_defaults, load_data, read_data_info, run_data
 from normlab.train.losses import lm_loss
 from normlab.train.loop import get_batch
 from normlab.train.precision import (autocast, kept_determinism, nondeterministic_op_error, prepare_model,

@@ -23,7 +23,7 @@ from normlab.data import load_corpus, prepare_data, split_docs
 from normlab.data.tokenizer import BPETokenizer, BytesTokenizer, DocTokenizer, parse_tokenizer_spec
 from normlab.errors import NormlabError
 from normlab.eval.documents import evaluate_documents
-from normlab.run.rundir import load_run
+from normlab.rundir.readers import load_run
 from tests.helpers import assert_bad_input, run_inproc
 from tests.test_interop import corpus, make_run  # noqa: F401 - corpus is a fixture
 

@@ -119,7 +119,7 @@ def probe_sweep(tmp_path_factory, cache):
     ``off`` without (nothing stored)."""
     import os
 
-    from normlab.experiments.runner import run_sweep
+    from normlab.experiments.sweepdir import run_sweep
     from normlab.experiments.sweep import parse_sweep
 
     d = tmp_path_factory.mktemp("probe-sweep")
@@ -139,7 +139,7 @@ def probe_sweep(tmp_path_factory, cache):
 
 
 def test_a_sweep_stores_exactly_what_normlab_probe_measures(probe_sweep, cache):
-    from normlab.run.files import PROBES_FILE
+    from normlab.rundir.files import PROBES_FILE
 
     for rid in ("pre-s0", "qk-s1"):
         stored = json.loads((probe_sweep / "runs" / rid / PROBES_FILE).read_text())
@@ -154,9 +154,9 @@ def test_a_sweep_stores_exactly_what_normlab_probe_measures(probe_sweep, cache):
 def test_a_stacked_group_stores_its_members_probes(tmp_path, cache, monkeypatch):
     """The stacked path (one model for a variant's seeds, normlab.train.stacked) probes each member as the worker
     does a run alone: what normlab probe measures on its run directory."""
-    from normlab.experiments.runner import run_sweep
+    from normlab.experiments.sweepdir import run_sweep
     from normlab.experiments.sweep import parse_sweep
-    from normlab.run.files import PROBES_FILE
+    from normlab.rundir.files import PROBES_FILE
 
     monkeypatch.setenv("NORMLAB_CACHE_DIR", str(cache))
     spec = {"name": "stk", "base": "tiny", "seeds": [0, 1],

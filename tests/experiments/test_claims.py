@@ -1,6 +1,6 @@
 """``normlab claims``: t quantiles, verdict logic on synthetic results, the tiny budget end to end through the CLI.
 
-The claims suite trains through the sweep runner (normlab.experiments.runner): its output directory is a sweep
+The claims suite trains through the sweep runner (normlab.experiments.sweepdir): its output directory is a sweep
 directory, old-layout runs are moved in and reused, ``--reuse`` copies another sweep's identical runs, Ctrl-C
 stops it resumably with exit status 130 and measures nothing."""
 
@@ -190,8 +190,8 @@ def fingerprinted(run_dir: Path, cfg: dict) -> None:
     import copy
 
     from normlab.config import config_from_dict, dump_config
-    from normlab.run.files import FINGERPRINT_FILE
-    from normlab.run.fingerprint import current_fingerprint
+    from normlab.rundir.files import FINGERPRINT_FILE
+    from normlab.rundir.fingerprint import current_fingerprint
     from normlab.io import write_json, write_text
 
     rc = config_from_dict(copy.deepcopy(cfg))

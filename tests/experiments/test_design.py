@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from normlab.errors import NormlabError
-from normlab.experiments import runner
+from normlab.experiments import sweepdir
 from normlab.experiments.design import changed_after_results, design_changes, stored_design
 from normlab.experiments.store import Store
 from normlab.experiments.sweep import parse_sweep
@@ -72,7 +72,7 @@ def test_lr_sensitivity_needs_a_grid():
 
 
 def _no_training(monkeypatch, seen):
-    monkeypatch.setattr(runner, "_prepare_data", lambda configs, log: None)
+    monkeypatch.setattr(sweepdir, "_prepare_data", lambda configs, log: None)
 
     def fake(executor, store, jobs, log, trained):  # what the first run would see in the store
         seen.append((stored_design(store.meta()), sum(r["status"] != "pending" for r in store.runs())))
@@ -80,7 +80,7 @@ def _no_training(monkeypatch, seen):
             store.update(rid, status="completed", val_bpb=4.0, step=1)
         return "completed"
 
-    monkeypatch.setattr(runner, "drive", fake)
+    monkeypatch.setattr(sweepdir, "drive", fake)
 
 
 def test_the_design_is_in_the_store_before_the_first_run_and_a_later_change_is_flagged(tmp_path, monkeypatch):
@@ -88,19 +88,19 @@ def test_the_design_is_in_the_store_before_the_first_run_and_a_later_change_is_f
     _no_training(monkeypatch, seen)
     sweep = parse_sweep({**BASE, "primary": "lr_sensitivity", "family": ["Peri-LN"]})
     out = tmp_path / "sw"
-    runner.run_sweep(sweep, out, inline=True, workers=1, log=lambda s: None)
+    sweepdir.run_sweep(sweep, out, inline=True, workers=1, log=lambda s: None)
     (design, started), = seen
     assert started == 0 and design == sweep.design() and design["declared"] and design["family"] == ["Peri-LN"]
     store = Store(out / "results.sqlite")
     assert changed_after_results(store.meta(), store.runs()) is None
     assert "primary: lr_sensitivity" in (out / "sweep.yaml").read_text()
     # the same sweep again: nothing changes
-    runner.run_sweep(sweep, out, inline=True, workers=1, log=lambda s: None)
+    sweepdir.run_sweep(sweep, out, inline=True, workers=1, log=lambda s: None)
     assert design_changes(store.meta()) == []
     # the question changed after all 12 runs finished: allowed (same hash), recorded, and flagged
     logs: list[str] = []
     again = parse_sweep({**BASE, "primary": "best_loss"})
-    runner.run_sweep(again, out, inline=True, workers=1, log=logs.append)
+    sweepdir.run_sweep(again, out, inline=True, workers=1, log=logs.append)
     ch, = design_changes(store.meta())
     assert ch["finished_runs"] == 12 and set(ch["changed"]) == {"family", "primary"} and not ch["sequential"]
     assert ch["before"] == design and stored_design(store.meta())["primary"] == "best_loss"
@@ -115,11 +115,11 @@ def test_a_store_from_before_designs_with_results_counts_as_declared_late(tmp_pa
     _no_training(monkeypatch, seen)
     sweep = parse_sweep({**BASE, "primary": "lr_sensitivity"})
     out = tmp_path / "old"
-    runner.run_sweep(sweep, out, inline=True, workers=1, log=lambda s: None)
+    sweepdir.run_sweep(sweep, out, inline=True, workers=1, log=lambda s: None)
     store = Store(out / "results.sqlite")
     with store._write() as con:  # as a store written before designs were recorded
         con.execute("DELETE FROM meta WHERE key IN ('design', 'design_changes')")
-    runner.run_sweep(sweep, out, inline=True, workers=1, log=lambda s: None)
+    sweepdir.run_sweep(sweep, out, inline=True, workers=1, log=lambda s: None)
     assert "changed after 12 run(s)" in changed_after_results(store.meta(), store.runs())
 
 
@@ -128,7 +128,7 @@ def test_results_outside_the_stored_design_are_flagged(tmp_path, monkeypatch):
     _no_training(monkeypatch, seen)
     sweep = parse_sweep({**BASE, "primary": "lr_sensitivity"})
     out = tmp_path / "x"
-    runner.run_sweep(sweep, out, inline=True, workers=1, log=lambda s: None)
+    sweepdir.run_sweep(sweep, out, inline=True, workers=1, log=lambda s: None)
     store = Store(out / "results.sqlite")
     rows = store.runs()
     rows[0]["seed"] = 7

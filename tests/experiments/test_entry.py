@@ -9,7 +9,7 @@ import pytest
 import normlab.experiments as experiments
 import normlab.experiments.entry as entry
 from normlab.errors import NormlabError
-from normlab.experiments.runner import SweepOutcome
+from normlab.experiments.sweepdir import SweepOutcome
 from normlab.experiments.sequential import SequentialOutcome
 from normlab.experiments.sweep import parse_sweep
 

@@ -320,7 +320,7 @@ def test_best_lr_is_a_grid_point_with_the_seeds_spread():
 @pytest.mark.slow
 def test_report_computes_the_unigram_floor_for_runs_trained_before_it_was_recorded(grid_sweep, tmp_path, cache):
     """A stored sweep whose summary.json files have no unigram_bpb: the report computes it from each run's own
-    cached training split (normlab.run.rundir.run_data), so the did-not-learn guard works on old sweeps."""
+    cached training split (normlab.rundir.readers.run_data), so the did-not-learn guard works on old sweeps."""
     import shutil
 
     from normlab.data import prepare_data

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import yaml
 
-from normlab.experiments.runner import registration, run_sweep
+from normlab.experiments.sweepdir import registration, run_sweep
 from normlab.experiments.scheduling import worker_env
 from normlab.experiments.store import Store
 from normlab.experiments.sweep import parse_sweep

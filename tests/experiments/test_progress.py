@@ -13,7 +13,7 @@ import yaml
 from normlab.data import prepare_data
 from normlab.data import progress as data_progress
 from normlab.experiments.progress import eta_s
-from normlab.run.rundir import last_step
+from normlab.rundir.readers import last_step
 from tests.helpers import normlab
 
 SOURCE = "synthetic:markov?order=1&alphabet=8&length=20000&seed=3"

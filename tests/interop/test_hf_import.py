@@ -342,7 +342,7 @@ def test_import_reads_only_the_safetensors_never_transformers_loaders(dirs, corp
     import transformers
     from safetensors.torch import load_file
 
-    from normlab.run.rundir import load_run
+    from normlab.rundir.readers import load_run
 
     def forbidden(*a, **k):
         raise AssertionError("from_pretrained called")
@@ -363,7 +363,7 @@ def test_old_checkpoint_names_import(dirs, corpus, cache, tmp_path):
     carry, imports to the same weights (what transformers itself accepts)."""
     from safetensors.torch import load_file, save_file
 
-    from normlab.run.rundir import load_run
+    from normlab.rundir.readers import load_run
 
     d = tmp_path / "hf"
     shutil.copytree(dirs["gpt2"], d)
@@ -442,7 +442,7 @@ def test_sharded_safetensors_import_to_the_same_weights(dirs, corpus, cache, tmp
     """``model.safetensors.index.json`` and its shards (how transformers saves larger models) import exactly."""
     from safetensors.torch import load_file, save_file
 
-    from normlab.run.rundir import load_run
+    from normlab.rundir.readers import load_run
 
     d = tmp_path / "hf"
     shutil.copytree(dirs["llama"], d)

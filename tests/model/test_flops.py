@@ -14,7 +14,7 @@ from normlab.model import build_model
 from normlab.model.config import ModelConfig
 from normlab.model.flops import count_flops
 from normlab.norms import get_norm_class, norm_names
-from normlab.run.rundir import open_config
+from normlab.rundir.readers import open_config
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 T = 48

@@ -20,7 +20,7 @@ from scipy.stats import t as student_t
 
 import normlab.experiments.sequential as seq
 from normlab.experiments.plan import LOOKS_META, PLAN_META
-from normlab.experiments.runner import SweepOutcome, registration
+from normlab.experiments.sweepdir import SweepOutcome, registration
 from normlab.experiments.store import Store
 from normlab.experiments.sweep import dump_spec, parse_sweep
 from normlab.io import write_text

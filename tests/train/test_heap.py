@@ -103,7 +103,7 @@ def test_sweep_workers_inherit_the_policies(tmp_path, cache):
 import sys
 from normlab.cli import set_process_policies
 set_process_policies()
-from normlab.experiments.runner import run_sweep
+from normlab.experiments.sweepdir import run_sweep
 from normlab.experiments.sweep import parse_sweep
 sweep = parse_sweep({{"name": "h", "base": "tiny", "seeds": [0], "set": {{"train.steps": 3, "train.eval_every": 3,
                      "train.eval_batches": 1, "model.width": 32}}}})

@@ -45,7 +45,7 @@ def test_a_run_that_stayed_near_chance_says_so(tmp_path, cache):
                    cache=cache, check=True)
     s = json.loads(r.stdout)
     w = s["near_chance_warning"]
-    from normlab.run.rundir import open_config, run_data
+    from normlab.rundir.readers import open_config, run_data
 
     d = run_data(out, open_config(out))
     # the level the summary line and the report use (the training split's), so the warning and the flag agree

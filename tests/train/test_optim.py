@@ -11,8 +11,8 @@ from torch import nn
 from normlab.config import OptimConfig, RunConfig, TrainConfig, config_from_dict, load_config
 from normlab.errors import NormlabError
 from normlab.model import ModelConfig, build_model
-from normlab.run.rundir import open_config
-from normlab.run.tensors import load_optimizer_tensors, optimizer_tensors
+from normlab.rundir.readers import open_config
+from normlab.rundir.tensors import load_optimizer_tensors, optimizer_tensors
 from normlab.train.optim import EffectiveLR, NormalizeAndProject, build_optimizer, weights_feeding_norms
 from tests.helpers import TINY, assert_same_weights, kill_9_after, normlab, run_inproc, summary, weights
 
@@ -235,7 +235,7 @@ def test_bad_optim_config_is_one_line(optim, fragment):
 
 
 def test_norm_warmup_defaults_to_lr_warmup(monkeypatch):
-    from normlab.run.rundir import apply_norm_defaults
+    from normlab.rundir.readers import apply_norm_defaults
     from tests.helpers import scratch_norm
 
     class WarmNorm(nn.Module):

@@ -17,7 +17,7 @@ from normlab.errors import NormlabError
 from normlab.experiments.claims.specs import CLAIMS, grid_claim_names, spec_hash
 from normlab.io import write_text
 from normlab.markdown import md_code, md_fence
-from normlab.run.rundir import open_config
+from normlab.rundir.readers import open_config
 
 
 def _fmt(v: float | None) -> str:

@@ -1,4 +1,4 @@
-"""Running the claims suite: its runs are one sweep trained by ``normlab.experiments.runner`` (the runner of
+"""Running the claims suite: its runs are one sweep trained by ``normlab.experiments.sweepdir`` (the runner of
 ``normlab compare``: results store, resume, Ctrl-C, worker logs, live TensorBoard, the Ray executor), then every
 claim is measured per seed from the run directories and ``claims.json`` is written.
 
@@ -12,7 +12,7 @@ claim is measured per seed from the run directories and ``claims.json`` is writt
 - ``--only`` and ``--seeds`` add runs to the same store; a re-run trains only what is missing.
 - A run's id holds the hash of the full config normlab resolves its spec to, so a changed spec or library default
   is a new run that is trained, never a finished one silently reused; the log and ``claims.json`` ``retrained``
-  say "its spec or resolved config changed". A finished run whose ``fingerprint.json`` (normlab.run.fingerprint) does
+  say "its spec or resolved config changed". A finished run whose ``fingerprint.json`` (normlab.rundir.fingerprint) does
   not match what the current code builds is moved to ``OUT/stale/`` and trained again (the runner does it), and
   ``retrained`` names the reason.
 - Runs of the layout before this one (``OUT/runs/<variant>/seed<k>[/lr<lr>]`` with ``claims_spec.json``) that
@@ -49,13 +49,13 @@ from normlab.experiments.worker import record as record_run
 from normlab.experiments.claims.variants import GRID_VARIANTS, lr_dir, variant_config
 from normlab.experiments.entry import run as run_sweep
 from normlab.experiments.estimate import check_device
-from normlab.experiments.runner import check_sweep_dir, registration
+from normlab.experiments.sweepdir import check_sweep_dir, registration
 from normlab.experiments.store import FINAL, Store
-from normlab.experiments.sweep import Sweep, SweepRun
+from normlab.experiments.sweep import Sweep, PlannedRun
 from normlab.io import read_json, read_json_object, write_json
-from normlab.run.files import CHECKPOINTS_DIR, FINGERPRINT_FILE, SUMMARY_FILE
-from normlab.run.fingerprint import check_run
-from normlab.run.rundir import read_summary
+from normlab.rundir.files import CHECKPOINTS_DIR, FINGERPRINT_FILE, SUMMARY_FILE
+from normlab.rundir.fingerprint import check_run
+from normlab.rundir.readers import read_summary
 
 if TYPE_CHECKING:
     from normlab.experiments.claims.specs import Claim
@@ -77,7 +77,7 @@ def run_id(variant: str, seed: int, lr: float | None, config_hash: str) -> str:
     return f"{variant}-s{seed}{'' if lr is None else f'-lr{lr:g}'}-{config_hash[:8]}"
 
 
-def run_label(r: "SweepRun") -> str:
+def run_label(r: "PlannedRun") -> str:
     """``variant[@lr<lr>]/seed<k>``: how the log and ``claims.json`` ``retrained`` name a run."""
     lr = r.axes.get("train.lr")
     return f"{r.variant}{'' if lr is None else f'@lr{lr:g}'}/seed{r.seed}"
@@ -94,7 +94,7 @@ def claims_sweep(budget: Budget, variants: list[str], n_seeds: int) -> "Sweep":
                 rc = config_from_dict(variant_config(v, budget, seed, lr))
                 axes = {"variant": v} if lr is None else {"variant": v, "train.lr": lr, "grid_group": v}
                 h = rc.hash()
-                runs.append(SweepRun(run_id(v, seed, lr, h), v, seed, axes, {}, rc.to_dict(), h))
+                runs.append(PlannedRun(run_id(v, seed, lr, h), v, seed, axes, {}, rc.to_dict(), h))
     runs.sort(key=lambda r: -r.config["model"]["depth"])
     name = f"claims-{budget.name}"
     return Sweep(name, {"name": name, "claims_budget": budget.name}, runs, list(variants),

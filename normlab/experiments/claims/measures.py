@@ -30,8 +30,8 @@ from normlab.experiments.claims.measures_lr import unigram_bpb
 from normlab.io import read_json, write_json
 from normlab.model import build_model
 from normlab.names import block_grad_norms
-from normlab.run.files import SUMMARY_FILE
-from normlab.run.rundir import load_data, load_run, open_config
+from normlab.rundir.files import SUMMARY_FILE
+from normlab.rundir.readers import load_data, load_run, open_config
 from normlab.stats.learning import DID_NOT_LEARN_MARGIN, collapsed
 
 

@@ -18,8 +18,8 @@ from normlab.diagnostics.residual_sinks import ablate_residual_sinks, residual_s
 from normlab.experiments.claims.measure_registry import register_measure
 from normlab.experiments.claims.measures_lr import seed_grid
 from normlab.io import read_json, write_json
-from normlab.run.files import METRICS_FILE
-from normlab.run.rundir import load_run, read_metrics
+from normlab.rundir.files import METRICS_FILE
+from normlab.rundir.readers import load_run, read_metrics
 from normlab.surgery.run_quantize import quantize_model
 
 EVAL_TOKENS = {"tiny": 512, "quick": 8192, "full": 16384}

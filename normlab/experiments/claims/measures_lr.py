@@ -20,8 +20,8 @@ import numpy as np
 
 from normlab.experiments.claims.measure_registry import register_measure
 from normlab.experiments.lrgrid import lr_sensitivity
-from normlab.run.files import METRICS_FILE
-from normlab.run.rundir import open_config, read_metrics
+from normlab.rundir.files import METRICS_FILE
+from normlab.rundir.readers import open_config, read_metrics
 from normlab.stats.learning import collapsed
 
 def unigram_bpb(ctx: Any, cfg: Any) -> float:

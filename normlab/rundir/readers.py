@@ -3,12 +3,12 @@
     RUN_DIR/config.yaml        full config (every key)
     RUN_DIR/param_groups.json  optimizer grouping (which parameters get weight decay)
     RUN_DIR/metrics.jsonl      one JSON object per logged step / evaluation (``read_jsonl``, ``read_metrics``)
-    RUN_DIR/checkpoints/       resumable checkpoints (see normlab.run.tensors)
+    RUN_DIR/checkpoints/       resumable checkpoints (see normlab.rundir.tensors)
     RUN_DIR/model.safetensors  final weights
     RUN_DIR/summary.json       {status: completed|diverged|interrupted, step, final metrics} (``read_summary``;
                                ``STATUS_EXIT`` maps the status to the exit code of ``normlab train``)
     RUN_DIR/fingerprint.json   what determines the numbers: sha256 of resolved config + parameter names/shapes/order
-                               + normlab and torch versions (normlab.run.fingerprint; caches check it)
+                               + normlab and torch versions (normlab.rundir.fingerprint; caches check it)
     RUN_DIR/tokenizer.json     the BPE tokenizer the run was trained with (Hugging Face ``tokenizers`` JSON);
                                absent for the byte tokenizer, which ``data.json`` describes instead
     RUN_DIR/data.json          the corpus identity: source string, absolute path of a local corpus, content sha256
@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Any
 from normlab.errors import EXIT_DIVERGED, EXIT_INTERRUPTED, EXIT_OK, NormlabError
 from normlab.io import MAX_JSON_BYTES, MAX_JSONL_BYTES, atomic_path, read_bytes, read_json, read_json_object, write_json
 from normlab.provenance import version_info
-from normlab.run.files import (CHECKPOINTS_DIR, CONFIG_FILE, DATA_FILE, MODEL_FILE, PROVENANCE_FILE, SUMMARY_FILE,
+from normlab.rundir.files import (CHECKPOINTS_DIR, CONFIG_FILE, DATA_FILE, MODEL_FILE, PROVENANCE_FILE, SUMMARY_FILE,
                                TOKENIZER_FILE)
 from normlab.validate import check_eval_memory
 
@@ -403,13 +403,13 @@ def load_data(cfg: RunConfig, *, source: str | None = None, tokenizer: str | Pat
 
 # -------------------------------------------------------------------------------------------- opening a trained run
 @dataclass
-class LoadedRun:
+class LoadedModel:
     cfg: RunConfig
     model: GPT
     weights: Path
 
 
-def load_run(run_dir: str | Path, *, final_only: bool = False) -> LoadedRun:
+def load_run(run_dir: str | Path, *, final_only: bool = False) -> LoadedModel:
     """Build the model of a run (``build_model``: every model normlab writes, the compressed CRMSNorm one
     included) and load its final weights, or, if training stopped early, its last checkpoint; eval mode.
     ``final_only``: a run without ``model.safetensors`` is an error (conversion and surgery start from final
@@ -417,7 +417,7 @@ def load_run(run_dir: str | Path, *, final_only: bool = False) -> LoadedRun:
     import torch
 
     from normlab.model import build_model
-    from normlab.run.tensors import list_checkpoints, load_model_state
+    from normlab.rundir.tensors import list_checkpoints, load_model_state
 
     run_dir = Path(run_dir)
     cfg = open_config(run_dir)
@@ -433,11 +433,11 @@ def load_run(run_dir: str | Path, *, final_only: bool = False) -> LoadedRun:
     model = build_model(cfg.model)
     load_model_state(model, weights)
     model.eval()
-    return LoadedRun(cfg, model, weights)
+    return LoadedModel(cfg, model, weights)
 
 
 @dataclass
-class OpenedRun:
+class EvalSetup:
     """A trained run opened for evaluation (``open_run``): its model (eval mode, evaluation-time overrides
     applied), the context to evaluate at, its data (the run's own tokenizer; its own corpus, identity-checked,
     or ``--data SOURCE``) and the chosen split's tokens ``[N]``."""
@@ -476,7 +476,7 @@ def check_context(mc: Any, context: int) -> None:
     check_attention_context(mc, context)
 
 
-def apply_eval_overrides(run: LoadedRun, overrides: list[str]) -> None:
+def apply_eval_overrides(run: LoadedModel, overrides: list[str]) -> None:
     """Apply ``model.KEY=VALUE`` strings for evaluation-time keys to a loaded run (config and model, in place).
 
     Any other key is a one-line error: it defines the trained model (its weights were trained with it).
@@ -500,7 +500,7 @@ def apply_eval_overrides(run: LoadedRun, overrides: list[str]) -> None:
 
 def open_run(run_dir: str | Path, *, overrides: Sequence[str] = (), source: str | None = None, split: str = "val",
              context: int | None = None, batch: int | None = None, what: str = "eval",
-             need_window: Sequence[str] = ("train", "val")) -> OpenedRun:
+             need_window: Sequence[str] = ("train", "val")) -> EvalSetup:
     """The one preamble of the evaluation commands (eval, diagnose, calibrate, extrapolate): load the run in
     ``run_dir``, apply ``overrides`` (``--set``; evaluation-time keys only), check the context it will run at
     (``context``, default the training context: ``check_context``), check that ``batch`` sequences of it fit in
@@ -518,4 +518,4 @@ def open_run(run_dir: str | Path, *, overrides: Sequence[str] = (), source: str 
     if batch is not None:
         check_eval_memory(mc, batch, ctx, what)
     data = run_data(run_dir, run.cfg, source=source, need_window=need_window, whole_ok=split == "all")
-    return OpenedRun(run_dir, run.cfg, run.model, run.weights, overrides, ctx, data, source, split, data.split(split))
+    return EvalSetup(run_dir, run.cfg, run.model, run.weights, overrides, ctx, data, source, split, data.split(split))

@@ -2,7 +2,7 @@
 (the same files into a directory being built, e.g. remove-norm's stages inside its own published directory).
 
 A finished run directory holds ``config.yaml`` (``dump_config``), ``model.safetensors`` (the config hash in its
-metadata, normlab.run.tensors.save_model), the identity files of the run it was derived from (``tokenizer.json``,
+metadata, normlab.rundir.tensors.save_model), the identity files of the run it was derived from (``tokenizer.json``,
 ``data.json``, ``provenance.json``: a derived run stays self-contained), the writer's own records (``conversion.json``,
 ``quantization.json``, ``removal.json``, ``hf_import.json``) and ``summary.json``, written last. Used by convert,
 quantize, remove-norm and import. The trainer builds its directory in place as it trains (normlab.train.loop) but
@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from normlab.errors import NormlabError
 from normlab.io import publish_dir, write_json, write_text
-from normlab.run.files import CONFIG_FILE, DATA_FILE, MODEL_FILE, PROVENANCE_FILE, SUMMARY_FILE, TOKENIZER_FILE
+from normlab.rundir.files import CONFIG_FILE, DATA_FILE, MODEL_FILE, PROVENANCE_FILE, SUMMARY_FILE, TOKENIZER_FILE
 
 if TYPE_CHECKING:
     from torch import nn
@@ -51,7 +51,7 @@ def write_config(path: str | Path, config: RunConfig) -> None:
 def finish_run(path: str | Path, config: RunConfig, model: nn.Module | None, summary: dict[str, Any]) -> None:
     """End a run's files in ``path``: ``model.safetensors`` (when ``model`` is given; a stopped run has none), then
     ``summary.json``, always last (a reader that sees the summary sees every other file)."""
-    from normlab.run.tensors import save_model
+    from normlab.rundir.tensors import save_model
 
     path = Path(path)
     if model is not None:
@@ -64,7 +64,7 @@ def write_run(path: str | Path, config: RunConfig, model: nn.Module, summary: di
     """Write a run's files into the directory ``path`` (created if missing): the identity files of
     ``derived_from``, ``config.yaml``, ``model.safetensors``, each ``records`` item (file name -> JSON object) and,
     when given, ``summary.json``."""
-    from normlab.run.tensors import save_model
+    from normlab.rundir.tensors import save_model
 
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)

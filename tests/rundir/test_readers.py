@@ -1,7 +1,7 @@
-"""normlab.run.rundir: a damaged run directory is one line naming what is wrong (and nothing is written); junk and
+"""normlab.rundir.readers: a damaged run directory is one line naming what is wrong (and nothing is written); junk and
 non-UTF-8 metrics lines are skipped.
 
-Self-contained run directories (normlab.run.rundir): the run keeps its tokenizer, data identity and provenance; it
+Self-contained run directories (normlab.rundir.readers): the run keeps its tokenizer, data identity and provenance; it
 works after being moved, from any working directory, with an empty token cache; a changed corpus is refused with
 one line naming what changed; ``--data`` scores another corpus with the run's own tokenizer."""
 
@@ -211,11 +211,11 @@ def test_readers_refuse_fifos_and_oversize_files_without_blocking(tmp_path):
 
     from normlab.errors import NormlabError
     from normlab.io import MAX_JSONL_BYTES
-    from normlab.run.rundir import open_config, read_jsonl, read_summary
+    from normlab.rundir.readers import open_config, read_jsonl, read_summary
 
     os.mkfifo(tmp_path / "summary.json")
     os.mkfifo(tmp_path / "metrics.jsonl")
-    code = (f"from normlab.run.rundir import read_summary, read_jsonl, last_step\nfrom pathlib import Path\n"
+    code = (f"from normlab.rundir.readers import read_summary, read_jsonl, last_step\nfrom pathlib import Path\n"
             f"d = Path({str(tmp_path)!r})\nprint(last_step(d / 'metrics.jsonl'))\n"
             "for f in (lambda: read_summary(d), lambda: read_jsonl(d / 'metrics.jsonl')):\n"
             "    try:\n        f()\n    except Exception as e:\n        print(type(e).__name__, e)\n")
@@ -239,7 +239,7 @@ def test_readers_refuse_fifos_and_oversize_files_without_blocking(tmp_path):
 
 def test_read_summary_checks_the_type_of_every_key_readers_use(tmp_path):
     from normlab.errors import NormlabError
-    from normlab.run.rundir import SUMMARY_TYPES, read_summary
+    from normlab.rundir.readers import SUMMARY_TYPES, read_summary
 
     good = {"status": "completed", "step": 3, "steps": 3, "val_bpb": 1.25, "best_val_bpb": None, "tokens_per_s": 10,
             "config_hash": "abc", "extra": {"any": "thing"}}
@@ -262,7 +262,7 @@ def test_the_runs_tokenizer_and_data_identity_are_read_safely(tmp_path):
     import sys
 
     from normlab.errors import NormlabError
-    from normlab.run.rundir import read_data_info, tokenizer_ref
+    from normlab.rundir.readers import read_data_info, tokenizer_ref
 
     tok = b'{"model": {"type": "BPE"}}'
     info = {"content_hash": "c", "tokenizer": {"kind": "bpe", "file": "tokenizer.json",
@@ -275,7 +275,7 @@ def test_the_runs_tokenizer_and_data_identity_are_read_safely(tmp_path):
         tokenizer_ref(tmp_path, read_data_info(tmp_path))
     (tmp_path / "tokenizer.json").unlink()
     os.mkfifo(tmp_path / "tokenizer.json")
-    code = ("from pathlib import Path\nfrom normlab.run.rundir import read_data_info, tokenizer_ref\n"
+    code = ("from pathlib import Path\nfrom normlab.rundir.readers import read_data_info, tokenizer_ref\n"
             f"d = Path({str(tmp_path)!r})\ntry:\n    tokenizer_ref(d, read_data_info(d))\n"
             "except Exception as e:\n    print(type(e).__name__, e)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60).stdout.strip()

@@ -47,9 +47,9 @@ from normlab.experiments.sweep import Sweep, dump_spec
 from normlab.experiments.worker import plan_stacks
 from normlab.io import write_text
 from normlab.resources import available_cores, plan_workers
-from normlab.run.files import FINGERPRINT_FILE
-from normlab.run.fingerprint import check_run
-from normlab.run.rundir import load_data
+from normlab.rundir.files import FINGERPRINT_FILE
+from normlab.rundir.fingerprint import check_run
+from normlab.rundir.readers import load_data
 
 
 def default_sweep_dir(sweep: Sweep) -> Path:
@@ -241,7 +241,8 @@ def registration(sweep: Sweep) -> list[dict[str, Any]]:
 
 
 def _refingerprint(sweep: Sweep, sweep_dir: Path, stored: dict, log: Callable[[str], None]) -> list:
-    """Finished runs whose ``fingerprint.json`` (normlab.run.fingerprint: resolved config, parameter names/shapes/order,
+    """Finished runs whose ``fingerprint.json`` (normlab.rundir.fingerprint: resolved config, parameter
+    names/shapes/order,
     normlab and torch versions) no longer matches what the current code builds: each is moved aside to
     ``SWEEP_DIR/stale/RUN_ID-<n>`` (kept, not deleted) and returned to be trained again, with the reason logged.
     Runs trained before fingerprints existed cannot be checked: they are reused, and the log says so."""

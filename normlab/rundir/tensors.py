@@ -26,7 +26,7 @@ from torch import nn
 
 from normlab.errors import NormlabError
 from normlab.io import atomic_path, publish_dir, read_json, write_json
-from normlab.run.files import CHECKPOINTS_DIR, MODEL_FILE
+from normlab.rundir.files import CHECKPOINTS_DIR, MODEL_FILE
 
 FORMAT = "normlab-checkpoint-v1"
 MODEL_FORMAT = "normlab-model-v1"

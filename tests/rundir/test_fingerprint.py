@@ -1,4 +1,4 @@
-"""normlab.run.fingerprint: what determines a run's numbers, recorded by every run and checked before a cached run
+"""normlab.rundir.fingerprint: what determines a run's numbers, recorded by every run and checked before a cached run
 is reused (sweeps and claims retrain a run whose fingerprint changed, and say why); the initialisation the Peri-LN
 growth metric rebuilds is the run's own."""
 
@@ -29,7 +29,7 @@ class _AB(nn.Module):
 
 
 def test_fingerprint_changes_with_parameter_order_and_not_otherwise():
-    from normlab.run.fingerprint import fingerprint_record
+    from normlab.rundir.fingerprint import fingerprint_record
 
     torch.manual_seed(0)
     one = fingerprint_record(_Cfg(), _AB("a"))
@@ -52,7 +52,7 @@ def _train_tiny(run_dir: Path) -> None:
 
 
 def test_a_run_records_its_fingerprint_and_the_check_names_what_changed(tmp_path):
-    from normlab.run.fingerprint import check_run
+    from normlab.rundir.fingerprint import check_run
 
     run = tmp_path / "r"
     _train_tiny(run)
@@ -75,9 +75,9 @@ def test_initialisation_rebuilt_for_the_growth_metric_is_the_runs_own(tmp_path):
     """The Peri-LN growth metric compares a run with its own initialisation, rebuilt from config.yaml under the
     run's seed; the rebuilt model gives exactly the loss the training loop measured at step 0."""
     from normlab.model import build_model
-    from normlab.run.rundir import load_run
+    from normlab.rundir.readers import load_run
     from normlab.train.init_eval import initial_eval
-    from normlab.run.rundir import load_data
+    from normlab.rundir.readers import load_data
 
     run = tmp_path / "r"
     _train_tiny(run)
@@ -109,7 +109,7 @@ def test_claims_retrain_a_run_whose_fingerprint_changed_and_say_why(tmp_path):
 def test_sweep_retrains_a_finished_run_whose_fingerprint_changed_and_keeps_the_old_one(tmp_path):
     from types import SimpleNamespace
 
-    from normlab.experiments.runner import _refingerprint
+    from normlab.experiments.sweepdir import _refingerprint
 
     sweep_dir = tmp_path / "sweep"
     _train_tiny(sweep_dir / "runs" / "a")

@@ -1,4 +1,4 @@
-"""normlab.run.publish: the one writer of a finished run directory, checked against what the readers load back."""
+"""normlab.rundir.publish: the one writer of a finished run directory, checked against what the readers load back."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import yaml
 from normlab.config import load_config
 from normlab.errors import NormlabError
 from normlab.model import build_model
-from normlab.run.files import CONFIG_FILE, DATA_FILE, MODEL_FILE, PROVENANCE_FILE, SUMMARY_FILE, TOKENIZER_FILE
-from normlab.run.publish import publish_run, write_run
-from normlab.run.rundir import load_run, read_summary
+from normlab.rundir.files import CONFIG_FILE, DATA_FILE, MODEL_FILE, PROVENANCE_FILE, SUMMARY_FILE, TOKENIZER_FILE
+from normlab.rundir.publish import publish_run, write_run
+from normlab.rundir.readers import load_run, read_summary
 
 
 @pytest.fixture
@@ -77,7 +77,7 @@ def test_write_run_fills_an_existing_directory(small, tmp_path):
 
 
 def test_finish_run_writes_the_weights_then_the_summary_last(small, tmp_path, monkeypatch):
-    import normlab.run.publish as publish
+    import normlab.rundir.publish as publish
 
     cfg, model = small
     run = tmp_path / "run"

@@ -1,4 +1,4 @@
-"""normlab.run.tensors: the final checkpoint survives a full disk (the run stays resumable), identical runs give
+"""normlab.rundir.tensors: the final checkpoint survives a full disk (the run stays resumable), identical runs give
 identical model files, poisoned weights (NaN, integer dtypes) are refused."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 def test_disk_full_during_the_final_checkpoint_stays_resumable(run, tmp_path, monkeypatch, cache):
     """safetensors' error on a full disk is one line (exit 2); nothing corrupt is left and --resume after freeing
     space ends with the same weights as an uninterrupted run."""
-    import normlab.run.tensors as nio  # tensor files are written beside the checkpoint code
+    import normlab.rundir.tensors as nio  # tensor files are written beside the checkpoint code
     from safetensors import SafetensorError
 
     from tests.helpers import assert_same_weights

@@ -27,8 +27,8 @@ from typing import Any
 
 from normlab.io import read_json_object, write_json
 from normlab.provenance import git_commit
-from normlab.run.files import FINGERPRINT_FILE
-from normlab.run.rundir import open_config
+from normlab.rundir.files import FINGERPRINT_FILE
+from normlab.rundir.readers import open_config
 from normlab.version import __version__
 
 
