@@ -15,7 +15,7 @@ from scipy.stats import ttest_ind
 
 from normlab.experiments.store import Store
 from normlab.experiments.worker import record
-from normlab.stats import mean_ci, t_cdf, t_ppf, welch
+from normlab.stats.intervals import mean_ci, t_cdf, t_ppf, welch
 from tests.helpers import run_inproc as normlab
 
 # two-sided 95% Student-t quantiles t_{0.975, df} (standard tables)

@@ -11,7 +11,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats as sps
 
-from normlab import stats
+from normlab.stats.exact import clopper_pearson, min_sign_flip_p, permutation_p, sign_flip_p
+from normlab.stats.intervals import paired_diff, t_cdf, t_ppf, two_sided_t_p, welch_diff
+from normlab.stats.multiplicity import adjust, benjamini_hochberg, holm
+from normlab.stats.planning import holm_first_level, paired_t_power, pooled_sd, seeds_needed_range
 
 multipletests = pytest.importorskip("statsmodels.stats.multitest").multipletests
 
@@ -22,38 +25,38 @@ pvals = st.lists(st.floats(min_value=0.0, max_value=1.0, allow_nan=False), min_s
 @given(pvals)
 def test_holm_and_bh_match_statsmodels(ps):
     for name, method in (("holm", "holm"), ("bh", "fdr_bh")):
-        ours = stats.adjust(ps, name)
+        ours = adjust(ps, name)
         ref = multipletests(ps, alpha=0.05, method=method)[1]
         assert ours == pytest.approx(list(ref), abs=1e-12)
 
 
 def test_holm_hand_example():
     # m = 4: sorted 0.01, 0.03, 0.04, 0.2 -> 0.04, 0.09, max(0.09, 0.08) = 0.09, 0.2
-    assert stats.holm([0.01, 0.04, 0.03, 0.2]) == pytest.approx([0.04, 0.09, 0.09, 0.2])
+    assert holm([0.01, 0.04, 0.03, 0.2]) == pytest.approx([0.04, 0.09, 0.09, 0.2])
     # a missing p-value is a member of the family counted as p = 1 (m stays 3), never dropped: statsmodels on
     # [0.02, 1, 0.5]; its own adjusted value stays None (not testable)
     ref = multipletests([0.02, 1.0, 0.5], method="holm")[1]
-    assert stats.holm([0.02, None, 0.5]) == [pytest.approx(ref[0]), None, pytest.approx(ref[2])]
-    assert stats.holm([0.02, None, 0.5])[0] == pytest.approx(0.06)
+    assert holm([0.02, None, 0.5]) == [pytest.approx(ref[0]), None, pytest.approx(ref[2])]
+    assert holm([0.02, None, 0.5])[0] == pytest.approx(0.06)
     ref = multipletests([0.02, 1.0, 0.5], method="fdr_bh")[1]
-    assert stats.benjamini_hochberg([0.02, None, 0.5]) == [pytest.approx(ref[0]), None, pytest.approx(ref[2])]
+    assert benjamini_hochberg([0.02, None, 0.5]) == [pytest.approx(ref[0]), None, pytest.approx(ref[2])]
     with pytest.raises(ValueError):
-        stats.adjust([0.1], "bonferroni-ish")
+        adjust([0.1], "bonferroni-ish")
     with pytest.raises(ValueError):
-        stats.holm([float("nan")])
+        holm([float("nan")])
 
 
 def test_sign_flip_hand_example_and_floor():
     # n = 5, all positive: only the all-plus and all-minus patterns reach |T| -> 2 / 32
-    assert stats.sign_flip_p([0.3, 0.1, 0.2, 0.5, 0.4]) == pytest.approx(0.0625)
-    assert stats.min_sign_flip_p(5) == pytest.approx(0.0625)
-    assert stats.min_sign_flip_p(3) == pytest.approx(0.25)
-    assert stats.min_sign_flip_p(6) == pytest.approx(0.03125)
+    assert sign_flip_p([0.3, 0.1, 0.2, 0.5, 0.4]) == pytest.approx(0.0625)
+    assert min_sign_flip_p(5) == pytest.approx(0.0625)
+    assert min_sign_flip_p(3) == pytest.approx(0.25)
+    assert min_sign_flip_p(6) == pytest.approx(0.03125)
     d = [1.0, -0.5, 2.0, 0.25]
     t = abs(sum(d))
     hits = sum(abs(sum(s * v for s, v in zip(sg, d))) >= t - 1e-12 for sg in itertools.product((1, -1), repeat=4))
-    assert stats.sign_flip_p(d) == pytest.approx(hits / 16)
-    assert stats.sign_flip_p([0.0, 0.0]) == 1.0
+    assert sign_flip_p(d) == pytest.approx(hits / 16)
+    assert sign_flip_p([0.0, 0.0]) == 1.0
 
 
 @settings(max_examples=30, deadline=None)
@@ -73,13 +76,13 @@ def test_permutation_matches_scipy_exact(a, b):
     ref = sum(v >= obs * (1 - 1e-9) for v in vals) / len(vals)
     if any(0.0 < abs(v - obs) < 1e-6 * max(1.0, obs) for v in vals):
         return  # a near-tie (within 1e-6 but not equal): the two tie tolerances may count it differently
-    assert stats.permutation_p(a, b) == pytest.approx(ref, abs=1e-9)
+    assert permutation_p(a, b) == pytest.approx(ref, abs=1e-9)
 
 
 @pytest.mark.parametrize("k,n", [(0, 5), (1, 5), (3, 7), (5, 5), (12, 40)])
 def test_clopper_pearson_matches_binomtest(k, n):
     ci = sps.binomtest(k, n).proportion_ci(confidence_level=0.95, method="exact")
-    ours = stats.clopper_pearson(k, n)
+    ours = clopper_pearson(k, n)
     assert (ours.low, ours.high) == pytest.approx((ci.low, ci.high), abs=1e-10)
     assert ours.rate == k / n
 
@@ -88,30 +91,30 @@ def test_pooled_sd_and_its_interval():
     groups = [[1.0, 2.0, 4.0], [3.0, 3.5], [7.0]]
     v1, v2 = sps.tvar(groups[0]), sps.tvar(groups[1])
     sp = math.sqrt((2 * v1 + 1 * v2) / 3)
-    p = stats.pooled_sd(groups)
+    p = pooled_sd(groups)
     assert p.df == 3 and p.sd == pytest.approx(sp)
     assert p.low == pytest.approx(sp * math.sqrt(3 / sps.chi2.ppf(0.975, 3)))
     assert p.high == pytest.approx(sp * math.sqrt(3 / sps.chi2.ppf(0.025, 3)))
-    r = stats.seeds_needed_range(0.5, p)
+    r = seeds_needed_range(0.5, p)
     assert r.low is not None and r.n is not None and r.low <= r.n
     assert r.high is None or r.high >= r.n
-    assert stats.pooled_sd([[1.0]]) is None
+    assert pooled_sd([[1.0]]) is None
 
 
 def test_t_functions_and_paired_diff_match_scipy():
-    assert stats.t_ppf(0.975, 4) == pytest.approx(sps.t.ppf(0.975, 4))
-    assert stats.t_cdf(-1.3, 2.5) == pytest.approx(sps.t.cdf(-1.3, 2.5))
+    assert t_ppf(0.975, 4) == pytest.approx(sps.t.ppf(0.975, 4))
+    assert t_cdf(-1.3, 2.5) == pytest.approx(sps.t.cdf(-1.3, 2.5))
     a, b = [3.1, 2.9, 3.6, 3.3], [2.8, 2.95, 3.0, 3.05]
-    d = stats.paired_diff(a, b)
+    d = paired_diff(a, b)
     assert d.p == pytest.approx(sps.ttest_rel(a, b).pvalue)
-    w = stats.welch_diff(a, b)
+    w = welch_diff(a, b)
     assert w.p == pytest.approx(sps.ttest_ind(a, b, equal_var=False).pvalue)
-    assert stats.two_sided_t_p(40.0, 3) == pytest.approx(2 * sps.t.sf(40.0, 3), rel=1e-9)
+    assert two_sided_t_p(40.0, 3) == pytest.approx(2 * sps.t.sf(40.0, 3), rel=1e-9)
 
 
 @pytest.mark.parametrize("na, nb", [(3, 3), (5, 5), (3, 4), (2, 5)])
 def test_min_permutation_p_is_reached_by_separated_groups(na, nb):
-    from normlab.stats import min_permutation_p, permutation_p
+    from normlab.stats.exact import min_permutation_p, permutation_p
 
     a, b = [float(i) for i in range(na)], [100.0 + i for i in range(nb)]
     assert permutation_p(a, b) == pytest.approx(min_permutation_p(na, nb))
@@ -125,7 +128,7 @@ def test_paired_t_power_matches_the_noncentral_t_and_a_simulation_of_ttest_rel(d
     scipy.stats.ttest_rel over simulated samples (an independent reference)."""
     import numpy as np
 
-    got = stats.paired_t_power(delta, sd, n, alpha)
+    got = paired_t_power(delta, sd, n, alpha)
     c = sps.t.ppf(1 - alpha / 2, n - 1)
     nc = delta * math.sqrt(n) / sd
     assert got == pytest.approx(sps.nct.sf(c, n - 1, nc) + sps.nct.cdf(-c, n - 1, nc), rel=1e-12)
@@ -140,12 +143,12 @@ def test_paired_t_power_matches_the_noncentral_t_and_a_simulation_of_ttest_rel(d
 
 
 def test_holm_first_level_and_power_edge_cases():
-    assert stats.holm_first_level(0.05, 3) == pytest.approx(0.05 / 3) and stats.holm_first_level(0.05, 0) == 0.05
-    assert stats.paired_t_power(0.3, None, 5, 0.05) is None and stats.paired_t_power(0.3, 1.0, 1, 0.05) is None
-    assert stats.paired_t_power(0.3, 0.0, 5, 0.05) == 1.0
+    assert holm_first_level(0.05, 3) == pytest.approx(0.05 / 3) and holm_first_level(0.05, 0) == 0.05
+    assert paired_t_power(0.3, None, 5, 0.05) is None and paired_t_power(0.3, 1.0, 1, 0.05) is None
+    assert paired_t_power(0.3, 0.0, 5, 0.05) == 1.0
     # the QK-norm replication of the issue: effect -0.281, replication SD 0.390 * sqrt(4) / t_{0.975,3} over 4 seeds
     sd = 0.390 * 2 / sps.t.ppf(0.975, 3)
-    assert stats.paired_t_power(-0.281, sd, 4, 0.05 / 3) < 0.8
+    assert paired_t_power(-0.281, sd, 4, 0.05 / 3) < 0.8
 
 
 def test_the_one_did_not_learn_and_collapse_rules():

@@ -29,20 +29,11 @@ from dataclasses import dataclass
 from statistics import StatisticsError, correlation
 from typing import Any
 
-from normlab.stats import (
-    Diff,
-    SEEDS_NEEDED_MAX,
-    SeedsRange,
-    holm_first_level,
-    min_permutation_p,
-    min_sign_flip_p,
-    paired_diff,
-    permutation_p,
-    pooled_sd,
-    seeds_needed_range,
-    sign_flip_p,
-    welch_diff,
-)
+from normlab.stats.exact import min_permutation_p, min_sign_flip_p, permutation_p, sign_flip_p
+
+from normlab.stats.intervals import Diff, paired_diff, welch_diff
+
+from normlab.stats.planning import SEEDS_NEEDED_MAX, SeedsRange, holm_first_level, pooled_sd, seeds_needed_range
 from normlab.experiments.question import METRIC_LABELS, Question, question_of
 from normlab.experiments.verdicts import (
     DECIDED,

@@ -31,7 +31,8 @@ from typing import Any
 
 from normlab.experiments.decisions import PairedRow, build_rows
 from normlab.experiments.question import Question, default_primary
-from normlab.stats import ClopperPearson, MeanCI, clopper_pearson, mean_ci
+from normlab.stats.exact import ClopperPearson, clopper_pearson
+from normlab.stats.intervals import MeanCI, mean_ci
 from normlab.stats.learning import DID_NOT_LEARN_MARGIN, collapsed, did_not_learn
 
 STABLE_MARGIN = 0.1  # bits/byte above the best loss of the same seed

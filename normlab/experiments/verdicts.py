@@ -45,7 +45,9 @@ import math
 from collections.abc import Iterable, Sequence
 
 from normlab.experiments.question import Question
-from normlab.stats import adjust, clopper_pearson, mean_ci, paired_diff, t_cdf, t_ppf
+from normlab.stats.exact import clopper_pearson
+from normlab.stats.intervals import mean_ci, paired_diff, t_cdf, t_ppf
+from normlab.stats.multiplicity import adjust
 from normlab.stats.learning import (
     DID_NOT_LEARN_MARGIN,
     NOT_DECIDED_BASE_DNL,

@@ -32,7 +32,7 @@ from normlab.report import lrsection
 from normlab.report.surgery_columns import robustness_rows
 from normlab.rundir import readers
 from normlab.rundir.files import SUMMARY_FILE
-from normlab.stats import MeanCI, Welch, mean_ci, t_ppf, welch, welch_diff
+from normlab.stats.intervals import MeanCI, Welch, mean_ci, t_ppf, welch, welch_diff
 from normlab.stats.learning import DID_NOT_LEARN_MARGIN, did_not_learn
 
 ALPHA = 0.05

@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 from normlab.experiments.verdicts import decision
 from normlab.report.document import Note, Section, Table
-from normlab.stats import paired_diff
+from normlab.stats.intervals import paired_diff
 
 FlopsOf = Callable[[Any], "float | None"]  # a run -> training FLOPs per token when its summary lacks them
 

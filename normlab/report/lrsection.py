@@ -10,7 +10,8 @@ from normlab.experiments.lrgrid import DID_NOT_LEARN_MARGIN, STABLE_MARGIN, Grid
 from normlab.report import lrplots
 from normlab.report.document import Break, Figure, Html, Note, Section, Table
 from normlab.report.figures import colors
-from normlab.stats import MeanCI, pooled_sd, t_ppf
+from normlab.stats.intervals import MeanCI, t_ppf
+from normlab.stats.planning import pooled_sd
 
 
 def _ci(ci: MeanCI | None, digits: int = 3) -> str:

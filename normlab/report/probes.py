@@ -15,7 +15,7 @@ from normlab.errors import NormlabError
 from normlab.io import read_json
 from normlab.report.document import Note, Section, Table
 from normlab.rundir.files import PROBES_FILE
-from normlab.stats import mean_ci
+from normlab.stats.intervals import mean_ci
 
 TITLE = "In-context probes"
 HEAD = ["variant", "seeds", "first copy (nats)", "second copy (nats)", "induction gain", "chance first copy",

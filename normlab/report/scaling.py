@@ -27,7 +27,8 @@ from normlab.io import read_yaml_file
 from normlab.report import scaling_fit as sf
 from normlab.report.analysis import RunInfo, SweepReport
 from normlab.report.scaling_design import confound_text, confounds
-from normlab.stats import adjust, welch
+from normlab.stats.intervals import welch
+from normlab.stats.multiplicity import adjust
 
 REPLICATES = 400
 NOISE_LAST_N = 5

@@ -45,7 +45,8 @@ from normlab.experiments.verdicts import (
 )
 from normlab.report.analysis import load
 from normlab.experiments.lrgrid import GridReport, SeedGrid
-from normlab.stats import holm_first_level, paired_diff, paired_t_power
+from normlab.stats.intervals import paired_diff
+from normlab.stats.planning import holm_first_level, paired_t_power
 from normlab.stats.sequential import HolmLevels, nominal_p, paired_z, sequential_holm
 
 REPLICATIONS_META = "replications"  # [{"source", "dir"}] in the original sweep's meta

@@ -25,8 +25,8 @@ from normlab.experiments.verdicts import HELD, INCONCLUSIVE, NOT_HELD
 from normlab.experiments.verdicts import claim_verdict as verdict
 from normlab.experiments.claims.variants import variant_config
 from normlab.experiments.store import Store
-from normlab.stats import mean_ci, t_cdf
-from normlab.stats import t_ppf as t_quantile
+from normlab.stats.intervals import mean_ci, t_cdf
+from normlab.stats.intervals import t_ppf as t_quantile
 from tests.helpers import cli_env, run_inproc
 
 torch.set_num_threads(1)

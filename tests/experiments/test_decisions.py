@@ -17,7 +17,9 @@ from normlab.experiments.store import Store
 from normlab.report import load, write_report
 from normlab.report.analysis import primary_family
 from normlab.experiments.lrgrid import DID_NOT_LEARN_MARGIN
-from normlab.stats import clopper_pearson, mean_ci, pooled_sd, seeds_needed_range
+from normlab.stats.exact import clopper_pearson
+from normlab.stats.intervals import mean_ci
+from normlab.stats.planning import pooled_sd, seeds_needed_range
 from tests.report_fakes import INIT, UNIGRAM, fake_grid
 
 LRS = [0.001, 0.01, 0.1]

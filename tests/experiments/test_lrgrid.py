@@ -13,7 +13,8 @@ import torch
 import yaml
 
 from normlab.experiments.lrgrid import lr_sensitivity, stable_lrs
-from normlab.stats import paired_diff, seeds_needed, welch_diff
+from normlab.stats.intervals import paired_diff, welch_diff
+from normlab.stats.planning import seeds_needed
 from tests.helpers import assert_bad_input
 from tests.helpers import normlab as normlab_sub
 from tests.helpers import run_inproc as normlab
@@ -61,7 +62,8 @@ def test_a_tiny_nonzero_difference_needs_more_seeds_than_searched_not_no_differe
     seeds", not "no difference to resolve", which is kept for a difference of exactly 0."""
     from normlab.experiments.lrgrid import GridRun, analyze
     from normlab.report.lrsection import paired_cells
-    from normlab.stats import SEEDS_NEEDED_MAX, t_ppf
+    from normlab.stats.intervals import t_ppf
+    from normlab.stats.planning import SEEDS_NEEDED_MAX
 
     sd = 0.1
     assert (t_ppf(0.975, SEEDS_NEEDED_MAX - 1) + t_ppf(0.8, SEEDS_NEEDED_MAX - 1)) * sd / math.sqrt(

@@ -19,7 +19,7 @@ from normlab.experiments.sweep import dump_spec
 from normlab.experiments.worker import record
 from normlab.model.build import build_model
 from normlab.report import scaling_fit as sf
-from normlab.stats import welch
+from normlab.stats.intervals import welch
 from tests.helpers import assert_bad_input, register_sweep
 from tests.helpers import run_inproc as normlab
 
@@ -362,7 +362,7 @@ STORED_N = (12_480, 98_944, 333_120, 788_736, 2_659_200)
 
 
 def test_a_sign_change_significant_only_before_holm_is_not_a_crossover():
-    from normlab.stats import holm
+    from normlab.stats.multiplicity import holm
 
     pairs = [("Pre-LN", "Peri-LN"), ("Pre-LN", "Post-LN"), ("Peri-LN", "Post-LN")]
     raw = {pr: [welch(list(STORED[pr[0]][i]), list(STORED[pr[1]][i])).p for i in range(5)] for pr in pairs}
@@ -392,7 +392,7 @@ def test_a_sign_change_significant_only_before_holm_is_not_a_crossover():
 def test_the_stored_sweep_reports_adjusted_p_and_names_its_confounds(tmp_path):
     from normlab.report.analysis import load
     from normlab.report.scaling import analyse, to_json
-    from normlab.stats import holm
+    from normlab.stats.multiplicity import holm
 
     d = tmp_path / "sizes"
     make_size_sweep(d)   # depth 1-3 with width, one lr, a fixed token budget

@@ -147,7 +147,7 @@ def test_an_interrupted_round_stops_the_plan(tmp_path, monkeypatch):
 
 def test_fixed_decisions_use_holm_over_the_family():
     from normlab.experiments.question import Question
-    from normlab.stats import holm
+    from normlab.stats.multiplicity import holm
 
     vals = {"A": {s: effect_b("A", s) for s in range(5)}, "B": {s: effect_b("B", s) for s in range(5)},
             "C": {s: effect_b("C", s) for s in range(5)}}
