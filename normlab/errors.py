@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Iterable
+from typing import Any
 
 EXIT_OK = 0
 EXIT_FAILED = 1  # an unexpected error (a bug, or the machine): the traceback is in the log
@@ -39,6 +40,16 @@ def did_you_mean(name: str, allowed: Iterable[str]) -> str:
         return f" (did you mean '{same[0]}'?)"
     close = difflib.get_close_matches(name, allowed, n=1, cutoff=0.5)
     return f" (did you mean '{close[0]}'?)" if close else ""
+
+
+def check_keys(mapping: Iterable[Any], allowed: Iterable[str], where: str) -> None:
+    """Refuse the first key of ``mapping`` that is not in ``allowed``: ``WHERE: unknown key 'k' (did you mean
+    ...?); allowed: a, b`` (the one wording for every mapping a user writes: sweep files, their sections, claims)."""
+    allowed = list(allowed)
+    for k in mapping:
+        if k not in allowed:
+            raise NormlabError(f"{where}: unknown key '{k}'{did_you_mean(str(k), allowed)}; allowed: "
+                               f"{', '.join(allowed)}")
 
 
 def unknown(kind: str, name: str, allowed: Iterable[str]) -> NormlabError:

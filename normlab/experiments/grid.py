@@ -16,7 +16,7 @@ import math
 import re
 from typing import Any
 
-from normlab.errors import NormlabError
+from normlab.errors import NormlabError, check_keys
 
 GRID_KEYS = ("min", "max", "points")
 
@@ -54,9 +54,7 @@ def expand_grid(spec: Any, *, name: str = "lr_grid", integer: bool = False, digi
 
     Bad specs are one-line ``NormlabError``s naming ``name`` and what is allowed."""
     if isinstance(spec, dict):
-        extra = sorted(set(map(str, spec)) - set(GRID_KEYS))
-        if extra:
-            raise NormlabError(f"{name}: unknown key '{extra[0]}'; allowed: {', '.join(GRID_KEYS)}")
+        check_keys(spec, GRID_KEYS, name)
         missing = [k for k in GRID_KEYS if k not in spec]
         if missing:
             raise NormlabError(f"{name} needs min, max and points (log-spaced), or a list of values; missing "

@@ -24,7 +24,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from normlab.errors import NormlabError, did_you_mean
+from normlab.errors import NormlabError, check_keys
 
 PLAN_KEYS = ("max_seeds", "round", "looks")
 MAX_LOOKS = 20
@@ -38,10 +38,7 @@ def resolve_plan(plan: Any, seeds: list[int], source: str) -> tuple[dict[str, An
     (the first look's seeds unless ``looks`` says otherwise)."""
     if not isinstance(plan, dict) or not plan:
         raise NormlabError(f"{source}: sequential must be a mapping with max_seeds (and optionally round) or looks")
-    for k in plan:
-        if k not in PLAN_KEYS:
-            raise NormlabError(f"{source}: sequential: unknown key '{k}'{did_you_mean(str(k), PLAN_KEYS)}; "
-                               f"allowed: {', '.join(PLAN_KEYS)}")
+    check_keys(plan, PLAN_KEYS, f"{source}: sequential")
 
     def count(name: str, v: Any, low: int) -> int:
         if isinstance(v, bool) or not isinstance(v, int) or v < low:

@@ -33,7 +33,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from normlab.errors import NormlabError, did_you_mean
+from normlab.errors import NormlabError, check_keys
 
 SIZE_KEYS = ("sizes", "size_grid", "tokens_per_param", "lr_transfer")
 SIZE_OWNED = ("model.width", "model.depth", "model.heads")
@@ -68,11 +68,7 @@ def _pos_num(v: Any, what: str) -> float:
 def _mapping(v: Any, what: str, allowed: tuple[str, ...]) -> dict[str, Any]:
     if not isinstance(v, dict):
         raise NormlabError(f"{what} must be a mapping with keys {', '.join(allowed)}, got {type(v).__name__}")
-    for k in v:
-        if k not in allowed:
-            raise NormlabError(
-                f"{what}: unknown key '{k}'{did_you_mean(str(k), allowed)}; allowed: {', '.join(allowed)}"
-            )
+    check_keys(v, allowed, what)
     return v
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from normlab.config import _all_keys, _mapping_keys, read_yaml, resolve_config_path, suggest_key
-from normlab.errors import NormlabError, did_you_mean
+from normlab.errors import NormlabError, check_keys
 from normlab.experiments.grid import expand_grid
 from normlab.experiments.plan import resolve_plan
 from normlab.experiments.question import QUESTION_KEYS
@@ -136,9 +136,7 @@ def _variants(v: Any, w: Where) -> list[tuple[str, dict[str, Any]]]:
         if len(name) > MAX_NAME or not name.isprintable():
             raise NormlabError(f"{src}: variant #{i + 1}'s name ({len(name)} characters, starting {name[:20]!r}) "
                                f"must be at most {MAX_NAME} printable characters")
-        extra = set(x) - {"name", "set"}
-        if extra:
-            raise NormlabError(f"{src}: variant '{name}' has unknown key '{sorted(extra)[0]}'; allowed: name, set")
+        check_keys(x, ("name", "set"), f"{src}: variant '{name}'")
         if any(name == n for n, _ in out):
             raise NormlabError(f"{src}: two variants are named '{name}'; names must be unique")
         out.append((name, flatten(x.get("set") or {}, f"{src}: variant '{name}'")))
@@ -200,11 +198,7 @@ def read_sweep_file(raw: Any, *, here: Path | None = None, source: str = "sweep"
     """Check the top-level keys of sweep mapping ``raw`` (field by field, then across fields)."""
     if not isinstance(raw, dict):
         raise NormlabError(f"{source} must be a YAML mapping with keys {', '.join(TOP_KEYS)}")
-    for k in raw:
-        if k not in TOP_KEYS:
-            raise NormlabError(
-                f"{source}: unknown key '{k}'{did_you_mean(str(k), TOP_KEYS)}; allowed: {', '.join(TOP_KEYS)}"
-            )
+    check_keys(raw, TOP_KEYS, source)
     w = Where(source, here)
     values = {f.name: f.metadata["read"](raw.get(f.metadata["key"]), w) for f in fields(SweepFile)}
     if values["plan"] is not None:  # the plan's seeds are all in the design from the start

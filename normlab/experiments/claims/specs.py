@@ -50,7 +50,7 @@ from typing import Any
 
 import yaml
 
-from normlab.errors import NormlabError, did_you_mean
+from normlab.errors import NormlabError, check_keys, did_you_mean
 from normlab.experiments.claims.variants import ALL_VARIANTS, GRID_VARIANTS, recipe
 
 TESTS = ("t", "equivalence", "exact", "collapse")
@@ -144,10 +144,7 @@ _REQUIRED = {"top": ("name", "claim", "paper", "question", "variants", "measure"
 def _keys(d: Any, allowed: tuple[str, ...], required: tuple[str, ...], where: str) -> dict:
     if not isinstance(d, dict):
         raise NormlabError(f"{where} must be a mapping, got {type(d).__name__}")
-    for k in d:
-        if k not in allowed:
-            raise NormlabError(f"{where}: unknown key '{k}'{did_you_mean(str(k), allowed)}; allowed: "
-                               f"{', '.join(allowed)}")
+    check_keys(d, allowed, where)
     missing = [k for k in required if k not in d]
     if missing:
         raise NormlabError(f"{where}: missing {', '.join(missing)}")
