@@ -86,6 +86,55 @@ def assert_same_weights(a: Path, b: Path) -> None:
         assert torch.equal(wa[k], wb[k]), f"{k} differs"
 
 
+class HostReads:
+    """The CPU stand-in for ``torch.cuda.set_sync_debug_mode``: inside ``with HostReads() as r``, every host read of a
+    tensor's value (``aten._local_scalar_dense``: ``.item()``, ``float()``, ``bool()``, an ``if`` on a tensor; and
+    ``.tolist()``) is listed in ``r.reads[r.step]`` (``r.step`` set by the test where a step starts), named by the
+    nearest normlab or torch.optim frame (``"runstate.py:after_backward"``, ``"tolist loop.py:get_batch"``)."""
+
+    def __init__(self) -> None:
+        import collections
+
+        self.reads: dict[int, list[str]] = collections.defaultdict(list)
+        self.step = -1
+
+    @staticmethod
+    def where() -> str:
+        import traceback
+
+        for fr in reversed(traceback.extract_stack()[:-2]):
+            if "normlab" in fr.filename.split(os.sep) or f"torch{os.sep}optim" in fr.filename:
+                return f"{os.path.basename(fr.filename)}:{fr.name}"
+        return "?"
+
+    def __enter__(self) -> HostReads:
+        import torch
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        reads, tolist = self, torch.Tensor.tolist
+
+        class Reads(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                if func is torch.ops.aten._local_scalar_dense.default:
+                    reads.reads[reads.step].append(reads.where())
+                return func(*args, **(kwargs or {}))
+
+        def counted_tolist(t):
+            reads.reads[reads.step].append("tolist " + reads.where())
+            return tolist(t)
+
+        self._tolist, self._mode = tolist, Reads()
+        torch.Tensor.tolist = counted_tolist
+        self._mode.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        import torch
+
+        self._mode.__exit__(*exc)
+        torch.Tensor.tolist = self._tolist
+
+
 # Installed as ``sitecustomize`` in every Python process of a killed run (the CLI, torchrun and its ranks): when
 # ``normlab.rundir.tensors`` is first imported, its ``save_checkpoint`` is wrapped so that the process SIGKILLs itself
 # as it is about to write the first checkpoint after step NORMLAB_TEST_KILL_AFTER (the steps since that checkpoint

@@ -40,8 +40,12 @@ def rms_to_inf_norm(W: torch.Tensor) -> float:
 
 @torch.no_grad()
 def spectral_norm(W: torch.Tensor) -> float:
-    """The largest singular value of ``W [d_out, d_in]`` (``torch.linalg.matrix_norm(W, 2)``, in float64)."""
-    return float(torch.linalg.matrix_norm(W.detach().double(), ord=2))
+    """The largest singular value of ``W [d_out, d_in]`` (``torch.linalg.matrix_norm(W, 2)``, in float64); NaN for
+    non-finite weights (a diverged run's, whose SVD fails)."""
+    W = W.detach().double()
+    if not bool(torch.isfinite(W).all()):
+        return math.nan
+    return float(torch.linalg.matrix_norm(W, ord=2))
 
 
 def weight_norm_record(model: nn.Module) -> dict[str, float]:

@@ -66,6 +66,12 @@ class GlobalClip:
     def clip(self, step: int) -> float:
         return float(self.clip_on_device(step))
 
+    def mark(self) -> None:
+        return None
+
+    def restore(self, mark: None) -> None:
+        pass
+
     def metrics(self) -> dict[str, float]:
         return {}
 
@@ -81,7 +87,12 @@ class GlobalClip:
 
 class AdaGC:
     """AdaGC over named parameters (see the module docstring). ``clip(step)`` with ``step`` the 0-based index of
-    the step being run clips the gradients in place and returns the global norm before clipping."""
+    the step being run clips the gradients in place and returns the global norm before clipping.
+
+    Its state lives on the parameters' device and a step reads nothing to the host (:meth:`clip_on_device`): the
+    thresholds ``gamma``, the scales and the per-tensor clip counts are tensors there; the per-group metrics and
+    counts are read when asked for (a logged step, a checkpoint, the summary). The arithmetic is the host version's,
+    operation for operation, so the CPU results are bit for bit those of reading every step."""
 
     def __init__(self, named: dict[str, nn.Parameter], *, lambda_abs: float, lambda_rel: float, beta: float,
                  warmup: int):
@@ -89,69 +100,121 @@ class AdaGC:
         self.params = [named[n] for n in self.names]
         self.groups = [param_group(n) for n in self.names]
         self.lambda_abs, self.lambda_rel, self.beta, self.warmup = lambda_abs, lambda_rel, beta, warmup
-        self.gamma = torch.full((len(self.params),), math.inf, dtype=torch.float64)
-        self.counts: dict[str, int] = {g: 0 for g in dict.fromkeys(self.groups)}
-        self._last: dict[str, float] = {}
+        self.device = self.params[0].device if self.params else torch.device("cpu")
+        self.gamma = torch.full((len(self.params),), math.inf, dtype=torch.float64, device=self.device)
+        self.base_counts: dict[str, int] = {g: 0 for g in dict.fromkeys(self.groups)}  # as of the last load
+        self.clipped = torch.zeros(len(self.params), dtype=torch.int64, device=self.device)  # clipped steps since
+        self._last: tuple[list[int], torch.Tensor, torch.Tensor] | None = None  # have, scale, new gamma
+        self._index_cache: dict[tuple[int, ...], tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def _index(self, have: list[int]) -> torch.Tensor | None:
+        """``have`` as an index tensor on the device (None: every parameter); copied from pinned memory without
+        blocking the host, once per distinct set."""
+        if len(have) == len(self.params):
+            return None
+        key = tuple(have)
+        if key not in self._index_cache:
+            host = torch.tensor(have)
+            if self.device.type == "cpu":
+                self._index_cache[key] = (host, host)
+            else:  # the pinned source stays alive with its copy
+                host = host.pin_memory()
+                self._index_cache[key] = (host, host.to(self.device, non_blocking=True))
+        return self._index_cache[key][1]
 
     @torch.no_grad()
-    def clip(self, step: int) -> float:
+    def clip_on_device(self, step: int) -> torch.Tensor | float:
+        """Clip; returns the global norm before clipping as a 0-dim float64 tensor on the gradients' device, with
+        no host read."""
         have = [i for i, p in enumerate(self.params) if p.grad is not None]
         if not have:
             return 0.0
         grads = [self.params[i].grad for i in have]
-        norms = torch.stack([torch.linalg.vector_norm(g.detach().double()) for g in grads]).cpu()
-        total = float(torch.linalg.vector_norm(norms))
-        idx = torch.tensor(have)
-        gamma = self.gamma[idx]
+        norms = torch.stack([torch.linalg.vector_norm(g.detach().double()) for g in grads])
+        total = torch.linalg.vector_norm(norms)
+        idx = self._index(have)
+        gamma = self.gamma if idx is None else self.gamma[idx]
         if step < self.warmup:
-            h = min(1.0, self.lambda_abs / (total + CLIP_EPS)) if self.lambda_abs > 0 else 1.0
-            scale = torch.full_like(norms, h)
+            if self.lambda_abs > 0:
+                x = torch.full_like(total, self.lambda_abs) / (total + CLIP_EPS)
+                h = torch.where(x < 1.0, x, 1.0)  # Python's min(1.0, x): a NaN norm leaves h = 1
+            else:
+                h = torch.ones_like(total)
+            scale = h.expand_as(norms)
             new_gamma = torch.minimum(gamma, norms * scale)
         else:
             scale = (self.lambda_rel * gamma / (norms + CLIP_EPS)).clamp(max=1.0)
             scale = torch.where(torch.isfinite(gamma), scale, torch.ones_like(scale))  # never seen: not clipped
             clipped = norms * scale
             new_gamma = torch.where(torch.isfinite(gamma), self.beta * gamma + (1 - self.beta) * clipped, clipped)
-        self.gamma[idx] = new_gamma
-        for g, s in zip(grads, scale.tolist()):
-            if s < 1.0:
-                g.mul_(s)
+        if idx is None:
+            self.gamma = new_gamma
+        else:
+            self.gamma[idx] = new_gamma
+        hit = scale < 1.0
+        factor = torch.where(hit, scale, 1.0)  # a gradient is scaled where its scale is below 1 (x 1.0 is exact)
+        for j, g in enumerate(grads):
+            g.mul_(factor[j])
+        if idx is None:
+            self.clipped += hit
+        else:
+            self.clipped.index_add_(0, idx, hit.long())
+        self._last = (have, scale, new_gamma)
+        return total
+
+    def clip(self, step: int) -> float:
+        return float(self.clip_on_device(step))
+
+    def mark(self) -> torch.Tensor:
+        """The clip counts as they are now (a device copy), for :meth:`restore` when the steps after it are dropped
+        (a run that diverged before them; normlab.train.runstate.RunState.settle)."""
+        return self.clipped.clone()
+
+    def restore(self, mark: torch.Tensor | None) -> None:
+        if mark is not None:
+            self.clipped = mark
+
+    def metrics(self) -> dict[str, float]:
+        """The last step's per-group clip share and mean threshold (flat keys for metrics.jsonl); read here."""
+        if self._last is None:
+            return {}
+        have, scale, new_gamma = self._last
+        shares, thresholds = scale.tolist(), (self.lambda_rel * new_gamma).tolist()
         per: dict[str, list[tuple[bool, float]]] = {}
         for j, i in enumerate(have):
-            per.setdefault(self.groups[i], []).append((scale[j].item() < 1.0, float(self.lambda_rel * new_gamma[j])))
+            per.setdefault(self.groups[i], []).append((shares[j] < 1.0, thresholds[j]))
         last: dict[str, float] = {}
         for grp, rows in per.items():
-            n_clip = sum(c for c, _ in rows)
-            self.counts[grp] = self.counts.get(grp, 0) + n_clip
-            last[f"adagc/clipped/{grp}"] = n_clip / len(rows)
+            last[f"adagc/clipped/{grp}"] = sum(c for c, _ in rows) / len(rows)
             finite = [t for _, t in rows if math.isfinite(t)]
             if finite:
                 last[f"adagc/threshold/{grp}"] = sum(finite) / len(finite)
-        self._last = last
-        return total
+        return last
 
-    def clip_on_device(self, step: int) -> float:
-        """As :meth:`clip` (AdaGC keeps its thresholds on the host and reads every step's per-tensor norms)."""
-        return self.clip(step)
-
-    def metrics(self) -> dict[str, float]:
-        """The last step's per-group clip share and mean threshold (flat keys for metrics.jsonl)."""
-        return dict(self._last)
+    @property
+    def counts(self) -> dict[str, int]:
+        """Clipped tensor-steps per group over the run (read here)."""
+        counts = dict(self.base_counts)
+        for grp, n in zip(self.groups, self.clipped.tolist()):
+            counts[grp] = counts.get(grp, 0) + n
+        return counts
 
     def summary(self) -> dict[str, Any]:
-        return {"adagc_clipped": dict(self.counts)}
+        return {"adagc_clipped": self.counts}
 
     def state_dict(self) -> dict[str, Any]:
         return {"gamma": [None if not math.isfinite(v) else v for v in self.gamma.tolist()], "names": self.names,
-                "counts": dict(self.counts)}
+                "counts": self.counts}
 
     def load_state_dict(self, state: dict[str, Any] | None) -> None:
         if not state:
             return
         if state.get("names") != self.names:
             raise ValueError("the AdaGC state in the checkpoint is for other parameters")
-        self.gamma = torch.tensor([math.inf if v is None else float(v) for v in state["gamma"]], dtype=torch.float64)
-        self.counts = {k: int(v) for k, v in state["counts"].items()}
+        self.gamma = torch.tensor([math.inf if v is None else float(v) for v in state["gamma"]],
+                                  dtype=torch.float64).to(self.device)
+        self.base_counts = {k: int(v) for k, v in state["counts"].items()}
+        self.clipped = torch.zeros_like(self.clipped)
 
 
 def build_clipper(model: nn.Module, tcfg: Any) -> GlobalClip | AdaGC:

@@ -38,7 +38,7 @@ from normlab.train.losses import lm_loss
 from normlab.train.precision import (CompileTimer, autocast, kept_determinism, nondeterministic_op_error,
                                     prepare_model, resolve_runtime)
 from normlab.train.progress import ProgressReporter
-from normlab.train.runstate import PendingStep, RunState, claim_run_dir, interrupted_summary
+from normlab.train.runstate import RunState, claim_run_dir, interrupted_summary
 from normlab.train.threads import record_run, resolve_threads, step_flops, wait_policy_note
 from normlab.train.tracking import Tracker, probe_trackers
 from normlab.validate import check_train_memory
@@ -256,27 +256,24 @@ class Recipe:
         self.t_start = time.time()
         s.model.train()
         defer = defer_reads(self.cfg, ctx)
-        pending: list[PendingStep] = []  # steps whose loss and gradient norm are still on the device
         with self._metrics_log() as mlog:
             while s.step < tc.steps:
                 if ctx.any(self.flag.stop):  # one all-reduce per step on more than one process: all stop together
-                    if self._settle(mlog, pending):
+                    if self._settle(mlog):
                         break
                     s.status = "interrupted"
                     self._checkpoint()
                     break
                 read = not defer or self._read_point(s.step)
-                if read and self._settle(mlog, pending):
+                if read and self._settle(mlog):  # the steps still on the device (s.pending)
                     break
                 lr = s.set_lr()
                 s.diag.start_step(s.step)  # diag: forward hooks on diagnostic steps only
                 t_step = time.perf_counter()
                 loss_sum, extra = self._forward_backward()
                 if not read:  # no host read: the step's checks wait for the next read point
-                    pending.append(s.clip_unread(loss_sum))
-                    s.optimizer_step()
+                    s.step_unread(loss_sum)
                     self.timer.add(time.perf_counter() - t_step)
-                    s.advance(False)
                     continue
                 grad_norm = s.after_backward(loss_sum)
                 diverged = s.diverged(grad_norm)
@@ -298,19 +295,16 @@ class Recipe:
         return self._finish()
 
     def _read_point(self, i: int) -> bool:
-        """Whether step ``i`` (0-based) reads its loss and gradient norm on the host when reads are deferred: a
-        logged, evaluation, checkpoint, diagnostic or effective-LR step, or the last one."""
-        s, tc, every = self.state, self.cfg.train, self.cfg.optim.effective_lr_every
-        n = i + 1
-        return (n == tc.steps or any(n % k == 0 for k in (tc.log_every, tc.eval_every, tc.checkpoint_every))
-                or s.diag.is_diag_step(i) or (every > 0 and n % every == 0))
+        """Whether step ``i`` (0-based) reads its loss and gradient norm on the host when reads are deferred
+        (``RunState.read_point``)."""
+        return self.state.read_point(i)
 
-    def _settle(self, mlog: IO[str], pending: list[PendingStep]) -> bool:
+    def _settle(self, mlog: IO[str]) -> bool:
         """The host part of the deferred steps (one read of their losses and gradient norms): their spike records
         written in step order; True when one of them diverged (the run ends there, as if read at once)."""
-        if not pending:
+        if not self.state.pending:
             return False
-        records, diverged = self.state.settle(pending)
+        records, diverged = self.state.settle()
         for rec in records:
             self._write(mlog, rec)
         if diverged:

@@ -91,13 +91,14 @@ def interrupted_summary(cfg: RunConfig, run_dir: Path, run_hash: str) -> dict[st
 @dataclass
 class PendingStep:
     """A step taken on the device whose host part (spike and divergence checks) waits for the next read point:
-    its index (0-based), the tokens seen before it, its summed cross-entropy (0-dim float64 tensor) and its gradient
-    norm before clipping (0-dim tensor, or the float AdaGC computes on the host)."""
+    its index (0-based), the tokens seen before it, its summed cross-entropy (0-dim float64 tensor), its gradient
+    norm before clipping (0-dim tensor) and the clipper's counts before it (``mark()``: AdaGC's, else None)."""
 
     step: int
     tokens_seen: int
     loss_sum: torch.Tensor
     grad_norm: torch.Tensor | float
+    clip_mark: Any = None
 
 
 @dataclass
@@ -126,6 +127,7 @@ class RunState:
     status: str = "completed"
     last_loss: float = float("nan")
     val: dict[str, Any] = field(default_factory=dict)
+    pending: list[PendingStep] = field(default_factory=list)  # steps taken whose host part waits (settle)
 
     @classmethod
     def build(cls, cfg: RunConfig, run_dir: Path, data: Any, model: torch.nn.Module, run_hash: str,
@@ -188,6 +190,15 @@ class RunState:
         return {k: rng_from_json(v) for k, v in state["rng"].items() if k in ("torch", "cuda")}
 
     # -- one step ---------------------------------------------------------------------------------------------------
+    def read_point(self, i: int) -> bool:
+        """Whether step ``i`` (0-based) reads its loss and gradient norm on the host when reads are deferred
+        (normlab.train.loop.defer_reads): a logged, evaluation, checkpoint, diagnostic or effective-LR step, or the
+        last one."""
+        tc, every = self.cfg.train, self.cfg.optim.effective_lr_every
+        n = i + 1
+        return (n == tc.steps or any(n % k == 0 for k in (tc.log_every, tc.eval_every, tc.checkpoint_every))
+                or self.diag.is_diag_step(i) or (every > 0 and n % every == 0))
+
     def due(self, every: int) -> bool:
         """Whether the step just taken is a multiple of ``every`` or the last one."""
         return self.step % every == 0 or self.step == self.cfg.train.steps
@@ -208,32 +219,38 @@ class RunState:
         self.diag.after_backward(self.step, self.last_loss)  # diag: grad norms, spike check; hooks removed
         return float(self.clipper.clip_on_device(self.step))
 
-    def clip_unread(self, loss_sum: torch.Tensor) -> PendingStep:
-        """A step whose loss and gradient norm stay on the device until the next read point (a step that is
-        neither logged nor a diagnostic, evaluation or checkpoint step; normlab.train.loop): clipping alone, no
-        host read. Returns what :meth:`settle` needs to take the step's host part later."""
-        return PendingStep(self.step, self.tokens_seen, loss_sum, self.clipper.clip_on_device(self.step))
+    def step_unread(self, loss_sum: torch.Tensor) -> None:
+        """The rest of a step whose loss and gradient norm stay on the device until the next read point (not a
+        :meth:`read_point`): clipping, the update and the count, no host read. The step waits in ``pending`` for
+        :meth:`settle` to take its host part."""
+        mark = self.clipper.mark()
+        self.pending.append(PendingStep(self.step, self.tokens_seen, loss_sum, self.clipper.clip_on_device(self.step),
+                                        mark))
+        self.optimizer_step()  # never an effective-LR step: those are read points
+        self.advance(False)
 
-    def settle(self, pending: list[PendingStep]) -> tuple[list[dict[str, Any]], str | None]:
+    def settle(self) -> tuple[list[dict[str, Any]], str | None]:
         """The host part of the ``pending`` steps, in order, as :meth:`after_backward` and :meth:`diverged` take it
         for a step read at once: the spike check (its records returned, to be written in step order) and the
-        divergence check. A diverged step ends there as it would have when read at once (``step``, ``tokens_seen``
-        and ``last_loss`` are its own; the steps after it are dropped); returns the records and the line that says
-        so, else None."""
+        divergence check. A diverged step ends there as it would have when read at once (``step``, ``tokens_seen``,
+        ``last_loss`` and the clipper's counts are its own; the steps after it are dropped); returns the records and
+        the line that says so, else None."""
         records: list[dict[str, Any]] = []
-        step, tokens = self.step, self.tokens_seen
-        for p in pending:
+        step, tokens, pending = self.step, self.tokens_seen, self.pending
+        for j, p in enumerate(pending):
             self.step, self.tokens_seen = p.step, p.tokens_seen
             self.last_loss = float(p.loss_sum) / self.cfg.train.grad_accum
             self.diag.after_backward(p.step, self.last_loss)  # no hooks on a pending step: the spike check alone
             rec = self.diag.collect()
             diverged = self.diverged(float(p.grad_norm))
             if diverged:
+                self.clipper.restore(pending[j + 1].clip_mark if j + 1 < len(pending) else None)
+                self.pending = []
                 return records, diverged
             if rec:
                 records.append(rec)
         self.step, self.tokens_seen = step, tokens
-        pending.clear()
+        self.pending = []
         return records, None
 
     def diverged(self, grad_norm: float) -> str | None:

@@ -47,7 +47,8 @@ from normlab.model import build_model
 from normlab.rundir.files import CONFIG_FILE
 from normlab.rundir.readers import apply_norm_defaults, load_data, read_data_info, run_data
 from normlab.train.losses import lm_loss
-from normlab.train.loop import get_batch
+from normlab.train.distributed import SINGLE
+from normlab.train.loop import defer_reads, get_batch, to_device
 from normlab.train.precision import (autocast, kept_determinism, nondeterministic_op_error, prepare_model,
                                     resolve_runtime)
 from normlab.train.runstate import RunState, claim_run_dir, interrupted_summary
@@ -231,6 +232,7 @@ def _train_group(cfgs: list[RunConfig], dirs: list[Path], resumes: list[bool], h
     with torch.random.fork_rng(devices=[torch.cuda.current_device()] if dev == "cuda" else []):
         base = prepare_model(build_model(mc).to(dev), tc.precision)
     stacked = _StackedForward(base, bool(tc.compile))
+    defer = defer_reads(c0, SINGLE)  # on an accelerator: a step that is no member's read point reads nothing
     say(f"stacked group of {len(members)}: " + " | ".join(runtime))
     for m in members:
         m.model.train()
@@ -241,12 +243,16 @@ def _train_group(cfgs: list[RunConfig], dirs: list[Path], resumes: list[bool], h
             live = [m for m in members if not m.done]
             if not live:
                 break
-            if flag.stop:
+            step = min(m.step for m in live)
+            read = not defer or live[0].read_point(step)  # the members share their schedule (stack_key)
+            stop = flag.stop
+            if (read or stop) and _settle(live, say):
+                continue  # a member diverged at a step taken unread: it stops there, the others go on
+            if stop:
                 for m in live:
                     m.status = "interrupted"
                     _checkpoint(m, t_start)
                 break
-            step = min(m.step for m in live)
             active = [m for m in live if m.step == step]
             lrs = [m.set_lr() for m in active]
             for m in active:
@@ -258,6 +264,10 @@ def _train_group(cfgs: list[RunConfig], dirs: list[Path], resumes: list[bool], h
                 if stacked.note:
                     say(stacked.note)
                     stacked.note = ""
+            if not read:  # no host read: each member's checks wait for the next read point
+                for m, (loss_sum, _) in zip(active, results):
+                    m.step_unread(loss_sum)
+                continue
             eval_s = 0.0
             for m, lr, (loss_sum, extra) in zip(active, lrs, results):
                 eval_s += _finish_step(m, lr, loss_sum, extra, t_start, mark_t, say)
@@ -307,54 +317,81 @@ def _group_runtime(cfgs: list[RunConfig], threads: int | None) -> tuple[list[str
     return runtime, why_threads
 
 
-def _alone_step(m: _Member) -> tuple[float, dict[str, float]]:
+def _alone_step(m: _Member) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """One step of one member through its own module (a diagnostic step, or a group of one), as the loop runs it,
-    with the member's own global RNG stream."""
+    with the member's own global RNG stream. Returns the summed cross-entropy and the mean extra loss terms as 0-dim
+    float64 tensors on the device (the same float64 sums as Python floats), read at a read point."""
     tc, mc, dev = m.cfg.train, m.cfg.model, m.cfg.device
     torch.set_rng_state(m.rng)
     if m.cuda_rng is not None:
         torch.cuda.set_rng_state(m.cuda_rng)
-    loss_sum, extra = 0.0, {}
+    loss_sum: Any = 0.0
+    extra: dict[str, Any] = {}
     for _ in range(tc.grad_accum):
-        x, y = (t.to(dev) for t in get_batch(m.data.train, tc.batch_size, mc.context, m.gen))
+        x, y = (to_device(t, dev) for t in get_batch(m.data.train, tc.batch_size, mc.context, m.gen))
         with autocast(dev, tc.precision):
             logits = m.model(x)
         loss, parts = lm_loss(logits.float(), y, z_loss=tc.z_loss, logitnorm_tau=tc.logitnorm_tau)
         m.diag.observe_output(logits, y)
         (loss / tc.grad_accum).backward()
-        loss_sum += float(parts.pop("ce"))
+        loss_sum = loss_sum + parts.pop("ce").double()
         for k, v in parts.items():
-            extra[k] = extra.get(k, 0.0) + float(v) / tc.grad_accum
+            extra[k] = extra.get(k, 0.0) + v.double() / tc.grad_accum
     m.rng = torch.get_rng_state()
     if m.cuda_rng is not None:
         m.cuda_rng = torch.cuda.get_rng_state()
     return loss_sum, extra
 
 
-def _stacked_step(active: list[_Member], stacked: _StackedForward) -> list[tuple[float, dict[str, float]]]:
-    """One step of every member in ``active`` as one vmapped forward and one backward per micro-batch."""
+def _stacked_step(active: list[_Member], stacked: _StackedForward) -> list[tuple[Any, dict[str, Any]]]:
+    """One step of every member in ``active`` as one vmapped forward and one backward per micro-batch; each member's
+    losses as :func:`_alone_step` returns them (on the device, unread)."""
     tc, mc, dev = active[0].cfg.train, active[0].cfg.model, active[0].cfg.device
-    out: list[tuple[float, dict[str, float]]] = [(0.0, {}) for _ in active]
+    out: list[tuple[Any, dict[str, Any]]] = [(0.0, {}) for _ in active]
     models = [m.model for m in active]
     for _ in range(tc.grad_accum):
         batches = [get_batch(m.data.train, tc.batch_size, mc.context, m.gen) for m in active]
-        x = torch.stack([b[0] for b in batches]).to(dev)  # [K, B, T]
+        x = to_device(torch.stack([b[0] for b in batches]), dev)  # [K, B, T]
         with autocast(dev, tc.precision):
             logits = stacked(models, x)  # [K, B, T, V]
         total = 0.0
         for k, (m, (_, y)) in enumerate(zip(active, batches)):
-            loss, parts = lm_loss(logits[k].float(), y.to(dev), z_loss=tc.z_loss, logitnorm_tau=tc.logitnorm_tau)
+            loss, parts = lm_loss(logits[k].float(), to_device(y, dev), z_loss=tc.z_loss,
+                                  logitnorm_tau=tc.logitnorm_tau)
             total = total + loss / tc.grad_accum
             loss_sum, extra = out[k]
-            loss_sum += float(parts.pop("ce"))
+            loss_sum = loss_sum + parts.pop("ce").double()
             for key, v in parts.items():
-                extra[key] = extra.get(key, 0.0) + float(v) / tc.grad_accum
+                extra[key] = extra.get(key, 0.0) + v.double() / tc.grad_accum
             out[k] = (loss_sum, extra)
         total.backward()  # member k's parameters get the gradient of its own loss alone
     return out
 
 
-def _finish_step(m: _Member, lr: float, loss_sum: float, extra: dict[str, float], t_start: float, mark_t: float,
+def _settle(live: list[_Member], say: Any) -> bool:
+    """The host part of each member's steps taken unread (``RunState.settle``): spike records written in step
+    order; a member that diverged at one of them stops there. True when one did."""
+    stopped = False
+    for m in live:
+        if not m.pending:
+            continue
+        records, diverged = m.settle()
+        for rec in records:
+            _write(m, rec)
+        if diverged:
+            m.done = stopped = True
+            say(f"{m.run_dir.name}: {diverged}")
+    return stopped
+
+
+def _write(m: _Member, record: dict[str, Any]) -> None:
+    """A member's metrics record to its metrics.jsonl and trackers."""
+    m.mlog.write(dumps(record) + "\n")
+    m.mlog.flush()
+    m.tracker.log(record)
+
+
+def _finish_step(m: _Member, lr: float, loss_sum: Any, extra: dict[str, Any], t_start: float, mark_t: float,
                  say: Any) -> float:
     """The rest of the loop's step for one member after its backward pass: clipping, divergence, update, metrics,
     evaluation, checkpoint. Returns the seconds spent evaluating."""
@@ -376,9 +413,7 @@ def _finish_step(m: _Member, lr: float, loss_sum: float, extra: dict[str, float]
         say(f"{m.run_dir.name} {m.evaluate(record, lr, grad_norm)}")
     eval_s = time.time() - t_eval
     if record:
-        m.mlog.write(dumps(record) + "\n")
-        m.mlog.flush()
-        m.tracker.log(record)
+        _write(m, record)
     if m.due(tc.checkpoint_every):
         _checkpoint(m, t_start)
     m.done = m.step >= tc.steps

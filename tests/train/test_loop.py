@@ -11,7 +11,7 @@ import pytest
 
 import normlab.train.loop as loop
 from normlab.config import load_config
-from tests.helpers import SHORT, run_inproc
+from tests.helpers import SHORT, HostReads, run_inproc
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -67,51 +67,21 @@ READ_POINT = loop.Recipe._read_point
 
 def _train_counting_reads(run_dir: Path, sets: list[str], monkeypatch, defer: bool) -> tuple[dict, dict[int, list]]:
     """Train ``tiny`` + ``sets`` in-process and list, per step, every host read of a tensor's value
-    (``aten._local_scalar_dense``: ``.item()``, ``float()``, ``bool()``, an ``if`` on a tensor; and ``.tolist()``),
-    named by the nearest normlab or torch.optim frame. A step starts where the loop decides whether it is read."""
-    import collections
-    import os
-    import traceback
-
-    import torch
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    reads: dict[int, list] = collections.defaultdict(list)
-    cur = [-1]
-
-    def where() -> str:
-        for fr in reversed(traceback.extract_stack()[:-2]):
-            if "normlab" in fr.filename.split(os.sep) or f"torch{os.sep}optim" in fr.filename:
-                return f"{os.path.basename(fr.filename)}:{fr.name}"
-        return "?"
-
-    class Reads(TorchDispatchMode):
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            if func is torch.ops.aten._local_scalar_dense.default:
-                reads[cur[0]].append(where())
-            return func(*args, **(kwargs or {}))
-
-    tolist = torch.Tensor.tolist
-
-    def counted_tolist(self):
-        reads[cur[0]].append("tolist " + where())
-        return tolist(self)
-
+    (tests.helpers.HostReads). A step starts where the loop decides whether it is read."""
     read_point = READ_POINT
+    reads = HostReads()
 
     def marked(self, i):
-        cur[0] = i
+        reads.step = i
         return read_point(self, i)
 
-    monkeypatch.setattr(torch.Tensor, "tolist", counted_tolist)
     monkeypatch.setattr(loop.Recipe, "_read_point", marked)
     monkeypatch.setattr(loop, "defer_reads", lambda cfg, ctx: True)  # every step asks whether it is a read point
-    read_all = not defer
-    if read_all:
+    if not defer:
         monkeypatch.setattr(loop.Recipe, "_read_point", lambda self, i: marked(self, i) or True)
-    with Reads():
+    with reads:
         summary = loop.train(load_config("tiny", sets), run_dir, quiet=True)
-    return summary, reads
+    return summary, reads.reads
 
 
 def _records(run_dir: Path) -> list[dict]:

@@ -13,7 +13,7 @@ from normlab.config import load_config
 from normlab.errors import NormlabError
 from normlab.train.loop import train
 from normlab.train.stacked import group_configs, stack_key, stack_refusal, train_stacked
-from tests.helpers import scratch_norm, weights
+from tests.helpers import HostReads, scratch_norm, weights
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -249,3 +249,94 @@ def test_a_stacked_forward_that_cannot_compile_runs_eager(tmp_path, cache, monke
         wa, ws = weights(tmp_path / f"a{i}"), weights(tmp_path / f"s{i}")
         for k in wa:
             torch.testing.assert_close(ws[k], wa[k], rtol=1e-5, atol=1e-6, msg=k)
+
+
+# -- host reads: the CPU stand-in for torch.cuda.set_sync_debug_mode ---------------------------------------------------
+
+QUIET = ["train.steps=12", "train.log_every=6", "train.eval_every=12", "train.checkpoint_every=6", "diag.every=4"]
+TIMINGS = ("tokens_per_s", "elapsed_s", "compile_s", "threads_reason", "wall_s_per_token", "mfu")
+
+
+def _group_counting_reads(out, cfgs, monkeypatch, defer, quiet=True):
+    """Train ``cfgs`` as one group with reads deferred (the accelerator policy, here on the CPU) or read at every
+    step, listing per step every host read of a tensor's value (tests.helpers.HostReads). A step starts where the
+    group decides whether it is read."""
+    import normlab.train.stacked as S
+    from normlab.train.runstate import RunState
+
+    reads, read_point = HostReads(), RunState.read_point
+
+    def marked(self, i):
+        reads.step = i
+        return read_point(self, i) or not defer
+
+    monkeypatch.setattr(RunState, "read_point", marked)
+    monkeypatch.setattr(S, "defer_reads", lambda cfg, ctx: True)
+    with reads:
+        summaries = train_stacked(cfgs, [out / f"r{i}" for i in range(len(cfgs))], quiet=quiet)
+    monkeypatch.undo()
+    return summaries, reads.reads
+
+
+def _records(run_dir):
+    return [{k: v for k, v in json.loads(line).items() if k not in TIMINGS}
+            for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def _same_group(a, sa, b, sb, n, skip=()):
+    """Two groups' run directories and summaries are equal but for timings (and the keys in ``skip``): metrics
+    lines, summaries and final weights bit for bit."""
+    for i in range(n):
+        assert _records(a / f"r{i}") == _records(b / f"r{i}"), f"member {i}"
+        x, y = ({k: v for k, v in s[i].items() if k not in (*TIMINGS, "run_dir", *skip)} for s in (sa, sb))
+        assert x == y, f"member {i}"
+        if sa[i]["status"] == "completed":
+            wa, wb = weights(a / f"r{i}"), weights(b / f"r{i}")
+            assert all(torch.equal(wa[k], wb[k]) for k in wa), f"member {i}"
+
+
+@pytest.mark.parametrize("clip", ["global", "adagc"])
+def test_a_stacked_step_between_read_points_reads_nothing_on_the_host(tmp_path, cache, monkeypatch, clip):
+    """With reads deferred, a group's step that no member logs, diagnoses, evaluates or checkpoints reads no tensor
+    of any member (AdaGC's per-tensor clipping included): only each member's batch window offsets (drawn from its CPU
+    data generator on every device) and torch's AdamW step counters (CPU tensors on every device). Before, such a
+    step read every member's loss, extra terms and gradient norm (and AdaGC its per-tensor scales). The group ends
+    bit for bit as when every step is read."""
+    extra = [*QUIET, f"train.clip={clip}", "train.warmup_steps=3", "train.adagc_lambda=0.5"]
+    s_now, r_now = _group_counting_reads(tmp_path / "now", _cfgs(cache, extra), monkeypatch, defer=False)
+    s_def, r_def = _group_counting_reads(tmp_path / "def", _cfgs(cache, extra), monkeypatch, defer=True)
+    quiet_steps = [i for i in range(12) if (i + 1) % 4 and (i + 1) % 6]  # diag.every 4, log every 6
+    assert quiet_steps == [0, 1, 2, 4, 6, 8, 9, 10]
+    allowed = {"tolist loop.py:get_batch", "optimizer.py:_get_value"}
+    for i in quiet_steps:
+        assert set(r_def[i]) <= allowed, (i, r_def[i])
+        assert r_def[i].count("tolist loop.py:get_batch") == len(MEMBERS)
+        assert r_now[i].count("runstate.py:after_backward") == 2 * len(MEMBERS)  # loss and grad norm, this step
+    settled = {i: r_def[i].count("runstate.py:settle") // (2 * len(MEMBERS)) for i in range(12)}
+    assert settled == {**dict.fromkeys(range(12), 0), 3: 3, 5: 1, 7: 1, 11: 3}  # the unread steps, at the next read
+    if clip == "adagc":
+        assert sum(s["adagc_clipped"]["attn"] for s in s_def) > 0  # lambda 0.5 clips
+    _same_group(tmp_path / "now", s_now, tmp_path / "def", s_def, len(MEMBERS))
+
+
+@pytest.mark.parametrize("clip", ["global", "adagc"])
+def test_a_member_diverging_between_read_points_ends_as_if_read_at_once(tmp_path, cache, monkeypatch, capsys, clip):
+    """A member that spikes and diverges at a step no one reads (lr 1: spikes at steps 3 and 4, diverged at 4; read
+    points at steps 6 and 12) stops at the
+    next read point with the step, status, loss, spike list, tokens, clip counts and message it gets when every
+    step is read; the other members go on and end bit for bit as in the group read at every step."""
+    extra = [*QUIET, "diag.every=0", f"train.clip={clip}", "train.warmup_steps=3", "diag.spike_factor=1.01",
+             "diag.spike_window=2"]
+    got = {}
+    for name, defer in (("now", False), ("def", True)):
+        cfgs = _cfgs(cache, extra)
+        cfgs[2].train.lr = 1.0
+        got[name] = _group_counting_reads(tmp_path / name, cfgs, monkeypatch, defer=defer, quiet=False)[0]
+        got[name + "_out"] = [line for line in capsys.readouterr().out.splitlines() if "diverged" in line]
+    a, b = got["now"], got["def"]
+    assert [s["status"] for s in a] == ["completed", "completed", "diverged", "completed"]
+    assert a[2]["step"] % 6 != 0 and a[2]["loss_spikes"]["count"] >= 2
+    assert got["now_out"] == got["def_out"] and len(got["now_out"]) == 1
+    if clip == "adagc":
+        assert sum(a[2]["adagc_clipped"].values()) > 0
+    _same_group(tmp_path / "now", a, tmp_path / "def", b, len(MEMBERS), skip=("weight_norms",))
