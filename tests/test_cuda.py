@@ -120,11 +120,12 @@ def test_gpu_speed_without_cuda_says_so_in_one_line(tmp_path):
 
 
 @needs_cuda
-@pytest.mark.parametrize("compile_", ["false", "true"])
-def test_cuda_steps_between_read_points_never_wait_for_the_device(tmp_path, cache, monkeypatch, compile_):
+@pytest.mark.parametrize(("compile_", "clip"), [("false", "global"), ("true", "global"), ("false", "adagc")])
+def test_cuda_steps_between_read_points_never_wait_for_the_device(tmp_path, cache, monkeypatch, compile_, clip):
     """``torch.cuda.set_sync_debug_mode("error")`` around every step that is neither logged nor a diagnostic,
     evaluation or checkpoint step (after the first two, which compile): any host read of a device tensor there
-    (``.item()``, ``float()``, an ``if`` on a tensor, a blocking copy) raises. The run completes."""
+    (``.item()``, ``float()``, an ``if`` on a tensor, a blocking copy) raises. The run completes (AdaGC too: its
+    per-tensor clipping stays on the device)."""
     import normlab.train.loop as loop
     from normlab.config import load_config
 
@@ -138,9 +139,42 @@ def test_cuda_steps_between_read_points_never_wait_for_the_device(tmp_path, cach
     monkeypatch.setenv("NORMLAB_CACHE_DIR", str(cache))
     monkeypatch.setattr(loop.Recipe, "_read_point", guarded)
     sets = [*SMALL, "diag.every=4", "train.steps=24", "train.log_every=6", "train.eval_every=12",
-            "train.checkpoint_every=12", f"train.compile={compile_}"]
+            "train.checkpoint_every=12", f"train.compile={compile_}", f"train.clip={clip}"]
     try:
         s = loop.train(load_config("tiny", sets), tmp_path / "r", quiet=True)
     finally:
         torch.cuda.set_sync_debug_mode("default")
     assert (s["status"], s["step"], s["device"]) == ("completed", 24, "cuda")
+
+
+@needs_cuda
+@pytest.mark.parametrize(("compile_", "clip"), [("false", "global"), ("true", "adagc")])
+def test_cuda_stacked_steps_between_read_points_never_wait_for_the_device(tmp_path, cache, compile_, clip,
+                                                                          monkeypatch):
+    """The same check for a stacked group of 4 (normlab.train.stacked): ``set_sync_debug_mode("error")`` around
+    every group step that no member logs, diagnoses, evaluates or checkpoints (after the first two); one member
+    diverges (lr 1; at step 8 on the CPU, between the read points 6 and 10) and stops, the others complete."""
+    from normlab.config import load_config
+    from normlab.train.runstate import RunState
+    from normlab.train.stacked import train_stacked
+
+    read_point = RunState.read_point
+
+    def guarded(self, i):
+        read = read_point(self, i)
+        torch.cuda.set_sync_debug_mode("error" if (i >= 2 and not read) else "default")
+        return read
+
+    monkeypatch.setattr(RunState, "read_point", guarded)
+    sets = [*SMALL, "diag.every=5", "train.steps=24", "train.log_every=6", "train.eval_every=12",
+            "train.checkpoint_every=12", f"train.compile={compile_}", f"train.clip={clip}", "train.track=[]",
+            f"data.cache_dir={cache}"]
+    cfgs = [load_config("tiny", [*sets, f"seed={s}", f"train.lr={lr}"])
+            for s, lr in ((0, 5e-3), (1, 5e-3), (2, 1.0), (3, 1e-2))]
+    try:
+        out = train_stacked(cfgs, [tmp_path / f"s{i}" for i in range(4)], quiet=True)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert [(s["status"], s["device"]) for s in out] == [("completed", "cuda")] * 2 + [("diverged", "cuda")] + \
+        [("completed", "cuda")]
+    assert [s["step"] for s in out] == [24, 24, out[2]["step"], 24] and out[2]["step"] < 24
