@@ -428,13 +428,17 @@ def resolve_config_path(name: str) -> Path:
 
 def read_yaml(path: Path) -> dict[str, Any]:
     """Read a YAML mapping; unreadable or non-mapping files are one-line errors."""
-    data = read_yaml_file(path, "config")
+    return config_mapping(read_yaml_file(path, "config"), f"config {path}")
+
+
+def config_mapping(data: Any, label: str) -> dict[str, Any]:
+    """The parsed YAML of a config file (``label``: ``"config PATH"``) as its mapping of sections (an empty file:
+    ``{}``); anything else is a one-line error."""
     if data is None:
         data = {}
     if not isinstance(data, dict):
-        raise NormlabError(
-            f"config {path} must be a YAML mapping of sections (seed, device, data, model, train, optim, diag)"
-        )
+        raise NormlabError(f"{label} must be a YAML mapping of sections (seed, device, data, model, train, optim, "
+                           "diag)")
     return data
 
 

@@ -263,24 +263,32 @@ def nesting_depth(obj: Any) -> int:
     return depth
 
 
-def read_json(path: str | Path, what: str = "file", max_bytes: int = MAX_JSON_BYTES) -> Any:
-    """Read JSON through :func:`read_bytes` (a regular file, at most ``max_bytes``); a missing, corrupt or deeper
-    than ``MAX_NESTING`` file is a one-line NormlabError."""
-    path = Path(path)
-    text = read_text(path, what, max_bytes)
+def parse_json(raw: bytes, label: str) -> Any:
+    """The JSON in ``raw`` (the bytes :func:`read_bytes` read); text that is not UTF-8, corrupt, or nested deeper
+    than ``MAX_NESTING`` is a one-line NormlabError naming ``label`` (``"summary RUN/summary.json"``)."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise NormlabError(f"{label} is not UTF-8 text (damaged, or not a file normlab wrote)") from None
     try:
         obj = json.loads(text)
     except json.JSONDecodeError:
-        raise NormlabError(f"{what} {path} is truncated or corrupted (not valid JSON)") from None
+        raise NormlabError(f"{label} is truncated or corrupted (not valid JSON)") from None
     except RecursionError:
         obj = None
         depth = MAX_NESTING + 1
     else:
         depth = nesting_depth(obj)
     if depth > MAX_NESTING:
-        raise NormlabError(f"{what} {path} is nested more than {MAX_NESTING} levels deep; it is not a file normlab "
-                           "wrote")
+        raise NormlabError(f"{label} is nested more than {MAX_NESTING} levels deep; it is not a file normlab wrote")
     return obj
+
+
+def read_json(path: str | Path, what: str = "file", max_bytes: int = MAX_JSON_BYTES) -> Any:
+    """Read JSON through :func:`read_bytes` (a regular file, at most ``max_bytes``) and :func:`parse_json`; a
+    missing, corrupt or deeper than ``MAX_NESTING`` file is a one-line NormlabError."""
+    path = Path(path)
+    return parse_json(read_bytes(path, what, max_bytes), f"{what} {path}")
 
 
 def clean_stale_temps(directory: str | Path, patterns: tuple[str, ...]) -> list[Path]:
@@ -382,14 +390,12 @@ def load_yaml(text: str, where: str = "YAML") -> Any:
         loader.dispose()
 
 
-def read_yaml_file(path: str | Path, what: str) -> Any:
-    """:func:`load_yaml` of a file read through :func:`read_bytes` (a regular file of at most 16 MiB). Failures
-    are one line naming ``what`` (``"config"``, ``"sweep file"``) and the path: ``config c.yaml is a directory,
-    not a regular file; ...``, ``config c.yaml is not valid YAML at line 3``, ``config c.yaml: duplicate key
-    'model' at lines 1 and 9; ...``."""
-    label = f"{what} {path}"
+def parse_yaml(raw: bytes, label: str) -> Any:
+    """:func:`load_yaml` of ``raw`` (the bytes :func:`read_bytes` read); failures are one line naming ``label``
+    (``"config c.yaml"``): ``config c.yaml is not valid YAML at line 3``, ``config c.yaml: duplicate key 'model' at
+    lines 1 and 9; ...``."""
     try:
-        text = read_bytes(path, what, MAX_YAML_BYTES).decode("utf-8")
+        text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
         raise NormlabError(f"cannot read {label}: {e.__class__.__name__}") from None
     try:
@@ -400,12 +406,24 @@ def read_yaml_file(path: str | Path, what: str) -> Any:
         raise NormlabError(f"{label} is not valid YAML{where}") from None
 
 
+def read_yaml_file(path: str | Path, what: str) -> Any:
+    """:func:`parse_yaml` of a file read through :func:`read_bytes` (a regular file of at most 16 MiB). Failures
+    are one line naming ``what`` (``"config"``, ``"sweep file"``) and the path: ``config c.yaml is a directory,
+    not a regular file; ...``, ``config c.yaml is not valid YAML at line 3``."""
+    return parse_yaml(read_bytes(path, what, MAX_YAML_BYTES), f"{what} {path}")
+
+
+def json_object(obj: Any, label: str) -> dict[str, Any]:
+    """``obj`` when it is a JSON object (``summary.json``, ``state.json`` must hold one); anything else is one line
+    naming ``label``."""
+    if not isinstance(obj, dict):
+        raise NormlabError(f"{label} must hold a JSON object, got {type(obj).__name__}; the file is damaged")
+    return obj
+
+
 def read_json_object(path: str | Path, what: str = "file") -> dict[str, Any]:
     """A JSON file that must hold an object (``summary.json``, ``state.json``): anything else is one line."""
-    obj = read_json(path, what)
-    if not isinstance(obj, dict):
-        raise NormlabError(f"{what} {path} must hold a JSON object, got {type(obj).__name__}; the file is damaged")
-    return obj
+    return json_object(read_json(path, what), f"{what} {path}")
 
 
 @contextmanager

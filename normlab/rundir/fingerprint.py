@@ -25,10 +25,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from normlab.io import read_json_object, write_json
+from normlab.io import write_json
 from normlab.provenance import git_commit
 from normlab.rundir.files import FINGERPRINT_FILE
-from normlab.rundir.readers import open_config
+from normlab.rundir.readers import open_config, read_run_file
 from normlab.version import __version__
 
 
@@ -94,7 +94,7 @@ def check_run(run_dir: str | Path) -> str | None:
     if not path.is_file():
         return "no fingerprint recorded (trained before run fingerprints)"
     try:
-        old = read_json_object(path, "fingerprint")  # a regular file under the size cap, a JSON object
+        old = read_run_file(path, "fingerprint", "object")  # a regular file under the size cap, a JSON object
         new = current_fingerprint(open_config(run_dir))
     except Exception as e:  # a corrupt or foreign file: retrain rather than trust it
         return f"fingerprint not checkable ({type(e).__name__}: {e})"

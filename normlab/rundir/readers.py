@@ -44,7 +44,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from normlab.errors import EXIT_DIVERGED, EXIT_INTERRUPTED, EXIT_OK, NormlabError
-from normlab.io import MAX_JSON_BYTES, MAX_JSONL_BYTES, atomic_path, read_bytes, read_json, read_json_object, write_json
+from normlab.io import (MAX_JSON_BYTES, MAX_JSONL_BYTES, MAX_YAML_BYTES, atomic_path, json_object, parse_json,
+                        parse_yaml, read_bytes, write_json)
 from normlab.provenance import version_info
 from normlab.rundir.files import (CHECKPOINTS_DIR, CONFIG_FILE, DATA_FILE, MODEL_FILE, PROVENANCE_FILE, SUMMARY_FILE,
                                TOKENIZER_FILE)
@@ -72,6 +73,28 @@ SUMMARY_TYPES: dict[str, tuple[type, ...]] = {
 (a non-finite number is written as null), booleans are not numbers."""
 
 
+FORMS = {"bytes": MAX_JSON_BYTES, "jsonl": MAX_JSONL_BYTES, "json": MAX_JSON_BYTES, "object": MAX_JSON_BYTES,
+         "yaml": MAX_YAML_BYTES}
+"""How ``read_run_file`` reads each kind of file, with the most bytes it reads of one."""
+
+
+def read_run_file(path: str | Path, what: str, form: str = "json") -> Any:
+    """A file of a run directory, the one way this package opens one: ``normlab.io.read_bytes`` (a regular file
+    under the cap of its ``form``; a FIFO, device, directory, missing, unreadable or larger file is one line naming
+    ``what`` and the path), then by ``form``: ``bytes`` as read (``tokenizer.json``, hashed), ``jsonl`` as read
+    (``metrics.jsonl``, split into lines by ``read_jsonl``), ``json`` parsed, ``object`` parsed and a JSON object
+    (``summary.json``, ``state.json``), ``yaml`` parsed (``config.yaml``)."""
+    path = Path(path)
+    raw = read_bytes(path, what, FORMS[form])
+    label = f"{what} {path}"
+    if form in ("bytes", "jsonl"):
+        return raw
+    if form == "yaml":
+        return parse_yaml(raw, label)
+    obj = parse_json(raw, label)
+    return json_object(obj, label) if form == "object" else obj
+
+
 def check_summary(summary: dict[str, Any], path: str | Path) -> dict[str, Any]:
     """``summary`` when each key of ``SUMMARY_TYPES`` it holds has its type (or is null); else a one-line error
     naming the file, the key, the value and the type it must have."""
@@ -88,7 +111,7 @@ def read_summary(run_dir: str | Path) -> dict[str, Any] | None:
     """The run's summary.json, or None when absent; a FIFO or device in its place, a file over 64 MiB, anything
     but a JSON object, or a key of the wrong type (``check_summary``) is a one-line error naming the file."""
     path = Path(run_dir) / SUMMARY_FILE
-    return check_summary(read_json_object(path, "summary"), path) if os.path.lexists(path) else None
+    return check_summary(read_run_file(path, "summary", "object"), path) if os.path.lexists(path) else None
 
 
 def read_run_hash(run_dir: str | Path) -> str | None:
@@ -104,7 +127,7 @@ def read_run_hash(run_dir: str | Path) -> str | None:
     steps = sorted(p for p in ckdir.iterdir() if not p.name.startswith(".")) if ckdir.is_dir() else []
     for ck in reversed(steps):
         if os.path.lexists(ck / "state.json"):
-            state = read_json_object(ck / "state.json", "checkpoint state")
+            state = read_run_file(ck / "state.json", "checkpoint state", "object")
             value = state.get("run_hash")
             return value if isinstance(value, str) else None
     return None
@@ -113,12 +136,13 @@ def read_run_hash(run_dir: str | Path) -> str | None:
 # ------------------------------------------------------------------------------------------ metrics.jsonl readers
 def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
     """The JSON-object lines of a ``metrics.jsonl`` (``[]`` when absent); lines that are cut (kill -9), junk or not
-    UTF-8 are skipped. A FIFO or device in its place, or a file over 256 MiB, is a one-line error (``read_bytes``)."""
+    UTF-8 are skipped. A FIFO or device in its place, or a file over 256 MiB, is a one-line error
+    (``read_run_file``)."""
     path = Path(path)
     if not os.path.lexists(path):
         return []
     out = []
-    for raw in read_bytes(path, "metrics", MAX_JSONL_BYTES).splitlines():
+    for raw in read_run_file(path, "metrics", "jsonl").splitlines():
         try:
             rec = json.loads(raw.decode("utf-8"))
         except (UnicodeDecodeError, ValueError):
@@ -189,16 +213,16 @@ def apply_norm_defaults(cfg: RunConfig) -> None:
 
 def open_config(run_dir: str | Path) -> RunConfig:
     """The validated config of a run directory; anything else is a one-line error."""
-    from normlab.config import config_from_dict, read_yaml
+    from normlab.config import config_from_dict, config_mapping
 
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise NormlabError(f"run directory {run_dir} " + ("is a file, not a directory" if os.path.lexists(run_dir)
                                                           else "does not exist"))
     path = run_dir / CONFIG_FILE
-    if not os.path.lexists(path):  # a FIFO or device named config.yaml: read_yaml's one-line refusal
+    if not os.path.lexists(path):  # a FIFO or device named config.yaml: read_run_file's one-line refusal
         raise NormlabError(f"{run_dir} is not a normlab run (no config.yaml)")
-    return config_from_dict(read_yaml(path))
+    return config_from_dict(config_mapping(read_run_file(path, "config", "yaml"), f"config {path}"))
 
 
 # --------------------------------------------------------------------------------- data identity and the run's data
@@ -262,7 +286,7 @@ def read_data_info(run_dir: str | Path) -> dict[str, Any] | None:
     path = Path(run_dir) / DATA_FILE
     if not os.path.lexists(path):
         return None
-    info = read_json(path, "data identity")
+    info = read_run_file(path, "data identity")
     if not isinstance(info, dict) or "content_hash" not in info or "tokenizer" not in info:
         raise NormlabError(f"{path} is not a normlab data identity (no content_hash/tokenizer)")
     tok = info["tokenizer"]
@@ -284,7 +308,7 @@ def tokenizer_ref(run_dir: Path, info: dict[str, Any]) -> str | Path:
     if not os.path.lexists(path):
         raise NormlabError(f"{run_dir} lacks {path.name}, the BPE tokenizer it was trained with; restore it "
                            "from a copy of the run directory")
-    raw = read_bytes(path, "tokenizer", MAX_JSON_BYTES)  # a regular file under the cap (a FIFO is one line)
+    raw = read_run_file(path, "tokenizer", "bytes")  # a regular file under the cap (a FIFO is one line)
     if t.get("sha256") and hashlib.sha256(raw).hexdigest() != t["sha256"]:
         raise NormlabError(f"{path} was modified since training (sha256 differs from data.json); the model's token "
                            "ids belong to the original file")
