@@ -29,7 +29,7 @@ from normlab.interrupt import StopFlag
 from normlab.io import dumps
 from normlab.model import build_model
 from normlab.rundir.files import CONFIG_FILE
-from normlab.rundir.readers import apply_norm_defaults, load_data, read_data_info, run_data
+from normlab.rundir.readers import apply_norm_defaults, load_data, run_data
 from normlab.train.distributed import SINGLE, DistContext
 from normlab.train.heap import heap_policy_note
 from normlab.train.init_from import load_init, resolve_init, source_tokenizer
@@ -66,10 +66,11 @@ def to_device(t: torch.Tensor, device: str) -> torch.Tensor:
 def defer_reads(cfg: RunConfig, ctx: DistContext) -> bool:
     """Whether a step leaves its loss and gradient norm on the device until the next read point (a logged,
     diagnostic, evaluation, checkpoint or effective-LR step, the last step, or a stop), so that the host never
-    waits for the device in between: on an accelerator, one process. On the CPU every step is read at once (a read
-    costs nothing there). Outputs are the same either way; a run that diverges between two read points stops at
-    the next one, with the diverged step's status, step, loss and message, after a few more updates of weights
-    that are not saved (its summary's weight norms are of the weights when it stopped)."""
+    waits for the device in between: on an accelerator, one process (a run alone, or a stacked group:
+    normlab.train.stacked). On the CPU every step is read at once (a read costs nothing there). Outputs are the
+    same either way; a run that diverges between two read points stops at the next one, with the diverged step's
+    status, step, loss and message, after a few more updates of weights that are not saved (its summary's weight
+    norms are of the weights when it stopped)."""
     return cfg.device != "cpu" and not ctx.active
 
 
@@ -178,8 +179,7 @@ class Recipe:
         against memory, before anything is allocated or written. A resumed run keeps its own tokenizer and refuses
         a changed corpus (normlab.rundir.readers); ``--init-from`` trains on its source's token ids."""
         cfg, run_dir = self.cfg, self.run_dir
-        data = (run_data(run_dir, cfg) if resume and read_data_info(run_dir) is not None
-                else load_data(cfg, tokenizer=None if resume else source_tokenizer(init_from)))
+        data = run_data(run_dir, cfg) if resume else load_data(cfg, tokenizer=source_tokenizer(init_from))
         cfg.model.vocab_size = data.vocab_size
         apply_norm_defaults(cfg)
         cfg.validate()

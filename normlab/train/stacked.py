@@ -23,6 +23,11 @@ round-off (batched matrix products sum in another order; tests/train/test_stacke
 stacked and the same run trained alone differ in the last bits, as two thread counts do; a stacked group resumed
 from checkpoints of one step continues bit for bit as the uninterrupted group.
 
+Host reads: as a run alone (``normlab.train.loop.defer_reads``), on an accelerator a group step that no member
+logs, diagnoses, evaluates or checkpoints reads nothing to the host; each member queues its loss and gradient norm
+(``RunState.step_unread``) and the next read point settles every member in step order (``RunState.settle``): a
+member that diverged at a queued step stops there, with the step, status, summary and messages a read at once gives.
+
 Not stacked (:func:`stack_refusal` names the reason, and ``train.stack: auto`` trains such runs alone): dropout (a
 run alone draws its dropout masks from its global RNG stream, which a vmapped call cannot reproduce), norms that
 update running statistics in their forward pass (PowerNorm, Unified Normalization, BatchNorm), data-parallel runs.
