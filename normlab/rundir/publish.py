@@ -7,7 +7,8 @@ metadata, normlab.rundir.tensors.save_model), the identity files of the run it w
 ``quantization.json``, ``removal.json``, ``hf_import.json``) and ``summary.json``, written last. Used by convert,
 quantize, remove-norm and import. The trainer builds its directory in place as it trains (normlab.train.loop) but
 writes these same files through here: ``write_config`` when it starts, ``finish_run`` (model.safetensors, then
-summary.json last) when it ends or stops.
+summary.json last) when it ends or stops, ``finish_interrupted`` (summary.json from the last checkpoint) when a
+second Ctrl-C stops it at once.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from normlab.errors import NormlabError
 from normlab.io import publish_dir, write_json, write_text
 from normlab.rundir.files import CONFIG_FILE, DATA_FILE, MODEL_FILE, PROVENANCE_FILE, SUMMARY_FILE, TOKENIZER_FILE
+from normlab.rundir.readers import read_run_file
 
 if TYPE_CHECKING:
     from torch import nn
@@ -57,6 +59,28 @@ def finish_run(path: str | Path, config: RunConfig, model: nn.Module | None, sum
     if model is not None:
         save_model(model, path / MODEL_FILE, config.hash())
     write_json(path / SUMMARY_FILE, summary)
+
+
+def finish_interrupted(path: str | Path, config: RunConfig, run_hash: str) -> dict[str, Any]:
+    """End a run stopped at once (a second Ctrl-C) with ``summary.json`` alone (``finish_run`` without a model:
+    resumable from its last checkpoint): status ``interrupted`` with the last checkpoint's step, metrics, tokens and
+    time (``state.json``); ``run_hash``: the run's config hash (a resumed run's comes from its checkpoint).
+    Returns the summary."""
+    from normlab.rundir.tensors import list_checkpoints
+
+    path = Path(path)
+    ckpts = list_checkpoints(path)
+    state = read_run_file(ckpts[-1] / "state.json", "checkpoint state", "object") if ckpts else {}
+    last = state.get("final") or {}
+    summary = {
+        "status": "interrupted", "step": state.get("step", 0), "steps": config.train.steps,
+        "train_loss": last.get("train_loss"), "val_loss": last.get("val_loss"), "val_bpb": last.get("val_bpb"),
+        "best_val_bpb": state.get("best_val_bpb"), "entropy_floor_bpb": None, "gap_bpb": None,
+        "tokens_seen": state.get("tokens_seen", 0), "tokens_per_s": 0.0, "elapsed_s": state.get("elapsed_s", 0.0),
+        "params": None, "config_hash": state.get("run_hash", run_hash), "loss_spikes": None, "run_dir": str(path),
+    }
+    finish_run(path, config, None, summary)
+    return summary
 
 
 def write_run(path: str | Path, config: RunConfig, model: nn.Module, summary: dict[str, Any] | None = None, *,
@@ -109,4 +133,5 @@ def publish_run(out: str | Path, config: RunConfig, model: nn.Module, *,
         write_json(tmp / SUMMARY_FILE, run.summary)
 
 
-__all__ = ["IDENTITY_FILES", "PendingRun", "copy_identity", "finish_run", "publish_run", "write_config", "write_run"]
+__all__ = ["IDENTITY_FILES", "PendingRun", "copy_identity", "finish_interrupted", "finish_run", "publish_run",
+           "write_config", "write_run"]

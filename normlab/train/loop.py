@@ -29,6 +29,7 @@ from normlab.interrupt import StopFlag
 from normlab.io import dumps
 from normlab.model import build_model
 from normlab.rundir.files import CONFIG_FILE
+from normlab.rundir.publish import finish_interrupted
 from normlab.rundir.readers import apply_norm_defaults, load_data, run_data
 from normlab.train.distributed import SINGLE, DistContext
 from normlab.train.heap import heap_policy_note
@@ -38,7 +39,7 @@ from normlab.train.losses import lm_loss
 from normlab.train.precision import (CompileTimer, autocast, kept_determinism, nondeterministic_op_error,
                                     prepare_model, resolve_runtime)
 from normlab.train.progress import ProgressReporter
-from normlab.train.runstate import RunState, claim_run_dir, interrupted_summary
+from normlab.train.runstate import RunState, claim_run_dir
 from normlab.train.threads import record_run, resolve_threads, step_flops, wait_policy_note
 from normlab.train.tracking import Tracker, probe_trackers
 from normlab.validate import check_train_memory
@@ -139,7 +140,7 @@ def _train_locked(cfg: RunConfig, run_dir: Path, *, resume: bool, quiet: bool, t
             recipe.close_tracker("interrupted")  # the TensorBoard events end with the session's status
             if not ctx.is_main or not (run_dir / CONFIG_FILE).is_file():
                 raise
-            return interrupted_summary(cfg, run_dir, run_hash)
+            return finish_interrupted(run_dir, cfg, run_hash)
         except BaseException as e:  # an error: the event file still ends, and a persistent sweep worker keeps no writer
             recipe.close_tracker("failed")
             err = nondeterministic_op_error(e)  # train.deterministic on CUDA: an op without a deterministic kernel

@@ -26,7 +26,7 @@ from normlab.diagnostics.training import TrainDiagnostics
 from normlab.diagnostics.weightnorms import weight_norm_record
 from normlab.errors import NormlabError
 from normlab.eval.lm import evaluate
-from normlab.io import clean_stale_temps, dumps, exclusive_lock, read_json_object, write_json, write_text
+from normlab.io import clean_stale_temps, dumps, exclusive_lock, write_json, write_text
 from normlab.model.flops import flops_summary
 from normlab.rundir.files import CHECKPOINTS_DIR, METRICS_FILE, PARAM_GROUPS_FILE
 from normlab.rundir.fingerprint import write_fingerprint
@@ -69,23 +69,6 @@ def truncate_metrics(path: Path, step: int) -> None:
         return
     keep = [rec for rec in read_jsonl(path) if rec.get("step", 0) <= step]  # cut / junk / non-UTF-8 lines dropped
     write_text(path, "".join(dumps(rec) + "\n" for rec in keep))
-
-
-def interrupted_summary(cfg: RunConfig, run_dir: Path, run_hash: str) -> dict[str, Any]:
-    """``summary.json`` of a run stopped at once: the last checkpoint's step and metrics (resumable from there);
-    ``run_hash`` the run's config hash (a resumed run's comes from its checkpoint)."""
-    ckpts = list_checkpoints(run_dir)
-    state = read_json_object(ckpts[-1] / "state.json", "checkpoint state") if ckpts else {}
-    last = state.get("final") or {}
-    summary = {
-        "status": "interrupted", "step": state.get("step", 0), "steps": cfg.train.steps,
-        "train_loss": last.get("train_loss"), "val_loss": last.get("val_loss"), "val_bpb": last.get("val_bpb"),
-        "best_val_bpb": state.get("best_val_bpb"), "entropy_floor_bpb": None, "gap_bpb": None,
-        "tokens_seen": state.get("tokens_seen", 0), "tokens_per_s": 0.0, "elapsed_s": state.get("elapsed_s", 0.0),
-        "params": None, "config_hash": state.get("run_hash", run_hash), "loss_spikes": None, "run_dir": str(run_dir),
-    }
-    finish_run(run_dir, cfg, None, summary)  # no model.safetensors: resumable from the last checkpoint
-    return summary
 
 
 @dataclass

@@ -50,13 +50,14 @@ from normlab.interrupt import StopFlag
 from normlab.io import dumps
 from normlab.model import build_model
 from normlab.rundir.files import CONFIG_FILE
+from normlab.rundir.publish import finish_interrupted
 from normlab.rundir.readers import apply_norm_defaults, load_data, read_data_info, run_data
 from normlab.train.losses import lm_loss
 from normlab.train.distributed import SINGLE
 from normlab.train.loop import defer_reads, get_batch, to_device
 from normlab.train.precision import (autocast, kept_determinism, nondeterministic_op_error, prepare_model,
                                     resolve_runtime)
-from normlab.train.runstate import RunState, claim_run_dir, interrupted_summary
+from normlab.train.runstate import RunState, claim_run_dir
 from normlab.train.threads import resolve_threads, step_flops
 from normlab.train.tracking import Tracker
 
@@ -217,7 +218,7 @@ def train_stacked(cfgs: list[RunConfig], run_dirs: list[str | Path], *, resume: 
         except KeyboardInterrupt:  # a second Ctrl-C: stop now, keep each member's last checkpoint, write summaries
             if not all((d / CONFIG_FILE).is_file() for d in dirs):
                 raise
-            return [interrupted_summary(c, d, h) for c, d, h in zip(cfgs, dirs, hashes)]
+            return [finish_interrupted(d, c, h) for c, d, h in zip(cfgs, dirs, hashes)]
         except BaseException as e:
             err = nondeterministic_op_error(e)  # train.deterministic on CUDA: an op without a deterministic kernel
             if err is not None:
