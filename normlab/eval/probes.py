@@ -34,8 +34,8 @@ import torch
 import torch.nn.functional as F
 
 from normlab.errors import NormlabError
-from normlab.io import write_json
 from normlab.rundir.files import PROBES_FILE
+from normlab.rundir.publish import write_record
 from normlab.rundir.readers import load_run, run_data
 
 Model = Callable[[torch.Tensor], torch.Tensor]
@@ -154,5 +154,5 @@ def store_probes(run_dir: str | Path) -> dict[str, Any]:
         rec.pop("run_dir")  # stored results name no machine path
     except NormlabError as e:
         rec = {"settings": settings, "error": str(e)}
-    write_json(Path(run_dir) / PROBES_FILE, rec)
+    write_record(run_dir, PROBES_FILE, rec)
     return rec

@@ -41,6 +41,13 @@ def copy_identity(src: str | Path, dst: str | Path) -> None:
             shutil.copy2(Path(src) / name, Path(dst) / name)
 
 
+def write_record(path: str | Path, name: str, record: dict[str, Any]) -> None:
+    """Write the JSON record ``name`` (a file name of ``normlab.rundir.files``: ``summary.json``, ``probes.json``,
+    ``init_from.json``, a writer's own record) into the run directory ``path``: atomic, strict JSON (non-finite
+    numbers as null). The one way a JSON record of a run directory is written."""
+    write_json(Path(path) / name, record)
+
+
 def write_config(path: str | Path, config: RunConfig) -> None:
     """Write ``config.yaml`` (normlab.config.dump_config) into the directory ``path`` (created if missing)."""
     from normlab.config import dump_config
@@ -58,7 +65,7 @@ def finish_run(path: str | Path, config: RunConfig, model: nn.Module | None, sum
     path = Path(path)
     if model is not None:
         save_model(model, path / MODEL_FILE, config.hash())
-    write_json(path / SUMMARY_FILE, summary)
+    write_record(path, SUMMARY_FILE, summary)
 
 
 def finish_interrupted(path: str | Path, config: RunConfig, run_hash: str) -> dict[str, Any]:
@@ -97,9 +104,9 @@ def write_run(path: str | Path, config: RunConfig, model: nn.Module, summary: di
     write_config(path, config)
     save_model(model, path / MODEL_FILE, config.hash())
     for name, record in (records or {}).items():
-        write_json(path / name, record)
+        write_record(path, name, record)
     if summary is not None:
-        write_json(path / SUMMARY_FILE, summary)
+        write_record(path, SUMMARY_FILE, summary)
 
 
 @dataclass
@@ -129,9 +136,9 @@ def publish_run(out: str | Path, config: RunConfig, model: nn.Module, *,
         if derived_from is not None:
             copy_identity(derived_from, tmp)
         for name, record in run.records.items():
-            write_json(tmp / name, record)
-        write_json(tmp / SUMMARY_FILE, run.summary)
+            write_record(tmp, name, record)
+        write_record(tmp, SUMMARY_FILE, run.summary)
 
 
 __all__ = ["IDENTITY_FILES", "PendingRun", "copy_identity", "finish_interrupted", "finish_run", "publish_run",
-           "write_config", "write_run"]
+           "write_config", "write_record", "write_run"]

@@ -17,9 +17,9 @@ import torch
 from torch import nn
 
 from normlab.errors import NormlabError
-from normlab.io import read_json, write_json
 from normlab.rundir.files import INIT_FROM_FILE, MODEL_FILE
-from normlab.rundir.readers import read_data_info, tokenizer_ref
+from normlab.rundir.publish import write_record as write_run_record
+from normlab.rundir.readers import read_data_info, read_run_file, tokenizer_ref
 from normlab.rundir.tensors import list_checkpoints, load_tensors, model_tensors
 
 DEFAULT_TOKENIZER = "bytes"  # DataConfig's default: a config that does not choose a tokenizer takes the source's
@@ -102,12 +102,12 @@ def resolve_init(run_dir: Path, init_from: str | Path | None, resume: bool) -> P
     if resume:
         if init_from is not None:
             raise NormlabError("--init-from cannot be combined with --resume (the run records its source)")
-        return Path(read_json(record, "init record")["init_from"]) if record.is_file() else None
+        return Path(read_run_file(record, "init record")["init_from"]) if record.is_file() else None
     return Path(init_from) if init_from is not None else None
 
 
 def write_record(run_dir: Path, source: Path, weights: Path) -> None:
-    write_json(Path(run_dir) / INIT_FROM_FILE, {"init_from": str(source), "weights": str(weights)})
+    write_run_record(run_dir, INIT_FROM_FILE, {"init_from": str(source), "weights": str(weights)})
 
 
 def source_tokenizer(init_from: str | Path | None) -> str | Path | None:
