@@ -105,9 +105,9 @@ def park(until, n="1"):
     while not until() and time.time() < t:
         time.sleep(0.01)
 
-def handled():  # the first Ctrl-C reached normlab's handler (train()'s stop flag)
+def handled():  # the first Ctrl-C reached normlab's handler (train()'s StopFlag, or a method of an object with one)
     h = signal.getsignal(signal.SIGINT)
-    return bool(getattr(getattr(h, "__self__", None), "stop", False))
+    return bool(getattr(h, "stop", False) or getattr(getattr(h, "__self__", None), "stop", False))
 
 if phase == "imports":  # park inside `import torch`, which the train command does inside the CLI's guard
     class Park:
