@@ -10,7 +10,7 @@ import pytest
 from normlab.experiments.sweep import load_sweep
 from normlab.report import advise as A
 from normlab.report.evidence import load_evidence
-from tests.helpers import assert_bad_input, normlab
+from tests.helpers import assert_bad_input, run_inproc as normlab
 
 
 def _claim(**kw):
