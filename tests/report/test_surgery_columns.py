@@ -11,7 +11,7 @@ from statistics import mean
 import pytest
 import yaml
 
-from tests.helpers import normlab, run_inproc
+from tests.helpers import run_inproc
 
 pytestmark = [pytest.mark.usefixtures("one_thread"), pytest.mark.slow]
 
@@ -30,9 +30,9 @@ def sweep(tmp_path_factory, cache):
     f.write_text(yaml.safe_dump({"name": "q", "base": "tiny", "set": FAST, "seeds": [0, 1], "variants": VARIANTS},
                                 sort_keys=False))
     out = d / "out"
-    r = normlab("compare", str(f), "--out", str(out), "--workers", "2", "--json", cache=cache)
+    r = run_inproc("compare", str(f), "--out", str(out), "--workers", "2", "--json", cache=cache)
     assert r.returncode == 0, r.stderr
-    rep = normlab("report", str(out), "--quantize", "--label-free", "--max-tokens", TOKENS, "--json", cache=cache)
+    rep = run_inproc("report", str(out), "--quantize", "--label-free", "--max-tokens", TOKENS, "--json", cache=cache)
     assert rep.returncode == 0, rep.stderr
     return out
 
