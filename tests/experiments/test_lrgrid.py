@@ -16,7 +16,6 @@ from normlab.experiments.lrgrid import lr_sensitivity, stable_lrs
 from normlab.stats.intervals import paired_diff, welch_diff
 from normlab.stats.planning import seeds_needed
 from tests.helpers import assert_bad_input
-from tests.helpers import normlab as normlab_sub
 from tests.helpers import run_inproc as normlab
 
 
@@ -170,7 +169,7 @@ def grid_sweep(tmp_path_factory, cache):
                          {"name": "Pre-LN + QK-norm", "set": {"model.placement": "pre", "model.qk_norm": True}}]}
     (d / "s.yaml").write_text(yaml.safe_dump(spec))
     out = d / "out"
-    r = normlab_sub("compare", str(d / "s.yaml"), "--out", str(out), "--workers", "2", "--json", cache=cache)
+    r = normlab("compare", str(d / "s.yaml"), "--out", str(out), "--workers", "2", "--json", cache=cache)
     assert r.returncode == 0, r.stderr[-3000:]
     return out, json.loads(r.stdout)
 
