@@ -11,6 +11,8 @@ stops at once) or only counts (``repeat="count"``: a DDP rank, which torchrun ki
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import os
 import signal
 import threading
 from collections.abc import Callable, Iterator
@@ -60,3 +62,16 @@ class StopFlag:
         assert self._block is not None
         self._block.__exit__(*exc)
         self._block = None
+
+
+def die_with_parent(sig: int = signal.SIGKILL, parent: int | None = None) -> None:
+    """Linux: have the kernel send ``sig`` to this process when its parent dies (``prctl(PR_SET_PDEATHSIG)``), so
+    a killed launcher leaves no orphan: SIGKILL for a DDP rank or a Ray trainer, SIGINT (checkpoint and stop) for a
+    sweep worker. ``parent``: the parent's pid read before this call; if it is no longer the parent, it died before
+    the request took effect and this process exits at once (137). Elsewhere (no libc ``prctl``) nothing happens."""
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, sig)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if parent is not None and os.getppid() != parent:
+        os._exit(137)

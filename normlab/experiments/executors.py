@@ -30,7 +30,6 @@ arXiv:1712.05889) asking for ``threads`` CPUs, or one GPU when the cluster has G
 from __future__ import annotations
 
 import argparse
-import ctypes
 import io
 import json
 import logging
@@ -48,6 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from normlab.errors import EXIT_BAD_INPUT, NormlabError
+from normlab.interrupt import die_with_parent
 from normlab.experiments.worker import finished_summary, probe_if_asked, record, train_run
 from normlab.resources import available_cores, plan_workers
 from normlab.rundir.readers import STATUS_EXIT, read_summary
@@ -211,16 +211,6 @@ def _shared(sweep_root: str, token: str, mode: str) -> bool:
 
 
 # ---------------------------------------------------------------------------------------------- the task
-def _die_with_parent(parent: int | None) -> None:
-    """Linux: SIGKILL this trainer when the Ray worker that started it dies (a lost node leaves no orphan)."""
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        return
-    if parent is not None and os.getppid() != parent:  # it died before prctl
-        os._exit(137)
-
-
 def sweep_task(run_id: str, config: dict[str, Any], threads: int, sweep_root: str, token: str, mode: str,
                files: dict[str, bytes | None] | None, stopper: Any) -> dict[str, Any]:
     """One sweep run, on a Ray worker: train (or resume) it in a child process; return what the driver records."""
@@ -425,7 +415,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--parent", type=int, default=None, help="pid of the Ray worker: die with it")
     p.add_argument("--tb-dir", default=None, help="live TensorBoard scalars (default RUN_DIR/tb)")
     args = p.parse_args(argv)
-    _die_with_parent(args.parent)
+    die_with_parent(signal.SIGKILL, args.parent)  # the Ray worker that started it died: a lost node, no orphan
     # a Ray worker runs with SIGINT blocked, and a blocked mask is inherited across fork and exec: unblocked, the
     # SIGINT the task forwards on the driver's first Ctrl-C reaches the trainer (checkpoint, interrupted)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import ctypes
 import fcntl
 import math
 import os
@@ -27,6 +26,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from normlab.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, NormlabError
+from normlab.interrupt import die_with_parent
 from normlab.experiments.store import Store
 from normlab.rundir.files import CONFIG_FILE, METRICS_FILE, MODEL_FILE, PROBES_FILE
 from normlab.rundir.readers import STATUS_EXIT, open_config, read_metrics, read_summary
@@ -166,14 +166,6 @@ def run_one(sweep_dir: Path, run_id: str, threads: int | None = None) -> int:
     probe_if_asked(run_dir, row["config"], summary)
     record(store, sweep_dir, run_id, summary or {}, peak_mem_mb=peak)
     return STATUS_EXIT.get(summary.get("status", ""), EXIT_FAILED) if summary else EXIT_FAILED
-
-
-def _die_with_parent() -> None:
-    """Linux: get SIGINT (checkpoint and stop) if the coordinating ``normlab compare`` dies without forwarding it."""
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGINT)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
 
 
 def _run_lock(sweep_dir: Path, run_id: str):
@@ -392,7 +384,7 @@ def main(argv: list[str] | None = None) -> int:
     if bad:  # one line, as every normlab command's bad input
         print(f"error: {printable(bad)}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    _die_with_parent()
+    die_with_parent(signal.SIGINT)  # the coordinating compare died without forwarding Ctrl-C: checkpoint, stop
     if args.serve:
         with os.fdopen(args.results_fd, "w") as results:
             try:

@@ -32,7 +32,6 @@ Reference: Li et al. 2020, "PyTorch Distributed: Experiences on Accelerating Dat
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import inspect
 import os
 import signal
@@ -46,6 +45,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from normlab.errors import NormlabError
+from normlab.interrupt import die_with_parent
 from normlab.norms.batchstat import set_sync_group
 from normlab.resources import available_cores
 
@@ -147,23 +147,12 @@ def env_world() -> int:
         raise NormlabError(f"WORLD_SIZE must be an integer, got {os.environ.get('WORLD_SIZE')!r}") from None
 
 
-def _die_with_parent() -> None:
-    """Linux: SIGKILL this rank when its torchrun agent dies (kill -9 of the launcher leaves no orphans)."""
-    try:
-        ppid = os.getppid()
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-        if os.getppid() != ppid:  # the parent died before prctl
-            os._exit(137)
-    except (OSError, AttributeError):
-        pass
-
-
 def from_env() -> DistContext:
     """Join the process group torchrun describes in the environment; :data:`SINGLE` outside torchrun."""
     world = env_world()
     if world <= 1:
         return SINGLE
-    _die_with_parent()
+    die_with_parent(signal.SIGKILL, os.getppid())  # kill -9 of the torchrun agent leaves no orphan rank
     rank, local_rank = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0"))
     # collectives go to gloo for CPU tensors and NCCL for CUDA tensors (torch routes by the tensor's device)
     cuda = torch.cuda.is_available() and os.environ.get("NORMLAB_DIST_BACKEND", "") != "gloo"
