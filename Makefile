@@ -26,10 +26,13 @@ demo: $(STAMP)
 	$(BIN)/python -m normlab.demo
 
 # Debian's chromium lets the report-rendering test run; installing it is best effort and never fails the build.
+# Two pytest-xdist workers: alone, the suite keeps less than one of 2 cores busy (it waits on subprocesses, Ray and
+# torchrun), so two workers nearly halve its wall time. --dist loadscope keeps a module's tests in one worker, so a
+# module-scoped fixture (a trained run, a sweep, the Ray cluster) is built once.
 test: $(STAMP)
 	@command -v chromium >/dev/null 2>&1 || (apt-get install -y chromium >/dev/null 2>&1 || (apt-get update >/dev/null 2>&1 && apt-get install -y chromium >/dev/null 2>&1) || echo "chromium not installed: the report screenshot test will be skipped")
 	$(BIN)/python -m ruff check .
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 2 --dist loadscope
 
 bench: $(STAMP)
 	$(BIN)/pip install -q -e '.[bench]'
