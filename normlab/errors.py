@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Iterable
-from typing import Any
+# normlab/__init__.py imports this module before normlab/__main__.py drops the current directory from sys.path, so a
+# same-named file there would shadow what it imports: keep it to these two (tests/interop/test_hf_import.py plants
+# typing.py, yaml.py, transformers.py and torch.py)
 
 EXIT_OK = 0
 EXIT_FAILED = 1  # an unexpected error (a bug, or the machine): the traceback is in the log
@@ -42,7 +44,7 @@ def did_you_mean(name: str, allowed: Iterable[str]) -> str:
     return f" (did you mean '{close[0]}'?)" if close else ""
 
 
-def check_keys(mapping: Iterable[Any], allowed: Iterable[str], where: str) -> None:
+def check_keys(mapping: Iterable[object], allowed: Iterable[str], where: str) -> None:
     """Refuse the first key of ``mapping`` that is not in ``allowed``: ``WHERE: unknown key 'k' (did you mean
     ...?); allowed: a, b`` (the one wording for every mapping a user writes: sweep files, their sections, claims)."""
     allowed = list(allowed)
