@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats as sps
 
-from normlab.stats.exact import clopper_pearson, min_sign_flip_p, permutation_p, sign_flip_p
+from normlab.stats.exact import clopper_pearson, min_permutation_p, min_sign_flip_p, permutation_p, sign_flip_p
 from normlab.stats.intervals import paired_diff, t_cdf, t_ppf, two_sided_t_p, welch_diff
 from normlab.stats.multiplicity import adjust, benjamini_hochberg, holm
 from normlab.stats.planning import holm_first_level, paired_t_power, pooled_sd, seeds_needed_range
@@ -122,7 +122,6 @@ def test_t_functions_and_paired_diff_match_scipy():
 
 @pytest.mark.parametrize("na, nb", [(3, 3), (5, 5), (3, 4), (2, 5)])
 def test_min_permutation_p_is_reached_by_separated_groups(na, nb):
-    from normlab.stats.exact import min_permutation_p, permutation_p
 
     a, b = [float(i) for i in range(na)], [100.0 + i for i in range(nb)]
     assert permutation_p(a, b) == pytest.approx(min_permutation_p(na, nb))

@@ -83,6 +83,14 @@ def _no_training(monkeypatch, seen):
     monkeypatch.setattr(sweepdir, "drive", fake)
 
 
+def _one_pass(out, monkeypatch):
+    """The BASE sweep with primary lr_sensitivity, one pass without training into ``out``: (sweep, its store)."""
+    _no_training(monkeypatch, [])
+    sweep = parse_sweep({**BASE, "primary": "lr_sensitivity"})
+    sweepdir.run_sweep(sweep, out, inline=True, workers=1, log=lambda s: None)
+    return sweep, Store(out / "results.sqlite")
+
+
 def test_the_design_is_in_the_store_before_the_first_run_and_a_later_change_is_flagged(tmp_path, monkeypatch):
     seen: list = []
     _no_training(monkeypatch, seen)
@@ -111,12 +119,8 @@ def test_the_design_is_in_the_store_before_the_first_run_and_a_later_change_is_f
 
 
 def test_a_store_from_before_designs_with_results_counts_as_declared_late(tmp_path, monkeypatch):
-    seen: list = []
-    _no_training(monkeypatch, seen)
-    sweep = parse_sweep({**BASE, "primary": "lr_sensitivity"})
+    sweep, store = _one_pass(tmp_path / "old", monkeypatch)
     out = tmp_path / "old"
-    sweepdir.run_sweep(sweep, out, inline=True, workers=1, log=lambda s: None)
-    store = Store(out / "results.sqlite")
     with store._write() as con:  # as a store written before designs were recorded
         con.execute("DELETE FROM meta WHERE key IN ('design', 'design_changes')")
     sweepdir.run_sweep(sweep, out, inline=True, workers=1, log=lambda s: None)
@@ -124,12 +128,7 @@ def test_a_store_from_before_designs_with_results_counts_as_declared_late(tmp_pa
 
 
 def test_results_outside_the_stored_design_are_flagged(tmp_path, monkeypatch):
-    seen: list = []
-    _no_training(monkeypatch, seen)
-    sweep = parse_sweep({**BASE, "primary": "lr_sensitivity"})
-    out = tmp_path / "x"
-    sweepdir.run_sweep(sweep, out, inline=True, workers=1, log=lambda s: None)
-    store = Store(out / "results.sqlite")
+    _, store = _one_pass(tmp_path / "x", monkeypatch)
     rows = store.runs()
     rows[0]["seed"] = 7
     assert changed_after_results(store.meta(), rows) == "the store holds results outside the declared design (seed 7)"
