@@ -98,6 +98,14 @@ def test_ray_tasks_never_ask_more_cpus_than_one_live_node_has():
     assert plan_ray(_FakeRay([(True, 1), (True, 1)]), 1, None) == (1, 1)  # the killed-worker-node test's cluster
 
 
+def _trained_a_step(metrics):
+    """Whether ``metrics.jsonl`` holds a record of a step after the initialisation's step 0."""
+    if not metrics.is_file():
+        return False
+    lines = [line for line in metrics.read_text().splitlines() if line.endswith("}")]
+    return any(json.loads(line).get("step", 0) > 0 for line in lines)
+
+
 def test_the_ray_trainer_child_stops_on_sigint_though_its_worker_blocked_it(tmp_path, cache):
     """A Ray worker runs with SIGINT blocked, and a child inherits the blocked mask across exec: the trainer child
     (``python -m normlab.experiments.executors``) unblocks it, so the SIGINT its task forwards on the driver's first
@@ -111,7 +119,9 @@ def test_the_ray_trainer_child_stops_on_sigint_though_its_worker_blocked_it(tmp_
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     metrics = run_dir / "metrics.jsonl"
     deadline = time.time() + 300
-    while not (metrics.is_file() and metrics.stat().st_size) and proc.poll() is None and time.time() < deadline:
+    # metrics.jsonl's first line is step 0 (the loss at initialisation, before any step): wait for a trained step,
+    # or a SIGINT sent between the two lines stops the run at step 0, a true interrupt this test would misread.
+    while not _trained_a_step(metrics) and proc.poll() is None and time.time() < deadline:
         time.sleep(0.5)
     proc.send_signal(signal.SIGINT)
     out, _ = proc.communicate(timeout=300)
