@@ -427,19 +427,23 @@ def read_json_object(path: str | Path, what: str = "file") -> dict[str, Any]:
 
 
 @contextmanager
-def exclusive_lock(path: str | Path, what: str) -> Iterator[None]:
-    """A non-blocking ``flock`` on ``path`` for the ``with`` block; taken already = one-line error naming ``what``."""
+def exclusive_lock(path: str | Path, what: str, *, holder: str = "normlab process",
+                   wait: bool = False) -> Iterator[None]:
+    """An exclusive ``flock`` on ``path`` for the ``with`` block, with this process's pid written in the file (the
+    one lock of normlab: a run directory's trainer, a sweep directory's compare, a sweep's run, a shared cache).
+    Taken already: one line naming ``what``, the ``holder`` and its pid; ``wait=True`` waits for it instead (a cache
+    the workers of a sweep starting together fill once). Released when the block ends or the process dies."""
     import fcntl
 
     path = Path(path)
     f = open(path, "a+")
     try:
         try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(f, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             f.seek(0)
             pid = f.read().strip() or "?"
-            raise NormlabError(f"{what} is in use by another normlab process (pid {pid}, lock {path}); wait for it "
+            raise NormlabError(f"{what} is in use by another {holder} (pid {pid}, lock {path}); wait for it "
                                "or stop it") from None
         f.seek(0)
         f.truncate()
@@ -448,3 +452,25 @@ def exclusive_lock(path: str | Path, what: str) -> Iterator[None]:
         yield
     finally:
         f.close()
+
+
+def lock_taken(path: str | Path) -> bool:
+    """Whether another process holds an :func:`exclusive_lock` on ``path`` now (a lock file that does not exist is
+    free; read-only, never created, so a directory it cannot write is read as it is; taken and released at once)."""
+    import fcntl
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # O_NONBLOCK: a FIFO in its place does not hang the open
+    except FileNotFoundError:
+        return False
+    except OSError as e:
+        raise NormlabError(f"cannot read the lock {path}: {e.strerror}") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    else:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return False
+    finally:
+        os.close(fd)

@@ -25,14 +25,12 @@ leaves only whole rows; re-running the same command resumes interrupted runs and
 
 from __future__ import annotations
 
-import fcntl
 import json
-import os
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, TextIO
+from typing import Any, Callable
 
 from normlab.config import config_from_dict
 from normlab.data.cache import default_cache_dir
@@ -45,11 +43,13 @@ from normlab.experiments.scheduling import Inline, Processes, Stacked, drive
 from normlab.experiments.store import FINAL, Store
 from normlab.experiments.sweep import Sweep, dump_spec
 from normlab.experiments.worker import plan_stacks
-from normlab.io import write_text
+from normlab.io import exclusive_lock, write_text
 from normlab.resources import available_cores, plan_workers
 from normlab.rundir.files import FINGERPRINT_FILE
 from normlab.rundir.fingerprint import check_run
 from normlab.rundir.readers import load_data
+
+COMPARE_LOCK = ".compare.lock"  # SWEEP_DIR/.compare.lock: one normlab compare per sweep directory (io.exclusive_lock)
 
 
 def default_sweep_dir(sweep: Sweep) -> Path:
@@ -111,36 +111,6 @@ def _prepare_data(configs: list[dict[str, Any]], log: Callable[[str], None]) -> 
         log(f"data {c['data']['source']} ({c['data']['tokenizer']}) ready in {time.time() - t0:.1f}s")
 
 
-class _Lock:
-    """An exclusive, non-blocking ``flock`` on ``SWEEP_DIR/.compare.lock`` (released when the process exits)."""
-
-    def __init__(self, sweep_dir: Path):
-        self.path = sweep_dir / ".compare.lock"
-        self.f: TextIO | None = None
-
-    def __enter__(self) -> "_Lock":
-        self.f = open(self.path, "a+")
-        try:
-            fcntl.flock(self.f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            self.f.seek(0)
-            pid = self.f.read().strip() or "?"
-            self.f.close()
-            raise NormlabError(
-                f"{self.path.parent} is in use by another normlab compare (pid {pid}); wait for it or stop it"
-            )
-        self.f.seek(0)
-        self.f.truncate()
-        self.f.write(str(os.getpid()))
-        self.f.flush()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        if self.f is not None:
-            fcntl.flock(self.f, fcntl.LOCK_UN)
-            self.f.close()
-
-
 def run_sweep(sweep: Sweep, sweep_dir: Path, *, workers: int | None = None,
               log: Callable[[str], None] | None = None, executor: str = "local",
               address: str | None = None, threads: int | None = None, inline: bool = False,
@@ -178,7 +148,7 @@ def run_sweep(sweep: Sweep, sweep_dir: Path, *, workers: int | None = None,
     if todo:
         _prepare_data([r.config for r in todo], log)
     sweep_dir.mkdir(parents=True, exist_ok=True)
-    with _Lock(sweep_dir):
+    with exclusive_lock(sweep_dir / COMPARE_LOCK, str(sweep_dir), holder="normlab compare"):
         store = Store(sweep_dir / "results.sqlite")
         store.create(sweep.name, sweep.hash)
         # the declared question, before any run (design.py); a sweep built in code without one (claims) has none

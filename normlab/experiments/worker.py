@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import fcntl
 import math
 import os
 import resource
@@ -30,6 +29,7 @@ from normlab.interrupt import die_with_parent
 from normlab.experiments.store import Store
 from normlab.rundir.files import CONFIG_FILE, METRICS_FILE, MODEL_FILE, PROBES_FILE
 from normlab.rundir.readers import STATUS_EXIT, open_config, read_metrics, read_summary
+from normlab.io import exclusive_lock
 from normlab.safety import printable
 
 
@@ -168,26 +168,18 @@ def run_one(sweep_dir: Path, run_id: str, threads: int | None = None) -> int:
     return STATUS_EXIT.get(summary.get("status", ""), EXIT_FAILED) if summary else EXIT_FAILED
 
 
-def _run_lock(sweep_dir: Path, run_id: str):
-    """An exclusive lock on ``logs/<run id>.lock``: two processes never train the same run directory."""
+def _run_lock(sweep_dir: Path, run_id: str) -> contextlib.AbstractContextManager[None]:
+    """An exclusive lock on ``logs/<run id>.lock`` (io.exclusive_lock): two processes never train the same run
+    directory."""
     (sweep_dir / "logs").mkdir(exist_ok=True)
-    f = open(sweep_dir / "logs" / f"{run_id}.lock", "a+")
-    try:
-        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        f.close()
-        raise NormlabError(f"run {run_id} is being trained by another process") from None
-    return f
+    return exclusive_lock(sweep_dir / "logs" / f"{run_id}.lock", f"run {run_id}")
 
 
 def one_run(sweep_dir: Path, run_id: str, threads: int | None) -> int:
     """Lock, train/resume and record one run (``run_one``); a store failure or a taken run is exit status 2."""
     try:
-        lock = _run_lock(sweep_dir, run_id)
-        try:
+        with _run_lock(sweep_dir, run_id):
             return run_one(sweep_dir, run_id, threads)
-        finally:
-            lock.close()
     except NormlabError as e:  # the store itself failed (locked, missing), or the run is taken
         print(f"error: {printable(e)}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -314,10 +306,9 @@ def serve_group(sweep_dir: Path, run_ids: list[str], threads: int | None) -> dic
 
     (sweep_dir / "logs").mkdir(exist_ok=True)
     store = Store(sweep_dir / "results.sqlite")
-    locks = []
-    try:
+    with contextlib.ExitStack() as locks:
         for r in run_ids:
-            locks.append(_run_lock(sweep_dir, r))
+            locks.enter_context(_run_lock(sweep_dir, r))
         rows = {r: store.get(r) for r in run_ids}
         done = {r: s for r in run_ids if (s := finished_summary(sweep_dir / "runs" / r)) is not None}
         todo = [r for r in run_ids if r not in done]
@@ -364,9 +355,6 @@ def serve_group(sweep_dir: Path, run_ids: list[str], threads: int | None) -> dic
             record(store, sweep_dir, r, s, peak_mem_mb=peak)  # the group's peak (one process trained them all)
             codes[r] = STATUS_EXIT.get(s.get("status", ""), EXIT_FAILED) if s else EXIT_FAILED
         return codes
-    finally:
-        for f in locks:
-            f.close()
 
 
 def main(argv: list[str] | None = None) -> int:

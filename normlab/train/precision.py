@@ -40,7 +40,6 @@ run used) and returns one line per decision with its reason, printed at start an
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import functools
 import json
 import os
@@ -57,7 +56,7 @@ from torch.utils import deterministic as torch_deterministic
 
 from normlab.data.cache import default_cache_dir
 from normlab.errors import NormlabError
-from normlab.io import write_json
+from normlab.io import exclusive_lock, write_json
 from normlab.model import build_model
 from normlab.norms.registry import _REGISTRY
 from normlab.train.threads import step_flops
@@ -177,8 +176,7 @@ def _cached_probe(cfg: Any, device: str) -> dict[str, float]:
     path = Path(cfg.data.cache_dir or default_cache_dir()) / "precision_probe.json"
     key = _probe_key(cfg, device)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.with_suffix(".lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with exclusive_lock(path.with_suffix(".lock"), "the precision probe's cache", wait=True):
         try:
             cache = json.loads(path.read_text())
         except (OSError, json.JSONDecodeError):

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import fcntl
 import json
 import shutil
 import sys
@@ -49,10 +48,10 @@ from normlab.experiments.worker import record as record_run
 from normlab.experiments.claims.variants import GRID_VARIANTS, lr_dir, variant_config
 from normlab.experiments.entry import run as run_sweep
 from normlab.experiments.estimate import check_device
-from normlab.experiments.sweepdir import check_sweep_dir, registration
+from normlab.experiments.sweepdir import COMPARE_LOCK, check_sweep_dir, registration
 from normlab.experiments.store import FINAL, Store
 from normlab.experiments.sweep import Sweep, PlannedRun
-from normlab.io import read_json, read_json_object, write_json
+from normlab.io import lock_taken, read_json, read_json_object, write_json
 from normlab.rundir.files import CHECKPOINTS_DIR, FINGERPRINT_FILE, SUMMARY_FILE
 from normlab.rundir.fingerprint import check_run
 from normlab.rundir.readers import read_summary
@@ -464,13 +463,8 @@ def find_reusable(sweep_dir: Path, cfg: dict[str, Any], wait_s: float = 7200.0) 
         if done:
             src = sweep_dir / "runs" / done[0]["run_id"]
             return src if check_run(src) is None else None  # the current code would not reproduce it: train
-        try:  # is a compare still running in that directory?
-            with open(sweep_dir / ".compare.lock", "a+") as f:
-                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                fcntl.flock(f, fcntl.LOCK_UN)
+        if not lock_taken(sweep_dir / COMPARE_LOCK):  # no compare still running in that directory
             return None  # nobody is training it: the caller trains
-        except OSError:
-            pass
         if time.time() - t0 > wait_s:
             return None
         time.sleep(10)
