@@ -4,7 +4,7 @@ resume bit-exactly after kill -9, and convert on ``cuda`` in fp32 and bf16; two 
 compiled (``train.compile: auto`` is on for CUDA) are bit-identical under ``train.deterministic`` (no op of the model,
 its backward or the diagnostics lacks a deterministic CUDA kernel); a stacked group of 4 equals its runs alone
 (normlab.train.stacked); a 2-process NCCL DDP run when two GPUs exist (its loss curve equals the 1-process run's up to
-reduction order)."""
+reduction order; its steps between read points never wait for the device)."""
 
 from __future__ import annotations
 
@@ -145,6 +145,27 @@ def test_cuda_steps_between_read_points_never_wait_for_the_device(tmp_path, cach
     finally:
         torch.cuda.set_sync_debug_mode("default")
     assert (s["status"], s["step"], s["device"]) == ("completed", 24, "cuda")
+
+
+@needs_cuda
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA devices")
+def test_cuda_ddp_steps_between_read_points_never_wait_for_the_device(tmp_path, cache):
+    """Two ranks on two GPUs (NCCL) with ``torch.cuda.set_sync_debug_mode("error")`` around every step that is not
+    a read point (after the first two, which compile; tests/train/rank_probe.py): the loss sums' all-reduce and the
+    stop flag wait for read points, so no host read or wait raises there; both ranks complete at the same step and
+    read on the host only the batch's window offsets on those steps."""
+    from tests.train.test_distributed import ALLOWED, _probe, _same_on_every_rank
+
+    argv = ["train", "tiny", *CLI_SMALL, "--set", "diag.every=4", "--set", "train.steps=24", "--set",
+            "train.log_every=6", "--set", "train.eval_every=12", "--set", "train.checkpoint_every=12"]
+    got = _probe([*argv, "--out", str(tmp_path / "r")], tmp_path / "ranks", defer=True, cache=cache,
+                 env={"NORMLAB_TEST_SYNC_ERROR": "1"})
+    assert (_same_on_every_rank(got)["status"], got[0]["summary"]["step"]) == ("completed", 24)
+    quiet = [i for i in range(2, 24) if (i + 1) % 4 and (i + 1) % 6]
+    for g in got:
+        assert g["summary"]["device"] == "cuda"
+        for i in quiet:
+            assert set(g["reads"][i]) <= ALLOWED, (i, g["reads"][i])
 
 
 @needs_cuda

@@ -19,11 +19,18 @@ What a rank does differently from a one-process run (the hooks in ``normlab.trai
   their backward passes, the token means), as ``torch.nn.SyncBatchNorm`` does, on a process group of their own.
 - **Only rank 0 writes**: run directory, metrics, checkpoints, summary (and evaluates). Other ranks read the
   checkpoint on ``--resume`` (the run directory must be visible to every node: shared storage).
-- **Stopping.** Every step starts with one all-reduce of the stop flag (SIGINT / SIGTERM on any rank, e.g.
-  torchrun forwarding Ctrl-C; ``normlab.interrupt.StopFlag(repeat="count")``: a repeated signal does not abort a
-  rank, torchrun SIGKILLs a hung one after its shutdown timeout), so all ranks stop at the same step; the divergence
-  test runs on the all-reduced loss and the (already summed) gradient norm, identical on every rank. Rank 0
-  records the status once; a final barrier keeps the other ranks alive until it has.
+- **Host reads.** A step's summed loss and loss terms are all-reduced as one float64 device tensor
+  (:meth:`DistContext.all_sum_device`), read on the host where the step is read. On an accelerator reads are
+  deferred to read points (``normlab.train.loop.defer_reads``: logged, diagnostic, evaluation, checkpoint and
+  effective-LR steps, the last step): a step in between reads nothing, as in one process.
+- **Stopping.** The stop flag (SIGINT / SIGTERM on any rank, e.g. torchrun forwarding Ctrl-C;
+  ``normlab.interrupt.StopFlag(repeat="count")``: a repeated signal does not abort a rank, torchrun SIGKILLs a hung
+  one after its shutdown timeout) is agreed by one all-reduce before every step on the CPU, before every read point
+  when reads are deferred (every rank has the same read points: they follow from the config and the step), so all
+  ranks stop at the same step, checkpointed. The divergence test runs on the all-reduced loss and the (already
+  summed) gradient norm, identical on every rank, so all ranks also diverge at the same step (when deferred, they
+  find it at the same read point). Rank 0 records the status once; a final barrier keeps the other ranks alive
+  until it has.
 
 Reference: Li et al. 2020, "PyTorch Distributed: Experiences on Accelerating Data Parallel Training"
 (arXiv:2006.15704); torch.distributed.run (torchrun) and DistributedDataParallel documentation.
@@ -120,6 +127,14 @@ class DistContext:
         t = torch.tensor(values, dtype=torch.float64, device=self.device)
         dist.all_reduce(t)
         return t.tolist()
+
+    def all_sum_device(self, t: torch.Tensor) -> torch.Tensor:
+        """``t`` (a float64 vector ``[n]`` on this rank's device) summed over ranks, in place and returned, without a
+        host read (NCCL queues it on the device; gloo sums CPU tensors at once): the same float64 sums as
+        :meth:`all_sum` of its values, identical on every rank."""
+        if self.active:
+            dist.all_reduce(t)
+        return t
 
     def any(self, flag: bool) -> bool:
         """True on every rank when ``flag`` is true on any rank."""

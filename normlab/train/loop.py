@@ -64,15 +64,17 @@ def to_device(t: torch.Tensor, device: str) -> torch.Tensor:
     return t.to(device)
 
 
-def defer_reads(cfg: RunConfig, ctx: DistContext) -> bool:
+def defer_reads(cfg: RunConfig) -> bool:
     """Whether a step leaves its loss and gradient norm on the device until the next read point (a logged,
     diagnostic, evaluation, checkpoint or effective-LR step, the last step, or a stop), so that the host never
-    waits for the device in between: on an accelerator, one process (a run alone, or a stacked group:
-    normlab.train.stacked). On the CPU every step is read at once (a read costs nothing there). Outputs are the
-    same either way; a run that diverges between two read points stops at the next one, with the diverged step's
-    status, step, loss and message, after a few more updates of weights that are not saved (its summary's weight
-    norms are of the weights when it stopped)."""
-    return cfg.device != "cpu" and not ctx.active
+    waits for the device in between: on an accelerator, for a run alone, a stacked group (normlab.train.stacked)
+    and each rank of a data-parallel run (whose loss sums are all-reduced on the device and whose ranks agree on a
+    stop at read points only: every rank has the same read points, and settles the same all-reduced values). On
+    the CPU every step is read at once (a read costs nothing there; a data-parallel rank agrees on a stop at every
+    step). Outputs are the same either way; a run that diverges between two read points stops at the next one,
+    with the diverged step's status, step, loss and message, after a few more updates of weights that are not
+    saved (its summary's weight norms are of the weights when it stopped)."""
+    return cfg.device != "cpu"
 
 
 class NullTracker:
@@ -151,7 +153,8 @@ def _train_locked(cfg: RunConfig, run_dir: Path, *, resume: bool, quiet: bool, t
 
 class Recipe:
     """One run's training: :meth:`setup` once, then :meth:`train` (which returns the summary). ``ctx``: this
-    process's place in a data-parallel run; ``flag``: set by SIGINT / SIGTERM, checked before every step."""
+    process's place in a data-parallel run; ``flag``: set by SIGINT / SIGTERM, checked before every step (by a
+    data-parallel run with deferred reads, before every read point: :meth:`_stop`)."""
 
     def __init__(self, cfg: RunConfig, run_dir: Path, *, ctx: DistContext, flag: StopFlag, quiet: bool,
                  run_hash: str) -> None:
@@ -256,16 +259,16 @@ class Recipe:
         self.mark_t, self.mark_tokens = time.time(), s.tokens_seen  # tokens/s since the last logged step
         self.t_start = time.time()
         s.model.train()
-        defer = defer_reads(self.cfg, ctx)
+        defer = defer_reads(self.cfg)
         with self._metrics_log() as mlog:
             while s.step < tc.steps:
-                if ctx.any(self.flag.stop):  # one all-reduce per step on more than one process: all stop together
+                read = not defer or self._read_point(s.step)
+                if self._stop(read):  # every rank of a data-parallel run at the same step
                     if self._settle(mlog):
                         break
                     s.status = "interrupted"
                     self._checkpoint()
                     break
-                read = not defer or self._read_point(s.step)
                 if read and self._settle(mlog):  # the steps still on the device (s.pending)
                     break
                 lr = s.set_lr()
@@ -300,6 +303,15 @@ class Recipe:
         (``RunState.read_point``)."""
         return self.state.read_point(i)
 
+    def _stop(self, read: bool) -> bool:
+        """Whether the run stops before the coming step (SIGINT / SIGTERM). One process: the flag, at every step. A
+        data-parallel run: the flag agreed over ranks (one all-reduce and host read) where the coming step is
+        ``read``: at every step on the CPU, at read points only when reads are deferred (every rank has the same
+        read points, so a signal on any rank stops them all at the next one, together)."""
+        if not self.ctx.active:
+            return self.flag.stop
+        return read and self.ctx.any(self.flag.stop)
+
     def _settle(self, mlog: IO[str]) -> bool:
         """The host part of the deferred steps (one read of their losses and gradient norms): their spike records
         written in step order; True when one of them diverged (the run ends there, as if read at once)."""
@@ -319,7 +331,8 @@ class Recipe:
         """``grad_accum`` micro-batches of this rank's rows, forward (eager with the diagnostics' hooks on a
         diagnostic step) and backward. Returns the summed cross-entropy and the mean extra loss terms, global-batch
         values identical on every rank: 0-dim float64 tensors on the device (the same float64 sums as Python
-        floats), read by the caller at a read point; floats on more than one process (the all-reduce reads them)."""
+        floats), read by the caller at a read point; on more than one process, summed over ranks on the device (one
+        all-reduce of a float64 vector, no host read)."""
         s, tc, mc, dev, ctx = self.state, self.cfg.train, self.cfg.model, self.cfg.device, self.ctx
         loss_sum: Any = 0.0
         extra: dict[str, Any] = {}
@@ -336,7 +349,7 @@ class Recipe:
             for k, v in parts.items():
                 extra[k] = extra.get(k, 0.0) + v.double() * self.share / tc.grad_accum
         if ctx.active:  # global-batch means, identical on every rank
-            sums = ctx.all_sum([float(loss_sum), *(float(v) for v in extra.values())])
+            sums = ctx.all_sum_device(torch.stack([loss_sum, *extra.values()]))
             loss_sum, extra = sums[0], dict(zip(extra, sums[1:]))
         return loss_sum, extra
 

@@ -53,7 +53,6 @@ from normlab.rundir.files import CONFIG_FILE
 from normlab.rundir.publish import finish_interrupted
 from normlab.rundir.readers import apply_norm_defaults, load_data, read_data_info, run_data
 from normlab.train.losses import lm_loss
-from normlab.train.distributed import SINGLE
 from normlab.train.loop import defer_reads, get_batch, to_device
 from normlab.train.precision import (autocast, kept_determinism, nondeterministic_op_error, prepare_model,
                                     resolve_runtime)
@@ -238,7 +237,7 @@ def _train_group(cfgs: list[RunConfig], dirs: list[Path], resumes: list[bool], h
     with torch.random.fork_rng(devices=[torch.cuda.current_device()] if dev == "cuda" else []):
         base = prepare_model(build_model(mc).to(dev), tc.precision)
     stacked = _StackedForward(base, bool(tc.compile))
-    defer = defer_reads(c0, SINGLE)  # on an accelerator: a step that is no member's read point reads nothing
+    defer = defer_reads(c0)  # on an accelerator: a step that is no member's read point reads nothing
     say(f"stacked group of {len(members)}: " + " | ".join(runtime))
     for m in members:
         m.model.train()

@@ -76,7 +76,7 @@ def _train_counting_reads(run_dir: Path, sets: list[str], monkeypatch, defer: bo
         return read_point(self, i)
 
     monkeypatch.setattr(loop.Recipe, "_read_point", marked)
-    monkeypatch.setattr(loop, "defer_reads", lambda cfg, ctx: True)  # every step asks whether it is a read point
+    monkeypatch.setattr(loop, "defer_reads", lambda cfg: True)  # every step asks whether it is a read point
     if not defer:
         monkeypatch.setattr(loop.Recipe, "_read_point", lambda self, i: marked(self, i) or True)
     with reads:

@@ -271,7 +271,7 @@ def _group_counting_reads(out, cfgs, monkeypatch, defer, quiet=True):
         return read_point(self, i) or not defer
 
     monkeypatch.setattr(RunState, "read_point", marked)
-    monkeypatch.setattr(S, "defer_reads", lambda cfg, ctx: True)
+    monkeypatch.setattr(S, "defer_reads", lambda cfg: True)
     with reads:
         summaries = train_stacked(cfgs, [out / f"r{i}" for i in range(len(cfgs))], quiet=quiet)
     monkeypatch.undo()
