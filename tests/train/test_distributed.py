@@ -3,6 +3,9 @@
 Reference: the same config trained in one process. fp32 tolerance: the all-reduced sums add the same numbers in a
 different order, so per-step losses agree to LOSS_TOL and final weights to WEIGHT_TOL (measured: ~5e-7 and ~4e-6
 after 8-16 steps; without the synchronised batch statistics BatchNorm's weights differ by ~2e-2).
+
+Reads deferred to read points (the accelerator policy, forced on the CPU by tests/train/rank_probe.py): the same
+2-rank run bit for bit as 2 ranks read at every step, a Ctrl-C and a divergence between read points included.
 """
 
 from __future__ import annotations
@@ -152,7 +155,7 @@ ROOT = Path(__file__).resolve().parents[2]
 DEFER = ["--set", "train.steps=40", "--set", "train.log_every=5", "--set", "train.checkpoint_every=8",
          "--set", "train.eval_every=40", "--set", "train.batch_size=6", "--set", "diag.every=12",
          "--set", "train.eval_batches=1"]
-# lr 3 without clipping: loss spikes at steps 3 and 4, diverged at 4, between the read points 0 and 10
+# lr 3 without clipping: loss spikes at steps 3 and 4, diverged at 4, before the first read point (step 10)
 DIVERGE = ["--set", "train.steps=40", "--set", "train.log_every=10", "--set", "train.eval_every=40",
            "--set", "train.checkpoint_every=40", "--set", "diag.every=0", "--set", "model.depth=1",
            "--set", "train.lr=3", "--set", "train.warmup_steps=10", "--set", "train.grad_clip=0",
