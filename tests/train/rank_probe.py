@@ -14,6 +14,8 @@ a read point: what ``defer_reads`` False does). Compare runs of this module with
 dispatch mode changes the last bit of a float64 SVD (the diagnostics' spectral norm), not the training.
 ``NORMLAB_TEST_SYNC_ERROR=1`` (a CUDA run): ``torch.cuda.set_sync_debug_mode("error")`` around every step between
 read points after the first two (which compile), so that any host wait for the device there raises.
+``NORMLAB_TEST_STEP_DELAY=S``: sleep S seconds before every step (no number changes), so that a signal sent at a
+checkpoint lands long before the run could end, however loaded the machine.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
 from normlab.cli import main, set_process_policies
@@ -36,12 +39,14 @@ def run_rank(argv: list[str]) -> int:
 
     defer = os.environ.get("NORMLAB_TEST_DEFER") == "1"
     sync_error = os.environ.get("NORMLAB_TEST_SYNC_ERROR") == "1"
+    delay = float(os.environ.get("NORMLAB_TEST_STEP_DELAY", "0"))
     got: dict = {}
     reads = HostReads()
     read_point, finish = loop.Recipe._read_point, loop.Recipe._finish
 
     def marked(self, i: int) -> bool:  # a step starts here: every step asks (defer_reads answers True)
         reads.step = i
+        time.sleep(delay)
         read = read_point(self, i) or not defer  # not deferred: every step is a read point, as on the CPU
         if sync_error:
             torch.cuda.set_sync_debug_mode("error" if (i >= 2 and not read) else "default")

@@ -261,7 +261,9 @@ def test_ctrl_c_stops_deferred_ranks_at_one_read_point(read_every_step, tmp_path
     """A Ctrl-C of deferred ranks stops every rank at the same read point (the stop flag is agreed there only),
     checkpointed, with one summary; resumed, the run ends bit for bit as the run read at every step."""
     out, ranks = tmp_path / "interrupted", tmp_path / "ranks"
-    cmd, env = _probe_cmd(["train", "tiny", *DEFER, "--out", str(out)], ranks, defer=True, cache=cache)
+    # 0.2 s before each step: the 32 steps after the checkpoint the test waits for outlast the signal's delivery
+    cmd, env = _probe_cmd(["train", "tiny", *DEFER, "--out", str(out)], ranks, defer=True, cache=cache,
+                          env={"NORMLAB_TEST_STEP_DELAY": "0.2"})
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + TIMEOUT
     while not (out / "checkpoints" / "step_00000008").exists() and proc.poll() is None and time.time() < deadline:
