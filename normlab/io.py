@@ -426,6 +426,25 @@ def read_json_object(path: str | Path, what: str = "file") -> dict[str, Any]:
     return json_object(read_json(path, what), f"{what} {path}")
 
 
+def _open_lock(path: Path, flags: int) -> int:
+    """A lock file's descriptor (``O_NONBLOCK``: a FIFO in its place does not hang the open); anything but a regular
+    file, or a file that cannot be opened, is one line (a missing one raises ``FileNotFoundError`` without
+    ``O_CREAT``)."""
+    try:
+        fd = os.open(path, flags | os.O_NONBLOCK, 0o644)
+    except FileNotFoundError:
+        if not flags & os.O_CREAT:
+            raise
+        raise NormlabError(f"cannot create the lock {path}: its directory does not exist") from None
+    except OSError as e:
+        raise NormlabError(f"cannot open the lock {path}: {e.strerror}") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise NormlabError(f"the lock {path} is not a regular file (a FIFO, a device or a directory?); remove it, "
+                           "normlab makes it")
+    return fd
+
+
 @contextmanager
 def exclusive_lock(path: str | Path, what: str, *, holder: str = "normlab process",
                    wait: bool = False) -> Iterator[None]:
@@ -436,7 +455,7 @@ def exclusive_lock(path: str | Path, what: str, *, holder: str = "normlab proces
     import fcntl
 
     path = Path(path)
-    f = open(path, "a+")
+    f = os.fdopen(_open_lock(path, os.O_RDWR | os.O_CREAT | os.O_APPEND), "a+")
     try:
         try:
             fcntl.flock(f, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -460,11 +479,9 @@ def lock_taken(path: str | Path) -> bool:
     import fcntl
 
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # O_NONBLOCK: a FIFO in its place does not hang the open
+        fd = _open_lock(Path(path), os.O_RDONLY)
     except FileNotFoundError:
         return False
-    except OSError as e:
-        raise NormlabError(f"cannot read the lock {path}: {e.strerror}") from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:

@@ -170,6 +170,19 @@ def test_a_taken_lock_is_refused_in_one_line_naming_its_holder_and_pid(tmp_path)
         assert lock.read_text() == str(os.getpid())
 
 
+@pytest.mark.parametrize("kind", ["fifo", "directory"])
+def test_a_lock_that_is_not_a_regular_file_is_one_line_not_a_hang(tmp_path, kind):
+    """A FIFO (its open would wait for a writer without O_NONBLOCK) or a directory in a lock's place: one line
+    naming the path, for taking the lock and for asking whether it is taken."""
+    lock = tmp_path / ".train.lock"
+    os.mkfifo(lock) if kind == "fifo" else lock.mkdir()
+    with pytest.raises(NormlabError, match=r"^(the lock .* is not a regular file|cannot open the lock )"):
+        with exclusive_lock(lock, "run"):
+            pass
+    with pytest.raises(NormlabError, match=str(lock)):
+        lock_taken(lock)
+
+
 def test_a_waiting_lock_is_entered_only_after_its_holder_lets_go(tmp_path):
     lock, marker = tmp_path / "cache.lock", tmp_path / "marker"
     proc = _hold(lock, marker, 1.0)
