@@ -169,6 +169,9 @@ class ModelConfig:
         """
         out = {k: v for k, v in self.norm_options.items() if "@" not in k}
         for k, v in self.norm_options.items():
+            if k.partition("@")[0] == "eps":  # build_norm gets eps=norm_eps beside these options
+                raise NormlabError(f"model.norm_options key '{k}': a norm's eps is model.norm_eps (one value for "
+                                   "every site); set that key instead")
             if "@" in k:
                 name, _, grp = k.partition("@")
                 if grp not in NORM_GROUPS:

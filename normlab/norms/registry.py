@@ -69,21 +69,22 @@ def get_norm_class(name: str) -> type[nn.Module]:
     return _REGISTRY[name]
 
 
-def build_norm(name: str, dim: int, **kwargs: Any) -> nn.Module:
+def build_norm(name: str, dim: int, /, **kwargs: Any) -> nn.Module:
     """Instantiate norm ``name`` over the last dimension ``dim``.
 
-    Keyword options a class does not accept are an error (so a typo in a config option is not silently dropped).
+    Keyword options a class does not accept are an error (so a typo in a config option is not silently dropped);
+    so are ``self`` and ``dim``, which are not options (the width is ``dim``).
     """
     cls = get_norm_class(name)
     params = inspect.signature(cls.__init__).parameters
     takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
-    if not takes_any:
-        bad = [k for k in kwargs if k not in params]
-        if bad:
-            allowed = [k for k in params if k not in ("self", "dim")]
-            raise NormlabError(
-                f"norm '{name}' does not take option(s) {', '.join(bad)}; allowed: {', '.join(allowed)}"
-            )
+    named = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    allowed = [k for k, p in params.items() if k not in ("self", "dim") and p.kind in named]
+    bad = [k for k in kwargs if k in ("self", "dim") or not takes_any and k not in allowed]
+    if bad:
+        raise NormlabError(
+            f"norm '{name}' does not take option(s) {', '.join(bad)}; allowed: {', '.join(allowed)}"
+        )
     return cls(dim, **kwargs)
 
 
