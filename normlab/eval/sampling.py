@@ -94,6 +94,9 @@ def filter_logits(logits: torch.Tensor, *, temperature: float = 1.0, top_k: int 
     if temperature == 0:
         raise ValueError("filter_logits needs temperature > 0; temperature 0 is greedy (see sample_next)")
     x = logits.float() / temperature
+    if temperature < 1 and bool((torch.isposinf(x) & torch.isfinite(logits)).any()):  # +inf: softmax is NaN
+        raise NormlabError(f"--temperature {temperature} is too small for these logits: dividing by it overflows "
+                           "float32; use 0 for greedy decoding or a larger temperature")
     if top_nsigma is not None:
         x = top_nsigma_filter(x, top_nsigma)
     if top_k is not None:

@@ -83,6 +83,19 @@ def test_greedy_and_bad_args():
             sample_next(x, **kw)
 
 
+
+def test_a_temperature_that_overflows_the_logits_is_one_line():
+    """Logits divided by a tiny temperature reach +inf in float32 (softmax then NaN, a torch RuntimeError inside
+    multinomial before): one NormlabError naming --temperature. Where no logit overflows (2 / 1e-38 = 2e38 is below
+    float32's 3.4e38; -100 / 1e-38 is -inf, probability 0) sampling still works and, the limit of T -> 0, is greedy."""
+    x = torch.tensor([[2.0, -100.0, 1.0]])
+    for t in (1e-320, 1e-45, 1e-39):
+        with pytest.raises(NormlabError, match=r"^--temperature .* too small .* use 0 for greedy"):
+            sample_next(x, temperature=t)
+    assert sample_next(x.expand(50, -1), temperature=1e-38, generator=torch.Generator().manual_seed(0)).tolist() \
+        == [0] * 50
+    assert filter_logits(x, temperature=1e-38)[0, 1].item() == float("-inf")
+
 def _check_frequencies(logits: torch.Tensor, expected: np.ndarray, n: int = 20000, **kw):
     gen = torch.Generator().manual_seed(1234)
     ids = sample_next(logits.expand(n, -1), generator=gen, **kw)
