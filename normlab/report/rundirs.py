@@ -47,6 +47,25 @@ def _short(key: str, keys: list[str]) -> str:
     return key
 
 
+def _check_config(cfg: dict[str, Any], path: Path) -> None:
+    """A loose run's raw config.yaml mapping has what the report reads from it (the ``model`` and ``train``
+    sections, a numeric ``train.lr``, an integer ``seed``), as every file ``normlab train`` writes does; a truncated
+    or hand-edited one is a one-line error naming the file (it was a KeyError / TypeError traceback)."""
+    def bad(what: str) -> NormlabError:
+        return NormlabError(f"{path}: {what}; not a complete normlab run config (truncated or edited?), "
+                            "normlab train writes every section")
+
+    for section in ("model", "train"):
+        if not isinstance(cfg.get(section), dict):
+            raise bad(f"no '{section}' mapping")
+    lr = cfg["train"].get("lr")
+    if isinstance(lr, bool) or not isinstance(lr, (int, float)):
+        raise bad(f"train.lr is {lr!r}, not a number")
+    seed = cfg.get("seed", 0)
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise bad(f"seed is {seed!r}, not an integer")
+
+
 def _summary_row(run_dir: Path, rid: str, position: int, cfg: dict[str, Any]) -> dict[str, Any]:
     s = read_summary(run_dir) or {}  # not a JSON object (a list): one line naming the file
     status = s.get("status") if isinstance(s.get("status"), str) and s.get("status") else "interrupted"
@@ -105,6 +124,7 @@ def collect(paths: list[str | Path]) -> list[tuple[RunInfo, Path]]:
             if match:
                 runs += match
                 continue
+        _check_config(cfg, p / CONFIG_FILE)
         info = RunInfo(_summary_row(p, p.name, 0, cfg), {})
         for step, key, value in read_metrics(p / METRICS_FILE):
             info.curves.setdefault(key, []).append((step, value))
