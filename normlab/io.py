@@ -113,8 +113,12 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
 
 
 def check_new_dir(out: str | Path, flag: str = "--out") -> Path:
-    """``out`` as a directory a command will create: an existing file or non-empty directory is a one-line error."""
+    """``out`` as a directory a command will create: an existing file or non-empty directory is a one-line error;
+    so is a symbolic link (dangling or not), which ``publish_dir``'s rename could only fail on after the work."""
     out = Path(out)
+    if out.is_symlink():
+        raise NormlabError(f"{flag} {out} is a symbolic link; give the path of a new directory (the output is "
+                           "renamed into place, not written through a link)")
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise NormlabError(f"{flag} {out} already exists and is not empty")
     return out

@@ -266,6 +266,24 @@ def test_check_new_dir_refuses_files_and_non_empty_dirs(tmp_path):
     assert check_new_dir(tmp_path / "new") == tmp_path / "new" and not (tmp_path / "new").exists()
 
 
+
+def test_check_new_dir_refuses_a_symlink_before_any_work(tmp_path):
+    """A link at ``--out`` (dangling, or to an empty directory) passed the check and failed only at publish_dir's
+    final rename ('Not a directory'), after the conversion or fine-tune had run; now it is refused up front and the
+    link and its target stay as they were."""
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    dangling, to_empty = tmp_path / "dangling", tmp_path / "to_empty"
+    dangling.symlink_to(tmp_path / "missing")
+    to_empty.symlink_to(empty)
+    for link in (dangling, to_empty):
+        with pytest.raises(NormlabError) as e:
+            check_new_dir(link, "--out")
+        assert str(e.value).startswith(f"--out {link} is a symbolic link;") and "\n" not in str(e.value)
+        assert link.is_symlink()
+    assert empty.is_dir() and not any(empty.iterdir()) and not (tmp_path / "missing").exists()
+    assert check_new_dir(empty) == empty  # a real empty directory is still a valid output
+
 def test_io_does_not_import_torch():
     code = "import sys, normlab.io; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
