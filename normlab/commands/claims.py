@@ -34,7 +34,7 @@ def render(args: argparse.Namespace) -> int:
     write the page. Nothing is trained or measured."""
     from normlab.experiments.claims.execution import judge
     src = Path(args.render)
-    if not src.is_file():
+    if not src.exists():  # a FIFO or directory is read_json's one line naming what it is
         raise NormlabError(f"--render {src}: no such file; give a claims.json written by normlab claims")
     stored = read_json(src, "claims results")
     need = ("claims", "budget", "budget_spec", "seeds", "command", "machine", "out")
