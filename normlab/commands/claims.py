@@ -24,6 +24,7 @@ from rich.table import Table
 from normlab.commands.stages import StageProgress
 from normlab.errors import EXIT_INTERRUPTED, NormlabError
 from normlab.io import dumps, read_json
+from normlab.safety import printable
 from normlab.validate import int_in
 
 DOCS = Path("docs") / "claims.md"  # relative to the current directory (the repo root in a checkout), never the package
@@ -104,6 +105,12 @@ def run_claims(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cell(text: object) -> str:
+    """``text`` for the terminal: control characters as escapes (``safety.printable``: a stored claims.json cannot
+    move the cursor or recolour the screen), then rich markup escaped."""
+    return escape(printable(text))
+
+
 def show(report: dict, args: argparse.Namespace) -> int:
     """Print the judged ``report``: one JSON object (``--json``), or the verdict table, the reasons of the
     undecided claims and every revised definition."""
@@ -113,20 +120,20 @@ def show(report: dict, args: argparse.Namespace) -> int:
     from normlab.experiments.claims.docs import _p, measured_text
 
     t = Table("claim", "paper", "metric", "expected", "measured (mean ± raw 95% CI)", "p",
-              f"{report.get('correction', 'holm')} p", "verdict",
-              title=f"normlab claims — budget {report['budget']}, {report['seeds']} seed(s)")
+              _cell(f"{report.get('correction', 'holm')} p"), "verdict",
+              title=_cell(f"normlab claims — budget {report['budget']}, {report['seeds']} seed(s)"))
     colour = {"held": "green", "not held": "red", "inconclusive": "yellow", "within margin": "cyan",
               "not observable at this scale": "magenta"}
     for c in report["claims"]:
         mark = "" if c.get("current_definition", True) else " (earlier definition)"
-        t.add_row(escape(f"{c['name']}: {c['claim']}"), escape(c["paper"]), escape(c["metric"]), escape(c["expected"]),
-                  escape(measured_text(c)), _p(c.get("p")), _p(c.get("p_adj")),
-                  f"[{colour.get(c['verdict'], 'white')}]{escape(c['verdict'] + mark)}[/]")
+        t.add_row(_cell(f"{c['name']}: {c['claim']}"), _cell(c["paper"]), _cell(c["metric"]), _cell(c["expected"]),
+                  _cell(measured_text(c)), _p(c.get("p")), _p(c.get("p_adj")),
+                  f"[{colour.get(c['verdict'], 'white')}]{_cell(c['verdict'] + mark)}[/]")
     con = Console()
     con.print(t)
     for c in report["claims"]:
         if c["verdict"] != "held" or c["n"] == 0:
-            con.print(escape(f"{c['name']}: {c['reason']}"))
+            con.print(_cell(f"{c['name']}: {c['reason']}"))
     from normlab.experiments.claims.specs import CLAIMS
 
     shown = {c["name"] for c in report["claims"]}
@@ -134,7 +141,7 @@ def show(report: dict, args: argparse.Namespace) -> int:
     if revs:
         con.print("Definitions revised (date, claim: what changed; why; verdict before):")
         for name, r in sorted(revs, key=lambda x: (x[1].date, x[0])):
-            con.print(escape(f"- {r.date}, {name}: {r.what}; why: {r.why}; verdict before: {r.verdict_before}"))
+            con.print(_cell(f"- {r.date}, {name}: {r.what}; why: {r.why}; verdict before: {r.verdict_before}"))
     return 0
 
 
