@@ -47,23 +47,29 @@ def _short(key: str, keys: list[str]) -> str:
     return key
 
 
-def _check_config(cfg: dict[str, Any], path: Path) -> None:
-    """A loose run's raw config.yaml mapping has what the report reads from it (the ``model`` and ``train``
-    sections, a numeric ``train.lr``, an integer ``seed``), as every file ``normlab train`` writes does; a truncated
-    or hand-edited one is a one-line error naming the file (it was a KeyError / TypeError traceback)."""
-    def bad(what: str) -> NormlabError:
-        return NormlabError(f"{path}: {what}; not a complete normlab run config (truncated or edited?), "
-                            "normlab train writes every section")
+def _incomplete(path: Path, what: str) -> NormlabError:
+    return NormlabError(f"{path}: {what}; not a complete normlab run config (truncated or edited?), normlab train "
+                        "writes every section")
 
-    for section in ("model", "train"):
-        if not isinstance(cfg.get(section), dict):
-            raise bad(f"no '{section}' mapping")
-    lr = cfg["train"].get("lr")
-    if isinstance(lr, bool) or not isinstance(lr, (int, float)):
-        raise bad(f"train.lr is {lr!r}, not a number")
+
+def _check_seed(cfg: dict[str, Any], path: Path) -> None:
+    """A loose run's raw config.yaml has an integer ``seed`` (or none), which ``_summary_row`` reads; otherwise a
+    one-line error naming the file (it was a ValueError traceback)."""
     seed = cfg.get("seed", 0)
     if isinstance(seed, bool) or not isinstance(seed, int):
-        raise bad(f"seed is {seed!r}, not an integer")
+        raise _incomplete(path, f"seed is {seed!r}, not an integer")
+
+
+def _check_config(cfg: dict[str, Any], path: Path) -> None:
+    """A loose run's raw config.yaml mapping has the ``model`` and ``train`` sections and a numeric ``train.lr``
+    that the variant labels and the report read, as every file ``normlab train`` writes does; a truncated or
+    hand-edited one is a one-line error naming the file (it was a KeyError / TypeError traceback)."""
+    for section in ("model", "train"):
+        if not isinstance(cfg.get(section), dict):
+            raise _incomplete(path, f"no '{section}' mapping")
+    lr = cfg["train"].get("lr")
+    if isinstance(lr, bool) or not isinstance(lr, (int, float)):
+        raise _incomplete(path, f"train.lr is {lr!r}, not a number")
 
 
 def _summary_row(run_dir: Path, rid: str, position: int, cfg: dict[str, Any]) -> dict[str, Any]:
@@ -124,12 +130,13 @@ def collect(paths: list[str | Path]) -> list[tuple[RunInfo, Path]]:
             if match:
                 runs += match
                 continue
-        _check_config(cfg, p / CONFIG_FILE)
+        _check_seed(cfg, p / CONFIG_FILE)
         info = RunInfo(_summary_row(p, p.name, 0, cfg), {})
         for step, key, value in read_metrics(p / METRICS_FILE):
             info.curves.setdefault(key, []).append((step, value))
         for pts in info.curves.values():
             pts.sort()
+        _check_config(cfg, p / CONFIG_FILE)  # after summary.json's own checks
         loose.append((info, p, cfg))
     if loose:
         flats = [{k: v for k, v in _flat(cfg).items() if k not in IGNORED} for _, _, cfg in loose]
