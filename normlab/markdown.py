@@ -7,7 +7,8 @@ reaches Markdown only through these functions:
 - ``md_escape(text)``: HTML-escaped (``<&>`` as entities, as the HTML report does: a viewer that passes inline
   HTML shows ``<script>`` as text), CommonMark punctuation that starts emphasis, links, images, code, headings,
   tables or strikethrough backslashed (``\\ ` * _ [ ] | # ~ !``), and line breaks folded to spaces (a newline in a
-  table cell or heading would start a new block);
+  table cell or heading would start a new block), other control characters written as their Python escapes
+  (``\\x1b``: ``cat report.md`` cannot drive a terminal);
 - ``md_code(text, in_table=...)``: a code span no backtick inside ``text`` can close (HTML is not interpreted in
   code spans; in a table ``|`` is still backslashed, as GFM requires);
 - ``md_fence(text)``: a fenced code block whose fence ``text`` cannot close;
@@ -26,14 +27,25 @@ _MD_SPECIAL = str.maketrans({c: "\\" + c for c in "\\`*_[]|#~!"})
 _BREAKS = str.maketrans({"\r": " ", "\n": " ", "\u2028": " ", "\u2029": " ", "\x0b": " ", "\x0c": " "})
 
 
+def _printable(s: str) -> str:
+    """``s`` with every non-printable code point (C0/C1 controls: ANSI escapes, BEL, DEL, tabs) as its Python escape
+    (``\\x1b``), as ``normlab.safety.printable`` spells it for the terminal (markdown sits on io's floor and cannot
+    import it)."""
+    return s if s.isprintable() else "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii")
+                                             for c in s)
+
+
 def md_escape(text: object) -> str:
-    """``text`` as inert Markdown inline text (see the module docstring)."""
-    return html.escape(str(text).translate(_BREAKS), quote=False).translate(_MD_SPECIAL)
+    """``text`` as inert Markdown inline text (see the module docstring); any other control character (an ANSI
+    escape from a directory name) is written as its Python escape (``\\x1b``, as ``safety.printable``), so ``cat
+    report.md`` cannot drive a terminal."""
+    return html.escape(_printable(str(text).translate(_BREAKS)), quote=False).translate(_MD_SPECIAL)
 
 
 def md_code(text: object, *, in_table: bool = False) -> str:
-    """``text`` as a code span (a run of backticks longer than any inside it closes it); one line."""
-    s = str(text).translate(_BREAKS)
+    """``text`` as a code span (a run of backticks longer than any inside it closes it); one line, control
+    characters as their Python escapes (as ``md_escape``)."""
+    s = _printable(str(text).translate(_BREAKS))
     run = 1
     while "`" * run in s:
         run += 1

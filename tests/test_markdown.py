@@ -304,3 +304,16 @@ def test_scaling_section_escapes_variant_names(tmp_path):
     _no_live_markup(rendered)
     assert 'href="http://e.vil"' not in rendered
     _no_live_markup((d / "report.html").read_text().split("</style>", 1)[1])
+
+
+@pytest.mark.parametrize("s", ["R\x1b[31m<b>x", "bell\x07 del\x7f c1\x9b tab\tend", "osc\x1b]0;title\x07"])
+def test_control_characters_are_shown_as_escapes_never_written_raw(s):
+    """A control character other than a line break (an ANSI escape in a directory name that became a run id) is
+    written as its Python escape by md_escape and md_code, so `cat report.md` shows it instead of obeying it; the
+    renderer shows exactly that escape (safety.printable's spelling) as text."""
+    shown = s.encode("unicode_escape").decode("ascii").replace("\\\\", "\\")  # \x1b, \x07, \t ...; '<' kept
+    for out in (md_escape(s), md_code(s), md_code(s, in_table=True)):
+        assert all(c.isprintable() for c in out), out
+    md = _md()
+    assert _text_of(md.parse(md_escape(s))[1].children) == shown
+    assert md.parse(f"run {md_code(s)} now")[1].children[1].content == shown
