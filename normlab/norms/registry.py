@@ -85,6 +85,10 @@ def build_norm(name: str, dim: int, /, **kwargs: Any) -> nn.Module:
         raise NormlabError(
             f"norm '{name}' does not take option(s) {', '.join(bad)}; allowed: {', '.join(allowed)}"
         )
+    for k, v in kwargs.items():  # a flag declared ``bool`` (``bool | None``) takes true/false (null) only
+        ann = str(params[k].annotation) if k in params else ""
+        if ann in ("bool", "bool | None") and not (isinstance(v, bool) or v is None and ann == "bool | None"):
+            raise NormlabError(f"norm '{name}' option {k} must be true or false, got {v!r}")
     return cls(dim, **kwargs)
 
 

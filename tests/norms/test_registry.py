@@ -1,6 +1,7 @@
 """normlab.norms.registry.build_norm: an option named like one of its own arguments (``self``, ``dim``, ``name``) is
 the one-line "does not take option" error that any unknown option gets, never a TypeError from the call; a real
-option still reaches the class (its value read back from the module)."""
+option still reaches the class (its value read back from the module). An option the class declares ``bool`` takes
+true/false only (``affine: maybe`` or ``1`` was truthy and trained with a gain); ``bool | None`` also takes null."""
 
 from __future__ import annotations
 
@@ -23,3 +24,17 @@ def test_an_argument_name_as_option_is_one_line(norm, key):
 def test_a_real_option_still_reaches_the_class():
     m = build_norm("dyt", 8, alpha_init=0.3)
     assert m.alpha.item() == pytest.approx(0.3)
+
+
+@pytest.mark.parametrize("value", ["maybe", 1, 0.0, "false"])
+def test_a_bool_option_takes_true_or_false_only(value):
+    with pytest.raises(NormlabError) as e:
+        build_norm("layernorm", 8, affine=value)
+    assert str(e.value) == f"norm 'layernorm' option affine must be true or false, got {value!r}"
+
+
+def test_bool_options_still_reach_the_class():
+    assert build_norm("layernorm", 8, affine=False).weight is None
+    assert build_norm("layernorm", 8, affine=True, bias=False).bias is None
+    m = build_norm("fixedscale", 8, bias=None)  # bool | None: None is the class's own default
+    assert m.state_dict().keys() == build_norm("fixedscale", 8).state_dict().keys()
