@@ -15,7 +15,6 @@ separately from a document-start token, lm-evaluation-harness ``loglikelihood_ro
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from rich.console import Console
@@ -136,7 +135,7 @@ def _eval_documents(args: argparse.Namespace, run, data, context: int, overrides
     write_json(Path(args.run_dir) / f"eval_{args.split}_documents{'_overrides' if overrides else ''}"
                f"{run.suffix}.json", m)
     if args.json:
-        print(json.dumps(m))
+        print(dumps(m))
         return 0
 
     table = Table("metric", "value", title=f"{args.run_dir} ({args.split}, documents, context {context})")

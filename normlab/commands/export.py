@@ -4,12 +4,12 @@
 from __future__ import annotations
 
 import argparse
-import json
 
 from rich.console import Console
 from rich.table import Table
 
 from normlab.commands.stages import StageProgress
+from normlab.io import dumps
 
 KEYS = ("arch", "hf_class", "max_abs_logit_diff", "greedy_equal", "tolerance", "doc_start_token", "out")
 
@@ -18,7 +18,7 @@ def print_result(r: dict, as_json: bool, title: str) -> None:
     """The result of ``export`` or ``import``: its ``KEYS`` as one JSON line or a table."""
     row = {k: r[k] for k in KEYS if k in r}
     if as_json:
-        print(json.dumps(row))
+        print(dumps(row))
         return
 
     table = Table("metric", "value", title=title)

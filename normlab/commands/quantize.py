@@ -4,12 +4,12 @@ run directory (normlab/surgery; docs/surgery.md)."""
 from __future__ import annotations
 
 import argparse
-import json
 
 from rich.console import Console
 from rich.table import Table
 
 from normlab.commands.stages import StageProgress
+from normlab.io import dumps
 from normlab.validate import float_in, int_in
 
 
@@ -24,7 +24,7 @@ def run_quantize(args: argparse.Namespace) -> int:
                          grid=args.grid, tweak=args.norm_tweak, tweak_samples=args.tweak_samples,
                          tweak_lr=args.tweak_lr, linearity=args.linearity, progress=say)
     if args.json:
-        print(json.dumps(r, default=float))
+        print(dumps(r, default=float))  # strict: an all-zero activation's outlier ratio is inf
         return 0
 
     title = (f"{args.run_dir} -> {r['out']}: W{r['weights']}{'' if acts is None else f'A{acts}'} {r['scheme']}, "

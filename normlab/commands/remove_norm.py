@@ -4,11 +4,11 @@ directory (normlab/surgery; docs/surgery.md)."""
 from __future__ import annotations
 
 import argparse
-import json
 
 from rich.console import Console
 from rich.table import Table
 
+from normlab.io import dumps
 from normlab.validate import float_in, int_in
 
 
@@ -19,7 +19,7 @@ def run_remove_norm(args: argparse.Namespace) -> int:
                         data_source=args.data, max_tokens=args.max_tokens, batch_size=args.batch_size,
                         control=args.control, quiet=args.json)
     if args.json:
-        print(json.dumps(r, default=float))
+        print(dumps(r, default=float))
         return 0
 
     o = r["original"]
