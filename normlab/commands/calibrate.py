@@ -16,6 +16,7 @@ from rich.table import Table
 from normlab.commands.args import data_arg
 from normlab.errors import NormlabError
 from normlab.io import check_file_slot, check_inside, dumps, write_json
+from normlab.safety import printable
 from normlab.rundir.readers import open_run
 from normlab.validate import int_in
 
@@ -59,19 +60,19 @@ def run_calibrate(args: argparse.Namespace) -> int:
         m["note"] = f"token count capped at {cap} to hold the logits in {LOGITS_BUDGET >> 20} MiB"
     write_json(run_dir / f"calibration{sfx}.json", m)
     reliability_diagram(before, after, run_dir / f"reliability{sfx}.png", temperature=temperature,
-                        title=f"{run_dir.name} ({args.split}, {len(y) - half} held-out tokens)")
+                        title=printable(f"{run_dir.name} ({args.split}, {len(y) - half} held-out tokens)"))
     if args.json:
         print(dumps(m))
         return 0
 
     table = Table("metric", "before (T = 1)", f"after (T = {temperature:.4f})",
-                  title=f"{run_dir} calibration ({args.split}: fit {half}, held-out {len(y) - half} tokens)")
+                  title=printable(f"{run_dir} calibration ({args.split}: fit {half}, held-out {len(y) - half} tokens)"))
     for k in ("ece", "nll", "brier"):
         table.add_row(k, f"{m[k + '_before']:.4f}", f"{m[k + '_after']:.4f}")
     Console(markup=False).print(table)
     if why:
         print(f"note: {why}")
-    print(f"wrote {run_dir / f'calibration{sfx}.json'} and {run_dir / f'reliability{sfx}.png'}")
+    print(printable(f"wrote {run_dir / f'calibration{sfx}.json'} and {run_dir / f'reliability{sfx}.png'}"))
     return 0
 
 

@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from normlab.io import dumps
+from normlab.safety import printable
 from normlab.presets import config_presets
 from normlab.rundir.files import CONFIG_FILE
 from normlab.rundir.readers import apply_norm_defaults, open_config
@@ -43,7 +44,7 @@ def run_config(args: argparse.Namespace) -> int:
 
     sets = f" with --set {', '.join(args.overrides)}" if args.overrides else ""
     table = Table("key", "value", "type", "default", "allowed", "description",
-                  title=f"normlab config: {origin}{sets} (hash {cfg.hash()})")
+                  title=printable(f"normlab config: {origin}{sets} (hash {cfg.hash()})"))
     for r in rows:
         changed = r["value"] != r["default"]
         table.add_row(r["key"], show(r["value"]) + (" *" if changed else ""), r["type"], show(r["default"]),

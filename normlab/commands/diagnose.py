@@ -12,6 +12,7 @@ from rich.table import Table
 from normlab.commands.args import data_arg
 from normlab.errors import NormlabError
 from normlab.io import check_dir, check_file_slot, check_inside, dumps, read_json_object, write_json
+from normlab.safety import printable
 from normlab.rundir.files import SUMMARY_FILE
 from normlab.rundir.readers import open_run
 from normlab.validate import int_in
@@ -49,7 +50,7 @@ def run_diagnose(args: argparse.Namespace) -> int:
         **result,
         "training": {**training_summary(records), "loss_spikes": spikes}, **run.data_record,
     }
-    title = f"{run_dir.name}: {m.placement}-{m.norm}, depth {m.depth}"
+    title = printable(f"{run_dir.name}: {m.placement}-{m.norm}, depth {m.depth}")  # plot titles
     out["plots"] = [f"diagnostics{sfx}/{n}" for n in write_plots(result, records, plots_dir, title)]
     write_json(out_json, out)
     if args.json:
@@ -66,7 +67,7 @@ def _fmt(v: float | None, spec: str = ".4g") -> str:
 def _print_headline(d: dict) -> None:
     v, ms, s, e = d["variance"], d["massive"], d["sinks"], d["layer_effectiveness"]
     t = Table("block", "resid RMS", "resid var", "top |h|", "median |h|", "ratio", "angular dist", "skip Δloss",
-              title=f"{d['run_dir']} ({d['split']}, {d['sequences']} x {d['context']} tokens)")
+              title=printable(f"{d['run_dir']} ({d['split']}, {d['sequences']} x {d['context']} tokens)"))
     t.add_row("embed", _fmt(v["rms"][0]), _fmt(v["var"][0]), "", "", "", "", "")
     for l, (mb, eb) in enumerate(zip(ms["blocks"], e["blocks"])):
         t.add_row(str(l), _fmt(v["rms"][l + 1]), _fmt(v["var"][l + 1]), _fmt(mb["top"][0]["value"]),
@@ -95,7 +96,7 @@ def _print_headline(d: dict) -> None:
     if tr.get("loss_spikes") is not None:
         lines.append(f"loss spikes during training: {tr['loss_spikes']['count']}")
     sfx = f"_data-{d['data']['content_hash'][:12]}" if d.get("data") else ""
-    lines.append(f"wrote {Path(d['run_dir']) / f'diagnostics{sfx}.json'} and {len(d['plots'])} plots")
+    lines.append(printable(f"wrote {Path(d['run_dir']) / f'diagnostics{sfx}.json'} and {len(d['plots'])} plots"))
     for line in lines:
         con.print(line)
 

@@ -23,6 +23,7 @@ from rich.table import Table
 from normlab.commands.args import data_arg, eval_set_arg
 from normlab.errors import NormlabError
 from normlab.io import check_file_slot, dumps, read_json, write_json
+from normlab.safety import printable
 from normlab.rundir.files import HF_IMPORT_FILE
 from normlab.rundir.readers import open_run
 from normlab.stats.learning import DID_NOT_LEARN_MARGIN, learning_record
@@ -69,7 +70,8 @@ def run_eval(args: argparse.Namespace) -> int:
         print(dumps(m))
         return 0
 
-    table = Table("metric", "value", title=f"{args.run_dir} ({args.split}, context {context}, stride {m['stride']})")
+    table = Table("metric", "value",
+                  title=printable(f"{args.run_dir} ({args.split}, context {context}, stride {m['stride']})"))
     for k in ("loss", "bpb", "unigram_bpb", "token_perplexity", "byte_perplexity", "unigram_byte_perplexity",
               "word_perplexity", "entropy_floor_bpb", "gap_bpb", "tokens", "bytes", "words"):
         if k in m:
@@ -138,7 +140,7 @@ def _eval_documents(args: argparse.Namespace, run, data, context: int, overrides
         print(dumps(m))
         return 0
 
-    table = Table("metric", "value", title=f"{args.run_dir} ({args.split}, documents, context {context})")
+    table = Table("metric", "value", title=printable(f"{args.run_dir} ({args.split}, documents, context {context})"))
     for k in ("loss", "bpb", "unigram_bpb", "token_perplexity", "byte_perplexity", "unigram_byte_perplexity",
               "word_perplexity", "documents",
               "tokens", "bytes", "words", "doc_start_token"):

@@ -16,6 +16,7 @@ from rich.table import Table
 from normlab.commands.args import data_arg, eval_set_arg
 from normlab.errors import NormlabError
 from normlab.io import check_file_slot, check_inside, dumps, write_json
+from normlab.safety import printable
 from normlab.rundir.readers import open_config, open_run
 from normlab.validate import float_in, int_in
 
@@ -47,21 +48,21 @@ def run_extrapolate(args: argparse.Namespace) -> int:
         check_file_slot(check_inside(run_dir, run_dir / f"{stem}{suffix}"))
     write_json(run_dir / f"{stem}.json", rep)
     plot_extrapolation(rep, run_dir / f"{stem}.png",
-                       title=f"{run_dir.name}: {rep['attention']} attention, {mc.positions} positions"
+                       title=printable(f"{run_dir.name}: {rep['attention']} attention, {mc.positions} positions")
                        + (f" ({', '.join(overrides)})" if overrides else ""))
     if args.json:
         print(dumps(rep))
         return 0
 
     table = Table("factor", "context", "loss", "bits/byte", "tokens",
-                  title=f"{run_dir} length extrapolation ({args.split}, training context {mc.context})")
+                  title=printable(f"{run_dir} length extrapolation ({args.split}, training context {mc.context})"))
     for r in rep["results"]:
         table.add_row(str(r["factor"]), str(r["context"]), f"{r['loss']:.4f}", f"{r['bpb']:.4f}",
                       f"{r['tokens']:,}")
     Console(markup=False).print(table)
     for s in rep["skipped"]:
         print(f"skipped factor {s['factor']} (context {s['context']}): {s['reason']}")
-    print(f"wrote {run_dir / (stem + '.json')} and {run_dir / (stem + '.png')}")
+    print(printable(f"wrote {run_dir / (stem + '.json')} and {run_dir / (stem + '.png')}"))
     return 0
 
 
