@@ -4,7 +4,7 @@
 results the docs hold (``docs/claims-full-*.json``, written by ``normlab claims``, and ``docs/replications-*.json``,
 the demo's declared replications as docs/compare.md tabulates them) by::
 
-    python -m normlab.report.evidence docs/claims-full-2026-11-26.json docs/replications-2026-11-26.json \\
+    python -m normlab.report.evidence docs/claims-full-2026-11-28.json docs/replications-2026-11-26.json \\
         normlab/evidence/claims.json
 
 ``tests/report/test_evidence.py`` rebuilds it from those files and fails when the packaged copy differs. Torch-free.

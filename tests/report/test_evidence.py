@@ -12,14 +12,14 @@ from normlab.errors import NormlabError
 from normlab.report.evidence import build_evidence, load_evidence
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
-CLAIMS, REPS = DOCS / "claims-full-2026-11-26.json", DOCS / "replications-2026-11-26.json"
+CLAIMS, REPS = DOCS / "claims-full-2026-11-28.json", DOCS / "replications-2026-11-26.json"
 
 
 def test_packaged_evidence_equals_the_rebuild_from_docs():
     want = build_evidence(json.loads(CLAIMS.read_text()), json.loads(REPS.read_text()), claims_name=CLAIMS.name,
                           replications_name=REPS.name)
     assert load_evidence() == json.loads(json.dumps(want)), (
-        "normlab/evidence/claims.json is stale: python -m normlab.report.evidence docs/claims-full-2026-11-26.json "
+        "normlab/evidence/claims.json is stale: python -m normlab.report.evidence docs/claims-full-2026-11-28.json "
         "docs/replications-2026-11-26.json normlab/evidence/claims.json")
 
 

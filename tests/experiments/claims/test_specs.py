@@ -144,26 +144,49 @@ def test_a_spec_change_without_a_revision_is_caught():
     assert rows == {c.name: spec_hash(c)}
 
 
-def test_docs_claims_md_is_what_render_writes_from_the_stored_results(tmp_path):
-    """docs/claims.md is reproducible: `normlab claims --render docs/claims-full-2026-11-26.json --docs` writes it
-    (the line with the writing date aside). The stored run is the from-scratch full run of 2026-11-26; the two
-    claims whose observability rule was added after it are judged by that rule from their stored details, and the
-    did-not-learn note reads the unigram level from the report's other claims."""
+def _rendered(src: str, out: Path) -> dict:
+    """``normlab claims --render SRC --docs`` into ``out``: the judged report."""
     import json
 
     from normlab.experiments.claims.docs import write_docs
     from normlab.experiments.claims.execution import judge
 
-    src = "docs/claims-full-2026-11-26.json"
     stored = json.loads((DOCS.parent.parent / src).read_text())
     report = judge({**stored, "rendered_from": src})
     report["render_command"] = f"normlab claims --render {src} --docs"
-    write_docs(report, tmp_path / "claims.md")
+    write_docs(report, out)
+    return report
 
-    def body(text: str) -> list[str]:
-        return [ln for ln in text.splitlines() if not ln.startswith("Budget **")]
 
-    assert body((tmp_path / "claims.md").read_text()) == body(DOCS.read_text())
+def _body(text: str) -> list[str]:
+    return [ln for ln in text.splitlines() if not ln.startswith("Budget **")]  # the writing date aside
+
+
+def test_docs_claims_md_is_what_render_writes_from_the_stored_results(tmp_path):
+    """docs/claims.md is reproducible: `normlab claims --render docs/claims-full-2026-11-28.json --docs` writes it
+    (the line with the writing date aside). The stored run is a from-scratch full run, every claim under its
+    current definition (the revisions listed on the page were made after the earlier run, below)."""
+    report = _rendered("docs/claims-full-2026-11-28.json", tmp_path / "claims.md")
+    assert _body((tmp_path / "claims.md").read_text()) == _body(DOCS.read_text())
+    by = {c["name"]: c for c in report["claims"]}
+    assert all(c["current_definition"] for c in report["claims"])
+    assert "every claim was measured under its current definition" in DOCS.read_text()
+    # DyT with alpha0 set for the width learned in every seed: its claims are judged, no longer 'not observable'
+    for name in ("dyt-vs-ln", "mano-rank", "mnn-rank"):
+        assert all(v["k"] == 0 for v in by[name]["did_not_learn"].values()) and by[name]["verdict"] != (
+            "not observable at this scale")
+    assert [c["name"] for c in report["claims"] if c["verdict"] == "not observable at this scale"] == [
+        "cod-growth", "peri-variance", "stablemax-collapse", "residual-sink-clipping"]
+    assert by["cod-growth"]["beside"] == ["slope_init_pre"]  # the slope is already there at initialisation
+    assert by["peri-quant"]["verdict"] == "within margin" and by["peri-quant"]["tost"]["within"]
+
+
+def test_the_earlier_full_run_is_judged_under_the_current_rules(tmp_path):
+    """The from-scratch full run of 2026-11-26, measured before eight definitions were revised, re-judged under the
+    current rules from its stored details: the two claims whose observability rule was added after it are judged
+    by that rule, and the did-not-learn note reads the unigram level from the report's other claims."""
+    report = _rendered("docs/claims-full-2026-11-26.json", tmp_path / "claims.md")
+    assert "Claims marked ⚠ *earlier definition*" in (tmp_path / "claims.md").read_text()
     by = {c["name"]: c for c in report["claims"]}
     assert by["peri-variance"]["verdict"] == "not observable at this scale"
     assert by["peri-quant"]["verdict"] == "within margin" and by["peri-quant"]["raw_verdict"] == "inconclusive"
@@ -289,7 +312,8 @@ def test_a_claim_whose_test_cannot_be_computed_counts_as_p_one_in_the_family():
 
 # ---------------------------------------------------------------- the definitions: one YAML per claim, loaded
 SPEC_DIR = Path(__file__).resolve().parents[3] / "normlab" / "experiments" / "claims"
-STORED = DOCS.parent / "claims-full-2026-11-26.json"
+STORED = DOCS.parent / "claims-full-2026-11-28.json"  # the run docs/claims.md renders
+EARLIER = DOCS.parent / "claims-full-2026-11-26.json"  # the run before the revisions
 NOT_IN_SOURCE = {
     "date": r"\b20\d\d-[01]\d-[0-3]\d\b",
     "commit hash": r"\b(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{7,40}\b",
@@ -318,18 +342,21 @@ def test_every_definition_file_loads_and_is_registered_in_the_suites_order():
 
 
 def test_spec_hashes_equal_the_stored_results_or_carry_a_revision_from_them():
-    """The stored full run keys each result on its spec hash: every current definition hashes to it, except the
-    claims revised since, each of which has a revision from exactly that hash."""
+    """A stored full run keys each result on its spec hash: the run docs/claims.md renders has every current
+    definition's; the earlier run has them too, except for the claims revised since, each of which has a revision
+    from exactly that hash."""
     import json
 
-    stored = {c["name"]: c["spec_hash"] for c in json.loads(STORED.read_text())["claims"]}
+    current = {c["name"]: c["spec_hash"] for c in json.loads(STORED.read_text())["claims"]}
+    assert current == {c.name: spec_hash(c) for c in CLAIMS}  # measured under every current definition
+    stored = {c["name"]: c["spec_hash"] for c in json.loads(EARLIER.read_text())["claims"]}
     assert set(stored) == {c.name for c in CLAIMS}
     changed = {c.name for c in CLAIMS if spec_hash(c) != stored[c.name]}
     assert changed == {c.name for c in CLAIMS if any(r.hash_before == stored[c.name] for r in c.revised)}
     assert changed == {"cod-growth", "peri-variance-magnitude", "postln-warmup", "stablemax-collapse",
                        "residual-sink-clipping", "dyt-vs-ln", "mano-rank", "mnn-rank"}
-    # and the hashes docs/claims.md records as "measured under" are the stored ones
-    assert recorded_hashes(DOCS.read_text()) == stored
+    # and the hashes docs/claims.md records as "measured under" are those of the run it renders
+    assert recorded_hashes(DOCS.read_text()) == current
 
 
 def test_definitions_hold_no_dates_commit_hashes_or_measured_numbers():
