@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -299,3 +300,18 @@ def register_sweep(d: Path, sweep):
                      "config_hash": r.config_hash, "axes": r.axes, "overrides": r.overrides, "config": r.config}
                     for i, r in enumerate(sweep.runs)])
     return store
+
+
+ODD_NAME = "r\x1b[2J[red]x"  # a run directory name with an ANSI escape (clear screen) and rich markup
+
+
+def assert_name_echoed_printable(command: str, run: Path, tmp_path: Path, cache: Path, *args: str) -> None:
+    """``normlab COMMAND RUN ARGS`` on a copy of ``run`` named :data:`ODD_NAME` succeeds and echoes the name with the
+    escape written out (safety.printable: ``\\x1b``), never the raw byte that would drive the terminal; the
+    markup is shown as text."""
+    odd = tmp_path / ODD_NAME
+    shutil.copytree(run, odd)
+    proc = run_inproc(command, str(odd), *args, cache=cache)
+    assert proc.returncode == 0, proc.stderr
+    assert "\x1b" not in proc.stdout + proc.stderr
+    assert "r\\x1b[2J[red]x" in "".join(proc.stdout.split())  # a table may wrap its title

@@ -4,18 +4,8 @@ terminal; markup in the name is shown as text."""
 
 from __future__ import annotations
 
-import shutil
-
-from tests.helpers import run_inproc
-
-ARGS = ("--sequences", "2")
-NAME = "r\x1b[2J[red]x"
+from tests.helpers import assert_name_echoed_printable
 
 
 def test_the_run_name_is_echoed_without_raw_control_characters(run, tmp_path, cache):
-    odd = tmp_path / NAME
-    shutil.copytree(run, odd)
-    proc = run_inproc("diagnose", str(odd), *ARGS, cache=cache)
-    assert proc.returncode == 0, proc.stderr
-    assert "\x1b" not in proc.stdout + proc.stderr
-    assert "r\\x1b[2J[red]x" in "".join(proc.stdout.split())  # a table may wrap its title
+    assert_name_echoed_printable("diagnose", run, tmp_path, cache, "--sequences", "2")
