@@ -53,9 +53,17 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+PATH_FLAGS = ("out", "write")
+"""Options naming a path to write: an empty value would silently mean the default location or the current
+directory, so it is refused."""
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    for dest in PATH_FLAGS:
+        if getattr(args, dest, None) == "":
+            parser.error(f"--{dest} is empty: give a path, or leave --{dest} out for the default")
     return guarded(lambda: int(args.func(args) or 0), debug=args.debug, command=getattr(args, "command", None))
 
 

@@ -176,3 +176,15 @@ def test_eval_and_train_print_the_unigram_level_and_flag_a_run_that_did_not_lear
         print_summary({**s, "run_dir": str(run)})
     assert f"unigram level {s['unigram_bpb']:.4f} bits/byte -- DID NOT LEARN" in buf.getvalue()
     assert math.isclose(s["unigram_bpb"], h1, rel_tol=1e-9)
+
+
+@pytest.mark.parametrize("argv", [["train", "tiny", "--out", ""], ["compare", "--preset", "quick", "--out", ""],
+                                  ["convert", "RUN", "--to", "folded", "--out", ""],
+                                  ["advise", "--width", "64", "--write", ""]], ids=lambda a: a[0])
+def test_an_empty_path_to_write_is_refused_before_anything_runs(tmp_path, cache, argv, monkeypatch):
+    """``--out ""`` (an unset shell variable) would otherwise mean the default location, or the current directory:
+    one line naming the flag, exit 2, nothing written."""
+    monkeypatch.chdir(tmp_path)
+    flag = "--write" if "--write" in argv else "--out"
+    assert_bad_input(normlab(*argv, cache=cache), f"{flag} is empty")
+    assert list(tmp_path.iterdir()) == []
