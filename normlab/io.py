@@ -401,7 +401,9 @@ def parse_yaml(raw: bytes, label: str) -> Any:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise NormlabError(f"cannot read {label}: {e.__class__.__name__}") from None
+        line = raw.count(b"\n", 0, e.start) + 1
+        raise NormlabError(f"{label} is not UTF-8 text (byte 0x{raw[e.start]:02x} at line {line}); YAML files are "
+                           "read as UTF-8") from None
     try:
         return load_yaml(text, label)
     except yaml.YAMLError as e:

@@ -81,7 +81,7 @@ def test_config_and_sweep_files_share_one_yaml_reader(tmp_path):
         assert str(e.value) == f"{what} {bad} is not valid YAML at line 3"
         with pytest.raises(NormlabError) as e:
             read(binary)
-        assert str(e.value) == f"cannot read {what} {binary}: UnicodeDecodeError"
+        assert str(e.value) == f"{what} {binary} is not UTF-8 text (byte 0xff at line 1); YAML files are read as UTF-8"
     with pytest.raises(NormlabError) as e:
         read_yaml(tmp_path)
     assert str(e.value) == f"config {tmp_path} is a directory, not a regular file; normlab reads only regular files"
