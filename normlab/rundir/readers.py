@@ -222,7 +222,11 @@ def open_config(run_dir: str | Path) -> RunConfig:
     path = run_dir / CONFIG_FILE
     if not os.path.lexists(path):  # a FIFO or device named config.yaml: read_run_file's one-line refusal
         raise NormlabError(f"{run_dir} is not a normlab run (no config.yaml)")
-    return config_from_dict(config_mapping(read_run_file(path, "config", "yaml"), f"config {path}"))
+    data = config_mapping(read_run_file(path, "config", "yaml"), f"config {path}")
+    if not data:  # a run's config.yaml holds every key, resolved: an empty one is not the run's defaults
+        raise NormlabError(f"config {path} is empty; a run's config.yaml holds every key (damaged? restore it or "
+                           "re-run)")
+    return config_from_dict(data)
 
 
 # --------------------------------------------------------------------------------- data identity and the run's data

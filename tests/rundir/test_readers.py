@@ -39,6 +39,9 @@ def _damage(name: str):
         (d / "reliability.png").unlink(missing_ok=True)
         (d / "reliability.png").mkdir()
 
+    def empty_config(d: Path) -> None:
+        (d / "config.yaml").write_text("")
+
     def symlink_diagnostics(d: Path) -> None:
         outside = d.parent / "outside"
         outside.mkdir()
@@ -46,7 +49,8 @@ def _damage(name: str):
         (d / "diagnostics").symlink_to(outside)
 
     return {"summary_list": summary_list, "touch_diagnostics": touch_diagnostics, "mkdir_eval": mkdir_eval,
-            "mkdir_reliability": mkdir_reliability, "symlink_diagnostics": symlink_diagnostics}[name]
+            "mkdir_reliability": mkdir_reliability, "symlink_diagnostics": symlink_diagnostics,
+            "empty_config": empty_config}[name]
 
 
 DAMAGED_RUN = [  # (damage, command after RUN, fragments, files that must not appear)
@@ -57,6 +61,9 @@ DAMAGED_RUN = [  # (damage, command after RUN, fragments, files that must not ap
     ("mkdir_reliability", ["calibrate", "RUN", "--max-tokens", "256"], ["reliability.png", "is a directory"],
      ["calibration.json"]),
     ("symlink_diagnostics", ["diagnose", "RUN"], ["refusing to write", "outside"], ["diagnostics.json"]),
+    # an empty config.yaml is not the defaults (which would build another model, or resume another run)
+    ("empty_config", ["eval", "RUN", "--max-tokens", "256"], ["config.yaml is empty"], ["eval_val.json"]),
+    ("empty_config", ["train", "--resume", "RUN"], ["config.yaml is empty"], []),
 ]
 
 
