@@ -125,7 +125,8 @@ def show(report: dict, args: argparse.Namespace) -> int:
     colour = {"held": "green", "not held": "red", "inconclusive": "yellow", "within margin": "cyan",
               "not observable at this scale": "magenta"}
     for c in report["claims"]:
-        mark = "" if c.get("current_definition", True) else " (earlier definition)"
+        mark = ("" if c.get("current_definition", True) else " (earlier definition)") + (
+            " (exploratory: revised after a verdict on these seeds)" if c.get("exploratory") else "")
         t.add_row(_cell(f"{c['name']}: {c['claim']}"), _cell(c["paper"]), _cell(c["metric"]), _cell(c["expected"]),
                   _cell(measured_text(c)), _p(c.get("p")), _p(c.get("p_adj")),
                   f"[{colour.get(c['verdict'], 'white')}]{_cell(c['verdict'] + mark)}[/]")

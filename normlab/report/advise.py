@@ -5,7 +5,8 @@ Inputs: the target model (a ``RunConfig``: width, depth, context, tokens, optimi
 evidence (``normlab.report.evidence``), the packaged scaling fits (``normlab.report.scaling_evidence``: whether they
 reach the target -- not degenerate, within their forecast horizon, along the target's tokens per parameter) and the
 user's sweep directories (``--from``). Per decision (``DECISIONS``) each claim is sorted into **decided** (the
-claims suite's verdict at Holm-adjusted p <= alpha, or an exact check), **undecided** or **not observable**, with
+claims suite's verdict at Holm-adjusted p <= alpha, or an exact check, of a definition not revised after a verdict
+on the same seeds: a revised one is exploratory), **undecided** or **not observable**, with
 the scale it was measured at and its distance from the target (a factor in non-embedding parameters and in training
 tokens; ``FAR`` = 10x either way is marked). A decision is stated only as the evidence states it, at its own scale;
 nothing is extrapolated. Comparisons from ``--from`` sweeps are shown at equal steps and at equal training FLOPs
@@ -113,6 +114,8 @@ def status(claim: dict[str, Any], alpha: float = ALPHA) -> str:
     verdict = str(claim.get("verdict") or "")
     if verdict.startswith("not observable"):
         return "not observable"
+    if claim.get("exploratory"):  # revised after a verdict on the same seeds: no confirmatory decision
+        return "undecided"
     if claim.get("test") == "exact" and verdict in ("held", "not held"):
         return "decided"
     p = claim.get("p_adj")
@@ -142,8 +145,9 @@ def _claim_entry(c: dict[str, Any], target: dict[str, Any], ev: dict[str, Any]) 
     dist = _nearest(target, parse_scale(c.get("scale")), suite)
     st = status(c)
     ci = c.get("ci") or [None, None]
+    verdict = c["verdict"] + (", exploratory: revised after a verdict on these seeds" if c.get("exploratory") else "")
     entry = {"name": c["name"], "claim": c["claim"], "paper": c["paper"], "metric": c["metric"], "status": st,
-             "verdict": c["verdict"], "measured": c["measured"], "ci95": ci, "p_holm": c.get("p_adj"),
+             "verdict": verdict, "measured": c["measured"], "ci95": ci, "p_holm": c.get("p_adj"),
              "n": c.get("n"), "scale": c.get("scale"), "corpus": suite.get("corpus"),
              **corpora(c, reps, suite), "replications": reps, "distance": dist}
     if st == "decided":

@@ -24,7 +24,8 @@ from normlab.io import read_json
 
 FORMAT = "normlab-evidence-v1"
 CLAIM_FIELDS = ("name", "claim", "paper", "metric", "verdict", "measured", "ci", "p", "p_adj", "test", "direction",
-                "n", "seeds", "scale", "observable", "reason", "practical_margin", "tolerance", "current_definition")
+                "n", "seeds", "scale", "observable", "reason", "practical_margin", "tolerance", "current_definition",
+                "exploratory")
 """The fields of each claims-suite record that advise reads (the per-seed values, details and run paths stay in
 docs/)."""
 

@@ -27,6 +27,10 @@ def _claim(**kw):
     ({"verdict": "not observable at this scale", "p_adj": 0.001}, "not observable"),
     ({"test": "exact", "verdict": "held", "p_adj": None}, "decided"),
     ({"p_adj": None}, "undecided"),
+    # a definition revised after a verdict on the same seeds: exploratory, never decided (not observable stays)
+    ({"exploratory": True}, "undecided"),
+    ({"exploratory": True, "test": "exact", "p_adj": None}, "undecided"),
+    ({"exploratory": True, "verdict": "not observable at this scale"}, "not observable"),
 ])
 def test_status_follows_the_suite_verdict_and_holm_p(kw, want):
     assert A.status(_claim(**kw)) == want
@@ -96,9 +100,14 @@ def test_gpt2_small_answer_states_only_what_the_evidence_decides(tmp_path, cache
         for e in d["decided"]:
             c = claims[e["name"]]
             assert c["verdict"] in A.DECIDED_VERDICTS and (c["test"] == "exact" or c["p_adj"] <= 0.05)
+            assert not c["exploratory"]
             assert e["distance"]["far"] and "more than 10x" in e["applies"]
         for e in d["undecided"]:
-            assert claims[e["name"]]["verdict"] not in A.DECIDED_VERDICTS or claims[e["name"]]["p_adj"] > 0.05
+            c = claims[e["name"]]
+            assert c["verdict"] not in A.DECIDED_VERDICTS or c["p_adj"] > 0.05 or c["exploratory"], c
+            assert ("exploratory" in e["verdict"]) == c["exploratory"]
+    assert {e["name"] for d in res["decisions"] for e in d["undecided"] if claims[e["name"]]["exploratory"]
+            and claims[e["name"]]["verdict"] in ("held", "not held")} == {"mixln-grad", "peri-variance-magnitude"}
     sweep = load_sweep(out)  # the project's own parser: `normlab compare` accepts it
     nxt = res["next"]
     assert len(sweep.runs) == nxt["estimate"]["runs"] == 2 * 5 * 4

@@ -102,6 +102,8 @@ def verdict_cell(c: dict) -> str:
         cell += f" (unadjusted: {c['raw_verdict']})"
     if not c.get("current_definition", True):
         cell += " ⚠ earlier definition"
+    if c.get("exploratory"):
+        cell += " ⚑ exploratory"
     return cell
 
 
@@ -110,8 +112,10 @@ def revisions_lines(claims: list) -> list[str]:
     out = ["## Definitions revised", "",
            "Every change of a claim's metric, recipe, test or margin after a verdict was published, with the "
            "verdict before it (from normlab/evidence/revisions.yaml; `normlab claims` prints them too). "
-           "A definition chosen after seeing a verdict is a forking path: read the verdicts of these claims with "
-           "that in mind.", ""]
+           "A definition chosen after seeing a verdict is a forking path: every claim runs on the same seeds "
+           "(0..n-1), so a revised claim is judged on the seeds whose earlier verdict its revision saw, and its "
+           "verdict is marked ⚑ *exploratory* in the table (runs that shaped a design cannot confirm it; "
+           "`normlab advise` counts none of them as decided). A fresh seed block would confirm it.", ""]
     rows = [(c.name, r) for c in claims for r in c.revised]
     if not rows:
         return out + ["None.", ""]

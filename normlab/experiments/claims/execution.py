@@ -429,6 +429,9 @@ def judge(report: dict, correction: str = "holm") -> dict:
         if spec is not None and spec.beside and details and all(k in d for d in details for k in spec.beside):
             c["beside"] = list(spec.beside)  # the current definition's at-init values, where stored
         c["current_definition"] = c.get("spec_hash") is not None and current.get(c["name"]) == c.get("spec_hash")
+        # every claim runs on seeds 0..n-1, the seeds whose earlier verdict its revision saw: a revised definition
+        # judged on them is exploratory (runs that shaped a design cannot confirm it), whatever its p
+        c["exploratory"] = bool(spec is not None and spec.revised)
         out["claims"].append(c)
     out["correction"] = correction
     out["family_size"] = sum(e["test"] in SIGNIFICANCE_TESTS for e in entries)  # untestable members count as p = 1

@@ -179,6 +179,13 @@ def test_docs_claims_md_is_what_render_writes_from_the_stored_results(tmp_path):
         "cod-growth", "peri-variance", "stablemax-collapse", "residual-sink-clipping"]
     assert by["cod-growth"]["beside"] == ["slope_init_pre"]  # the slope is already there at initialisation
     assert by["peri-quant"]["verdict"] == "within margin" and by["peri-quant"]["tost"]["within"]
+    # every claim runs on seeds 0..n-1: a revised one is judged on the seeds its revision saw, so it is exploratory
+    # (marked on the page and in the packaged evidence), and one never revised is not
+    revised = {c.name for c in CLAIMS if c.revised}
+    assert {c["name"] for c in report["claims"] if c["exploratory"]} == revised and len(revised) == 17
+    rows = {ln.split("(`")[1].split("`)")[0]: ln for ln in DOCS.read_text().splitlines()
+            if ln.startswith("| ") and "(`" in ln.split("|")[2]}
+    assert all(("⚑ exploratory" in rows[n]) == (n in revised) for n in by)
 
 
 def test_the_earlier_full_run_is_judged_under_the_current_rules(tmp_path):
