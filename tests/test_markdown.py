@@ -16,7 +16,9 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 
+from normlab.config import config_from_dict
 from normlab.markdown import md_code, md_escape, md_fence, md_table
 from tests.helpers import HOSTILE, assert_bad_input, make_sweep, run_inproc
 
@@ -175,7 +177,8 @@ def _sweep(d: Path) -> Path:
         final = VARIANTS[r["variant"]][r["seed"]]
         run_dir = d / "runs" / r["run_id"]
         run_dir.mkdir(parents=True)
-        (run_dir / "config.yaml").write_text(f"seed: {r['seed']}\n")
+        # every section, as normlab train writes it (rundir.readers.open_config refuses a run config without one)
+        (run_dir / "config.yaml").write_text(yaml.safe_dump(config_from_dict(r["config"]).to_dict()))
         recs = [{"step": s, "loss": 3.0 - s / 20, "val_bpb": final + (0.3 if s == 10 else 0.0)} for s in (10, 20)]
         (run_dir / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in recs))
         summary = {"status": "completed", "step": 20, "steps": 20, "val_bpb": final, "best_val_bpb": final,

@@ -22,7 +22,7 @@ from normlab.experiments.store import Store
 from normlab.io import read_json
 from normlab.report.analysis import RunInfo, SweepReport, _load_artifacts, _read_yaml, from_runs
 from normlab.rundir.files import CONFIG_FILE, METRICS_FILE
-from normlab.rundir.readers import read_metrics, read_summary
+from normlab.rundir.readers import open_config, read_metrics, read_summary
 
 IGNORED = ("seed", "train.lr", "train.threads", "train.track", "train.log_every", "train.checkpoint_every",
            "train.keep_checkpoints", "data.cache_dir", "train.eval_every")
@@ -45,31 +45,6 @@ def _short(key: str, keys: list[str]) -> str:
         if sum(1 for k in keys if k == cand or k.endswith(f".{cand}")) == 1:
             return cand
     return key
-
-
-def _incomplete(path: Path, what: str) -> NormlabError:
-    return NormlabError(f"{path}: {what}; not a complete normlab run config (truncated or edited?), normlab train "
-                        "writes every section")
-
-
-def _check_seed(cfg: dict[str, Any], path: Path) -> None:
-    """A loose run's raw config.yaml has an integer ``seed`` (or none), which ``_summary_row`` reads; otherwise a
-    one-line error naming the file (it was a ValueError traceback)."""
-    seed = cfg.get("seed", 0)
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise _incomplete(path, f"seed is {seed!r}, not an integer")
-
-
-def _check_config(cfg: dict[str, Any], path: Path) -> None:
-    """A loose run's raw config.yaml mapping has the ``model`` and ``train`` sections and a numeric ``train.lr``
-    that the variant labels and the report read, as every file ``normlab train`` writes does; a truncated or
-    hand-edited one is a one-line error naming the file (it was a KeyError / TypeError traceback)."""
-    for section in ("model", "train"):
-        if not isinstance(cfg.get(section), dict):
-            raise _incomplete(path, f"no '{section}' mapping")
-    lr = cfg["train"].get("lr")
-    if isinstance(lr, bool) or not isinstance(lr, (int, float)):
-        raise _incomplete(path, f"train.lr is {lr!r}, not a number")
 
 
 def _summary_row(run_dir: Path, rid: str, position: int, cfg: dict[str, Any]) -> dict[str, Any]:
@@ -130,13 +105,14 @@ def collect(paths: list[str | Path]) -> list[tuple[RunInfo, Path]]:
             if match:
                 runs += match
                 continue
-        _check_seed(cfg, p / CONFIG_FILE)
+        # the one validated reader (every section; each key's type and range; one line if not), and its resolved
+        # values: what eval, resume and the sweep read for this run, not the raw file
+        cfg = open_config(p).to_dict()
         info = RunInfo(_summary_row(p, p.name, 0, cfg), {})
         for step, key, value in read_metrics(p / METRICS_FILE):
             info.curves.setdefault(key, []).append((step, value))
         for pts in info.curves.values():
             pts.sort()
-        _check_config(cfg, p / CONFIG_FILE)  # after summary.json's own checks
         loose.append((info, p, cfg))
     if loose:
         flats = [{k: v for k, v in _flat(cfg).items() if k not in IGNORED} for _, _, cfg in loose]

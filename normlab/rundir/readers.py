@@ -211,6 +211,10 @@ def apply_norm_defaults(cfg: RunConfig) -> None:
         opts["warmup"] = cfg.train.warmup_steps
 
 
+RUN_SECTIONS = ("data", "model", "train", "optim", "diag")
+"""The mappings every run's config.yaml holds (``RunConfig.to_dict``; ``seed`` and ``device`` are scalars)."""
+
+
 def open_config(run_dir: str | Path) -> RunConfig:
     """The validated config of a run directory; anything else is a one-line error."""
     from normlab.config import config_from_dict, config_mapping
@@ -223,10 +227,19 @@ def open_config(run_dir: str | Path) -> RunConfig:
     if not os.path.lexists(path):  # a FIFO or device named config.yaml: read_run_file's one-line refusal
         raise NormlabError(f"{run_dir} is not a normlab run (no config.yaml)")
     data = config_mapping(read_run_file(path, "config", "yaml"), f"config {path}")
-    if not data:  # a run's config.yaml holds every key, resolved: an empty one is not the run's defaults
-        raise NormlabError(f"config {path} is empty; a run's config.yaml holds every key (damaged? restore it or "
-                           "re-run)")
-    return config_from_dict(data)
+    # a run's config.yaml holds every section, resolved (normlab train writes them all): a missing one is a damaged
+    # file, not the defaults (which would build another model, or resume another run)
+    if not data:
+        raise NormlabError(f"config {path} is empty; a run's config.yaml holds every section (damaged? restore it "
+                           "or re-run)")
+    missing = [k for k in RUN_SECTIONS if not isinstance(data.get(k), dict)]
+    if missing:
+        raise NormlabError(f"config {path} has no '{missing[0]}' mapping; a run's config.yaml holds every section "
+                           f"({', '.join(RUN_SECTIONS)}): truncated or edited?")
+    try:
+        return config_from_dict(data)
+    except NormlabError as e:  # a key out of its type or range: say which file holds it
+        raise NormlabError(f"config {path}: {e}") from None
 
 
 # --------------------------------------------------------------------------------- data identity and the run's data

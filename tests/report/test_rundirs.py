@@ -1,7 +1,8 @@
-"""normlab.report.rundirs.collect on loose run directories: a config.yaml that parses but lacks what the report reads
-(the ``model`` / ``train`` mappings, a numeric ``train.lr``, an integer ``seed``: a truncated or edited file) is one
-line naming the file and the missing piece, exit 2 from ``normlab report`` (it was a KeyError / TypeError
-traceback); a complete config is read as before (variant labels from the keys that differ)."""
+"""normlab.report.rundirs.collect on loose run directories: a config.yaml that parses but is not a valid run config
+(a missing section, a key out of its type: a truncated or edited file) is one line naming the file, exit 2 from
+``normlab report`` (it was a KeyError / TypeError traceback), through the one validated reader
+(``rundir.readers.open_config``); a complete config is read as before (variant labels from the keys that
+differ)."""
 
 from __future__ import annotations
 
@@ -38,22 +39,32 @@ def test_complete_configs_are_labelled_by_what_differs(tmp_path):
 
 
 @pytest.mark.parametrize("edit, what", [
-    (lambda c: c.pop("train"), "no 'train' mapping"),
-    (lambda c: c.update(model=7), "no 'model' mapping"),
-    (lambda c: c["train"].pop("lr"), "train.lr is None, not a number"),
-    (lambda c: c["train"].update(lr="abc"), "train.lr is 'abc', not a number"),
-    (lambda c: c.update(seed="x\x1b[31m"), "seed is 'x\\x1b[31m', not an integer"),
+    (lambda c: c.pop("train"), "has no 'train' mapping"),
+    (lambda c: c.update(model=7), "has no 'model' mapping"),
+    (lambda c: c["train"].update(lr="abc"), "train.lr must be float, got str 'abc'"),
+    (lambda c: c.update(seed="x\x1b[31m"), "seed must be int, got str 'x\\x1b[31m'"),
 ])
 def test_an_incomplete_config_is_one_line_naming_the_file(tmp_path, edit, what):
+    """Read through rundir.readers.open_config, the one validated reader of a run's config (what eval, resume
+    and a sweep's worker read): a missing section or a key out of its type is one line naming the file."""
     cfg = full()
     edit(cfg)
     run = loose_run(tmp_path / "r", cfg)
     with pytest.raises(NormlabError) as e:
         collect([run])
-    assert str(e.value).startswith(f"{run / 'config.yaml'}: {what}; not a complete normlab run config")
+    assert str(e.value).startswith(f"config {run / 'config.yaml'}") and what in str(e.value), str(e.value)
     proc = run_inproc("report", str(run), "--out", str(tmp_path / "rep"), cache=tmp_path / "cache")
-    assert_bad_input(proc, f"{run / 'config.yaml'}: {what}")
+    assert_bad_input(proc, f"config {run / 'config.yaml'}", what)
     assert not (tmp_path / "rep").exists()
+
+
+def test_a_missing_key_reads_as_its_default_as_everywhere_else(tmp_path):
+    """A run's config.yaml without one key (written before the key existed) is read with the key's default, as
+    eval and resume read it: the report labels the run from the resolved config, never a KeyError."""
+    cfg = full()
+    cfg["train"].pop("lr")
+    (info, _), = collect([loose_run(tmp_path / "r", cfg)])
+    assert info.row["variant"] == "r"
 
 
 def test_a_config_truncated_mid_file_is_one_line(tmp_path):
@@ -62,4 +73,4 @@ def test_a_config_truncated_mid_file_is_one_line(tmp_path):
     loose_run(run, {})
     (run / "config.yaml").write_text(text[: text.index("\ntrain:")])  # ends inside the sections before train
     proc = run_inproc("report", str(run), "--out", str(tmp_path / "rep"), cache=tmp_path / "cache")
-    assert_bad_input(proc, "config.yaml: no 'train' mapping")
+    assert_bad_input(proc, "config.yaml has no 'train' mapping")

@@ -42,6 +42,10 @@ def _damage(name: str):
     def empty_config(d: Path) -> None:
         (d / "config.yaml").write_text("")
 
+    def no_optim(d: Path) -> None:
+        text = (d / "config.yaml").read_text()
+        (d / "config.yaml").write_text(text.replace("\noptim:", "\noptim_gone:"))
+
     def symlink_diagnostics(d: Path) -> None:
         outside = d.parent / "outside"
         outside.mkdir()
@@ -50,7 +54,7 @@ def _damage(name: str):
 
     return {"summary_list": summary_list, "touch_diagnostics": touch_diagnostics, "mkdir_eval": mkdir_eval,
             "mkdir_reliability": mkdir_reliability, "symlink_diagnostics": symlink_diagnostics,
-            "empty_config": empty_config}[name]
+            "empty_config": empty_config, "no_optim": no_optim}[name]
 
 
 DAMAGED_RUN = [  # (damage, command after RUN, fragments, files that must not appear)
@@ -64,6 +68,7 @@ DAMAGED_RUN = [  # (damage, command after RUN, fragments, files that must not ap
     # an empty config.yaml is not the defaults (which would build another model, or resume another run)
     ("empty_config", ["eval", "RUN", "--max-tokens", "256"], ["config.yaml is empty"], ["eval_val.json"]),
     ("empty_config", ["train", "--resume", "RUN"], ["config.yaml is empty"], []),
+    ("no_optim", ["eval", "RUN", "--max-tokens", "256"], ["config.yaml has no 'optim' mapping"], ["eval_val.json"]),
 ]
 
 
@@ -295,3 +300,11 @@ def test_the_runs_tokenizer_and_data_identity_are_read_safely(tmp_path):
         (tmp_path / "data.json").write_text(json.dumps(bad))
         with pytest.raises(NormlabError, match=why):
             read_data_info(tmp_path)
+
+
+def test_run_sections_are_every_mapping_a_run_config_writes():
+    """open_config requires every section a run's config.yaml holds: the list is RunConfig's own mappings."""
+    from normlab.config import RunConfig
+    from normlab.rundir.readers import RUN_SECTIONS
+
+    assert sorted(RUN_SECTIONS) == sorted(k for k, v in RunConfig().to_dict().items() if isinstance(v, dict))
