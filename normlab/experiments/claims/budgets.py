@@ -10,7 +10,11 @@ them).
   steps on pystdlib, 12 blocks of width 256 (4 heads), context 256, batch 16, the learning-rate grid of ``quick`` at
   the same shape and length; its runs ask for ``device: cuda`` (a CPU-only machine refuses the budget in one line
   with its estimated time, normlab.experiments.estimate) and use their own seed block, 5000-5007 (docs/compare.md,
-  "Seed blocks").
+  "Seed blocks");
+- ``confirm``: ``full``'s models, steps and 5 seeds on a fresh seed block, 1000-1004, for the claims whose definition
+  was revised after a verdict on seeds 0-4 (:data:`CONFIRM_CLAIMS`; normlab/evidence/revisions.yaml): their verdicts
+  on seeds 0-4 are exploratory (runs that shaped a design cannot confirm it), the same definitions judged on seeds
+  no revision saw are confirmatory (``normlab.experiments.claims.execution.judge``; docs/claims-confirm.md).
 
 Each budget trains every shallow / deep variant (normlab.experiments.claims.variants) once per seed, and every
 learning-rate grid variant (``grid_*``, Wortsman et al. 2023) at each of ``grid_lrs`` with ``grid_depth`` blocks for
@@ -21,7 +25,7 @@ runs; these grids are coarser and shorter to fit a CPU.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from normlab.errors import NormlabError
 
@@ -51,6 +55,8 @@ class Budget:
     grid_steps: int = 120
     grid_warmup: int = 12
     grid_eval_batches: int = 24
+    measure_tokens: int = 8192  # tokens a post-hoc measurement scores (quantization, norm removal, literature)
+    removal_steps: int = 10     # fine-tuning steps of the norm-removal measurement
     device: str | None = None   # the device its runs ask for (None: the config's default, auto)
     seed_base: int = 0          # its seeds are seed_base .. seed_base + n - 1
     claims: tuple[str, ...] = ()  # the claims it runs without --only (empty: every claim)
@@ -74,11 +80,22 @@ SCALE_CLAIMS = ("cod-growth", "peri-variance", "peri-variance-magnitude", "dyt-v
                 "mano-rank", "mnn-rank", "residual-sink-clipping")
 
 
+# every claim whose definition was revised after a verdict on seeds 0-4 (normlab/evidence/revisions.yaml), fixed
+# before the ``confirm`` run: all of them, whatever their verdict there (choosing by the verdict would be a forking
+# path); tests/experiments/claims/test_budgets.py keeps it equal to the revised claims
+CONFIRM_CLAIMS = ("cod-growth", "peri-massive", "peri-variance", "peri-variance-magnitude", "mixln-grad",
+                  "postln-warmup", "dyt-vs-ln", "lssar-extrapolation", "powernorm-lm", "linear-attention",
+                  "hadamard-w4", "peri-quant", "mano-rank", "mnn-rank", "mixln-lr-best", "stablemax-collapse",
+                  "residual-sink-clipping")
+CONFIRM_SEED_BASE = 1000
+
+
 BUDGETS: dict[str, Budget] = {
     "tiny": Budget("tiny", "synthetic:markov?order=2&alphabet=16&length=300000&seed=0", seeds=2, steps=8,
                    batch_size=4, context=32, width=32, heads=2, depth=2, deep_depth=3, warmup_steps=2, lr=3e-3,
                    eval_batches=2, diag_every=2, sample_sequences=4, extrap_factors=(1, 4), extrap_windows=2,
-                   grid_lrs=(1e-3, 1e-2, 30.0), grid_depth=2, grid_steps=8, grid_warmup=2, grid_eval_batches=2),
+                   grid_lrs=(1e-3, 1e-2, 30.0), grid_depth=2, grid_steps=8, grid_warmup=2, grid_eval_batches=2,
+                   measure_tokens=512, removal_steps=2),
     "quick": Budget("quick", "pystdlib", seeds=3, steps=250, batch_size=16, context=64, width=64, heads=4, depth=4,
                     deep_depth=8, warmup_steps=25, lr=3e-3, eval_batches=16, diag_every=25, sample_sequences=16,
                     extrap_factors=(1, 16), extrap_windows=4,
@@ -86,13 +103,15 @@ BUDGETS: dict[str, Budget] = {
     "full": Budget("full", "pystdlib", seeds=5, steps=500, batch_size=16, context=64, width=64, heads=4, depth=4,
                    deep_depth=12, warmup_steps=50, lr=3e-3, eval_batches=32, diag_every=50, sample_sequences=32,
                    extrap_factors=(1, 2, 4, 8, 16), extrap_windows=8,
-                   grid_lrs=(0.001, 0.00416, 0.0173, 0.0721, 0.3), grid_depth=6, grid_steps=200, grid_warmup=20),
+                   grid_lrs=(0.001, 0.00416, 0.0173, 0.0721, 0.3), grid_depth=6, grid_steps=200, grid_warmup=20,
+                   measure_tokens=16384, removal_steps=30),
     "scale": Budget("scale", "pystdlib", seeds=8, steps=2000, batch_size=16, context=256, width=256, heads=4, depth=12,
                     deep_depth=12, warmup_steps=100, lr=3e-3, eval_batches=24, diag_every=100, sample_sequences=32,
                     extrap_factors=(1, 4), extrap_windows=4, grid_lrs=(0.001, 0.00416, 0.0173, 0.0721, 0.3),
                     grid_depth=12, grid_steps=2000, grid_warmup=100, grid_eval_batches=24, device="cuda",
                     seed_base=5000, claims=SCALE_CLAIMS),
 }
+BUDGETS["confirm"] = replace(BUDGETS["full"], name="confirm", seed_base=CONFIRM_SEED_BASE, claims=CONFIRM_CLAIMS)
 
 
 def get_budget(name: str) -> Budget:

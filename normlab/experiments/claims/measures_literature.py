@@ -22,12 +22,11 @@ from normlab.rundir.files import METRICS_FILE
 from normlab.rundir.readers import load_run, read_metrics
 from normlab.surgery.run_quantize import quantize_model
 
-EVAL_TOKENS = {"tiny": 512, "quick": 8192, "full": 16384}
 CACHE = "claims_literature.json"
 
 
 def _tokens(ctx: Any) -> int:
-    return EVAL_TOKENS.get(ctx.budget.name, 8192)
+    return ctx.budget.measure_tokens
 
 
 def last_value(run_dir: Path, key: str) -> float | None:

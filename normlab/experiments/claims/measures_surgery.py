@@ -18,13 +18,6 @@ from normlab.io import read_json, write_json
 from normlab.surgery.remove_norm import remove_norm_run
 from normlab.surgery.robustness import label_free, quant_robustness, spearman
 
-REMOVAL_STEPS = {"tiny": 2, "quick": 10, "full": 30}
-EVAL_TOKENS = {"tiny": 512, "quick": 8192, "full": 16384}
-
-
-def _budget_name(ctx) -> str:
-    return ctx.budget.name if ctx.budget.name in EVAL_TOKENS else "quick"
-
 
 def _completed(ctx, run_dir: Path) -> bool:
     return ctx.summary(run_dir).get("status") == "completed"
@@ -33,13 +26,10 @@ def _completed(ctx, run_dir: Path) -> bool:
 @register_measure("removal")
 def m_removal(ctx, runs: dict[str, Path]) -> tuple[float | None, dict]:
     """Loss (nats/token) of the LN-free model minus the LayerNorm model fine-tuned for the same total steps."""
-
-
     run = runs["ln"]
     if not _completed(ctx, run):
         return None, {"reason": f"{run} did not complete"}
-    b = _budget_name(ctx)
-    settings = {"steps": REMOVAL_STEPS[b], "max_tokens": EVAL_TOKENS[b], "lr": ctx.budget.lr / 10}
+    settings = {"steps": ctx.budget.removal_steps, "max_tokens": ctx.budget.measure_tokens, "lr": ctx.budget.lr / 10}
     cache = run / "claims_removal.json"
     rec = read_json(cache, "cache") if cache.is_file() else None
     if not rec or rec.get("settings") != settings:
@@ -62,7 +52,7 @@ def _quant(ctx, run: Path) -> dict[str, Any] | None:
 
     if not _completed(ctx, run):
         return None
-    return quant_robustness(run, max_tokens=EVAL_TOKENS[_budget_name(ctx)])
+    return quant_robustness(run, max_tokens=ctx.budget.measure_tokens)
 
 
 @register_measure("hadamard")
@@ -91,7 +81,7 @@ def m_rank(ctx, runs: dict[str, Path], score: str) -> tuple[float | None, dict]:
     xs, ys, names = [], [], []
     for v, run in runs.items():
         if _completed(ctx, run):
-            lf = label_free(run, max_tokens=EVAL_TOKENS[_budget_name(ctx)])
+            lf = label_free(run, max_tokens=ctx.budget.measure_tokens)
             xs.append(lf[score])
             ys.append(lf["loss"])
             names.append(v)
