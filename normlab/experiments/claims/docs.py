@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from normlab.errors import NormlabError
-from normlab.experiments.claims.specs import CLAIMS, grid_claim_names, spec_hash
+from normlab.experiments.claims.specs import CLAIMS, claim_seeds, grid_claim_names, spec_hash
 from normlab.io import write_text
 from normlab.markdown import md_code, md_fence
 from normlab.rundir.readers import open_config
@@ -107,21 +107,31 @@ def verdict_cell(c: dict) -> str:
     return cell
 
 
+def seed_span(seeds: list[int]) -> str:
+    """``0-4`` for a contiguous block, else the seeds comma-separated."""
+    seeds = sorted(seeds)
+    if seeds and seeds == list(range(seeds[0], seeds[-1] + 1)) and len(seeds) > 1:
+        return f"{seeds[0]}-{seeds[-1]}"
+    return ", ".join(map(str, seeds))
+
+
 def revisions_lines(claims: list) -> list[str]:
     """The "Definitions revised" section: every revision of every claim (``claims``: ``specs.Claim`` objects)."""
     out = ["## Definitions revised", "",
            "Every change of a claim's metric, recipe, test or margin after a verdict was published, with the "
            "verdict before it (from normlab/evidence/revisions.yaml; `normlab claims` prints them too). "
-           "A definition chosen after seeing a verdict is a forking path: every claim runs on the same seeds "
-           "(0..n-1), so a revised claim is judged on the seeds whose earlier verdict its revision saw, and its "
-           "verdict is marked ⚑ *exploratory* in the table (runs that shaped a design cannot confirm it; "
-           "`normlab advise` counts none of them as decided). A fresh seed block would confirm it.", ""]
+           "A definition chosen after seeing a verdict is a forking path: a revised claim judged on any seed its "
+           "revision saw (*seeds seen*: the seeds of the results it was made after) has its verdict marked ⚑ "
+           "*exploratory* in the table (runs that shaped a design cannot confirm it; `normlab advise` counts none "
+           "of them as decided). Judged on seeds no revision saw, the same definition is confirmatory: "
+           "`normlab claims --budget confirm` measures every revised claim on the fresh block 1000-1004 "
+           "([claims-confirm.md](claims-confirm.md)).", ""]
     rows = [(c.name, r) for c in claims for r in c.revised]
     if not rows:
         return out + ["None.", ""]
-    out += ["| claim | date | what changed | why | verdict before |", "|---|---|---|---|---|"]
+    out += ["| claim | date | what changed | why | verdict before | seeds seen |", "|---|---|---|---|---|---|"]
     for name, r in sorted(rows, key=lambda x: (x[1].date, x[0])):
-        cells = [f"`{name}`", r.date, r.what, r.why, r.verdict_before]
+        cells = [f"`{name}`", r.date, r.what, r.why, r.verdict_before, seed_span(list(r.seeds_seen))]
         out.append("| " + " | ".join(x.replace("|", "\\|") for x in cells) + " |")
     return out + [""]
 
@@ -166,6 +176,7 @@ def write_docs(report: dict, path: Path) -> None:
     m = report["machine"]
     date = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
     rendered = report.get("rendered_from")
+    seeds = sorted({s for c in report["claims"] for s in claim_seeds(report, c)})
     lines = [
         "# Published claims re-measured at CPU scale",
         "",
@@ -186,7 +197,13 @@ def write_docs(report: dict, path: Path) -> None:
           if rendered and not all(c.get("current_definition", True) for c in report["claims"]) else []),
         *([f"> These are **{report['budget']}-budget** results, not the full budget: `normlab claims --budget full` "
            "had not finished when this file was written. Re-run it (complete runs are reused) to replace this file.",
-           ""] if report["budget"] != "full" else []),
+           ""] if report["budget"] in ("tiny", "quick") else []),
+        *([f"> A confirmation run: the full budget's runs and measurements on the seed block {seed_span(seeds)}, "
+           "which no revision saw, for the claims whose definition was revised after a verdict on seeds 0-4 "
+           "([claims.md](claims.md) marks those verdicts ⚑ exploratory). Declared before these runs "
+           "(`normlab.experiments.claims.budgets.CONFIRM_CLAIMS`: every revised claim, whatever its verdict); "
+           "Holm's correction is over this run's family. A claim still marked ⚑ here was revised after results on "
+           "these seeds too.", ""] if report["budget"] == "confirm" else []),
         f"Machine: {m['platform']}, {m['cpu_count']} cores, Python {m['python']}, torch {m['torch']}; load average "
         f"at the end {m['loadavg_at_end']}"
         + (" (the machine was shared with other jobs). " if _first(m["loadavg_at_end"]) > m["cpu_count"] else ". ")
@@ -198,7 +215,8 @@ def write_docs(report: dict, path: Path) -> None:
         f"{b['heads']} heads; "
         f"shallow models {b['depth']} blocks, depth studies {b['deep_depth']} blocks; {b['steps']} steps of batch "
         f"{b['batch_size']}, peak LR {b['lr']}, warm-up {b['warmup_steps']} steps (except where a claim says), AdamW. "
-        "One run per variant and seed (seeds 0..n-1 drive init and data order); runs are shared between claims.",
+        f"One run per variant and seed (seeds {seed_span(seeds)} drive init and data order); runs are shared "
+        "between claims.",
         "",
         *([f"Learning-rate sweep claims (Wortsman et al. 2023, arXiv:2309.14322): every grid variant is trained at "
            f"each peak LR in {', '.join(f'{x:g}' for x in b['grid_lrs'])}, {b['grid_depth']} blocks, {b['grid_steps']} "

@@ -40,7 +40,7 @@ from normlab.errors import EXIT_INTERRUPTED, NormlabError
 from normlab.experiments.claims.budgets import Budget
 from normlab.experiments.claims.docs import claim_scale
 from normlab.experiments.claims.measures import Context, measure
-from normlab.experiments.claims.specs import CLAIM_NAMES, CLAIMS, TESTS, spec_hash
+from normlab.experiments.claims.specs import CLAIM_NAMES, CLAIMS, TESTS, claim_seeds, confirms, spec_hash
 from normlab.experiments.verdicts import SIGNIFICANCE_TESTS, judge_family
 from normlab.experiments.verdicts import claim_verdict as verdict
 from normlab.experiments.worker import finished_summary
@@ -429,9 +429,9 @@ def judge(report: dict, correction: str = "holm") -> dict:
         if spec is not None and spec.beside and details and all(k in d for d in details for k in spec.beside):
             c["beside"] = list(spec.beside)  # the current definition's at-init values, where stored
         c["current_definition"] = c.get("spec_hash") is not None and current.get(c["name"]) == c.get("spec_hash")
-        # every claim runs on seeds 0..n-1, the seeds whose earlier verdict its revision saw: a revised definition
-        # judged on them is exploratory (runs that shaped a design cannot confirm it), whatever its p
-        c["exploratory"] = bool(spec is not None and spec.revised)
+        # a definition revised after results on any of the seeds it is judged on is exploratory there (runs that
+        # shaped a design cannot confirm it), whatever its p; on a seed block no revision saw, confirmatory
+        c["exploratory"] = spec is not None and not confirms(spec.revised, claim_seeds(report, c))
         out["claims"].append(c)
     out["correction"] = correction
     out["family_size"] = sum(e["test"] in SIGNIFICANCE_TESTS for e in entries)  # untestable members count as p = 1

@@ -72,10 +72,35 @@ class Revision:
     why: str
     verdict_before: str  # the published verdict (and value) under the earlier definition
     hash_before: str = ""  # spec_hash before the change ("" where it did not change or was not recorded yet)
+    # the seeds of every result the change was made after: a verdict on any of them cannot confirm the new definition
+    seeds_seen: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        seen = self.seeds_seen
+        if not isinstance(seen, (list, tuple)) or not seen or not all(
+                isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seen):
+            raise NormlabError(f"normlab/evidence/revisions.yaml: the revision of {self.date} ({self.what[:40]}...) "
+                               f"needs seeds_seen, a non-empty list of the seeds its results came from, got {seen!r}")
+        object.__setattr__(self, "seeds_seen", tuple(seen))
 
     def to_dict(self) -> dict:
         return {"date": self.date, "what": self.what, "why": self.why, "verdict_before": self.verdict_before,
-                "hash_before": self.hash_before}
+                "hash_before": self.hash_before, "seeds_seen": list(self.seeds_seen)}
+
+
+def claim_seeds(report: dict[str, Any], claim: dict[str, Any]) -> list[int]:
+    """The seeds a stored claim was measured on: its ``seeds`` list, else (a report written before claims stored
+    them) the report's ``seeds`` count from its budget's first seed."""
+    if isinstance(claim.get("seeds"), list):
+        return [int(s) for s in claim["seeds"]]
+    base = int((report.get("budget_spec") or {}).get("seed_base", 0))
+    return list(range(base, base + int(report.get("seeds") or 0)))
+
+
+def confirms(revisions: tuple[Revision, ...], seeds: list[int]) -> bool:
+    """Whether a verdict on ``seeds`` is confirmatory for a definition with ``revisions``: none of its revisions was
+    made after results on any of these seeds (runs that shaped a design cannot confirm it)."""
+    return not any(set(r.seeds_seen) & set(seeds) for r in revisions)
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from scipy.stats import binomtest, ttest_1samp
 
+from normlab.errors import NormlabError
 from normlab.experiments.claims.docs import recorded_hashes, spec_lines, unrevised_changes
 from normlab.experiments.claims.specs import CLAIMS, Revision, spec_hash
 from normlab.experiments.verdicts import collapse_rates, judge_family, tost
@@ -137,7 +138,7 @@ def test_a_spec_change_without_a_revision_is_caught():
     assert spec_hash(changed) != spec_hash(c)
     assert len(unrevised_changes([changed], recorded)) == 1
     revised = dataclasses.replace(changed, revised=(Revision("2026-11-25", "null 0.01", "test", "held (0.06)",
-                                                             spec_hash(c)),))
+                                                             spec_hash(c), (0,)),))
     assert unrevised_changes([revised], recorded) == []
     assert spec_hash(dataclasses.replace(c, meaning="reworded")) == spec_hash(c)   # prose is not the definition
     rows = recorded_hashes("\n".join(spec_lines([c])))
@@ -179,8 +180,8 @@ def test_docs_claims_md_is_what_render_writes_from_the_stored_results(tmp_path):
         "cod-growth", "peri-variance", "stablemax-collapse", "residual-sink-clipping"]
     assert by["cod-growth"]["beside"] == ["slope_init_pre"]  # the slope is already there at initialisation
     assert by["peri-quant"]["verdict"] == "within margin" and by["peri-quant"]["tost"]["within"]
-    # every claim runs on seeds 0..n-1: a revised one is judged on the seeds its revision saw, so it is exploratory
-    # (marked on the page and in the packaged evidence), and one never revised is not
+    # the full run is on seeds 0-4, which every revision saw: a revised claim is exploratory there (marked on the
+    # page and in the packaged evidence), and one never revised is not
     revised = {c.name for c in CLAIMS if c.revised}
     assert {c["name"] for c in report["claims"] if c["exploratory"]} == revised and len(revised) == 17
     rows = {ln.split("(`")[1].split("`)")[0]: ln for ln in DOCS.read_text().splitlines()
@@ -396,7 +397,6 @@ def test_definitions_hold_no_dates_commit_hashes_or_measured_numbers():
 def test_a_bad_definition_is_one_line_naming_the_file_and_what_is_allowed(change, message):
     import yaml
 
-    from normlab.errors import NormlabError
     from normlab.experiments.claims.specs import claim_from_dict
 
     good = yaml.safe_load((SPEC_DIR / "defs" / "cod-growth.yaml").read_text())
@@ -417,3 +417,37 @@ def test_revisions_are_history_apart_from_the_definitions():
     from normlab.experiments.claims.docs import revisions_lines
 
     assert len([ln for ln in revisions_lines(CLAIMS) if ln.startswith("| `")]) == len(rows)
+
+
+def test_a_revised_claim_is_exploratory_only_on_seeds_a_revision_saw(monkeypatch):
+    """judge() marks a claim exploratory exactly when one of its revisions was made after results on a seed it is
+    judged on (Revision.seeds_seen): the stored full run moved to the block 1000-1004 has no exploratory claim; a
+    revision that saw seed 1002 makes its claim exploratory there again; a report from before claims stored their
+    seeds is read as seeds seed_base .. seed_base + n - 1."""
+    import json
+
+    import normlab.experiments.claims.execution as execution
+    from normlab.experiments.claims.execution import judge
+    from normlab.experiments.claims.specs import claim_seeds
+
+    stored = json.loads(STORED.read_text())
+    fresh = {**stored, "claims": [{**c, "seeds": [1000 + s for s in c["seeds"]]} for c in stored["claims"]]}
+    judged = judge(fresh)
+    assert not any(c["exploratory"] for c in judged["claims"])
+    assert [c["verdict"] for c in judged["claims"]] == [c["verdict"] for c in judge(stored)["claims"]]
+    seen = Revision("2026-12-01", "a later change", "a reason", "held", seeds_seen=(1002,))
+    cod = next(c for c in CLAIMS if c.name == "cod-growth")
+    patched = dataclasses.replace(cod, revised=(*cod.revised, seen))
+    monkeypatch.setattr(execution, "CLAIMS", [patched if c.name == "cod-growth" else c for c in CLAIMS])
+    again = {c["name"]: c["exploratory"] for c in judge(fresh)["claims"]}
+    assert again["cod-growth"] and sum(again.values()) == 1
+    old = {"seeds": 3, "budget_spec": {"seed_base": 5000}}
+    assert claim_seeds(old, {"name": "x"}) == [5000, 5001, 5002]
+    assert claim_seeds(old, {"seeds": [7, 9]}) == [7, 9]
+
+
+@pytest.mark.parametrize("seen", [(), [], ["0"], [-1], [True], None])
+def test_a_revision_without_the_seeds_it_saw_is_refused(seen):
+    with pytest.raises(NormlabError, match="needs seeds_seen, a non-empty list of the seeds") as e:
+        Revision("2026-12-01", "what", "why", "held", seeds_seen=seen)
+    assert "\n" not in str(e.value)

@@ -1,0 +1,46 @@
+"""The claims suite's budgets (normlab.experiments.claims.budgets): the confirm budget is the full budget on a seed
+block no revision saw, over every revised claim; each budget's measurement settings are its own fields."""
+
+import dataclasses
+
+import pytest
+
+from normlab.errors import NormlabError
+from normlab.experiments.claims.budgets import BUDGETS, CONFIRM_CLAIMS, get_budget
+from normlab.experiments.claims.specs import CLAIMS, confirms
+
+
+def test_confirm_is_the_full_budget_on_a_fresh_seed_block():
+    full, confirm = BUDGETS["full"], get_budget("confirm")
+    differ = {f.name for f in dataclasses.fields(full) if getattr(full, f.name) != getattr(confirm, f.name)}
+    assert differ == {"name", "seed_base", "claims"}  # the same models, steps, measurements: only the seeds move
+    assert confirm.seed_list(5) == [1000, 1001, 1002, 1003, 1004]
+    assert full.seed_list(5) == [0, 1, 2, 3, 4]
+
+
+def test_confirm_runs_every_revised_claim_on_seeds_no_revision_saw():
+    """Declared before its runs: every claim revised after a verdict on seeds 0-4, whatever that verdict (a
+    selection by verdict would be a forking path); none of its seeds was seen by a revision, so its verdicts are
+    confirmatory, while the same claims on the full budget's seeds are not."""
+    revised = {c.name for c in CLAIMS if c.revised}
+    assert set(CONFIRM_CLAIMS) == revised and len(CONFIRM_CLAIMS) == len(revised) == 17
+    confirm, full = get_budget("confirm"), BUDGETS["full"]
+    for c in CLAIMS:
+        if c.revised:
+            assert confirms(c.revised, confirm.seed_list(c.seeds or confirm.seeds))
+            assert not confirms(c.revised, full.seed_list(c.seeds or full.seeds))
+
+
+def test_measurement_settings_are_budget_fields():
+    """The post-hoc measurements' token counts and norm-removal steps, as the measures used them by budget name
+    before they became fields (tiny 512 / 2, quick 8192 / 10, full 16384 / 30); scale kept quick's, which it fell
+    back to; confirm measures as full."""
+    got = {n: (b.measure_tokens, b.removal_steps) for n, b in BUDGETS.items()}
+    assert got == {"tiny": (512, 2), "quick": (8192, 10), "full": (16384, 30), "scale": (8192, 10),
+                   "confirm": (16384, 30)}
+    assert {"measure_tokens", "removal_steps"} <= set(BUDGETS["full"].to_dict())  # stored with the results
+
+
+def test_an_unknown_budget_is_one_line_naming_the_allowed():
+    with pytest.raises(NormlabError, match="unknown budget 'huge'; allowed: tiny, quick, full, scale, confirm"):
+        get_budget("huge")
