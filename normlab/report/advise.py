@@ -33,6 +33,7 @@ import yaml
 
 from normlab.config import RunConfig, config_from_dict
 from normlab.errors import NormlabError
+from normlab.experiments.claims.docs import seed_span
 from normlab.experiments.sweep import parse_sweep
 from normlab.model import build_model
 from normlab.model.config import ModelConfig
@@ -128,8 +129,9 @@ def corpora(claim: dict[str, Any], reps: list[dict[str, Any]], suite: dict[str, 
     """``decided_on``: the suite's corpus when it decided the claim; ``replicated_on`` / ``contradicted_on`` /
     ``undecided_on``: the replications (their own seed blocks) that decided on the claim's side / decided against
     it / decided nothing (an undecided replication, often underpowered, is no evidence either way)."""
-    seeds = suite.get("seeds")
-    on = [f"{suite.get('corpus')} (claims suite, {seeds} seeds)"] if status(claim) == "decided" else []
+    seeds = claim.get("seeds")
+    block = f"seeds {seed_span(seeds)}" if isinstance(seeds, list) and seeds else f"{suite.get('seeds')} seeds"
+    on = [f"{suite.get('corpus')} (claims suite, {block})"] if status(claim) == "decided" else []
     out: dict[str, list[str]] = {"replicated_on": [], "contradicted_on": [], "undecided_on": []}
     for r in reps:
         side = r.get("claim_side")
@@ -146,6 +148,10 @@ def _claim_entry(c: dict[str, Any], target: dict[str, Any], ev: dict[str, Any]) 
     st = status(c)
     ci = c.get("ci") or [None, None]
     verdict = c["verdict"] + (", exploratory: revised after a verdict on these seeds" if c.get("exploratory") else "")
+    before = c.get("exploratory_result")
+    if before:  # confirmed on a fresh seed block: the exploratory verdict on the seeds its revision saw beside it
+        verdict += (f" on seeds {seed_span(c['seeds'])}, a fresh block (on seeds {seed_span(before['seeds'])}, "
+                    f"which its revision saw: {before['verdict']}, exploratory)")
     entry = {"name": c["name"], "claim": c["claim"], "paper": c["paper"], "metric": c["metric"], "status": st,
              "verdict": verdict, "measured": c["measured"], "ci95": ci, "p_holm": c.get("p_adj"),
              "n": c.get("n"), "scale": c.get("scale"), "corpus": suite.get("corpus"),

@@ -1,17 +1,22 @@
 """The evidence ``normlab advise`` reads, packaged: a summary of the stored claims results and their replications.
 
 ``normlab/evidence/claims.json`` ships inside the package (an installed wheel has no docs/), generated from the
-results the docs hold (``docs/claims-full-*.json``, written by ``normlab claims``, and ``docs/replications-*.json``,
-the demo's declared replications as docs/compare.md tabulates them) by::
+results the docs hold (``docs/claims-full-*.json``, written by ``normlab claims``; ``docs/claims-confirm-*.json``,
+the revised claims measured on a fresh seed block by ``normlab claims --budget confirm``; and
+``docs/replications-*.json``, the demo's declared replications as docs/compare.md tabulates them) by::
 
     python -m normlab.report.evidence docs/claims-full-2026-11-28.json docs/replications-2026-11-26.json \\
-        normlab/evidence/claims.json
+        normlab/evidence/claims.json --confirm docs/claims-confirm-2026-11-28.json
 
+Each claim's record is its confirmatory measurement: a claim exploratory in the main run (judged on seeds a
+revision of its definition saw) takes its record from the confirmation run where it is confirmatory there, with
+the exploratory result beside it (``exploratory_result``); a claim exploratory everywhere keeps its main record.
 ``tests/report/test_evidence.py`` rebuilds it from those files and fails when the packaged copy differs. Torch-free.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from importlib import resources
@@ -20,23 +25,37 @@ from typing import Any
 
 from normlab.errors import NormlabError
 from normlab.experiments.claims.execution import judge
-from normlab.io import read_json
+from normlab.experiments.claims.specs import claim_seeds
+from normlab.io import read_json, write_text
 
 FORMAT = "normlab-evidence-v1"
 CLAIM_FIELDS = ("name", "claim", "paper", "metric", "verdict", "measured", "ci", "p", "p_adj", "test", "direction",
                 "n", "seeds", "scale", "observable", "reason", "practical_margin", "tolerance", "current_definition",
-                "exploratory")
+                "exploratory", "source")
 """The fields of each claims-suite record that advise reads (the per-seed values, details and run paths stay in
 docs/)."""
 
 
+def _check_claims(doc: dict[str, Any], name: str) -> None:
+    if doc.get("format") != "normlab-claims-v1":
+        raise NormlabError(f"{name}: not a normlab claims results file (format {doc.get('format')!r})")
+
+
+def _records(doc: dict[str, Any], name: str) -> dict[str, dict[str, Any]]:
+    """Claim name -> its record (``CLAIM_FIELDS``) from ``doc`` judged by the current rules (``judge``: Holm over
+    the document's family, margins, observability, revisions and the seeds they saw), ``source`` its file."""
+    return {c["name"]: {**{k: c.get(k) for k in CLAIM_FIELDS}, "source": name} for c in judge(doc)["claims"]}
+
+
 def build_evidence(claims: dict[str, Any], replications: dict[str, Any], *, claims_name: str,
-                   replications_name: str) -> dict[str, Any]:
-    """The packaged evidence from a claims results document (``normlab-claims-v1``), judged by the current rules
-    (``judge``: Holm over the family, margins, observability, revisions), and a replications document
-    (``normlab-replications-v1``); ``*_name``: the file names recorded as the sources."""
-    if claims.get("format") != "normlab-claims-v1":
-        raise NormlabError(f"{claims_name}: not a normlab claims results file (format {claims.get('format')!r})")
+                   replications_name: str, confirmations: tuple[tuple[dict[str, Any], str], ...] = ()
+                   ) -> dict[str, Any]:
+    """The packaged evidence from a claims results document (``normlab-claims-v1``) and a replications document
+    (``normlab-replications-v1``); ``*_name``: the file names recorded as the sources. ``confirmations``: (claims
+    results document, file name) of runs on fresh seed blocks (``--budget confirm``): a claim exploratory in
+    ``claims`` and confirmatory in one of them takes that record (the last such), each document judged as its own
+    family."""
+    _check_claims(claims, claims_name)
     if replications.get("format") != "normlab-replications-v1":
         raise NormlabError(f"{replications_name}: not a normlab replications file")
     spec = claims.get("budget_spec") or {}
@@ -45,16 +64,35 @@ def build_evidence(claims: dict[str, Any], replications: dict[str, Any], *, clai
     unknown = sorted({r["claim"] for r in reps} - names)
     if unknown:
         raise NormlabError(f"{replications_name}: replications of claims not in {claims_name}: {', '.join(unknown)}")
-
-    claims = judge(claims)  # the verdicts of the current rules, as docs/claims.md renders them (one rule, every path)
+    judged = judge(claims)  # the verdicts of the current rules, as docs/claims.md renders them (one rule, every path)
+    records = _records(claims, claims_name)
+    confirmed = []
+    for doc, name in confirmations:
+        _check_claims(doc, name)
+        cspec = doc.get("budget_spec") or {}
+        differ = sorted(k for k in set(spec) | set(cspec) if k not in ("name", "seed_base", "claims")
+                        and spec.get(k) != cspec.get(k))
+        if differ:
+            raise NormlabError(f"{name}: a confirmation runs the main run's budget on other seeds; its "
+                               f"{', '.join(differ)} differ from {claims_name}'s")
+        for cname, rec in _records(doc, name).items():
+            main = records.get(cname)
+            if main is None or not main["exploratory"] or rec["exploratory"]:
+                continue  # confirmatory already, or not confirmed here (a revision saw these seeds too)
+            records[cname] = {**rec, "exploratory_result": {k: main[k] for k in (
+                "verdict", "measured", "ci", "p_adj", "n", "seeds", "source")}}
+        seeds = sorted({s for c in doc["claims"] for s in claim_seeds(doc, c)})
+        confirmed.append({"source": name, "budget": doc.get("budget"), "seeds": seeds,
+                          "family_size": judge(doc).get("family_size"), "command": doc.get("command")})
     return {
         "format": FORMAT,
-        "sources": {"claims": claims_name, "replications": replications_name},
+        "sources": {"claims": claims_name, "replications": replications_name,
+                    **({"confirmations": [n for _, n in confirmations]} if confirmations else {})},
         "suite": {"budget": claims.get("budget"), "corpus": spec.get("source"), "seeds": claims.get("seeds"),
                   "context": spec.get("context"), "heads": spec.get("heads"), "batch_size": spec.get("batch_size"),
-                  "correction": claims.get("correction"), "family_size": claims.get("family_size"),
-                  "command": claims.get("command")},
-        "claims": [{k: c.get(k) for k in CLAIM_FIELDS} for c in claims["claims"]],
+                  "correction": judged.get("correction"), "family_size": judged.get("family_size"),
+                  "command": claims.get("command"), **({"confirmations": confirmed} if confirmed else {})},
+        "claims": [records[c["name"]] for c in claims["claims"]],
         "replications": reps,
     }
 
@@ -69,12 +107,18 @@ def load_evidence() -> dict[str, Any]:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 3:
-        print("usage: python -m normlab.report.evidence CLAIMS.json REPLICATIONS.json OUT.json", file=sys.stderr)
-        return 2
-    claims, reps, out = map(Path, argv)
-    data = build_evidence(read_json(claims), read_json(reps), claims_name=claims.name, replications_name=reps.name)
-    out.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    ap = argparse.ArgumentParser(prog="python -m normlab.report.evidence",
+                                 description="build the packaged evidence normlab advise reads")
+    ap.add_argument("claims", type=Path)
+    ap.add_argument("replications", type=Path)
+    ap.add_argument("out", type=Path)
+    ap.add_argument("--confirm", type=Path, action="append", default=[], metavar="CLAIMS_JSON",
+                    help="a claims run on a fresh seed block (normlab claims --budget confirm); repeatable")
+    a = ap.parse_args(argv)
+    data = build_evidence(read_json(a.claims), read_json(a.replications), claims_name=a.claims.name,
+                          replications_name=a.replications.name,
+                          confirmations=tuple((read_json(p), p.name) for p in a.confirm))
+    write_text(a.out, json.dumps(data, indent=1, sort_keys=True) + "\n")
     return 0
 
 

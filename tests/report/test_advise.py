@@ -146,3 +146,20 @@ def test_a_run_directory_is_the_target_and_its_own_training_rate_times_the_sweep
     assert "own training" in est["rate_source"]
     assert res["target"]["flops_per_token"] == s["flops_per_token"] and res["target"]["steps"] == s["steps"]
     assert load_sweep(tmp_path / "n.yaml").runs[0].config["model"]["width"] == res["target"]["width"]
+
+
+def test_a_claim_confirmed_on_a_fresh_block_is_decided_there_with_its_exploratory_verdict_beside():
+    """A record the evidence took from a confirmation run (seeds no revision saw) is decided as any confirmatory
+    record; its line names the block it was decided on and the exploratory verdict on the seeds its revision saw."""
+    ev = {"suite": {"corpus": "pystdlib", "seeds": 5, "heads": 4, "context": 64}, "replications": []}
+    rec = _claim(name="mixln-grad", claim="c", paper="p", metric="m", exploratory=False,
+                 seeds=[1000, 1001, 1002, 1003, 1004], scale="width 64, 12 blocks, 500 steps, 512k tokens",
+                 exploratory_result={"verdict": "held", "seeds": [0, 1, 2, 3, 4]})
+    e = A._claim_entry(rec, {"params": _ln_params(64, 12), "tokens": 512_000}, ev)
+    assert e["status"] == "decided" and e["decided_on"] == ["pystdlib (claims suite, seeds 1000-1004)"]
+    assert e["verdict"] == ("held on seeds 1000-1004, a fresh block (on seeds 0-4, which its revision saw: held, "
+                            "exploratory)")
+    alone = A._claim_entry(_claim(name="x", claim="c", paper="p", metric="m", seeds=[0, 1, 2, 3, 4],
+                                  scale="width 64, 4 blocks, 500 steps, 512k tokens"),
+                           {"params": _ln_params(64, 4), "tokens": 512_000}, ev)
+    assert alone["verdict"] == "held" and alone["decided_on"] == ["pystdlib (claims suite, seeds 0-4)"]

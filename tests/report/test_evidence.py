@@ -36,3 +36,55 @@ def test_a_replication_of_an_unknown_claim_is_refused():
     reps = {"format": "normlab-replications-v1", "replications": [{"claim": "no-such-claim"}]}
     with pytest.raises(NormlabError, match="no-such-claim"):
         build_evidence(claims, reps, claims_name="c.json", replications_name="r.json")
+
+
+def _confirmation(full: dict, shift: int = 1000, **spec) -> dict:
+    """The stored full run's revised claims as if measured on the seed block ``shift`` .. (a confirm run's shape)."""
+    from normlab.experiments.claims.budgets import CONFIRM_CLAIMS
+
+    return {**full, "budget": "confirm",
+            "budget_spec": {**full["budget_spec"], "name": "confirm", "seed_base": shift,
+                            "claims": list(CONFIRM_CLAIMS), **spec},
+            "claims": [{**c, "seeds": [shift + s for s in c["seeds"]]} for c in full["claims"]
+                       if c["name"] in CONFIRM_CLAIMS]}
+
+
+def test_a_confirmation_on_a_fresh_block_replaces_only_the_exploratory_records():
+    """A claim exploratory in the main run (judged on seeds its revision saw) takes the confirmation's record where
+    the confirmation is confirmatory, with the exploratory verdict beside it; a claim never revised keeps the main
+    record; advise counts the confirmed record as it counts any confirmatory one."""
+    from normlab.report.advise import status
+
+    full, reps = json.loads(CLAIMS.read_text()), json.loads(REPS.read_text())
+    main = build_evidence(full, reps, claims_name="f.json", replications_name="r.json")
+    ev = build_evidence(full, reps, claims_name="f.json", replications_name="r.json",
+                        confirmations=((_confirmation(full), "c.json"),))
+    before = {c["name"]: c for c in main["claims"]}
+    for c in ev["claims"]:
+        if before[c["name"]]["exploratory"]:
+            assert c["source"] == "c.json" and not c["exploratory"] and c["seeds"] == [1000, 1001, 1002, 1003, 1004]
+            assert c["exploratory_result"]["verdict"] == before[c["name"]]["verdict"]
+            assert c["exploratory_result"]["seeds"] == [0, 1, 2, 3, 4]
+        else:
+            assert c == before[c["name"]] and c["source"] == "f.json"
+    mixln = next(c for c in ev["claims"] if c["name"] == "mixln-grad")
+    assert status(before["mixln-grad"]) == "undecided" and mixln["verdict"] == "held"
+    # its own family: the 17 revised claims' Holm-adjusted p, not the main run's 33-claim family
+    assert mixln["p_adj"] < before["mixln-grad"]["p_adj"] and status(mixln) == "decided"
+    assert ev["suite"]["confirmations"][0]["seeds"] == [1000, 1001, 1002, 1003, 1004]
+
+
+def test_a_confirmation_on_seeds_a_revision_saw_confirms_nothing():
+    full, reps = json.loads(CLAIMS.read_text()), json.loads(REPS.read_text())
+    main = build_evidence(full, reps, claims_name="f.json", replications_name="r.json")
+    seen = build_evidence(full, reps, claims_name="f.json", replications_name="r.json",
+                          confirmations=((_confirmation(full, shift=2), "c.json"),))  # seeds 2-6: 2-4 were seen
+    assert [c["source"] for c in seen["claims"]] == ["f.json"] * len(main["claims"])
+
+
+def test_a_confirmation_of_another_budget_is_refused():
+    full, reps = json.loads(CLAIMS.read_text()), json.loads(REPS.read_text())
+    with pytest.raises(NormlabError, match="c.json: a confirmation runs the main run's budget on other seeds; its "
+                                           "steps differ"):
+        build_evidence(full, reps, claims_name="f.json", replications_name="r.json",
+                       confirmations=((_confirmation(full, steps=50), "c.json"),))
