@@ -23,29 +23,23 @@ from __future__ import annotations
 import html
 from collections.abc import Sequence
 
+from normlab.errors import printable
+
 _MD_SPECIAL = str.maketrans({c: "\\" + c for c in "\\`*_[]|#~!"})
 _BREAKS = str.maketrans({"\r": " ", "\n": " ", "\u2028": " ", "\u2029": " ", "\x0b": " ", "\x0c": " "})
 
 
-def _printable(s: str) -> str:
-    """``s`` with every non-printable code point (C0/C1 controls: ANSI escapes, BEL, DEL, tabs) as its Python escape
-    (``\\x1b``), as ``normlab.safety.printable`` spells it for the terminal (markdown sits on io's floor and cannot
-    import it)."""
-    return s if s.isprintable() else "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii")
-                                             for c in s)
-
-
 def md_escape(text: object) -> str:
     """``text`` as inert Markdown inline text (see the module docstring); any other control character (an ANSI
-    escape from a directory name) is written as its Python escape (``\\x1b``, as ``safety.printable``), so ``cat
+    escape from a directory name) is written as its Python escape (``\\x1b``, as ``errors.printable``), so ``cat
     report.md`` cannot drive a terminal."""
-    return html.escape(_printable(str(text).translate(_BREAKS)), quote=False).translate(_MD_SPECIAL)
+    return html.escape(printable(str(text).translate(_BREAKS)), quote=False).translate(_MD_SPECIAL)
 
 
 def md_code(text: object, *, in_table: bool = False) -> str:
     """``text`` as a code span (a run of backticks longer than any inside it closes it); one line, control
     characters as their Python escapes (as ``md_escape``)."""
-    s = _printable(str(text).translate(_BREAKS))
+    s = printable(str(text).translate(_BREAKS))
     run = 1
     while "`" * run in s:
         run += 1

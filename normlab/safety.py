@@ -14,16 +14,7 @@ import sys
 from typing import Callable
 
 from normlab.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, NormlabError
-
-
-def printable(text: object) -> str:
-    """``text`` as one printable line: every control character (C0 and C1: ANSI escapes, newlines, carriage returns,
-    tabs, DEL) and every other non-printable code point written as its Python escape (``\\x1b``, ``\\n``,
-    ``\\u2028``), so a string from a user or a file can neither move the cursor nor split a one-line message."""
-    s = str(text)
-    if s.isprintable():
-        return s
-    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in s)
+from normlab.errors import printable as printable  # defined on errors' floor, so markdown shares it
 
 
 def shell_quote(text: object) -> str:

@@ -125,7 +125,7 @@ def revisions_lines(claims: list) -> list[str]:
            "*exploratory* in the table (runs that shaped a design cannot confirm it; `normlab advise` counts none "
            "of them as decided). Judged on seeds no revision saw, the same definition is confirmatory: "
            "`normlab claims --budget confirm` measures every revised claim on the fresh block 1000-1004 "
-           "([claims-confirm.md](claims-confirm.md)).", ""]
+           "(docs/claims-confirm.md).", ""]
     rows = [(c.name, r) for c in claims for r in c.revised]
     if not rows:
         return out + ["None.", ""]
@@ -200,7 +200,7 @@ def write_docs(report: dict, path: Path) -> None:
            ""] if report["budget"] in ("tiny", "quick") else []),
         *([f"> A confirmation run: the full budget's runs and measurements on the seed block {seed_span(seeds)}, "
            "which no revision saw, for the claims whose definition was revised after a verdict on seeds 0-4 "
-           "([claims.md](claims.md) marks those verdicts ⚑ exploratory). Declared before these runs "
+           "(docs/claims.md marks those verdicts ⚑ exploratory). Declared before these runs "
            "(`normlab.experiments.claims.budgets.CONFIRM_CLAIMS`: every revised claim, whatever its verdict); "
            "Holm's correction is over this run's family. A claim still marked ⚑ here was revised after results on "
            "these seeds too.", ""] if report["budget"] == "confirm" else []),
