@@ -3,24 +3,30 @@ and stacked runs are the executors of ``normlab.experiments.scheduling``, whose 
 
 ``normlab compare SWEEP --executor ray [--address auto|HOST:PORT|ray://HOST:PORT]`` (and ``normlab claims
 --executor ray``) submits every
-run as one Ray task (Moritz et al. 2018, "Ray: A Distributed Framework for Emerging AI Applications",
-arXiv:1712.05889) asking for ``threads`` CPUs, or one GPU when the cluster has GPUs. ``--address`` takes what
+job as one Ray task (Moritz et al. 2018, "Ray: A Distributed Framework for Emerging AI Applications",
+arXiv:1712.05889) asking for ``threads`` CPUs, or one GPU when the cluster has GPUs. A job is one run, or a stacked
+group (``--stack``, normlab.experiments.worker.plan_stacks: ``auto`` stacks where the cluster has GPUs): its runs
+train as one stacked model in one process (``worker.train_group``, as the in-process stacked executor trains them),
+so a group asks for the resources of one run. ``--address`` takes what
 ``ray.init`` takes: ``auto`` (the cluster ``ray start --head`` started on this machine, or ``RAY_ADDRESS``),
 ``HOST:PORT`` (a cluster's GCS address) or ``ray://HOST:PORT`` (the Ray client server of a remote cluster). Without
 ``--address`` Ray connects to the cluster named by ``RAY_ADDRESS`` or starts a one-machine cluster.
 
-- **The driver alone writes the results store**: a task returns the run's summary (and, when needed, its files);
-  the driver (``normlab compare``) records the row and the curves, as a local worker does. The trainer writes its
-  live TensorBoard scalars to ``SWEEP_DIR/tb/<run id>`` (sent back with the run directory when needed).
+- **The driver alone writes the results store**: a task returns each run's summary (and, when needed, its files);
+  the driver (``normlab compare``) records each row and its curves, as a local worker does. A group's members that
+  finished earlier are recorded by the driver without a task; the others train in the group's task. The trainer
+  writes its live TensorBoard scalars to ``SWEEP_DIR/tb/<run id>`` (sent back with the run directory when needed).
 - **Files.** A task first looks for a marker file the driver wrote into the sweep directory. Found (shared storage:
-  NFS, or one machine): the run trains in ``SWEEP_DIR/runs/<run id>`` directly. Not found: the driver sends the
-  run directory's files with the task (a resumed run's checkpoints), the run trains in a temporary directory on the
-  worker, and the task returns the directory as a tar archive that the driver unpacks into the sweep directory
+  NFS, or one machine): the runs train in ``SWEEP_DIR/runs/<run id>`` directly. Not found: the driver sends each
+  run directory's files with the task (a resumed run's checkpoints), the runs train in a temporary directory on the
+  worker, and the task returns each directory as a tar archive that the driver unpacks into the sweep directory
   (``NORMLAB_RAY_FILES=copy`` forces this, ``shared`` forbids it; default ``auto``).
 - **Training** runs in a child process of the task (``python -m normlab.experiments.executors``, no store access),
-  which dies with the task's worker process; its output goes to ``SWEEP_DIR/logs/<run id>.log``.
+  which dies with the task's worker process; its output goes to ``SWEEP_DIR/logs/<run id>.log`` (a group's to its
+  first trained member's log, which the other members' logs name).
 - **Ctrl-C** on the driver: the first sets a flag in a small Ray actor (on the driver's node) that every task polls;
-  tasks forward one SIGINT to their trainer (checkpoint, ``status: interrupted``) and return normally. A second
+  tasks forward one SIGINT to their trainer (checkpoint, every member of a group, ``status: interrupted``) and
+  return normally. A second
   Ctrl-C cancels the tasks (the trainers stop at once, keeping their last checkpoint); a third force-kills them.
 - **Lost tasks** (a worker node dies): the run is recorded ``failed`` with the reason; tasks are not retried by
   Ray (``max_retries=0``), so a re-run of the same command resumes it from its last checkpoint, like a failed
@@ -46,9 +52,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from normlab.errors import EXIT_BAD_INPUT, NormlabError
+from normlab.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, NormlabError
 from normlab.interrupt import die_with_parent
-from normlab.experiments.worker import finished_summary, probe_if_asked, record, train_run
+from normlab.experiments.worker import finished_summary, probe_if_asked, record, train_group, train_run
 from normlab.resources import available_cores, plan_workers
 from normlab.rundir.readers import STATUS_EXIT, read_summary
 from normlab.safety import printable
@@ -158,9 +164,15 @@ def plan_ray(ray: Any, n_runs: int, workers: int | None) -> tuple[int, int]:
     return w, min(threads, node_cpus(ray))
 
 
+def cluster_gpus(ray: Any) -> bool:
+    """Whether the cluster has a GPU: its tasks then ask for one (``_resources``), and ``device: auto`` is CUDA."""
+    return ray.cluster_resources().get("GPU", 0) >= 1
+
+
 def _resources(ray: Any, threads: int) -> dict[str, Any]:
-    """One CPU bundle of ``threads``, or one GPU (and one CPU) when the cluster has GPUs."""
-    if ray.cluster_resources().get("GPU", 0) >= 1:
+    """One CPU bundle of ``threads``, or one GPU (and one CPU) when the cluster has GPUs; a stacked group is one
+    process, so it asks for the same."""
+    if cluster_gpus(ray):
         return {"num_cpus": 1, "num_gpus": 1}
     return {"num_cpus": threads, "num_gpus": 0}
 
@@ -211,9 +223,11 @@ def _shared(sweep_root: str, token: str, mode: str) -> bool:
 
 
 # ---------------------------------------------------------------------------------------------- the task
-def sweep_task(run_id: str, config: dict[str, Any], threads: int, sweep_root: str, token: str, mode: str,
-               files: dict[str, bytes | None] | None, stopper: Any) -> dict[str, Any]:
-    """One sweep run, on a Ray worker: train (or resume) it in a child process; return what the driver records."""
+def sweep_task(run_ids: list[str], configs: list[dict[str, Any]], threads: int, sweep_root: str, token: str,
+               mode: str, files: list[tuple[str, bytes | None]] | None, stopper: Any,
+               stacked: bool = False) -> dict[str, Any]:
+    """One job on a Ray worker: train (or resume) one run, or ``run_ids`` as one stacked group (``stacked``), in a
+    child process; return what the driver records (``members``: each run's summary and, not shared, its files)."""
     import ray
 
     shared = _shared(sweep_root, token, mode)
@@ -222,20 +236,26 @@ def sweep_task(run_id: str, config: dict[str, Any], threads: int, sweep_root: st
     else:
         tmp = Path(tempfile.mkdtemp(prefix="normlab-ray-"))
         root = tmp
-        for sub, data in (files or {}).items():  # the run directory and its TensorBoard directory, when resumed
+        for sub, data in files or []:  # each run directory and its TensorBoard directory, when resumed
             if data:
                 with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
                     _extract(tar, root / sub)
     try:
         (root / "logs").mkdir(parents=True, exist_ok=True)
-        run_dir = root / "runs" / run_id
-        cfg_file = root / "logs" / f"{run_id}.config.json"
-        cfg_file.write_text(json.dumps(config))
-        log_path = root / "logs" / f"{run_id}.log"
+        cmd = [sys.executable, "-m", "normlab.experiments.executors"]
+        cfg_files = []
+        for run_id, config in zip(run_ids, configs):
+            cfg_files.append(root / "logs" / f"{run_id}.config.json")
+            cfg_files[-1].write_text(json.dumps(config))
+            cmd += [str(root / "runs" / run_id), str(cfg_files[-1])]
+        log_path = root / "logs" / f"{run_ids[0]}.log"
         env = dict(os.environ, PYTHONPATH=_pythonpath(), OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads),
                    PYTHONUNBUFFERED="1")
-        cmd = [sys.executable, "-m", "normlab.experiments.executors", str(run_dir), str(cfg_file),
-               "--threads", str(threads), "--parent", str(os.getpid()), "--tb-dir", str(root / "tb" / run_id)]
+        cmd += ["--threads", str(threads), "--parent", str(os.getpid())]
+        for run_id in run_ids:
+            cmd += ["--tb-dir", str(root / "tb" / run_id)]
+        if stacked:
+            cmd.append("--stacked")
         with open(log_path, "ab") as logf:
             proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
         signalled, rusage, status = 0, None, None
@@ -262,18 +282,22 @@ def sweep_task(run_id: str, config: dict[str, Any], threads: int, sweep_root: st
                 signalled += 1
                 proc.send_signal(signal.SIGINT if signalled <= 2 else signal.SIGKILL)
         proc.returncode = status
-        cfg_file.unlink(missing_ok=True)
-        try:
-            summary = read_summary(run_dir) if run_dir.is_dir() else None
-        except NormlabError:
-            summary = None
-        out: dict[str, Any] = {"rc": status, "summary": summary, "host": socket.gethostname(), "shared": shared,
-                               "peak_mem_mb": rusage.ru_maxrss / 1024.0 if rusage else None, "files": None, "log": None}
+        for f in cfg_files:
+            f.unlink(missing_ok=True)
+        members: dict[str, dict[str, Any]] = {}
+        for run_id in run_ids:
+            run_dir = root / "runs" / run_id
+            try:
+                summary = read_summary(run_dir) if run_dir.is_dir() else None
+            except NormlabError:
+                summary = None
+            members[run_id] = {"summary": summary, "files": None if shared else pack(root / "runs", run_id),
+                               "tb_files": None if shared else pack(root / "tb", run_id)}
+        out: dict[str, Any] = {"rc": status, "members": members, "host": socket.gethostname(), "shared": shared,
+                               "peak_mem_mb": rusage.ru_maxrss / 1024.0 if rusage else None, "log": None}
         if shared:
             out["log_tail"] = log_path.read_bytes()[-2000:]
         else:
-            out["files"] = pack(root / "runs", run_id)
-            out["tb_files"] = pack(root / "tb", run_id)
             out["log"] = log_path.read_bytes()
         return out
     finally:
@@ -301,9 +325,10 @@ def _last_line(data: bytes | None) -> str:
 
 
 class RayTasks:
-    """The Ray executor (``normlab.experiments.scheduling.Executor``): one task per run, at most ``slots`` in
-    flight; the driver alone records every row (module docstring). The first signal sets the ``Stopper`` flag every
-    task polls (each forwards one SIGINT to its trainer), a second cancels the tasks, a third force-kills them."""
+    """The Ray executor (``normlab.experiments.scheduling.Executor``): one task per job (a run, or a stacked group's
+    runs), at most ``slots`` in flight; the driver alone records every row (module docstring). The first signal
+    sets the ``Stopper`` flag every task polls (each forwards one SIGINT to its trainer), a second cancels the tasks,
+    a third force-kills them."""
 
     in_process, announces, tag, exited = False, True, "", "trainer exited"
 
@@ -322,27 +347,38 @@ class RayTasks:
         here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=True)
         self.stopper = ray.remote(num_cpus=0)(Stopper).options(scheduling_strategy=here).remote()  # driver's node
         self.res = _resources(ray, threads)
-        self.running: dict[Any, str] = {}
+        self.running: dict[Any, list[str]] = {}
         self.ready: list[tuple[str, int | None]] = []
         self.signals = 0
+        self.group_of: dict[str, str] = {}  # a stacked member -> the member whose log holds the group's output
 
     def in_flight(self) -> int:
         return len(self.running) + len(self.ready)
 
     def start(self, job: list[str], on_signal: Any) -> bool:
-        (run_id,) = job
-        row = self.store.get(run_id)
-        summary = finished_summary(self.sweep_dir / "runs" / run_id)
-        self.store.start(run_id, calls_trainer=summary is None)
-        if summary is not None:  # trained earlier, not recorded: record only
-            record(self.store, self.sweep_dir, run_id, summary, peak_mem_mb=row.get("peak_mem_mb"))
-            self.ready.append((run_id, None))
+        """Record the job's runs that finished earlier; submit the others as one task (a stacked group's members
+        train together even when one is left, as the in-process stacked executor trains them)."""
+        rows = {r: self.store.get(r) for r in job}
+        done = {r: s for r in job if (s := finished_summary(self.sweep_dir / "runs" / r)) is not None}
+        todo = [r for r in job if r not in done]
+        for r in job:
+            self.store.start(r, calls_trainer=r not in done)
+        for r, summary in done.items():  # trained earlier, not recorded: record only
+            record(self.store, self.sweep_dir, r, summary, peak_mem_mb=rows[r].get("peak_mem_mb"))
+            self.ready.append((r, None))
+        if not todo:
             return True
-        files = ({"runs": pack(self.sweep_dir / "runs", run_id), "tb": pack(self.sweep_dir / "tb", run_id)}
+        stacked = len(job) > 1
+        if stacked:
+            self.group_of.update({r: todo[0] for r in todo})
+            for r in todo[1:]:
+                self.log_of(r).write_text(f"trained in a stacked group; output in logs/{todo[0]}.log\n")
+        files = ([(sub, pack(self.sweep_dir / sub, r)) for r in todo for sub in ("runs", "tb")]
                  if self.mode != "shared" else None)
-        ref = self.remote.options(**self.res).remote(run_id, row["config"], self.threads, str(self.sweep_dir),
-                                                     self.token, self.mode, files, self.stopper)
-        self.running[ref] = run_id
+        ref = self.remote.options(**self.res).remote(todo, [rows[r]["config"] for r in todo], self.threads,
+                                                     str(self.sweep_dir), self.token, self.mode, files, self.stopper,
+                                                     stacked)
+        self.running[ref] = todo
         return True
 
     def finished(self) -> list[tuple[str, int | None]]:
@@ -351,29 +387,32 @@ class RayTasks:
             return out
         ready, _ = self.ray.wait(list(self.running), num_returns=1, timeout=0.5)
         for ref in ready:
-            run_id = self.running.pop(ref)
+            run_ids = self.running.pop(ref)
             try:
                 result, error = self.ray.get(ref), None
             except Exception as e:  # noqa: BLE001 - a lost node, a cancelled or crashed task: recorded
                 first = (str(e).strip().splitlines() or [e.__class__.__name__])[0]
                 result, error = None, f"Ray task lost ({e.__class__.__name__}): {first[:300]}"
-            out.append((run_id, self._record(run_id, result, error)))
+            out.extend((run_id, self._record(run_ids, run_id, result, error)) for run_id in run_ids)
         return out
 
-    def _record(self, run_id: str, result: dict[str, Any] | None, error: str | None) -> int | None:
-        """Unpack what the task sent back and write the run's row; returns the trainer's exit status."""
+    def _record(self, run_ids: list[str], run_id: str, result: dict[str, Any] | None,
+                error: str | None) -> int | None:
+        """Unpack what the task sent back for ``run_id`` (one of the job ``run_ids``; the job's log with its first)
+        and write the run's row; returns the trainer's exit status."""
         status = "interrupted" if self.signals else "failed"
         if result is None:
             self.store.update(run_id, status=status, error=error)
             return None
-        if result.get("files"):
-            unpack(result["files"], self.sweep_dir / "runs", run_id)
-        if result.get("tb_files"):
-            unpack(result["tb_files"], self.sweep_dir / "tb", run_id)
-        if result.get("log"):
-            with open(self.sweep_dir / "logs" / f"{run_id}.log", "ab") as f:
+        member = result["members"][run_id]
+        if member.get("files"):
+            unpack(member["files"], self.sweep_dir / "runs", run_id)
+        if member.get("tb_files"):
+            unpack(member["tb_files"], self.sweep_dir / "tb", run_id)
+        if result.get("log") and run_id == run_ids[0]:
+            with open(self.log_of(run_id), "ab") as f:
                 f.write(result["log"])
-        summary = result.get("summary")
+        summary = member.get("summary")
         if summary and summary.get("status") in ("completed", "diverged", "interrupted"):
             summary = {**summary, "run_dir": str(self.sweep_dir / "runs" / run_id)}
             record(self.store, self.sweep_dir, run_id, summary, peak_mem_mb=result.get("peak_mem_mb"))
@@ -398,7 +437,7 @@ class RayTasks:
         (self.sweep_dir / MARKER).unlink(missing_ok=True)
 
     def log_of(self, run_id: str) -> Path:
-        return self.sweep_dir / "logs" / f"{run_id}.log"
+        return self.sweep_dir / "logs" / f"{self.group_of.get(run_id, run_id)}.log"
 
     def progress_line(self, done: int) -> str:
         return ""
@@ -406,27 +445,43 @@ class RayTasks:
 
 # ---------------------------------------------------------------------------------------------- trainer child
 def main(argv: list[str] | None = None) -> int:
-    """``python -m normlab.experiments.executors RUN_DIR CONFIG_JSON [--threads N] [--parent PID]``: train or resume
-    one run (no store access; the Ray task that started it reports to the driver)."""
+    """``python -m normlab.experiments.executors RUN_DIR CONFIG_JSON [RUN_DIR CONFIG_JSON ...] [--stacked]
+    [--threads N] [--parent PID] [--tb-dir DIR ...]``: train or resume one run, or with ``--stacked`` the runs as one
+    stacked group (``worker.train_group``); no store access (the Ray task that started it reports to the driver)."""
     p = argparse.ArgumentParser(prog="python -m normlab.experiments.executors")
-    p.add_argument("run_dir")
-    p.add_argument("config")
+    p.add_argument("runs", nargs="+", metavar="RUN_DIR CONFIG_JSON", help="a run directory and its config (JSON), "
+                   "one pair per run")
+    p.add_argument("--stacked", action="store_true", help="train the runs as one stacked group")
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--parent", type=int, default=None, help="pid of the Ray worker: die with it")
-    p.add_argument("--tb-dir", default=None, help="live TensorBoard scalars (default RUN_DIR/tb)")
+    p.add_argument("--tb-dir", action="append", default=None,
+                   help="live TensorBoard scalars, one per run in order (default RUN_DIR/tb)")
     args = p.parse_args(argv)
+    if len(args.runs) % 2:
+        p.error("give a RUN_DIR and a CONFIG_JSON for every run")
+    run_dirs, cfg_files = [Path(d) for d in args.runs[::2]], [Path(c) for c in args.runs[1::2]]
+    if len(run_dirs) > 1 and not args.stacked:
+        p.error("several runs train only as one stacked group (--stacked)")
+    if args.tb_dir is not None and len(args.tb_dir) != len(run_dirs):
+        p.error(f"give one --tb-dir per run ({len(run_dirs)}), got {len(args.tb_dir)}")
+    tb_dirs = [Path(t) for t in args.tb_dir] if args.tb_dir else [None] * len(run_dirs)
     die_with_parent(signal.SIGKILL, args.parent)  # the Ray worker that started it died: a lost node, no orphan
     # a Ray worker runs with SIGINT blocked, and a blocked mask is inherited across fork and exec: unblocked, the
     # SIGINT the task forwards on the driver's first Ctrl-C reaches the trainer (checkpoint, interrupted)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
     try:
-        config = json.loads(Path(args.config).read_text())
-        summary = train_run(Path(args.run_dir), config, args.threads, tb_dir=Path(args.tb_dir) if args.tb_dir else None)
-        probe_if_asked(Path(args.run_dir), config, summary)  # diag.probes: measured here, packed with the run
+        configs = [json.loads(c.read_text()) for c in cfg_files]
+        if args.stacked:
+            summaries = train_group(run_dirs, configs, args.threads, tb_dirs)
+        else:
+            summaries = [train_run(run_dirs[0], configs[0], args.threads, tb_dir=tb_dirs[0])]
+        for run_dir, config, summary in zip(run_dirs, configs, summaries):
+            probe_if_asked(run_dir, config, summary)  # diag.probes: measured here, packed with the run
     except NormlabError as e:
         print(f"error: {printable(e)}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    return STATUS_EXIT.get(summary.get("status", ""), 1)
+    codes = [STATUS_EXIT.get(s.get("status", ""), 1) for s in summaries]
+    return EXIT_INTERRUPTED if EXIT_INTERRUPTED in codes else max(codes)
 
 
 if __name__ == "__main__":

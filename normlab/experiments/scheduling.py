@@ -11,7 +11,7 @@ left ``running`` / ``pending`` is recorded ``interrupted`` or ``failed`` with th
   time; a signal is forwarded to them (the first: checkpoint and stop; the second: stop at once; the third: kill).
 - ``Inline``: one run after another in this process (``worker.serve_one``; no process start-up per run).
 - ``Stacked``: one stacked group after another in this process (``worker.serve_group``).
-- ``RayTasks`` (normlab.experiments.executors): one Ray task per run on a cluster.
+- ``RayTasks`` (normlab.experiments.executors): one Ray task per job (a run, or a stacked group) on a cluster.
 
 In this process (``Inline``, ``Stacked``) the trainer's own handler takes a signal during training (it checkpoints
 and returns ``interrupted``); the loop's handler takes one between runs. Either way no further job starts.

@@ -37,7 +37,7 @@ from normlab.data.cache import default_cache_dir
 from normlab.errors import NormlabError
 from normlab.experiments.design import record_design
 from normlab.experiments.estimate import check_device
-from normlab.experiments.executors import RayTasks, check_executor, cluster_cpus, connect, plan_ray
+from normlab.experiments.executors import RayTasks, check_executor, cluster_cpus, cluster_gpus, connect, plan_ray
 from normlab.experiments.packing import choose_packing
 from normlab.experiments.scheduling import Inline, Processes, Stacked, drive
 from normlab.experiments.store import FINAL, Store
@@ -122,9 +122,9 @@ def run_sweep(sweep: Sweep, sweep_dir: Path, *, workers: int | None = None,
     after another in this process instead of one worker process each (the local executor with one worker), for
     many tiny runs whose process start-up (~3 s: docs/benchmarks.md, sweep overhead) would dominate; the store, logs
     and Ctrl-C behave the same. ``stack``: ``--stack auto|on|off`` (default: each run's ``train.stack``): runs of one
-    architecture train first, as stacked groups in this process (normlab.experiments.worker.plan_stacks,
-    normlab.train.stacked), the others as without it (local executor only). Every executor trains through the one
-    scheduling loop, ``normlab.experiments.scheduling.drive``."""
+    architecture train first, as stacked groups (normlab.experiments.worker.plan_stacks, normlab.train.stacked): in
+    this process with the local executor, one Ray task per group with Ray; the others as without it. Every executor
+    trains through the one scheduling loop, ``normlab.experiments.scheduling.drive``."""
     log = log or (lambda s: print(s, file=sys.stderr, flush=True))
     if workers is not None and workers < 1:
         raise NormlabError(f"--workers must be >= 1, got {workers}")
@@ -161,11 +161,13 @@ def run_sweep(sweep: Sweep, sweep_dir: Path, *, workers: int | None = None,
         store.register(registration(sweep))
         ray = connect(address) if executor == "ray" and todo else None
         groups, stack_note = [], ""
-        if todo and ray is None:
-            groups, _, stack_note = plan_stacks({r.run_id: r.config for r in todo}, stack)
+        if todo:  # under Ray, auto stacks where the cluster's tasks get a GPU
+            groups, _, stack_note = plan_stacks({r.run_id: r.config for r in todo}, stack,
+                                                cuda=cluster_gpus(ray) if ray is not None else None)
         in_groups = {r for g in groups for r in g}
         alone = [r.run_id for r in todo if r.run_id not in in_groups]
-        n_workers, planned = plan_ray(ray, len(todo), workers) if ray else plan_workers(max(len(alone), 1), workers)
+        jobs = [*groups, *([r] for r in alone)]  # a stacked group is one job: one process, one Ray task
+        n_workers, planned = plan_ray(ray, len(jobs), workers) if ray else plan_workers(max(len(alone), 1), workers)
         packing: dict[str, float] = {}
         if threads is not None:
             if threads < 1:
@@ -184,11 +186,13 @@ def run_sweep(sweep: Sweep, sweep_dir: Path, *, workers: int | None = None,
             t_exec = time.time()
             if groups or stack == "on":
                 log(stack_note)
-            if groups:  # the stacked groups first, then the runs alone
+            if ray is not None:  # every job a Ray task, the stacked groups first
+                outcome.status = drive(RayTasks(ray, store, sweep_dir, n_workers, threads), store, jobs, log,
+                                       outcome.trained)
+            elif groups:  # the stacked groups first (in this process), then the runs alone
                 outcome.status = drive(Stacked(sweep_dir, threads, log), store, groups, log, outcome.trained)
-            if outcome.status != "interrupted" and alone:
-                run_alone = (RayTasks(ray, store, sweep_dir, n_workers, threads) if ray is not None
-                             else Inline(sweep_dir, threads, log) if inline
+            if ray is None and outcome.status != "interrupted" and alone:
+                run_alone = (Inline(sweep_dir, threads, log) if inline
                              else Processes(sweep_dir, n_workers, threads, log, store, len(alone)))
                 outcome.status = drive(run_alone, store, [[r] for r in alone], log, outcome.trained)
             outcome.wall_s = time.time() - t_start

@@ -105,6 +105,18 @@ def train_run(run_dir: Path, config: dict[str, Any], threads: int | None = None,
     return train(cfg, run_dir, resume=resume, quiet=False, tb_dir=tb_dir, threads=threads)
 
 
+def train_group(run_dirs: list[Path], configs: list[dict[str, Any]], threads: int | None,
+                tb_dirs: list[Path | None]) -> list[dict[str, Any]]:
+    """Train ``configs`` into ``run_dirs`` as one stacked group (normlab.train.stacked.train_stacked), each member
+    resumed when its directory holds a run (``tb_dirs``: live TensorBoard scalars, None: ``RUN_DIR/tb``); returns
+    each member's summary (no store writes). The in-process stacked executor (``serve_group``) and a Ray task's
+    trainer (normlab.experiments.executors) both train here."""
+    from normlab.train.stacked import train_stacked  # torch: only where a group trains
+
+    cfgs = [run_config(d, c)[0] for d, c in zip(run_dirs, configs)]
+    return train_stacked(cfgs, run_dirs, resume=True, tb_dirs=tb_dirs, threads=threads)
+
+
 def run_config(run_dir: Path, config: dict[str, Any]) -> tuple[Any, bool]:
     """``(RunConfig, resume)`` for training ``run_dir``: the config it holds (resumed), else ``config`` (the store's,
     a new run; a directory left by a run that died before writing its config is removed: it starts afresh)."""
@@ -258,16 +270,19 @@ def serve(sweep_dir: Path, threads: int | None, requests: Any, results: Any) -> 
 STACK_CHOICES = ("auto", "on", "off")  # normlab compare --stack; train.stack
 
 
-def plan_stacks(configs: dict[str, dict[str, Any]], stack: str | None) -> tuple[list[list[str]], list[str], str]:
+def plan_stacks(configs: dict[str, dict[str, Any]], stack: str | None,
+                cuda: bool | None = None) -> tuple[list[list[str]], list[str], str]:
     """Which of the runs ``configs`` ({run id: config}) train stacked (normlab.train.stacked): ``(groups, alone,
     reason)``. ``stack``: ``--stack``, else each run's ``train.stack``. ``on`` stacks every group of two or more runs
     that can be stacked; ``auto`` does so where the runs' device is CUDA, and on a CPU not at all (it measured
     slower there, benchmarks/stack_speed.py: torch has no batching rule for CPU flash attention, which then runs
     member by member); ``off`` never. A group that cannot be stacked (dropout, running-statistics norms) trains
-    alone, with the reason in ``reason``."""
+    alone, with the reason in ``reason``. ``cuda``: whether a run of ``device: auto`` trains on CUDA where it
+    trains (a Ray cluster's GPUs: normlab.experiments.executors); default: whether this machine has CUDA."""
     ids = list(configs)
     modes = {stack} if stack else {(configs[r].get("train") or {}).get("stack", "auto") for r in ids}
-    if modes <= {"off", False} or (modes <= {"auto"} and not any(Path("/dev").glob("nvidia[0-9]*"))):
+    gpu_here = cuda if cuda is not None else any(Path("/dev").glob("nvidia[0-9]*"))
+    if modes <= {"off", False} or (modes <= {"auto"} and not gpu_here):
         why = "off" if modes <= {"off", False} else "auto: off on CPU (measured slower there)"
         return [], ids, f"stacking ({why}): every run alone"  # decided without importing torch
     import torch
@@ -276,12 +291,13 @@ def plan_stacks(configs: dict[str, dict[str, Any]], stack: str | None) -> tuple[
     from normlab.train.stacked import group_configs, stack_refusal
 
     cfgs = [config_from_dict(configs[r]) for r in ids]
+    has_cuda = cuda if cuda is not None else torch.cuda.is_available()
     groups, alone, notes = [], [], []
     for idx in group_configs(cfgs):
         first = cfgs[idx[0]]
         mode = stack or first.train.stack
         mode = {True: "on", False: "off"}.get(mode, mode)
-        device = first.device if first.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
+        device = first.device if first.device != "auto" else ("cuda" if has_cuda else "cpu")
         why = stack_refusal(first) if len(idx) > 1 and mode != "off" else None
         if len(idx) > 1 and (mode == "on" or (mode == "auto" and device == "cuda")) and why is None:
             groups.append([ids[i] for i in idx])
@@ -290,7 +306,7 @@ def plan_stacks(configs: dict[str, dict[str, Any]], stack: str | None) -> tuple[
             if why:
                 notes.append(f"{ids[idx[0]]} and {len(idx) - 1} more train alone: {why}")
     if stack == "auto" or (stack is None and all(c.train.stack == "auto" for c in cfgs)):
-        head = "auto: " + ("a CUDA device" if torch.cuda.is_available() else "off on CPU (measured slower there)")
+        head = "auto: " + ("a CUDA device" if has_cuda else "off on CPU (measured slower there)")
     else:
         head = stack or "train.stack"
     reason = f"stacking ({head}): {len(groups)} group(s) of {sum(map(len, groups))} runs stacked, {len(alone)} alone"
@@ -301,8 +317,6 @@ def serve_group(sweep_dir: Path, run_ids: list[str], threads: int | None) -> dic
     """Train (or resume) ``run_ids`` as one stacked group in this process (normlab.train.stacked) and record each,
     as ``run_one`` does for one run; returns ``{run id: exit status}``. The group's output goes to
     ``logs/<first run id>.log``; the other members' logs name it."""
-
-    from normlab.train.stacked import train_stacked
 
     (sweep_dir / "logs").mkdir(exist_ok=True)
     store = Store(sweep_dir / "results.sqlite")
@@ -319,14 +333,10 @@ def serve_group(sweep_dir: Path, run_ids: list[str], threads: int | None) -> dic
         summaries: dict[str, dict[str, Any]] = dict(done)
         codes: dict[str, int] = {}
         if todo:
-            cfgs, dirs = [], []
-            for r in todo:
-                dirs.append(sweep_dir / "runs" / r)
-                cfgs.append(run_config(dirs[-1], rows[r]["config"])[0])
             with output_to(sweep_dir / "logs" / f"{todo[0]}.log"):
                 try:
-                    out = train_stacked(cfgs, dirs, resume=True, tb_dirs=[sweep_dir / "tb" / r for r in todo],
-                                        threads=threads)
+                    out = train_group([sweep_dir / "runs" / r for r in todo], [rows[r]["config"] for r in todo],
+                                      threads, [sweep_dir / "tb" / r for r in todo])
                     summaries.update(zip(todo, out))
                 except KeyboardInterrupt:
                     _shield()

@@ -1,5 +1,5 @@
 """The sweep executors without a cluster: bad input is one line, exit 2, nothing written; the Ray trainer child
-takes the SIGINT its task forwards."""
+takes the SIGINT its task forwards, and trains a stacked group as the in-process stacked executor does."""
 
 from __future__ import annotations
 
@@ -11,10 +11,12 @@ import sys
 import time
 
 import pytest
+import torch
 import yaml
 
 from normlab.api import make_config
-from tests.helpers import assert_bad_input, cli_env, run_inproc
+from normlab.experiments.worker import train_group
+from tests.helpers import assert_bad_input, cli_env, run_inproc, weights
 
 FAST = {"train.steps": 2, "train.eval_every": 2, "train.log_every": 1}
 
@@ -128,3 +130,38 @@ def test_the_ray_trainer_child_stops_on_sigint_though_its_worker_blocked_it(tmp_
     summary = json.loads((run_dir / "summary.json").read_text())
     assert proc.returncode == 130 and summary["status"] == "interrupted", out[-2000:]
     assert 0 < summary["step"] < 100000
+
+
+def test_the_ray_trainer_child_trains_a_stacked_group_as_the_in_process_executor(tmp_path, cache, one_thread):
+    """``python -m normlab.experiments.executors A CFG_A B CFG_B --stacked`` (a Ray task's trainer for a stacked
+    group) ends each member with the metrics, summary values and weights that ``worker.train_group`` (what the
+    in-process stacked executor trains with) gives in this process, bit for bit; several runs without ``--stacked``
+    are refused."""
+    sets = {"train.steps": 4, "train.eval_every": 2, "train.eval_batches": 1, "train.log_every": 1,
+            "train.checkpoint_every": 2, "train.track": [], "diag.every": 0, "model.width": 32, "model.context": 32,
+            "train.batch_size": 4, "train.precision": "fp32", "train.compile": False, "train.threads": 1,
+            "data.cache_dir": str(cache)}
+    cfgs = [make_config("tiny", {**sets, "seed": s, "train.lr": lr}).to_dict() for s, lr in ((0, 0.003), (1, 0.006))]
+    args = []
+    for i, c in enumerate(cfgs):
+        (tmp_path / f"c{i}.json").write_text(json.dumps(c))
+        args += [str(tmp_path / "child" / f"r{i}"), str(tmp_path / f"c{i}.json")]
+    cmd = [sys.executable, "-m", "normlab.experiments.executors", *args, "--threads", "1"]
+    refused = subprocess.run(cmd, env=cli_env(cache), capture_output=True, text=True, timeout=300)
+    assert refused.returncode == 2 and "--stacked" in refused.stderr and not (tmp_path / "child").exists()
+    child = subprocess.run([*cmd, "--stacked"], env=cli_env(cache), capture_output=True, text=True, timeout=300)
+    assert child.returncode == 0, child.stdout[-2000:] + child.stderr[-2000:]
+    assert "stacked group of 2" in child.stdout
+    here = train_group([tmp_path / "here" / "r0", tmp_path / "here" / "r1"], cfgs, 1, [None, None])
+    drop = {"elapsed_s", "tokens_per_s", "wall_s_per_token", "compile_s", "run_dir"}
+    for i, s in enumerate(here):
+        a, b = tmp_path / "child" / f"r{i}", tmp_path / "here" / f"r{i}"
+        lines = [[{k: v for k, v in json.loads(x).items() if k not in drop} for x in (d / "metrics.jsonl").open()]
+                 for d in (a, b)]
+        assert lines[0] == lines[1] and len(lines[0]) == 5
+        sa = json.loads((a / "summary.json").read_text())
+        assert s["status"] == sa["status"] == "completed"
+        assert {k: v for k, v in sa.items() if k not in drop} == {k: v for k, v in s.items() if k not in drop}
+        wa, wb = weights(a), weights(b)
+        assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa), f"member {i}"
+    assert here[0]["val_bpb"] != here[1]["val_bpb"]  # two members, not one run twice
