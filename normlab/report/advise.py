@@ -32,9 +32,10 @@ import torch
 import yaml
 
 from normlab.config import RunConfig, config_from_dict
-from normlab.errors import NormlabError
+from normlab.errors import NormlabError, printable
 from normlab.experiments.claims.docs import seed_span
 from normlab.experiments.sweep import parse_sweep
+from normlab.io import write_text
 from normlab.model import build_model
 from normlab.model.config import ModelConfig
 from normlab.model.flops import count_flops
@@ -261,11 +262,23 @@ def sweep_yaml(claim: str, cfg: RunConfig, base: str | dict[str, Any]) -> dict[s
     }
 
 
+SWEEP_HEADER = "# the next question's sweep, written by normlab advise (normlab compare THIS_FILE runs it)"
+
+
 def write_sweep(spec: dict[str, Any], path: Path) -> Path:
     """Write ``spec`` as YAML to ``path`` (parsed back by ``normlab.experiments.sweep.load_sweep`` first: a spec
-    ``normlab compare`` would refuse is never written)."""
+    ``normlab compare`` would refuse is never written), atomically, under ``SWEEP_HEADER``. A file already there is
+    replaced only when advise wrote it (its first line is the header): a user's own file is never overwritten."""
     parse_sweep(spec, source=str(path))
-    path.write_text(yaml.safe_dump(spec, sort_keys=False), encoding="utf-8")
+    if path.exists() or path.is_symlink():
+        first = ""
+        if path.is_file():
+            with open(path, "rb") as f:
+                first = f.readline(len(SWEEP_HEADER) + 2).decode("utf-8", "replace").rstrip("\r\n")
+        if first != SWEEP_HEADER:
+            raise NormlabError(f"--write {printable(str(path))} exists and was not written by normlab advise; give "
+                               "another path, or --no-write")
+    write_text(path, SWEEP_HEADER + "\n" + yaml.safe_dump(spec, sort_keys=False))
     return path
 
 

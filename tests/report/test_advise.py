@@ -163,3 +163,22 @@ def test_a_claim_confirmed_on_a_fresh_block_is_decided_there_with_its_explorator
                                   scale="width 64, 4 blocks, 500 steps, 512k tokens"),
                            {"params": _ln_params(64, 4), "tokens": 512_000}, ev)
     assert alone["verdict"] == "held" and alone["decided_on"] == ["pystdlib (claims suite, seeds 0-4)"]
+
+
+def test_write_never_overwrites_a_file_advise_did_not_write(cache, tmp_path):
+    """--write replaces only its own earlier output (first line SWEEP_HEADER); a user's file, a directory or a FIFO
+    there is one line and stays as it was."""
+    import os
+
+    mine = tmp_path / "config.yaml"
+    mine.write_text("model: {width: 64}\n")
+    assert_bad_input(normlab("advise", "--write", str(mine), cache=cache),
+                     "exists and was not written by normlab advise")
+    assert mine.read_text() == "model: {width: 64}\n"
+    os.mkfifo(tmp_path / "fifo")
+    assert_bad_input(normlab("advise", "--write", str(tmp_path / "fifo"), cache=cache), "not written by normlab")
+    out = tmp_path / "next.yaml"
+    for _ in range(2):  # its own output is replaced
+        normlab("advise", "--write", str(out), cache=cache, check=True)
+        assert out.read_text().splitlines()[0] == A.SWEEP_HEADER
+    assert load_sweep(out).runs
