@@ -70,3 +70,14 @@ def printable(text: object) -> str:
     if s.isprintable():
         return s
     return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in s)
+
+
+def clip(text: object, limit: int = 240) -> str:
+    """``text`` (printable, as :func:`printable`) shortened to about ``limit`` characters for an error message: its
+    start and end around ``...`` with the full length, so a pasted blob echoed in a one-line error stays one
+    readable line."""
+    s = printable(text)
+    if len(s) <= limit:
+        return s
+    head, tail = limit * 2 // 3, limit // 3
+    return f"{s[:head]}...{s[-tail:]} ({len(s)} characters)"

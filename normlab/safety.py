@@ -13,7 +13,7 @@ import shlex
 import sys
 from typing import Callable
 
-from normlab.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, NormlabError
+from normlab.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, NormlabError, clip
 from normlab.errors import printable as printable  # defined on errors' floor, so markdown shares it
 
 
@@ -40,9 +40,9 @@ RESUME_HINTS = {  # what re-running a command after a full disk does (docs/cli.m
 def os_error_line(e: OSError, command: str | None = None) -> str:
     """``PATH: No space left on device (free some space ...)`` style text naming the path; ``command`` (the
     subcommand that failed) chooses the way out of a full disk (``RESUME_HINTS``)."""
-    path = e.filename if e.filename is not None else ""
+    path = clip(e.filename) if e.filename is not None else ""
     if e.filename2 is not None:
-        path = f"{path} -> {e.filename2}"
+        path = f"{path} -> {clip(e.filename2)}"
     text = str(e).strip().splitlines()
     reason = e.strerror or (f"{e.__class__.__name__}: {text[0][:200]}" if text else e.__class__.__name__)
     if e.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
@@ -53,6 +53,8 @@ def os_error_line(e: OSError, command: str | None = None) -> str:
         reason += f" ({RESUME_HINTS.get(command or '', default)})"
     elif e.errno in (errno.ENOTDIR, errno.EISDIR, errno.EEXIST):
         reason += " (a file or directory is in the way; move it)"
+    elif e.errno == errno.ENAMETOOLONG:
+        reason += " (the file system allows 255 bytes per name; give a shorter path)"
     return f"{path}: {reason}" if path else f"{reason}"
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from normlab.errors import NormlabError, check_keys, did_you_mean, unknown
+from normlab.errors import NormlabError, check_keys, clip, did_you_mean, unknown
 from normlab.experiments.sweep import parse_sweep
 
 
@@ -35,3 +35,12 @@ def test_sweep_files_refuse_unknown_keys_in_the_one_wording(raw, message):
     with pytest.raises(NormlabError) as e:
         parse_sweep(raw)
     assert message in str(e.value)
+
+
+def test_clip_keeps_a_short_text_and_shortens_a_long_one_to_its_ends_and_length():
+    assert clip("pystdlib") == "pystdlib"
+    assert clip("a\x1bb") == "a\\x1bb"  # printable first
+    long = "s" * 100 + "M" * 2800 + "e" * 100
+    got = clip(long)
+    assert got == "s" * 100 + "M" * 60 + "..." + "e" * 80 + " (3000 characters)"
+    assert len(got) < 300 and clip("x" * 240) == "x" * 240

@@ -308,3 +308,12 @@ def test_guarded_full_disk_hint_follows_the_command(capsys):
         assert guarded(full, command=command) == 2
         err = capsys.readouterr().err
         assert err.startswith("error: /x/ckpt: ") and fragment in err and len(err.splitlines()) == 1
+
+
+def test_a_long_path_is_clipped_and_a_name_too_long_says_the_limit():
+    import errno
+
+    e = OSError(errno.ENAMETOOLONG, "File name too long", "d/" + "x" * 3000)
+    line = os_error_line(e)
+    assert line.startswith("d/xxx") and "... " not in line and "(3002 characters)" in line and len(line) < 400
+    assert line.endswith("File name too long (the file system allows 255 bytes per name; give a shorter path)")
