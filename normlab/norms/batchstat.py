@@ -73,11 +73,14 @@ def global_token_mean(x: torch.Tensor, mask: torch.Tensor | None = None) -> torc
     return both[:-1] / both[-1].clamp_min(1.0)
 
 
-def global_count(n: int, ref: torch.Tensor) -> float:
-    """Number of tokens ``n`` summed over the sync group (``n`` itself without one)."""
+def global_count(n: int, ref: torch.Tensor) -> float | torch.Tensor:
+    """Number of tokens ``n`` summed over the sync group (``n`` itself without one): a 0-dim float64 tensor on
+    ``ref``'s device, never read on the host (a GPU keeps running). Dividing a float32 ``[d]`` tensor by it
+    divides in float32, as by the Python float it was before (a 0-dim tensor does not promote a dimensioned one;
+    a count below 2^24 is exact in both)."""
     if _SYNC_GROUP is None:
         return float(n)
-    return float(_all_sum(ref.new_full((1,), float(n), dtype=torch.float64)))
+    return _all_sum(ref.new_full((1,), float(n), dtype=torch.float64)).reshape(())
 
 
 def global_sum0(t: torch.Tensor) -> torch.Tensor:
@@ -96,20 +99,37 @@ class BatchStatNorm(_AffineNorm):
         self.register_buffer("num_batches", torch.zeros((), dtype=torch.long))
         self.register_buffer("step", torch.zeros((), dtype=torch.long))
         self._seen_version: int | None = None  # weight._version at the last training forward (not state)
+        self._counts: tuple | None = None  # host copies of the counters (not state): see _advance
 
     def _advance(self) -> tuple[int, int]:
-        """Count one training forward; returns ``(num_batches, step)`` after counting (both 1-based)."""
+        """Count one training forward; returns ``(num_batches, step)`` after counting (both 1-based).
+
+        The counters are buffers (on the model's device, saved with it), but the warm-up and ring-buffer logic needs
+        them as Python ints: this keeps host copies beside them, counted with them, so a forward reads nothing from
+        the device (one read per norm per forward before: a wait for the GPU). The copies are re-read from the
+        buffers whenever those were replaced or changed outside this method (``load_state_dict``, ``.to()``, a
+        test's ``fill_``: the buffer's identity or its in-place version counter differs from the ones recorded), and
+        under ``torch.compile``, where a Python-int attribute would be guarded on and recompile every step."""
         new_step = True
         w = self.weight
         if w is not None:
             version = w._version
             new_step = w.grad is None or version != self._seen_version
             self._seen_version = version
+        nb, st = self.num_batches, self.step
         with torch.no_grad():
-            self.num_batches.add_(1)
+            nb.add_(1)
             if new_step:
-                self.step.add_(1)
-        return int(self.num_batches), int(self.step)
+                st.add_(1)
+        if torch.compiler.is_compiling():
+            return int(nb), int(st)
+        c = self._counts
+        if c is not None and c[2] is nb and c[3] is st and c[4] == nb._version - 1 and c[5] == st._version - new_step:
+            n, s = c[0] + 1, c[1] + new_step
+        else:  # first forward, or the buffers were loaded, moved or set: read them once
+            n, s = int(nb), int(st)
+        self._counts = (n, s, nb, st, nb._version, st._version)
+        return n, s
 
     def _affine(self, z: torch.Tensor) -> torch.Tensor:
         if self.weight is not None:

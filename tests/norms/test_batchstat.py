@@ -141,3 +141,92 @@ def test_state_dict_resume_is_bit_exact_mid_warmup(name, opts):
     yf, _ = run_step(fresh, opt_f, 5)
     ya, _ = run_step(a, opt_a, 5)
     assert not torch.equal(ya, yf)
+
+
+@pytest.mark.parametrize("name", BATCH_STAT)
+def test_a_training_forward_reads_no_counter_from_the_device(name, monkeypatch):
+    """The counters the warm-up / ring-buffer logic needs as ints come from host copies counted beside the buffers:
+    after the first forward a training step reads nothing on the host (the CPU stand-in of a GPU sync), while the
+    counts ``_advance`` hands out equal ``int(buffer)`` at every forward: micro-batches, optimizer steps with either
+    ``zero_grad``, a ``load_state_dict`` of another module's counters and a ``fill_`` from outside re-read them."""
+    from normlab.norms.batchstat import BatchStatNorm
+    from tests.helpers import HostReads
+
+    m = build_norm(name, D, warmup=3) if name != "batchnorm" else build_norm(name, D)
+    other = build_norm(name, D, warmup=3) if name != "batchnorm" else build_norm(name, D)
+    other.num_batches.fill_(40), other.step.fill_(17)
+    handed = []
+    real = BatchStatNorm._advance
+
+    def checked(self):
+        got = real(self)
+        handed.append((got, (int(self.num_batches), int(self.step))))
+        return got
+
+    opt = torch.optim.SGD(m.parameters(), lr=0.01)
+    with HostReads() as r:
+        for step in range(8):
+            r.step = step
+            if step == 4:
+                m.load_state_dict(other.state_dict())
+            if step == 6:
+                m.num_batches.fill_(100)
+            for micro in range(2):
+                m(rand(2, 3, D, seed=micro).float()).pow(2).mean().backward()
+            opt.step()
+            opt.zero_grad(set_to_none=step % 2 == 0)
+    assert [r.reads[s] for s in range(8)] == [["batchstat.py:_advance"] * 2, [], [], [],
+                                              ["batchstat.py:_advance"] * 2, [], ["batchstat.py:_advance"] * 2, []]
+    monkeypatch.setattr(BatchStatNorm, "_advance", checked)
+    for step in range(8):  # the same schedule again, each count checked against the buffers
+        if step == 4:
+            m.load_state_dict(other.state_dict())
+        if step == 6:
+            m.num_batches.fill_(100)
+        for micro in range(2):
+            m(rand(2, 3, D, seed=micro).float()).pow(2).mean().backward()
+        opt.step()
+        opt.zero_grad(set_to_none=step % 2 == 0)
+    assert len(handed) == 16 and all(got == buf for got, buf in handed), handed
+    assert handed[-1][1] == (104, 21)  # 100 + 2 steps x 2 micro-batches; 17 + 4 optimizer steps
+
+
+@pytest.mark.parametrize("name", ("powernorm", "unified"))
+def test_synchronised_statistics_read_nothing_on_the_host_and_equal_one_process(name, tmp_path):
+    """With a sync group (data-parallel: normlab.train.distributed), the global token count of the backward's token
+    means stays a device tensor: after the first forward a training step reads nothing on the host (before: one
+    read of the all-reduced count per forward). Over a group of one (gloo, a file rendezvous: no network) outputs,
+    input gradients and every buffer equal those without a group bit for bit."""
+    import torch.distributed as dist
+
+    from normlab.norms.batchstat import set_sync_group
+    from tests.helpers import HostReads
+
+    def train(sync: bool):
+        torch.manual_seed(0)
+        m = build_norm(name, D, warmup=2)
+        randomize_affine(m)
+        opt = torch.optim.SGD(m.parameters(), lr=0.01)
+        set_sync_group(dist.group.WORLD if sync else None)
+        grads, reads = [], HostReads()
+        try:
+            with reads:
+                for step in range(5):
+                    reads.step = step
+                    x = rand(2, 3, D, seed=step, scale=2.0).float().requires_grad_()
+                    (m(x) * rand(2, 3, D, seed=9).float()).sum().backward()
+                    grads.append(x.grad.clone())
+                    opt.step(), opt.zero_grad()
+        finally:
+            set_sync_group(None)
+        return grads, m.state_dict(), reads.reads
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'rdv'}", rank=0, world_size=1)
+    try:
+        g1, s1, r1 = train(sync=True)
+    finally:
+        dist.destroy_process_group()
+    g0, s0, _ = train(sync=False)
+    assert all(torch.equal(a, b) for a, b in zip(g0, g1))
+    assert s0.keys() == s1.keys() and all(torch.equal(s0[k], s1[k]) for k in s0)
+    assert [r1[s] for s in range(1, 5)] == [[]] * 4, dict(r1)
