@@ -33,32 +33,57 @@ DOCS = Path("docs") / "claims.md"  # relative to the current directory (the repo
 def render(args: argparse.Namespace) -> int:
     """``--render CLAIMS_JSON``: judge a stored report under the current rules; print it, and with ``--docs``
     write the page. Nothing is trained or measured."""
-    from normlab.experiments.claims.execution import judge
     src = Path(args.render)
-    if not src.exists():  # a FIFO or directory is read_json's one line naming what it is
-        raise NormlabError(f"--render {src}: no such file; give a claims.json written by normlab claims")
-    stored = read_json(src, "claims results")
-    need = ("claims", "budget", "budget_spec", "seeds", "command", "machine", "out")
-    if not isinstance(stored, dict) or any(k not in stored for k in need) or not isinstance(stored["claims"], list):
-        raise NormlabError(f"--render {src} is not a claims.json written by normlab claims (needs the keys "
-                           f"{', '.join(need)})")
-    try:
-        report = judge({**stored, "rendered_from": str(src)})
-    except (KeyError, TypeError, ValueError) as e:
-        raise NormlabError(f"--render {src}: a claim entry is malformed ({e})") from None
+    stored = _stored(src, "--render")
+    report = _judged(stored, src, "--render")
+    confirmation = None
+    if args.confirmation:
+        from normlab.experiments.claims.budgets import confirmation_mismatch
+
+        csrc = Path(args.confirmation)
+        cstored = _stored(csrc, "--confirmation")
+        why = confirmation_mismatch(stored["budget_spec"], cstored["budget_spec"], str(src), f"--confirmation {csrc}")
+        if why:
+            raise NormlabError(why)
+        confirmation = _judged(cstored, csrc, "--confirmation")
     report["render_command"] = " ".join(shlex.quote(p) for p in ["normlab", "claims", "--render", str(src)]
+                                        + (["--confirmation", str(args.confirmation)] if confirmation else [])
                                         + (["--docs"] if args.docs else []))
     if args.docs:
         from normlab.experiments.claims.docs import write_docs
 
-        write_docs(report, Path(args.docs) if isinstance(args.docs, str) else DOCS)
+        write_docs(report, Path(args.docs) if isinstance(args.docs, str) else DOCS, confirmation,
+                   Path(args.confirmation).name if confirmation else "")
     return show(report, args)
+
+
+def _stored(src: Path, flag: str) -> dict:
+    """A stored claims.json given to ``flag``, checked for the keys a page needs."""
+    if not src.exists():  # a FIFO or directory is read_json's one line naming what it is
+        raise NormlabError(f"{flag} {src}: no such file; give a claims.json written by normlab claims")
+    stored = read_json(src, "claims results")
+    need = ("claims", "budget", "budget_spec", "seeds", "command", "machine", "out")
+    if not isinstance(stored, dict) or any(k not in stored for k in need) or not isinstance(stored["claims"], list):
+        raise NormlabError(f"{flag} {src} is not a claims.json written by normlab claims (needs the keys "
+                           f"{', '.join(need)})")
+    return stored
+
+
+def _judged(stored: dict, src: Path, flag: str) -> dict:
+    from normlab.experiments.claims.execution import judge
+    try:
+        return judge({**stored, "rendered_from": str(src)})
+    except (KeyError, TypeError, ValueError) as e:
+        raise NormlabError(f"{flag} {src}: a claim entry is malformed ({e})") from None
 
 
 def run_claims(args: argparse.Namespace) -> int:
     from normlab.experiments.claims import get_budget, run_suite, select
     if args.render:
         return render(args)
+    if args.confirmation:
+        raise NormlabError("--confirmation goes with --render FULL_CLAIMS_JSON (it adds a stored run's verdicts to "
+                           "that page)")
     budget = get_budget(args.budget)
     claims = select(args.only or ",".join(budget.claims))  # a budget's own claims (scale) unless --only
     out = Path(args.out) if args.out else Path("runs") / f"claims-{budget.name}"
@@ -199,5 +224,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     cl.add_argument("--render", metavar="CLAIMS_JSON",
                     help="train nothing: judge a stored claims.json under the current rules (Holm over the family, "
                     "margins, revisions) and print it; with --docs also write the page")
+    cl.add_argument("--confirmation", metavar="CLAIMS_JSON",
+                    help="with --render: a claims.json of the same budget on a fresh seed block (--budget confirm); "
+                    "the page lists its confirmatory verdict beside each exploratory one")
     cl.add_argument("--json", action="store_true")
     cl.set_defaults(func=run_claims)

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from normlab.errors import NormlabError
+from normlab.experiments.claims.budgets import confirmation_mismatch
 from normlab.experiments.claims.execution import judge
 from normlab.experiments.claims.specs import claim_seeds
 from normlab.io import read_json, write_text
@@ -69,12 +70,9 @@ def build_evidence(claims: dict[str, Any], replications: dict[str, Any], *, clai
     confirmed = []
     for doc, name in confirmations:
         _check_claims(doc, name)
-        cspec = doc.get("budget_spec") or {}
-        differ = sorted(k for k in set(spec) | set(cspec) if k not in ("name", "seed_base", "claims")
-                        and spec.get(k) != cspec.get(k))
-        if differ:
-            raise NormlabError(f"{name}: a confirmation runs the main run's budget on other seeds; its "
-                               f"{', '.join(differ)} differ from {claims_name}'s")
+        why = confirmation_mismatch(spec, doc.get("budget_spec") or {}, claims_name, name)
+        if why:
+            raise NormlabError(why)
         for cname, rec in _records(doc, name).items():
             main = records.get(cname)
             if main is None or not main["exploratory"] or rec["exploratory"]:

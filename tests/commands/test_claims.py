@@ -42,3 +42,51 @@ def test_render_shows_control_characters_and_markup_as_text(tmp_path, monkeypatc
     assert "\x1b" not in proc.stdout and "\x07" not in proc.stdout  # no raw escape byte reaches the terminal
     for shown in ("N\\x1b[2J[red]x[/red]: ", "P\\x1b]0;title\\x07", "budget B\\x1b[5m[bold], "):
         assert shown in proc.stdout, shown
+
+
+DOCS = Path(__file__).resolve().parents[2] / "docs"
+
+
+def _shifted(full: dict, shift: int, **spec) -> dict:
+    """The stored full run's revised claims as a confirm run on seeds ``shift`` .. would store them."""
+    from normlab.experiments.claims.budgets import BUDGETS, CONFIRM_CLAIMS
+
+    return {**full, "budget": "confirm", "budget_spec": {**json.loads(json.dumps(BUDGETS["confirm"].to_dict())),
+                                                        "seed_base": shift, **spec},
+            "command": "normlab claims --budget confirm",
+            "claims": [{**c, "seeds": [shift + s for s in c["seeds"]]} for c in full["claims"]
+                       if c["name"] in CONFIRM_CLAIMS]}
+
+
+def test_render_with_a_confirmation_lists_its_verdict_beside_each_exploratory_one(tmp_path):
+    """``--render FULL --confirmation CONFIRM --docs``: the page gains a section with one row per claim that is
+    exploratory in FULL, its exploratory verdict beside the confirmatory one (judged in CONFIRM's own family)."""
+    from normlab.experiments.claims.execution import judge
+
+    full = json.loads((DOCS / "claims-full-2026-11-28.json").read_text())
+    conf = tmp_path / "confirm.json"
+    conf.write_text(json.dumps(_shifted(full, 1000)))
+    page = tmp_path / "claims.md"
+    run_inproc("claims", "--render", str(DOCS / "claims-full-2026-11-28.json"), "--confirmation", str(conf),
+               "--docs", str(page), cache=tmp_path / "c", check=True)
+    text = page.read_text()
+    section = text.split("## Confirmed on a fresh seed block")[1].split("\n## ")[0]
+    rows = [ln for ln in section.splitlines() if ln.startswith("| `")]
+    judged = {c["name"]: c for c in judge(_shifted(full, 1000))["claims"]}
+    exploratory = [c["name"] for c in judge(full)["claims"] if c["exploratory"]]
+    assert [r.split("`")[1] for r in rows] == exploratory and len(rows) == 17
+    for r in rows:
+        c = judged[r.split("`")[1]]
+        assert f"**{c['verdict']}**" in r.split("|")[5] and "⚑" not in r.split("|")[5]
+    assert "seeds 1000-1004" in section and "(seeds 0-4)" in section
+    assert "--confirmation" in text.split("```")[1]  # the render command on the page names it
+
+
+def test_a_confirmation_of_another_budget_or_without_render_is_one_line(tmp_path):
+    full = json.loads((DOCS / "claims-full-2026-11-28.json").read_text())
+    conf = tmp_path / "confirm.json"
+    conf.write_text(json.dumps(_shifted(full, 1000, steps=50)))
+    assert_bad_input(run_inproc("claims", "--render", str(DOCS / "claims-full-2026-11-28.json"), "--confirmation",
+                                str(conf), cache=tmp_path / "c"), "its steps differ from")
+    assert_bad_input(run_inproc("claims", "--budget", "tiny", "--confirmation", str(conf), cache=tmp_path / "c"),
+                     "--confirmation goes with --render")

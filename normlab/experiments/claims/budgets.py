@@ -114,6 +114,29 @@ BUDGETS: dict[str, Budget] = {
 BUDGETS["confirm"] = replace(BUDGETS["full"], name="confirm", seed_base=CONFIRM_SEED_BASE, claims=CONFIRM_CLAIMS)
 
 
+def stored_spec(spec: dict) -> dict:
+    """A ``budget_spec`` as stored (tuples as lists), with the measurement fields it was run with where it predates them
+    (``measure_tokens`` / ``removal_steps``: the measures then looked them up by budget name, tiny / quick / full,
+    any other name taking quick's)."""
+    old = BUDGETS.get(spec.get("name"), BUDGETS["quick"]) if spec.get("name") in ("tiny", "quick", "full") \
+        else BUDGETS["quick"]
+    full = {"measure_tokens": old.measure_tokens, "removal_steps": old.removal_steps, **spec}
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in full.items()}  # as JSON stores them
+
+
+def confirmation_mismatch(main: dict, confirmation: dict, main_name: str, name: str) -> str | None:
+    """Why the stored budget spec ``confirmation`` (``claims.json``'s ``budget_spec``) cannot confirm ``main``'s
+    verdicts (one line naming what differs), or None: a confirmation is the same budget on other seeds (its
+    models, steps and measurements equal; only ``name``, ``seed_base`` and the claims it runs may differ)."""
+    main, confirmation = stored_spec(main), stored_spec(confirmation)
+    differ = sorted(k for k in set(main) | set(confirmation) if k not in ("name", "seed_base", "claims")
+                    and main.get(k) != confirmation.get(k))
+    if not differ:
+        return None
+    return (f"{name}: a confirmation runs the main run's budget on other seeds; its {', '.join(differ)} differ from "
+            f"{main_name}'s")
+
+
 def get_budget(name: str) -> Budget:
     if name not in BUDGETS:
         raise NormlabError(f"unknown budget '{name}'; allowed: {', '.join(BUDGETS)}")

@@ -166,7 +166,34 @@ def _first(load: Any) -> float:
     return float(load[0] if isinstance(load, (list, tuple)) else load)
 
 
-def write_docs(report: dict, path: Path) -> None:
+def confirmation_lines(report: dict, confirmation: dict, source: str) -> list[str]:
+    """The "Confirmed on a fresh seed block" section of the main page: for every claim exploratory in ``report``
+    (both judged reports) that ``confirmation`` measured, its verdict there beside the exploratory one; a claim the
+    confirmation judges exploratory too (a revision saw those seeds) is listed as not confirmed."""
+    conf = {c["name"]: c for c in confirmation["claims"]}
+    rows = [(c, conf[c["name"]]) for c in report["claims"] if c.get("exploratory") and c["name"] in conf]
+    if not rows:
+        return []
+    seeds = sorted({s for c in confirmation["claims"] for s in claim_seeds(confirmation, c)})
+    out = ["## Confirmed on a fresh seed block", "",
+           f"The claims marked ⚑ above, measured again by {md_code(str(confirmation.get('command')))} on seeds "
+           f"{seed_span(seeds)}, which no revision saw, with the definitions of this page fixed before those runs "
+           f"({md_code(source)}; docs/claims-confirm.md, its own page). These verdicts are confirmatory: Holm's "
+           f"correction over that run's family of {confirmation.get('family_size', 'n/a')} claims with a test. "
+           "`normlab advise` reads them (normlab/evidence/claims.json).", "",
+           "| claim | exploratory (seeds " + seed_span(sorted({s for c, _ in rows for s in claim_seeds(report, c)}))
+           + ") | confirmatory: measured (raw 95% CI) | Holm p | confirmatory verdict |",
+           "|---|---|---|---|---|"]
+    for c, k in rows:
+        cells = [f"`{c['name']}`", f"{c['verdict']}, {measured_text(c)}", measured_text(k), _p(k.get("p_adj")),
+                 verdict_cell(k) if not k.get("exploratory") else f"{verdict_cell(k)} (not confirmed)"]
+        out.append("| " + " | ".join(x.replace("|", "\\|") for x in cells) + " |")
+    return out + [""]
+
+
+def write_docs(report: dict, path: Path, confirmation: dict | None = None, confirmation_source: str = "") -> None:
+    """The claims page for the judged ``report``; with a judged ``confirmation`` report (a run of its exploratory
+    claims on a fresh seed block, ``--confirmation``), its section after the table."""
     GRID_CLAIMS = grid_claim_names()
 
     meaning = {c.name: c.meaning for c in CLAIMS}
@@ -263,6 +290,8 @@ def write_docs(report: dict, path: Path) -> None:
               f"{report['seeds']} seeds are wide, and a claim can flip with more steps. Each claim follows its "
               "paper's recipe where the scale allows; each section below names its source and its deviations. The "
               "per-seed details show the underlying numbers (e.g. both bits/byte values, both slopes).", ""]
+    if confirmation is not None:
+        lines += confirmation_lines(report, confirmation, confirmation_source)
     shown = {c["name"] for c in report["claims"]}   # a claim added since these results is not listed yet
     listed = [c for c in CLAIMS if c.name in shown]
     lines += revisions_lines(listed) + spec_lines(listed, {c["name"]: c.get("spec_hash") for c in report["claims"]})

@@ -44,3 +44,20 @@ def test_measurement_settings_are_budget_fields():
 def test_an_unknown_budget_is_one_line_naming_the_allowed():
     with pytest.raises(NormlabError, match="unknown budget 'huge'; allowed: tiny, quick, full, scale, confirm"):
         get_budget("huge")
+
+
+def test_a_confirmation_is_the_same_budget_on_other_seeds_and_old_specs_read_as_they_ran():
+    """A stored spec from before the measurement fields existed reads as the measures then ran it (by name: tiny /
+    quick / full, any other name quick's); tuples compare as the lists JSON stores."""
+    import json
+
+    from normlab.experiments.claims.budgets import confirmation_mismatch, stored_spec
+
+    stored = json.loads(json.dumps(BUDGETS["full"].to_dict()))
+    del stored["measure_tokens"], stored["removal_steps"]  # written before they were fields
+    assert stored_spec(stored)["measure_tokens"] == 16384 and stored_spec(stored)["removal_steps"] == 30
+    assert stored_spec({"name": "scale"})["measure_tokens"] == 8192
+    assert confirmation_mismatch(stored, get_budget("confirm").to_dict(), "f.json", "c.json") is None
+    why = confirmation_mismatch(stored, BUDGETS["quick"].to_dict(), "f.json", "c.json")
+    assert why.startswith("c.json: a confirmation runs the main run's budget on other seeds; its deep_depth, ")
+    assert "measure_tokens" in why and why.endswith("differ from f.json's")
