@@ -164,9 +164,11 @@ def test_a_training_forward_reads_no_counter_from_the_device(name, monkeypatch):
         return got
 
     opt = torch.optim.SGD(m.parameters(), lr=0.01)
-    with HostReads() as r:
+
+    def schedule(reads=None):  # 8 optimizer steps of 2 micro-batches; counters loaded at step 4, set at step 6
         for step in range(8):
-            r.step = step
+            if reads is not None:
+                reads.step = step
             if step == 4:
                 m.load_state_dict(other.state_dict())
             if step == 6:
@@ -175,18 +177,13 @@ def test_a_training_forward_reads_no_counter_from_the_device(name, monkeypatch):
                 m(rand(2, 3, D, seed=micro).float()).pow(2).mean().backward()
             opt.step()
             opt.zero_grad(set_to_none=step % 2 == 0)
+
+    with HostReads() as r:
+        schedule(r)
     assert [r.reads[s] for s in range(8)] == [["batchstat.py:_advance"] * 2, [], [], [],
                                               ["batchstat.py:_advance"] * 2, [], ["batchstat.py:_advance"] * 2, []]
     monkeypatch.setattr(BatchStatNorm, "_advance", checked)
-    for step in range(8):  # the same schedule again, each count checked against the buffers
-        if step == 4:
-            m.load_state_dict(other.state_dict())
-        if step == 6:
-            m.num_batches.fill_(100)
-        for micro in range(2):
-            m(rand(2, 3, D, seed=micro).float()).pow(2).mean().backward()
-        opt.step()
-        opt.zero_grad(set_to_none=step % 2 == 0)
+    schedule()  # the same schedule again, each count checked against the buffers
     assert len(handed) == 16 and all(got == buf for got, buf in handed), handed
     assert handed[-1][1] == (104, 21)  # 100 + 2 steps x 2 micro-batches; 17 + 4 optimizer steps
 
