@@ -168,10 +168,10 @@ def _sweep(path: Path, **spec) -> Path:
 
 
 def _compare(cluster, sweep: Path, out: Path, env_extra: dict | None = None,
-             address: str | None = None) -> subprocess.CompletedProcess:
+             address: str | None = None, args: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
     env = {**cluster["env"], **(env_extra or {})}
     return subprocess.run([sys.executable, "-m", "normlab.cli", "compare", str(sweep), "--out", str(out),
-                           "--executor", "ray", "--address", address or cluster["address"], "--json"], env=env,
+                           "--executor", "ray", "--address", address or cluster["address"], "--json", *args], env=env,
                           capture_output=True, text=True, timeout=TIMEOUT)
 
 
@@ -217,6 +217,97 @@ def test_four_run_sweep_with_files_sent_back(cluster, tmp_path):
     lrows = {x["run_id"]: x for x in Store(local / "results.sqlite").runs()}
     for k in rows:
         assert lrows[k]["status"] == rows[k]["status"] and lrows[k]["val_bpb"] == rows[k]["val_bpb"]
+
+
+TIMING = {"elapsed_s", "tokens_per_s", "wall_s_per_token", "compile_s", "run_dir"}  # the clock's, not the run's
+
+
+def _results(run_dir: Path) -> tuple[list[dict], dict, dict]:
+    """A run's metrics lines and summary less their timings, and its final weights."""
+    from safetensors.torch import load_file
+
+    lines = [{k: v for k, v in json.loads(x).items() if k not in TIMING}
+             for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    summary = {k: v for k, v in json.loads((run_dir / "summary.json").read_text()).items() if k not in TIMING}
+    return lines, summary, load_file(str(run_dir / "model.safetensors"))
+
+
+def _same_results(a: Path, b: Path) -> None:
+    (la, sa, wa), (lb, sb, wb) = _results(a), _results(b)
+    assert la == lb and sa == sb, a.name
+    assert wa.keys() == wb.keys() and all(wa[k].equal(wb[k]) for k in wa), a.name
+
+
+STACK_FAST = {**FAST, "diag.every": 0, "train.precision": "fp32", "train.compile": False}
+
+
+def test_stacked_groups_on_ray_equal_the_groups_in_process(cluster, tmp_path):
+    """``--stack on`` with Ray: each variant's seeds train as one stacked group in one Ray task (files sent back:
+    NORMLAB_RAY_FILES=copy); every member ends with the metrics lines, summary values and weights of the same sweep
+    stacked in process, bit for bit, and its store row (written by the driver alone) completed with the same final
+    loss."""
+    f = _sweep(tmp_path / "s.yaml", name="st", base="tiny", set=STACK_FAST, seeds=[0, 1], variants=[
+        {"name": "Pre", "set": {"model.placement": "pre"}}, {"name": "Rms", "set": {"model.norm": "rmsnorm"}}])
+    out, local = tmp_path / "out", tmp_path / "local"
+    r = _compare(cluster, f, out, {"NORMLAB_RAY_FILES": "copy"}, args=("--stack", "on"))
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "stacking (on): 2 group(s) of 4 runs stacked, 0 alone" in r.stderr, r.stderr[-3000:]
+    rows = _rows_once(out, 4)
+    lr = normlab("compare", str(f), "--out", str(local), "--stack", "on", "--json",
+                 cache=Path(cluster["env"]["NORMLAB_CACHE_DIR"]), timeout=TIMEOUT)
+    assert lr.returncode == 0 and "2 group(s) of 4 runs stacked" in lr.stderr, lr.stderr[-2000:]
+    lrows = {x["run_id"]: x for x in Store(local / "results.sqlite").runs()}
+    for run_id, row in rows.items():
+        assert row["status"] == lrows[run_id]["status"] == "completed" and row["train_calls"] == 1, row
+        assert row["final_val_loss"] == lrows[run_id]["final_val_loss"] is not None
+        assert row["val_bpb"] == lrows[run_id]["val_bpb"]
+        _same_results(out / "runs" / run_id, local / "runs" / run_id)
+        assert list((out / "tb" / run_id).glob("events.out.tfevents.*"))
+    assert "stacked group of 2" in (out / "logs" / "pre-s0.log").read_text()
+    assert (out / "logs" / "pre-s1.log").read_text() == "trained in a stacked group; output in logs/pre-s0.log\n"
+    assert rows["pre-s0"]["val_bpb"] != rows["pre-s1"]["val_bpb"]  # the members are two runs, not one twice
+
+
+def test_an_interrupted_stacked_group_on_ray_resumes_to_the_uninterrupted_numbers(cluster, tmp_path):
+    """Shared storage: Ctrl-C on the driver while a stacked group trains in its Ray task checkpoints every member
+    (``interrupted``, exit 130); the re-run resumes the group and ends each member bit for bit where the same
+    sweep stacked in process, uninterrupted, ends."""
+    f = _sweep(tmp_path / "s.yaml", name="si", base="tiny", set={
+        **STACK_FAST, "train.steps": 200, "train.eval_every": 200, "train.log_every": 10, "train.checkpoint_every": 5},
+        seeds=[0, 1], variants=[{"name": "Pre", "set": {"model.placement": "pre"}}])
+    out, local = tmp_path / "out", tmp_path / "local"
+    proc = subprocess.Popen([sys.executable, "-m", "normlab.cli", "compare", str(f), "--out", str(out), "--executor",
+                             "ray", "--address", cluster["address"], "--json", "--stack", "on"], env=cluster["env"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        ckpt = out / "runs" / "pre-s1" / "checkpoints"
+        deadline = time.time() + TIMEOUT
+        while not (ckpt.is_dir() and any(ckpt.iterdir())) and proc.poll() is None and time.time() < deadline:
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=TIMEOUT)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, stderr[-3000:]
+    rows = _rows_once(out, 2)
+    for run_id in ("pre-s0", "pre-s1"):
+        s = json.loads((out / "runs" / run_id / "summary.json").read_text())
+        assert rows[run_id]["status"] == s["status"] == "interrupted" and 0 < s["step"] < 200, (rows, stderr[-2000:])
+    r = _compare(cluster, f, out, args=("--stack", "on"))
+    assert r.returncode == 0, r.stderr[-3000:]
+    rows = _rows_once(out, 2)
+    lr = normlab("compare", str(f), "--out", str(local), "--stack", "on", "--json",
+                 cache=Path(cluster["env"]["NORMLAB_CACHE_DIR"]), timeout=TIMEOUT)
+    assert lr.returncode == 0, lr.stderr[-2000:]
+    lrows = {x["run_id"]: x for x in Store(local / "results.sqlite").runs()}
+    for run_id, row in rows.items():
+        assert row["status"] == "completed" and row["train_calls"] == 2, row  # resumed, not retrained
+        assert row["final_val_loss"] == lrows[run_id]["final_val_loss"] is not None
+        _, sa, wa = _results(out / "runs" / run_id)
+        _, sb, wb = _results(local / "runs" / run_id)
+        assert {k: sa[k] for k in ("step", "val_loss", "val_bpb", "train_loss")} == \
+            {k: sb[k] for k in ("step", "val_loss", "val_bpb", "train_loss")}
+        assert all(wa[k].equal(wb[k]) for k in wb), run_id
 
 
 def test_address_auto_and_ray_client(cluster, tmp_path):

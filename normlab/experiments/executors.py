@@ -371,8 +371,9 @@ class RayTasks:
         stacked = len(job) > 1
         if stacked:
             self.group_of.update({r: todo[0] for r in todo})
-            for r in todo[1:]:
-                self.log_of(r).write_text(f"trained in a stacked group; output in logs/{todo[0]}.log\n")
+            for r in todo[1:]:  # the member's own log (``log_of`` names the group's)
+                (self.sweep_dir / "logs" / f"{r}.log").write_text(
+                    f"trained in a stacked group; output in logs/{todo[0]}.log\n")
         files = ([(sub, pack(self.sweep_dir / sub, r)) for r in todo for sub in ("runs", "tb")]
                  if self.mode != "shared" else None)
         ref = self.remote.options(**self.res).remote(todo, [rows[r]["config"] for r in todo], self.threads,
