@@ -4,7 +4,9 @@ table added to the token embeddings); ``none`` (NoPE) adds nothing."""
 
 from __future__ import annotations
 
+import logging
 import math
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import torch
@@ -25,7 +27,11 @@ class RotaryEmbedding(nn.Module):
     view); other dtypes (bf16, fp16, which have no complex kernels on CPU), and every dtype under
     ``torch.compile``, as ``x * cos2 + swap(x) * sin2``. Both
     are ``torch.autograd.Function``s with ``setup_context`` and a generated vmap rule (``torch.func`` composes),
-    whose backward is the transposed rotation (angle ``-pos * theta``).
+    whose backward is the transposed rotation (angle ``-pos * theta``). On CUDA in eager mode (bf16 / fp16, e.g.
+    under autocast) the pair form runs as one compiled kernel forward and one backward (``_fused_pair_kernel``:
+    ``torch.compile`` of the pure rotation, inside the autograd Function; not under a compiled model, a
+    ``torch.func`` transform or a double backward, which keep the eager ops; the eager form, with one logged warning,
+    where it cannot be compiled). On the CPU the rotation runs as it always did.
     """
 
     _COMPLEX: ClassVar[dict[torch.dtype, torch.dtype]] = {
@@ -279,16 +285,89 @@ def _swap_pairs(x: torch.Tensor) -> torch.Tensor:
     return torch.stack((x[..., 1::2], x[..., 0::2]), -1).flatten(-2)
 
 
+def _pair_rotate(x: torch.Tensor, cos2: torch.Tensor, sin2: torch.Tensor) -> torch.Tensor:
+    """The pair form of the rotation: ``x [..., T, hd]``, ``cos2, sin2`` broadcast to it -> ``x * cos2 + swap(x) *
+    sin2`` (same shape; pairs ``(x[2i], x[2i+1])`` rotated by the angle whose cosine / sine the tables hold)."""
+    return x * cos2 + _swap_pairs(x) * sin2
+
+
+def _pair_rotate_transposed(g: torch.Tensor, cos2: torch.Tensor, sin2: torch.Tensor) -> torch.Tensor:
+    """The transpose of ``_pair_rotate`` (the rotation by the opposite angle): ``g * cos2 + swap(g * sin2)``."""
+    return g * cos2 + _swap_pairs(g * sin2)
+
+
+log = logging.getLogger(__name__)
+
+FUSED_DEVICES = ("cuda",)  # device types whose eager pair rotation runs as one compiled kernel each way
+_fused: dict[str, Any] = {}  # "kernels": the compiled (forward, transposed) pair, built on first use; "failed": why
+# they could not run (no triton, an inductor failure), after which the eager pair form runs for the process
+
+
+def _fused_pair_kernel(device: torch.device, transposed: bool = False) -> Callable[..., torch.Tensor] | None:
+    """The compiled pair rotation (``transposed``: its transpose, the backward) for an eager call on ``device``, or
+    ``None`` where the eager pair form (``_pair_rotate``, a chain of elementwise kernels) runs instead: on devices
+    other than ``FUSED_DEVICES`` (the CPU path stays as it is, bit for bit), under ``torch.compile`` of the caller
+    (inductor fuses the pair form there itself), under a ``torch.func`` transform (the stacked trainer's vmap: the
+    generated vmap rule batches the eager ops), with grad mode on (a double backward differentiates the eager ops;
+    ``_PairRotation``'s forward and plain backward run with it off), and after a failure.
+
+    Each kernel is ``torch.compile(fullgraph=True, dynamic=None)`` of a pure function: one fused elementwise kernel
+    (bf16 / fp16 computed in float32, rounded once). ``dynamic=None`` (automatic dynamic shapes) is a bounded number
+    of recompiles, not one per step: the first shape (training's ``[B, T, 3, H, hd]`` with the table rows
+    ``offset .. offset+T-1``) compiles a static kernel; the table's row offset is a storage offset, which guards do
+    not check (moving the offset, as generation does, recompiles nothing); the first call with another B or T
+    recompiles once with that size symbolic, and sizes 0 / 1 (generation's T = 1, batch 1) specialise once each:
+    about five graphs per input layout (``rotate``'s ``[B, H, T, hd]`` view, ``rotate_qkv``'s fused layout) and
+    dtype. Past dynamo's recompile limit (8 per function) ``fullgraph`` raises; that, a missing triton or any
+    inductor failure is caught on the call: one warning through ``logging``, then the eager pair form for the rest
+    of the process (same values to bf16 round-off, never a crash)."""
+    if (torch.compiler.is_compiling() or device.type not in FUSED_DEVICES or torch.is_grad_enabled()
+            or torch._C._are_functorch_transforms_active() or "failed" in _fused):
+        return None
+    if "kernels" not in _fused:
+        try:
+            _fused["kernels"] = tuple(_guarded(torch.compile(f, fullgraph=True, dynamic=None), f)
+                                      for f in (_pair_rotate, _pair_rotate_transposed))
+        except Exception as err:  # torch.compile refused (e.g. an unsupported Python): the eager form
+            _fall_back(err)
+            return None
+    return _fused["kernels"][transposed]
+
+
+def _fall_back(err: Exception) -> None:
+    _fused["failed"] = err
+    log.warning("RoPE: the compiled pair rotation could not run on this machine (%s: %s); the eager pair form "
+                "runs instead", type(err).__name__, str(err).splitlines()[0] if str(err) else "")
+
+
+def _guarded(compiled: Callable[..., torch.Tensor], eager: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+    """``compiled``, falling back to ``eager`` (and switching the compiled kernels off) when it fails; a genuine
+    error of the call (a shape mismatch) is raised again by the eager form, an out-of-memory error as it is. ``x``
+    goes in detached: ``requires_grad`` is guarded, and grad mode is off wherever this runs."""
+
+    def run(x: torch.Tensor, cos2: torch.Tensor, sin2: torch.Tensor) -> torch.Tensor:
+        try:  # detached (grad mode is off here): an eval call compiles nothing more than a training call
+            return compiled(x.detach(), cos2, sin2)
+        except torch.OutOfMemoryError:
+            raise
+        except Exception as err:
+            _fall_back(err)
+            return eager(x, cos2, sin2)
+
+    return run
+
+
 class _PairRotation(torch.autograd.Function):
     """``y = x * cos2 + swap(x) * sin2`` with ``dx = g * cos2 + swap(g * sin2)`` (swap is its own transpose, so this
     is the rotation by the opposite angle). For dtypes without complex kernels (bf16, fp16). ``x [..., T, hd]``,
-    ``cos2, sin2 [T, hd]`` constants."""
+    ``cos2, sin2 [T, hd]`` constants (or ``[T, 3, H, hd]`` broadcast views for the fused projection). On CUDA in
+    eager mode each way is one compiled kernel (``_fused_pair_kernel``), elsewhere the eager ops."""
 
     generate_vmap_rule = True
 
     @staticmethod
     def forward(x: torch.Tensor, cos2: torch.Tensor, sin2: torch.Tensor) -> torch.Tensor:
-        return x * cos2 + _swap_pairs(x) * sin2
+        return (_fused_pair_kernel(x.device) or _pair_rotate)(x, cos2, sin2)
 
     @staticmethod
     def setup_context(ctx, inputs, output) -> None:
@@ -297,7 +376,7 @@ class _PairRotation(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g: torch.Tensor):
         cos2, sin2 = ctx.saved_tensors
-        return g * cos2 + _swap_pairs(g * sin2), None, None
+        return (_fused_pair_kernel(g.device, transposed=True) or _pair_rotate_transposed)(g, cos2, sin2), None, None
 
 
 # ALiBi: Press et al. 2022, "Train Short, Test Long: Attention with Linear Biases Enables Input Length

@@ -1,14 +1,19 @@
 """RoPE (normlab.attention.positions.RotaryEmbedding) against the RoFormer formula written out here (Su et al.
 2021, arXiv:2104.09864, eq. 34: pairs ``(x[2i], x[2i+1])`` rotated by ``m * theta_i``, ``theta_i = base^(-2i/d)``),
-its gradients (``gradcheck`` in float64), ``torch.func`` (vmap, grad) and the constant tables."""
+its gradients (``gradcheck`` in float64), ``torch.func`` (vmap, grad), the constant tables, and the compiled pair
+rotation the CUDA path runs (compiled here by inductor's C++ backend) with its selection and fallback."""
 
 from __future__ import annotations
 
+import logging
 import math
+import shutil
 
 import pytest
 import torch
+from torch._dynamo.utils import counters
 
+from normlab.attention import positions as P
 from normlab.attention.positions import RotaryEmbedding, _PairRotation
 
 
@@ -198,3 +203,131 @@ def test_tables_above_the_size_cap_are_broadcast_views_with_the_same_rotation(mo
     for g, w in zip(got, want):
         torch.testing.assert_close(g, w)
     assert torch.autograd.gradcheck(rope.rotate_split, (x,))
+
+
+CUDA = torch.device("cuda")  # only named: the selection is decided from the device, nothing runs on it here
+
+
+def _round_off_bound(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Elementwise bound on |fused - eager| for ``a + b`` (two bf16 products): eager rounds the two products and
+    their sum (<= 2u (|a| + |b|), u = 2^-9), the compiled kernel the sum once (<= u |a + b|); 4u leaves margin."""
+    return 2.0**-7 * (a.double().abs() + b.double().abs())
+
+
+NO_CXX = not (shutil.which("g++") or shutil.which("c++"))
+
+
+@pytest.mark.skipif(NO_CXX, reason="inductor's CPU backend (the compiled kernel, forced on the CPU) needs g++")
+def test_compiled_pair_rotation_matches_the_eager_form_and_the_fp64_rotation(monkeypatch):
+    """The compiled kernels the CUDA path uses, run here on the CPU through ``rotate_qkv`` (bf16, the autocast
+    training layout ``[B, T, 3, H, hd]``, table rows at an offset): forward and backward within bf16 round-off of the
+    eager pair form and of the RoFormer rotation in float64 (backward: autograd of that reference, the rotation by
+    the opposite angle); v passes bit for bit; moving the offset (generation, the table's rows) recompiles nothing."""
+    monkeypatch.setattr(P, "_fused", {})
+    monkeypatch.setattr(P, "FUSED_DEVICES", ("cuda", "cpu"))
+    counters.clear()
+    torch.manual_seed(11)
+    rope = RotaryEmbedding(16, 12, heads=2)
+    qkv = torch.randn(2, 8, 3, 2, 16, dtype=torch.bfloat16, requires_grad=True)
+    out = rope.rotate_qkv(qkv, 3)
+    w = torch.randn_like(out)
+    (grad,) = torch.autograd.grad(out, qkv, w)
+    assert "failed" not in P._fused and counters["stats"]["unique_graphs"] == 2  # forward and backward compiled
+
+    cos2, sin2 = (t[3:11] for t in rope._qkv_tables[(torch.bfloat16, "pair")])
+    x = qkv.detach()
+    eager = x * cos2 + P._swap_pairs(x) * sin2
+    assert ((out.double() - eager.double()).abs() <= _round_off_bound(x * cos2, P._swap_pairs(x) * sin2)).all()
+    eager_g = w * cos2 + P._swap_pairs(w * sin2)
+    assert ((grad.double() - eager_g.double()).abs() <= _round_off_bound(w * cos2, P._swap_pairs(w * sin2))).all()
+
+    x64 = x.double().requires_grad_()
+    q, k, v = x64.permute(2, 0, 3, 1, 4).unbind(0)
+    ref = torch.stack((roformer(q, 3), roformer(k, 3), v)).permute(1, 3, 0, 2, 4)  # back to [B, T, 3, H, hd]
+    (ref_g,) = torch.autograd.grad(ref, x64, w.double())
+    torch.testing.assert_close(out.double(), ref.detach(), **TOL[torch.bfloat16])
+    torch.testing.assert_close(grad.double(), ref_g, **TOL[torch.bfloat16])
+    assert torch.equal(out[:, :, 2], x[:, :, 2]) and torch.equal(grad[:, :, 2], w[:, :, 2])
+
+    with torch.no_grad():  # an eval call (x not requiring grad) at other offsets
+        for offset in (0, 1, 4):
+            moved = rope.rotate_qkv(x, offset)
+    assert counters["stats"]["unique_graphs"] == 2
+    c4, s4 = (t[4:12] for t in rope._qkv_tables[(torch.bfloat16, "pair")])
+    assert ((moved.double() - (x * c4 + P._swap_pairs(x) * s4).double()).abs()
+            <= _round_off_bound(x * c4, P._swap_pairs(x) * s4)).all()
+
+
+def test_fused_kernel_selection(monkeypatch):
+    """Compiled kernels for an eager CUDA call (forward and transposed, built once); the eager form on the CPU (the
+    compiled kernels are never called: the output is the pair formula bit for bit), with grad mode on (double
+    backward), under vmap and under ``torch.compile``."""
+    monkeypatch.setattr(P, "_fused", {})
+    with torch.no_grad():
+        fwd, bwd = P._fused_pair_kernel(CUDA), P._fused_pair_kernel(CUDA, transposed=True)
+        assert callable(fwd) and callable(bwd) and fwd is not bwd
+        assert P._fused_pair_kernel(CUDA) is fwd
+        assert P._fused_pair_kernel(torch.device("cpu")) is None
+    assert P._fused_pair_kernel(CUDA) is None  # grad mode on: a double backward differentiates the eager ops
+
+    def boom(*args):
+        raise AssertionError("the compiled kernel ran on the CPU")
+
+    monkeypatch.setitem(P._fused, "kernels", (boom, boom))
+    rope = RotaryEmbedding(8, 8, heads=2)
+    qkv = torch.randn(2, 8, 3, 2, 8, dtype=torch.bfloat16, requires_grad=True)
+    out = rope.rotate_qkv(qkv)
+    cos2, sin2 = rope._qkv_tables[(torch.bfloat16, "pair")]
+    x = qkv.detach()
+    assert torch.equal(out, x * cos2 + torch.stack((x[..., 1::2], x[..., 0::2]), -1).flatten(-2) * sin2)
+    out.sum().backward()
+
+    seen = []
+
+    def probe(t):
+        seen.append(P._fused_pair_kernel(CUDA))
+        return t * 2
+
+    with torch.no_grad():
+        torch.func.vmap(probe)(torch.randn(3, 4))
+        compiled = torch.compile(lambda t: t + (P._fused_pair_kernel(CUDA) is None), backend="eager", fullgraph=True)
+        t = torch.randn(4)
+        assert torch.equal(compiled(t), t + 1)
+    assert seen == [None]
+
+
+@pytest.mark.parametrize("where", ["call", "construction"])
+def test_a_failed_compile_falls_back_to_the_eager_form_once_with_a_warning(monkeypatch, caplog, where):
+    """No triton / an inductor failure (``torch.compile`` raising on the first call or when built): the rotation
+    runs in the eager pair form (its values bit for bit, forward and backward), one warning through ``logging``, and
+    the compiled kernels are not tried again."""
+
+    def broken(fn, **kwargs):
+        if where == "construction":
+            raise RuntimeError("torch.compile is not supported here")
+
+        def run(*args):
+            raise RuntimeError("Cannot find a working triton installation")
+
+        return run
+
+    monkeypatch.setattr(P, "_fused", {})
+    monkeypatch.setattr(P, "FUSED_DEVICES", ("cuda", "cpu"))
+    monkeypatch.setattr(torch, "compile", broken)
+    torch.manual_seed(12)
+    rope = RotaryEmbedding(8, 8, heads=2)
+    qkv = torch.randn(2, 8, 3, 2, 8, dtype=torch.bfloat16, requires_grad=True)
+    w = torch.randn_like(qkv)
+    with caplog.at_level(logging.WARNING, logger=P.__name__):
+        out = rope.rotate_qkv(qkv)
+        (grad,) = torch.autograd.grad(out, qkv, w)
+        out2 = rope.rotate_qkv(qkv.detach())
+    cos2, sin2 = rope._qkv_tables[(torch.bfloat16, "pair")]
+    x = qkv.detach()
+    assert torch.equal(out, x * cos2 + P._swap_pairs(x) * sin2) and torch.equal(out2, out)
+    assert torch.equal(grad, w * cos2 + P._swap_pairs(w * sin2))
+    warnings = [r for r in caplog.records if r.name == P.__name__]
+    assert len(warnings) == 1 and warnings[0].levelno == logging.WARNING and "eager pair form" in warnings[0].message
+    assert isinstance(P._fused["failed"], RuntimeError)
+    with torch.no_grad():
+        assert P._fused_pair_kernel(CUDA) is None
