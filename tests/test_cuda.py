@@ -12,7 +12,10 @@ import json
 
 import pytest
 import torch
+from torch.autograd import DeviceType
+from torch.profiler import ProfilerActivity, profile
 
+from normlab.attention import positions
 from tests.helpers import assert_same_weights, kill_9_after, normlab, summary
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -199,3 +202,53 @@ def test_cuda_stacked_steps_between_read_points_never_wait_for_the_device(tmp_pa
     assert [(s["status"], s["device"]) for s in out] == [("completed", "cuda")] * 2 + [("diverged", "cuda")] + \
         [("completed", "cuda")]
     assert [s["step"] for s in out] == [24, 24, out[2]["step"], 24] and out[2]["step"] < 24
+
+
+
+def _rope64(x: torch.Tensor, offset: int, base: float = 10000.0) -> torch.Tensor:
+    """RoFormer's rotation (Su et al. 2021, eq. 34) in float64, differentiable: ``qkv [B, T, 3, H, d]`` (float64),
+    q and k pairs ``(x[2i], x[2i+1])`` at position ``offset + t`` rotated by ``(offset + t) * base^(-2i/d)``, v as
+    it is."""
+    T, d = x.shape[1], x.shape[-1]
+    inv_freq = base ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+    a = torch.arange(offset, offset + T, dtype=torch.float64)[:, None] * inv_freq
+    c, s = a.cos()[:, None, None], a.sin()[:, None, None]  # [T, 1, 1, d/2] against [B, T, 2, H, d/2]
+    x0, x1 = x[:, :, :2, :, 0::2], x[:, :, :2, :, 1::2]
+    qk = torch.stack((x0 * c - x1 * s, x0 * s + x1 * c), -1).flatten(-2)
+    return torch.cat((qk, x[:, :, 2:]), 2)
+
+
+@needs_cuda
+def test_cuda_bf16_rope_is_one_compiled_kernel_each_way():
+    """bf16 autocast, eager: ``rotate_qkv`` runs the compiled pair rotation (``positions._fused_pair_kernel``): at
+    most 2 CUDA kernels for the forward and for the backward after warm-up (the eager pair form launches 4 or more
+    each way), and its values match the float64 rotation, forward and backward (autograd of the reference: the
+    rotation by the opposite angle), to bf16 round-off."""
+    torch.manual_seed(0)
+    rope = positions.RotaryEmbedding(64, 128, heads=4).cuda()
+    qkv = torch.randn(4, 120, 3, 4, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    w = torch.randn(qkv.shape, device="cuda", dtype=torch.bfloat16)
+
+    def forward() -> torch.Tensor:
+        with torch.autocast("cuda", torch.bfloat16):
+            return rope.rotate_qkv(qkv, 8)
+
+    for _ in range(3):  # compile (forward and backward) and warm up
+        torch.autograd.grad(forward(), qkv, w)
+    torch.cuda.synchronize()
+
+    def kernels(fn):
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            res = fn()
+            torch.cuda.synchronize()
+        return res, [e.name for e in prof.events() if e.device_type == DeviceType.CUDA]
+
+    out, fwd = kernels(forward)
+    (grad,), bwd = kernels(lambda: torch.autograd.grad(out, qkv, w))
+    assert "failed" not in positions._fused, positions._fused.get("failed")
+    assert out.dtype == torch.bfloat16 and len(fwd) <= 2 and len(bwd) <= 2, (fwd, bwd)
+    x64 = qkv.detach().cpu().double().requires_grad_()
+    ref = _rope64(x64, 8)
+    (ref_grad,) = torch.autograd.grad(ref, x64, w.cpu().double())
+    torch.testing.assert_close(out.cpu().double(), ref.detach(), atol=3e-2, rtol=3e-2)
+    torch.testing.assert_close(grad.cpu().double(), ref_grad, atol=3e-2, rtol=3e-2)
