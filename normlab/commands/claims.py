@@ -48,7 +48,8 @@ def render(args: argparse.Namespace) -> int:
         confirmation = _judged(cstored, csrc, "--confirmation")
     report["render_command"] = " ".join(shlex.quote(p) for p in ["normlab", "claims", "--render", str(src)]
                                         + (["--confirmation", str(args.confirmation)] if confirmation else [])
-                                        + (["--docs"] if args.docs else []))
+                                        + (["--docs"] if args.docs else [])
+                                        + ([args.docs] if isinstance(args.docs, str) else []))
     if args.docs:
         from normlab.experiments.claims.docs import write_docs
 

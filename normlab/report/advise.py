@@ -365,7 +365,9 @@ def render(res: dict[str, Any]) -> str:
              f"training tokens ({t['steps']} steps x {t['batch_size']}); {t['optimizer']}, precision "
              f"{t['precision']}; {t['flops_per_token']:.3g} training FLOPs/token (normlab.model.flops).",
              f"Evidence: {res['evidence']['claims']} (corpus {res['evidence']['corpus']}), "
-             f"{res['evidence']['replications']}.", *_scaling_lines(res["scaling_fits"])]
+             + "".join(f"{c} (the revised claims on a fresh seed block), "
+                       for c in res["evidence"].get("confirmations") or [])
+             + f"{res['evidence']['replications']}.", *_scaling_lines(res["scaling_fits"])]
     near = [e for d in res["decisions"] for e in d["decided"] if e["distance"] and not e["distance"]["far"]]
     lines += [f"{len(near)} decided claim(s) were measured within 10x of your model in parameters and tokens"
               + ("" if near else ": nothing below is decided at your scale; each line states what was decided at "

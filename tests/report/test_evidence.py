@@ -13,14 +13,21 @@ from normlab.report.evidence import build_evidence, load_evidence
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 CLAIMS, REPS = DOCS / "claims-full-2026-11-28.json", DOCS / "replications-2026-11-26.json"
+CONFIRM = DOCS / "claims-confirm-2026-11-28.json"
 
 
 def test_packaged_evidence_equals_the_rebuild_from_docs():
     want = build_evidence(json.loads(CLAIMS.read_text()), json.loads(REPS.read_text()), claims_name=CLAIMS.name,
-                          replications_name=REPS.name)
+                          replications_name=REPS.name, confirmations=((json.loads(CONFIRM.read_text()), CONFIRM.name),))
     assert load_evidence() == json.loads(json.dumps(want)), (
         "normlab/evidence/claims.json is stale: python -m normlab.report.evidence docs/claims-full-2026-11-28.json "
-        "docs/replications-2026-11-26.json normlab/evidence/claims.json")
+        "docs/replications-2026-11-26.json normlab/evidence/claims.json --confirm docs/claims-confirm-2026-11-28.json")
+    # every claim revised after a verdict on seeds 0-4 is read from its confirmation on 1000-1004: none exploratory
+    ev = load_evidence()
+    assert not any(c["exploratory"] for c in ev["claims"])
+    assert {c["name"] for c in ev["claims"] if c["source"] == CONFIRM.name} == {
+        c["name"] for c in json.loads(CLAIMS.read_text())["claims"] if c["name"] in
+        {x["name"] for x in json.loads(CONFIRM.read_text())["claims"]}}
 
 
 def test_every_claim_has_a_scale_and_every_replication_names_a_claim():
@@ -40,11 +47,10 @@ def test_a_replication_of_an_unknown_claim_is_refused():
 
 def _confirmation(full: dict, shift: int = 1000, **spec) -> dict:
     """The stored full run's revised claims as if measured on the seed block ``shift`` .. (a confirm run's shape)."""
-    from normlab.experiments.claims.budgets import CONFIRM_CLAIMS
+    from normlab.experiments.claims.budgets import BUDGETS, CONFIRM_CLAIMS
 
     return {**full, "budget": "confirm",
-            "budget_spec": {**full["budget_spec"], "name": "confirm", "seed_base": shift,
-                            "claims": list(CONFIRM_CLAIMS), **spec},
+            "budget_spec": {**json.loads(json.dumps(BUDGETS["confirm"].to_dict())), "seed_base": shift, **spec},
             "claims": [{**c, "seeds": [shift + s for s in c["seeds"]]} for c in full["claims"]
                        if c["name"] in CONFIRM_CLAIMS]}
 

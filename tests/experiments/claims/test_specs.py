@@ -145,8 +145,8 @@ def test_a_spec_change_without_a_revision_is_caught():
     assert rows == {c.name: spec_hash(c)}
 
 
-def _rendered(src: str, out: Path) -> dict:
-    """``normlab claims --render SRC --docs`` into ``out``: the judged report."""
+def _rendered(src: str, out: Path, confirmation: str = "") -> dict:
+    """``normlab claims --render SRC [--confirmation CONFIRMATION] --docs`` into ``out``: the judged report."""
     import json
 
     from normlab.experiments.claims.docs import write_docs
@@ -154,8 +154,12 @@ def _rendered(src: str, out: Path) -> dict:
 
     stored = json.loads((DOCS.parent.parent / src).read_text())
     report = judge({**stored, "rendered_from": src})
-    report["render_command"] = f"normlab claims --render {src} --docs"
-    write_docs(report, out)
+    conf = None
+    if confirmation:
+        conf = judge({**json.loads((DOCS.parent.parent / confirmation).read_text()), "rendered_from": confirmation})
+    report["render_command"] = f"normlab claims --render {src}" + (
+        f" --confirmation {confirmation}" if confirmation else "") + " --docs"
+    write_docs(report, out, conf, Path(confirmation).name)
     return report
 
 
@@ -164,10 +168,12 @@ def _body(text: str) -> list[str]:
 
 
 def test_docs_claims_md_is_what_render_writes_from_the_stored_results(tmp_path):
-    """docs/claims.md is reproducible: `normlab claims --render docs/claims-full-2026-11-28.json --docs` writes it
-    (the line with the writing date aside). The stored run is a from-scratch full run, every claim under its
-    current definition (the revisions listed on the page were made after the earlier run, below)."""
-    report = _rendered("docs/claims-full-2026-11-28.json", tmp_path / "claims.md")
+    """docs/claims.md is reproducible: `normlab claims --render docs/claims-full-2026-11-28.json --confirmation
+    docs/claims-confirm-2026-11-28.json --docs` writes it (the line with the writing date aside). The stored run is
+    a from-scratch full run, every claim under its current definition (the revisions listed on the page were made
+    after the earlier run, below)."""
+    report = _rendered("docs/claims-full-2026-11-28.json", tmp_path / "claims.md",
+                       "docs/claims-confirm-2026-11-28.json")
     assert _body((tmp_path / "claims.md").read_text()) == _body(DOCS.read_text())
     by = {c["name"]: c for c in report["claims"]}
     assert all(c["current_definition"] for c in report["claims"])
@@ -187,6 +193,20 @@ def test_docs_claims_md_is_what_render_writes_from_the_stored_results(tmp_path):
     rows = {ln.split("(`")[1].split("`)")[0]: ln for ln in DOCS.read_text().splitlines()
             if ln.startswith("| ") and "(`" in ln.split("|")[2]}
     assert all(("⚑ exploratory" in rows[n]) == (n in revised) for n in by)
+
+
+def test_docs_claims_confirm_md_is_what_render_writes_and_confirms_every_revised_claim(tmp_path):
+    """docs/claims-confirm.md is `normlab claims --render docs/claims-confirm-2026-11-28.json --docs
+    docs/claims-confirm.md`; that run measured every revised claim (and no other) on seeds 1000-1004 under its
+    current definition, none of them exploratory there (no revision saw those seeds), one Holm family of 17."""
+    report = _rendered("docs/claims-confirm-2026-11-28.json", tmp_path / "confirm.md")
+    assert _body((tmp_path / "confirm.md").read_text().replace(
+        "--render docs/claims-confirm-2026-11-28.json --docs", "--render docs/claims-confirm-2026-11-28.json --docs "
+        "docs/claims-confirm.md")) == _body((DOCS.parent / "claims-confirm.md").read_text())
+    assert {c["name"] for c in report["claims"]} == {c.name for c in CLAIMS if c.revised}
+    assert all(c["seeds"] == [1000, 1001, 1002, 1003, 1004] and c["current_definition"] and not c["exploratory"]
+               for c in report["claims"])
+    assert report["family_size"] == 17 and report["budget"] == "confirm"
 
 
 def test_the_earlier_full_run_is_judged_under_the_current_rules(tmp_path):
