@@ -122,6 +122,44 @@ def test_gpu_speed_without_cuda_says_so_in_one_line(tmp_path):
     assert not out.exists()
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the machine without a CUDA device")
+def test_deterministic_cost_without_cuda_says_so_in_one_line(tmp_path):
+    """benchmarks/deterministic_cost.py on a machine without CUDA: one line on stderr, exit 2, nothing written."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    out = tmp_path / "bench.md"
+    r = subprocess.run([sys.executable, str(root / "benchmarks" / "deterministic_cost.py"), "--out", str(out)],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.strip().splitlines() == [r.stderr.strip()] and "deterministic_cost.py: no CUDA device" in r.stderr
+    assert not out.exists()
+
+
+def test_deterministic_cost_ranks_the_operators_that_grow_and_writes_ratios(monkeypatch):
+    """The section's table: step times as ratios to ``off``; the operators whose device time grows most from off to
+    true, largest first, an operator only one side runs counted 0 on the other, shrinking ones left out."""
+    import sys
+    from pathlib import Path
+
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    sys.modules.pop("deterministic_cost", None)
+    import deterministic_cost as dc
+
+    off = {"gemm": 100.0, "index_put": 5.0, "softmax": 20.0}
+    on = {"gemm": 130.0, "index_put": 45.0, "softmax": 18.0, "sort": 7.0}
+    assert dc.grown(off, on) == [("index_put", 5.0, 45.0), ("gemm", 100.0, 130.0), ("sort", 0.0, 7.0)]
+    meta = {"device": "GPU X", "torch": "2", "cuda": "12"}
+    res = {m: {**meta, "step_ms": ms, "ops_us": off if m == "off" else on}
+           for m, ms in zip(dc.MODES, (10.0, 10.5, 11.0, 12.0))}
+    text = dc.section(res, "issue", False)
+    assert "| true | 12.00 | 1.200 |" in text and "| cublas | 10.50 | 1.050 |" in text
+    assert text.index("`index_put` | 5 | 45 | +40") < text.index("`gemm` | 100 | 130 | +30") < text.index("`sort`")
+    assert "softmax" not in text and "GPU X" in text
+
+
 @needs_cuda
 @pytest.mark.parametrize(("compile_", "clip"), [("false", "global"), ("true", "global"), ("false", "adagc")])
 def test_cuda_steps_between_read_points_never_wait_for_the_device(tmp_path, cache, monkeypatch, compile_, clip):
