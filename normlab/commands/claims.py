@@ -210,7 +210,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                     help="tiny: seconds (tests); quick: < 15 min on 2 cores; full: about 1 h on 2 idle cores, "
                          "writes docs/claims.md; scale: the claims not decided at width 64, at 12 blocks of width "
                          "256 on a GPU (refused in one line without CUDA); confirm: full's runs on the fresh seed "
-                         "block 1000-1004 for the claims revised after a verdict on seeds 0-4")
+                         "block 6000-6004 for the claims revised after a verdict on seeds 0-4")
     cl.add_argument("--out", help="results and runs directory (default: runs/claims-<budget>); re-run to resume")
     cl.add_argument("--workers", type=int_in(1, 1024), help="parallel training processes (default: 2, tiny: 1)")
     cl.add_argument("--reuse", metavar="SWEEP_DIR", help="copy runs with exactly the same resolved config from this "

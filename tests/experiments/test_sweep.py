@@ -110,8 +110,8 @@ def test_sweep_file_that_is_not_a_file_says_what_it_is(kind, tmp_path, cache):
 def test_declared_presets_and_the_claims_suite_use_disjoint_seed_blocks():
     """Confirmatory means fresh seeds: every shipped preset that declares a question names what informed its
     design (``designed_from``) and runs on a seed block that no other declared preset, no replication and no
-    claims budget uses (the claims suite runs seeds 0..n-1, ``scale`` its own block 5000-5007, with a claim's own
-    larger seed count where it has one); a replication gets its own block too."""
+    claims budget uses (the claims suite runs seeds 0..n-1, ``scale`` its own block 5000-5007, ``confirm`` its own
+    block 6000-6004, with a claim's own larger seed count where it has one); a replication gets its own block too."""
     from normlab.experiments.claims.budgets import BUDGETS
     from normlab.experiments.claims.specs import CLAIMS
     from normlab.experiments.sweep import SWEEP_DIR, load_sweep, replication_seeds
@@ -119,6 +119,7 @@ def test_declared_presets_and_the_claims_suite_use_disjoint_seed_blocks():
     most = max(c.seeds or 0 for c in CLAIMS)
     blocks = {f"claims --budget {b.name}": set(b.seed_list(max(b.seeds, most))) for b in BUDGETS.values()}
     assert blocks["claims --budget scale"] >= set(range(5000, 5008))
+    assert blocks["claims --budget confirm"] >= set(range(6000, 6005))
     declared = []
     for f in sorted(SWEEP_DIR.glob("*.yaml")):
         sweep = load_sweep(preset=f.stem)

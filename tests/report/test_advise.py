@@ -111,7 +111,7 @@ def test_gpt2_small_answer_states_only_what_the_evidence_decides(tmp_path, cache
     confirmed = {e["name"]: e for d in res["decisions"] for e in d["decided"] if claims[e["name"]].get(
         "exploratory_result")}
     assert set(confirmed) == {"mixln-grad", "peri-variance-magnitude"}
-    assert all(e["decided_on"] == ["pystdlib (claims suite, seeds 1000-1004)"] and "on seeds 0-4, which its revision "
+    assert all(e["decided_on"] == ["pystdlib (claims suite, seeds 6000-6004)"] and "on seeds 0-4, which its revision "
                "saw" in e["verdict"] for e in confirmed.values())
     sweep = load_sweep(out)  # the project's own parser: `normlab compare` accepts it
     nxt = res["next"]

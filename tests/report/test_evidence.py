@@ -22,7 +22,7 @@ def test_packaged_evidence_equals_the_rebuild_from_docs():
     assert load_evidence() == json.loads(json.dumps(want)), (
         "normlab/evidence/claims.json is stale: python -m normlab.report.evidence docs/claims-full-2026-11-28.json "
         "docs/replications-2026-11-26.json normlab/evidence/claims.json --confirm docs/claims-confirm-2026-11-28.json")
-    # every claim revised after a verdict on seeds 0-4 is read from its confirmation on 1000-1004: none exploratory
+    # every claim revised after a verdict on seeds 0-4 is read from its confirmation on 6000-6004: none exploratory
     ev = load_evidence()
     assert not any(c["exploratory"] for c in ev["claims"])
     assert {c["name"] for c in ev["claims"] if c["source"] == CONFIRM.name} == {

@@ -11,7 +11,7 @@ them).
   the same shape and length; its runs ask for ``device: cuda`` (a CPU-only machine refuses the budget in one line
   with its estimated time, normlab.experiments.estimate) and use their own seed block, 5000-5007 (docs/compare.md,
   "Seed blocks");
-- ``confirm``: ``full``'s models, steps and 5 seeds on a fresh seed block, 1000-1004, for the claims whose definition
+- ``confirm``: ``full``'s models, steps and 5 seeds on a fresh seed block, 6000-6004, for the claims whose definition
   was revised after a verdict on seeds 0-4 (:data:`CONFIRM_CLAIMS`; normlab/evidence/revisions.yaml): their verdicts
   on seeds 0-4 are exploratory (runs that shaped a design cannot confirm it), the same definitions judged on seeds
   no revision saw are confirmatory (``normlab.experiments.claims.execution.judge``; docs/claims-confirm.md).
@@ -87,7 +87,7 @@ CONFIRM_CLAIMS = ("cod-growth", "peri-massive", "peri-variance", "peri-variance-
                   "postln-warmup", "dyt-vs-ln", "lssar-extrapolation", "powernorm-lm", "linear-attention",
                   "hadamard-w4", "peri-quant", "mano-rank", "mnn-rank", "mixln-lr-best", "stablemax-collapse",
                   "residual-sink-clipping")
-CONFIRM_SEED_BASE = 1000
+CONFIRM_SEED_BASE = 6000  # a block no shipped question uses (claims 0-4, quick 1000s/2000s, scale 3000s-5000s)
 
 
 BUDGETS: dict[str, Budget] = {

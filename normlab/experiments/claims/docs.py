@@ -124,7 +124,7 @@ def revisions_lines(claims: list) -> list[str]:
            "revision saw (*seeds seen*: the seeds of the results it was made after) has its verdict marked ⚑ "
            "*exploratory* in the table (runs that shaped a design cannot confirm it; `normlab advise` counts none "
            "of them as decided). Judged on seeds no revision saw, the same definition is confirmatory: "
-           "`normlab claims --budget confirm` measures every revised claim on the fresh block 1000-1004 "
+           "`normlab claims --budget confirm` measures every revised claim on the fresh block 6000-6004 "
            "(docs/claims-confirm.md).", ""]
     rows = [(c.name, r) for c in claims for r in c.revised]
     if not rows:

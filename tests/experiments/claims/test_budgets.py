@@ -14,7 +14,7 @@ def test_confirm_is_the_full_budget_on_a_fresh_seed_block():
     full, confirm = BUDGETS["full"], get_budget("confirm")
     differ = {f.name for f in dataclasses.fields(full) if getattr(full, f.name) != getattr(confirm, f.name)}
     assert differ == {"name", "seed_base", "claims"}  # the same models, steps, measurements: only the seeds move
-    assert confirm.seed_list(5) == [1000, 1001, 1002, 1003, 1004]
+    assert confirm.seed_list(5) == [6000, 6001, 6002, 6003, 6004]
     assert full.seed_list(5) == [0, 1, 2, 3, 4]
 
 

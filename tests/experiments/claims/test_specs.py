@@ -197,14 +197,14 @@ def test_docs_claims_md_is_what_render_writes_from_the_stored_results(tmp_path):
 
 def test_docs_claims_confirm_md_is_what_render_writes_and_confirms_every_revised_claim(tmp_path):
     """docs/claims-confirm.md is `normlab claims --render docs/claims-confirm-2026-11-28.json --docs
-    docs/claims-confirm.md`; that run measured every revised claim (and no other) on seeds 1000-1004 under its
+    docs/claims-confirm.md`; that run measured every revised claim (and no other) on seeds 6000-6004 under its
     current definition, none of them exploratory there (no revision saw those seeds), one Holm family of 17."""
     report = _rendered("docs/claims-confirm-2026-11-28.json", tmp_path / "confirm.md")
     assert _body((tmp_path / "confirm.md").read_text().replace(
         "--render docs/claims-confirm-2026-11-28.json --docs", "--render docs/claims-confirm-2026-11-28.json --docs "
         "docs/claims-confirm.md")) == _body((DOCS.parent / "claims-confirm.md").read_text())
     assert {c["name"] for c in report["claims"]} == {c.name for c in CLAIMS if c.revised}
-    assert all(c["seeds"] == [1000, 1001, 1002, 1003, 1004] and c["current_definition"] and not c["exploratory"]
+    assert all(c["seeds"] == [6000, 6001, 6002, 6003, 6004] and c["current_definition"] and not c["exploratory"]
                for c in report["claims"])
     assert report["family_size"] == 17 and report["budget"] == "confirm"
 
