@@ -107,10 +107,10 @@ def test_gpt2_small_answer_states_only_what_the_evidence_decides(tmp_path, cache
             assert c["verdict"] not in A.DECIDED_VERDICTS or c["p_adj"] > 0.05 or c["exploratory"], c
             assert ("exploratory" in e["verdict"]) == bool(c["exploratory"] or c.get("exploratory_result"))
             assert ("exploratory: revised" in e["verdict"]) == c["exploratory"]
-    # the two claims decided only on the confirmation's fresh seed block (exploratory on seeds 0-4)
+    # the claims decided only on the confirmation's fresh seed block (exploratory on seeds 0-4)
     confirmed = {e["name"]: e for d in res["decisions"] for e in d["decided"] if claims[e["name"]].get(
         "exploratory_result")}
-    assert set(confirmed) == {"mixln-grad", "peri-variance-magnitude"}
+    assert set(confirmed) == {"mixln-grad", "peri-variance-magnitude", "postln-warmup"}
     assert all(e["decided_on"] == ["pystdlib (claims suite, seeds 6000-6004)"] and "on seeds 0-4, which its revision "
                "saw" in e["verdict"] for e in confirmed.values())
     sweep = load_sweep(out)  # the project's own parser: `normlab compare` accepts it

@@ -181,6 +181,7 @@ def confirmation_lines(report: dict, confirmation: dict, source: str) -> list[st
            f"({md_code(source)}; docs/claims-confirm.md, its own page). These verdicts are confirmatory: Holm's "
            f"correction over that run's family of {confirmation.get('family_size', 'n/a')} claims with a test. "
            "`normlab advise` reads them (normlab/evidence/claims.json).", "",
+           *([str(confirmation["note"]), ""] if confirmation.get("note") else []),
            "| claim | exploratory (seeds " + seed_span(sorted({s for c, _ in rows for s in claim_seeds(report, c)}))
            + ") | confirmatory: measured (raw 95% CI) | Holm p | confirmatory verdict |",
            "|---|---|---|---|---|"]

@@ -207,6 +207,19 @@ def test_docs_claims_confirm_md_is_what_render_writes_and_confirms_every_revised
     assert all(c["seeds"] == [6000, 6001, 6002, 6003, 6004] and c["current_definition"] and not c["exploratory"]
                for c in report["claims"])
     assert report["family_size"] == 17 and report["budget"] == "confirm"
+    # the first confirmation (seeds 1000-1004, moved off the quick preset's block before the run above) is kept and
+    # named on the page; its verdicts equal those of seeds 0-4, and the page's note lists where the two blocks differ
+    import json
+
+    from normlab.experiments.claims.execution import judge
+
+    first = judge(json.loads((DOCS.parent / "claims-confirm-seeds1000-2026-11-28.json").read_text()))
+    full = {c["name"]: c["verdict"] for c in judge(json.loads(STORED.read_text()))["claims"]}
+    assert all(c["verdict"] == full[c["name"]] and c["seeds"] == [1000, 1001, 1002, 1003, 1004]
+               for c in first["claims"])
+    differ = sorted(c["name"] for c, d in zip(first["claims"], report["claims"]) if c["verdict"] != d["verdict"])
+    assert differ == ["lssar-extrapolation", "mano-rank", "postln-warmup"]
+    assert all(f"`{n}`" in report["note"] for n in differ) and "claims-confirm-seeds1000" in report["note"]
 
 
 def test_the_earlier_full_run_is_judged_under_the_current_rules(tmp_path):
