@@ -118,6 +118,8 @@ def status(claim: dict[str, Any], alpha: float = ALPHA) -> str:
         return "not observable"
     if claim.get("exploratory"):  # revised after a verdict on the same seeds: no confirmatory decision
         return "undecided"
+    if claim.get("current_definition") is False:  # measured under a definition revised since
+        return "undecided"
     if claim.get("test") == "exact" and verdict in ("held", "not held"):
         return "decided"
     p = claim.get("p_adj")

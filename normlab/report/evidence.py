@@ -75,8 +75,13 @@ def build_evidence(claims: dict[str, Any], replications: dict[str, Any], *, clai
             raise NormlabError(why)
         for cname, rec in _records(doc, name).items():
             main = records.get(cname)
-            if main is None or not main["exploratory"] or rec["exploratory"]:
-                continue  # confirmatory already, or not confirmed here (a revision saw these seeds too)
+            if main is None or rec["exploratory"] or not rec["current_definition"]:
+                continue  # not confirmed here (a revision saw these seeds, or came after these results)
+            if "exploratory_result" in main:
+                raise NormlabError(f"{name}: {cname} is confirmed by {main['source']} already; give one "
+                                   "confirmation per claim (choosing between two by their verdicts is a forking path)")
+            if not main["exploratory"]:
+                continue  # confirmatory in the main run already
             records[cname] = {**rec, "exploratory_result": {k: main[k] for k in (
                 "verdict", "measured", "ci", "p_adj", "n", "seeds", "source")}}
         seeds = sorted({s for c in doc["claims"] for s in claim_seeds(doc, c)})

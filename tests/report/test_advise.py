@@ -31,6 +31,7 @@ def _claim(**kw):
     ({"exploratory": True}, "undecided"),
     ({"exploratory": True, "test": "exact", "p_adj": None}, "undecided"),
     ({"exploratory": True, "verdict": "not observable at this scale"}, "not observable"),
+    ({"current_definition": False}, "undecided"),  # measured under a definition revised since
 ])
 def test_status_follows_the_suite_verdict_and_holm_p(kw, want):
     assert A.status(_claim(**kw)) == want

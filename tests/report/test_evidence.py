@@ -94,3 +94,16 @@ def test_a_confirmation_of_another_budget_is_refused():
                                            "steps differ"):
         build_evidence(full, reps, claims_name="f.json", replications_name="r.json",
                        confirmations=((_confirmation(full, steps=50), "c.json"),))
+
+
+def test_two_confirmations_of_one_claim_are_refused_and_an_outdated_one_confirms_nothing():
+    """Two confirmation runs of the same claim would let the order of --confirm pick a verdict: refused in one line.
+    A confirmation measured under a definition revised since (its spec hash no longer current) confirms nothing."""
+    full, reps = json.loads(CLAIMS.read_text()), json.loads(REPS.read_text())
+    with pytest.raises(NormlabError, match="is confirmed by a.json already; give one confirmation per claim"):
+        build_evidence(full, reps, claims_name="f.json", replications_name="r.json",
+                       confirmations=((_confirmation(full), "a.json"), (_confirmation(full, shift=7000), "b.json")))
+    old = _confirmation(full)
+    old["claims"] = [{**c, "spec_hash": "000000000000"} for c in old["claims"]]
+    ev = build_evidence(full, reps, claims_name="f.json", replications_name="r.json", confirmations=((old, "c.json"),))
+    assert all(c["source"] == "f.json" for c in ev["claims"])

@@ -99,7 +99,10 @@ def claim_seeds(report: dict[str, Any], claim: dict[str, Any]) -> list[int]:
 
 def confirms(revisions: tuple[Revision, ...], seeds: list[int]) -> bool:
     """Whether a verdict on ``seeds`` is confirmatory for a definition with ``revisions``: none of its revisions was
-    made after results on any of these seeds (runs that shaped a design cannot confirm it)."""
+    made after results on any of these seeds (runs that shaped a design cannot confirm it). Unknown seeds (an empty
+    list) confirm nothing for a revised definition."""
+    if revisions and not seeds:
+        return False
     return not any(set(r.seeds_seen) & set(seeds) for r in revisions)
 
 

@@ -477,6 +477,29 @@ def test_a_revised_claim_is_exploratory_only_on_seeds_a_revision_saw(monkeypatch
     old = {"seeds": 3, "budget_spec": {"seed_base": 5000}}
     assert claim_seeds(old, {"name": "x"}) == [5000, 5001, 5002]
     assert claim_seeds(old, {"seeds": [7, 9]}) == [7, 9]
+    # unknown seeds confirm nothing: a report without them judges every revised claim exploratory
+    from normlab.experiments.claims.specs import confirms
+
+    assert claim_seeds({}, {"name": "x"}) == [] and not confirms(cod.revised, []) and confirms((), [])
+    unknown = {**stored, "seeds": 0, "claims": [{k: v for k, v in c.items() if k != "seeds"} for c in stored["claims"]]}
+    assert {c["name"] for c in judge(unknown)["claims"] if c["exploratory"]} == {c.name for c in CLAIMS if c.revised}
+
+
+def test_every_revision_lists_the_seeds_of_the_stored_results_it_came_after():
+    """``seeds_seen`` is written by hand: every stored claims result in docs/ dated on or before a revision of one
+    of its claims (the date in its file name) has that claim's seeds in the revision's ``seeds_seen``, so a result
+    that shaped a revision can never confirm it."""
+    import json
+    import re
+
+    for f in sorted(DOCS.parent.glob("claims-*-20??-??-??.json")):
+        date = re.search(r"(\d{4}-\d{2}-\d{2})\.json$", f.name).group(1)
+        stored = json.loads(f.read_text())
+        revised = {c.name: c.revised for c in CLAIMS}
+        for c in stored["claims"]:
+            for r in revised.get(c["name"], ()):
+                if r.date >= date:
+                    assert set(c["seeds"]) <= set(r.seeds_seen), (f.name, c["name"], r.date)
 
 
 @pytest.mark.parametrize("seen", [(), [], ["0"], [-1], [True], None])
