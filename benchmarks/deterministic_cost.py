@@ -117,6 +117,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks.md")
     ap.add_argument("--child", choices=MODES, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.steps < 1:
+        print(f"deterministic_cost.py: --steps must be >= 1 (steps timed per mode), got {args.steps}", file=sys.stderr)
+        return 2
     why = no_cuda_line()
     if why:
         print(why.replace("gpu_speed.py", "deterministic_cost.py"), file=sys.stderr)

@@ -23,7 +23,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from normlab.errors import NormlabError
+from normlab.errors import NormlabError, printable
 from normlab.experiments.claims.budgets import confirmation_mismatch
 from normlab.experiments.claims.execution import judge
 from normlab.experiments.claims.specs import claim_seeds
@@ -42,10 +42,10 @@ def _check_claims(doc: dict[str, Any], name: str) -> None:
         raise NormlabError(f"{name}: not a normlab claims results file (format {doc.get('format')!r})")
 
 
-def _records(doc: dict[str, Any], name: str) -> dict[str, dict[str, Any]]:
-    """Claim name -> its record (``CLAIM_FIELDS``) from ``doc`` judged by the current rules (``judge``: Holm over
-    the document's family, margins, observability, revisions and the seeds they saw), ``source`` its file."""
-    return {c["name"]: {**{k: c.get(k) for k in CLAIM_FIELDS}, "source": name} for c in judge(doc)["claims"]}
+def _records(judged: dict[str, Any], name: str) -> dict[str, dict[str, Any]]:
+    """Claim name -> its record (``CLAIM_FIELDS``) from a document judged by the current rules (``judge``: Holm
+    over the document's family, margins, observability, revisions and the seeds they saw), ``source`` its file."""
+    return {c["name"]: {**{k: c.get(k) for k in CLAIM_FIELDS}, "source": name} for c in judged["claims"]}
 
 
 def build_evidence(claims: dict[str, Any], replications: dict[str, Any], *, claims_name: str,
@@ -66,14 +66,15 @@ def build_evidence(claims: dict[str, Any], replications: dict[str, Any], *, clai
     if unknown:
         raise NormlabError(f"{replications_name}: replications of claims not in {claims_name}: {', '.join(unknown)}")
     judged = judge(claims)  # the verdicts of the current rules, as docs/claims.md renders them (one rule, every path)
-    records = _records(claims, claims_name)
+    records = _records(judged, claims_name)
     confirmed = []
     for doc, name in confirmations:
         _check_claims(doc, name)
         why = confirmation_mismatch(spec, doc.get("budget_spec") or {}, claims_name, name)
         if why:
             raise NormlabError(why)
-        for cname, rec in _records(doc, name).items():
+        doc_judged = judge(doc)
+        for cname, rec in _records(doc_judged, name).items():
             main = records.get(cname)
             if main is None or rec["exploratory"] or not rec["current_definition"]:
                 continue  # not confirmed here (a revision saw these seeds, or came after these results)
@@ -86,7 +87,7 @@ def build_evidence(claims: dict[str, Any], replications: dict[str, Any], *, clai
                 "verdict", "measured", "ci", "p_adj", "n", "seeds", "source")}}
         seeds = sorted({s for c in doc["claims"] for s in claim_seeds(doc, c)})
         confirmed.append({"source": name, "budget": doc.get("budget"), "seeds": seeds,
-                          "family_size": judge(doc).get("family_size"), "command": doc.get("command")})
+                          "family_size": doc_judged.get("family_size"), "command": doc.get("command")})
     return {
         "format": FORMAT,
         "sources": {"claims": claims_name, "replications": replications_name,
@@ -118,10 +119,18 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--confirm", type=Path, action="append", default=[], metavar="CLAIMS_JSON",
                     help="a claims run on a fresh seed block (normlab claims --budget confirm); repeatable")
     a = ap.parse_args(argv)
-    data = build_evidence(read_json(a.claims), read_json(a.replications), claims_name=a.claims.name,
-                          replications_name=a.replications.name,
-                          confirmations=tuple((read_json(p), p.name) for p in a.confirm))
-    write_text(a.out, json.dumps(data, indent=1, sort_keys=True) + "\n")
+    try:
+        data = build_evidence(read_json(a.claims), read_json(a.replications), claims_name=a.claims.name,
+                              replications_name=a.replications.name,
+                              confirmations=tuple((read_json(p), p.name) for p in a.confirm))
+        write_text(a.out, json.dumps(data, indent=1, sort_keys=True) + "\n")
+    except (NormlabError, OSError) as e:  # a missing or unreadable input, an unwritable output: one line
+        print(f"error: {printable(e)}", file=sys.stderr)
+        return 2
+    except (KeyError, TypeError, AttributeError) as e:  # a JSON document that is not the results it should be
+        print(f"error: an input is not normlab claims / replications results (missing or malformed: {printable(e)})",
+              file=sys.stderr)
+        return 2
     return 0
 
 

@@ -107,3 +107,23 @@ def test_two_confirmations_of_one_claim_are_refused_and_an_outdated_one_confirms
     old["claims"] = [{**c, "spec_hash": "000000000000"} for c in old["claims"]]
     ev = build_evidence(full, reps, claims_name="f.json", replications_name="r.json", confirmations=((old, "c.json"),))
     assert all(c["source"] == "f.json" for c in ev["claims"])
+
+
+def test_the_builder_command_says_what_is_wrong_in_one_line(tmp_path, capsys):
+    """``python -m normlab.report.evidence`` on a missing, a malformed or an unwritable path: one line, exit 2,
+    nothing written; on the docs' files it writes the packaged evidence exactly."""
+    from normlab.report.evidence import main
+
+    out = tmp_path / "ev.json"
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"format": "normlab-claims-v1"}))
+    (tmp_path / "afile").write_text("x")
+    for argv, says in (([str(tmp_path / "none.json"), str(REPS), str(out)], "none.json"),
+                       ([str(bad), str(REPS), str(out)], "not normlab claims / replications results"),
+                       ([str(CLAIMS), str(REPS), str(tmp_path / "afile" / "ev.json")], "afile")):
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("error: ") and len(err.splitlines()) == 1 and says in err, err
+        assert not out.exists()
+    assert main([str(CLAIMS), str(REPS), str(out), "--confirm", str(CONFIRM)]) == 0
+    assert json.loads(out.read_text()) == load_evidence()
