@@ -15,6 +15,7 @@ import dataclasses
 import hashlib
 import json
 import re
+import sys
 import types
 import typing
 from dataclasses import asdict, dataclass, field, fields
@@ -301,6 +302,9 @@ def _coerce(key: str, value: Any, tp: Any) -> Any:
         if isinstance(value, int) and not isinstance(value, bool):
             return value
     elif tp is float:
+        if isinstance(value, int) and not isinstance(value, bool) and abs(value) > _FLOAT_MAX:
+            raise NormlabError(f"{key} must be a finite number, got an integer of {len(str(abs(value)))} digits "
+                               "(beyond the largest float)")
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return float(value)
         if isinstance(value, str) and _FLOAT.fullmatch(value.strip()):  # YAML 1.1 reads '1e-3' as a string
@@ -309,6 +313,9 @@ def _coerce(key: str, value: Any, tp: Any) -> Any:
         if isinstance(value, str):
             return value
     raise NormlabError(f"{key} must be {_type_name(tp)}, got {type(value).__name__} {value!r}")
+
+
+_FLOAT_MAX = int(sys.float_info.max)  # an int above it has no float (float() raises OverflowError)
 
 
 def _build(cls: type, data: dict[str, Any], prefix: str) -> Any:

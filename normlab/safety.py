@@ -9,6 +9,7 @@ lower), Ctrl-C (exit 130, no traceback) and a closed stdout pipe (exit 0). ``--d
 from __future__ import annotations
 
 import errno
+import re
 import shlex
 import sys
 from typing import Callable
@@ -37,12 +38,22 @@ RESUME_HINTS = {  # what re-running a command after a full disk does (docs/cli.m
 }
 
 
+def one_line(message: object) -> str:
+    """An error message as the one line ``guarded`` prints: printable (:func:`printable`), every run of more than
+    ``LONG_WORD`` non-blank characters (a pasted blob as a config value, a 3,000-character path) shortened to its
+    start and end with its length (:func:`normlab.errors.clip`), whichever command or module echoed it."""
+    return re.sub(rf"\S{{{LONG_WORD + 1},}}", lambda m: clip(m.group(), LONG_WORD), printable(message))
+
+
+LONG_WORD = 240
+
+
 def os_error_line(e: OSError, command: str | None = None) -> str:
     """``PATH: No space left on device (free some space ...)`` style text naming the path; ``command`` (the
     subcommand that failed) chooses the way out of a full disk (``RESUME_HINTS``)."""
-    path = clip(e.filename) if e.filename is not None else ""
+    path = e.filename if e.filename is not None else ""
     if e.filename2 is not None:
-        path = f"{path} -> {clip(e.filename2)}"
+        path = f"{path} -> {e.filename2}"
     text = str(e).strip().splitlines()
     reason = e.strerror or (f"{e.__class__.__name__}: {text[0][:200]}" if text else e.__class__.__name__)
     if e.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
@@ -74,7 +85,7 @@ def guarded(run: Callable[[], int], *, debug: bool = False, command: str | None 
     except (NormlabError, OSError) as e:
         if debug:
             raise
-        print(f"error: {printable(e if isinstance(e, NormlabError) else os_error_line(e, command))}",
+        print(f"error: {one_line(e if isinstance(e, NormlabError) else os_error_line(e, command))}",
               file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:

@@ -47,6 +47,7 @@ def test_overrides_are_typed():
         ({"model": {"width": 65, "heads": 4}}, "divisible"),
         ({"model": "big"}, "must be a mapping"),
         ({"train": {"steps": 0}}, "train.steps must be >= 1"),
+        ({"train": {"lr": 10**400}}, "train.lr must be a finite number, got an integer of 401 digits"),
     ],
 )
 def test_bad_config_one_line(data, fragment):

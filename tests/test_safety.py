@@ -6,7 +6,7 @@ import errno
 
 import pytest
 
-from normlab.safety import guarded, os_error_line
+from normlab.safety import guarded, one_line, os_error_line
 import json
 import os
 from pathlib import Path
@@ -314,6 +314,21 @@ def test_a_long_path_is_clipped_and_a_name_too_long_says_the_limit():
     import errno
 
     e = OSError(errno.ENAMETOOLONG, "File name too long", "d/" + "x" * 3000)
-    line = os_error_line(e)
-    assert line.startswith("d/xxx") and "... " not in line and "(3002 characters)" in line and len(line) < 400
-    assert line.endswith("File name too long (the file system allows 255 bytes per name; give a shorter path)")
+    assert os_error_line(e).endswith(
+        "File name too long (the file system allows 255 bytes per name; give a shorter path)")
+    line = one_line(os_error_line(e))
+    assert line.startswith("d/xxx") and "(3003 characters)" in line and len(line) < 400
+
+
+@pytest.mark.parametrize("setting, says", [
+    ("model.norm={}", "unknown norm 'yyy"), ("data.source={}", "yyy"), ("model.placement={}", "model.placement"),
+])
+def test_every_echoed_blob_is_shortened_in_the_one_line(setting, says, tmp_path):
+    """A 3,000-character value echoed by any check (the config's, the corpus loader's) reaches stderr shortened to
+    its ends and length (``one_line``, applied by ``guarded`` to every message), still one line, exit 2."""
+    from tests.helpers import assert_bad_input, run_inproc
+
+    proc = run_inproc("train", "tiny", "--set", setting.format("y" * 3000), "--out", str(tmp_path / "r"),
+                      cache=tmp_path / "c")
+    assert_bad_input(proc, says, " characters)")
+    assert len(proc.stderr) < 600

@@ -27,7 +27,7 @@ from urllib.parse import parse_qsl
 import numpy as np
 
 from normlab.data import markov
-from normlab.errors import NormlabError, clip, did_you_mean, unknown
+from normlab.errors import NormlabError, did_you_mean, unknown
 
 SOURCE_KINDS = ("synthetic", "pystdlib", "english", "hf")  # plus a local path
 SYNTHETIC_KINDS = ("markov",)
@@ -216,7 +216,7 @@ def _load_path(source: str, spec: str) -> Corpus:
     path = Path(path_str).expanduser()
     if not path.exists():
         raise NormlabError(
-            f"corpus path '{clip(path_str)}' does not exist; a source is synthetic:markov?..., pystdlib, hf:NAME, "
+            f"corpus path '{path_str}' does not exist; a source is synthetic:markov?..., pystdlib, hf:NAME, "
             f"or a path to a text file, directory or .jsonl file"
         )
     if not path.is_dir() and not path.is_file():  # a fifo, device or socket would be read forever (/dev/zero)
