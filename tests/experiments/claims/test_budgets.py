@@ -2,6 +2,7 @@
 block no revision saw, over every revised claim; each budget's measurement settings are its own fields."""
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 
@@ -34,15 +35,16 @@ def test_confirm_runs_every_revised_claim_on_seeds_no_revision_saw():
 def test_measurement_settings_are_budget_fields():
     """The post-hoc measurements' token counts and norm-removal steps, as the measures used them by budget name
     before they became fields (tiny 512 / 2, quick 8192 / 10, full 16384 / 30); scale kept quick's, which it fell
-    back to; confirm measures as full."""
+    back to; confirm and followup measure as full."""
     got = {n: (b.measure_tokens, b.removal_steps) for n, b in BUDGETS.items()}
     assert got == {"tiny": (512, 2), "quick": (8192, 10), "full": (16384, 30), "scale": (8192, 10),
-                   "confirm": (16384, 30)}
+                   "confirm": (16384, 30), "followup": (16384, 30)}
     assert {"measure_tokens", "removal_steps"} <= set(BUDGETS["full"].to_dict())  # stored with the results
 
 
 def test_an_unknown_budget_is_one_line_naming_the_allowed():
-    with pytest.raises(NormlabError, match="unknown budget 'huge'; allowed: tiny, quick, full, scale, confirm"):
+    with pytest.raises(NormlabError,
+                       match="unknown budget 'huge'; allowed: tiny, quick, full, scale, confirm, followup"):
         get_budget("huge")
 
 
@@ -61,3 +63,29 @@ def test_a_confirmation_is_the_same_budget_on_other_seeds_and_old_specs_read_as_
     why = confirmation_mismatch(stored, BUDGETS["quick"].to_dict(), "f.json", "c.json")
     assert why.startswith("c.json: a confirmation runs the main run's budget on other seeds; its deep_depth, ")
     assert "measure_tokens" in why and why.endswith("differ from f.json's")
+
+
+def test_followup_runs_the_claims_two_fresh_confirmations_disagree_on_with_more_seeds_on_a_fresh_block():
+    """``followup`` is ``confirm`` (the full budget's runs) on 12 seeds of its own block 7000-7011 and follows it;
+    its claims are exactly those whose verdicts differ between the two stored 5-seed confirmation runs (1000-1004
+    and 6000-6004), recomputed here from those files under the current rules; its seeds are fresh for them."""
+    from normlab.experiments.claims.budgets import FOLLOWUP_CLAIMS, confirmation_mismatch
+    from normlab.experiments.claims.execution import judge
+    from normlab.io import read_json
+
+    confirm, followup = BUDGETS["confirm"], get_budget("followup")
+    differ = {f.name for f in dataclasses.fields(confirm) if getattr(confirm, f.name) != getattr(followup, f.name)}
+    assert differ == {"name", "seeds", "seed_base", "claims", "follows"}
+    assert followup.follows == "confirm" and followup.seed_list(followup.seeds) == list(range(7000, 7012))
+    assert confirmation_mismatch(BUDGETS["full"].to_dict(), followup.to_dict(), "f.json", "u.json") is None
+    docs = Path(__file__).resolve().parents[3] / "docs"
+    first, second = (judge(read_json(docs / f)) for f in ("claims-confirm-seeds1000-2026-11-28.json",
+                                                          "claims-confirm-2026-11-28.json"))
+    verdicts = {c["name"]: c["verdict"] for c in first["claims"]}
+    disagree = [c["name"] for c in second["claims"] if verdicts[c["name"]] != c["verdict"]]
+    assert sorted(disagree) == sorted(FOLLOWUP_CLAIMS) and len(FOLLOWUP_CLAIMS) == 3
+    specs = {c.name: c for c in CLAIMS}
+    for name in FOLLOWUP_CLAIMS:
+        c = specs[name]
+        assert c.seeds is None  # the budget's 12 seeds, not a claim's own count
+        assert c.revised and confirms(c.revised, followup.seed_list(followup.seeds))
