@@ -36,25 +36,31 @@ def render(args: argparse.Namespace) -> int:
     src = Path(args.render)
     stored = _stored(src, "--render")
     report = _judged(stored, src, "--render")
-    confirmation = None
+    confirmations = []
     if args.confirmation:
         from normlab.experiments.claims.budgets import confirmation_mismatch
 
-        csrc = Path(args.confirmation)
-        cstored = _stored(csrc, "--confirmation")
-        why = confirmation_mismatch(stored["budget_spec"], cstored["budget_spec"], str(src), f"--confirmation {csrc}")
-        if why:
-            raise NormlabError(why)
-        confirmation = _judged(cstored, csrc, "--confirmation")
+        for csrc in map(Path, args.confirmation):
+            cstored = _stored(csrc, "--confirmation")
+            why = confirmation_mismatch(stored["budget_spec"], cstored["budget_spec"], str(src),
+                                        f"--confirmation {csrc}")
+            if why:
+                raise NormlabError(why)
+            confirmations.append((_judged(cstored, csrc, "--confirmation"), csrc.name))
+        given = {c.get("budget") for c, _ in confirmations}
+        for c, name in confirmations:
+            follows = (c.get("budget_spec") or {}).get("follows")
+            if follows and follows not in given:
+                raise NormlabError(f"--confirmation {name}: a follow-up of the {follows} budget's confirmation; give "
+                                   "that confirmation too (another --confirmation)")
     report["render_command"] = " ".join(shlex.quote(p) for p in ["normlab", "claims", "--render", str(src)]
-                                        + (["--confirmation", str(args.confirmation)] if confirmation else [])
+                                        + [x for c in args.confirmation or [] for x in ("--confirmation", c)]
                                         + (["--docs"] if args.docs else [])
                                         + ([args.docs] if isinstance(args.docs, str) else []))
     if args.docs:
         from normlab.experiments.claims.docs import write_docs
 
-        write_docs(report, Path(args.docs) if isinstance(args.docs, str) else DOCS, confirmation,
-                   Path(args.confirmation).name if confirmation else "")
+        write_docs(report, Path(args.docs) if isinstance(args.docs, str) else DOCS, tuple(confirmations))
     return show(report, args)
 
 
@@ -228,8 +234,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     cl.add_argument("--render", metavar="CLAIMS_JSON",
                     help="train nothing: judge a stored claims.json under the current rules (Holm over the family, "
                     "margins, revisions) and print it; with --docs also write the page")
-    cl.add_argument("--confirmation", metavar="CLAIMS_JSON",
-                    help="with --render: a claims.json of the same budget on a fresh seed block (--budget confirm); "
-                    "the page lists its confirmatory verdict beside each exploratory one")
+    cl.add_argument("--confirmation", metavar="CLAIMS_JSON", action="append",
+                    help="with --render: a claims.json of the same budget on a fresh seed block (--budget confirm, "
+                    "--budget followup with the confirmation it follows); repeatable; the page lists its "
+                    "confirmatory verdict beside each exploratory one")
     cl.add_argument("--json", action="store_true")
     cl.set_defaults(func=run_claims)

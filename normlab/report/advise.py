@@ -155,6 +155,10 @@ def _claim_entry(c: dict[str, Any], target: dict[str, Any], ev: dict[str, Any]) 
     if before:  # confirmed on a fresh seed block: the exploratory verdict on the seeds its revision saw beside it
         verdict += (f" on seeds {seed_span(c['seeds'])}, a fresh block (on seeds {seed_span(before['seeds'])}, "
                     f"which its revision saw: {before['verdict']}, exploratory)")
+    superseded = c.get("superseded_confirmation")
+    if superseded:  # a follow-up on a larger fresh block: the 5-seed confirmation it supersedes beside it
+        verdict += (f"; superseding the confirmation on seeds {seed_span(superseded['seeds'])}: "
+                    f"{superseded['verdict']}")
     entry = {"name": c["name"], "claim": c["claim"], "paper": c["paper"], "metric": c["metric"], "status": st,
              "verdict": verdict, "measured": c["measured"], "ci95": ci, "p_holm": c.get("p_adj"),
              "n": c.get("n"), "scale": c.get("scale"), "corpus": suite.get("corpus"),
@@ -344,8 +348,10 @@ def advise(cfg: RunConfig, ev: dict[str, Any], *, from_dirs: list[Path] = (), ba
             nxt["sweep_file"] = str(write_sweep(spec, sweep_path))
             nxt["command"] = f"normlab compare {sweep_path}"
         nxt["sweep"] = spec
+    follows = {c["source"]: c["follows"] for c in ev["suite"].get("confirmations") or [] if c.get("follows")}
     return {"target": target, "evidence": {**ev["sources"], "corpus": ev["suite"]["corpus"],
-                                           "suite_command": ev["suite"]["command"]},
+                                           "suite_command": ev["suite"]["command"],
+                                           **({"follow_ups": follows} if follows else {})},
             "scaling_fits": None if scaling is None else scaling_record(target, scaling),
             "far_factor": FAR, "decisions": decs, "costs": recipe_costs(cfg),
             "sweeps": [sweep_comparisons(Path(d), baseline) for d in from_dirs], "next": nxt}
@@ -362,12 +368,14 @@ def _factor(f: float) -> str:
 def render(res: dict[str, Any]) -> str:
     """The answer as text (what ``normlab advise`` prints)."""
     t = res["target"]
+    follows = res["evidence"].get("follow_ups") or {}
     lines = [f"Your model: width {t['width']}, {t['depth']} blocks, {t['heads']} heads, context {t['context']}, "
              f"vocab {t['vocab_size']}; {t['params'] / 1e6:.3g}M non-embedding parameters; {t['tokens']:.3g} "
              f"training tokens ({t['steps']} steps x {t['batch_size']}); {t['optimizer']}, precision "
              f"{t['precision']}; {t['flops_per_token']:.3g} training FLOPs/token (normlab.model.flops).",
              f"Evidence: {res['evidence']['claims']} (corpus {res['evidence']['corpus']}), "
-             + "".join(f"{c} (the revised claims on a fresh seed block), "
+             + "".join(f"{c} (a follow-up of {follows[c]} on a larger fresh block, superseding it for its claims), "
+                       if c in follows else f"{c} (the revised claims on a fresh seed block), "
                        for c in res["evidence"].get("confirmations") or [])
              + f"{res['evidence']['replications']}.", *_scaling_lines(res["scaling_fits"])]
     near = [e for d in res["decisions"] for e in d["decided"] if e["distance"] and not e["distance"]["far"]]

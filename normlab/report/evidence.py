@@ -10,7 +10,10 @@ the revised claims measured on a fresh seed block by ``normlab claims --budget c
 
 Each claim's record is its confirmatory measurement: a claim exploratory in the main run (judged on seeds a
 revision of its definition saw) takes its record from the confirmation run where it is confirmatory there, with
-the exploratory result beside it (``exploratory_result``); a claim exploratory everywhere keeps its main record.
+the exploratory result beside it (``exploratory_result``); a claim exploratory everywhere keeps its main record. A
+follow-up (``normlab claims --budget followup``: more seeds on another fresh block, declared before its runs, for the
+claims two fresh confirmations disagreed on) supersedes the confirmation it follows for its claims, whose record is
+kept beside (``superseded_confirmation``).
 ``tests/report/test_evidence.py`` rebuilds it from those files and fails when the packaged copy differs. Torch-free.
 """
 
@@ -48,14 +51,21 @@ def _records(judged: dict[str, Any], name: str) -> dict[str, dict[str, Any]]:
     return {c["name"]: {**{k: c.get(k) for k in CLAIM_FIELDS}, "source": name} for c in judged["claims"]}
 
 
+def _summary(record: dict[str, Any]) -> dict[str, Any]:
+    """The fields of a record kept beside the one that replaced it (an exploratory result, a superseded
+    confirmation)."""
+    return {k: record[k] for k in ("verdict", "measured", "ci", "p_adj", "n", "seeds", "source")}
+
+
 def build_evidence(claims: dict[str, Any], replications: dict[str, Any], *, claims_name: str,
                    replications_name: str, confirmations: tuple[tuple[dict[str, Any], str], ...] = ()
                    ) -> dict[str, Any]:
     """The packaged evidence from a claims results document (``normlab-claims-v1``) and a replications document
     (``normlab-replications-v1``); ``*_name``: the file names recorded as the sources. ``confirmations``: (claims
-    results document, file name) of runs on fresh seed blocks (``--budget confirm``): a claim exploratory in
-    ``claims`` and confirmatory in one of them takes that record (the last such), each document judged as its own
-    family."""
+    results document, file name) of runs on fresh seed blocks (``--budget confirm``, ``--budget followup``): a claim
+    exploratory in ``claims`` and confirmatory in one of them takes that record, each document judged as its own
+    family; a follow-up's record supersedes the record of the confirmation it follows (kept as
+    ``superseded_confirmation``). Two confirmations of one claim otherwise are refused."""
     _check_claims(claims, claims_name)
     if replications.get("format") != "normlab-replications-v1":
         raise NormlabError(f"{replications_name}: not a normlab replications file")
@@ -68,30 +78,41 @@ def build_evidence(claims: dict[str, Any], replications: dict[str, Any], *, clai
     judged = judge(claims)  # the verdicts of the current rules, as docs/claims.md renders them (one rule, every path)
     records = _records(judged, claims_name)
     confirmed = []
-    for doc, name in confirmations:
+    budgets = {doc.get("budget"): name for doc, name in confirmations}
+    # a follow-up (its budget ``follows`` another confirmation's, declared before its runs) is applied after the
+    # confirmation it follows, and only its claims' records are replaced; any other two confirmations of one claim
+    # are refused
+    order = sorted(confirmations, key=lambda dn: bool((dn[0].get("budget_spec") or {}).get("follows")))
+    for doc, name in order:
         _check_claims(doc, name)
         why = confirmation_mismatch(spec, doc.get("budget_spec") or {}, claims_name, name)
         if why:
             raise NormlabError(why)
+        follows = (doc.get("budget_spec") or {}).get("follows")
+        if follows and follows not in budgets:
+            raise NormlabError(f"{name}: a follow-up of the {follows} budget's confirmation; give that confirmation "
+                               "too (--confirm), whose verdicts it supersedes for its claims")
         doc_judged = judge(doc)
         for cname, rec in _records(doc_judged, name).items():
             main = records.get(cname)
             if main is None or rec["exploratory"] or not rec["current_definition"]:
                 continue  # not confirmed here (a revision saw these seeds, or came after these results)
-            if "exploratory_result" in main:
+            before = main.get("exploratory_result")
+            if before is not None and not (follows and main["source"] == budgets[follows]):
                 raise NormlabError(f"{name}: {cname} is confirmed by {main['source']} already; give one "
                                    "confirmation per claim (choosing between two by their verdicts is a forking path)")
-            if not main["exploratory"]:
+            if before is None and not main["exploratory"]:
                 continue  # confirmatory in the main run already
-            records[cname] = {**rec, "exploratory_result": {k: main[k] for k in (
-                "verdict", "measured", "ci", "p_adj", "n", "seeds", "source")}}
+            records[cname] = {**rec, "exploratory_result": before if before is not None else _summary(main),
+                              **({"superseded_confirmation": _summary(main)} if before is not None else {})}
         seeds = sorted({s for c in doc["claims"] for s in claim_seeds(doc, c)})
         confirmed.append({"source": name, "budget": doc.get("budget"), "seeds": seeds,
-                          "family_size": doc_judged.get("family_size"), "command": doc.get("command")})
+                          "family_size": doc_judged.get("family_size"), "command": doc.get("command"),
+                          **({"follows": budgets[follows]} if follows else {})})
     return {
         "format": FORMAT,
         "sources": {"claims": claims_name, "replications": replications_name,
-                    **({"confirmations": [n for _, n in confirmations]} if confirmations else {})},
+                    **({"confirmations": [n for _, n in order]} if confirmations else {})},
         "suite": {"budget": claims.get("budget"), "corpus": spec.get("source"), "seeds": claims.get("seeds"),
                   "context": spec.get("context"), "heads": spec.get("heads"), "batch_size": spec.get("batch_size"),
                   "correction": judged.get("correction"), "family_size": judged.get("family_size"),

@@ -90,3 +90,38 @@ def test_a_confirmation_of_another_budget_or_without_render_is_one_line(tmp_path
                                 str(conf), cache=tmp_path / "c"), "its steps differ from")
     assert_bad_input(run_inproc("claims", "--budget", "tiny", "--confirmation", str(conf), cache=tmp_path / "c"),
                      "--confirmation goes with --render")
+
+
+def test_render_with_a_followup_lists_it_beside_the_confirmation_it_supersedes(tmp_path):
+    """``--render FULL --confirmation CONFIRM --confirmation FOLLOWUP --docs``: after the confirmation's section, one
+    row per follow-up claim with the exploratory, the confirmation's and the follow-up's verdict (judged in the
+    follow-up's own family). A follow-up given without the confirmation it follows is one line, exit 2."""
+    from normlab.experiments.claims.budgets import BUDGETS, FOLLOWUP_CLAIMS
+    from normlab.experiments.claims.execution import judge
+
+    full = json.loads((DOCS / "claims-full-2026-11-28.json").read_text())
+    conf, fol = tmp_path / "confirm.json", tmp_path / "followup.json"
+    conf.write_text(json.dumps(_shifted(full, 1000)))
+    follow = {**_shifted(full, 7000), "budget": "followup", "command": "normlab claims --budget followup",
+              "budget_spec": json.loads(json.dumps(BUDGETS["followup"].to_dict()))}
+    follow["claims"] = [c for c in follow["claims"] if c["name"] in FOLLOWUP_CLAIMS]
+    fol.write_text(json.dumps(follow))
+    page = tmp_path / "claims.md"
+    run_inproc("claims", "--render", str(DOCS / "claims-full-2026-11-28.json"), "--confirmation", str(conf),
+               "--confirmation", str(fol), "--docs", str(page), cache=tmp_path / "c", check=True)
+    text = page.read_text()
+    assert text.index("## Confirmed on a fresh seed block") < text.index("## Followed up on a larger fresh block")
+    section = text.split("## Followed up on a larger fresh block")[1].split("\n## ")[0]
+    rows = [ln for ln in section.splitlines() if ln.startswith("| `")]
+    judged = {c["name"]: c for c in judge(follow)["claims"]}
+    confirmed = {c["name"]: c for c in judge(_shifted(full, 1000))["claims"]}
+    assert sorted(r.split("`")[1] for r in rows) == sorted(FOLLOWUP_CLAIMS)
+    for r in rows:
+        name, cells = r.split("`")[1], r.split("|")
+        assert cells[3].strip().startswith(confirmed[name]["verdict"] + ",")
+        assert f"**{judged[name]['verdict']}**" in cells[6]
+    assert "(seeds 1000-1004)" in section and "7000-7004" in section and "(seeds 0-4)" in section
+    assert text.split("```")[1].count("--confirmation") == 2  # the render command on the page names both
+    assert_bad_input(run_inproc("claims", "--render", str(DOCS / "claims-full-2026-11-28.json"), "--confirmation",
+                                str(fol), cache=tmp_path / "c"),
+                     "--confirmation followup.json: a follow-up of the confirm budget's confirmation; give that")

@@ -165,6 +165,13 @@ def test_a_claim_confirmed_on_a_fresh_block_is_decided_there_with_its_explorator
     assert e["status"] == "decided" and e["decided_on"] == ["pystdlib (claims suite, seeds 1000-1004)"]
     assert e["verdict"] == ("held on seeds 1000-1004, a fresh block (on seeds 0-4, which its revision saw: held, "
                             "exploratory)")
+    # a follow-up's record: decided on its own larger block, the confirmation it supersedes named beside
+    fol = A._claim_entry({**rec, "seeds": list(range(7000, 7012)), "superseded_confirmation": {
+        "verdict": "inconclusive", "seeds": [1000, 1001, 1002, 1003, 1004]}},
+        {"params": _ln_params(64, 12), "tokens": 512_000}, ev)
+    assert fol["status"] == "decided" and fol["decided_on"] == ["pystdlib (claims suite, seeds 7000-7011)"]
+    assert fol["verdict"] == ("held on seeds 7000-7011, a fresh block (on seeds 0-4, which its revision saw: held, "
+                              "exploratory); superseding the confirmation on seeds 1000-1004: inconclusive")
     alone = A._claim_entry(_claim(name="x", claim="c", paper="p", metric="m", seeds=[0, 1, 2, 3, 4],
                                   scale="width 64, 4 blocks, 500 steps, 512k tokens"),
                            {"params": _ln_params(64, 4), "tokens": 512_000}, ev)

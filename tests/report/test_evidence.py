@@ -127,3 +127,38 @@ def test_the_builder_command_says_what_is_wrong_in_one_line(tmp_path, capsys):
         assert not out.exists()
     assert main([str(CLAIMS), str(REPS), str(out), "--confirm", str(CONFIRM)]) == 0
     assert json.loads(out.read_text()) == load_evidence()
+
+
+def test_a_followup_supersedes_the_confirmation_it_follows_for_its_claims_only():
+    """A follow-up run (``--budget followup``: its budget follows confirm) replaces the confirmation's records of its
+    own claims, the confirmation's kept as ``superseded_confirmation`` and the exploratory result still beside; the
+    other confirmed claims keep the confirmation's record. Given without the confirmation it follows, or following a
+    budget none of the given files ran, it is refused in one line, and so is a second plain confirmation."""
+    from normlab.experiments.claims.budgets import BUDGETS, FOLLOWUP_CLAIMS
+
+    full, reps = json.loads(CLAIMS.read_text()), json.loads(REPS.read_text())
+    conf = _confirmation(full)
+    follow = {**_confirmation(full, shift=7000), "budget": "followup",
+              "budget_spec": json.loads(json.dumps(BUDGETS["followup"].to_dict()))}
+    follow["claims"] = [c for c in follow["claims"] if c["name"] in FOLLOWUP_CLAIMS]
+    kw = {"claims_name": "f.json", "replications_name": "r.json"}
+    once = build_evidence(full, reps, **kw, confirmations=((conf, "c.json"),))
+    both = build_evidence(full, reps, **kw, confirmations=((follow, "u.json"), (conf, "c.json")))  # any order
+    assert both == build_evidence(full, reps, **kw, confirmations=((conf, "c.json"), (follow, "u.json")))
+    before = {c["name"]: c for c in once["claims"]}
+    for c in both["claims"]:
+        if c["name"] in FOLLOWUP_CLAIMS:
+            old = before[c["name"]]
+            assert c["source"] == "u.json" and c["seeds"] == [7000 + s for s in range(5)]
+            assert c["superseded_confirmation"]["source"] == "c.json"
+            assert c["superseded_confirmation"]["seeds"] == old["seeds"] == [1000 + s for s in range(5)]
+            assert c["exploratory_result"] == old["exploratory_result"]
+        else:
+            assert c == before[c["name"]]
+    assert both["suite"]["confirmations"][1] == {**both["suite"]["confirmations"][1], "source": "u.json",
+                                                 "follows": "c.json"}
+    with pytest.raises(NormlabError, match="u.json: a follow-up of the confirm budget's confirmation; give that"):
+        build_evidence(full, reps, **kw, confirmations=((follow, "u.json"),))
+    with pytest.raises(NormlabError, match="is confirmed by c.json already; give one confirmation per claim"):
+        build_evidence(full, reps, **kw, confirmations=((conf, "c.json"), (follow, "u.json"),
+                                                        (_confirmation(full, shift=8000), "d.json")))

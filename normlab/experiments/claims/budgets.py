@@ -101,7 +101,7 @@ CONFIRM_CLAIMS = ("cod-growth", "peri-massive", "peri-variance", "peri-variance-
 CONFIRM_SEED_BASE = 6000  # a block no shipped question uses (claims 0-4, quick 1000s/2000s, scale 3000s-5000s)
 
 # the claims whose verdict on 1000-1004 (the first confirmation run, kept as docs/claims-confirm-seeds1000-*.json; it
-# matched seeds 0-4 on all 17) and on 6000-6004 (docs/claims-confirm-2026-11-28.json) differ: every such claim, fixed
+# matched seeds 0-4 on all 17) and on 6000-6004 (docs/claims-confirm-*.json) differ: every such claim, fixed
 # before the ``followup`` run; tests/experiments/claims/test_budgets.py recomputes the list from those two files
 FOLLOWUP_CLAIMS = ("postln-warmup", "lssar-extrapolation", "mano-rank")
 FOLLOWUP_SEED_BASE = 7000  # a block no shipped question uses (the blocks above, confirm 6000s)

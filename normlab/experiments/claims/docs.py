@@ -192,9 +192,46 @@ def confirmation_lines(report: dict, confirmation: dict, source: str) -> list[st
     return out + [""]
 
 
-def write_docs(report: dict, path: Path, confirmation: dict | None = None, confirmation_source: str = "") -> None:
-    """The claims page for the judged ``report``; with a judged ``confirmation`` report (a run of its exploratory
-    claims on a fresh seed block, ``--confirmation``), its section after the table."""
+def followup_lines(report: dict, confirmation: dict, followup: dict, source: str) -> list[str]:
+    """The "Followed up on a larger fresh block" section: for every claim exploratory in ``report`` that the
+    follow-up ``followup`` measured (a run whose budget follows ``confirmation``'s; all three judged reports), the
+    exploratory verdict, the confirmation's and the follow-up's, which supersedes it."""
+    conf = {c["name"]: c for c in confirmation["claims"]}
+    fol = {c["name"]: c for c in followup["claims"]}
+    rows = [(c, conf.get(c["name"]), fol[c["name"]]) for c in report["claims"]
+            if c.get("exploratory") and c["name"] in fol]
+    if not rows:
+        return []
+
+    def span(rep: dict, cs: list[dict]) -> str:
+        return seed_span(sorted({s for c in cs if c is not None for s in claim_seeds(rep, c)}))
+
+    out = ["## Followed up on a larger fresh block", "",
+           f"The claims whose confirmatory verdicts differed between two fresh 5-seed blocks, measured again by "
+           f"{md_code(str(followup.get('command')))} on {followup.get('seeds')} seeds, "
+           f"{span(followup, [f for _, _, f in rows])}, with the definitions fixed before those runs "
+           f"({md_code(source)}; docs/claims-followup.md, its own page). Holm's correction is over that run's family "
+           f"of {followup.get('family_size', 'n/a')}. The follow-up decides alone, its seeds not pooled with the "
+           "blocks that prompted it, and its verdict supersedes the confirmation's (normlab.experiments.claims.budgets"
+           ", `followup`, says why that keeps the error rate); `normlab advise` reads it.", "",
+           *([str(followup["note"]), ""] if followup.get("note") else []),
+           f"| claim | exploratory (seeds {span(report, [c for c, _, _ in rows])}) | confirmation (seeds "
+           f"{span(confirmation, [k for _, k, _ in rows])}) | follow-up: measured (raw 95% CI) | Holm p | "
+           "follow-up verdict |",
+           "|---|---|---|---|---|---|"]
+    for c, k, f in rows:
+        cells = [f"`{c['name']}`", f"{c['verdict']}, {measured_text(c)}",
+                 f"{k['verdict']}, {measured_text(k)}" if k is not None else "not measured", measured_text(f),
+                 _p(f.get("p_adj")),
+                 verdict_cell(f) if not f.get("exploratory") else f"{verdict_cell(f)} (not confirmed)"]
+        out.append("| " + " | ".join(x.replace("|", "\\|") for x in cells) + " |")
+    return out + [""]
+
+
+def write_docs(report: dict, path: Path, confirmations: tuple[tuple[dict, str], ...] = ()) -> None:
+    """The claims page for the judged ``report``; with judged ``confirmations`` (report, file name: runs of its
+    exploratory claims on fresh seed blocks, ``--confirmation``), their sections after the table: a plain
+    confirmation's, then a follow-up's (a run whose budget ``follows`` the confirmation's) beside it."""
     GRID_CLAIMS = grid_claim_names()
 
     meaning = {c.name: c.meaning for c in CLAIMS}
@@ -232,6 +269,12 @@ def write_docs(report: dict, path: Path, confirmation: dict | None = None, confi
            "(`normlab.experiments.claims.budgets.CONFIRM_CLAIMS`: every revised claim, whatever its verdict); "
            "Holm's correction is over this run's family. A claim still marked ⚑ here was revised after results on "
            "these seeds too.", ""] if report["budget"] == "confirm" else []),
+        *([f"> A follow-up run: the full budget's runs and measurements on {report['seeds']} seeds of the fresh block "
+           f"{seed_span(seeds)}, for the claims whose confirmatory verdicts differed between the two 5-seed blocks "
+           "that measured the revised claims (1000-1004 and 6000-6004; docs/claims-confirm.md). Declared before "
+           "these runs (`normlab.experiments.claims.budgets.FOLLOWUP_CLAIMS`); judged on this block alone, with "
+           "Holm's correction over this run's family; for these claims its verdicts supersede the confirmation's "
+           "(docs/claims.md).", ""] if report["budget"] == "followup" else []),
         f"Machine: {m['platform']}, {m['cpu_count']} cores, Python {m['python']}, torch {m['torch']}; load average "
         f"at the end {m['loadavg_at_end']}"
         + (" (the machine was shared with other jobs). " if _first(m["loadavg_at_end"]) > m["cpu_count"] else ". ")
@@ -291,8 +334,14 @@ def write_docs(report: dict, path: Path, confirmation: dict | None = None, confi
               f"{report['seeds']} seeds are wide, and a claim can flip with more steps. Each claim follows its "
               "paper's recipe where the scale allows; each section below names its source and its deviations. The "
               "per-seed details show the underlying numbers (e.g. both bits/byte values, both slopes).", ""]
-    if confirmation is not None:
-        lines += confirmation_lines(report, confirmation, confirmation_source)
+    plain = [(r, n) for r, n in confirmations if not (r.get("budget_spec") or {}).get("follows")]
+    for conf, name in plain:
+        lines += confirmation_lines(report, conf, name)
+    for fol, name in confirmations:
+        follows = (fol.get("budget_spec") or {}).get("follows")
+        base = next((r for r, _ in plain if r.get("budget") == follows), None)
+        if follows and base is not None:
+            lines += followup_lines(report, base, fol, name)
     shown = {c["name"] for c in report["claims"]}   # a claim added since these results is not listed yet
     listed = [c for c in CLAIMS if c.name in shown]
     lines += revisions_lines(listed) + spec_lines(listed, {c["name"]: c.get("spec_hash") for c in report["claims"]})

@@ -145,8 +145,8 @@ def test_a_spec_change_without_a_revision_is_caught():
     assert rows == {c.name: spec_hash(c)}
 
 
-def _rendered(src: str, out: Path, confirmation: str = "") -> dict:
-    """``normlab claims --render SRC [--confirmation CONFIRMATION] --docs`` into ``out``: the judged report."""
+def _rendered(src: str, out: Path, *confirmations: str) -> dict:
+    """``normlab claims --render SRC [--confirmation C ...] --docs`` into ``out``: the judged report."""
     import json
 
     from normlab.experiments.claims.docs import write_docs
@@ -154,12 +154,11 @@ def _rendered(src: str, out: Path, confirmation: str = "") -> dict:
 
     stored = json.loads((DOCS.parent.parent / src).read_text())
     report = judge({**stored, "rendered_from": src})
-    conf = None
-    if confirmation:
-        conf = judge({**json.loads((DOCS.parent.parent / confirmation).read_text()), "rendered_from": confirmation})
-    report["render_command"] = f"normlab claims --render {src}" + (
-        f" --confirmation {confirmation}" if confirmation else "") + " --docs"
-    write_docs(report, out, conf, Path(confirmation).name)
+    confs = tuple((judge({**json.loads((DOCS.parent.parent / c).read_text()), "rendered_from": c}), Path(c).name)
+                  for c in confirmations)
+    report["render_command"] = f"normlab claims --render {src}" + "".join(
+        f" --confirmation {c}" for c in confirmations) + " --docs"
+    write_docs(report, out, confs)
     return report
 
 
