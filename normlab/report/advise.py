@@ -74,7 +74,7 @@ RECIPES: dict[str, dict[str, Any]] = {
 """The claims ``normlab compare`` can decide as a declared question (a two-variant sweep over a learning-rate
 grid), with their variants as config overrides."""
 LR_GRID = {"min": 0.001, "max": 0.3, "points": 5}  # the demo's grid (normlab/configs/sweeps/quick.yaml)
-SEEDS = [5000, 5001, 5002, 5003]  # a seed block no shipped question uses (claims 0-4, demo 1000s/2000s, +10000)
+SEEDS = [8000, 8001, 8002, 8003]  # a block no shipped question uses (tests/experiments/test_sweep.py)
 SCALE_RE = re.compile(r"width (\d+), (\d+) blocks, (\d+) steps, ([\d.]+)([km]?) tokens")
 
 

@@ -111,7 +111,8 @@ def test_declared_presets_and_the_claims_suite_use_disjoint_seed_blocks():
     """Confirmatory means fresh seeds: every shipped preset that declares a question names what informed its
     design (``designed_from``) and runs on a seed block that no other declared preset, no replication and no
     claims budget uses (the claims suite runs seeds 0..n-1, ``scale`` its own block 5000-5007, ``confirm`` its own
-    block 6000-6004, with a claim's own larger seed count where it has one); a replication gets its own block too."""
+    block 6000-6004, ``followup`` 7000-7011, with a claim's own larger seed count where it has one); a replication
+    gets its own block too, and so does the question ``normlab advise`` writes a sweep for."""
     from normlab.experiments.claims.budgets import BUDGETS
     from normlab.experiments.claims.specs import CLAIMS
     from normlab.experiments.sweep import SWEEP_DIR, load_sweep, replication_seeds
@@ -130,6 +131,9 @@ def test_declared_presets_and_the_claims_suite_use_disjoint_seed_blocks():
         blocks[f"preset {f.stem}"] = {r.seed for r in sweep.runs}
         blocks[f"preset {f.stem}, replication"] = set(replication_seeds(sweep.spec))
     assert "quick" in declared
+    from normlab.report.advise import SEEDS  # the sweep advise writes for its next question, and its replication
+    blocks["advise's next question"] = set(SEEDS)
+    blocks["advise's next question, replication"] = set(replication_seeds({"seeds": SEEDS}))
     names = sorted(blocks)
     for i, a in enumerate(names):
         for b in names[i + 1:]:
