@@ -38,12 +38,11 @@ def render(args: argparse.Namespace) -> int:
     report = _judged(stored, src, "--render")
     confirmations = []
     if args.confirmation:
-        from normlab.experiments.claims.budgets import confirmation_mismatch
+        from normlab.experiments.claims.budgets import confirmation_problem
 
         for csrc in map(Path, args.confirmation):
             cstored = _stored(csrc, "--confirmation")
-            why = confirmation_mismatch(stored["budget_spec"], cstored["budget_spec"], str(src),
-                                        f"--confirmation {csrc}")
+            why = confirmation_problem(stored["budget_spec"], cstored, str(src), f"--confirmation {csrc}")
             if why:
                 raise NormlabError(why)
             confirmations.append((_judged(cstored, csrc, "--confirmation"), csrc.name))

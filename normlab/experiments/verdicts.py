@@ -257,7 +257,9 @@ def judge_family(entries: list[dict], correction: str = "holm") -> list[dict]:
       (the phenomenon the claim explains does not appear here), whatever the value; or a model whose final loss
       the claim's ``must_learn`` keys hold did not learn in some seed (:func:`_learning_check`; p = 1 in the family);
     - ``collapse``: held when the first variant's Clopper-Pearson collapse interval lies above the second's;
-      otherwise the t-test on the seeds where neither collapsed decides as for ``t``.
+      otherwise the t-test on the seeds where neither collapsed decides as for ``t``, except that it cannot make
+      the claim "not held" where the first variant collapsed more often (inconclusive: the survivors alone do not
+      refute a claim whose failure half is neither shown nor excluded).
     """
     entries = [recollapsed(e) for e in entries]
     ps = [raw_p(e["values"], e["test"], null=e.get("null", 0.0), margin=e.get("margin")) for e in entries]
@@ -303,6 +305,11 @@ def judge_family(entries: list[dict], correction: str = "holm") -> list[dict]:
                     else:
                         why = (f"collapse {ra['k']}/{ra['n']} vs {rb['k']}/{rb['n']} (Clopper-Pearson intervals "
                                f"overlap); given no collapse ({len(xs)} seed(s)): {why}")
+                        if v == NOT_HELD and ra["k"] * rb["n"] > rb["k"] * ra["n"]:
+                            # the survivors alone cannot refute a claim whose other half (collapses more often)
+                            # the data lean towards: the failure it names is neither shown nor excluded
+                            v, why = INCONCLUSIVE, (f"{why}; but {a} collapsed more often, which the intervals "
+                                                    "neither show nor exclude: not refuted by the seeds that trained")
         eq = tost(xs, null, pm, ALPHA) if pm is not None else None
         if eq is not None:
             res["tost"] = eq

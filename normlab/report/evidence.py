@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from normlab.errors import NormlabError, printable
-from normlab.experiments.claims.budgets import confirmation_mismatch
+from normlab.experiments.claims.budgets import confirmation_problem
 from normlab.experiments.claims.execution import judge
 from normlab.experiments.claims.specs import claim_seeds
 from normlab.io import read_json, write_text
@@ -85,7 +85,7 @@ def build_evidence(claims: dict[str, Any], replications: dict[str, Any], *, clai
     order = sorted(confirmations, key=lambda dn: bool((dn[0].get("budget_spec") or {}).get("follows")))
     for doc, name in order:
         _check_claims(doc, name)
-        why = confirmation_mismatch(spec, doc.get("budget_spec") or {}, claims_name, name)
+        why = confirmation_problem(spec, doc, claims_name, name)
         if why:
             raise NormlabError(why)
         follows = (doc.get("budget_spec") or {}).get("follows")

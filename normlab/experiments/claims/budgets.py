@@ -20,17 +20,14 @@ them).
   :data:`FOLLOWUP_CLAIMS`). It *follows* ``confirm`` (``Budget.follows``): for its claims its verdicts, judged on its
   own block alone with Holm over its own family, supersede ``confirm``'s (docs/claims-followup.md).
 
-Why the follow-up decides alone, and why that keeps the error rate: two independent fresh blocks that agree leave the
-verdict of ``confirm`` in place; where they disagree, a third block, larger and fixed before its runs, decides,
-without pooling the seeds that prompted it. A claim whose null holds ends "held" only if both 5-seed blocks said so
-(at most alpha squared) or if they disagreed and the follow-up says so (at most alpha): at most alpha + alpha^2 in
-all, where pooling the blocks after seeing them (optional stopping) would not bound it.
-
-Each budget trains every shallow / deep variant (normlab.experiments.claims.variants) once per seed, and every
-learning-rate grid variant (``grid_*``, Wortsman et al. 2023) at each of ``grid_lrs`` with ``grid_depth`` blocks for
-``grid_steps`` steps; ``normlab claims --reuse SWEEP_DIR`` copies the runs another sweep trained from exactly the
-same resolved config instead of training them. The paper's grid is 3e-4 .. 3e-1 in factors of ~3 over much longer
-runs; these grids are coarser and shorter to fit a CPU.
+Why the follow-up decides alone. Its claims were chosen after both 5-seed blocks were known (a post-hoc choice, and
+the choice to let it replace the registered confirmation's verdicts for them is post hoc too); its own block is
+independent of that choice, so its verdict on a claim is a test at the usual level given the choice (a two-sided test
+whose sign picks the verdict: at most alpha / 2 per direction under the null). Its seeds are not pooled with the
+blocks that prompted it: continuing only where earlier blocks looked a certain way and pooling would not keep that
+level. Its family for Holm is its own 3 claims (a new, declared question set), not the 17 the same claims faced in
+``confirm``; the packaged evidence thus mixes Holm families (docs/advise.md). Twelve seeds: a one-sample t-test over
+12 seeds has about half the interval width of one over 5 at the same spread (t quantile and square root of n).
 """
 
 from __future__ import annotations
@@ -157,6 +154,32 @@ def confirmation_mismatch(main: dict, confirmation: dict, main_name: str, name: 
         return None
     return (f"{name}: a confirmation runs the main run's budget on other seeds; its {', '.join(differ)} differ from "
             f"{main_name}'s")
+
+
+def confirmation_problem(main: dict, doc: dict, main_name: str, name: str) -> str | None:
+    """Why the stored claims results ``doc`` (a ``claims.json``) cannot confirm the verdicts of the run whose budget
+    spec is ``main`` (one line), or None. A confirmation is the same budget on other seeds
+    (:func:`confirmation_mismatch`), run as its registered budget declares it: its stored spec is that of the budget
+    it names (``confirm`` on 6000-6004, ``followup`` on 7000-7011: a run of that budget on other seeds is not the
+    registered confirmation), and it holds exactly the budget's claims, each on the budget's seeds (not a
+    ``--only`` or ``--seeds`` selection)."""
+    spec = doc.get("budget_spec") or {}
+    why = confirmation_mismatch(main, spec, main_name, name)
+    if why:
+        return why
+    budget = BUDGETS.get(str(doc.get("budget")))
+    if budget is None or not budget.claims or stored_spec(spec) != stored_spec(budget.to_dict()):
+        return (f"{name}: not a run of a registered confirmation budget as declared (confirm, followup: their "
+                "budget spec, seeds included, as normlab.experiments.claims.budgets defines it)")
+    claims = [c for c in doc.get("claims") or [] if isinstance(c, dict)]
+    if sorted(str(c.get("name")) for c in claims) != sorted(budget.claims):
+        return f"{name}: a {budget.name} run holds exactly its budget's claims ({', '.join(budget.claims)})"
+    seeds = budget.seed_list(budget.seeds)
+    short = [str(c["name"]) for c in claims if c.get("seeds") != seeds]
+    if short:
+        return (f"{name}: {', '.join(short)} not measured on the {budget.name} budget's seeds "
+                f"{seeds[0]}-{seeds[-1]}")
+    return None
 
 
 def get_budget(name: str) -> Budget:

@@ -125,13 +125,15 @@ def revisions_lines(claims: list) -> list[str]:
            "*exploratory* in the table (runs that shaped a design cannot confirm it; `normlab advise` counts none "
            "of them as decided). Judged on seeds no revision saw, the same definition is confirmatory: "
            "`normlab claims --budget confirm` measures every revised claim on the fresh block 6000-6004 "
-           "(docs/claims-confirm.md).", ""]
+           "(docs/claims-confirm.md), and `normlab claims --budget followup` the claims whose verdicts differed "
+           "between two such 5-seed blocks on 12 seeds of the fresh block 7000-7011 (docs/claims-followup.md).", ""]
     rows = [(c.name, r) for c in claims for r in c.revised]
     if not rows:
         return out + ["None.", ""]
     out += ["| claim | date | what changed | why | verdict before | seeds seen |", "|---|---|---|---|---|---|"]
-    for name, r in sorted(rows, key=lambda x: (x[1].date, x[0])):
-        cells = [f"`{name}`", r.date, r.what, r.why, r.verdict_before, seed_span(list(r.seeds_seen))]
+    for name, r in sorted(rows, key=lambda x: (x[1].date, x[1].time, x[0])):
+        cells = [f"`{name}`", f"{r.date} {r.time} UTC" if r.time else r.date, r.what, r.why, r.verdict_before,
+                 seed_span(list(r.seeds_seen))]
         out.append("| " + " | ".join(x.replace("|", "\\|") for x in cells) + " |")
     return out + [""]
 
@@ -309,7 +311,9 @@ def write_docs(report: dict, path: Path, confirmations: tuple[tuple[dict, str], 
         "normlab.stats.learning) in some seed, which then counts as p = 1 in the family; neither is 'not held'. "
         "Exactness claims: every seed within the tolerance (no test). Split outcomes "
         "(collapse): the collapse rate per model with its exact Clopper-Pearson interval, and the test of the loss "
-        "given no collapse; a run collapsed when it diverged or ended at or above the unigram bits/byte minus 0.1 "
+        "given no collapse, which cannot make the claim 'not held' where the claimed model collapsed more often "
+        "(inconclusive: the seeds that trained do not refute its failure half); a run collapsed when it diverged or "
+        "ended at or above the unigram bits/byte minus 0.1 "
         "(normlab.stats.learning: the did-not-learn rule of the report, one threshold everywhere). The verdict "
         "without the correction is shown beside when it differs. A claim that does not "
         "hold at this scale is a finding about small models, not a refutation of the paper.",

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import datetime
 import json
 import shutil
 import sys
@@ -349,7 +350,8 @@ def run_suite(claims: list["Claim"], budget: Budget, out: Path, *, seeds: int | 
         log(f"{c.name}: measured ({v['reason']}; the verdict is judged with the family)")
     report = {"format": "normlab-claims-v1", "budget": budget.name, "budget_spec": budget.to_dict(),
               "seeds": n_seeds, "out": str(out), "trained_runs": trained, "reused_runs": len(sweep.runs) - trained,
-              "retrained": retrain, "train_s": train_s, "elapsed_s": time.time() - t0, "claims": results}
+              "retrained": retrain, "train_s": train_s, "elapsed_s": time.time() - t0, "claims": results,
+              "finished_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M")}
     return save_report(out / "claims.json", report)
 
 

@@ -74,6 +74,7 @@ class Revision:
     hash_before: str = ""  # spec_hash before the change ("" where it did not change or was not recorded yet)
     # the seeds of every result the change was made after: a verdict on any of them cannot confirm the new definition
     seeds_seen: tuple[int, ...] = ()
+    time: str = ""  # HH:MM UTC, where results of the same day came after it (their claims.json's finished_utc)
 
     def __post_init__(self) -> None:
         seen = self.seeds_seen
@@ -85,7 +86,8 @@ class Revision:
 
     def to_dict(self) -> dict:
         return {"date": self.date, "what": self.what, "why": self.why, "verdict_before": self.verdict_before,
-                "hash_before": self.hash_before, "seeds_seen": list(self.seeds_seen)}
+                "hash_before": self.hash_before, "seeds_seen": list(self.seeds_seen),
+                **({"time": self.time} if self.time else {})}
 
 
 def claim_seeds(report: dict[str, Any], claim: dict[str, Any]) -> list[int]:

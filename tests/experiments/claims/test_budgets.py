@@ -22,14 +22,19 @@ def test_confirm_is_the_full_budget_on_a_fresh_seed_block():
 def test_confirm_runs_every_revised_claim_on_seeds_no_revision_saw():
     """Declared before its runs: every claim revised after a verdict on seeds 0-4, whatever that verdict (a
     selection by verdict would be a forking path); none of its seeds was seen by a revision, so its verdicts are
-    confirmatory, while the same claims on the full budget's seeds are not."""
+    confirmatory, while the same claims on the full budget's seeds are not. A claim revised again after the
+    confirmation's results (postln-warmup's split-outcome rule, after seeds 6000-6004) is exploratory there too, and
+    confirmatory on the follow-up's block."""
     revised = {c.name for c in CLAIMS if c.revised}
     assert set(CONFIRM_CLAIMS) == revised and len(CONFIRM_CLAIMS) == len(revised) == 17
-    confirm, full = get_budget("confirm"), BUDGETS["full"]
+    confirm, full, followup = get_budget("confirm"), BUDGETS["full"], BUDGETS["followup"]
+    after = {c.name for c in CLAIMS if any(set(r.seeds_seen) & set(confirm.seed_list(5)) for r in c.revised)}
+    assert after == {"postln-warmup"}
     for c in CLAIMS:
         if c.revised:
-            assert confirms(c.revised, confirm.seed_list(c.seeds or confirm.seeds))
+            assert confirms(c.revised, confirm.seed_list(c.seeds or confirm.seeds)) == (c.name not in after)
             assert not confirms(c.revised, full.seed_list(c.seeds or full.seeds))
+            assert confirms(c.revised, followup.seed_list(followup.seeds))
 
 
 def test_measurement_settings_are_budget_fields():
