@@ -310,6 +310,8 @@ def judge_family(entries: list[dict], correction: str = "holm") -> list[dict]:
                             # the data lean towards: the failure it names is neither shown nor excluded
                             v, why = INCONCLUSIVE, (f"{why}; but {a} collapsed more often, which the intervals "
                                                     "neither show nor exclude: not refuted by the seeds that trained")
+                        if res["raw_verdict"] == NOT_HELD and ra["k"] * rb["n"] > rb["k"] * ra["n"]:
+                            res["raw_verdict"] = INCONCLUSIVE  # the same rule without the correction
         eq = tost(xs, null, pm, ALPHA) if pm is not None else None
         if eq is not None:
             res["tost"] = eq

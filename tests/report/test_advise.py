@@ -21,19 +21,21 @@ def _claim(**kw):
 @pytest.mark.parametrize("kw, want", [
     ({}, "decided"),
     ({"p_adj": 0.05}, "decided"),
-    ({"p_adj": 0.0501}, "undecided"),
+    # the suite's verdict is the decision, by its own rule: a margin decided by its equivalence test, a collapse
+    # rate apart, whatever the t-test's p (before, these read as undecided)
+    ({"verdict": "within margin", "p_adj": 1.0}, "decided"),
+    ({"test": "collapse", "verdict": "held", "p_adj": 0.3}, "decided"),
     ({"verdict": "inconclusive", "p_adj": 0.001}, "undecided"),  # the suite's verdict wins over a small p
     ({"verdict": "not held", "p_adj": 0.009}, "decided"),
     ({"verdict": "not observable at this scale", "p_adj": 0.001}, "not observable"),
     ({"test": "exact", "verdict": "held", "p_adj": None}, "decided"),
-    ({"p_adj": None}, "undecided"),
     # a definition revised after a verdict on the same seeds: exploratory, never decided (not observable stays)
     ({"exploratory": True}, "undecided"),
     ({"exploratory": True, "test": "exact", "p_adj": None}, "undecided"),
     ({"exploratory": True, "verdict": "not observable at this scale"}, "not observable"),
     ({"current_definition": False}, "undecided"),  # measured under a definition revised since
 ])
-def test_status_follows_the_suite_verdict_and_holm_p(kw, want):
+def test_status_is_the_suite_verdict_of_a_current_confirmatory_definition(kw, want):
     assert A.status(_claim(**kw)) == want
 
 

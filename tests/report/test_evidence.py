@@ -45,20 +45,33 @@ def test_a_replication_of_an_unknown_claim_is_refused():
         build_evidence(claims, reps, claims_name="c.json", replications_name="r.json")
 
 
-def _confirmation(full: dict, shift: int = 1000, **spec) -> dict:
-    """The stored full run's revised claims as if measured on the seed block ``shift`` .. (a confirm run's shape)."""
-    from normlab.experiments.claims.budgets import BUDGETS, CONFIRM_CLAIMS
+def _block(full: dict, budget: str, **spec) -> dict:
+    """The stored full run's claims of the registered budget ``budget`` (confirm, followup) as if measured on its
+    seeds (each claim's per-seed values, details and runs repeated in turn to the budget's seed count)."""
+    from normlab.experiments.claims.budgets import BUDGETS
 
-    return {**full, "budget": "confirm",
-            "budget_spec": {**json.loads(json.dumps(BUDGETS["confirm"].to_dict())), "seed_base": shift, **spec},
-            "claims": [{**c, "seeds": [shift + s for s in c["seeds"]]} for c in full["claims"]
-                       if c["name"] in CONFIRM_CLAIMS]}
+    b = BUDGETS[budget]
+    seeds = b.seed_list(b.seeds)
+
+    def cycle(xs: list) -> list:
+        return [xs[i % len(xs)] for i in range(len(seeds))]
+
+    return {**full, "budget": budget, "seeds": len(seeds),
+            "budget_spec": {**json.loads(json.dumps(b.to_dict())), **spec},
+            "claims": [{**c, "seeds": seeds, "values": cycle(c["values"]), "details": cycle(c["details"]),
+                        "runs": cycle(c["runs"])} for c in full["claims"] if c["name"] in b.claims]}
+
+
+def _confirmation(full: dict, **spec) -> dict:
+    """The stored full run's revised claims as if measured on the confirm budget's seeds 6000-6004."""
+    return _block(full, "confirm", **spec)
 
 
 def test_a_confirmation_on_a_fresh_block_replaces_only_the_exploratory_records():
     """A claim exploratory in the main run (judged on seeds its revision saw) takes the confirmation's record where
     the confirmation is confirmatory, with the exploratory verdict beside it; a claim never revised keeps the main
-    record; advise counts the confirmed record as it counts any confirmatory one."""
+    record; advise counts the confirmed record as it counts any confirmatory one. A claim revised after the
+    confirmation's results too (postln-warmup) is not confirmed there: it keeps its exploratory main record."""
     from normlab.report.advise import status
 
     full, reps = json.loads(CLAIMS.read_text()), json.loads(REPS.read_text())
@@ -67,33 +80,44 @@ def test_a_confirmation_on_a_fresh_block_replaces_only_the_exploratory_records()
                         confirmations=((_confirmation(full), "c.json"),))
     before = {c["name"]: c for c in main["claims"]}
     for c in ev["claims"]:
-        if before[c["name"]]["exploratory"]:
-            assert c["source"] == "c.json" and not c["exploratory"] and c["seeds"] == [1000, 1001, 1002, 1003, 1004]
+        if before[c["name"]]["exploratory"] and c["name"] != "postln-warmup":
+            assert c["source"] == "c.json" and not c["exploratory"] and c["seeds"] == [6000, 6001, 6002, 6003, 6004]
             assert c["exploratory_result"]["verdict"] == before[c["name"]]["verdict"]
             assert c["exploratory_result"]["seeds"] == [0, 1, 2, 3, 4]
         else:
             assert c == before[c["name"]] and c["source"] == "f.json"
+    assert before["postln-warmup"]["exploratory"]
     mixln = next(c for c in ev["claims"] if c["name"] == "mixln-grad")
     assert status(before["mixln-grad"]) == "undecided" and mixln["verdict"] == "held"
     # its own family: the 17 revised claims' Holm-adjusted p, not the main run's 33-claim family
     assert mixln["p_adj"] < before["mixln-grad"]["p_adj"] and status(mixln) == "decided"
-    assert ev["suite"]["confirmations"][0]["seeds"] == [1000, 1001, 1002, 1003, 1004]
+    assert ev["suite"]["confirmations"][0]["seeds"] == [6000, 6001, 6002, 6003, 6004]
 
 
-def test_a_confirmation_on_seeds_a_revision_saw_confirms_nothing():
+@pytest.mark.parametrize("change, says", [
+    ({"seed_base": 2}, "not a run of a registered confirmation budget as declared"),  # seeds 2-6: 2-4 were seen
+    ({"seed_base": 1000}, "not a run of a registered confirmation budget as declared"),  # the unregistered block
+    ({"steps": 50}, "a confirmation runs the main run's budget on other seeds; its steps differ"),
+])
+def test_a_confirmation_not_run_as_its_budget_declares_is_refused(change, says):
+    """Only the registered confirmation counts: another block (seeds a revision saw, or the first, moved block
+    1000-1004), another budget, a --only selection or fewer seeds are refused in one line."""
     full, reps = json.loads(CLAIMS.read_text()), json.loads(REPS.read_text())
-    main = build_evidence(full, reps, claims_name="f.json", replications_name="r.json")
-    seen = build_evidence(full, reps, claims_name="f.json", replications_name="r.json",
-                          confirmations=((_confirmation(full, shift=2), "c.json"),))  # seeds 2-6: 2-4 were seen
-    assert [c["source"] for c in seen["claims"]] == ["f.json"] * len(main["claims"])
-
-
-def test_a_confirmation_of_another_budget_is_refused():
-    full, reps = json.loads(CLAIMS.read_text()), json.loads(REPS.read_text())
-    with pytest.raises(NormlabError, match="c.json: a confirmation runs the main run's budget on other seeds; its "
-                                           "steps differ"):
-        build_evidence(full, reps, claims_name="f.json", replications_name="r.json",
-                       confirmations=((_confirmation(full, steps=50), "c.json"),))
+    kw = {"claims_name": "f.json", "replications_name": "r.json"}
+    with pytest.raises(NormlabError, match=says):
+        build_evidence(full, reps, **kw, confirmations=((_confirmation(full, **change), "c.json"),))
+    only = _confirmation(full)
+    only["claims"] = only["claims"][:1]
+    with pytest.raises(NormlabError, match="c.json: a confirm run holds exactly its budget's claims"):
+        build_evidence(full, reps, **kw, confirmations=((only, "c.json"),))
+    short = _confirmation(full)
+    short["claims"][2] = {**short["claims"][2], "seeds": [6000, 6001, 6002]}
+    with pytest.raises(NormlabError, match=f"{short['claims'][2]['name']} not measured on the confirm budget's "
+                                           "seeds 6000-6004"):
+        build_evidence(full, reps, **kw, confirmations=((short, "c.json"),))
+    stored = json.loads((DOCS / "claims-confirm-seeds1000-2026-11-28.json").read_text())
+    with pytest.raises(NormlabError, match="c1000.json: not a run of a registered confirmation budget"):
+        build_evidence(full, reps, **kw, confirmations=((stored, "c1000.json"),))
 
 
 def test_two_confirmations_of_one_claim_are_refused_and_an_outdated_one_confirms_nothing():
@@ -102,7 +126,7 @@ def test_two_confirmations_of_one_claim_are_refused_and_an_outdated_one_confirms
     full, reps = json.loads(CLAIMS.read_text()), json.loads(REPS.read_text())
     with pytest.raises(NormlabError, match="is confirmed by a.json already; give one confirmation per claim"):
         build_evidence(full, reps, claims_name="f.json", replications_name="r.json",
-                       confirmations=((_confirmation(full), "a.json"), (_confirmation(full, shift=7000), "b.json")))
+                       confirmations=((_confirmation(full), "a.json"), (_confirmation(full), "b.json")))
     old = _confirmation(full)
     old["claims"] = [{**c, "spec_hash": "000000000000"} for c in old["claims"]]
     ev = build_evidence(full, reps, claims_name="f.json", replications_name="r.json", confirmations=((old, "c.json"),))
@@ -131,16 +155,14 @@ def test_the_builder_command_says_what_is_wrong_in_one_line(tmp_path, capsys):
 
 def test_a_followup_supersedes_the_confirmation_it_follows_for_its_claims_only():
     """A follow-up run (``--budget followup``: its budget follows confirm) replaces the confirmation's records of its
-    own claims, the confirmation's kept as ``superseded_confirmation`` and the exploratory result still beside; the
-    other confirmed claims keep the confirmation's record. Given without the confirmation it follows, or following a
-    budget none of the given files ran, it is refused in one line, and so is a second plain confirmation."""
-    from normlab.experiments.claims.budgets import BUDGETS, FOLLOWUP_CLAIMS
+    own claims, the confirmation's kept as ``superseded_confirmation`` and the exploratory result still beside; a
+    claim the confirmation did not confirm (postln-warmup, revised after its results) takes the follow-up's record
+    with the exploratory one beside; the other confirmed claims keep the confirmation's record. Given without the
+    confirmation it follows it is refused in one line, and so is a second plain confirmation."""
+    from normlab.experiments.claims.budgets import FOLLOWUP_CLAIMS
 
     full, reps = json.loads(CLAIMS.read_text()), json.loads(REPS.read_text())
-    conf = _confirmation(full)
-    follow = {**_confirmation(full, shift=7000), "budget": "followup",
-              "budget_spec": json.loads(json.dumps(BUDGETS["followup"].to_dict()))}
-    follow["claims"] = [c for c in follow["claims"] if c["name"] in FOLLOWUP_CLAIMS]
+    conf, follow = _confirmation(full), _block(full, "followup")
     kw = {"claims_name": "f.json", "replications_name": "r.json"}
     once = build_evidence(full, reps, **kw, confirmations=((conf, "c.json"),))
     both = build_evidence(full, reps, **kw, confirmations=((follow, "u.json"), (conf, "c.json")))  # any order
@@ -149,10 +171,14 @@ def test_a_followup_supersedes_the_confirmation_it_follows_for_its_claims_only()
     for c in both["claims"]:
         if c["name"] in FOLLOWUP_CLAIMS:
             old = before[c["name"]]
-            assert c["source"] == "u.json" and c["seeds"] == [7000 + s for s in range(5)]
-            assert c["superseded_confirmation"]["source"] == "c.json"
-            assert c["superseded_confirmation"]["seeds"] == old["seeds"] == [1000 + s for s in range(5)]
-            assert c["exploratory_result"] == old["exploratory_result"]
+            assert c["source"] == "u.json" and c["seeds"] == list(range(7000, 7012)) and not c["exploratory"]
+            if c["name"] == "postln-warmup":  # the confirmation did not confirm it: nothing superseded
+                assert "superseded_confirmation" not in c and old["source"] == "f.json"
+                assert c["exploratory_result"]["seeds"] == [0, 1, 2, 3, 4]
+            else:
+                assert c["superseded_confirmation"]["source"] == "c.json"
+                assert c["superseded_confirmation"]["seeds"] == old["seeds"] == [6000, 6001, 6002, 6003, 6004]
+                assert c["exploratory_result"] == old["exploratory_result"]
         else:
             assert c == before[c["name"]]
     assert both["suite"]["confirmations"][1] == {**both["suite"]["confirmations"][1], "source": "u.json",
@@ -160,5 +186,4 @@ def test_a_followup_supersedes_the_confirmation_it_follows_for_its_claims_only()
     with pytest.raises(NormlabError, match="u.json: a follow-up of the confirm budget's confirmation; give that"):
         build_evidence(full, reps, **kw, confirmations=((follow, "u.json"),))
     with pytest.raises(NormlabError, match="is confirmed by c.json already; give one confirmation per claim"):
-        build_evidence(full, reps, **kw, confirmations=((conf, "c.json"), (follow, "u.json"),
-                                                        (_confirmation(full, shift=8000), "d.json")))
+        build_evidence(full, reps, **kw, confirmations=((conf, "c.json"), (follow, "u.json"), (conf, "d.json")))
