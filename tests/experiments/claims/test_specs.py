@@ -518,6 +518,15 @@ def test_every_revision_lists_the_seeds_of_the_stored_results_it_came_after():
                                           "claims-confirm-seeds1000-2026-11-28.json")} <= checked
 
 
+@pytest.mark.parametrize("time", ["10", "24:00", "9:05", "10:60", "noon"])
+def test_a_revision_time_is_hh_mm_or_none(time):
+    with pytest.raises(NormlabError, match="allowed: HH:MM \\(UTC\\) or none") as e:
+        Revision("2026-12-01", "what", "why", "held", seeds_seen=(0,), time=time)
+    assert "\n" not in str(e.value)
+    assert Revision("2026-12-01", "w", "y", "held", seeds_seen=(0,), time="23:59").to_dict()["time"] == "23:59"
+    assert "time" not in Revision("2026-12-01", "w", "y", "held", seeds_seen=(0,)).to_dict()
+
+
 @pytest.mark.parametrize("seen", [(), [], ["0"], [-1], [True], None])
 def test_a_revision_without_the_seeds_it_saw_is_refused(seen):
     with pytest.raises(NormlabError, match="needs seeds_seen, a non-empty list of the seeds") as e:
