@@ -268,21 +268,31 @@ def test_stacked_groups_on_ray_equal_the_groups_in_process(cluster, tmp_path):
     assert rows["pre-s0"]["val_bpb"] != rows["pre-s1"]["val_bpb"]  # the members are two runs, not one twice
 
 
-def test_an_interrupted_stacked_group_on_ray_resumes_to_the_uninterrupted_numbers(cluster, tmp_path):
-    """Shared storage: Ctrl-C on the driver while a stacked group trains in its Ray task checkpoints every member
-    (``interrupted``, exit 130); the re-run resumes the group and ends each member bit for bit where the same
-    sweep stacked in process, uninterrupted, ends."""
-    f = _sweep(tmp_path / "s.yaml", name="si", base="tiny", set={
+@pytest.mark.parametrize("files", ["shared", "copy"])
+def test_an_interrupted_stacked_group_on_ray_resumes_to_the_uninterrupted_numbers(cluster, tmp_path, files):
+    """Ctrl-C on the driver while a stacked group trains in its Ray task checkpoints every member (``interrupted``,
+    exit 130); the re-run resumes the group and ends each member bit for bit where the same sweep stacked in process,
+    uninterrupted, ends. With shared storage the group trains in the sweep directory; with the files sent back
+    (NORMLAB_RAY_FILES=copy) the interrupted members' directories, checkpoints included, come back to the driver and
+    go out again with the resuming task."""
+    name = f"si-{files}"
+    f = _sweep(tmp_path / "s.yaml", name=name, base="tiny", set={
         **STACK_FAST, "train.steps": 200, "train.eval_every": 200, "train.log_every": 10, "train.checkpoint_every": 5},
-        seeds=[0, 1], variants=[{"name": "Pre", "set": {"model.placement": "pre"}}])
+        seeds=[0, 1], variants=[{"name": f"Pre-{files}", "set": {"model.placement": "pre"}}])
     out, local = tmp_path / "out", tmp_path / "local"
+    env = {**cluster["env"], "NORMLAB_RAY_FILES": files}
     proc = subprocess.Popen([sys.executable, "-m", "normlab.cli", "compare", str(f), "--out", str(out), "--executor",
-                             "ray", "--address", cluster["address"], "--json", "--stack", "on"], env=cluster["env"],
+                             "ray", "--address", cluster["address"], "--json", "--stack", "on"], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    member = f"pre-{files}-s1"
+    # where the task trains: the sweep directory, or (copy) its own temporary directory on the worker's machine
+    where = (lambda: [out / "runs" / member / "checkpoints"]) if files == "shared" else (
+        lambda: list(Path(cluster["env"].get("TMPDIR") or tempfile.gettempdir()).glob(
+            f"normlab-ray-*/runs/{member}/checkpoints")))
     try:
-        ckpt = out / "runs" / "pre-s1" / "checkpoints"
         deadline = time.time() + TIMEOUT
-        while not (ckpt.is_dir() and any(ckpt.iterdir())) and proc.poll() is None and time.time() < deadline:
+        while not any(c.is_dir() and any(c.iterdir()) for c in where()) and proc.poll() is None \
+                and time.time() < deadline:
             time.sleep(0.2)
         proc.send_signal(signal.SIGINT)
         _, stderr = proc.communicate(timeout=TIMEOUT)
@@ -290,10 +300,11 @@ def test_an_interrupted_stacked_group_on_ray_resumes_to_the_uninterrupted_number
         proc.kill()
     assert proc.returncode == 130, stderr[-3000:]
     rows = _rows_once(out, 2)
-    for run_id in ("pre-s0", "pre-s1"):
+    for run_id in rows:
         s = json.loads((out / "runs" / run_id / "summary.json").read_text())
         assert rows[run_id]["status"] == s["status"] == "interrupted" and 0 < s["step"] < 200, (rows, stderr[-2000:])
-    r = _compare(cluster, f, out, args=("--stack", "on"))
+        assert any((out / "runs" / run_id / "checkpoints").iterdir())  # back in the sweep directory
+    r = _compare(cluster, f, out, {"NORMLAB_RAY_FILES": files}, args=("--stack", "on"))
     assert r.returncode == 0, r.stderr[-3000:]
     rows = _rows_once(out, 2)
     lr = normlab("compare", str(f), "--out", str(local), "--stack", "on", "--json",

@@ -124,7 +124,9 @@ def test_render_with_a_followup_lists_it_beside_the_confirmation_it_supersedes(t
     assert sorted(r.split("`")[1] for r in rows) == sorted(FOLLOWUP_CLAIMS)
     for r in rows:
         name, cells = r.split("`")[1], r.split("|")
-        assert cells[3].strip().startswith(confirmed[name]["verdict"] + ",")
+        assert cells[3].strip().startswith(confirmed[name]["verdict"] + (
+            " (exploratory: revised after these seeds)," if confirmed[name]["exploratory"] else ","))
+        assert confirmed[name]["exploratory"] == (name == "postln-warmup")
         assert f"**{judged[name]['verdict']}**" in cells[6]
     assert "(seeds 6000-6004)" in section and "7000-7011" in section and "(seeds 0-4)" in section
     assert text.split("```")[1].count("--confirmation") == 2  # the render command on the page names both

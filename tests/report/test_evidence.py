@@ -14,20 +14,28 @@ from normlab.report.evidence import build_evidence, load_evidence
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 CLAIMS, REPS = DOCS / "claims-full-2026-11-28.json", DOCS / "replications-2026-11-26.json"
 CONFIRM = DOCS / "claims-confirm-2026-11-28.json"
+FOLLOWUP = DOCS / "claims-followup-2026-11-28.json"
 
 
 def test_packaged_evidence_equals_the_rebuild_from_docs():
     want = build_evidence(json.loads(CLAIMS.read_text()), json.loads(REPS.read_text()), claims_name=CLAIMS.name,
-                          replications_name=REPS.name, confirmations=((json.loads(CONFIRM.read_text()), CONFIRM.name),))
+                          replications_name=REPS.name,
+                          confirmations=tuple((json.loads(f.read_text()), f.name) for f in (CONFIRM, FOLLOWUP)))
     assert load_evidence() == json.loads(json.dumps(want)), (
         "normlab/evidence/claims.json is stale: python -m normlab.report.evidence docs/claims-full-2026-11-28.json "
-        "docs/replications-2026-11-26.json normlab/evidence/claims.json --confirm docs/claims-confirm-2026-11-28.json")
-    # every claim revised after a verdict on seeds 0-4 is read from its confirmation on 6000-6004: none exploratory
+        "docs/replications-2026-11-26.json normlab/evidence/claims.json --confirm docs/claims-confirm-2026-11-28.json "
+        "--confirm docs/claims-followup-2026-11-28.json")
+    # every claim revised after a verdict on seeds 0-4 is read from a fresh block: the follow-up's three claims from
+    # 7000-7011, the others from the confirmation on 6000-6004; none exploratory
+    from normlab.experiments.claims.budgets import FOLLOWUP_CLAIMS
+
     ev = load_evidence()
     assert not any(c["exploratory"] for c in ev["claims"])
-    assert {c["name"] for c in ev["claims"] if c["source"] == CONFIRM.name} == {
-        c["name"] for c in json.loads(CLAIMS.read_text())["claims"] if c["name"] in
-        {x["name"] for x in json.loads(CONFIRM.read_text())["claims"]}}
+    confirmed = {x["name"] for x in json.loads(CONFIRM.read_text())["claims"]}
+    assert {c["name"] for c in ev["claims"] if c["source"] == FOLLOWUP.name} == set(FOLLOWUP_CLAIMS)
+    assert {c["name"] for c in ev["claims"] if c["source"] == CONFIRM.name} == confirmed - set(FOLLOWUP_CLAIMS)
+    assert {c["name"] for c in ev["claims"] if "superseded_confirmation" in c} == set(FOLLOWUP_CLAIMS) - {
+        "postln-warmup"}  # revised after 6000-6004's results: that block confirmed nothing of it
 
 
 def test_every_claim_has_a_scale_and_every_replication_names_a_claim():
@@ -149,7 +157,7 @@ def test_the_builder_command_says_what_is_wrong_in_one_line(tmp_path, capsys):
         err = capsys.readouterr().err.strip()
         assert err.startswith("error: ") and len(err.splitlines()) == 1 and says in err, err
         assert not out.exists()
-    assert main([str(CLAIMS), str(REPS), str(out), "--confirm", str(CONFIRM)]) == 0
+    assert main([str(CLAIMS), str(REPS), str(out), "--confirm", str(CONFIRM), "--confirm", str(FOLLOWUP)]) == 0
     assert json.loads(out.read_text()) == load_evidence()
 
 

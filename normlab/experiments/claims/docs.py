@@ -214,8 +214,9 @@ def followup_lines(report: dict, confirmation: dict, followup: dict, source: str
            f"{span(followup, [f for _, _, f in rows])}, with the definitions fixed before those runs "
            f"({md_code(source)}; docs/claims-followup.md, its own page). Holm's correction is over that run's family "
            f"of {followup.get('family_size', 'n/a')}. The follow-up decides alone, its seeds not pooled with the "
-           "blocks that prompted it, and its verdict supersedes the confirmation's (normlab.experiments.claims.budgets"
-           ", `followup`, says why that keeps the error rate); `normlab advise` reads it.", "",
+           "blocks that prompted it, and its verdict supersedes the confirmation's (which claims it runs, and that it "
+           "supersedes, were chosen after both blocks were seen; its own block is independent of that choice: "
+           "normlab.experiments.claims.budgets); `normlab advise` reads it.", "",
            *([str(followup["note"]), ""] if followup.get("note") else []),
            f"| claim | exploratory (seeds {span(report, [c for c, _, _ in rows])}) | confirmation (seeds "
            f"{span(confirmation, [k for _, k, _ in rows])}) | follow-up: measured (raw 95% CI) | Holm p | "
@@ -223,7 +224,8 @@ def followup_lines(report: dict, confirmation: dict, followup: dict, source: str
            "|---|---|---|---|---|---|"]
     for c, k, f in rows:
         cells = [f"`{c['name']}`", f"{c['verdict']}, {measured_text(c)}",
-                 f"{k['verdict']}, {measured_text(k)}" if k is not None else "not measured", measured_text(f),
+                 (f"{k['verdict']}{' (exploratory: revised after these seeds)' if k.get('exploratory') else ''}, "
+                  f"{measured_text(k)}") if k is not None else "not measured", measured_text(f),
                  _p(f.get("p_adj")),
                  verdict_cell(f) if not f.get("exploratory") else f"{verdict_cell(f)} (not confirmed)"]
         out.append("| " + " | ".join(x.replace("|", "\\|") for x in cells) + " |")

@@ -176,11 +176,11 @@ def _body(text: str) -> list[str]:
 
 def test_docs_claims_md_is_what_render_writes_from_the_stored_results(tmp_path):
     """docs/claims.md is reproducible: `normlab claims --render docs/claims-full-2026-11-28.json --confirmation
-    docs/claims-confirm-2026-11-28.json --docs` writes it (the line with the writing date aside). The stored run is
-    a from-scratch full run, every claim under its current definition (the revisions listed on the page were made
-    after the earlier run, below)."""
+    docs/claims-confirm-2026-11-28.json --confirmation docs/claims-followup-2026-11-28.json --docs` writes it (the
+    line with the writing date aside). The stored run is a from-scratch full run, every claim under its current
+    definition (the revisions listed on the page were made after the earlier run, below)."""
     report = _rendered("docs/claims-full-2026-11-28.json", tmp_path / "claims.md",
-                       "docs/claims-confirm-2026-11-28.json")
+                       "docs/claims-confirm-2026-11-28.json", "docs/claims-followup-2026-11-28.json")
     assert _body((tmp_path / "claims.md").read_text()) == _body(DOCS.read_text())
     by = {c["name"]: c for c in report["claims"]}
     assert all(c["current_definition"] for c in report["claims"])
@@ -228,6 +228,29 @@ def test_docs_claims_confirm_md_is_what_render_writes_and_confirms_every_revised
     assert all(f"`{n}`" in report["note"] for n in [*differ, "postln-warmup"])  # revised after both runs
     assert "claims-confirm-seeds1000" in report["note"] and "followup" in report["note"]
     assert [c["name"] for c in report["claims"] if c["exploratory"]] == ["postln-warmup"]
+
+
+def test_docs_claims_followup_md_is_what_render_writes_on_twelve_fresh_seeds(tmp_path):
+    """docs/claims-followup.md is `normlab claims --render docs/claims-followup-2026-11-28.json --docs
+    docs/claims-followup.md`; that run measured exactly the follow-up's claims on the 12 seeds 7000-7011, under
+    their current definitions, none exploratory (no revision saw those seeds), one Holm family of 3; it finished
+    after the last revision of its claims (its finished_utc)."""
+    import json
+
+    from normlab.experiments.claims.budgets import BUDGETS, FOLLOWUP_CLAIMS, confirmation_problem
+
+    report = _rendered("docs/claims-followup-2026-11-28.json", tmp_path / "followup.md")
+    assert _body((tmp_path / "followup.md").read_text().replace(
+        "--render docs/claims-followup-2026-11-28.json --docs", "--render docs/claims-followup-2026-11-28.json "
+        "--docs docs/claims-followup.md")) == _body((DOCS.parent / "claims-followup.md").read_text())
+    assert sorted(c["name"] for c in report["claims"]) == sorted(FOLLOWUP_CLAIMS)
+    assert all(c["seeds"] == list(range(7000, 7012)) and c["current_definition"] and not c["exploratory"]
+               for c in report["claims"])
+    assert report["family_size"] == 3 and report["budget"] == "followup"
+    stored = json.loads((DOCS.parent / "claims-followup-2026-11-28.json").read_text())
+    assert confirmation_problem(BUDGETS["full"].to_dict(), stored, "full", "followup") is None
+    last = max((r.date, r.time) for c in CLAIMS if c.name in FOLLOWUP_CLAIMS for r in c.revised)
+    assert last[0] == stored["finished_utc"][:10] and stored["finished_utc"][11:] > last[1]
 
 
 def test_the_earlier_full_run_is_judged_under_the_current_rules(tmp_path):
