@@ -52,6 +52,8 @@ DECISIONS: list[tuple[str, tuple[str, ...]]] = [
     ("placement", ("peri-lr-sensitivity", "postln-lr-sensitivity", "mixln-lr-best", "mixln-grad", "cod-growth",
                    "cod-lns", "peri-variance", "peri-variance-magnitude", "peri-massive", "postln-warmup")),
     ("QK-norm / softcap", ("qk-lr-sensitivity", "tev-instability")),
+    ("attention normalization", ("lssar-extrapolation", "lssar-eval-only", "linear-attention",
+                                 "transnormer-vs-linear")),
     ("output norm", ("zloss-logit-divergence", "stablemax-collapse")),
     ("optimizer / clipping", ("warmup-lr-sensitivity", "adagc-lr-sensitivity", "adagc-spikes")),
 ]

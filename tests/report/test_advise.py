@@ -113,9 +113,15 @@ def test_gpt2_small_answer_states_only_what_the_evidence_decides(tmp_path, cache
     # the claims decided only on the confirmation's fresh seed block (exploratory on seeds 0-4)
     confirmed = {e["name"]: e for d in res["decisions"] for e in d["decided"] if claims[e["name"]].get(
         "exploratory_result")}
-    assert set(confirmed) == {"mixln-grad", "peri-variance-magnitude", "postln-warmup"}
+    assert set(confirmed) == {"mixln-grad", "peri-variance-magnitude", "linear-attention", "lssar-extrapolation"}
     assert all(e["decided_on"] == ["pystdlib (claims suite, seeds 6000-6004)"] and "on seeds 0-4, which its revision "
-               "saw" in e["verdict"] for e in confirmed.values())
+               "saw" in e["verdict"] for n, e in confirmed.items() if n != "lssar-extrapolation")
+    # the follow-up's claim: decided on its 12 seeds, the 5-seed confirmation it supersedes named
+    lssar = confirmed["lssar-extrapolation"]
+    assert lssar["decided_on"] == ["pystdlib (claims suite, seeds 7000-7011)"]
+    assert "superseding the confirmation on seeds 6000-6004: inconclusive" in lssar["verdict"]
+    assert "postln-warmup" in {e["name"] for d in res["decisions"] for e in d["undecided"]}
+    assert res["evidence"]["follow_ups"] == {"claims-followup-2026-11-28.json": "claims-confirm-2026-11-28.json"}
     sweep = load_sweep(out)  # the project's own parser: `normlab compare` accepts it
     nxt = res["next"]
     assert len(sweep.runs) == nxt["estimate"]["runs"] == 2 * 5 * 4
