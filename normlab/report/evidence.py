@@ -2,11 +2,13 @@
 
 ``normlab/evidence/claims.json`` ships inside the package (an installed wheel has no docs/), generated from the
 results the docs hold (``docs/claims-full-*.json``, written by ``normlab claims``; ``docs/claims-confirm-*.json``,
-the revised claims measured on a fresh seed block by ``normlab claims --budget confirm``; and
+the revised claims measured on a fresh seed block by ``normlab claims --budget confirm``;
+``docs/claims-followup-*.json``, ``normlab claims --budget followup``; and
 ``docs/replications-*.json``, the demo's declared replications as docs/compare.md tabulates them) by::
 
     python -m normlab.report.evidence docs/claims-full-2026-11-28.json docs/replications-2026-11-26.json \\
-        normlab/evidence/claims.json --confirm docs/claims-confirm-2026-11-28.json
+        normlab/evidence/claims.json --confirm docs/claims-confirm-2026-11-28.json \\
+        --confirm docs/claims-followup-2026-11-28.json
 
 Each claim's record is its confirmatory measurement: a claim exploratory in the main run (judged on seeds a
 revision of its definition saw) takes its record from the confirmation run where it is confirmatory there, with
