@@ -72,6 +72,9 @@ def _stored(src: Path, flag: str) -> dict:
     if not isinstance(stored, dict) or any(k not in stored for k in need) or not isinstance(stored["claims"], list):
         raise NormlabError(f"{flag} {src} is not a claims.json written by normlab claims (needs the keys "
                            f"{', '.join(need)})")
+    if not isinstance(stored["budget_spec"], dict) or not all(isinstance(c, dict) for c in stored["claims"]):
+        raise NormlabError(f"{flag} {src} is not a claims.json written by normlab claims (its budget_spec must be "
+                           "an object and each entry of claims an object)")
     return stored
 
 
@@ -79,7 +82,7 @@ def _judged(stored: dict, src: Path, flag: str) -> dict:
     from normlab.experiments.claims.execution import judge
     try:
         return judge({**stored, "rendered_from": str(src)})
-    except (KeyError, TypeError, ValueError) as e:
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise NormlabError(f"{flag} {src}: a claim entry is malformed ({e})") from None
 
 

@@ -291,13 +291,19 @@ def judge_family(entries: list[dict], correction: str = "holm") -> list[dict]:
                 v, why = HELD, f"inside ±{m:g} ({correction}-adjusted p = {q:.2g})"
             else:
                 v, why = NOT_HELD, f"outside ±{m:g} ({correction}-adjusted p = {q:.2g})"
-        else:
+        no_record = False
+        if e["test"] not in ("exact", "equivalence"):
             v, why = _directional(mean, q, e["direction"], null, correction, len(xs))
             if e["test"] == "collapse":
                 a, b = e["args"][0], e["args"][1]
                 rates = collapse_rates(e.get("details") or [], (a, b))
                 res["collapse"] = rates
-                if a in rates and b in rates:
+                if a not in rates or b not in rates:  # no collapse record: the split outcome cannot be judged
+                    no_record = True
+                    v, why = INCONCLUSIVE, (f"no collapse record of {a if a not in rates else b} in the details: "
+                                            f"the split outcome cannot be judged (the seeds that trained: {why})")
+                    res["raw_verdict"] = INCONCLUSIVE
+                else:
                     ra, rb = rates[a], rates[b]
                     if ra["ci"][0] > rb["ci"][1]:
                         v, why = HELD, (f"collapse rate {ra['k']}/{ra['n']} above {rb['k']}/{rb['n']} "
@@ -315,7 +321,7 @@ def judge_family(entries: list[dict], correction: str = "holm") -> list[dict]:
         eq = tost(xs, null, pm, ALPHA) if pm is not None else None
         if eq is not None:
             res["tost"] = eq
-        if v in (HELD, NOT_HELD, INCONCLUSIVE) and eq is not None and eq["within"] \
+        if v in (HELD, NOT_HELD, INCONCLUSIVE) and eq is not None and eq["within"] and not no_record \
                 and not (e["test"] == "collapse" and v == HELD and why.startswith("collapse rate")):
             v, why = WITHIN_MARGIN, (f"TOST: the {eq['level']:.0%} interval [{eq['ci'][0]:.2g}, {eq['ci'][1]:.2g}] "
                                      f"lies inside {null:g} ± the practical margin {pm:g} (p = {eq['p']:.2g}); "

@@ -133,3 +133,18 @@ def test_render_with_a_followup_lists_it_beside_the_confirmation_it_supersedes(t
     assert_bad_input(run_inproc("claims", "--render", str(DOCS / "claims-full-2026-11-28.json"), "--confirmation",
                                 str(fol), cache=tmp_path / "c"),
                      "--confirmation followup.json: a follow-up of the confirm budget's confirmation; give that")
+
+
+@pytest.mark.parametrize("change, flag", [({"claims": [1, "x"]}, "--render"), ({"budget_spec": "x"}, "--render"),
+                                          ({"budget_spec": "x"}, "--confirmation"),
+                                          ({"claims": [None]}, "--confirmation")])
+def test_a_claims_file_of_the_wrong_shape_is_one_line(tmp_path, change, flag):
+    """A claims.json whose entries or budget spec are not objects: one line naming the file, exit 2, never a
+    traceback, as the main file and as a confirmation."""
+    full = json.loads((DOCS / "claims-full-2026-11-28.json").read_text())
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({**full, **change}))
+    args = ["--render", str(bad)] if flag == "--render" else [
+        "--render", str(DOCS / "claims-full-2026-11-28.json"), "--confirmation", str(bad)]
+    assert_bad_input(run_inproc("claims", *args, cache=tmp_path / "c"),
+                     f"{flag} {bad} is not a claims.json written by normlab claims")

@@ -182,7 +182,8 @@ def confirmation_lines(report: dict, confirmation: dict, source: str) -> list[st
            f"{seed_span(seeds)}, which no revision saw, with the definitions of this page fixed before those runs "
            f"({md_code(source)}; docs/claims-confirm.md, its own page). These verdicts are confirmatory: Holm's "
            f"correction over that run's family of {confirmation.get('family_size', 'n/a')} claims with a test. "
-           "`normlab advise` reads them (normlab/evidence/claims.json).", "",
+           "`normlab advise` reads them (normlab/evidence/claims.json), but for a claim a follow-up on a larger "
+           "fresh block supersedes (below, where given).", "",
            *([str(confirmation["note"]), ""] if confirmation.get("note") else []),
            "| claim | exploratory (seeds " + seed_span(sorted({s for c, _ in rows for s in claim_seeds(report, c)}))
            + ") | confirmatory: measured (raw 95% CI) | Holm p | confirmatory verdict |",
@@ -211,12 +212,15 @@ def followup_lines(report: dict, confirmation: dict, followup: dict, source: str
     out = ["## Followed up on a larger fresh block", "",
            f"The claims whose confirmatory verdicts differed between two fresh 5-seed blocks, measured again by "
            f"{md_code(str(followup.get('command')))} on {followup.get('seeds')} seeds, "
-           f"{span(followup, [f for _, _, f in rows])}, with the definitions fixed before those runs "
-           f"({md_code(source)}; docs/claims-followup.md, its own page). Holm's correction is over that run's family "
-           f"of {followup.get('family_size', 'n/a')}. The follow-up decides alone, its seeds not pooled with the "
-           "blocks that prompted it, and its verdict supersedes the confirmation's (which claims it runs, and that it "
-           "supersedes, were chosen after both blocks were seen; its own block is independent of that choice: "
-           "normlab.experiments.claims.budgets); `normlab advise` reads it.", "",
+           f"{span(followup, [f for _, _, f in rows])} ({md_code(source)}; docs/claims-followup.md, its own page). "
+           f"Holm's correction is over that run's family of {followup.get('family_size', 'n/a')}. The follow-up "
+           "decides alone, its seeds not pooled with the blocks that prompted it, and its verdict supersedes the "
+           "confirmation's (which claims it runs, and that it supersedes, were chosen after both blocks were seen; "
+           "its own block is independent of that choice: normlab.experiments.claims.budgets); `normlab advise` "
+           "reads it."
+           + (" A claim whose verdict says *not confirmed* was revised after results on some of these seeds "
+              "(Definitions revised): that verdict is exploratory, and advise reads no confirmatory one for it."
+              if any(f.get("exploratory") for _, _, f in rows) else ""), "",
            *([str(followup["note"]), ""] if followup.get("note") else []),
            f"| claim | exploratory (seeds {span(report, [c for c, _, _ in rows])}) | confirmation (seeds "
            f"{span(confirmation, [k for _, k, _ in rows])}) | follow-up: measured (raw 95% CI) | Holm p | "

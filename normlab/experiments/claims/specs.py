@@ -84,9 +84,9 @@ class Revision:
             raise NormlabError(f"normlab/evidence/revisions.yaml: the revision of {self.date} ({self.what[:40]}...) "
                                f"needs seeds_seen, a non-empty list of the seeds its results came from, got {seen!r}")
         object.__setattr__(self, "seeds_seen", tuple(seen))
-        if self.time and not re.fullmatch(r"([01]\d|2[0-3]):[0-5]\d", str(self.time)):
+        if not isinstance(self.time, str) or (self.time and not re.fullmatch(r"([01]\d|2[0-3]):[0-5]\d", self.time)):
             raise NormlabError(f"normlab/evidence/revisions.yaml: the revision of {self.date} ({self.what[:40]}...) "
-                               f"has time {self.time!r}; allowed: HH:MM (UTC) or none")
+                               f"has time {self.time!r}; allowed: HH:MM (UTC) as a quoted string, or none")
 
     def to_dict(self) -> dict:
         return {"date": self.date, "what": self.what, "why": self.why, "verdict_before": self.verdict_before,

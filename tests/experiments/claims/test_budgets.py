@@ -24,7 +24,8 @@ def test_confirm_runs_every_revised_claim_on_seeds_no_revision_saw():
     selection by verdict would be a forking path); none of its seeds was seen by a revision, so its verdicts are
     confirmatory, while the same claims on the full budget's seeds are not. A claim revised again after the
     confirmation's results (postln-warmup's split-outcome rule, after seeds 6000-6004) is exploratory there too, and
-    confirmatory on the follow-up's block."""
+    on the follow-up's block (its seeds 7000-7007 were stored when that rule was revised), where the others are
+    confirmatory."""
     revised = {c.name for c in CLAIMS if c.revised}
     assert set(CONFIRM_CLAIMS) == revised and len(CONFIRM_CLAIMS) == len(revised) == 17
     confirm, full, followup = get_budget("confirm"), BUDGETS["full"], BUDGETS["followup"]
@@ -34,7 +35,8 @@ def test_confirm_runs_every_revised_claim_on_seeds_no_revision_saw():
         if c.revised:
             assert confirms(c.revised, confirm.seed_list(c.seeds or confirm.seeds)) == (c.name not in after)
             assert not confirms(c.revised, full.seed_list(c.seeds or full.seeds))
-            assert confirms(c.revised, followup.seed_list(followup.seeds))
+            # postln-warmup's rule was revised while the follow-up ran, after its seeds 7000-7007 were stored
+            assert confirms(c.revised, followup.seed_list(followup.seeds)) == (c.name != "postln-warmup")
 
 
 def test_measurement_settings_are_budget_fields():
@@ -96,4 +98,4 @@ def test_followup_runs_the_claims_two_fresh_confirmations_disagree_on_with_more_
     for name in FOLLOWUP_CLAIMS:
         c = specs[name]
         assert c.seeds is None  # the budget's 12 seeds, not a claim's own count
-        assert c.revised and confirms(c.revised, followup.seed_list(followup.seeds))
+        assert c.revised and confirms(c.revised, followup.seed_list(followup.seeds)) == (name != "postln-warmup")
