@@ -254,6 +254,18 @@ def test_docs_claims_followup_md_is_what_render_writes_on_twelve_fresh_seeds(tmp
     assert report["family_size"] == 3 and report["budget"] == "followup"
     stored = json.loads((DOCS.parent / "claims-followup-2026-11-28.json").read_text())
     assert confirmation_problem(BUDGETS["full"].to_dict(), stored, "full", "followup") is None
+    # the README's sensitivity: in the confirmation's family of 17, the follow-up's p-values in place of its three,
+    # mano-rank's Holm p is 0.067 (inconclusive) where its own declared family of 3 gives 0.012 (held)
+    from normlab.experiments.claims.execution import judge
+
+    conf = json.loads((DOCS.parent / "claims-confirm-2026-11-28.json").read_text())
+    mine = {c["name"]: c for c in stored["claims"]}
+    merged = {c["name"]: c for c in judge({**conf, "claims": [mine.get(c["name"], c) for c in conf["claims"]]})[
+        "claims"]}
+    own = {c["name"]: c for c in report["claims"]}
+    assert round(own["mano-rank"]["p_adj"], 3) == 0.012 and own["mano-rank"]["verdict"] == "held"
+    assert round(merged["mano-rank"]["p_adj"], 3) == 0.067 and merged["mano-rank"]["verdict"] == "inconclusive"
+    assert merged["lssar-extrapolation"]["verdict"] == "held"
     last = max((r.date, r.time) for c in CLAIMS if c.name in FOLLOWUP_CLAIMS for r in c.revised)
     assert last[0] == stored["finished_utc"][:10] and stored["finished_utc"][11:] > last[1]
 
