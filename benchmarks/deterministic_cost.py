@@ -13,9 +13,10 @@ byte tokens, with normlab's own switch (``normlab.train.precision.use_determinis
 - ``true``: deterministic algorithms, that workspace and the NaN fill (``train.deterministic: true``, the default).
 
 Per mode: the median step time over ``--steps`` steps after ``WARMUP`` (CUDA events), and a ``torch.profiler``
-table of device time per kernel / operator over ``PROFILED`` steps. The section ``deterministic-cost`` of
-docs/benchmarks.md gets the step times as ratios to ``off`` and the operators whose device time grows most from
-``off`` to ``true`` (the operation that falls back to a slower kernel is the top row). Without a CUDA device: one
+table of device time per operator and per kernel over ``PROFILED`` steps (``device_times``). The section
+``deterministic-cost`` of docs/benchmarks.md gets the step times as ratios to ``off`` and the operators (then the
+kernels) whose device time grows most from ``off`` to ``true`` (the operation that falls back to a slower kernel is
+the top row). Without a CUDA device: one
 line, exit 2, nothing written.
 
     python benchmarks/deterministic_cost.py [--shape issue|demo] [--steps 50] [--compile] [--out docs/benchmarks.md]
@@ -78,13 +79,28 @@ def child(mode: str, shape_name: str, steps: int, compiled: bool) -> dict:
         b.record()
         torch.cuda.synchronize()
         times.append(a.elapsed_time(b))
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         for _ in range(PROFILED):
             step()
         torch.cuda.synchronize()
-    ops = {e.key: e.self_device_time_total / PROFILED for e in prof.key_averages() if e.self_device_time_total > 0}
-    return {"mode": mode, "step_ms": statistics.median(times), "ops_us": ops, "device": torch.cuda.get_device_name(),
-            "torch": torch.__version__, "cuda": torch.version.cuda}
+    ops, kernels = device_times(prof.key_averages(), PROFILED)
+    return {"mode": mode, "step_ms": statistics.median(times), "ops_us": ops, "kernels_us": kernels,
+            "device": torch.cuda.get_device_name(), "torch": torch.__version__, "cuda": torch.version.cuda}
+
+
+def device_times(averages: list, steps: int) -> tuple[dict[str, float], dict[str, float]]:
+    """Device time per step (us) from ``torch.profiler``'s ``key_averages()``: per operator (the aten op rows,
+    recorded on the CPU, whose ``self_device_time_total`` is the time of the kernels they launched themselves), and
+    per kernel (the CUDA rows). Without the CPU activity only kernel names would be known, not the operator that
+    chose a slower kernel."""
+    from torch.autograd import DeviceType
+
+    ops, kernels = {}, {}
+    for e in averages:
+        if e.self_device_time_total > 0:
+            into = ops if e.device_type == DeviceType.CPU else kernels
+            into[e.key] = into.get(e.key, 0.0) + e.self_device_time_total / steps
+    return ops, kernels
 
 
 def grown(off: dict[str, float], on: dict[str, float], top: int = TOP) -> list[tuple[str, float, float]]:
@@ -103,10 +119,14 @@ def section(results: dict[str, dict], shape: str, compiled: bool) -> str:
             "| mode | step (ms) | vs off |\n|---|---:|---:|\n")
     rows = "".join(f"| {m} | {results[m]['step_ms']:.2f} | {results[m]['step_ms'] / off['step_ms']:.3f} |\n"
                    for m in MODES)
-    ops = "".join(f"| `{n}` | {a:.0f} | {b:.0f} | {b - a:+.0f} |\n"
-                  for n, a, b in grown(off["ops_us"], results["true"]["ops_us"]))
+    def table(key: str) -> str:
+        return "".join(f"| `{n}` | {a:.0f} | {b:.0f} | {b - a:+.0f} |\n"
+                       for n, a, b in grown(off.get(key) or {}, results["true"].get(key) or {}))
+
     return (head + rows + "\nOperators whose device time per step grows most from `off` to `true` (us per step):\n\n"
-            "| operator | off | true | growth |\n|---|---:|---:|---:|\n" + ops)
+            "| operator | off | true | growth |\n|---|---:|---:|---:|\n" + table("ops_us")
+            + "\nAnd the kernels (us per step):\n\n| kernel | off | true | growth |\n|---|---:|---:|---:|\n"
+            + table("kernels_us"))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -152,12 +152,23 @@ def test_deterministic_cost_ranks_the_operators_that_grow_and_writes_ratios(monk
     on = {"gemm": 130.0, "index_put": 45.0, "softmax": 18.0, "sort": 7.0}
     assert dc.grown(off, on) == [("index_put", 5.0, 45.0), ("gemm", 100.0, 130.0), ("sort", 0.0, 7.0)]
     meta = {"device": "GPU X", "torch": "2", "cuda": "12"}
-    res = {m: {**meta, "step_ms": ms, "ops_us": off if m == "off" else on}
+    res = {m: {**meta, "step_ms": ms, "ops_us": off if m == "off" else on,
+               "kernels_us": {"k_fast": 10.0} if m == "off" else {"k_slow": 40.0}}
            for m, ms in zip(dc.MODES, (10.0, 10.5, 11.0, 12.0))}
     text = dc.section(res, "issue", False)
     assert "| true | 12.00 | 1.200 |" in text and "| cublas | 10.50 | 1.050 |" in text
     assert text.index("`index_put` | 5 | 45 | +40") < text.index("`gemm` | 100 | 130 | +30") < text.index("`sort`")
     assert "softmax" not in text and "GPU X" in text
+    assert text.index("`sort`") < text.index("And the kernels") < text.index("`k_slow` | 0 | 40 | +40")
+    # the profile split: operator rows (recorded on the CPU, with the kernels they launched) and kernel rows
+    from types import SimpleNamespace
+
+    from torch.autograd import DeviceType
+
+    rows = [SimpleNamespace(key="aten::index_put_", device_type=DeviceType.CPU, self_device_time_total=90.0),
+            SimpleNamespace(key="aten::view", device_type=DeviceType.CPU, self_device_time_total=0.0),
+            SimpleNamespace(key="indexing_backward_kernel", device_type=DeviceType.CUDA, self_device_time_total=60.0)]
+    assert dc.device_times(rows, 3) == ({"aten::index_put_": 30.0}, {"indexing_backward_kernel": 20.0})
 
 
 @needs_cuda
@@ -290,3 +301,18 @@ def test_cuda_bf16_rope_is_one_compiled_kernel_each_way():
     (ref_grad,) = torch.autograd.grad(ref, x64, w.cpu().double())
     torch.testing.assert_close(out.cpu().double(), ref.detach(), atol=3e-2, rtol=3e-2)
     torch.testing.assert_close(grad.cpu().double(), ref_grad, atol=3e-2, rtol=3e-2)
+
+
+@needs_cuda
+def test_cuda_batch_views_go_through_a_dense_pinned_buffer():
+    """``get_batch``'s ``x`` / ``y`` are strided views of one chunk; ``to_device`` copies each, dense, into pinned
+    memory before the non-blocking copy (``pin_memory()`` would keep the view's strides and the device copy would go
+    through a pageable temporary): the values arrive unchanged, contiguous, on the device."""
+    from normlab.train.loop import to_device
+
+    t = torch.arange(4 * 9, dtype=torch.int64).reshape(4, 9)
+    for view in (t[:, :-1], t[:, 1:]):
+        assert not view.is_contiguous()
+        got = to_device(view, "cuda")
+        torch.cuda.synchronize()
+        assert got.is_cuda and got.is_contiguous() and torch.equal(got.cpu(), view)

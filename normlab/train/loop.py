@@ -58,9 +58,12 @@ def get_batch(tokens: np.ndarray, batch_size: int, context: int, gen: torch.Gene
 
 def to_device(t: torch.Tensor, device: str) -> torch.Tensor:
     """A CPU batch on ``device``; to CUDA from pinned memory without blocking the host (a copy from pageable
-    memory waits for the device)."""
+    memory waits for the device). The batch is first copied, dense, into a pinned buffer: ``get_batch``'s ``x`` and
+    ``y`` are strided views of one chunk, and ``pin_memory()`` keeps a view's strides, so the device copy would
+    need a pageable temporary and block."""
     if device.startswith("cuda"):
-        return t.pin_memory().to(device, non_blocking=True)
+        pinned = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
+        return pinned.copy_(t).to(device, non_blocking=True)
     return t.to(device)
 
 
