@@ -20,7 +20,10 @@ On a machine without a CUDA device it prints one line saying so and exits with s
 The results go to docs/benchmarks.md's section ``gpu-speed`` (the card, torch and CUDA versions named).
 
     python benchmarks/gpu_speed.py --nanogpt DIR [--out docs/benchmarks.md] [--steps 200] [--shapes issue,demo]
-                                   [--no-demo]
+                                   [--no-demo] [--costs defaults,...] [--modes compiled,eager]
+
+Each row is printed as it is measured; a row that fails prints one line naming its error and reads "failed" in the
+table, and the others are still measured and written.
 """
 
 from __future__ import annotations
@@ -136,6 +139,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps", type=int, default=200)
     p.add_argument("--shapes", default="issue,demo")
     p.add_argument("--no-demo", action="store_true")
+    p.add_argument("--costs", default=",".join(label for label, _ in COSTS),
+                   help="the normlab rows to run, comma-separated (default: all; the device script runs 'defaults')")
+    p.add_argument("--modes", default="compiled,eager", help="compiled, eager or both (default: both)")
     args = p.parse_args(argv)
     line = no_cuda_line()
     if line:
@@ -146,9 +152,11 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     shapes = [SHAPES[s] for s in args.shapes.split(",") if s in SHAPES]
-    if args.steps <= SKIP or not shapes:
-        print(f"gpu_speed.py: --steps must exceed {SKIP} and --shapes name some of {', '.join(SHAPES)}",
-              file=sys.stderr)
+    costs = [(label, sets) for label, sets in COSTS if label in args.costs.split(",")]
+    modes = [m == "compiled" for m in ("compiled", "eager") if m in args.modes.split(",")]
+    if args.steps <= SKIP or not shapes or not costs or not modes:
+        print(f"gpu_speed.py: --steps must exceed {SKIP}, --shapes name some of {', '.join(SHAPES)}, --costs some "
+              f"of {', '.join(label for label, _ in COSTS)} and --modes compiled and/or eager", file=sys.stderr)
         return 2
     import torch
 
@@ -157,28 +165,52 @@ def main(argv: list[str] | None = None) -> int:
              f"{card}; torch {torch.__version__}, CUDA {torch.version.cuda}; {args.steps} steps per row, median "
              f"tokens/s after step {SKIP}; byte vocabulary, bf16, lr {LR:g}. Command: `python benchmarks/gpu_speed.py "
              f"--nanogpt DIR --steps {args.steps}`.", ""]
+    def add(line: str) -> None:  # each row is printed as it is measured: a later failure or a kill loses none
+        lines.append(line)
+        print(line, flush=True)
+
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         for shape in shapes:
-            ref = {c: nanogpt_rate(shape, args.nanogpt, work, args.steps, c) for c in (True, False)}
-            lines += [f"### {shape.name}: L{shape.depth} E{shape.width} H{shape.heads} T{shape.context} "
-                      f"B{shape.batch}", "", "| run | tokens/s | vs nanoGPT train.py (same mode) |", "|---|---:|---:|"]
-            lines += [f"| nanoGPT train.py, {'compiled' if c else 'eager'} | {ref[c]:,.0f} | 1.00 |" for c in ref]
-            for compiled in (True, False):
-                for label, sets in COSTS:
-                    rate, s = normlab_rate(shape, work, args.steps, sets, compiled)
+            add(f"### {shape.name}: L{shape.depth} E{shape.width} H{shape.heads} T{shape.context} B{shape.batch}")
+            add("")
+            add("| run | tokens/s | vs nanoGPT train.py (same mode) |")
+            add("|---|---:|---:|")
+            ref: dict[bool, float | None] = {}
+            for c in modes:
+                ref[c] = _row(lambda: nanogpt_rate(shape, args.nanogpt, work, args.steps, c))
+                name = f"nanoGPT train.py, {'compiled' if c else 'eager'}"
+                add(f"| {name} | {ref[c]:,.0f} | 1.00 |" if ref[c] else f"| {name} | failed | |")
+            for compiled in modes:
+                for label, sets in costs:
+                    got = _row(lambda: normlab_rate(shape, work, args.steps, sets, compiled))
+                    if got is None:
+                        add(f"| normlab train, {'compiled' if compiled else 'eager'}, {label} | failed | |")
+                        continue
+                    rate, s = got
                     mode = "compiled" if s.get("compile") else "eager"
-                    lines.append(f"| normlab train, {mode}, {label} ({s.get('precision')}) | {rate:,.0f} | "
-                                 f"{rate / ref[compiled]:.2f} |")
-            lines.append("")
+                    vs = f"{rate / ref[compiled]:.2f}" if ref.get(compiled) else "n/a"
+                    add(f"| normlab train, {mode}, {label} ({s.get('precision')}) | {rate:,.0f} | {vs} |")
+            add("")
         if not args.no_demo:
-            lines += [f"`make demo` (normlab compare --preset quick) on this GPU: {demo_seconds(work):.0f} s wall.", ""]
+            wall = _row(lambda: demo_seconds(work))
+            add("`make demo` (normlab compare --preset quick) on this GPU: "
+                + (f"{wall:.0f} s wall." if wall is not None else "failed (its error is above)."))
+            add("")
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from sections import write_section
 
     write_section(args.out, "gpu-speed", "\n".join(lines))
-    print("\n".join(lines))
     return 0
+
+
+def _row(measure):  # noqa: ANN001, ANN202 - a row's measurement, or None after one line naming its error
+    try:
+        return measure()
+    except (RuntimeError, subprocess.TimeoutExpired, OSError, ValueError, KeyError) as e:
+        print(f"gpu_speed.py: a row failed: {str(e).splitlines()[0] if str(e) else type(e).__name__}", file=sys.stderr,
+              flush=True)
+        return None
 
 
 if __name__ == "__main__":

@@ -316,3 +316,38 @@ def test_cuda_batch_views_go_through_a_dense_pinned_buffer():
         got = to_device(view, "cuda")
         torch.cuda.synchronize()
         assert got.is_cuda and got.is_contiguous() and torch.equal(got.cpu(), view)
+
+
+def test_gpu_speed_rows_are_written_as_measured_and_a_failed_row_loses_no_other(tmp_path, monkeypatch, capsys):
+    """benchmarks/gpu_speed.py with its measurements stood in (no GPU here): ``--costs`` / ``--modes`` select the
+    rows, every row is printed as it is measured, a row whose run fails reads "failed" (one line naming the error on
+    stderr) and the others are still measured, compared with nanoGPT and written to the section."""
+    import sys
+    from pathlib import Path
+
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    sys.modules.pop("gpu_speed", None)
+    import gpu_speed as gs
+
+    (tmp_path / "train.py").write_text("")
+    monkeypatch.setattr(gs, "no_cuda_line", lambda: None)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "GPU X")
+    monkeypatch.setattr(gs, "nanogpt_rate", lambda shape, nano, work, steps, compiled: 500_000.0)
+
+    def normlab_rate(shape, work, steps, sets, compiled):
+        if sets == ["diag.every=0"]:
+            raise RuntimeError("normlab train failed: boom")
+        return (520_000.0 if not sets else 600_000.0), {"compile": compiled, "precision": "bf16"}
+
+    monkeypatch.setattr(gs, "normlab_rate", normlab_rate)
+    out = tmp_path / "bench.md"
+    assert gs.main(["--nanogpt", str(tmp_path), "--out", str(out), "--shapes", "issue", "--no-demo", "--modes",
+                    "compiled", "--costs", "defaults,diag.every=0,train.deterministic=false"]) == 0
+    printed = capsys.readouterr()
+    text = out.read_text()
+    assert "| nanoGPT train.py, compiled | 500,000 | 1.00 |" in text and "eager" not in text
+    assert "| normlab train, compiled, defaults (bf16) | 520,000 | 1.04 |" in text
+    assert "| normlab train, compiled, train.deterministic=false (bf16) | 600,000 | 1.20 |" in text
+    assert "| normlab train, compiled, diag.every=0 | failed | |" in text and "model.positions" not in text
+    assert "a row failed: normlab train failed: boom" in printed.err and "| nanoGPT train.py" in printed.out
+    assert gs.main(["--nanogpt", str(tmp_path), "--out", str(out), "--costs", "nothing"]) == 2
