@@ -38,20 +38,13 @@ def render(args: argparse.Namespace) -> int:
     report = _judged(stored, src, "--render")
     confirmations = []
     if args.confirmation:
-        from normlab.experiments.claims.budgets import confirmation_problem
+        from normlab.experiments.claims.budgets import confirmations_problem
 
-        for csrc in map(Path, args.confirmation):
-            cstored = _stored(csrc, "--confirmation")
-            why = confirmation_problem(stored["budget_spec"], cstored, str(src), f"--confirmation {csrc}")
-            if why:
-                raise NormlabError(why)
-            confirmations.append((_judged(cstored, csrc, "--confirmation"), csrc.name))
-        given = {c.get("budget") for c, _ in confirmations}
-        for c, name in confirmations:
-            follows = (c.get("budget_spec") or {}).get("follows")
-            if follows and follows not in given:
-                raise NormlabError(f"--confirmation {name}: a follow-up of the {follows} budget's confirmation; give "
-                                   "that confirmation too (another --confirmation)")
+        docs = [(_stored(Path(c), "--confirmation"), c) for c in args.confirmation]
+        why = confirmations_problem(stored["budget_spec"], [(d, f"--confirmation {c}") for d, c in docs], str(src))
+        if why:
+            raise NormlabError(why)
+        confirmations = [(_judged(d, Path(c), "--confirmation"), Path(c).name) for d, c in docs]
     report["render_command"] = " ".join(shlex.quote(p) for p in ["normlab", "claims", "--render", str(src)]
                                         + [x for c in args.confirmation or [] for x in ("--confirmation", c)]
                                         + (["--docs"] if args.docs else [])

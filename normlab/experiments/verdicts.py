@@ -311,13 +311,16 @@ def judge_family(entries: list[dict], correction: str = "holm") -> list[dict]:
                     else:
                         why = (f"collapse {ra['k']}/{ra['n']} vs {rb['k']}/{rb['n']} (Clopper-Pearson intervals "
                                f"overlap); given no collapse ({len(xs)} seed(s)): {why}")
-                        if v == NOT_HELD and ra["k"] * rb["n"] > rb["k"] * ra["n"]:
-                            # the survivors alone cannot refute a claim whose other half (collapses more often)
-                            # the data lean towards: the failure it names is neither shown nor excluded
-                            v, why = INCONCLUSIVE, (f"{why}; but {a} collapsed more often, which the intervals "
-                                                    "neither show nor exclude: not refuted by the seeds that trained")
-                        if res["raw_verdict"] == NOT_HELD and ra["k"] * rb["n"] > rb["k"] * ra["n"]:
-                            res["raw_verdict"] = INCONCLUSIVE  # the same rule without the correction
+                        # the survivors alone cannot refute a claim whose other half (collapses more often) the
+                        # data lean towards: the failure it names is neither shown nor excluded; the same rule
+                        # applies to the verdict without the correction
+                        if ra["k"] * rb["n"] > rb["k"] * ra["n"]:
+                            if v == NOT_HELD:
+                                v, why = INCONCLUSIVE, (f"{why}; but {a} collapsed more often, which the intervals "
+                                                        "neither show nor exclude: not refuted by the seeds that "
+                                                        "trained")
+                            if res["raw_verdict"] == NOT_HELD:
+                                res["raw_verdict"] = INCONCLUSIVE
         eq = tost(xs, null, pm, ALPHA) if pm is not None else None
         if eq is not None:
             res["tost"] = eq

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from normlab.errors import NormlabError, printable
-from normlab.experiments.claims.budgets import confirmation_problem
+from normlab.experiments.claims.budgets import confirmations_problem
 from normlab.experiments.claims.execution import judge
 from normlab.experiments.claims.specs import claim_seeds
 from normlab.io import read_json, write_text
@@ -80,20 +80,17 @@ def build_evidence(claims: dict[str, Any], replications: dict[str, Any], *, clai
     judged = judge(claims)  # the verdicts of the current rules, as docs/claims.md renders them (one rule, every path)
     records = _records(judged, claims_name)
     confirmed = []
-    budgets = {doc.get("budget"): name for doc, name in confirmations}
-    # a follow-up (its budget ``follows`` another confirmation's, declared before its runs) is applied after the
-    # confirmation it follows, and only its claims' records are replaced; any other two confirmations of one claim
-    # are refused
-    order = sorted(confirmations, key=lambda dn: bool((dn[0].get("budget_spec") or {}).get("follows")))
-    for doc, name in order:
+    for doc, name in confirmations:
         _check_claims(doc, name)
-        why = confirmation_problem(spec, doc, claims_name, name)
-        if why:
-            raise NormlabError(why)
-        follows = (doc.get("budget_spec") or {}).get("follows")
-        if follows and follows not in budgets:
-            raise NormlabError(f"{name}: a follow-up of the {follows} budget's confirmation; give that confirmation "
-                               "too (--confirm), whose verdicts it supersedes for its claims")
+    why = confirmations_problem(spec, list(confirmations), claims_name)  # the check the rendered page makes
+    if why:
+        raise NormlabError(why)
+    budgets = {doc["budget"]: name for doc, name in confirmations}
+    # a follow-up (its budget ``follows`` another confirmation's, declared before its runs) is applied after the
+    # confirmation it follows, and only its claims' records are replaced
+    order = sorted(confirmations, key=lambda dn: bool(dn[0]["budget_spec"].get("follows")))
+    for doc, name in order:
+        follows = doc["budget_spec"].get("follows")
         doc_judged = judge(doc)
         for cname, rec in _records(doc_judged, name).items():
             main = records.get(cname)

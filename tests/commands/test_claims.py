@@ -132,7 +132,11 @@ def test_render_with_a_followup_lists_it_beside_the_confirmation_it_supersedes(t
     assert text.split("```")[1].count("--confirmation") == 2  # the render command on the page names both
     assert_bad_input(run_inproc("claims", "--render", str(DOCS / "claims-full-2026-11-28.json"), "--confirmation",
                                 str(fol), cache=tmp_path / "c"),
-                     "--confirmation followup.json: a follow-up of the confirm budget's confirmation; give that")
+                     f"--confirmation {fol}: a follow-up of the confirm budget's confirmation; give that")
+    # the same rule as the evidence builder's (budgets.confirmations_problem): one confirmation per budget
+    assert_bad_input(run_inproc("claims", "--render", str(DOCS / "claims-full-2026-11-28.json"), "--confirmation",
+                                str(conf), "--confirmation", str(conf), cache=tmp_path / "c"),
+                     f"--confirmation {conf}: a second confirm run beside --confirmation {conf}; give one per budget")
 
 
 @pytest.mark.parametrize("change, flag", [({"claims": [1, "x"]}, "--render"), ({"budget_spec": "x"}, "--render"),

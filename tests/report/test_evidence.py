@@ -135,7 +135,7 @@ def test_two_confirmations_of_one_claim_are_refused_and_an_outdated_one_confirms
     """Two confirmation runs of the same claim would let the order of --confirm pick a verdict: refused in one line.
     A confirmation measured under a definition revised since (its spec hash no longer current) confirms nothing."""
     full, reps = json.loads(CLAIMS.read_text()), json.loads(REPS.read_text())
-    with pytest.raises(NormlabError, match="is confirmed by a.json already; give one confirmation per claim"):
+    with pytest.raises(NormlabError, match="b.json: a second confirm run beside a.json; give one per budget"):
         build_evidence(full, reps, claims_name="f.json", replications_name="r.json",
                        confirmations=((_confirmation(full), "a.json"), (_confirmation(full), "b.json")))
     old = _confirmation(full)
@@ -195,5 +195,5 @@ def test_a_followup_supersedes_the_confirmation_it_follows_for_its_claims_only()
                                                  "follows": "c.json"}
     with pytest.raises(NormlabError, match="u.json: a follow-up of the confirm budget's confirmation; give that"):
         build_evidence(full, reps, **kw, confirmations=((follow, "u.json"),))
-    with pytest.raises(NormlabError, match="is confirmed by c.json already; give one confirmation per claim"):
+    with pytest.raises(NormlabError, match="d.json: a second confirm run beside c.json; give one per budget"):
         build_evidence(full, reps, **kw, confirmations=((conf, "c.json"), (follow, "u.json"), (conf, "d.json")))

@@ -182,6 +182,31 @@ def confirmation_problem(main: dict, doc: dict, main_name: str, name: str) -> st
     return None
 
 
+def confirmations_problem(main: dict, docs: list[tuple[dict, str]], main_name: str) -> str | None:
+    """Why the stored claims results ``docs`` ((document, name) pairs) cannot together confirm the run whose budget
+    spec is ``main`` (one line), or None; the one check ``normlab claims --render --confirmation`` and the evidence
+    builder (normlab.report.evidence) make: each is a registered confirmation run as declared
+    (:func:`confirmation_problem`), at most one per budget (two would let their order or a choice between their
+    verdicts decide: a forking path), and a follow-up comes with the confirmation it follows (whose verdicts it
+    supersedes for its claims)."""
+    given: dict[str, str] = {}
+    for doc, name in docs:
+        why = confirmation_problem(main, doc, main_name, name)
+        if why:
+            return why
+        budget = str(doc.get("budget"))
+        if budget in given:
+            return (f"{name}: a second {budget} run beside {given[budget]}; give one per budget (choosing between "
+                    "two by their verdicts is a forking path)")
+        given[budget] = name
+    for doc, name in docs:
+        follows = BUDGETS[str(doc.get("budget"))].follows
+        if follows and follows not in given:
+            return (f"{name}: a follow-up of the {follows} budget's confirmation; give that confirmation too, whose "
+                    "verdicts it supersedes for its claims")
+    return None
+
+
 def get_budget(name: str) -> Budget:
     if name not in BUDGETS:
         raise NormlabError(f"unknown budget '{name}'; allowed: {', '.join(BUDGETS)}")

@@ -266,6 +266,14 @@ def test_docs_claims_followup_md_is_what_render_writes_on_twelve_fresh_seeds(tmp
     assert round(own["mano-rank"]["p_adj"], 3) == 0.012 and own["mano-rank"]["verdict"] == "held"
     assert round(merged["mano-rank"]["p_adj"], 3) == 0.067 and merged["mano-rank"]["verdict"] == "inconclusive"
     assert merged["lssar-extrapolation"]["verdict"] == "held"
+    # the README's postln-warmup figures: 3 of 12 Post-LN runs collapsed, 0 of Pre-LN; of the nine that trained,
+    # eight trained 0.77 bits/byte better and one ended at 4.47 bits/byte (under the collapse line, not collapsed)
+    post = own["postln-warmup"]
+    assert [(r["k"], r["n"]) for r in post["collapse"].values()] == [(3, 12), (0, 12)]
+    better = [v for v in post["values"] if v is not None and v < 0]
+    assert len(better) == 8 and round(-sum(better) / 8, 2) == 0.77
+    worse = [d for d, v in zip(post["details"], post["values"]) if v is not None and v > 0]
+    assert len(worse) == 1 and round(worse[0]["bpb_deep_post_nowarm"], 2) == 4.47
     last = max((r.date, r.time) for c in CLAIMS if c.name in FOLLOWUP_CLAIMS for r in c.revised)
     assert last[0] == stored["finished_utc"][:10] and stored["finished_utc"][11:] > last[1]
 
