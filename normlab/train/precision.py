@@ -17,7 +17,7 @@ run used) and returns one line per decision with its reason, printed at start an
   ratio) measures it at least ``BF16_MARGIN`` faster than fp32 (the probe is cached per machine and shape in
   ``<cache dir>/precision_probe.json``); fp32 otherwise.
 - ``train.tf32: auto | true | false`` -- CUDA only: fp32 matmuls and convolutions (a ``precision: fp32`` run, and
-  the fp32 parts of a bf16 run) use TF32 tensor cores (``torch.backends.cuda.matmul.allow_tf32``, 10-bit mantissa
+  the fp32 parts of a bf16 run) use TF32 tensor cores (``torch.set_float32_matmul_precision("high")``, 10-bit mantissa
   products, fp32 accumulation); ``auto`` and ``true`` switch it on, ``false`` asks for strict fp32 ("highest").
   Restored after the run. On a CPU nothing is set (CPU numbers unchanged).
 - ``train.compile: auto | true | false`` -- ``torch.compile`` of the model (``nn.Module.compile``: parameter names and
@@ -244,12 +244,43 @@ def use_tf32(device: str, value: bool | str) -> tuple[bool | str, str]:
     if device != "cuda":
         return value, ""
     on = value in (True, "auto")
-    torch.backends.cuda.matmul.allow_tf32 = on
-    torch.backends.cudnn.allow_tf32 = on
+    _set_tf32(("high", True) if on else ("highest", False))
     if not on:
         return False, "off (train.tf32: false; fp32 matmuls in strict fp32)"
     why = "auto: on for CUDA" if value == "auto" else "set in the config"
     return True, f"on ({why}; fp32 matmuls use TF32 tensor cores; train.tf32=false for strict fp32)"
+
+
+def _tf32_state() -> tuple[Any, Any]:
+    """The TF32 switches of CUDA matmuls and cuDNN convolutions, as ``(torch.get_float32_matmul_precision(),
+    torch.backends.cudnn.allow_tf32)``. On torch >= 2.9 both legacy reads raise once something in the process set
+    TF32 through the new ``fp32_precision`` API alone; then that switch is read there instead, as ``("new", value)``.
+    """
+    try:
+        matmul: Any = torch.get_float32_matmul_precision()
+    except RuntimeError:
+        matmul = ("new", torch.backends.cuda.matmul.fp32_precision)
+    try:
+        conv: Any = torch.backends.cudnn.allow_tf32
+    except RuntimeError:
+        conv = ("new", torch.backends.cudnn.conv.fp32_precision)
+    return matmul, conv
+
+
+def _set_tf32(state: tuple[Any, Any]) -> None:
+    """Set what :func:`_tf32_state` returns. A run sets ``("high", True)`` or ``("highest", False)`` through
+    ``torch.set_float32_matmul_precision`` and ``cudnn.allow_tf32``, which leave every read consistent: the new API's
+    ``torch.backends.cuda.matmul.fp32_precision = "tf32"`` alone makes ``torch.get_float32_matmul_precision()`` raise
+    (torch 2.13), and inductor's autotuner reads it."""
+    matmul, conv = state
+    if isinstance(matmul, tuple):
+        torch.backends.cuda.matmul.fp32_precision = matmul[1]
+    else:
+        torch.set_float32_matmul_precision(matmul)
+    if isinstance(conv, tuple):
+        torch.backends.cudnn.conv.fp32_precision = conv[1]
+    else:
+        torch.backends.cudnn.allow_tf32 = conv
 
 
 def use_deterministic_kernels(device: str, on: bool) -> str:
@@ -290,14 +321,14 @@ def kept_determinism() -> Iterator[None]:
     before = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled())
     cublas = os.environ.get("CUBLAS_WORKSPACE_CONFIG")
     fill = torch_deterministic.fill_uninitialized_memory
-    tf32 = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    tf32 = _tf32_state()
     try:
         yield
     finally:
         torch.use_deterministic_algorithms(before[0], warn_only=before[1])
         torch_deterministic.fill_uninitialized_memory = fill
-        if (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32) != tf32:  # set by a CUDA run
-            torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = tf32
+        if _tf32_state() != tf32:  # set by a CUDA run
+            _set_tf32(tf32)
         if cublas is None:
             os.environ.pop("CUBLAS_WORKSPACE_CONFIG", None)
         else:

@@ -282,3 +282,29 @@ def test_new_runtime_keys_validate_and_keep_cpu_hashes():
     assert load_config("tiny", ["train.tf32=false"]).hash() != base.hash()
     d = base.identity_dict()
     assert "stack" not in d["train"] and "tf32" not in d["train"] and "deterministic" not in d["train"]
+
+
+def test_tf32_switches_survive_the_new_fp32_precision_api():
+    """Where something in the process set TF32 through torch's new ``fp32_precision`` API alone, the legacy reads
+    (``allow_tf32``, ``torch.get_float32_matmul_precision()``) raise; a run still sets TF32 (CUDA, simulated) with every
+    read consistent, and ``kept_determinism`` restores the new API's values it found."""
+    if not hasattr(torch.backends.cuda.matmul, "fp32_precision"):
+        pytest.skip("this torch has no fp32_precision API")
+    before = (torch.get_float32_matmul_precision(), torch.backends.cudnn.allow_tf32)
+    try:
+        torch.backends.cuda.matmul.fp32_precision = "tf32"
+        torch.backends.cudnn.conv.fp32_precision = "ieee"
+        with pytest.raises(RuntimeError):
+            torch.get_float32_matmul_precision()
+        with P.kept_determinism():
+            assert P.use_tf32("cuda", "auto")[0] is True
+            assert torch.get_float32_matmul_precision() == "high" and torch.backends.cuda.matmul.allow_tf32
+            assert torch.backends.cudnn.allow_tf32
+            assert P.use_tf32("cuda", False)[0] is False
+            assert torch.get_float32_matmul_precision() == "highest" and not torch.backends.cudnn.allow_tf32
+        assert torch.backends.cuda.matmul.fp32_precision == "tf32"
+        assert torch.backends.cudnn.conv.fp32_precision == "ieee"
+    finally:
+        torch.set_float32_matmul_precision(before[0])
+        torch.backends.cudnn.allow_tf32 = before[1]
+    assert (torch.get_float32_matmul_precision(), torch.backends.cudnn.allow_tf32) == before
