@@ -160,8 +160,9 @@ def _setup(cfg: RunConfig, run_dir: Path, *, resume: bool, data: Any, tb_dir: Pa
 class _StackedForward:
     """``forward(params [K, ...] per name, x [K, B, T]) -> logits [K, B, T, V]``: one vmapped ``functional_call``
     of ``base`` (a module of the group's architecture whose own parameters are never used). With ``compile_`` the
-    vmapped function is ``torch.compile``d; if its first call fails (a transform torch cannot compile), the group
-    runs it eager and ``note`` says why."""
+    vmapped function is ``torch.compile``d; if its first forward or backward fails (a transform torch cannot
+    compile; AOTAutograd compiles the backward only when it first runs), :meth:`fall_back` switches the group to the
+    eager function and ``note`` says why."""
 
     def __init__(self, base: torch.nn.Module, compile_: bool):
         def one(params: dict[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
@@ -176,15 +177,16 @@ class _StackedForward:
         own = [dict(m.named_parameters()) for m in models]
         params = {n: torch.stack([p[n] for p in own]) for n in self.names}
         self.calls += 1
-        if self.compiled is not None:
-            try:
-                return self.compiled(params, x)
-            except Exception as e:  # noqa: BLE001 - only the first call falls back; later errors are the model's
-                if self.calls > 1:
-                    raise
-                self.compiled = None
-                self.note = f"the stacked forward runs eager: torch.compile of it failed ({type(e).__name__})"
-        return self.fn(params, x)
+        return (self.compiled or self.fn)(params, x)
+
+    def fall_back(self, e: BaseException) -> bool:
+        """Whether the failure ``e`` of the first compiled forward-and-backward is handled: then the group runs the
+        eager function from now on (the caller repeats the micro-batch); later failures are the model's own."""
+        if self.compiled is None or self.calls > 1 or not isinstance(e, Exception):
+            return False
+        self.compiled = None
+        self.note = f"the stacked forward runs eager: torch.compile of it failed ({type(e).__name__})"
+        return True
 
 
 def train_stacked(cfgs: list[RunConfig], run_dirs: list[str | Path], *, resume: bool = False, quiet: bool = False,
@@ -357,20 +359,38 @@ def _stacked_step(active: list[_Member], stacked: _StackedForward) -> list[tuple
     for _ in range(tc.grad_accum):
         batches = [get_batch(m.data.train, tc.batch_size, mc.context, m.gen) for m in active]
         x = to_device(torch.stack([b[0] for b in batches]), dev)  # [K, B, T]
-        with autocast(dev, tc.precision):
-            logits = stacked(models, x)  # [K, B, T, V]
-        total = 0.0
-        for k, (m, (_, y)) in enumerate(zip(active, batches)):
-            loss, parts = lm_loss(logits[k].float(), to_device(y, dev), z_loss=tc.z_loss,
-                                  logitnorm_tau=tc.logitnorm_tau)
-            total = total + loss / tc.grad_accum
+        ys = [to_device(b[1], dev) for b in batches]
+        try:
+            parts = _stacked_micro_batch(stacked, models, x, ys, tc, tc.precision)
+        except Exception as e:
+            if not stacked.fall_back(e):
+                raise
+            for m in models:  # the first micro-batch of a step: no gradient was there before it
+                m.zero_grad(set_to_none=True)
+            parts = _stacked_micro_batch(stacked, models, x, ys, tc, tc.precision)
+        for k, p in enumerate(parts):
             loss_sum, extra = out[k]
-            loss_sum = loss_sum + parts.pop("ce").double()
-            for key, v in parts.items():
+            loss_sum = loss_sum + p.pop("ce").double()
+            for key, v in p.items():
                 extra[key] = extra.get(key, 0.0) + v.double() / tc.grad_accum
             out[k] = (loss_sum, extra)
-        total.backward()  # member k's parameters get the gradient of its own loss alone
     return out
+
+
+def _stacked_micro_batch(stacked: _StackedForward, models: list[torch.nn.Module], x: torch.Tensor,
+                         ys: list[torch.Tensor], tc: Any, precision: str) -> list[dict[str, torch.Tensor]]:
+    """The vmapped forward of ``x [K, B, T]``, each member's loss against ``ys[k] [B, T]`` and one backward of their
+    sum (member k's parameters get the gradient of its own loss alone); each member's ``lm_loss`` parts."""
+    with autocast(x.device.type, precision):
+        logits = stacked(models, x)  # [K, B, T, V]
+    total: Any = 0.0
+    parts = []
+    for k, y in enumerate(ys):
+        loss, p = lm_loss(logits[k].float(), y, z_loss=tc.z_loss, logitnorm_tau=tc.logitnorm_tau)
+        total = total + loss / tc.grad_accum
+        parts.append(p)
+    total.backward()
+    return parts
 
 
 def _settle(live: list[_Member], say: Any) -> bool:

@@ -220,14 +220,30 @@ def test_a_second_ctrl_c_stops_at_once_and_the_group_still_resumes(stacked, tmp_
         assert all(torch.equal(wa[k], wb[k]) for k in wa), f"member {i}"
 
 
-def test_a_stacked_forward_that_cannot_compile_runs_eager(tmp_path, cache, monkeypatch, capsys):
+class _BackwardFails(torch.autograd.Function):
+    """Identity whose backward raises: a compiled function whose lazily compiled backward cannot compile."""
+
+    @staticmethod
+    def forward(ctx, t):
+        return t.view_as(t)
+
+    @staticmethod
+    def backward(ctx, g):
+        raise RuntimeError("cannot compile this backward")
+
+
+@pytest.mark.parametrize("fails", ["forward", "backward"])
+def test_a_stacked_forward_that_cannot_compile_runs_eager(tmp_path, cache, monkeypatch, capsys, fails):
     """``train.compile: true`` compiles the vmapped forward; where torch cannot compile it (simulated: the compiled
-    function raises on its first call), the group says so and trains eager, equal to its runs alone."""
+    function raises on its first call, or its backward, which AOTAutograd compiles when it first runs, raises), the
+    group says so, repeats the micro-batch eager and trains on eager, equal to its runs alone."""
     import normlab.train.stacked as S
 
     def broken(fn):
         def run(*a, **k):
-            raise RuntimeError("cannot compile this")
+            if fails == "forward":
+                raise RuntimeError("cannot compile this")
+            return _BackwardFails.apply(fn(*a, **k))
         return run
 
     monkeypatch.setattr(S.torch, "compile", broken)
