@@ -28,7 +28,7 @@ from normlab.attention.registry import (attention_names, check_attention_config,
 # every other module of this package holds kinds that register themselves on import (alphabetical order: the order
 # of attention_names(), the docs and the CLI), so a new kind is one registered class in one file, as for norms
 for _info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
-    if _info.name not in ("base", "positions", "registry"):
+    if _info.name not in ("base", "dropout", "positions", "registry"):
         importlib.import_module(f"{__name__}.{_info.name}")
 
 

@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from normlab.attention.dropout import Dropout
+
 
 @dataclass
 class AttentionState:
@@ -51,7 +53,7 @@ class AttentionBase(nn.Module):
         self.qkv = nn.Linear(self.in_width, 3 * width, bias=bias)
         self.proj = nn.Linear(width, self.out_width, bias=bias)
         self.dropout = dropout
-        self.resid_drop = nn.Dropout(dropout)
+        self.resid_drop = Dropout(dropout)
 
     def split_heads(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """``x [B, T, in_width] -> q, k, v`` each ``[B, H, T, head_dim]``."""

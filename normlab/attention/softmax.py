@@ -28,9 +28,9 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.nn.functional as F
 
 from normlab.attention.base import AttentionBase, AttentionState, append_kv, causal_mask
+from normlab.attention.dropout import dropout, sdpa
 from normlab.attention.positions import RotaryEmbedding, alibi_bias, alibi_slopes
 from normlab.attention.registry import register_attention
 from normlab.errors import NormlabError, unknown
@@ -143,17 +143,17 @@ class CausalSelfAttention(AttentionBase):
             self.logit_probe(q, k)
         p = self.dropout if self.training else 0.0
         if self.softcap is None and self.alibi_slopes is None and t_q == t_k:
-            return F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=p)
+            return sdpa(q, k, v, is_causal=True, dropout_p=p)
         allowed = causal_mask(t_q, t_k, q.device)
         bias = None
         if self.alibi_slopes is not None:
             bias = alibi_bias(self.alibi_slopes, t_q, t_k, offset=t_k - t_q).to(q.dtype)
         if self.softcap is None:  # SDPA with a boolean or additive float mask
             mask = allowed if bias is None else bias.masked_fill(~allowed, float("-inf"))
-            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
+            return sdpa(q, k, v, attn_mask=mask, dropout_p=p)
         s = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])
         s = self.softcap * torch.tanh(s / self.softcap)
         if bias is not None:
             s = s + bias
         a = torch.softmax(s.masked_fill(~allowed, float("-inf")), dim=-1)
-        return F.dropout(a, p, training=p > 0) @ v
+        return dropout(a, p, p > 0) @ v

@@ -38,6 +38,7 @@ import torch
 import torch.nn.functional as F
 
 from normlab.attention.base import AttentionBase, AttentionState, append_kv, causal_mask
+from normlab.attention.dropout import dropout
 from normlab.attention.positions import RotaryEmbedding, alibi_bias, alibi_slopes
 from normlab.attention.registry import register_attention
 from normlab.validate import POS as POSITIVE
@@ -127,7 +128,7 @@ class SoftplusAttention(AttentionBase):
         a = self.weights(q, k, offset)
         if state is not None:
             state.pos += x.shape[1]
-        y = F.dropout(a, self.dropout, training=self.training and self.dropout > 0) @ v
+        y = dropout(a, self.dropout, self.training and self.dropout > 0) @ v
         return self.out(self.merge_heads(y))
 
     def mixing_flops(self, t_q: int, t_k: int) -> dict[str, float]:

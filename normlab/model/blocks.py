@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from normlab.attention.base import AttentionState
+from normlab.attention.dropout import Dropout
 from normlab.model.placements import SITES
 
 
@@ -50,7 +51,7 @@ class MLP(nn.Module):
             self.gate = nn.Linear(width, hidden, bias=bias)
         self.fc = nn.Linear(width, hidden, bias=bias)
         self.proj = nn.Linear(hidden, width, bias=bias)
-        self.drop = nn.Dropout(dropout)
+        self.drop = Dropout(dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.activation == "swiglu":

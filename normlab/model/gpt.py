@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from normlab.attention import AttentionState, RotaryEmbedding, build_attention
+from normlab.attention.dropout import Dropout
 from normlab.model.blocks import MLP, Block
 from normlab.model.config import ModelConfig
 from normlab.model.outputs import apply_output
@@ -47,7 +48,7 @@ class GPT(nn.Module):
         self.embed_scale = embed_scale(cfg)
         self.pos_emb = nn.Embedding(cfg.context, cfg.width) if cfg.positions == "learned" else None
         rope = RotaryEmbedding(cfg.head_dim, cfg.context, cfg.rope_base, cfg.heads) if cfg.positions == "rope" else None
-        self.drop = nn.Dropout(cfg.dropout)
+        self.drop = Dropout(cfg.dropout)
 
         def norm(site: str) -> nn.Module:
             group = site.split("_")[0]  # attn_in -> attn, mlp_post -> mlp, final -> final, embed -> embed

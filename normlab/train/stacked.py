@@ -28,9 +28,15 @@ logs, diagnoses, evaluates or checkpoints reads nothing to the host; each member
 (``RunState.step_unread``) and the next read point settles every member in step order (``RunState.settle``): a
 member that diverged at a queued step stops there, with the step, status, summary and messages a read at once gives.
 
-Not stacked (:func:`stack_refusal` names the reason, and ``train.stack: auto`` trains such runs alone): dropout (a
-run alone draws its dropout masks from its global RNG stream, which a vmapped call cannot reproduce), norms that
-update running statistics in their forward pass (PowerNorm, Unified Normalization, BatchNorm), data-parallel runs.
+Dropout (``model.dropout > 0``), on a CPU: a run alone draws its masks from its global RNG stream, which a vmapped call
+cannot do per member, so the group records the forward's dropout calls once and, before each stacked micro-batch,
+draws every member's masks with that member's own RNG state, in call order -- the masks its forward alone would draw,
+bit for bit (``normlab.attention.dropout``) -- and hands them into the vmapped forward. Such a group's forward runs
+eager (no ``torch.compile``).
+
+Not stacked (:func:`stack_refusal` names the reason, and ``train.stack: auto`` trains such runs alone): dropout on
+CUDA (the fused dropout kernels draw with Philox offsets a draw outside them does not reproduce), norms that update
+running statistics in their forward pass (PowerNorm, Unified Normalization, BatchNorm), data-parallel runs.
 """
 
 from __future__ import annotations
@@ -48,6 +54,7 @@ from normlab.config import RunConfig
 from normlab.errors import NormlabError
 from normlab.interrupt import StopFlag
 from normlab.io import dumps
+from normlab.attention.dropout import draw_noise, recorded, supplied
 from normlab.model import build_model
 from normlab.rundir.files import CONFIG_FILE
 from normlab.rundir.publish import finish_interrupted
@@ -75,9 +82,9 @@ def stack_key(cfg: RunConfig) -> str:
 
 def stack_refusal(cfg: RunConfig) -> str | None:
     """Why ``cfg`` cannot train in a stacked group (one line), or None."""
-    if cfg.model.dropout > 0:
-        return (f"model.dropout={cfg.model.dropout}: a run alone draws its dropout masks from its own RNG stream, "
-                "which a stacked step cannot reproduce")
+    if cfg.model.dropout > 0 and (cfg.device == "cuda" or (cfg.device == "auto" and torch.cuda.is_available())):
+        return (f"model.dropout={cfg.model.dropout} on CUDA: the fused dropout kernels draw masks that a stacked "
+                "step cannot reproduce per member")
     with torch.random.fork_rng():
         torch.manual_seed(0)
         model = build_model(cfg.model)
@@ -96,8 +103,9 @@ def _trial(model: torch.nn.Module, cfg: RunConfig) -> str | None:
     x = torch.zeros(2, 1, t, dtype=torch.long)
     try:
         with torch.random.fork_rng():
-            out = torch.func.vmap(lambda p, xi: torch.func.functional_call(model, p, (xi,)), randomness="error")(
-                params, x)
+            forward = _StackedForward(model, False)
+            noise = forward.draw(x, [None, None], "fp32")
+            out = forward.fn(params, x, noise)
             out.float().square().mean().backward()
     except Exception as e:  # noqa: BLE001 - any failure means: train these runs alone
         first = (str(e).splitlines() or [type(e).__name__])[0][:160]
@@ -158,26 +166,51 @@ def _setup(cfg: RunConfig, run_dir: Path, *, resume: bool, data: Any, tb_dir: Pa
 
 
 class _StackedForward:
-    """``forward(params [K, ...] per name, x [K, B, T]) -> logits [K, B, T, V]``: one vmapped ``functional_call``
-    of ``base`` (a module of the group's architecture whose own parameters are never used). With ``compile_`` the
-    vmapped function is ``torch.compile``d; if its first forward or backward fails (a transform torch cannot
-    compile; AOTAutograd compiles the backward only when it first runs), :meth:`fall_back` switches the group to the
-    eager function and ``note`` says why."""
+    """``forward(params [K, ...] per name, x [K, B, T], noise) -> logits [K, B, T, V]``: one vmapped
+    ``functional_call`` of ``base`` (a module of the group's architecture whose own parameters are never used), with
+    each member's dropout noise (``noise``: one ``[K, *shape]`` tensor per dropout call, :meth:`draw`; empty without
+    dropout). With ``compile_`` (and no dropout) the vmapped function is ``torch.compile``d; if its first forward or
+    backward fails (a transform torch cannot compile; AOTAutograd compiles the backward only when it first runs),
+    :meth:`fall_back` switches the group to the eager function and ``note`` says why."""
 
     def __init__(self, base: torch.nn.Module, compile_: bool):
-        def one(params: dict[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
-            return torch.func.functional_call(base, params, (x,))
+        def one(params: dict[str, torch.Tensor], x: torch.Tensor, noise: list[torch.Tensor]) -> torch.Tensor:
+            if not noise:  # no dropout: the function torch.compile traces, unchanged
+                return torch.func.functional_call(base, params, (x,))
+            with supplied(noise):
+                return torch.func.functional_call(base, params, (x,))
 
-        self.fn = torch.func.vmap(one, in_dims=(0, 0), randomness="error")
-        self.compiled = torch.compile(self.fn) if compile_ else None
+        self.base = base
+        self.sites: dict[tuple[int, ...], list[Any]] = {}  # dropout calls of one forward, per batch shape
+        self.fn = torch.func.vmap(one, in_dims=(0, 0, 0), randomness="error")
+        self.compiled = torch.compile(self.fn) if compile_ and not _drops(base) else None
         self.calls, self.note = 0, ""
         self.names = [n for n, _ in base.named_parameters()]  # tied weights once, as named_parameters gives them
 
-    def __call__(self, models: list[torch.nn.Module], x: torch.Tensor) -> torch.Tensor:
+    def draw(self, x: torch.Tensor, rngs: list[torch.Tensor | None], precision: str) -> list[torch.Tensor]:
+        """Each member's dropout noise for a forward of ``x [K, B, T]``, drawn with its RNG state ``rngs[k]``
+        (updated in place; None: the current state), stacked per call; ``[]`` for a model without dropout."""
+        if not _drops(self.base):
+            return []
+        key = tuple(x.shape[1:])
+        if key not in self.sites:
+            with torch.no_grad(), recorded() as sites, autocast(x.device.type, precision):
+                self.base(x[0])
+            self.sites[key] = sites
+        per_member = []
+        for k, rng in enumerate(rngs):
+            if rng is not None:
+                torch.set_rng_state(rng)
+            per_member.append(draw_noise(self.sites[key], x.device))
+            if rng is not None:
+                rngs[k] = torch.get_rng_state()
+        return [torch.stack(n) for n in zip(*per_member)]
+
+    def __call__(self, models: list[torch.nn.Module], x: torch.Tensor, noise: list[torch.Tensor]) -> torch.Tensor:
         own = [dict(m.named_parameters()) for m in models]
         params = {n: torch.stack([p[n] for p in own]) for n in self.names}
         self.calls += 1
-        return (self.compiled or self.fn)(params, x)
+        return (self.compiled or self.fn)(params, x, noise)
 
     def fall_back(self, e: BaseException) -> bool:
         """Whether the failure ``e`` of the first compiled forward-and-backward is handled: then the group runs the
@@ -187,6 +220,11 @@ class _StackedForward:
         self.compiled = None
         self.note = f"the stacked forward runs eager: torch.compile of it failed ({type(e).__name__})"
         return True
+
+
+def _drops(model: torch.nn.Module) -> bool:
+    """Whether ``model`` in training mode drops anything (``model.dropout > 0``: every dropout site shares it)."""
+    return any(isinstance(m, torch.nn.Dropout) and m.p > 0 for m in model.modules())
 
 
 def train_stacked(cfgs: list[RunConfig], run_dirs: list[str | Path], *, resume: bool = False, quiet: bool = False,
@@ -360,14 +398,18 @@ def _stacked_step(active: list[_Member], stacked: _StackedForward) -> list[tuple
         batches = [get_batch(m.data.train, tc.batch_size, mc.context, m.gen) for m in active]
         x = to_device(torch.stack([b[0] for b in batches]), dev)  # [K, B, T]
         ys = [to_device(b[1], dev) for b in batches]
+        rngs = [m.rng for m in active]
+        noise = stacked.draw(x, rngs, tc.precision)  # each member's dropout masks, from its own RNG stream
+        for m, rng in zip(active, rngs):
+            m.rng = rng
         try:
-            parts = _stacked_micro_batch(stacked, models, x, ys, tc, tc.precision)
+            parts = _stacked_micro_batch(stacked, models, x, ys, noise, tc, tc.precision)
         except Exception as e:
             if not stacked.fall_back(e):
                 raise
             for m in models:  # the first micro-batch of a step: no gradient was there before it
                 m.zero_grad(set_to_none=True)
-            parts = _stacked_micro_batch(stacked, models, x, ys, tc, tc.precision)
+            parts = _stacked_micro_batch(stacked, models, x, ys, noise, tc, tc.precision)
         for k, p in enumerate(parts):
             loss_sum, extra = out[k]
             loss_sum = loss_sum + p.pop("ce").double()
@@ -378,11 +420,13 @@ def _stacked_step(active: list[_Member], stacked: _StackedForward) -> list[tuple
 
 
 def _stacked_micro_batch(stacked: _StackedForward, models: list[torch.nn.Module], x: torch.Tensor,
-                         ys: list[torch.Tensor], tc: Any, precision: str) -> list[dict[str, torch.Tensor]]:
-    """The vmapped forward of ``x [K, B, T]``, each member's loss against ``ys[k] [B, T]`` and one backward of their
-    sum (member k's parameters get the gradient of its own loss alone); each member's ``lm_loss`` parts."""
+                         ys: list[torch.Tensor], noise: list[torch.Tensor], tc: Any, precision: str
+                         ) -> list[dict[str, torch.Tensor]]:
+    """The vmapped forward of ``x [K, B, T]`` with the members' dropout ``noise``, each member's loss against
+    ``ys[k] [B, T]`` and one backward of their sum (member k's parameters get the gradient of its own loss alone);
+    each member's ``lm_loss`` parts."""
     with autocast(x.device.type, precision):
-        logits = stacked(models, x)  # [K, B, T, V]
+        logits = stacked(models, x, noise)  # [K, B, T, V]
     total: Any = 0.0
     parts = []
     for k, y in enumerate(ys):

@@ -149,6 +149,56 @@ def test_an_rmsnorm_group_equals_its_runs_alone(tmp_path, cache):
             torch.testing.assert_close(ws[k], wa[k], rtol=1e-5, atol=1e-6, msg=k)
 
 
+DROPOUT_CASES = {
+    "sdpa-causal": [],
+    "sdpa-mask": ["model.positions=alibi"],  # SDPA with an additive mask
+    "explicit": ["model.attn_softcap=5.0"],  # softmax on the explicit path: F.dropout on the probabilities
+    "softplus-accum-diag": ["model.attention=softplus", "train.grad_accum=2", "diag.every=2"],
+}
+
+
+@pytest.mark.parametrize("case", list(DROPOUT_CASES))
+def test_members_with_dropout_draw_their_own_masks_as_alone(tmp_path, cache, case):
+    """``model.dropout > 0`` on a CPU: each member's masks (embedding, attention probabilities, residual branches,
+    MLP) come from its own RNG stream, so the group equals its runs alone to fp32 round-off -- with gradient
+    accumulation and with diagnostic steps (run alone) between stacked ones; the losses differ from the same runs
+    without dropout (the masks are applied)."""
+    extra = ["model.dropout=0.2", "train.steps=4", "train.checkpoint_every=4", "device=cpu", *DROPOUT_CASES[case]]
+    cfgs = _cfgs(cache, extra)[:2]
+    assert stack_refusal(cfgs[0]) is None
+    train_stacked(cfgs, [tmp_path / "s0", tmp_path / "s1"], quiet=True)
+    for i, cfg in enumerate(_cfgs(cache, extra)[:2]):
+        train(cfg, tmp_path / f"a{i}", quiet=True)
+        la, ls = _losses(tmp_path / f"a{i}"), _losses(tmp_path / f"s{i}")
+        torch.testing.assert_close(torch.tensor(ls), torch.tensor(la), rtol=1e-5, atol=1e-6)
+        wa, ws = weights(tmp_path / f"a{i}"), weights(tmp_path / f"s{i}")
+        for k in wa:
+            torch.testing.assert_close(ws[k], wa[k], rtol=1e-5, atol=1e-6, msg=f"member {i}: {k}")
+    train(_cfgs(cache, [*extra, "model.dropout=0.0"])[0], tmp_path / "nodrop", quiet=True)
+    assert abs(_losses(tmp_path / "nodrop")[-1] - _losses(tmp_path / "s0")[-1]) > 1e-3
+
+
+def test_a_group_with_dropout_resumes_bit_exactly(tmp_path, cache):
+    """A member's RNG state, advanced by its stacked mask draws, is what its checkpoint stores: resumed from step 2's
+    checkpoints, a dropout group ends bit for bit as the uninterrupted one."""
+    extra = ["model.dropout=0.2", "train.steps=4", "train.checkpoint_every=2", "device=cpu"]
+    full = [tmp_path / "f0", tmp_path / "f1"]
+    train_stacked(_cfgs(cache, extra)[:2], full, quiet=True)
+    dirs = []
+    for d in full:
+        r = tmp_path / f"r{d.name}"
+        shutil.copytree(d, r)
+        shutil.rmtree(r / "checkpoints" / "step_00000004")
+        (r / "model.safetensors").unlink()
+        (r / "summary.json").unlink()
+        dirs.append(r)
+    train_stacked(_cfgs(cache, extra)[:2], dirs, resume=True, quiet=True)
+    for a, b in zip(full, dirs):
+        wa, wb = weights(a), weights(b)
+        assert all(torch.equal(wa[k], wb[k]) for k in wa)
+        assert _losses(a) == _losses(b)
+
+
 def test_groups_and_refusals(cache, monkeypatch):
     name = scratch_norm(monkeypatch, "novmap", _NoVmapNorm)
     assert "cannot run under torch.func.vmap" in stack_refusal(load_config("tiny", [f"model.norm={name}"]))
@@ -157,7 +207,8 @@ def test_groups_and_refusals(cache, monkeypatch):
     assert group_configs([cfgs[0], other, cfgs[1], cfgs[3]]) == [[0, 2, 3], [1]]
     assert stack_key(cfgs[0]) == stack_key(cfgs[3]) != stack_key(other)
     assert stack_refusal(cfgs[0]) is None
-    assert "model.dropout" in stack_refusal(load_config("tiny", ["model.dropout=0.1"]))
+    assert stack_refusal(load_config("tiny", ["model.dropout=0.1", "device=cpu"])) is None  # masks drawn per member
+    assert "model.dropout=0.1 on CUDA" in stack_refusal(load_config("tiny", ["model.dropout=0.1", "device=cuda"]))
     assert "running statistics" in stack_refusal(load_config("tiny", ["model.norm=batchnorm"]))
     with pytest.raises(NormlabError, match="differ only in seed and train.lr"):
         train_stacked([cfgs[0], other], ["a", "b"], quiet=True)
