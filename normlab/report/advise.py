@@ -155,6 +155,9 @@ def _claim_entry(c: dict[str, Any], target: dict[str, Any], ev: dict[str, Any]) 
     if before:  # confirmed on a fresh seed block: the exploratory verdict on the seeds its revision saw beside it
         verdict += (f" on seeds {seed_span(c['seeds'])}, a fresh block (on seeds {seed_span(before['seeds'])}, "
                     f"which its revision saw: {before['verdict']}, exploratory)")
+    for other in c.get("exploratory_elsewhere") or []:  # a fresh block a revision saw as well: no confirmation
+        verdict += (f"; on seeds {seed_span(other['seeds'])}, also seen by its revision: {other['verdict']}, "
+                    "exploratory")
     superseded = c.get("superseded_confirmation")
     if superseded:  # a follow-up on a larger fresh block: the 5-seed confirmation it supersedes beside it
         verdict += (f"; superseding the confirmation on seeds {seed_span(superseded['seeds'])}: "

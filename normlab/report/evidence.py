@@ -15,7 +15,8 @@ revision of its definition saw) takes its record from the confirmation run where
 the exploratory result beside it (``exploratory_result``); a claim exploratory everywhere keeps its main record. A
 follow-up (``normlab claims --budget followup``: more seeds on another fresh block, declared before its runs, for the
 claims two fresh confirmations disagreed on) supersedes the confirmation it follows for its claims, whose record is
-kept beside (``superseded_confirmation``).
+kept beside (``superseded_confirmation``). A claim exploratory on a confirmation's block as well (a revision saw
+those seeds too) is not confirmed by it; that block's result is kept beside its record (``exploratory_elsewhere``).
 ``tests/report/test_evidence.py`` rebuilds it from those files and fails when the packaged copy differs. Torch-free.
 """
 
@@ -94,8 +95,12 @@ def build_evidence(claims: dict[str, Any], replications: dict[str, Any], *, clai
         doc_judged = judge(doc)
         for cname, rec in _records(doc_judged, name).items():
             main = records.get(cname)
+            if main is not None and rec["exploratory"] and rec["current_definition"]:
+                # a revision saw these seeds too: not confirmed here, but its result stays beside the record
+                main.setdefault("exploratory_elsewhere", []).append(_summary(rec))
+                continue
             if main is None or rec["exploratory"] or not rec["current_definition"]:
-                continue  # not confirmed here (a revision saw these seeds, or came after these results)
+                continue  # not confirmed here (a revision came after these results)
             before = main.get("exploratory_result")
             if before is not None and not (follows and main["source"] == budgets[follows]):
                 raise NormlabError(f"{name}: {cname} is confirmed by {main['source']} already; give one "

@@ -180,6 +180,14 @@ def test_a_claim_confirmed_on_a_fresh_block_is_decided_there_with_its_explorator
     assert fol["status"] == "decided" and fol["decided_on"] == ["pystdlib (claims suite, seeds 7000-7011)"]
     assert fol["verdict"] == ("held on seeds 7000-7011, a fresh block (on seeds 0-4, which its revision saw: held, "
                               "exploratory); superseding the confirmation on seeds 1000-1004: inconclusive")
+    # a claim a revision saw on every block: the exploratory results of the fresh blocks it saw too, named beside
+    seen = A._claim_entry({**rec, "exploratory": True, "exploratory_result": None, "seeds": [0, 1, 2, 3, 4],
+                           "exploratory_elsewhere": [{"verdict": "not held", "seeds": list(range(6000, 6005))},
+                                                     {"verdict": "inconclusive", "seeds": list(range(7000, 7012))}]},
+                          {"params": _ln_params(64, 12), "tokens": 512_000}, ev)
+    assert seen["verdict"] == ("held, exploratory: revised after a verdict on these seeds; on seeds 6000-6004, also "
+                               "seen by its revision: not held, exploratory; on seeds 7000-7011, also seen by its "
+                               "revision: inconclusive, exploratory")
     alone = A._claim_entry(_claim(name="x", claim="c", paper="p", metric="m", seeds=[0, 1, 2, 3, 4],
                                   scale="width 64, 4 blocks, 500 steps, 512k tokens"),
                            {"params": _ln_params(64, 4), "tokens": 512_000}, ev)

@@ -95,6 +95,9 @@ def test_a_confirmation_on_a_fresh_block_replaces_only_the_exploratory_records()
             assert c["source"] == "c.json" and not c["exploratory"] and c["seeds"] == [6000, 6001, 6002, 6003, 6004]
             assert c["exploratory_result"]["verdict"] == before[c["name"]]["verdict"]
             assert c["exploratory_result"]["seeds"] == [0, 1, 2, 3, 4]
+        elif c["name"] == "postln-warmup":  # its main record, with the confirmation's exploratory result beside
+            assert {**c, "exploratory_elsewhere": None} == {**before[c["name"]], "exploratory_elsewhere": None}
+            assert [x["source"] for x in c["exploratory_elsewhere"]] == ["c.json"]
         else:
             assert c == before[c["name"]] and c["source"] == "f.json"
     assert before["postln-warmup"]["exploratory"]
@@ -183,7 +186,13 @@ def test_a_followup_supersedes_the_confirmation_it_follows_for_its_claims_only()
         if c["name"] in FOLLOWUP_CLAIMS:
             old = before[c["name"]]
             if c["name"] == "postln-warmup":  # its revision saw 6000-6004 and 7000-7007: nothing confirms it
-                assert c == old and old["source"] == "f.json" and c["exploratory"]
+                assert old["source"] == "f.json" and c["exploratory"]
+                assert {k: v for k, v in c.items() if k != "exploratory_elsewhere"} == {
+                    k: v for k, v in old.items() if k != "exploratory_elsewhere"}
+                # but each block's exploratory result stays beside the record, in the order they were applied
+                assert [(x["source"], x["seeds"][0], len(x["seeds"])) for x in c["exploratory_elsewhere"]] == [
+                    ("c.json", 6000, 5), ("u.json", 7000, 12)]
+                assert old["exploratory_elsewhere"] == c["exploratory_elsewhere"][:1]
                 continue
             assert c["source"] == "u.json" and c["seeds"] == list(range(7000, 7012)) and not c["exploratory"]
             assert c["superseded_confirmation"]["source"] == "c.json"
