@@ -25,6 +25,12 @@ What every batch-statistic norm here guarantees:
   Norm's backward -- is taken over the *global* batch of all processes by all-reducing sums and counts, as
   ``torch.nn.SyncBatchNorm`` (Ioffe & Szegedy's statistics over the whole mini-batch). The function the model
   computes is then the same whatever the number of processes. Without a group (one process) nothing changes.
+- **torch.compile**: a compiled training forward reads nothing on the host and is not recompiled as the counters grow:
+  they stay 0-dim device tensors and the choices that depend on them (warm-up, window, ring-buffer slot) are tensor
+  operations (:func:`pick`, :func:`put_row`); eager forwards keep Python ints (bit for bit the numbers of before).
+  Compiled, a step is new when ``weight.grad`` is None or the weight's values changed since the previous compiled
+  forward (:meth:`BatchStatNorm._advance_on_device`); values the custom backward passes read go through
+  :func:`pinned`.
 """
 
 from __future__ import annotations
@@ -73,6 +79,50 @@ def global_token_mean(x: torch.Tensor, mask: torch.Tensor | None = None) -> torc
     return both[:-1] / both[-1].clamp_min(1.0)
 
 
+def pick(cond: bool | torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``a if cond else b`` for a Python ``bool`` (eager: one of the two tensors itself); ``torch.where(cond, a, b)``
+    for a 0-dim bool tensor (a choice that depends on a counter under ``torch.compile``, made on the device)."""
+    if isinstance(cond, torch.Tensor):
+        return torch.where(cond, a, b)
+    return a if cond else b
+
+
+def put_row(buf: torch.Tensor, slot: int | torch.Tensor, row: torch.Tensor) -> None:
+    """``buf[slot] = row`` for a ring buffer ``buf [window, dim]`` and ``row [dim]``: ``slot`` a Python int (eager) or
+    a 0-dim int64 tensor (under ``torch.compile``: ``index_copy_``, no host read of the index)."""
+    if isinstance(slot, torch.Tensor):
+        buf.index_copy_(0, slot.reshape(1), row.to(buf.dtype).unsqueeze(0))
+    else:
+        buf[slot].copy_(row.to(buf.dtype))
+
+
+@torch.library.custom_op("normlab::batchstat_pin", mutates_args=())
+def _pin(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+    return [t.clone() for t in tensors]
+
+
+@_pin.register_fake
+def _pin_fake(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+    return [torch.empty_like(t) for t in tensors]
+
+
+def pinned(*values):
+    """``values`` as they are in eager mode; under ``torch.compile`` copies of the tensors among them (other values
+    as they are) that the compiled backward reads as computed in this forward.
+
+    A batch-statistic norm's forward reads buffers it then updates in place (PowerNorm's ``phi``, Unified Norm's
+    ``running_var``, ring buffer and counters), and its custom backward uses values computed from those reads (the
+    scale ``z`` was divided by, the compensation ratio, the slot, the warm-up choices). AOTAutograd's min-cut
+    partitioner (torch 2.13) may recompute such a value in the backward from the buffer instead of saving it -- after
+    the update, so from the new contents: the compiled gradients were wrong (measured: PowerNorm after its warm-up,
+    ``dx`` off by about 1e-3 of its size). A custom operator is never recomputed, so its outputs are saved."""
+    if not torch.compiler.is_compiling():
+        return values
+    idx = [i for i, v in enumerate(values) if isinstance(v, torch.Tensor)]
+    copies = iter(_pin([values[i] for i in idx]))
+    return tuple(next(copies) if isinstance(v, torch.Tensor) else v for v in values)
+
+
 def global_count(n: int, ref: torch.Tensor) -> float | torch.Tensor:
     """Number of tokens ``n`` summed over the sync group (``n`` itself without one): a 0-dim float64 tensor on
     ``ref``'s device, never read on the host (a GPU keeps running). Dividing a float32 ``[d]`` tensor by it
@@ -100,16 +150,21 @@ class BatchStatNorm(_AffineNorm):
         self.register_buffer("step", torch.zeros((), dtype=torch.long))
         self._seen_version: int | None = None  # weight._version at the last training forward (not state)
         self._counts: tuple | None = None  # host copies of the counters (not state): see _advance
+        # the weight at the last compiled forward (not state; NaN: the first forward is a new step); see _apply
+        self._seen_weight = None if self.weight is None else torch.full_like(self.weight.detach(), float("nan"))
 
-    def _advance(self) -> tuple[int, int]:
-        """Count one training forward; returns ``(num_batches, step)`` after counting (both 1-based).
+    def _advance(self) -> tuple[int, int] | tuple[torch.Tensor, torch.Tensor]:
+        """Count one training forward; returns ``(num_batches, step)`` after counting (both 1-based): Python ints in
+        eager mode, the 0-dim int64 buffers themselves under ``torch.compile`` (see :meth:`_advance_on_device`).
 
-        The counters are buffers (on the model's device, saved with it), but the warm-up and ring-buffer logic needs
-        them as Python ints: this keeps host copies beside them, counted with them, so a forward reads nothing from
-        the device (one read per norm per forward before: a wait for the GPU). The copies are re-read from the
+        The counters are buffers (on the model's device, saved with it), but the eager warm-up and ring-buffer logic
+        needs them as Python ints: this keeps host copies beside them, counted with them, so a forward reads nothing
+        from the device (one read per norm per forward before: a wait for the GPU). The copies are re-read from the
         buffers whenever those were replaced or changed outside this method (``load_state_dict``, ``.to()``, a
-        test's ``fill_``: the buffer's identity or its in-place version counter differs from the ones recorded), and
-        under ``torch.compile``, where a Python-int attribute would be guarded on and recompile every step."""
+        test's ``fill_``, a compiled forward: the buffer's identity or its in-place version counter differs from the
+        ones recorded)."""
+        if torch.compiler.is_compiling():
+            return self._advance_on_device()
         new_step = True
         w = self.weight
         if w is not None:
@@ -121,8 +176,6 @@ class BatchStatNorm(_AffineNorm):
             nb.add_(1)
             if new_step:
                 st.add_(1)
-        if torch.compiler.is_compiling():
-            return int(nb), int(st)
         c = self._counts
         if c is not None and c[2] is nb and c[3] is st and c[4] == nb._version - 1 and c[5] == st._version - new_step:
             n, s = c[0] + 1, c[1] + new_step
@@ -130,6 +183,41 @@ class BatchStatNorm(_AffineNorm):
             n, s = int(nb), int(st)
         self._counts = (n, s, nb, st, nb._version, st._version)
         return n, s
+
+    def _advance_on_device(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`_advance` under ``torch.compile``: the counters stay device tensors and the caller's warm-up and
+        ring-buffer choices become tensor operations (:func:`pick`, :func:`put_row`), so the compiled forward reads
+        nothing on the host, has no graph break and is not recompiled as the counts grow (a Python int would be
+        guarded on). A new optimizer step is detected as in eager mode from ``weight.grad is None`` (a guard: one
+        compiled variant for each case), and otherwise from the weight's *values*: a compiled graph has no version
+        counter, so the weight is compared with a copy taken at the previous compiled forward (``_seen_weight``, not
+        state) -- a change in place that leaves every value as it was (an update of exactly zero) is not a new step
+        here. A model that alternates eager and compiled forwards should do so at optimizer steps, with
+        ``zero_grad(set_to_none=True)`` as normlab's loop does (each mode keeps its own record of the weight)."""
+        w, seen = self.weight, self._seen_weight
+        nb, st = self.num_batches, self.step
+        with torch.no_grad():
+            nb.add_(1)
+            same = (w is not None and seen is not None
+                    and (seen.shape, seen.dtype, seen.device) == (w.shape, w.dtype, w.device))
+            if w is None or w.grad is None or not same:  # not same: the weight was replaced (assign=True)
+                st.add_(1)
+            else:
+                st.add_((w != seen).any())
+            if same:
+                seen.copy_(w)
+            elif w is not None:
+                self._seen_weight = w.detach().clone()
+        return nb, st
+
+    def _apply(self, fn, recurse=True):
+        """``nn.Module._apply`` (``.to()``, ``.double()``, ``.cuda()``), which also moves / casts ``_seen_weight``: a
+        plain attribute (not a buffer: not state, not in ``named_buffers``) kept beside the weight, so that the
+        compiled forward finds it where the weight is and is not compiled a second time for a new one."""
+        super()._apply(fn, recurse)
+        if self._seen_weight is not None:
+            self._seen_weight = fn(self._seen_weight)
+        return self
 
     def _affine(self, z: torch.Tensor) -> torch.Tensor:
         if self.weight is not None:

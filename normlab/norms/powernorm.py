@@ -8,7 +8,8 @@ import torch
 
 from normlab.errors import NormlabError
 from normlab.norms import functional as NF
-from normlab.norms.batchstat import BatchStatNorm, global_count, global_sum0, global_token_mean, sync_group
+from normlab.norms.batchstat import (BatchStatNorm, global_count, global_sum0, global_token_mean, pick,
+                                     pinned, sync_group)
 from normlab.norms.registry import register_norm
 
 GROUP_EPS = 1e-5  # the authors' GroupScaling1D eps, independent of the norm's eps
@@ -66,6 +67,7 @@ class PowerNorm(BatchStatNorm):
       this batch's update). ``phi`` update, per training forward ``n`` (``num_batches``): while ``t < warmup``
       first the cumulative mean ``phi = phi (n-1)/n + var/n``; then always ``phi = alpha_fwd phi + (1-alpha_fwd)
       var`` (both exactly as the authors' code: during warm-up the EMA is applied after the cumulative mean).
+      Under ``torch.compile`` ``n`` and ``t`` are device tensors and both choices are ``torch.where`` (same values).
     - Backward: the approximate gradient of :class:`PowerFunction` (buffer ``ema_gz [dim]``, zeros); the batch
       ``var`` is treated as a constant, gradients flow through GS by ordinary autograd.
     - Eval: ``weight * GS(x) / sqrt(phi + eps) + bias`` -- a fixed per-channel map, causal.
@@ -101,14 +103,15 @@ class PowerNorm(BatchStatNorm):
         xs = NF.group_scaling(x, self.groups, GROUP_EPS)
         if not self.training:
             return self._affine(xs * torch.rsqrt(self.phi.to(xs.dtype) + self.eps))
-        n, t = self._advance()
+        n, t = self._advance()  # Python ints, or 0-dim device tensors under torch.compile (then pick: torch.where)
         flat = xs.reshape(-1, self.dim)
         with torch.no_grad():
             var = global_token_mean(flat.detach().pow(2), None if mask is None else mask.reshape(-1))
-            scale = var if t <= self.warmup else self.phi.to(var.dtype).clone()
+            (scale,) = pinned(pick(t <= self.warmup, var, self.phi.to(var.dtype).clone()))  # phi before its update
             phi = self.phi
-            if t < self.warmup:
-                phi.copy_(phi * ((n - 1) / n) + var.to(phi.dtype) / n)
+            if isinstance(t, torch.Tensor) or t < self.warmup:
+                nf = n.to(phi.dtype) if isinstance(n, torch.Tensor) else n
+                phi.copy_(pick(t < self.warmup, phi * ((nf - 1) / nf) + var.to(phi.dtype) / nf, phi))
             phi.copy_(self.alpha_fwd * phi + (1.0 - self.alpha_fwd) * var.to(phi.dtype))
         n_global = global_count(flat.shape[0], flat) if sync_group() is not None else None
         y = PowerFunction.apply(flat, self.weight, self.bias, scale, var, self.ema_gz, self.eps, self.alpha_bkw,

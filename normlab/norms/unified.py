@@ -9,7 +9,8 @@ import torch
 
 from normlab.errors import NormlabError
 from normlab.norms import functional as NF
-from normlab.norms.batchstat import BatchStatNorm, global_count, global_sum0, global_token_mean, sync_group
+from normlab.norms.batchstat import (BatchStatNorm, global_count, global_sum0, global_token_mean, pick, pinned,
+                                     put_row, sync_group)
 from normlab.norms.registry import register_norm
 
 RATIO_MIN, RATIO_MAX = 1.0 / 5.0, 5.0  # gradient-compensation ratio clamp
@@ -45,10 +46,10 @@ class UNFunction(torch.autograd.Function):
         g = (dy * weight if weight is not None else dy) * r
         gz = (g * z).mean(0) if ctx.n_global is None else global_sum0(g * z) / ctx.n_global
         with torch.no_grad():
-            buffer_gz[ctx.slot].copy_(ema_gz if ctx.skip else gz.to(buffer_gz.dtype))
-            mean_gz = buffer_gz.mean(0).to(gz.dtype) if ctx.use_window else gz
+            put_row(buffer_gz, ctx.slot, pick(ctx.skip, ema_gz, gz))
+            mean_gz = pick(ctx.use_window, buffer_gz.mean(0).to(gz.dtype), gz)
             ema_gz.copy_(ctx.momentum * ema_gz + (1.0 - ctx.momentum) * mean_gz.to(ema_gz.dtype))
-        approx = g - (mean_gz if ctx.skip else ema_gz) * z
+        approx = g - pick(ctx.skip, mean_gz, ema_gz) * z
         dx = approx * torch.rsqrt(var + ctx.eps)
         dw = (dy * r * z).sum(0) if weight is not None else None
         db = dy.sum(0) if ctx.has_bias else None
@@ -78,6 +79,8 @@ class UnifiedNorm(BatchStatNorm):
     - Gradient compensation ratio ``r = sqrt(v + eps) / sqrt(running_var + eps)`` (before this update), clamped
       to ``[1/5, 5]``, and exactly 1 while ``t <= max(1000, warmup)`` or skipped; backward of :class:`UNFunction`
       with ``ema_gz [dim]`` and the ring buffer ``buffer_gz [window, dim]``.
+    - Under ``torch.compile`` ``n`` and ``t`` are device tensors: the slot is a tensor index (``index_copy_``) and
+      every choice above (window, skip, ratio) a ``torch.where`` over the same values; nothing is read on the host.
 
     Eval: ``weight * x / sqrt(running_var + eps) + bias`` -- a fixed per-channel affine that folds into the next
     linear, causal. Options: ``window`` (4), ``warmup`` (4000 optimizer steps in the paper; normlab's training loop
@@ -115,31 +118,37 @@ class UnifiedNorm(BatchStatNorm):
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         if not self.training:
             return self._affine(x * torch.rsqrt(self.running_var.to(x.dtype) + self.eps))
-        n, t = self._advance()
+        n, t = self._advance()  # Python ints, or 0-dim device tensors under torch.compile (then pick: torch.where)
         flat = x.reshape(-1, self.dim)
         slot = n % self.window
+        on_device = isinstance(n, torch.Tensor)
         with torch.no_grad():
             x2 = global_token_mean(flat.detach().pow(2), None if mask is None else mask.reshape(-1))
             buf = self.buffer_x2
             skip = self.window <= 1
-            check = self.outlier_filtration and not skip and t >= self.warmup and n > self.window
+            check = self.outlier_filtration and not skip and (on_device or (t >= self.warmup and n > self.window))
             recorded_var = torch.var(torch.sqrt(buf)) if check else None  # before this batch enters
-            buf[slot].copy_(x2.to(buf.dtype))
+            put_row(buf, slot, x2)
             if check:
                 diff = buf.mean(0) - NF.geometric_mean(buf, 0)
-                if bool((diff > recorded_var * self.window).any()):
-                    buf[slot].copy_(self.running_var)
+                outlier = (diff > recorded_var * self.window).any()
+                if on_device:  # the eager conditions on the counters, as a device bool
+                    skip = outlier & (t >= self.warmup) & (n > self.window)
+                    put_row(buf, slot, pick(skip, self.running_var, x2.to(buf.dtype)))
+                    self.skip_counter.add_(skip)
+                elif bool(outlier):
+                    put_row(buf, slot, self.running_var)
                     skip = True
                     self.skip_counter.add_(1)
-            use_window = not (n <= self.window or t < self.warmup or skip)
-            var = NF.geometric_mean(buf, 0).to(x2.dtype) if use_window else x2
+            kept = skip.logical_not() if isinstance(skip, torch.Tensor) else not skip
+            use_window = (n > self.window) & (t >= self.warmup) & kept
+            var = pick(use_window, NF.geometric_mean(buf, 0).to(x2.dtype), x2)
             rv = self.running_var.to(var.dtype)
             r = torch.sqrt(var + self.eps) / torch.sqrt(rv + self.eps)
-            if t <= max(COMPENSATION_AFTER, self.warmup) or skip:
-                r = torch.ones_like(r)
-            else:
-                r = r.clamp(RATIO_MIN, RATIO_MAX)
+            r = pick((t <= max(COMPENSATION_AFTER, self.warmup)) | skip, torch.ones_like(r),
+                     r.clamp(RATIO_MIN, RATIO_MAX))
             self.running_var.copy_(self.momentum * self.running_var + (1.0 - self.momentum) * var.to(rv.dtype))
+        var, r, slot, use_window, skip = pinned(var, r, slot, use_window, skip)  # as of now, for the backward
         n_global = global_count(flat.shape[0], flat) if sync_group() is not None else None
         y = UNFunction.apply(flat, self.weight, self.bias, var, r, self.ema_gz, self.buffer_gz, self.eps,
                              self.momentum, slot, use_window, skip, n_global)

@@ -1,9 +1,12 @@
 """normlab.norms.batchstat: BatchNorm over tokens against torch.nn.BatchNorm1d, and what every
 batch-statistic norm (BatchNorm, PowerNorm, Unified) shares: eval changes no state and mixes no
-sequences, warm-up counts optimizer steps, a resume mid-warm-up is bit-exact."""
+sequences, warm-up counts optimizer steps, a resume mid-warm-up is bit-exact, no host read per step, and under
+torch.compile the same numbers without a graph break or a recompilation."""
 
 from __future__ import annotations
 
+import contextlib
+import shutil
 
 import pytest
 import torch
@@ -227,3 +230,124 @@ def test_synchronised_statistics_read_nothing_on_the_host_and_equal_one_process(
     assert all(torch.equal(a, b) for a, b in zip(g0, g1))
     assert s0.keys() == s1.keys() and all(torch.equal(s0[k], s1[k]) for k in s0)
     assert [r1[s] for s in range(1, 5)] == [[]] * 4, dict(r1)
+
+
+# ---------------------------------------------------------------- under torch.compile
+NO_CXX = not (shutil.which("g++") or shutil.which("c++"))
+HOST_CONVERSIONS = ("item", "tolist", "__int__", "__float__", "__bool__", "__index__")
+# (norm, options, buffers preset before the first step): within COMPILED_STEPS optimizer steps of 2 micro-batches
+# each run crosses its norm's counter-dependent boundaries
+COMPILED_CASES = {
+    "powernorm": ("powernorm", {"warmup": 3, "groups": 2}, {}),  # batch var + cumulative phi, running phi from step 4
+    "unified-window": ("unified", {"warmup": 2, "window": 3, "outlier_filtration": True}, {}),  # the ring wraps every
+    # 3 forwards, the geometric window from forward 4 (step 2), a spike at step 4 skipped by the filtration
+    "unified-compensation": ("unified", {"warmup": 0, "window": 2},
+                             {"step": 998, "num_batches": 1996, "running_var": 0.3}),  # ratio r != 1 from step 1001
+    "batchnorm": ("batchnorm", {}, {}),
+}
+COMPILED_STEPS, EAGER_STEP, RESUME_AT = 6, 3, 2
+
+
+def _build(name, opts, preset):
+    torch.manual_seed(0)
+    m = build_norm(name, D, **opts)
+    randomize_affine(m)
+    with torch.no_grad():
+        for k, v in preset.items():
+            getattr(m, k).fill_(v)
+    return m
+
+
+def _run_steps(m, fwd, steps, compiled_hook=None):
+    """Optimizer steps of 2 micro-batches (SGD; ``zero_grad`` to None on even steps, to zeros on odd ones: both ways
+    of starting a step), ``fwd`` (None: ``m`` eager) as the forward. Per step: outputs, input gradients, parameter
+    gradients and the state after the update. ``compiled_hook``: context manager around each compiled
+    forward-and-backward."""
+    opt = torch.optim.SGD(m.parameters(), lr=0.05)
+    out = {}
+    for step in steps:
+        f = fwd(step)
+        f = m if f is None else f
+        rec = []
+        for micro in range(2):
+            x = rand(3, 5, D, seed=10 * step + micro, scale=25.0 if step == 4 else 1.0, shift=0.3).float()
+            x.requires_grad_()
+            dy = rand(3, 5, D, seed=100 + 10 * step + micro).float()
+            with compiled_hook() if (compiled_hook and f is not m) else contextlib.nullcontext():
+                y = f(x)
+                (y * dy).sum().backward()
+            rec += [y.detach(), x.grad]
+        rec += [p.grad.clone() for p in m.parameters()]
+        opt.step()
+        opt.zero_grad(set_to_none=step % 2 == 0)
+        out[step] = (rec, {k: v.clone() for k, v in m.state_dict().items()})
+    return out
+
+
+@pytest.mark.skipif(NO_CXX, reason="inductor's CPU backend needs a C++ compiler")
+@pytest.mark.parametrize("case", COMPILED_CASES)
+def test_compiled_training_equals_eager_without_host_reads_or_recompiles(case, monkeypatch):
+    """Under ``torch.compile`` (inductor, ``fullgraph=True``: a graph break raises) the counters stay on the device
+    (``_advance_on_device``, ``pick``, ``put_row``): over optimizer steps that cross the norm's warm-up, ring-buffer
+    and compensation boundaries, with a step run eager in between (a diagnostic step of the training loop) and a
+    ``load_state_dict`` of an earlier checkpoint (a resume: the counters, ring buffers and running statistics go back),
+    outputs, input and parameter gradients and every buffer equal the eager run's -- counters exactly, floats to the
+    fp32 round-off of inductor's reordered arithmetic. After the first two steps (one compiled variant for a step's
+    first forward, ``weight.grad is None``, one for the others) nothing is recompiled and a compiled
+    forward-and-backward converts no tensor to a Python number (the CPU stand-in of a GPU sync; before: two ``int()``
+    per forward, a graph break each, and a recompilation at every warm-up count)."""
+    from torch._dynamo.testing import CompileCounterWithBackend
+
+    name, opts, preset = COMPILED_CASES[case]
+    steps = range(COMPILED_STEPS)
+    eager = _run_steps(_build(name, opts, preset), lambda step: None, steps)
+
+    m = _build(name, opts, preset)
+    torch._dynamo.reset()  # earlier tests' compiled variants of this forward do not count against this one
+    counter = CompileCounterWithBackend("inductor")
+    compiled = torch.compile(m, backend=counter, fullgraph=True)
+    reads = []
+
+    @contextlib.contextmanager
+    def counted():  # after the first two steps: count every host conversion of a tensor
+        with monkeypatch.context() as mp:
+            for meth in HOST_CONVERSIONS:
+                real = getattr(torch.Tensor, meth)
+                mp.setattr(torch.Tensor, meth, lambda self, *a, _r=real, _m=meth: (reads.append(_m), _r(self, *a))[1])
+            yield
+
+    first = _run_steps(m, lambda step: None if step == EAGER_STEP else compiled, range(2))
+    frames = counter.frame_count
+    got = {**first, **_run_steps(m, lambda step: None if step == EAGER_STEP else compiled, range(2, COMPILED_STEPS),
+                                 compiled_hook=counted)}
+    m.load_state_dict(st_load(st_save(eager[RESUME_AT - 1][1])))  # resume from the eager run's checkpoint
+    resumed = _run_steps(m, lambda step: compiled, range(RESUME_AT, COMPILED_STEPS), compiled_hook=counted)
+    assert counter.frame_count == frames <= 2 and reads == []
+    for run in (got, resumed):
+        for step, (rec, state) in run.items():
+            e_rec, e_state = eager[step]
+            for a, b in zip(rec, e_rec, strict=True):
+                torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5, msg=lambda s: f"step {step}: {s}")
+            for k, v in state.items():
+                if v.dtype == torch.long:
+                    assert torch.equal(v, e_state[k]), (step, k, v, e_state[k])
+                else:
+                    torch.testing.assert_close(v, e_state[k], rtol=1e-4, atol=1e-5, msg=lambda s: f"{k}: {s}")
+    last = eager[COMPILED_STEPS - 1][1]  # the run really crossed the boundaries named in COMPILED_CASES
+    assert last["step"].item() == preset.get("step", 0) + COMPILED_STEPS
+    if case == "unified-window":
+        assert 0 < last["skip_counter"].item() < 2 * COMPILED_STEPS - 3
+
+
+@pytest.mark.parametrize("name", BATCH_STAT)
+def test_compiled_paths_weight_record_moves_with_the_module_and_is_not_state(name):
+    """``_seen_weight`` (the weight at the last compiled forward) is a plain attribute: ``.to()`` / ``.double()`` move
+    and cast it with the weight (``BatchStatNorm._apply``: no new compiled variant after a move), and it is neither
+    state nor a buffer (checkpoints, fingerprints and the diagnostics' buffer summaries unchanged)."""
+    m = build_norm(name, D)
+    keys, buffers = set(m.state_dict()), dict(m.named_buffers())
+    m.double()
+    seen = m._seen_weight
+    assert seen.dtype == m.weight.dtype == torch.float64 and seen.shape == m.weight.shape and seen.isnan().all()
+    assert set(m.state_dict()) == keys and dict(m.named_buffers()).keys() == buffers.keys()
+    assert build_norm(name, D, affine=False)._seen_weight is None
