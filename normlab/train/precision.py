@@ -244,7 +244,9 @@ def use_tf32(device: str, value: bool | str) -> tuple[bool | str, str]:
     if device != "cuda":
         return value, ""
     on = value in (True, "auto")
+    others = _knobs()
     _set_tf32(("high", True) if on else ("highest", False))
+    _restore_knobs(others, keep=("cuda.matmul", "cudnn.conv", "cudnn.rnn"))  # the CPU's (mkldnn) matmuls as they were
     if not on:
         return False, "off (train.tf32: false; fp32 matmuls in strict fp32)"
     why = "auto: on for CUDA" if value == "auto" else "set in the config"
@@ -265,6 +267,33 @@ def _tf32_state() -> tuple[Any, Any]:
     except RuntimeError:
         conv = ("new", torch.backends.cudnn.conv.fp32_precision)
     return matmul, conv
+
+
+# torch >= 2.9's fp32_precision switches, parents before children; "" is torch.backends itself
+_KNOBS = ("", "cuda.matmul", "cudnn", "cudnn.conv", "cudnn.rnn", "mkldnn", "mkldnn.matmul", "mkldnn.conv",
+          "mkldnn.rnn")
+
+
+def _knob(name: str) -> Any:
+    obj = torch.backends
+    for part in filter(None, name.split(".")):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _knobs() -> dict[str, str]:
+    """Every ``fp32_precision`` switch of this torch (``{}`` before 2.9): ``torch.set_float32_matmul_precision`` also
+    sets the CPU's (mkldnn) matmul switch and ``cudnn.allow_tf32`` the cuDNN RNN one, which ``_tf32_state`` omits."""
+    if not hasattr(torch.backends, "fp32_precision"):
+        return {}
+    return {name: _knob(name).fp32_precision for name in _KNOBS}
+
+
+def _restore_knobs(saved: dict[str, str], keep: tuple[str, ...] = ()) -> None:
+    """Set each switch of ``saved`` (but those in ``keep``) back where it differs, parents first."""
+    for name, value in saved.items():
+        if name not in keep and _knob(name).fp32_precision != value:
+            _knob(name).fp32_precision = value
 
 
 def _set_tf32(state: tuple[Any, Any]) -> None:
@@ -321,7 +350,7 @@ def kept_determinism() -> Iterator[None]:
     before = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled())
     cublas = os.environ.get("CUBLAS_WORKSPACE_CONFIG")
     fill = torch_deterministic.fill_uninitialized_memory
-    tf32 = _tf32_state()
+    tf32, knobs = _tf32_state(), _knobs()
     try:
         yield
     finally:
@@ -329,6 +358,7 @@ def kept_determinism() -> Iterator[None]:
         torch_deterministic.fill_uninitialized_memory = fill
         if _tf32_state() != tf32:  # set by a CUDA run
             _set_tf32(tf32)
+        _restore_knobs(knobs)
         if cublas is None:
             os.environ.pop("CUBLAS_WORKSPACE_CONFIG", None)
         else:

@@ -284,27 +284,51 @@ def test_new_runtime_keys_validate_and_keep_cpu_hashes():
     assert "stack" not in d["train"] and "tf32" not in d["train"] and "deterministic" not in d["train"]
 
 
-def test_tf32_switches_survive_the_new_fp32_precision_api():
-    """Where something in the process set TF32 through torch's new ``fp32_precision`` API alone, the legacy reads
-    (``allow_tf32``, ``torch.get_float32_matmul_precision()``) raise; a run still sets TF32 (CUDA, simulated) with every
-    read consistent, and ``kept_determinism`` restores the new API's values it found."""
-    if not hasattr(torch.backends.cuda.matmul, "fp32_precision"):
+def _tf32_reads() -> tuple:
+    """Every TF32 read: torch's fp32_precision switches and the legacy reads (or "raises")."""
+    def read(f):
+        try:
+            return f()
+        except RuntimeError:
+            return "raises"
+    knobs = {n: P._knob(n).fp32_precision for n in P._KNOBS}
+    return knobs, read(torch.get_float32_matmul_precision), read(lambda: torch.backends.cudnn.allow_tf32)
+
+
+START = {
+    "default": lambda: None,
+    "legacy": lambda: setattr(torch.backends.cuda.matmul, "allow_tf32", True),
+    "new-api": lambda: (setattr(torch.backends.cuda.matmul, "fp32_precision", "tf32"),
+                        setattr(torch.backends.cudnn.conv, "fp32_precision", "ieee")),
+    "rnn": lambda: setattr(torch.backends.cudnn.rnn, "fp32_precision", "ieee"),
+}
+
+
+@pytest.mark.parametrize("start", list(START))
+def test_tf32_switches_are_set_for_cuda_alone_and_restored_exactly(start):
+    """From any state (torch's defaults; TF32 set through the legacy ``allow_tf32``; through the new
+    ``fp32_precision`` API alone, where the legacy reads raise; a cuDNN RNN switch set): a (simulated) CUDA run sets
+    TF32 with every read consistent (cuDNN's RNN switch with its convolution one, as ``cudnn.allow_tf32`` sets them),
+    leaves the CPU's (mkldnn) matmul switch as it was, and
+    ``kept_determinism`` restores every switch and read exactly."""
+    if not hasattr(torch.backends, "fp32_precision"):
         pytest.skip("this torch has no fp32_precision API")
-    before = (torch.get_float32_matmul_precision(), torch.backends.cudnn.allow_tf32)
+    pristine = _tf32_reads()
     try:
-        torch.backends.cuda.matmul.fp32_precision = "tf32"
-        torch.backends.cudnn.conv.fp32_precision = "ieee"
-        with pytest.raises(RuntimeError):
-            torch.get_float32_matmul_precision()
+        START[start]()
+        before = _tf32_reads()
         with P.kept_determinism():
             assert P.use_tf32("cuda", "auto")[0] is True
             assert torch.get_float32_matmul_precision() == "high" and torch.backends.cuda.matmul.allow_tf32
             assert torch.backends.cudnn.allow_tf32
+            during = _tf32_reads()[0]
+            assert during["mkldnn.matmul"] == before[0]["mkldnn.matmul"]
             assert P.use_tf32("cuda", False)[0] is False
             assert torch.get_float32_matmul_precision() == "highest" and not torch.backends.cudnn.allow_tf32
-        assert torch.backends.cuda.matmul.fp32_precision == "tf32"
-        assert torch.backends.cudnn.conv.fp32_precision == "ieee"
+        assert _tf32_reads() == before
     finally:
-        torch.set_float32_matmul_precision(before[0])
-        torch.backends.cudnn.allow_tf32 = before[1]
-    assert (torch.get_float32_matmul_precision(), torch.backends.cudnn.allow_tf32) == before
+        torch.set_float32_matmul_precision(pristine[1])
+        torch.backends.cudnn.allow_tf32 = pristine[2]
+        for name, value in pristine[0].items():
+            P._knob(name).fp32_precision = value
+    assert _tf32_reads() == pristine
