@@ -11,8 +11,9 @@ A stacked group (``normlab.train.stacked``) runs its K members' forward once und
 member cannot draw from its own RNG stream. On a CPU a dropout call draws its mask with one
 ``bernoulli_(1 - p)`` over the call's elements -- ``F.dropout`` computes ``x * empty_like(x).bernoulli_(1 - p)
 .div_(1 - p)``, and SDPA runs its math kernel when ``dropout_p > 0``, which does the same on the probabilities
-``[B, H, Tq, Tk]`` -- and torch's CPU Bernoulli draws depend on the generator's state and the element count only
-(tests/attention/test_dropout.py checks both against torch). So the group
+``[B, H, Tq, Tk]`` -- and for a contiguous tensor torch's CPU Bernoulli draws depend on the generator's state and
+the element count only, not the dtype (tests/attention/test_dropout.py checks both against torch; a non-contiguous
+input, filled in memory order by the default kernel, is refused when recorded). So the group
 
 1. records the dropout calls of one forward (:func:`recorded`: shape, dtype and ``p`` of each, in call order),
 2. draws each member's noise for every call with that member's own RNG state, in that order (:func:`draw_noise`:
@@ -46,9 +47,14 @@ class _Calls:
     noise: list[torch.Tensor] | None = None
     next: int = 0
 
-    def take(self, shape: torch.Size, dtype: torch.dtype, p: float) -> torch.Tensor | None:
-        """Record a call (returns None) or hand out its noise (checked against the recorded call)."""
+    def take(self, shape: torch.Size, dtype: torch.dtype, p: float, contiguous: bool = True) -> torch.Tensor | None:
+        """Record a call (returns None) or hand out its noise (checked against the recorded call). A non-contiguous
+        input is refused: torch's CPU Bernoulli kernel fills ``empty_like(x)`` in memory order, so its mask would not
+        be the contiguous draw's."""
         if self.noise is None:
+            if not contiguous:
+                raise RuntimeError(f"dropout on a non-contiguous input of shape {tuple(shape)}: its mask cannot be "
+                                   "drawn outside the call")
             self.sites.append((tuple(shape), dtype, p))
             return None
         i = self.next
@@ -106,7 +112,7 @@ def dropout(x: torch.Tensor, p: float, training: bool, inplace: bool = False) ->
     calls = _active(p, training)
     if calls is None:
         return F.dropout(x, p, training, inplace)
-    noise = calls.take(x.shape, x.dtype, p)
+    noise = calls.take(x.shape, x.dtype, p, x.is_contiguous())
     return x if noise is None else x * noise
 
 
@@ -123,6 +129,21 @@ def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, attn_mask: torch.
     noise = calls.take(torch.Size(shape), torch.float32, dropout_p)
     if noise is None:  # recording: the call's shape is noted; its output only needs the right shape
         return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=is_causal)
+    device = q.device.type
+    if torch.is_autocast_enabled(device):  # SDPA's inputs as autocast hands them over; its math in fp32, as SDPA's
+        dtype = torch.get_autocast_dtype(device)
+        q, k, v = (t.to(dtype) for t in (q, k, v))
+        if attn_mask is not None and attn_mask.is_floating_point():  # autocast casts an additive mask too
+            attn_mask = attn_mask.to(dtype)
+        with torch.autocast(device, enabled=False):
+            return _explicit(q, k, v, attn_mask, is_causal, noise)
+    return _explicit(q, k, v, attn_mask, is_causal, noise)
+
+
+def _explicit(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torch.Tensor | None, is_causal: bool,
+              noise: torch.Tensor) -> torch.Tensor:
+    """``softmax(q k^T / sqrt(d) + mask) * noise @ v`` in fp32, returned in ``v``'s dtype (``[B, H, Tq, d]``)."""
+    shape = noise.shape
     s = (q.float() @ k.float().transpose(-2, -1)) / math.sqrt(q.shape[-1])
     if is_causal:
         allowed = torch.ones(shape[-2], shape[-1], dtype=torch.bool, device=q.device).tril()  # SDPA's: top-left

@@ -31,8 +31,8 @@ member that diverged at a queued step stops there, with the step, status, summar
 Dropout (``model.dropout > 0``), on a CPU: a run alone draws its masks from its global RNG stream, which a vmapped call
 cannot do per member, so the group records the forward's dropout calls once and, before each stacked micro-batch,
 draws every member's masks with that member's own RNG state, in call order -- the masks its forward alone would draw,
-bit for bit (``normlab.attention.dropout``) -- and hands them into the vmapped forward. Such a group's forward runs
-eager (no ``torch.compile``).
+bit for bit (``normlab.attention.dropout``) -- and hands them into the vmapped forward. Such a group runs eager, and
+only runs that would run eager alone stack (a compiled run alone draws its masks in inductor's kernels).
 
 Not stacked (:func:`stack_refusal` names the reason, and ``train.stack: auto`` trains such runs alone): dropout on
 CUDA (the fused dropout kernels draw with Philox offsets a draw outside them does not reproduce), norms that update
@@ -62,7 +62,7 @@ from normlab.rundir.readers import apply_norm_defaults, load_data, read_data_inf
 from normlab.train.losses import lm_loss
 from normlab.train.loop import defer_reads, get_batch, to_device
 from normlab.train.precision import (autocast, kept_determinism, nondeterministic_op_error, prepare_model,
-                                    resolve_runtime)
+                                    resolve_compile, resolve_runtime)
 from normlab.train.runstate import RunState, claim_run_dir
 from normlab.train.threads import resolve_threads, step_flops
 from normlab.train.tracking import Tracker
@@ -82,9 +82,14 @@ def stack_key(cfg: RunConfig) -> str:
 
 def stack_refusal(cfg: RunConfig) -> str | None:
     """Why ``cfg`` cannot train in a stacked group (one line), or None."""
-    if cfg.model.dropout > 0 and (cfg.device == "cuda" or (cfg.device == "auto" and torch.cuda.is_available())):
-        return (f"model.dropout={cfg.model.dropout} on CUDA: the fused dropout kernels draw masks that a stacked "
-                "step cannot reproduce per member")
+    if cfg.model.dropout > 0:
+        device = "cuda" if cfg.device == "cuda" or (cfg.device == "auto" and torch.cuda.is_available()) else "cpu"
+        if device == "cuda":
+            return (f"model.dropout={cfg.model.dropout} on CUDA: the fused dropout kernels draw masks that a stacked "
+                    "step cannot reproduce per member")
+        if resolve_compile(cfg.train.compile, device, cfg.train.steps * step_flops(cfg))[0]:
+            return (f"model.dropout={cfg.model.dropout} with train.compile on: a compiled run alone draws its dropout "
+                    "masks in inductor's kernels, which a stacked step cannot reproduce per member")
     with torch.random.fork_rng():
         torch.manual_seed(0)
         model = build_model(cfg.model)
@@ -184,7 +189,8 @@ class _StackedForward:
         self.sites: dict[tuple[int, ...], list[Any]] = {}  # dropout calls of one forward, per batch shape
         self.fn = torch.func.vmap(one, in_dims=(0, 0, 0), randomness="error")
         self.compiled = torch.compile(self.fn) if compile_ and not _drops(base) else None
-        self.calls, self.note = 0, ""
+        self.sizes: set[int] = set()  # the group sizes K called so far (a new K compiles anew)
+        self.new_size, self.note = False, ""
         self.names = [n for n, _ in base.named_parameters()]  # tied weights once, as named_parameters gives them
 
     def draw(self, x: torch.Tensor, rngs: list[torch.Tensor | None], precision: str) -> list[torch.Tensor]:
@@ -209,13 +215,16 @@ class _StackedForward:
     def __call__(self, models: list[torch.nn.Module], x: torch.Tensor, noise: list[torch.Tensor]) -> torch.Tensor:
         own = [dict(m.named_parameters()) for m in models]
         params = {n: torch.stack([p[n] for p in own]) for n in self.names}
-        self.calls += 1
+        self.new_size = len(models) not in self.sizes
+        self.sizes.add(len(models))
         return (self.compiled or self.fn)(params, x, noise)
 
     def fall_back(self, e: BaseException) -> bool:
-        """Whether the failure ``e`` of the first compiled forward-and-backward is handled: then the group runs the
-        eager function from now on (the caller repeats the micro-batch); later failures are the model's own."""
-        if self.compiled is None or self.calls > 1 or not isinstance(e, Exception):
+        """Whether the failure ``e`` of a compiled forward-and-backward is handled: the first call with a group size
+        ``K`` compiles (the first step, and again when a member finishes or diverges), and if that fails the group
+        runs the eager function from now on (the caller repeats the micro-batch, the first of its step: K changes
+        only between steps); failures of a call that compiled nothing are the model's own."""
+        if self.compiled is None or not self.new_size or not isinstance(e, Exception):
             return False
         self.compiled = None
         self.note = f"the stacked forward runs eager: torch.compile of it failed ({type(e).__name__})"

@@ -57,7 +57,8 @@ def test_drawn_noise_is_the_mask_f_dropout_draws(dtype):
 @pytest.mark.parametrize("mask", ["causal", "bool", "additive"])
 def test_supplied_sdpa_is_the_math_kernel_with_its_mask(mask):
     """SDPA with ``dropout_p`` on a CPU draws one Bernoulli mask over ``[B, H, Tq, Tk]``; the supplied noise drawn
-    from the same seed gives its output to fp32 round-off."""
+    from the same seed gives its output to fp32 round-off (under bf16 autocast too, where SDPA computes in fp32 on
+    autocast's bf16 inputs)."""
     B, H, T, D = 2, 3, 6, 4
     q, k, v = (torch.randn(B, H, T, D) for _ in range(3))
     allowed = torch.rand(T, T) > 0.3
@@ -73,6 +74,22 @@ def test_supplied_sdpa_is_the_math_kernel_with_its_mask(mask):
     with supplied(draw_noise(sites, "cpu")):
         out = sdpa(q, k, v, dropout_p=P, **kw)
     torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-6)
+    torch.manual_seed(3)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        ref = F.scaled_dot_product_attention(q, k, v, dropout_p=P, **kw)
+        torch.manual_seed(3)
+        with supplied(draw_noise(sites, "cpu")):
+            out = sdpa(q, k, v, dropout_p=P, **kw)
+    assert out.dtype == ref.dtype == torch.bfloat16
+    torch.testing.assert_close(out.float(), ref.float(), rtol=0, atol=1e-6)  # a bf16 step is 4e-3 here
+
+
+def test_a_non_contiguous_input_is_refused_when_recorded():
+    """torch's CPU Bernoulli kernel fills ``empty_like(x)`` in memory order: a transposed input's mask is not the
+    contiguous draw, so recording such a call raises (a stacked trial then trains the runs alone)."""
+    x = torch.randn(6, 4).t()
+    with pytest.raises(RuntimeError, match="non-contiguous"), recorded():
+        dropout(x, P, True)
 
 
 def test_under_vmap_each_member_gets_its_own_seeds_masks():
