@@ -108,7 +108,9 @@ def build_evidence(claims: dict[str, Any], replications: dict[str, Any], *, clai
             if before is None and not main["exploratory"]:
                 continue  # confirmatory in the main run already
             records[cname] = {**rec, "exploratory_result": before if before is not None else _summary(main),
-                              **({"superseded_confirmation": _summary(main)} if before is not None else {})}
+                              **({"superseded_confirmation": _summary(main)} if before is not None else {}),
+                              **({"exploratory_elsewhere": main["exploratory_elsewhere"]}
+                                 if main.get("exploratory_elsewhere") else {})}
         seeds = sorted({s for c in doc["claims"] for s in claim_seeds(doc, c)})
         confirmed.append({"source": name, "budget": doc.get("budget"), "seeds": seeds,
                           "family_size": doc_judged.get("family_size"), "command": doc.get("command"),

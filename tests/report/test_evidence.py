@@ -206,3 +206,28 @@ def test_a_followup_supersedes_the_confirmation_it_follows_for_its_claims_only()
         build_evidence(full, reps, **kw, confirmations=((follow, "u.json"),))
     with pytest.raises(NormlabError, match="d.json: a second confirm run beside c.json; give one per budget"):
         build_evidence(full, reps, **kw, confirmations=((conf, "c.json"), (follow, "u.json"), (conf, "d.json")))
+
+
+def test_a_later_confirmation_keeps_the_exploratory_results_of_earlier_blocks(monkeypatch):
+    """A claim exploratory on the confirmation's block and (simulated) confirmatory on the follow-up's takes the
+    follow-up's record and keeps the confirmation's exploratory result beside it (it was dropped silently)."""
+    import normlab.report.evidence as E
+
+    real = E.judge
+
+    def judge(doc):
+        out = real(doc)
+        if doc.get("budget") == "followup":
+            for c in out["claims"]:
+                if c["name"] == "postln-warmup":
+                    c["exploratory"] = False
+        return out
+
+    monkeypatch.setattr(E, "judge", judge)
+    full, reps = json.loads(CLAIMS.read_text()), json.loads(REPS.read_text())
+    ev = E.build_evidence(full, reps, claims_name="f.json", replications_name="r.json",
+                          confirmations=((json.loads(CONFIRM.read_text()), "c.json"),
+                                         (json.loads(FOLLOWUP.read_text()), "u.json")))
+    c = next(c for c in ev["claims"] if c["name"] == "postln-warmup")
+    assert c["source"] == "u.json" and c["exploratory_result"]["source"] == "f.json"
+    assert [(x["source"], x["seeds"][0]) for x in c["exploratory_elsewhere"]] == [("c.json", 6000)]
