@@ -295,13 +295,37 @@ class _BackwardFails(torch.autograd.Function):
         raise RuntimeError("cannot compile this backward")
 
 
+def _group_with_broken_compile(tmp_path, cache, monkeypatch, broken, cfgs):
+    """Train ``cfgs`` stacked with ``torch.compile`` replaced by ``broken`` and compile kept on (with or without a
+    C++ compiler); returns the members' summaries."""
+    import normlab.train.stacked as S
+
+    monkeypatch.setattr(S.torch, "compile", broken)
+    real = S.resolve_runtime
+
+    def resolve(c):
+        lines = real(c)
+        c.train.compile = True
+        return lines
+
+    monkeypatch.setattr(S, "resolve_runtime", resolve)
+    return train_stacked(cfgs, [tmp_path / f"s{i}" for i in range(len(cfgs))])
+
+
+def _equal_alone(tmp_path, cache, extra, n):
+    """Members ``0..n-1`` equal their runs alone (uncompiled) to fp32 round-off."""
+    for i, cfg in enumerate(_cfgs(cache, [*extra, "train.compile=false"])[:n]):
+        train(cfg, tmp_path / f"a{i}", quiet=True)
+        wa, ws = weights(tmp_path / f"a{i}"), weights(tmp_path / f"s{i}")
+        for k in wa:
+            torch.testing.assert_close(ws[k], wa[k], rtol=1e-5, atol=1e-6, msg=k)
+
+
 @pytest.mark.parametrize("fails", ["forward", "backward"])
 def test_a_stacked_forward_that_cannot_compile_runs_eager(tmp_path, cache, monkeypatch, capsys, fails):
     """``train.compile: true`` compiles the vmapped forward; where torch cannot compile it (simulated: the compiled
     function raises on its first call, or its backward, which AOTAutograd compiles when it first runs, raises), the
     group says so, repeats the micro-batch eager and trains on eager, equal to its runs alone."""
-    import normlab.train.stacked as S
-
     def broken(fn):
         def run(*a, **k):
             if fails == "forward":
@@ -309,33 +333,16 @@ def test_a_stacked_forward_that_cannot_compile_runs_eager(tmp_path, cache, monke
             return _BackwardFails.apply(fn(*a, **k))
         return run
 
-    monkeypatch.setattr(S.torch, "compile", broken)
-    extra = ["train.steps=2", "train.checkpoint_every=2", "train.compile=true"]
-    cfgs = _cfgs(cache, extra)[:2]
-    cfgs_alone = _cfgs(cache, [*extra[:2], "train.compile=false"])[:2]
-    real = S.resolve_runtime
-
-    def resolve(c):  # keep compile on whether or not this machine has a C++ compiler
-        lines = real(c)
-        c.train.compile = True
-        return lines
-
-    monkeypatch.setattr(S, "resolve_runtime", resolve)
-    train_stacked(cfgs, [tmp_path / "s0", tmp_path / "s1"])
+    extra = ["train.steps=2", "train.checkpoint_every=2"]
+    _group_with_broken_compile(tmp_path, cache, monkeypatch, broken, _cfgs(cache, [*extra, "train.compile=true"])[:2])
     assert "torch.compile of it failed (RuntimeError)" in capsys.readouterr().out
-    for i, cfg in enumerate(cfgs_alone):
-        train(cfg, tmp_path / f"a{i}", quiet=True)
-        wa, ws = weights(tmp_path / f"a{i}"), weights(tmp_path / f"s{i}")
-        for k in wa:
-            torch.testing.assert_close(ws[k], wa[k], rtol=1e-5, atol=1e-6, msg=k)
+    _equal_alone(tmp_path, cache, extra, 2)
 
 
 def test_a_compile_that_fails_when_a_member_drops_out_runs_eager(tmp_path, cache, monkeypatch, capsys):
     """The group size K changes when a member diverges, and torch.compile compiles anew for the new K; where that
     compile fails (simulated: the compiled function raises for K = 2), the group falls back to eager then too, and
     the members left equal their runs alone."""
-    import normlab.train.stacked as S
-
     def broken(fn):
         def run(params, x, noise):
             if x.shape[0] == 2:
@@ -343,26 +350,13 @@ def test_a_compile_that_fails_when_a_member_drops_out_runs_eager(tmp_path, cache
             return fn(params, x, noise)
         return run
 
-    monkeypatch.setattr(S.torch, "compile", broken)
-    extra = ["train.steps=4", "train.checkpoint_every=4", "train.compile=true"]
-    cfgs = _cfgs(cache, extra)[:3]
+    extra = ["train.steps=4", "train.checkpoint_every=4"]
+    cfgs = _cfgs(cache, [*extra, "train.compile=true"])[:3]
     cfgs[2].train.lr = 1e3  # diverges: the group goes on with K = 2
-    real = S.resolve_runtime
-
-    def resolve(c):  # keep compile on whether or not this machine has a C++ compiler
-        lines = real(c)
-        c.train.compile = True
-        return lines
-
-    monkeypatch.setattr(S, "resolve_runtime", resolve)
-    summaries = train_stacked(cfgs, [tmp_path / f"s{i}" for i in range(3)])
+    summaries = _group_with_broken_compile(tmp_path, cache, monkeypatch, broken, cfgs)
     assert [s["status"] for s in summaries] == ["completed", "completed", "diverged"]
     assert "torch.compile of it failed (RuntimeError)" in capsys.readouterr().out
-    for i, cfg in enumerate(_cfgs(cache, [*extra[:2], "train.compile=false"])[:2]):
-        train(cfg, tmp_path / f"a{i}", quiet=True)
-        wa, ws = weights(tmp_path / f"a{i}"), weights(tmp_path / f"s{i}")
-        for k in wa:
-            torch.testing.assert_close(ws[k], wa[k], rtol=1e-5, atol=1e-6, msg=k)
+    _equal_alone(tmp_path, cache, extra, 2)
 
 
 # -- host reads: the CPU stand-in for torch.cuda.set_sync_debug_mode ---------------------------------------------------
