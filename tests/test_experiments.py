@@ -354,8 +354,8 @@ def test_store_rejects_unknown_columns(tmp_path):
 def test_compare_stack_on_trains_each_variant_as_one_group(tmp_path, cache, monkeypatch):
     """``normlab compare --stack on``: each variant's seeds and learning rates train as one stacked group in the
     driver; every run gets its own directory, store row and curves, equal to fp32 round-off to the same sweep run
-    with ``--stack off``; a variant with dropout trains alone (the reason is logged). ``auto`` on a CPU stacks
-    nothing."""
+    with ``--stack off``; a variant with dropout stacks on a CPU, one with running statistics (BatchNorm) trains alone
+    (the reason is logged). ``auto`` on a CPU stacks nothing."""
     from normlab.experiments.sweepdir import run_sweep
     from normlab.experiments.worker import plan_stacks
 
@@ -364,11 +364,12 @@ def test_compare_stack_on_trains_each_variant_as_one_group(tmp_path, cache, monk
             "set": {**FAST, "diag.every": 0, "model.width": 32, "model.context": 32, "train.batch_size": 4,
                     "train.precision": "fp32", "train.compile": False, "train.track": []},
             "variants": [{"name": "ln", "set": {}}, {"name": "rms", "set": {"model.norm": "rmsnorm"}},
-                         {"name": "drop", "set": {"model.dropout": 0.1}}],
+                         {"name": "drop", "set": {"model.dropout": 0.1}},
+                         {"name": "bn", "set": {"model.norm": "batchnorm"}}],
             "axes": {"train.lr": [0.003, 0.006]}, "seeds": [0, 1]}
     sweep = parse_sweep(spec)
     groups, alone, why = plan_stacks({r.run_id: r.config for r in sweep.runs}, "on")
-    assert sorted(map(len, groups)) == [4, 4] and len(alone) == 4 and "model.dropout" in why
+    assert sorted(map(len, groups)) == [4, 4, 4] and len(alone) == 4 and "running statistics" in why
     assert plan_stacks({r.run_id: r.config for r in sweep.runs}, "off")[0] == []
     if not any(Path("/dev").glob("nvidia[0-9]*")):
         assert plan_stacks({r.run_id: r.config for r in sweep.runs}, "auto")[0] == []
