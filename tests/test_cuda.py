@@ -172,12 +172,14 @@ def test_deterministic_cost_ranks_the_operators_that_grow_and_writes_ratios(monk
 
 
 @needs_cuda
-@pytest.mark.parametrize(("compile_", "clip"), [("false", "global"), ("true", "global"), ("false", "adagc")])
-def test_cuda_steps_between_read_points_never_wait_for_the_device(tmp_path, cache, monkeypatch, compile_, clip):
+@pytest.mark.parametrize(("compile_", "clip", "norm"), [("false", "global", None), ("true", "global", None),
+                                                       ("false", "adagc", None), ("true", "global", "powernorm")])
+def test_cuda_steps_between_read_points_never_wait_for_the_device(tmp_path, cache, monkeypatch, compile_, clip, norm):
     """``torch.cuda.set_sync_debug_mode("error")`` around every step that is neither logged nor a diagnostic,
     evaluation or checkpoint step (after the first two, which compile): any host read of a device tensor there
     (``.item()``, ``float()``, an ``if`` on a tensor, a blocking copy) raises. The run completes (AdaGC too: its
-    per-tensor clipping stays on the device)."""
+    per-tensor clipping stays on the device; a compiled PowerNorm too: its counters and warm-up choices stay on the
+    device)."""
     import normlab.train.loop as loop
     from normlab.config import load_config
 
@@ -191,7 +193,8 @@ def test_cuda_steps_between_read_points_never_wait_for_the_device(tmp_path, cach
     monkeypatch.setenv("NORMLAB_CACHE_DIR", str(cache))
     monkeypatch.setattr(loop.Recipe, "_read_point", guarded)
     sets = [*SMALL, "diag.every=4", "train.steps=24", "train.log_every=6", "train.eval_every=12",
-            "train.checkpoint_every=12", f"train.compile={compile_}", f"train.clip={clip}"]
+            "train.checkpoint_every=12", f"train.compile={compile_}", f"train.clip={clip}",
+            *([f"model.norm={norm}"] if norm else [])]
     try:
         s = loop.train(load_config("tiny", sets), tmp_path / "r", quiet=True)
     finally:
