@@ -292,6 +292,7 @@ def _train_group(cfgs: list[RunConfig], dirs: list[Path], resumes: list[bool], h
         m.model.train()
         m.mlog = m.metrics_path.open("a")
     t_start, mark_t = time.time(), time.time()
+    fell_back: int | None = None  # the step from which a compiled group ran eager
     try:
         while True:
             live = [m for m in members if not m.done]
@@ -316,8 +317,8 @@ def _train_group(cfgs: list[RunConfig], dirs: list[Path], resumes: list[bool], h
             else:
                 results = _stacked_step(active, stacked)
                 if stacked.note:
-                    say(stacked.note)
-                    stacked.note = ""
+                    say(f"{stacked.note} (from step {step + 1})")
+                    stacked.note, fell_back = "", step + 1
             if not read:  # no host read: each member's checks wait for the next read point
                 for m, (loss_sum, _) in zip(active, results):
                     m.step_unread(loss_sum)
@@ -339,7 +340,7 @@ def _train_group(cfgs: list[RunConfig], dirs: list[Path], resumes: list[bool], h
             if m.mlog is not None:
                 m.mlog.close()
     wall = time.time() - t_start
-    return [_summary(m, wall, why_threads) for m in members]
+    return [_summary(m, wall, why_threads, fell_back) for m in members]
 
 
 def _group_data(cfgs: list[RunConfig], dirs: list[Path], resumes: list[bool]) -> list[Any]:
@@ -502,11 +503,14 @@ def _checkpoint(m: _Member, t_start: float) -> None:
     m.checkpoint(m.step, m.elapsed + time.time() - t_start, m.rng, m.cuda_rng)
 
 
-def _summary(m: _Member, wall: float, why_threads: str) -> dict[str, Any]:
+def _summary(m: _Member, wall: float, why_threads: str, fell_back: int | None = None) -> dict[str, Any]:
     """``summary.json`` as a run alone writes it (``tokens_per_s``: this member's tokens over the group's wall
-    time), then the final weights (a completed member) and the summary, last."""
+    time; ``compile_fallback_step``: the step from which a compiled group ran eager, where it did), then the final
+    weights (a completed member) and the summary, last."""
     m.tracker.close(m.status)
     summary = m.summary(m.elapsed + wall, why_threads, None)
+    if fell_back is not None:
+        summary["compile_fallback_step"] = fell_back
     if m.status == "interrupted" and not (m.run_dir / CONFIG_FILE).is_file():
         return summary
     m.finish(summary)

@@ -334,8 +334,11 @@ def test_a_stacked_forward_that_cannot_compile_runs_eager(tmp_path, cache, monke
         return run
 
     extra = ["train.steps=2", "train.checkpoint_every=2"]
-    _group_with_broken_compile(tmp_path, cache, monkeypatch, broken, _cfgs(cache, [*extra, "train.compile=true"])[:2])
-    assert "torch.compile of it failed (RuntimeError)" in capsys.readouterr().out
+    summaries = _group_with_broken_compile(tmp_path, cache, monkeypatch, broken,
+                                           _cfgs(cache, [*extra, "train.compile=true"])[:2])
+    assert "torch.compile of it failed (RuntimeError) (from step 1)" in capsys.readouterr().out
+    assert [s["compile_fallback_step"] for s in summaries] == [1, 1]
+    assert json.loads((tmp_path / "s0" / "summary.json").read_text())["compile_fallback_step"] == 1
     _equal_alone(tmp_path, cache, extra, 2)
 
 
@@ -356,6 +359,7 @@ def test_a_compile_that_fails_when_a_member_drops_out_runs_eager(tmp_path, cache
     summaries = _group_with_broken_compile(tmp_path, cache, monkeypatch, broken, cfgs)
     assert [s["status"] for s in summaries] == ["completed", "completed", "diverged"]
     assert "torch.compile of it failed (RuntimeError)" in capsys.readouterr().out
+    assert summaries[0]["compile_fallback_step"] == summaries[2]["step"] + 1 > 1  # the first step with K = 2
     _equal_alone(tmp_path, cache, extra, 2)
 
 
