@@ -371,6 +371,10 @@ def test_compare_stack_on_trains_each_variant_as_one_group(tmp_path, cache, monk
     groups, alone, why = plan_stacks({r.run_id: r.config for r in sweep.runs}, "on")
     assert sorted(map(len, groups)) == [4, 4, 4] and len(alone) == 4 and "running statistics" in why
     assert plan_stacks({r.run_id: r.config for r in sweep.runs}, "off")[0] == []
+    # planned for a CUDA device elsewhere (a Ray cluster's GPUs), the dropout variant trains alone, as the group's
+    # own check on that device would decide (it was judged for this CPU and refused there)
+    g_cuda, alone_cuda, why_cuda = plan_stacks({r.run_id: r.config for r in sweep.runs}, "on", cuda=True)
+    assert sorted(map(len, g_cuda)) == [4, 4] and len(alone_cuda) == 8 and "model.dropout=0.1 on CUDA" in why_cuda
     if not any(Path("/dev").glob("nvidia[0-9]*")):
         assert plan_stacks({r.run_id: r.config for r in sweep.runs}, "auto")[0] == []
     small = parse_sweep({**spec, "variants": spec["variants"][:2], "axes": {"train.lr": [0.003]}})

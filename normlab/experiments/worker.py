@@ -276,9 +276,10 @@ def plan_stacks(configs: dict[str, dict[str, Any]], stack: str | None,
     reason)``. ``stack``: ``--stack``, else each run's ``train.stack``. ``on`` stacks every group of two or more runs
     that can be stacked; ``auto`` does so where the runs' device is CUDA, and on a CPU not at all (it measured
     slower there, benchmarks/stack_speed.py: torch has no batching rule for CPU flash attention, which then runs
-    member by member); ``off`` never. A group that cannot be stacked (dropout, running-statistics norms) trains
-    alone, with the reason in ``reason``. ``cuda``: whether a run of ``device: auto`` trains on CUDA where it
-    trains (a Ray cluster's GPUs: normlab.experiments.executors); default: whether this machine has CUDA."""
+    member by member); ``off`` never. A group that cannot be stacked (dropout on CUDA, running-statistics norms)
+    trains alone, with the reason in ``reason`` (judged for the device the group trains on). ``cuda``: whether a run
+    of ``device: auto`` trains on CUDA where it trains (a Ray cluster's GPUs: normlab.experiments.executors); default:
+    whether this machine has CUDA."""
     ids = list(configs)
     modes = {stack} if stack else {(configs[r].get("train") or {}).get("stack", "auto") for r in ids}
     gpu_here = cuda if cuda is not None else any(Path("/dev").glob("nvidia[0-9]*"))
@@ -298,7 +299,7 @@ def plan_stacks(configs: dict[str, dict[str, Any]], stack: str | None,
         mode = stack or first.train.stack
         mode = {True: "on", False: "off"}.get(mode, mode)
         device = first.device if first.device != "auto" else ("cuda" if has_cuda else "cpu")
-        why = stack_refusal(first) if len(idx) > 1 and mode != "off" else None
+        why = stack_refusal(first, device) if len(idx) > 1 and mode != "off" else None
         if len(idx) > 1 and (mode == "on" or (mode == "auto" and device == "cuda")) and why is None:
             groups.append([ids[i] for i in idx])
         else:

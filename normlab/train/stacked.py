@@ -50,11 +50,11 @@ from typing import IO, Any
 
 import torch
 
+from normlab.attention.dropout import draw_noise, recorded, supplied
 from normlab.config import RunConfig
 from normlab.errors import NormlabError
 from normlab.interrupt import StopFlag
 from normlab.io import dumps
-from normlab.attention.dropout import draw_noise, recorded, supplied
 from normlab.model import build_model
 from normlab.rundir.files import CONFIG_FILE
 from normlab.rundir.publish import finish_interrupted
@@ -80,10 +80,13 @@ def stack_key(cfg: RunConfig) -> str:
     return json.dumps(d, sort_keys=True)
 
 
-def stack_refusal(cfg: RunConfig) -> str | None:
-    """Why ``cfg`` cannot train in a stacked group (one line), or None."""
+def stack_refusal(cfg: RunConfig, device: str | None = None) -> str | None:
+    """Why ``cfg`` cannot train in a stacked group (one line), or None. ``device``: where it trains (``cuda`` or
+    ``cpu``; a sweep's planner passes the device of the machine the group will run on, which for a Ray cluster is
+    not this one); default: ``cfg.device``, ``auto`` resolved on this machine."""
     if cfg.model.dropout > 0:
-        device = "cuda" if cfg.device == "cuda" or (cfg.device == "auto" and torch.cuda.is_available()) else "cpu"
+        if device is None:
+            device = "cuda" if cfg.device == "cuda" or (cfg.device == "auto" and torch.cuda.is_available()) else "cpu"
         if device == "cuda":
             return (f"model.dropout={cfg.model.dropout} on CUDA: the fused dropout kernels draw masks that a stacked "
                     "step cannot reproduce per member")
