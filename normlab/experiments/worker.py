@@ -197,6 +197,14 @@ def one_run(sweep_dir: Path, run_id: str, threads: int | None) -> int:
         return EXIT_BAD_INPUT
 
 
+def _fix_cublas_workspace() -> None:
+    """This process may train several runs (a serving worker, the in-process runner): fix cuBLAS's workspace before
+    the first (normlab.train.precision.fix_cublas_workspace)."""
+    from normlab.train.precision import fix_cublas_workspace  # torch: only where runs train
+
+    fix_cublas_workspace()
+
+
 def _reset_compiler() -> None:
     """Forget torch.compile's caches before a run, as a fresh process would: Dynamo otherwise compiles a second model
     of another shape with dynamic dimensions and counts earlier runs' recompiles against its limit, so a run's compile
@@ -214,6 +222,7 @@ def serve_one(sweep_dir: Path, run_id: str, threads: int | None, sigint: Any = s
     signal.signal(signal.SIGINT, sigint)
     _reset_peak_mem()
     _reset_compiler()
+    _fix_cublas_workspace()
     with output_to(sweep_dir / "logs" / f"{run_id}.log"):
         try:
             return one_run(sweep_dir, run_id, threads)
@@ -320,6 +329,7 @@ def serve_group(sweep_dir: Path, run_ids: list[str], threads: int | None) -> dic
     ``logs/<first run id>.log``; the other members' logs name it."""
 
     (sweep_dir / "logs").mkdir(exist_ok=True)
+    _fix_cublas_workspace()
     store = Store(sweep_dir / "results.sqlite")
     with contextlib.ExitStack() as locks:
         for r in run_ids:

@@ -312,6 +312,17 @@ def _set_tf32(state: tuple[Any, Any]) -> None:
         torch.backends.cudnn.allow_tf32 = conv
 
 
+CUBLAS_WORKSPACE = ":4096:8"  # the deterministic cuBLAS workspace torch's reproducibility notes name
+
+
+def fix_cublas_workspace() -> None:
+    """Set ``CUBLAS_WORKSPACE_CONFIG`` (where unset) in a process that trains several runs, before its first: torch
+    sizes cuBLAS's workspace from it once, at the process's first cuBLAS call, so a deterministic CUDA run after a
+    ``train.deterministic: false`` one in the same sweep worker would otherwise run on the default workspace. On a
+    CPU it changes nothing."""
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", CUBLAS_WORKSPACE)
+
+
 def use_deterministic_kernels(device: str, on: bool) -> str:
     """``train.deterministic`` on ``device``: switch torch's deterministic algorithms on for CUDA (the caller restores
     the previous setting with ``kept_determinism``); returns the reason line (empty on CPU: nothing to decide)."""
@@ -319,7 +330,7 @@ def use_deterministic_kernels(device: str, on: bool) -> str:
         return ""
     if not on:
         return "no (train.deterministic: false; a resumed CUDA run can differ in the last bits)"
-    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # read when cuBLAS makes its workspace
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", CUBLAS_WORKSPACE)  # read when cuBLAS makes its workspace
     torch.use_deterministic_algorithms(True)
     how = f"torch.use_deterministic_algorithms, CUBLAS_WORKSPACE_CONFIG={os.environ['CUBLAS_WORKSPACE_CONFIG']}"
     if on == "auto":

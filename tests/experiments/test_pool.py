@@ -230,3 +230,20 @@ def test_worker_serve_bad_arguments_are_one_line_errors(tmp_path):
                            capture_output=True, text=True, env=cli_env(tmp_path / "cache"), timeout=120)
         lines = p.stderr.splitlines()
         assert p.returncode == 2 and len(lines) == 1 and says in lines[0], p.stderr
+
+
+def test_a_worker_fixes_the_cublas_workspace_before_its_first_run(tmp_path, monkeypatch):
+    """torch sizes cuBLAS's workspace from ``CUBLAS_WORKSPACE_CONFIG`` once, at a process's first cuBLAS call: a
+    worker that trains run after run (or a stacked group) sets the deterministic value before the first run starts,
+    whatever that run's ``train.deterministic``, and keeps a value the user set."""
+    from normlab.experiments import worker
+
+    seen = []
+    monkeypatch.setattr(worker, "one_run", lambda d, r, t: seen.append(os.environ.get("CUBLAS_WORKSPACE_CONFIG")) or 0)
+    (tmp_path / "logs").mkdir()
+    monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", "")  # records the undo
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG")
+    assert worker.serve_one(tmp_path, "r0", 1) == 0
+    monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":16:8")
+    assert worker.serve_one(tmp_path, "r1", 1) == 0
+    assert seen == [":4096:8", ":16:8"]
