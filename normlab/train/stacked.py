@@ -226,8 +226,11 @@ class _StackedForward:
         """Whether the failure ``e`` of a compiled forward-and-backward is handled: the first call with a group size
         ``K`` compiles (the first step, and again when a member finishes or diverges), and if that fails the group
         runs the eager function from now on (the caller repeats the micro-batch, the first of its step: K changes
-        only between steps); failures of a call that compiled nothing are the model's own."""
+        only between steps); failures of a call that compiled nothing are the model's own, and so are an
+        out-of-memory error and an operation without a deterministic kernel (eager would fail the same way)."""
         if self.compiled is None or not self.new_size or not isinstance(e, Exception):
+            return False
+        if isinstance(e, torch.OutOfMemoryError) or nondeterministic_op_error(e) is not None:
             return False
         self.compiled = None
         self.note = f"the stacked forward runs eager: torch.compile of it failed ({type(e).__name__})"

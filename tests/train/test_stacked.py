@@ -458,3 +458,18 @@ def test_a_member_diverging_between_read_points_ends_as_if_read_at_once(tmp_path
     if clip == "adagc":
         assert sum(a[2]["adagc_clipped"].values()) > 0
     _same_group(tmp_path / "now", a, tmp_path / "def", b, len(MEMBERS), skip=("weight_norms",))
+
+
+def test_an_out_of_memory_error_on_the_first_compiled_call_is_not_taken_for_a_compile_failure(
+        tmp_path, cache, monkeypatch, capsys):
+    """The first call with a group size K compiles, but not every failure there is the compiler's: an out-of-memory
+    error (simulated) stops the group with that error instead of switching it to eager."""
+    def broken(fn):
+        def run(*a, **k):
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return run
+
+    cfgs = _cfgs(cache, ["train.steps=2", "train.checkpoint_every=2", "train.compile=true"])[:2]
+    with pytest.raises(torch.OutOfMemoryError):
+        _group_with_broken_compile(tmp_path, cache, monkeypatch, broken, cfgs)
+    assert "torch.compile of it failed" not in capsys.readouterr().out
