@@ -81,6 +81,7 @@ class UnifiedNorm(BatchStatNorm):
       with ``ema_gz [dim]`` and the ring buffer ``buffer_gz [window, dim]``.
     - Under ``torch.compile`` ``n`` and ``t`` are device tensors: the slot is a tensor index (``index_copy_``) and
       every choice above (window, skip, ratio) a ``torch.where`` over the same values; nothing is read on the host.
+      Eager, the counters are Python ints and the outlier test's skip a device bool: nothing is read either.
 
     Eval: ``weight * x / sqrt(running_var + eps) + bias`` -- a fixed per-channel affine that folds into the next
     linear, causal. Options: ``window`` (4), ``warmup`` (4000 optimizer steps in the paper; normlab's training loop
@@ -132,14 +133,10 @@ class UnifiedNorm(BatchStatNorm):
             if check:
                 diff = buf.mean(0) - NF.geometric_mean(buf, 0)
                 outlier = (diff > recorded_var * self.window).any()
-                if on_device:  # the eager conditions on the counters, as a device bool
-                    skip = outlier & (t >= self.warmup) & (n > self.window)
-                    put_row(buf, slot, pick(skip, self.running_var, x2.to(buf.dtype)))
-                    self.skip_counter.add_(skip)
-                elif bool(outlier):
-                    put_row(buf, slot, self.running_var)
-                    skip = True
-                    self.skip_counter.add_(1)
+                # a device bool, never read on the host (eager: the counters' conditions hold, ``check`` said so)
+                skip = outlier & (t >= self.warmup) & (n > self.window)
+                put_row(buf, slot, pick(skip, self.running_var, x2.to(buf.dtype)))
+                self.skip_counter.add_(skip)
             kept = skip.logical_not() if isinstance(skip, torch.Tensor) else not skip
             use_window = (n > self.window) & (t >= self.warmup) & kept
             var = pick(use_window, NF.geometric_mean(buf, 0).to(x2.dtype), x2)
