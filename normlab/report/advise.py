@@ -76,7 +76,8 @@ RECIPES: dict[str, dict[str, Any]] = {
 """The claims ``normlab compare`` can decide as a declared question (a two-variant sweep over a learning-rate
 grid), with their variants as config overrides."""
 LR_GRID = {"min": 0.001, "max": 0.3, "points": 5}  # the demo's grid (normlab/configs/sweeps/quick.yaml)
-SEEDS = [8000, 8001, 8002, 8003]  # a block no shipped question uses (tests/experiments/test_sweep.py)
+SEED_RANGE = range(8000, 9000)  # the next question's seeds: no shipped question uses them (tests/experiments/)
+SEED_BLOCK = 4  # seeds per next question: the first block of the range that no stored evidence used
 SCALE_RE = re.compile(r"width (\d+), (\d+) blocks, (\d+) steps, ([\d.]+)([km]?) tokens")
 
 
@@ -250,9 +251,20 @@ def next_question(entries: list[dict[str, Any]]) -> dict[str, Any] | None:
             "|effect| / interval half-width"}
 
 
-def sweep_yaml(claim: str, cfg: RunConfig, base: str | dict[str, Any]) -> dict[str, Any]:
+def next_seeds(ev: dict[str, Any]) -> list[int]:
+    """The first block of ``SEED_BLOCK`` seeds in ``SEED_RANGE`` that no stored replication ran on (a next question
+    that was run and packaged, ``docs/replications-advise-*.json``, is asked again on fresh seeds)."""
+    used = {s for r in ev["replications"] for s in r["seeds"]}
+    for start in range(SEED_RANGE.start, SEED_RANGE.stop - SEED_BLOCK + 1, SEED_BLOCK):
+        block = list(range(start, start + SEED_BLOCK))
+        if not used.intersection(block):
+            return block
+    raise NormlabError(f"every seed block of {SEED_RANGE.start}-{SEED_RANGE.stop - 1} is in the stored evidence")
+
+
+def sweep_yaml(claim: str, cfg: RunConfig, base: str | dict[str, Any], seeds: list[int]) -> dict[str, Any]:
     """The ``normlab compare`` sweep that decides ``claim`` at ``cfg``'s shape: its recipe's two variants over the
-    demo's learning-rate grid, 4 seeds, Holm over a family of one."""
+    demo's learning-rate grid, ``seeds`` (:func:`next_seeds`), Holm over a family of one."""
     r = RECIPES[claim]
     (bn, bset), (vn, vset) = r["baseline"], r["variant"]
     m, t = cfg.model, cfg.train
@@ -267,7 +279,7 @@ def sweep_yaml(claim: str, cfg: RunConfig, base: str | dict[str, Any]) -> dict[s
                 "train.eval_every": t.steps, "train.checkpoint_every": t.steps},
         "lr_grid": dict(LR_GRID),
         "variants": [{"name": bn, "set": dict(bset)}, {"name": vn, "set": dict(vset)}],
-        "seeds": list(SEEDS),
+        "seeds": list(seeds),
     }
 
 
@@ -345,7 +357,7 @@ def advise(cfg: RunConfig, ev: dict[str, Any], *, from_dirs: list[Path] = (), ba
     entries = [e for d in decs for part in ("decided", "undecided", "not_observable") for e in d[part]]
     nxt = next_question(entries)
     if nxt is not None:
-        spec = sweep_yaml(nxt["claim"], cfg, base)
+        spec = sweep_yaml(nxt["claim"], cfg, base, next_seeds(ev))
         nxt["estimate"] = estimate(spec, cfg, rate) | {"rate_source": rate_source}
         if sweep_path is not None:
             nxt["sweep_file"] = str(write_sweep(spec, sweep_path))
@@ -380,7 +392,8 @@ def render(res: dict[str, Any]) -> str:
              + "".join(f"{c} (a follow-up of {follows[c]} on a larger fresh block, superseding it for its claims), "
                        if c in follows else f"{c} (the revised claims on a fresh seed block), "
                        for c in res["evidence"].get("confirmations") or [])
-             + f"{res['evidence']['replications']}.", *_scaling_lines(res["scaling_fits"])]
+             + ", ".join([res['evidence']['replications'], *(res["evidence"].get("more_replications") or [])])
+             + ".", *_scaling_lines(res["scaling_fits"])]
     near = [e for d in res["decisions"] for e in d["decided"] if e["distance"] and not e["distance"]["far"]]
     lines += [f"{len(near)} decided claim(s) were measured within 10x of your model in parameters and tokens"
               + ("" if near else ": nothing below is decided at your scale; each line states what was decided at "
@@ -461,7 +474,8 @@ def _probe_lines(s: dict[str, Any]) -> list[str]:
 
 
 def _replications(e: dict[str, Any]) -> list[str]:
-    return [f"    replication on {r['corpus']} (seeds {r['seeds'][0]}-{r['seeds'][-1]}, `{r['command']}`): "
+    return [f"    replication on {r['corpus']}{' at ' + r['scale'] if r.get('scale') else ''} "
+            f"(seeds {r['seeds'][0]}-{r['seeds'][-1]}, `{r['command']}`): "
             f"{r['contrast']} {r['estimate']:+.3g} ± {r['half_width']:.3g}, Holm p {_g(r['p_adj'])}: {r['reading']}"
             f"{' (the claim side)' if r['claim_side'] else ''}" for r in e["replications"]]
 

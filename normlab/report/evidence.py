@@ -31,6 +31,7 @@ from typing import Any
 
 from normlab.errors import NormlabError, printable
 from normlab.experiments.claims.budgets import confirmations_problem
+from normlab.experiments.claims.docs import seed_span
 from normlab.experiments.claims.execution import judge
 from normlab.experiments.claims.specs import claim_seeds
 from normlab.io import read_json, write_text
@@ -61,23 +62,35 @@ def _summary(record: dict[str, Any]) -> dict[str, Any]:
 
 
 def build_evidence(claims: dict[str, Any], replications: dict[str, Any], *, claims_name: str,
-                   replications_name: str, confirmations: tuple[tuple[dict[str, Any], str], ...] = ()
-                   ) -> dict[str, Any]:
+                   replications_name: str, confirmations: tuple[tuple[dict[str, Any], str], ...] = (),
+                   more_replications: tuple[tuple[dict[str, Any], str], ...] = ()) -> dict[str, Any]:
     """The packaged evidence from a claims results document (``normlab-claims-v1``) and a replications document
     (``normlab-replications-v1``); ``*_name``: the file names recorded as the sources. ``confirmations``: (claims
     results document, file name) of runs on fresh seed blocks (``--budget confirm``, ``--budget followup``): a claim
     exploratory in ``claims`` and confirmatory in one of them takes that record, each document judged as its own
     family; a follow-up's record supersedes the record of the confirmation it follows (kept as
-    ``superseded_confirmation``). Two confirmations of one claim otherwise are refused."""
+    ``superseded_confirmation``). Two confirmations of one claim otherwise are refused. ``more_replications``:
+    (replications document, file name) of further declared sweeps (the one ``normlab advise`` writes for its next
+    question), their entries after ``replications``'; one seed block of one claim on one corpus given twice is
+    refused (the same runs would count as two replications)."""
     _check_claims(claims, claims_name)
-    if replications.get("format") != "normlab-replications-v1":
-        raise NormlabError(f"{replications_name}: not a normlab replications file")
     spec = claims.get("budget_spec") or {}
     names = {c["name"] for c in claims["claims"]}
-    reps = replications["replications"]
-    unknown = sorted({r["claim"] for r in reps} - names)
-    if unknown:
-        raise NormlabError(f"{replications_name}: replications of claims not in {claims_name}: {', '.join(unknown)}")
+    reps: list[dict[str, Any]] = []
+    seen: dict[tuple[str, str, tuple[int, ...]], str] = {}
+    for doc, name in ((replications, replications_name), *more_replications):
+        if doc.get("format") != "normlab-replications-v1":
+            raise NormlabError(f"{name}: not a normlab replications file")
+        unknown = sorted({r["claim"] for r in doc["replications"]} - names)
+        if unknown:
+            raise NormlabError(f"{name}: replications of claims not in {claims_name}: {', '.join(unknown)}")
+        for r in doc["replications"]:
+            key = (r["claim"], r["corpus"], tuple(r["seeds"]))
+            if key in seen:
+                raise NormlabError(f"{name}: {r['claim']} on {r['corpus']}, seeds {seed_span(r['seeds'])} is in "
+                                   f"{seen[key]} already; give each replication once")
+            seen[key] = name
+        reps += doc["replications"]
     judged = judge(claims)  # the verdicts of the current rules, as docs/claims.md renders them (one rule, every path)
     records = _records(judged, claims_name)
     confirmed = []
@@ -118,6 +131,7 @@ def build_evidence(claims: dict[str, Any], replications: dict[str, Any], *, clai
     return {
         "format": FORMAT,
         "sources": {"claims": claims_name, "replications": replications_name,
+                    **({"more_replications": [n for _, n in more_replications]} if more_replications else {}),
                     **({"confirmations": [n for _, n in order]} if confirmations else {})},
         "suite": {"budget": claims.get("budget"), "corpus": spec.get("source"), "seeds": claims.get("seeds"),
                   "context": spec.get("context"), "heads": spec.get("heads"), "batch_size": spec.get("batch_size"),
@@ -145,11 +159,15 @@ def main(argv: list[str]) -> int:
     ap.add_argument("out", type=Path)
     ap.add_argument("--confirm", type=Path, action="append", default=[], metavar="CLAIMS_JSON",
                     help="a claims run on a fresh seed block (normlab claims --budget confirm); repeatable")
+    ap.add_argument("--replications", dest="more", type=Path, action="append", default=[], metavar="REPLICATIONS_JSON",
+                    help="a further declared sweep's replications document (normlab.report.replication_evidence, "
+                    "e.g. of the sweep normlab advise writes); repeatable")
     a = ap.parse_args(argv)
     try:
         data = build_evidence(read_json(a.claims), read_json(a.replications), claims_name=a.claims.name,
                               replications_name=a.replications.name,
-                              confirmations=tuple((read_json(p), p.name) for p in a.confirm))
+                              confirmations=tuple((read_json(p), p.name) for p in a.confirm),
+                              more_replications=tuple((read_json(p), p.name) for p in a.more))
         write_text(a.out, json.dumps(data, indent=1, sort_keys=True) + "\n")
     except (NormlabError, OSError) as e:  # a missing or unreadable input, an unwritable output: one line
         print(f"error: {printable(e)}", file=sys.stderr)

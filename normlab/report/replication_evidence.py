@@ -1,13 +1,18 @@
 """The replications ``normlab advise`` reads (``docs/replications-*.json``, format ``normlab-replications-v1``),
-generated from a sweep directory that declared a primary family and was replicated on other corpora
-(``normlab compare ... --replicate-on SOURCE``): per declared comparison that bears on a claim (``CLAIMS``), the
-decision on the sweep's own corpus and on each replication's, from the same code the report's "Replication"
-section uses (``normlab.report.sequential.decisions_of`` and ``replication_block``: paired t over seeds, Holm over
-the family, the replication's power at Holm's first level from its own spread). For the demo::
+generated from a sweep directory that declared a primary family, and from its replications on other corpora where
+it has them (``normlab compare ... --replicate-on SOURCE``): per declared comparison that bears on a claim
+(``CLAIMS``), the decision on the sweep's own corpus and on each replication's, from the same code the report's
+"Replication" section uses (``normlab.report.sequential.decisions_of`` and ``replication_block``: paired t over
+seeds, Holm over the family, the replication's power at Holm's first level from its own spread), and the shape of
+the compared runs (``shape``: width, depth, heads, context, steps, training tokens; ``scale``: the claims pages'
+text of it). For the demo, and for the sweep ``normlab advise`` writes for its next question::
 
     python -m normlab.demo                  # or: normlab compare --preset quick --replicate-on english
     python -m normlab.report.replication_evidence runs/demo-quick-XXXXXXXX docs/replications-2026-11-26.json \\
         --command "normlab compare --preset quick"
+    normlab advise && normlab compare advise-sweep.yaml --out runs/advise
+    python -m normlab.report.replication_evidence runs/advise docs/replications-advise-DATE.json \\
+        --command "normlab compare advise-sweep.yaml"
 
 Torch-free.
 """
@@ -22,7 +27,7 @@ from typing import Any
 
 from normlab.errors import NormlabError
 from normlab.report.analysis import load
-from normlab.report.sequential import decisions_of, replication_block
+from normlab.report.sequential import decisions_of, per_seed_differences, replication_block
 
 FORMAT = "normlab-replications-v1"
 CLAIMS: dict[tuple[str, str], tuple[str, str]] = {
@@ -34,12 +39,43 @@ CLAIMS: dict[tuple[str, str], tuple[str, str]] = {
 Peri-LN and QK-norm lower Pre-LN's learning-rate sensitivity, Post-LN raises it)."""
 
 
-def _entry(claim: str, side: str, c: dict[str, Any], corpus: str, command: str) -> dict[str, Any]:
+def _entry(claim: str, side: str, c: dict[str, Any], corpus: str, command: str,
+           shapes: dict[str, list[dict[str, int]]]) -> dict[str, Any]:
     seeds = sorted(int(s) for s in c["per_seed"])
     reading = c["decision"]
+    shape = list({json.dumps(x, sort_keys=True): x for v in (c["baseline"], c["variant"])
+                  for x in shapes.get(v, [])}.values())
     return {"claim": claim, "corpus": corpus, "seeds": seeds, "contrast": f"{c['variant']} - {c['baseline']}",
             "estimate": c["diff"], "half_width": c["ci95"], "p_adj": c.get("p_holm"), "reading": reading,
-            "claim_side": None if reading not in ("lower", "higher") else reading == side, "command": command}
+            "claim_side": None if reading not in ("lower", "higher") else reading == side, "command": command,
+            **({"scale": scale_text(shape), "shape": shape} if shape else {})}
+
+
+def scale_text(shapes: list[dict[str, int]]) -> str:
+    """``"width 128, 4 blocks, 600 steps, 1.23M tokens"`` per shape (``; ``-joined), the claims pages' form (tokens =
+    steps x batch x grad_accum x context)."""
+    def count(n: int) -> str:
+        return f"{n / 1e6:.3g}M" if n >= 1e6 else f"{n / 1e3:.3g}k"
+    return "; ".join(f"width {s['width']}, {s['depth']} blocks, {s['steps']} steps, {count(s['tokens'])} tokens"
+                     for s in shapes)
+
+
+def _shapes(sweep_dir: Path) -> dict[str, list[dict[str, int]]]:
+    """Per variant, the distinct model and training shapes of its stored runs (width, depth, heads, context, steps,
+    training tokens), read from the configs the store recorded."""
+    seen: dict[str, dict[str, dict[str, int]]] = {}
+    for v in load(sweep_dir).variants:  # a learning-rate grid's cells: its variant is the run's ``variant`` axis
+        for r in v.runs:
+            cfg = r.row.get("config") or {}
+            m, t = cfg.get("model") or {}, cfg.get("train") or {}
+            try:
+                x = {k: int(m[k]) for k in ("width", "depth", "heads", "context")} | {"steps": int(t["steps"])}
+                x["tokens"] = x["steps"] * int(t["batch_size"]) * int(t.get("grad_accum", 1)) * x["context"]
+            except (KeyError, TypeError, ValueError):
+                continue
+            name = (r.row.get("axes") or {}).get("variant") or v.name
+            seen.setdefault(name, {})[json.dumps(x, sort_keys=True)] = x
+    return {name: list(xs.values()) for name, xs in seen.items()}
 
 
 def _corpus(sweep_dir: Path) -> str:
@@ -56,16 +92,18 @@ def build_replications(sweep_dir: Path, command: str) -> dict[str, Any]:
         raise NormlabError(f"{sweep_dir}: not a sweep directory (no results.sqlite)")
     _, orig = decisions_of(sweep_dir)
     blocks = replication_block(sweep_dir)
-    if not blocks:
-        raise NormlabError(f"{sweep_dir}: no replication recorded (run it with --replicate-on SOURCE)")
-    per_seed = {c["variant"]: c["original"]["per_seed"] for c in blocks[0]["comparisons"]}
-    corpus, out = _corpus(sweep_dir), []
+    per_seed = ({c["variant"]: c["original"]["per_seed"] for c in blocks[0]["comparisons"]} if blocks else
+                per_seed_differences(sweep_dir))
+    corpus, shapes, out = _corpus(sweep_dir), _shapes(sweep_dir), []
     for c in orig:
         key = (c["variant"], c["metric"])
         if c["baseline"] != "Pre-LN" or key not in CLAIMS:
             continue
         claim, side = CLAIMS[key]
-        out.append(_entry(claim, side, {**c, "per_seed": per_seed.get(c["variant"], {})}, corpus, command))
+        out.append(_entry(claim, side, {**c, "per_seed": per_seed.get(c["variant"], {})}, corpus, command, shapes))
+    if not out:
+        raise NormlabError(f"{sweep_dir}: no declared comparison against Pre-LN bears on a claim "
+                           f"({', '.join(f'{v} on {m}' for v, m in CLAIMS)})")
     for rep in blocks:
         _, rdec = decisions_of(sweep_dir / rep["dir"])
         p_holm = {d["variant"]: d.get("p_holm") for d in rdec}
@@ -76,7 +114,7 @@ def build_replications(sweep_dir: Path, command: str) -> dict[str, Any]:
             claim, side = CLAIMS[key]
             r = {**c["replication"], "variant": c["variant"], "baseline": c["baseline"],
                  "p_holm": p_holm.get(c["variant"])}
-            out.append(_entry(claim, side, r, rep["source"], f"{command} --replicate-on {rep['source']}")
+            out.append(_entry(claim, side, r, rep["source"], f"{command} --replicate-on {rep['source']}", shapes)
                        | {"power": c["power"]})
     out.sort(key=lambda e: (list(dict.fromkeys(v for v, _ in CLAIMS.values())).index(e["claim"]), e["corpus"] !=
                             corpus))

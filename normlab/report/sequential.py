@@ -239,6 +239,13 @@ def replication_power(effect: float | None, replica_diffs: list[float], alpha: f
     return paired_t_power(effect, d.sd, d.n, holm_first_level(alpha, m))
 
 
+def per_seed_differences(sweep_dir: Path) -> dict[str, dict[str, float]]:
+    """Per variant of the declared family, ``{seed: primary(variant) - primary(baseline)}`` over the seeds both
+    have (the values the family's decisions are paired over)."""
+    q, dec, values = _decisions_values(sweep_dir)
+    return {d["variant"]: _per_seed(values, d["variant"], d["baseline"]) for d in dec}
+
+
 def _per_seed(values: dict[str, dict[int, float]], v: str, base: str) -> dict[str, float]:
     """``{seed: value(v) - value(base)}`` over the seeds both have (JSON keys are strings)."""
     a, b = values.get(v, {}), values.get(base, {})

@@ -131,9 +131,9 @@ def test_declared_presets_and_the_claims_suite_use_disjoint_seed_blocks():
         blocks[f"preset {f.stem}"] = {r.seed for r in sweep.runs}
         blocks[f"preset {f.stem}, replication"] = set(replication_seeds(sweep.spec))
     assert "quick" in declared
-    from normlab.report.advise import SEEDS  # the sweep advise writes for its next question, and its replication
-    blocks["advise's next question"] = set(SEEDS)
-    blocks["advise's next question, replication"] = set(replication_seeds({"seeds": SEEDS}))
+    from normlab.report.advise import SEED_RANGE  # the sweeps advise writes for its next question, and replications
+    blocks["advise's next question"] = set(SEED_RANGE)
+    blocks["advise's next question, replication"] = set(replication_seeds({"seeds": list(SEED_RANGE)}))
     names = sorted(blocks)
     for i, a in enumerate(names):
         for b in names[i + 1:]:

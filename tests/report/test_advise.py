@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import pytest
 
+from normlab.errors import NormlabError
 from normlab.experiments.sweep import load_sweep
 from normlab.report import advise as A
 from normlab.report.evidence import load_evidence
@@ -211,3 +212,29 @@ def test_write_never_overwrites_a_file_advise_did_not_write(cache, tmp_path):
         normlab("advise", "--write", str(out), cache=cache, check=True)
         assert out.read_text().splitlines()[0] == A.SWEEP_HEADER
     assert load_sweep(out).runs
+
+
+def test_the_next_question_runs_on_a_seed_block_no_stored_evidence_used():
+    """A next question that was run and packaged (its replications document) is asked again on the next fresh block
+    of SEED_BLOCK seeds; the range's end is one line."""
+    from normlab.report.advise import SEED_BLOCK, SEED_RANGE, next_seeds
+
+    first = list(range(SEED_RANGE.start, SEED_RANGE.start + SEED_BLOCK))
+    assert next_seeds({"replications": [{"seeds": [1000, 1001]}]}) == first
+    ran = {"replications": [{"seeds": first}, {"seeds": [first[-1] + 2]}]}
+    assert next_seeds(ran) == [s + 2 * SEED_BLOCK for s in first]  # the second block shares one seed: skipped too
+    with pytest.raises(NormlabError, match="every seed block"):
+        next_seeds({"replications": [{"seeds": list(SEED_RANGE)}]})
+
+
+def test_a_replication_line_names_the_scale_it_was_measured_at():
+    from normlab.report.advise import _replications
+
+    r = {"corpus": "pystdlib", "seeds": [8000, 8003], "command": "normlab compare advise-sweep.yaml",
+         "contrast": "Post-LN - Pre-LN", "estimate": 0.25, "half_width": 0.1, "p_adj": 0.01, "reading": "higher",
+         "claim_side": True, "scale": "width 128, 4 blocks, 600 steps, 1.23M tokens"}
+    assert _replications({"replications": [r, {**r, "scale": None}]}) == [
+        "    replication on pystdlib at width 128, 4 blocks, 600 steps, 1.23M tokens (seeds 8000-8003, `normlab "
+        "compare advise-sweep.yaml`): Post-LN - Pre-LN +0.25 ± 0.1, Holm p 0.01: higher (the claim side)",
+        "    replication on pystdlib (seeds 8000-8003, `normlab compare advise-sweep.yaml`): Post-LN - Pre-LN +0.25 "
+        "± 0.1, Holm p 0.01: higher (the claim side)"]

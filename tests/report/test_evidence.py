@@ -231,3 +231,18 @@ def test_a_later_confirmation_keeps_the_exploratory_results_of_earlier_blocks(mo
     c = next(c for c in ev["claims"] if c["name"] == "postln-warmup")
     assert c["source"] == "u.json" and c["exploratory_result"]["source"] == "f.json"
     assert [(x["source"], x["seeds"][0]) for x in c["exploratory_elsewhere"]] == [("c.json", 6000)]
+
+
+def test_further_replications_documents_follow_the_first_and_one_block_counts_once():
+    """A further declared sweep's replications (``--replications``, e.g. advise's next question) are appended after
+    the demo's and named in the sources; the same claim, corpus and seed block given twice is refused."""
+    claims, reps = json.loads(CLAIMS.read_text()), json.loads(REPS.read_text())
+    more = {"format": "normlab-replications-v1", "replications": [
+        {**reps["replications"][0], "seeds": [8000, 8001, 8002, 8003], "command": "normlab compare a.yaml"}]}
+    ev = build_evidence(claims, reps, claims_name="c.json", replications_name="r.json",
+                        more_replications=((more, "m.json"),))
+    assert ev["replications"] == reps["replications"] + more["replications"]
+    assert ev["sources"]["more_replications"] == ["m.json"]
+    with pytest.raises(NormlabError, match="m2.json: .* seeds 8000-8003 is in m.json already"):
+        build_evidence(claims, reps, claims_name="c.json", replications_name="r.json",
+                       more_replications=((more, "m.json"), (more, "m2.json")))

@@ -67,6 +67,7 @@ def test_built_from_the_decisions_and_the_replication_block(monkeypatch, tmp_pat
     monkeypatch.setattr(R, "decisions_of", lambda d: (None, decs[Path(d)]))
     monkeypatch.setattr(R, "replication_block", lambda d: block)
     monkeypatch.setattr(R, "_corpus", lambda d: "pystdlib")
+    monkeypatch.setattr(R, "_shapes", lambda d: {})
     doc = R.build_replications(tmp_path, "normlab compare x.yaml")
     got = [(r["claim"], r["corpus"], r["seeds"], r["estimate"], r["p_adj"], r["claim_side"], r.get("power"),
             r["command"]) for r in doc["replications"]]
@@ -77,8 +78,30 @@ def test_built_from_the_decisions_and_the_replication_block(monkeypatch, tmp_pat
         ("postln-lr-sensitivity", "pystdlib", [7, 8], 0.2, 0.04, True, None, "normlab compare x.yaml"),
         ("postln-lr-sensitivity", "english", [17, 18], 0.1, 0.6, None, 0.2,
          "normlab compare x.yaml --replicate-on english")]
-    monkeypatch.setattr(R, "replication_block", lambda d: [])
-    with pytest.raises(NormlabError, match="no replication recorded"):
+    decs[tmp_path] = [_dec("DyT", 0.1, 0.5, "undecided")]
+    with pytest.raises(NormlabError, match="no declared comparison against Pre-LN bears on a claim"):
         R.build_replications(tmp_path, "c")
     with pytest.raises(NormlabError, match="not a sweep directory"):
         R.build_replications(tmp_path / "nowhere", "c")
+
+
+def test_a_sweep_without_replications_gives_its_own_decisions_with_the_runs_shape(tmp_path):
+    """A declared sweep that was not replicated on another corpus (the one ``normlab advise`` writes) gives its own
+    decision per claim, its seeds and the shape its runs trained at, read from their stored configs."""
+    from normlab.report.sequential import decisions_of
+    from tests.report_fakes import fake_grid
+
+    lrs = [1e-3, 1e-2, 1e-1]
+    fake_grid(tmp_path, ["Pre-LN", "Post-LN"], [5, 6, 7], lrs,
+              lambda v, s, lr: 3.0 + (0.3 if v == "Post-LN" else 0.0) * (lr > 0.005) + 0.01 * s,
+              primary="lr_sensitivity", baseline="Pre-LN", family=["Post-LN"])
+    doc = R.build_replications(tmp_path, "normlab compare advise-sweep.yaml")
+    [e] = doc["replications"]
+    [d] = decisions_of(tmp_path)[1]
+    assert (e["claim"], e["seeds"], e["estimate"], e["p_adj"], e["reading"], e["claim_side"]) == \
+        ("postln-lr-sensitivity", [5, 6, 7], d["diff"], d["p_holm"], d["decision"], d["decision"] == "higher")
+    tiny = {"heads": 2, "depth": 2, "context": 64, "steps": 150, "batch_size": 8}  # the tiny preset fake_grid uses
+    want = [{"width": w, "depth": tiny["depth"], "heads": tiny["heads"], "context": tiny["context"],
+             "steps": tiny["steps"], "tokens": tiny["steps"] * tiny["batch_size"] * tiny["context"]} for w in (32, 40)]
+    assert e["shape"] == want
+    assert e["scale"] == "width 32, 2 blocks, 150 steps, 76.8k tokens; width 40, 2 blocks, 150 steps, 76.8k tokens"
