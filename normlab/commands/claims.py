@@ -22,7 +22,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from normlab.commands.stages import StageProgress
-from normlab.errors import EXIT_INTERRUPTED, NormlabError
+from normlab.errors import EXIT_INTERRUPTED, NormlabError, clip
 from normlab.io import dumps, read_json
 from normlab.safety import printable
 from normlab.validate import int_in
@@ -68,7 +68,33 @@ def _stored(src: Path, flag: str) -> dict:
     if not isinstance(stored["budget_spec"], dict) or not all(isinstance(c, dict) for c in stored["claims"]):
         raise NormlabError(f"{flag} {src} is not a claims.json written by normlab claims (its budget_spec must be "
                            "an object and each entry of claims an object)")
+    for i, c in enumerate(stored["claims"], 1):
+        why = _numbers_problem(c)
+        if why:
+            raise NormlabError(f"{flag} {src}: claim {i} ({printable(c.get('name'))}): {why}")
     return stored
+
+
+def _number(v: object) -> bool:
+    """``v`` is null or an int/float a float holds (JSON allows integers beyond 1.8e308; NaN and inf are floats)."""
+    if v is None or isinstance(v, float):
+        return True
+    return isinstance(v, int) and not isinstance(v, bool) and abs(v) <= 1.7976931348623157e308
+
+
+def _numbers_problem(c: dict) -> str | None:
+    """What is wrong with the numbers of one stored claim entry that the judge and the page compute with
+    (``measured``, its ``ci`` and per-seed ``values``), or None; a missing key is left to the judge's message."""
+    if not _number(c.get("measured")):
+        return f"measured must be a number or null, got {clip(c['measured'], 60)}"
+    ci = c.get("ci")
+    if ci is not None and not (isinstance(ci, list) and len(ci) == 2 and all(x is not None and _number(x)
+                                                                            for x in ci)):
+        return f"ci must be null or a list of two numbers, got {clip(ci, 60)}"
+    values = c.get("values", [])
+    if not (isinstance(values, list) and all(_number(x) for x in values)):
+        return f"values must be a list of numbers or nulls, got {clip(values, 60)}"
+    return None
 
 
 def _judged(stored: dict, src: Path, flag: str) -> dict:

@@ -152,3 +152,37 @@ def test_a_claims_file_of_the_wrong_shape_is_one_line(tmp_path, change, flag):
         "--render", str(DOCS / "claims-full-2026-11-28.json"), "--confirmation", str(bad)]
     assert_bad_input(run_inproc("claims", *args, cache=tmp_path / "c"),
                      f"{flag} {bad} is not a claims.json written by normlab claims")
+
+
+@pytest.mark.parametrize("field, value, says", [
+    ("measured", "NaN", "measured must be a number or null"),
+    ("measured", 10 ** 400, "measured must be a number or null"),
+    ("values", [10 ** 400] * 5, "values must be a list of numbers or nulls"),
+    ("ci", "x", "ci must be null or a list of two numbers")])
+def test_render_of_a_claim_with_a_wrong_number_is_one_line(tmp_path, field, value, says):
+    """A hand-edited claims.json whose numbers the page cannot show (a string, an integer beyond a float, a
+    non-list interval) is bad input naming the claim and field, for the table and --json alike (it was a
+    TypeError / OverflowError / IndexError traceback)."""
+    stored = json.loads((DOCS / "claims-full-2026-11-28.json").read_text())
+    stored["claims"][0][field] = value
+    src = tmp_path / "claims.json"
+    src.write_text(json.dumps(stored))
+    for extra in ((), ("--json",)):
+        proc = run_inproc("claims", "--render", str(src), *extra, cache=tmp_path / "c")
+        assert_bad_input(proc, f"--render {src}: claim 1 (exact-conversion): {says}")
+        assert proc.stdout == ""
+
+
+def test_rendered_page_shows_control_characters_as_escapes(tmp_path):
+    """--render --docs: a stored name or metric with control characters reaches the page as escapes (``\\x1b``),
+    so printing the Markdown file cannot drive a terminal; the page of the shipped results has none to escape."""
+    stored = json.loads((DOCS / "claims-full-2026-11-28.json").read_text())
+    stored["claims"][0]["name"] = "N\x1b[2J\x07"
+    stored["claims"][1]["metric"] = "M\x1b]0;t\x07\r"
+    src, page = tmp_path / "claims.json", tmp_path / "claims.md"
+    page.write_text("before")
+    src.write_text(json.dumps(stored))
+    assert run_inproc("claims", "--render", str(src), "--docs", str(page), cache=tmp_path / "c").returncode == 0
+    text = page.read_text()
+    assert not any(ch in text for ch in "\x1b\x07\r"), [ch for ch in text if ord(ch) < 32 and ch != "\n"]
+    assert "N\\x1b[2J\\x07" in text and "M\\x1b]0;t\\x07\\r" in text

@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from normlab.errors import NormlabError
+from normlab.errors import NormlabError, printable
 from normlab.experiments.claims.specs import CLAIMS, claim_seeds, grid_claim_names, spec_hash
 from normlab.io import write_text
 from normlab.markdown import md_code, md_fence
@@ -386,7 +386,8 @@ def write_docs(report: dict, path: Path, confirmations: tuple[tuple[dict, str], 
     if missing:  # a run of part of the suite (--only, or a report stored before those claims existed)
         lines += [f"Claims not in this run: {', '.join(md_code(n) for n in missing)} (`normlab claims --only NAME` "
                   "measures them; complete runs are reused).", ""]
-    write_text(path, "\n".join(lines))
+    # a stored name, metric or reason cannot drive a terminal that prints the page: control characters as escapes
+    write_text(path, "\n".join(printable(x) for x in "\n".join(lines).split("\n")))
 
 
 def unrevised_changes(claims: list, recorded: dict[str, str]) -> list[str]:
