@@ -229,6 +229,18 @@ def test_report_bad_input(tmp_path):
         assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and frag in proc.stderr, proc.stderr
 
 
+def test_report_refuses_a_baseline_that_is_not_a_variant(tmp_path):
+    """--baseline on a sweep directory names one of its variants; a misspelt one is bad input (it used to fall back to
+    the first variant silently, comparing against a baseline the user did not ask for), and nothing is written."""
+    d = make_sweep(tmp_path, extras=False)
+    proc = normlab("report", str(d), "--baseline", "Alhpa", cache=tmp_path / "cache")
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert "'Alhpa' is not a variant" in proc.stderr and "Alpha, Beta, Gamma" in proc.stderr, proc.stderr
+    assert not (d / "report.html").exists()
+    proc = normlab("report", str(d), "--baseline", "Beta", "--json", cache=tmp_path / "cache")
+    assert proc.returncode == 0 and json.loads(proc.stdout)["lr"]["baseline"] == "Beta", proc.stderr
+
+
 def _chromium() -> str | None:
     return shutil.which("chromium") or shutil.which("chromium-browser")
 

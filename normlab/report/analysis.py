@@ -128,6 +128,9 @@ def load(sweep_dir: str | Path, baseline: str | None = None) -> SweepReport:
         info = RunInfo(row, curves.get(row["run_id"], {}))
         _load_artifacts(info, sweep_dir / "runs" / row["run_id"])
         runs.append(info)
+    names = list(dict.fromkeys((r.row.get("axes") or {}).get("grid_group") or r.row["variant"] for r in runs))
+    if baseline is not None and baseline not in names:  # analyze would fall back to the first variant silently
+        raise NormlabError(f"--baseline {baseline!r} is not a variant of {sweep_dir}; variants: {', '.join(names)}")
     question = stored_design(meta)
     if question is None:  # a store written before designs were recorded: the sweep file's keys
         spec = _read_yaml(sweep_dir / "sweep.yaml")
