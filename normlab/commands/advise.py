@@ -5,11 +5,11 @@ from it, and the sweep that would decide the next question at your scale (docs/a
 from __future__ import annotations
 
 import argparse
-import json
 import math
 from pathlib import Path
 
-from normlab.errors import NormlabError
+from normlab.errors import NormlabError, printable
+from normlab.io import dumps
 
 
 def _tokens(text: str) -> int:
@@ -71,7 +71,8 @@ def run_advise(args: argparse.Namespace) -> int:
     out = None if args.no_write else Path(args.write)
     res = advise(cfg, load_evidence(), from_dirs=[Path(d) for d in args.from_dirs], baseline=args.baseline,
                  rate=rate[0], rate_source=rate[1], sweep_path=out, base=base, scaling=load_scaling_evidence())
-    print(json.dumps(res, allow_nan=False) if args.json else render(res))
+    # strict JSON (a non-finite number in the evidence as null); the text with control characters as escapes
+    print(dumps(res) if args.json else "\n".join(printable(x) for x in render(res).split("\n")))
     return 0
 
 

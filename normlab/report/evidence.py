@@ -29,12 +29,12 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from normlab.errors import NormlabError, printable
+from normlab.errors import NormlabError, clip, printable
 from normlab.experiments.claims.budgets import confirmations_problem
 from normlab.experiments.claims.docs import seed_span
 from normlab.experiments.claims.execution import judge
 from normlab.experiments.claims.specs import claim_seeds
-from normlab.io import read_json, write_text
+from normlab.io import dumps, read_json, write_text
 
 FORMAT = "normlab-evidence-v1"
 CLAIM_FIELDS = ("name", "claim", "paper", "metric", "verdict", "measured", "ci", "p", "p_adj", "test", "direction",
@@ -146,9 +146,63 @@ def load_evidence() -> dict[str, Any]:
     """The packaged evidence (``normlab/evidence/claims.json``)."""
     text = resources.files("normlab").joinpath("evidence", "claims.json").read_text(encoding="utf-8")
     data = json.loads(text)
-    if data.get("format") != FORMAT:
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise NormlabError("normlab/evidence/claims.json is not normlab evidence; reinstall normlab")
+    why = evidence_problem(data)
+    if why:
+        raise NormlabError(f"normlab/evidence/claims.json: {why}; reinstall normlab or rebuild it "
+                           "(python -m normlab.report.evidence)")
     return data
+
+
+def _ints(v: Any) -> bool:
+    return isinstance(v, list) and all(isinstance(x, int) and not isinstance(x, bool) for x in v)
+
+
+def _record_problem(r: Any, where: str) -> str | None:
+    """What is wrong with a result kept beside a record (``_summary``'s fields advise reads), or None."""
+    if not isinstance(r, dict):
+        return f"{where} must be an object"
+    if not _ints(r.get("seeds")):
+        return f"{where}.seeds must be a list of integers, got {clip(r.get('seeds'), 60)}"
+    for k in ("verdict", "source"):
+        if not isinstance(r.get(k), str):
+            return f"{where}.{k} must be a string, got {clip(r.get(k), 60)}"
+    return None
+
+
+def evidence_problem(data: dict[str, Any]) -> str | None:
+    """The first field of an evidence document (``build_evidence``'s shape) that ``normlab advise`` cannot read,
+    named with what it must be, or None: the top-level sections, each claim's name and verdict, the results kept
+    beside it (``exploratory_result``, ``superseded_confirmation``, each of ``exploratory_elsewhere``) and each
+    replication's claim and seeds."""
+    for k in ("sources", "suite"):
+        if not isinstance(data.get(k), dict):
+            return f"{k} must be an object, got {clip(data.get(k), 60)}"
+    for k in ("claims", "replications"):
+        if not (isinstance(data.get(k), list) and all(isinstance(x, dict) for x in data[k])):
+            return f"{k} must be a list of objects, got {clip(data.get(k), 60)}"
+    for i, c in enumerate(data["claims"]):
+        for k in ("name", "verdict"):
+            if not isinstance(c.get(k), str):
+                return f"claims[{i}].{k} must be a string, got {clip(c.get(k), 60)}"
+        for k in ("exploratory_result", "superseded_confirmation"):
+            why = c.get(k) is not None and _record_problem(c[k], f"claims[{i}].{k}")
+            if why:
+                return why
+        beside = c.get("exploratory_elsewhere") or []
+        if not isinstance(beside, list):
+            return f"claims[{i}].exploratory_elsewhere must be a list of objects, got {clip(beside, 60)}"
+        for j, r in enumerate(beside):
+            why = _record_problem(r, f"claims[{i}].exploratory_elsewhere[{j}]")
+            if why:
+                return why
+    for i, r in enumerate(data["replications"]):
+        if not isinstance(r.get("claim"), str):
+            return f"replications[{i}].claim must be a string, got {clip(r.get('claim'), 60)}"
+        if not _ints(r.get("seeds")):
+            return f"replications[{i}].seeds must be a list of integers, got {clip(r.get('seeds'), 60)}"
+    return None
 
 
 def main(argv: list[str]) -> int:
@@ -168,11 +222,14 @@ def main(argv: list[str]) -> int:
                               replications_name=a.replications.name,
                               confirmations=tuple((read_json(p), p.name) for p in a.confirm),
                               more_replications=tuple((read_json(p), p.name) for p in a.more))
-        write_text(a.out, json.dumps(data, indent=1, sort_keys=True) + "\n")
+        why = evidence_problem(data)
+        if why:  # never write what advise would refuse to read
+            raise NormlabError(f"the evidence built is not readable by normlab advise: {why}")
+        write_text(a.out, dumps(data, indent=1, sort_keys=True) + "\n")  # strict JSON: a non-finite number as null
     except (NormlabError, OSError) as e:  # a missing or unreadable input, an unwritable output: one line
         print(f"error: {printable(e)}", file=sys.stderr)
         return 2
-    except (KeyError, TypeError, AttributeError) as e:  # a JSON document that is not the results it should be
+    except (KeyError, TypeError, AttributeError, ValueError, IndexError, OverflowError) as e:  # not the results
         print(f"error: an input is not normlab claims / replications results (missing or malformed: {printable(e)})",
               file=sys.stderr)
         return 2

@@ -238,3 +238,24 @@ def test_a_replication_line_names_the_scale_it_was_measured_at():
         "compare advise-sweep.yaml`): Post-LN - Pre-LN +0.25 ± 0.1, Holm p 0.01: higher (the claim side)",
         "    replication on pystdlib (seeds 8000-8003, `normlab compare advise-sweep.yaml`): Post-LN - Pre-LN +0.25 "
         "± 0.1, Holm p 0.01: higher (the claim side)"]
+
+
+def test_advise_json_is_strict_and_text_escapes_control_characters(monkeypatch, tmp_path):
+    """Evidence with a non-finite number gives strict JSON (null), not a ValueError traceback from
+    ``allow_nan=False``; a verdict or corpus with control characters reaches the terminal as escapes."""
+    from normlab.report import evidence as E
+
+    ev = load_evidence()
+    ev["claims"][0]["measured"], ev["claims"][0]["ci"] = float("nan"), [float("-inf"), float("inf")]
+    ev["replications"][0]["estimate"] = float("nan")
+    other = next(c for c in ev["claims"] if c.get("exploratory_elsewhere"))
+    other["exploratory_elsewhere"][0]["verdict"] = "held\x1b[2J\x07"
+    monkeypatch.setattr(E, "load_evidence", lambda: ev)
+    proc = normlab("advise", "tiny", "--no-write", "--json", cache=tmp_path / "c")
+    assert proc.returncode == 0, proc.stderr
+    got = json.loads(proc.stdout, parse_constant=lambda c: pytest.fail(f"bare {c} in --json"))
+    assert got["evidence"]["corpus"] == ev["suite"]["corpus"]
+    proc = normlab("advise", "tiny", "--no-write", cache=tmp_path / "c")
+    assert proc.returncode == 0, proc.stderr
+    assert "\x1b" not in proc.stdout and "\x07" not in proc.stdout
+    assert "held\\x1b[2J\\x07" in proc.stdout

@@ -10,6 +10,7 @@ import pytest
 
 from normlab.errors import NormlabError
 from normlab.report.evidence import build_evidence, load_evidence
+from tests.helpers import assert_bad_input, run_inproc as normlab
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 CLAIMS, REPS = DOCS / "claims-full-2026-11-28.json", DOCS / "replications-2026-11-26.json"
@@ -246,3 +247,51 @@ def test_further_replications_documents_follow_the_first_and_one_block_counts_on
     with pytest.raises(NormlabError, match="m2.json: .* seeds 8000-8003 is in m.json already"):
         build_evidence(claims, reps, claims_name="c.json", replications_name="r.json",
                        more_replications=((more, "m.json"), (more, "m2.json")))
+
+
+class _Packaged:
+    """``importlib.resources.files('normlab')`` whose evidence/claims.json reads ``text`` (a hand-edited copy)."""
+
+    def __init__(self, text: str):
+        self.text = text
+
+    def joinpath(self, *parts):
+        return self
+
+    def read_text(self, encoding=None):
+        return self.text
+
+
+def _broken(change) -> dict:
+    ev = load_evidence()
+    change(ev)
+    return ev
+
+
+def _elsewhere(ev: dict) -> dict:
+    return next(c for c in ev["claims"] if c.get("exploratory_elsewhere"))
+
+
+@pytest.mark.parametrize("change, says", [
+    (lambda ev: ev.pop("claims"), "claims must be a list of objects"),
+    (lambda ev: ev.__setitem__("replications", None), "replications must be a list of objects"),
+    (lambda ev: ev.__setitem__("suite", None), "suite must be an object"),
+    (lambda ev: ev["claims"][0].pop("verdict"), "claims[0].verdict must be a string"),
+    (lambda ev: _elsewhere(ev).__setitem__("exploratory_elsewhere", "x"),
+     "exploratory_elsewhere must be a list of objects"),
+    (lambda ev: _elsewhere(ev).__setitem__("exploratory_elsewhere", [{}]), "exploratory_elsewhere[0].seeds must be"),
+    (lambda ev: _elsewhere(ev)["exploratory_elsewhere"][0].__setitem__("seeds", "abc"),
+     "exploratory_elsewhere[0].seeds must be a list of integers"),
+    (lambda ev: ev["replications"][0].__setitem__("seeds", None), "replications[0].seeds must be a list of integers"),
+])
+def test_a_hand_edited_evidence_file_is_one_line_naming_the_field(monkeypatch, tmp_path, change, says):
+    """advise reads only the packaged evidence; a hand-edited copy with a missing or wrongly typed field is one line
+    naming it, exit 2 (it was a KeyError/TypeError traceback from deep inside advise)."""
+    from normlab.report import evidence as E
+
+    assert E.evidence_problem(load_evidence()) is None  # the shipped evidence passes the check
+    text = json.dumps(_broken(change))
+    monkeypatch.setattr(E.resources, "files", lambda pkg: _Packaged(text))
+    proc = normlab("advise", "tiny", "--no-write", cache=tmp_path / "c")
+    assert_bad_input(proc, "normlab/evidence/claims.json", says)
+    assert proc.stdout == ""
