@@ -24,7 +24,7 @@ from safetensors.torch import load_file as _load_file
 from safetensors.torch import save_file as _save_file
 from torch import nn
 
-from normlab.errors import NormlabError
+from normlab.errors import NormlabError, clip, printable
 from normlab.io import atomic_path, publish_dir, read_json, write_json
 from normlab.rundir.files import CHECKPOINTS_DIR, MODEL_FILE
 
@@ -170,11 +170,42 @@ def list_checkpoints(run_dir: Path) -> list[Path]:
     return sorted(p for p in ckdir.iterdir() if p.is_dir() and p.name.startswith("step_"))
 
 
+def _count(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
+def _state_problem(state: dict[str, Any], name: str) -> str | None:
+    """What is wrong with the fields of a checkpoint's ``state.json`` that a resume reads before anything else
+    (``normlab.train.runstate.RunState.resume``: it truncates metrics.jsonl to ``step``), or None. ``name``: the
+    checkpoint directory's name, ``step_XXXXXXXX``, whose step the state must hold."""
+    want = int(name[5:]) if name[:5] == "step_" and name[5:].isdigit() else None
+    if not _count(state.get("step")) or (want is not None and state["step"] != want):
+        return f"step must be {want} (its directory's step), got {clip(state.get('step'), 40)}"
+    if not _count(state.get("tokens_seen")):
+        return f"tokens_seen must be an integer >= 0, got {clip(state.get('tokens_seen'), 40)}"
+    t = state.get("elapsed_s")
+    if not (isinstance(t, (int, float)) and not isinstance(t, bool) and 0 <= t < float("inf")):
+        return f"elapsed_s must be a finite number >= 0, got {clip(t, 40)}"
+    if not isinstance(state.get("config_hash"), str):
+        return f"config_hash must be a string, got {clip(state.get('config_hash'), 40)}"
+    rng = state.get("rng")
+    if not (isinstance(rng, dict) and "data" in rng):
+        return f"rng must be an object with the data generator's state (data), got {clip(rng, 40)}"
+    for k, v in rng.items():
+        if not (isinstance(v, list) and all(_count(x) and x < 256 for x in v)):
+            return f"rng.{printable(k)} must be a list of bytes (integers 0-255), got {clip(v, 40)}"
+    return None
+
+
 def load_checkpoint(path: Path, model: nn.Module, opt: torch.optim.Optimizer) -> dict[str, Any]:
     """Restore model and optimizer from checkpoint dir ``path``; returns its ``state.json``."""
     state = read_json(path / "state.json", "checkpoint state")
     if not isinstance(state, dict) or state.get("format") != FORMAT:
         raise NormlabError(f"{path} is not a normlab checkpoint (format {FORMAT} expected)")
+    why = _state_problem(state, path.name)
+    if why:
+        raise NormlabError(f"checkpoint state {path / 'state.json'}: {why}; resume from another checkpoint (move "
+                           "this one away) or start the run again")
     load_model_state(model, path / MODEL_FILE)
     tensors = load_tensors(path / "optim.safetensors", "optimizer checkpoint")
     load_optimizer_tensors(opt, tensors, dict(model.named_parameters()))

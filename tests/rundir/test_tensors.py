@@ -70,3 +70,31 @@ def test_poisoned_weights_are_refused(poison, fragment, run_copy, cache):
     before = tree(run_copy)
     assert_bad_input(run_inproc("eval", str(run_copy), "--max-tokens", "256", cache=cache), fragment, name)
     assert tree(run_copy) == before
+
+
+@pytest.mark.parametrize("change, says", [
+    (lambda s: s.__setitem__("step", "4"), "step must be 4 (its directory's step)"),
+    (lambda s: s.__setitem__("step", float("nan")), "step must be 4 (its directory's step)"),
+    (lambda s: s.__setitem__("step", 10 ** 400), "step must be 4 (its directory's step)"),
+    (lambda s: s.__setitem__("tokens_seen", -1), "tokens_seen must be an integer >= 0"),
+    (lambda s: s.__setitem__("elapsed_s", "x"), "elapsed_s must be a finite number >= 0"),
+    (lambda s: s.pop("rng"), "rng must be an object with the data generator's state"),
+    (lambda s: s["rng"].__setitem__("data", [300, -1]), "rng.data must be a list of bytes (integers 0-255)"),
+])
+def test_a_hand_edited_checkpoint_state_is_one_line_and_leaves_the_run(change, says, run_copy, cache):
+    """--resume from a checkpoint whose state.json has a field of the wrong type or value (a step that is not its
+    directory's, a negative token count, no RNG state) is one line naming the file and the field, exit 2 (it was a
+    TypeError / KeyError / IndexError traceback, or a step of 1e400 taken as the run's end); nothing in the run
+    directory changes. Stacked groups resume through the same reader."""
+    import shutil
+
+    shutil.rmtree(run_copy / "checkpoints" / "step_00000008")
+    (run_copy / "summary.json").unlink()
+    (run_copy / "model.safetensors").unlink()
+    path = run_copy / "checkpoints" / "step_00000004" / "state.json"
+    state = json.loads(path.read_text())
+    change(state)
+    path.write_text(json.dumps(state))
+    before = tree(run_copy)
+    assert_bad_input(run_inproc("train", "--resume", str(run_copy), cache=cache), str(path), says)
+    assert {k: v for k, v in tree(run_copy).items() if k != ".train.lock"} == before  # metrics.jsonl kept whole
