@@ -390,6 +390,23 @@ def test_compare_stack_on_trains_each_variant_as_one_group(tmp_path, cache, monk
         assert len(Store(tmp_path / "on" / "results.sqlite").curves(r["run_id"])) > 0
 
 
+def test_config_stack_on_logs_why_a_group_trains_alone(tmp_path, cache, monkeypatch):
+    """``train.stack: on`` in the sweep (no --stack): a group that cannot stack (BatchNorm's running statistics)
+    trains alone and the log names why, as with ``--stack on`` (nothing was logged: the note was shown only for
+    --stack on or when some group stacked)."""
+    from normlab.experiments.sweepdir import run_sweep
+
+    monkeypatch.setenv("NORMLAB_CACHE_DIR", str(cache))
+    sweep = parse_sweep({"name": "stk-bn", "base": "tiny", "seeds": [0, 1],
+                         "set": {**FAST, "diag.every": 0, "model.width": 32, "model.context": 32,
+                                 "train.batch_size": 4, "train.stack": "on", "train.track": []},
+                         "variants": [{"name": "bn", "set": {"model.norm": "batchnorm"}}]})
+    logs: list[str] = []
+    out = run_sweep(sweep, tmp_path / "s", workers=1, threads=1, inline=True, log=logs.append)
+    assert out.status == "completed"
+    assert any("train alone" in m and "running statistics" in m for m in logs), logs
+
+
 def test_worker_bad_input_prints_control_characters_as_escapes(tmp_path, capsys):
     """The sweep worker's own one-line errors (its log file, its stderr) escape a directory name's ESC and newline."""
     from normlab.experiments.worker import main

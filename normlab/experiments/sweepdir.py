@@ -184,7 +184,9 @@ def run_sweep(sweep: Sweep, sweep_dir: Path, *, workers: int | None = None,
         )
         if todo:
             t_exec = time.time()
-            if groups or stack == "on":
+            asked = stack == "on" or (stack is None and any(r.config.get("train", {}).get("stack") in ("on", True)
+                                                             for r in todo))
+            if groups or asked:  # asked for: why a group trains alone is logged, from --stack or train.stack
                 log(stack_note)
             if ray is not None:  # every job a Ray task, the stacked groups first
                 outcome.status = drive(RayTasks(ray, store, sweep_dir, n_workers, threads), store, jobs, log,
