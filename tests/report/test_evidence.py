@@ -16,16 +16,18 @@ DOCS = Path(__file__).resolve().parents[2] / "docs"
 CLAIMS, REPS = DOCS / "claims-full-2026-11-28.json", DOCS / "replications-2026-11-26.json"
 CONFIRM = DOCS / "claims-confirm-2026-11-28.json"
 FOLLOWUP = DOCS / "claims-followup-2026-11-28.json"
+ADVISED = DOCS / "replications-advise-2026-11-28.json"  # advise's next question, run (docs/advise.md)
 
 
 def test_packaged_evidence_equals_the_rebuild_from_docs():
     want = build_evidence(json.loads(CLAIMS.read_text()), json.loads(REPS.read_text()), claims_name=CLAIMS.name,
                           replications_name=REPS.name,
-                          confirmations=tuple((json.loads(f.read_text()), f.name) for f in (CONFIRM, FOLLOWUP)))
+                          confirmations=tuple((json.loads(f.read_text()), f.name) for f in (CONFIRM, FOLLOWUP)),
+                          more_replications=((json.loads(ADVISED.read_text()), ADVISED.name),))
     assert load_evidence() == json.loads(json.dumps(want)), (
         "normlab/evidence/claims.json is stale: python -m normlab.report.evidence docs/claims-full-2026-11-28.json "
         "docs/replications-2026-11-26.json normlab/evidence/claims.json --confirm docs/claims-confirm-2026-11-28.json "
-        "--confirm docs/claims-followup-2026-11-28.json")
+        "--confirm docs/claims-followup-2026-11-28.json --replications docs/replications-advise-2026-11-28.json")
     # every claim revised after a verdict on seeds 0-4 is read from a fresh block: two of the follow-up's claims from
     # 7000-7011, the others from the confirmation on 6000-6004; none exploratory
     from normlab.experiments.claims.budgets import FOLLOWUP_CLAIMS
@@ -164,7 +166,8 @@ def test_the_builder_command_says_what_is_wrong_in_one_line(tmp_path, capsys):
         err = capsys.readouterr().err.strip()
         assert err.startswith("error: ") and len(err.splitlines()) == 1 and says in err, err
         assert not out.exists()
-    assert main([str(CLAIMS), str(REPS), str(out), "--confirm", str(CONFIRM), "--confirm", str(FOLLOWUP)]) == 0
+    assert main([str(CLAIMS), str(REPS), str(out), "--confirm", str(CONFIRM), "--confirm", str(FOLLOWUP),
+                 "--replications", str(ADVISED)]) == 0
     assert json.loads(out.read_text()) == load_evidence()
 
 

@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 
 import pytest
+import yaml
 
 from normlab.errors import NormlabError
 from normlab.report import replication_evidence as R
@@ -105,3 +106,43 @@ def test_a_sweep_without_replications_gives_its_own_decisions_with_the_runs_shap
              "steps": tiny["steps"], "tokens": tiny["steps"] * tiny["batch_size"] * tiny["context"]} for w in (32, 40)]
     assert e["shape"] == want
     assert e["scale"] == "width 32, 2 blocks, 150 steps, 76.8k tokens; width 40, 2 blocks, 150 steps, 76.8k tokens"
+
+
+def test_the_stored_advise_replication_is_the_stored_sweep_file_it_names():
+    """docs/replications-advise-*.json (advise's next question, run) names the sweep file stored beside it; that file
+    is the sweep advise writes (its header, two variants, a declared family of one) and its seeds and shape are the
+    document's."""
+    from normlab.experiments.sweep import parse_sweep
+    from normlab.report.advise import SWEEP_HEADER
+
+    doc = json.loads((DOCS / "replications-advise-2026-11-28.json").read_text())
+    [e] = doc["replications"]
+    path = e["command"].removeprefix("normlab compare ")
+    text = (DOCS.parent / path).read_text()
+    assert text.splitlines()[0] == SWEEP_HEADER and f"`{e['command']}` reproduces it" in doc["source"]
+    sweep = parse_sweep(yaml.safe_load(text))
+    assert sweep.spec["family"] == ["Post-LN"] and sweep.spec["baseline"] == "Pre-LN"
+    assert sorted({r.seed for r in sweep.runs}) == e["seeds"]
+    s = sweep.spec["set"]
+    assert e["shape"] == [{"width": s["model.width"], "depth": s["model.depth"], "heads": s["model.heads"],
+                           "context": s["model.context"], "steps": s["train.steps"],
+                           "tokens": s["train.steps"] * s["train.batch_size"] * s["model.context"]}]
+    assert (e["claim"], e["reading"], e["claim_side"]) == ("postln-lr-sensitivity", "higher", True)
+
+
+def test_main_writes_strict_json_atomically_and_an_os_error_is_one_line(monkeypatch, tmp_path, capsys):
+    """``python -m normlab.report.replication_evidence``: a non-finite estimate is written as null (strict JSON, as
+    every normlab file), through a temp file and rename; an output path that is a directory, or under a file, is
+    one line on stderr, exit 2, with no traceback, and a file already there stays whole."""
+    doc = {"format": "normlab-replications-v1", "replications": [{"claim": "c\x1b", "estimate": float("nan")}]}
+    monkeypatch.setattr(R, "build_replications", lambda d, c: doc)
+    out = tmp_path / "reps.json"
+    assert R.main([str(tmp_path), str(out), "--command", "c"]) == 0
+    assert json.loads(out.read_text(), parse_constant=lambda c: pytest.fail(c))["replications"][0]["estimate"] is None
+    before = out.read_bytes()
+    for bad in (tmp_path, out / "under-a-file.json"):
+        capsys.readouterr()
+        assert R.main([str(tmp_path), str(bad), "--command", "c"]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and len(err.strip().splitlines()) == 1 and str(bad) in err, err
+    assert out.read_bytes() == before
