@@ -142,7 +142,7 @@ def main(argv: list[str]) -> int:
     except NormlabError as e:
         print(f"error: {printable(e)}", file=sys.stderr)
         return 2
-    except OSError as e:  # an output path that is a directory, or under a missing one or a file
+    except OSError as e:  # an output path that is a directory or under a file
         print(f"error: {printable(a.out)}: {printable(e.strerror or e)}", file=sys.stderr)
         return 2
     return 0
