@@ -253,13 +253,14 @@ def test_further_replications_documents_follow_the_first_and_one_block_counts_on
 
 
 class _Packaged:
-    """``importlib.resources.files('normlab')`` whose evidence/claims.json reads ``text`` (a hand-edited copy)."""
+    """``importlib.resources.files('normlab')`` whose evidence/claims.json reads ``text`` (a hand-edited copy); every
+    other packaged file is the real one."""
 
-    def __init__(self, text: str):
-        self.text = text
+    def __init__(self, real, text: str):
+        self.real, self.text = real, text
 
     def joinpath(self, *parts):
-        return self
+        return self if parts[-1] == "claims.json" else self.real.joinpath(*parts)
 
     def read_text(self, encoding=None):
         return self.text
@@ -293,8 +294,8 @@ def test_a_hand_edited_evidence_file_is_one_line_naming_the_field(monkeypatch, t
     from normlab.report import evidence as E
 
     assert E.evidence_problem(load_evidence()) is None  # the shipped evidence passes the check
-    text = json.dumps(_broken(change))
-    monkeypatch.setattr(E.resources, "files", lambda pkg: _Packaged(text))
+    text, files = json.dumps(_broken(change)), E.resources.files
+    monkeypatch.setattr(E.resources, "files", lambda pkg: _Packaged(files(pkg), text))
     proc = normlab("advise", "tiny", "--no-write", cache=tmp_path / "c")
     assert_bad_input(proc, "normlab/evidence/claims.json", says)
     assert proc.stdout == ""
