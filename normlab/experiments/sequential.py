@@ -31,7 +31,8 @@ from normlab.experiments.sweep import Sweep
 @dataclass
 class SequentialOutcome:
     """What ``run_until_decided`` did: the last round's runner outcome, the looks' records, why it stopped
-    (``decided``, ``max_seeds``, ``budget``, ``interrupted`` or ``failed``) and the seeds spent."""
+    (``decided``; ``undecidable``: what is not decided cannot be, a model did not learn; ``max_seeds``, ``budget``,
+    ``interrupted`` or ``failed``) and the seeds spent."""
 
     outcome: SweepOutcome
     looks: list[dict[str, Any]] = field(default_factory=list)
@@ -106,8 +107,10 @@ def run_until_decided(sweep: Sweep, sweep_dir: Path, decide: Callable[[Path, int
         look = decide(sweep_dir, k)
         result.looks.append(look)
         store.set_meta(LOOKS_META, json.dumps({"looks": result.looks, "stopped": "", "seeds_spent": n}, default=float))
-        if look.get("decided"):
-            result.stopped = "decided"
+        if look.get("decided"):  # nothing left to decide: "undecidable" where a comparison is open because a model
+            # did not learn (more seeds cannot undo that), "decided" where every comparison crossed its boundary
+            result.stopped = ("decided" if all(c.get("decided_at_look") is not None for c in look["comparisons"])
+                              else "undecidable")
             break
     else:
         result.stopped = "max_seeds"

@@ -39,7 +39,9 @@ def sequential_cells(block: dict[str, Any]) -> tuple[list[str], list[list[str]]]
 def sequential_text(block: dict[str, Any]) -> str:
     """The plan, why it stopped, the seeds spent and each decision, as one paragraph."""
     p = block["plan"]
-    why = {"decided": "every primary comparison was decided (or cannot be: a model did not learn)",
+    why = {"decided": "every primary comparison was decided",
+           "undecidable": "every primary comparison was decided or cannot be (a model did not learn: more seeds "
+                          "cannot undo that)",
            "max_seeds": "the seed cap was reached",
            "budget": "the time budget could not fit another round", "interrupted": "it was interrupted",
            "failed": "a run failed"}.get(block["stopped"], block["stopped"])

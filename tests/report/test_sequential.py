@@ -214,7 +214,7 @@ def test_a_variant_that_cannot_learn_is_never_lower_on_any_path(tmp_path, monkey
     monkeypatch.setattr(seq, "run_sweep", fake_runner(planted, unigram=UNIGRAM))
     res = seq.run_until_decided(grid_sweep(sequential={"max_seeds": 6}), tmp_path / "seq", look_record,
                                 log=lambda s: None)
-    assert res.stopped == "decided" and res.seeds_spent == 3  # nothing left to decide: more seeds cannot help
+    assert res.stopped == "undecidable" and res.seeds_spent == 3  # nothing left to decide: more seeds cannot help
     for lk in res.looks:
         (c,) = lk["comparisons"]
         assert c["decision"] == "not decided: did not learn" and c["z"] is None and c["decided_at_look"] is None
@@ -263,7 +263,7 @@ def test_compare_until_decided_with_a_replication_end_to_end(tmp_path, cache):
                    "--max-seeds", "6", "--replicate-on", "english", "--json", cache=cache)
     assert p.returncode == 0, p.stderr[-2000:]
     out = json.loads(p.stdout)
-    assert out["until_decided"] == {"stopped": "decided", "seeds_spent": 3, "looks": 1}
+    assert out["until_decided"] == {"stopped": "undecidable", "seeds_spent": 3, "looks": 1}  # neither learned
     s = out["sequential"]
     assert s["plan"]["looks"] == [3, 6] and [lk["seeds"] for lk in s["looks"]] == [3]
     # one comparison, t = 0.5: the t-based boundary (simulated), a little above the normal-theory 2.9626
