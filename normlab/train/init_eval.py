@@ -8,8 +8,8 @@ validation windows as the periodic validation (``train.eval_sample``) but at mos
 ``step 0`` record ``{init_val_loss, init_val_bpb}`` of ``metrics.jsonl`` and into ``summary.json``.
 
 Batch-statistic norms (BatchNorm, PowerNorm, Unified Normalization) train on batch statistics but evaluate with
-running estimates; when those disagree the eval-mode loss is far above the training loss (measured: BatchNorm 7.66
-bits/byte in eval against ~4.0 for LayerNorm on the same run length). :func:`eval_mode_gap` names it with both
+running estimates; when those disagree the eval-mode loss is far above the training loss.
+:func:`eval_mode_gap` names it with both
 numbers when the validation bits/byte exceed the training loss (converted to bits/byte with the validation
 split's bits-per-nat ratio) by more than ``EVAL_GAP_BPB``.
 
@@ -19,9 +19,7 @@ learns from it; the summary line and the report use the same level) minus ``DID_
 (the one rule of normlab.stats.learning, which the report, compare and the claims apply too; a run far worse than the
 unigram level is caught as well as one just at it): :func:`near_chance_warning` says so, naming the learning rate,
 and for a batch-statistic norm that this is the known
-failure at a learning rate tuned for LayerNorm (measured on the ``tiny`` preset, lr 0.003, 60 steps, with
-``normlab train tiny --set model.norm=NAME``: BatchNorm 7.00 bits/byte, initialisation 8.00, unigram entropy 4.00;
-LayerNorm 4.01, Unified Normalization 4.06).
+failure at a learning rate tuned for LayerNorm (the measured example: docs/cli.md, ``normlab train``).
 """
 
 from __future__ import annotations
