@@ -32,7 +32,7 @@ from typing import Any
 
 from torch import nn
 
-from normlab.errors import NormlabError, unknown
+from normlab.errors import NormlabError, did_you_mean, unknown
 
 _REGISTRY: dict[str, type[nn.Module]] = {}
 NORM_FACTS: dict[str, Any] = {"paper": "", "description": "", "auto_embed_scale": "none",
@@ -83,7 +83,8 @@ def build_norm(name: str, dim: int, /, **kwargs: Any) -> nn.Module:
     bad = [k for k in kwargs if k in ("self", "dim") or not takes_any and k not in allowed]
     if bad:
         raise NormlabError(
-            f"norm '{name}' does not take option(s) {', '.join(bad)}; allowed: {', '.join(allowed)}"
+            f"norm '{name}' does not take option(s) {', '.join(bad)}{did_you_mean(bad[0], allowed)}; allowed: "
+            f"{', '.join(allowed)}"
         )
     for k, v in kwargs.items():  # a flag declared ``bool`` (``bool | None``) takes true/false (null) only
         ann = str(params[k].annotation) if k in params else ""

@@ -21,6 +21,12 @@ def test_an_argument_name_as_option_is_one_line(norm, key):
     assert "self" not in msg.partition("allowed:")[2] and "dim" not in msg.partition("allowed:")[2]
 
 
+def test_a_misspelt_option_names_the_closest_one():
+    with pytest.raises(NormlabError, match=r"does not take option\(s\) alpah_init \(did you mean 'alpha_init'\?\); "
+                       "allowed: eps, affine, bias, alpha_init$"):
+        build_norm("dyt", 8, alpah_init=0.8)
+
+
 def test_a_real_option_still_reaches_the_class():
     m = build_norm("dyt", 8, alpha_init=0.3)
     assert m.alpha.item() == pytest.approx(0.3)
