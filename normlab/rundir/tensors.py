@@ -170,6 +170,11 @@ def list_checkpoints(run_dir: Path) -> list[Path]:
     return sorted(p for p in ckdir.iterdir() if p.is_dir() and p.name.startswith("step_"))
 
 
+def _shown(v: Any) -> str:
+    """``v`` for an error line: a string quoted (``'7'`` is not the step 7), clipped, control characters escaped."""
+    return clip(repr(v) if isinstance(v, str) else v, 40)
+
+
 def _count(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool) and v >= 0
 
@@ -180,20 +185,20 @@ def _state_problem(state: dict[str, Any], name: str) -> str | None:
     checkpoint directory's name, ``step_XXXXXXXX``, whose step the state must hold."""
     want = int(name[5:]) if name[:5] == "step_" and name[5:].isdigit() else None
     if not _count(state.get("step")) or (want is not None and state["step"] != want):
-        return f"step must be {want} (its directory's step), got {clip(state.get('step'), 40)}"
+        return f"step must be {want} (its directory's step), got {_shown(state.get('step'))}"
     if not _count(state.get("tokens_seen")):
-        return f"tokens_seen must be an integer >= 0, got {clip(state.get('tokens_seen'), 40)}"
+        return f"tokens_seen must be an integer >= 0, got {_shown(state.get('tokens_seen'))}"
     t = state.get("elapsed_s")
     if not (isinstance(t, (int, float)) and not isinstance(t, bool) and 0 <= t < float("inf")):
-        return f"elapsed_s must be a finite number >= 0, got {clip(t, 40)}"
+        return f"elapsed_s must be a finite number >= 0, got {_shown(t)}"
     if not isinstance(state.get("config_hash"), str):
-        return f"config_hash must be a string, got {clip(state.get('config_hash'), 40)}"
+        return f"config_hash must be a string, got {_shown(state.get('config_hash'))}"
     rng = state.get("rng")
     if not (isinstance(rng, dict) and "data" in rng):
-        return f"rng must be an object with the data generator's state (data), got {clip(rng, 40)}"
+        return f"rng must be an object with the data generator's state (data), got {_shown(rng)}"
     for k, v in rng.items():
         if not (isinstance(v, list) and all(_count(x) and x < 256 for x in v)):
-            return f"rng.{printable(k)} must be a list of bytes (integers 0-255), got {clip(v, 40)}"
+            return f"rng.{printable(k)} must be a list of bytes (integers 0-255), got {_shown(v)}"
     return None
 
 
