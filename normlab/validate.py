@@ -393,14 +393,16 @@ def check_memory(need: int, parts: str, what: str, fix: str) -> None:
                            f"available; {fix}")
 
 
-def check_train_memory(cfg: Any) -> None:
-    """Refuse a run whose model + one micro-batch cannot fit the available memory (one line with the estimate)."""
+def check_train_memory(cfg: Any, members: int = 1) -> None:
+    """Refuse a run whose model + one micro-batch cannot fit the available memory (one line with the estimate);
+    ``members``: a stacked group's size (normlab.train.stacked: each member's model and micro-batch at once)."""
     mc = cfg.model
-    model = 16 * param_count(mc)  # weights, gradients, AdamW exp_avg and exp_avg_sq in float32
-    batch = forward_bytes(mc, cfg.train.batch_size, mc.context, backward=True)
-    check_memory(model + batch, f"model {_gib(model)} + one batch {_gib(batch)}", "training",
+    model = members * 16 * param_count(mc)  # weights, gradients, AdamW exp_avg and exp_avg_sq in float32
+    batch = members * forward_bytes(mc, cfg.train.batch_size, mc.context, backward=True)
+    check_memory(model + batch, f"model {_gib(model)} + one batch {_gib(batch)}",
+                 "training" if members == 1 else f"a stacked group of {members}",
                  "lower model.width, model.depth, model.context or train.batch_size (train.grad_accum keeps the "
-                 "effective batch)")
+                 "effective batch)" + ("" if members == 1 else ", or train each run alone (train.stack: off)"))
 
 
 def check_eval_memory(mc: Any, batch: int, context: int, what: str) -> None:

@@ -66,6 +66,7 @@ from normlab.train.precision import (autocast, kept_determinism, nondeterministi
 from normlab.train.runstate import RunState, claim_run_dir
 from normlab.train.threads import resolve_threads, step_flops
 from normlab.train.tracking import Tracker
+from normlab.validate import check_train_memory
 
 STACKS = ("auto", "on", "off")
 MEMBER_KEYS = ("seed", "train.lr")  # what the members of one stacked group may differ in
@@ -284,6 +285,7 @@ def _train_group(cfgs: list[RunConfig], dirs: list[Path], resumes: list[bool], h
                  flag: StopFlag, tb_dirs: list[Any], threads: int | None) -> list[dict[str, Any]]:
     say = (lambda s: None) if quiet else (lambda s: print(s, flush=True))
     datas = _group_data(cfgs, dirs, resumes)
+    check_train_memory(cfgs[0], members=len(cfgs))  # the group at once, before any run directory is written
     runtime, why_threads = _group_runtime(cfgs, threads)
     members = [_setup(c, d, resume=r, data=x, tb_dir=t, run_hash=h)
                for c, d, r, x, t, h in zip(cfgs, dirs, resumes, datas, tb_dirs, hashes)]

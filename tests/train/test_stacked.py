@@ -473,3 +473,21 @@ def test_an_out_of_memory_error_on_the_first_compiled_call_is_not_taken_for_a_co
     with pytest.raises(torch.OutOfMemoryError):
         _group_with_broken_compile(tmp_path, cache, monkeypatch, broken, cfgs)
     assert "torch.compile of it failed" not in capsys.readouterr().out
+
+
+def test_a_group_that_cannot_fit_in_memory_is_one_line_before_anything_is_written(tmp_path, cache, monkeypatch):
+    """Each member fits alone, the group of 4 does not (NORMLAB_MEMORY_GB between one member's estimate and four
+    members'): train_stacked refuses in one line with the group's estimate, as a run alone that cannot fit is
+    refused, before any run directory is written (the group was never checked and ran out of memory mid-setup)."""
+    from normlab.validate import GiB, check_train_memory, forward_bytes, param_count
+
+    cfgs = _cfgs(cache)
+    one = load_config("tiny", [*SETS, f"data.cache_dir={cache}"])
+    one.model.vocab_size = 256  # the tiny preset's bytes tokenizer
+    need = 16 * param_count(one.model) + forward_bytes(one.model, 4, 32, backward=True)
+    monkeypatch.setenv("NORMLAB_MEMORY_GB", str(2.5 * need / GiB))
+    check_train_memory(one)  # one member alone fits
+    dirs = [tmp_path / f"r{i}" for i in range(len(cfgs))]
+    with pytest.raises(NormlabError, match=r"a stacked group of 4 needs an estimated .* alone \(train.stack: off\)"):
+        train_stacked(cfgs, dirs, quiet=True)
+    assert not any(d.exists() for d in dirs)
