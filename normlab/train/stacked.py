@@ -44,6 +44,7 @@ from __future__ import annotations
 import contextlib
 import json
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -69,6 +70,7 @@ from normlab.train.tracking import Tracker
 from normlab.validate import check_train_memory
 
 STACKS = ("auto", "on", "off")
+VMAP_FALLBACK_WARNING = "There is a performance drop because we have not yet implemented the batching rule"
 MEMBER_KEYS = ("seed", "train.lr")  # what the members of one stacked group may differ in
 
 
@@ -104,6 +106,15 @@ def stack_refusal(cfg: RunConfig, device: str | None = None) -> str | None:
     return _trial(model, cfg)
 
 
+@contextlib.contextmanager
+def _quiet_vmap() -> Any:
+    """Without torch's note that an operation runs member by member under vmap (CPU SDPA's flash kernel has no
+    batching rule; docs/compare.md says so): on stderr it was two lines before any error line."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=VMAP_FALLBACK_WARNING, category=UserWarning)
+        yield
+
+
 def _trial(model: torch.nn.Module, cfg: RunConfig) -> str | None:
     """A stacked forward and backward of two copies of ``model`` on ``[2, 1, min(context, 16)]`` tokens (CPU, no
     RNG consumed): None when it runs, else why (an operation ``torch.func.vmap`` cannot batch)."""
@@ -111,7 +122,7 @@ def _trial(model: torch.nn.Module, cfg: RunConfig) -> str | None:
     params = {n: torch.stack([p.detach(), p.detach()]).requires_grad_() for n, p in model.named_parameters()}
     x = torch.zeros(2, 1, t, dtype=torch.long)
     try:
-        with torch.random.fork_rng():
+        with torch.random.fork_rng(), _quiet_vmap():
             forward = _StackedForward(model, False)
             noise = forward.draw(x, [None, None], "fp32")
             out = forward.fn(params, x, noise)
@@ -221,7 +232,8 @@ class _StackedForward:
         params = {n: torch.stack([p[n] for p in own]) for n in self.names}
         self.new_size = len(models) not in self.sizes
         self.sizes.add(len(models))
-        return (self.compiled or self.fn)(params, x, noise)
+        with _quiet_vmap():
+            return (self.compiled or self.fn)(params, x, noise)
 
     def fall_back(self, e: BaseException) -> bool:
         """Whether the failure ``e`` of a compiled forward-and-backward is handled: the first call with a group size

@@ -491,3 +491,17 @@ def test_a_group_that_cannot_fit_in_memory_is_one_line_before_anything_is_writte
     with pytest.raises(NormlabError, match=r"a stacked group of 4 needs an estimated .* alone \(train.stack: off\)"):
         train_stacked(cfgs, dirs, quiet=True)
     assert not any(d.exists() for d in dirs)
+
+
+def test_torch_s_vmap_fallback_note_stays_off_stderr(tmp_path, cache):
+    """On a CPU, SDPA's flash kernel has no vmap batching rule and torch warns that it runs member by member; the
+    group keeps that note off stderr (a bad-input error line must be the only line there; docs/compare.md says it)."""
+    import warnings
+
+    from normlab.train.stacked import VMAP_FALLBACK_WARNING
+
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        train_stacked(_cfgs(cache, ["train.steps=1", "train.checkpoint_every=1", "train.compile=false"])[:2],
+                      [tmp_path / "s0", tmp_path / "s1"], quiet=True)
+    assert not [(w.filename, w.lineno) for w in seen if VMAP_FALLBACK_WARNING in str(w.message)]
