@@ -430,6 +430,9 @@ def resolve_config_path(name: str) -> Path:
     preset = CONFIG_DIR / f"{name}.yaml"
     if preset.is_file():
         return preset
+    if p.exists():  # a FIFO, a directory, a device: never opened (a FIFO would block)
+        raise NormlabError(f"config '{name}' is not a regular file (a directory, FIFO or device); give a YAML file or "
+                           f"a preset: {', '.join(config_presets())}")
     raise NormlabError(f"config '{name}' is neither a file nor a preset; presets: {', '.join(config_presets())}")
 
 

@@ -253,3 +253,20 @@ def test_yaml_and_sweep_aliases(tmp_path):
 def test_norm_names_in_other_spellings(value, want, tmp_path):
     assert_bad_input(run_inproc("train", "tiny", "--set", f"model.norm={value}", cache=tmp_path),
                      f"did you mean '{want}'")
+
+
+def test_a_config_path_that_is_not_a_regular_file_is_named_so(tmp_path):
+    """A FIFO or a directory given as the config is refused as such, never opened (a FIFO would block), and not
+    reported as a missing file."""
+    import os
+
+    from normlab.config import resolve_config_path
+
+    fifo, folder = tmp_path / "c.yaml", tmp_path / "d.yaml"
+    os.mkfifo(fifo)
+    folder.mkdir()
+    for p in (fifo, folder):
+        with pytest.raises(NormlabError, match=r"is not a regular file \(a directory, FIFO or device\)"):
+            resolve_config_path(str(p))
+    with pytest.raises(NormlabError, match="is neither a file nor a preset"):
+        resolve_config_path(str(tmp_path / "missing.yaml"))
