@@ -24,8 +24,10 @@ from functools import lru_cache
 from statistics import stdev
 
 import numpy as np
+from scipy.integrate import quad as _quad
 from scipy.stats import chi2 as _chi2
 from scipy.stats import nct as _nct
+from scipy.stats import norm as _norm
 from scipy.stats import t as _t
 
 SEEDS_NEEDED_MAX = 1000
@@ -66,7 +68,22 @@ def paired_t_power(delta: float, sd: float | None, n: int, alpha: float) -> floa
     df = n - 1
     c = float(_t.ppf(1.0 - alpha / 2.0, df))
     nc = delta * math.sqrt(n) / sd
-    return float(_nct.sf(c, df, nc) + _nct.cdf(-c, df, nc))
+    upper, lower = float(_nct.sf(c, df, nc)), float(_nct.cdf(-c, df, nc))
+    if not math.isfinite(upper):
+        upper = _nct_tail(c, df, nc, upper=True)
+    if not math.isfinite(lower):  # scipy's noncentral t returns nan far in a tail (nc ~ 9 at df 3)
+        lower = _nct_tail(-c, df, nc, upper=False)
+    return upper + lower
+
+
+def _nct_tail(x: float, df: int, nc: float, *, upper: bool) -> float:
+    """``P(T > x)`` (``upper``) or ``P(T < x)`` for ``T = (Z + nc) / sqrt(V / df)``, ``V ~ chi2(df)``: the integral
+    over ``V`` of the normal tail ``P(Z > x sqrt(V / df) - nc)`` (or ``<``), by quadrature; the fallback where scipy's
+    ``nct`` gives nan."""
+    def f(v: float) -> float:
+        z = x * math.sqrt(v / df) - nc
+        return float((_norm.sf(z) if upper else _norm.cdf(z)) * _chi2.pdf(v, df))
+    return float(_quad(f, 0.0, math.inf)[0])
 
 
 @lru_cache(maxsize=16)
