@@ -179,6 +179,11 @@ def evidence_problem(data: dict[str, Any]) -> str | None:
     for k in ("sources", "suite"):
         if not isinstance(data.get(k), dict):
             return f"{k} must be an object, got {clip(data.get(k), 60)}"
+    if not isinstance(data["sources"].get("replications"), str):
+        return f"sources.replications must be a string, got {clip(data['sources'].get('replications'), 60)}"
+    more = data["sources"].get("more_replications", [])
+    if not (isinstance(more, list) and all(isinstance(x, str) for x in more)):
+        return f"sources.more_replications must be a list of strings, got {clip(more, 60)}"
     for k in ("claims", "replications"):
         if not (isinstance(data.get(k), list) and all(isinstance(x, dict) for x in data[k])):
             return f"{k} must be a list of objects, got {clip(data.get(k), 60)}"
@@ -200,8 +205,16 @@ def evidence_problem(data: dict[str, Any]) -> str | None:
     for i, r in enumerate(data["replications"]):
         if not isinstance(r.get("claim"), str):
             return f"replications[{i}].claim must be a string, got {clip(r.get('claim'), 60)}"
-        if not _ints(r.get("seeds")):
-            return f"replications[{i}].seeds must be a list of integers, got {clip(r.get('seeds'), 60)}"
+        if not (_ints(r.get("seeds")) and r["seeds"]):
+            return f"replications[{i}].seeds must be a non-empty list of integers, got {clip(r.get('seeds'), 60)}"
+        for k in ("corpus", "command", "contrast", "reading"):  # what advise prints of a replication
+            if not isinstance(r.get(k), str):
+                return f"replications[{i}].{k} must be a string, got {clip(r.get(k), 60)}"
+        for k in ("estimate", "half_width"):
+            if not (isinstance(r.get(k), (int, float)) and not isinstance(r.get(k), bool)):
+                return f"replications[{i}].{k} must be a number, got {clip(r.get(k), 60)}"
+        if r.get("scale") is not None and not isinstance(r["scale"], str):
+            return f"replications[{i}].scale must be a string, got {clip(r['scale'], 60)}"
     return None
 
 

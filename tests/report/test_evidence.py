@@ -286,7 +286,13 @@ def _elsewhere(ev: dict) -> dict:
     (lambda ev: _elsewhere(ev).__setitem__("exploratory_elsewhere", [{}]), "exploratory_elsewhere[0].seeds must be"),
     (lambda ev: _elsewhere(ev)["exploratory_elsewhere"][0].__setitem__("seeds", "abc"),
      "exploratory_elsewhere[0].seeds must be a list of integers"),
-    (lambda ev: ev["replications"][0].__setitem__("seeds", None), "replications[0].seeds must be a list of integers"),
+    (lambda ev: ev["replications"][0].__setitem__("seeds", None),
+     "replications[0].seeds must be a non-empty list of integers"),
+    (lambda ev: ev["replications"][0].__setitem__("seeds", []), "replications[0].seeds must be a non-empty list"),
+    (lambda ev: ev["replications"][0].__setitem__("estimate", None), "replications[0].estimate must be a number"),
+    (lambda ev: ev["replications"][-1].__setitem__("scale", 128), "scale must be a string"),
+    (lambda ev: ev["sources"].__setitem__("more_replications", "r.json"),
+     "sources.more_replications must be a list of strings"),
 ])
 def test_a_hand_edited_evidence_file_is_one_line_naming_the_field(monkeypatch, tmp_path, change, says):
     """advise reads only the packaged evidence; a hand-edited copy with a missing or wrongly typed field is one line
