@@ -101,11 +101,16 @@ def test_a_sweep_without_replications_gives_its_own_decisions_with_the_runs_shap
     [d] = decisions_of(tmp_path)[1]
     assert (e["claim"], e["seeds"], e["estimate"], e["p_adj"], e["reading"], e["claim_side"]) == \
         ("postln-lr-sensitivity", [5, 6, 7], d["diff"], d["p_holm"], d["decision"], d["decision"] == "higher")
-    tiny = {"heads": 2, "depth": 2, "context": 64, "steps": 150, "batch_size": 8}  # the tiny preset fake_grid uses
-    want = [{"width": w, "depth": tiny["depth"], "heads": tiny["heads"], "context": tiny["context"],
-             "steps": tiny["steps"], "tokens": tiny["steps"] * tiny["batch_size"] * tiny["context"]} for w in (32, 40)]
+    from normlab.config import load_config
+
+    tiny = load_config("tiny")  # the preset fake_grid's runs are of (widths 32 and 40)
+    m, t = tiny.model, tiny.train
+    tokens = t.steps * t.batch_size * t.grad_accum * m.context
+    want = [{"width": w, "depth": m.depth, "heads": m.heads, "context": m.context, "steps": t.steps,
+             "tokens": tokens} for w in (32, 40)]
     assert e["shape"] == want
-    assert e["scale"] == "width 32, 2 blocks, 150 steps, 76.8k tokens; width 40, 2 blocks, 150 steps, 76.8k tokens"
+    assert e["scale"] == "; ".join(f"width {w}, {m.depth} blocks, {t.steps} steps, {tokens / 1e3:.3g}k tokens"
+                                   for w in (32, 40))
 
 
 def test_the_stored_advise_replication_is_the_stored_sweep_file_it_names():
