@@ -39,6 +39,7 @@ FLOORS: list[tuple[str, ...]] = [
     ("train",),
     ("convert", "interop"),
     ("surgery",),
+    ("decide",),
     ("experiments",),
     ("report",),
     ("commands",),

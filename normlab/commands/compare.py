@@ -77,7 +77,7 @@ def _execute(sweep: Any, out: Path, args: argparse.Namespace) -> Any:
 
 def _load(args: argparse.Namespace, source: str | None = None) -> Any:
     """The sweep (with ``--until-decided``'s plan added when it declares none; on ``source`` for a replication)."""
-    from normlab.experiments.plan import default_plan
+    from normlab.decide.plan import default_plan
     from normlab.experiments.sweep import load_sweep, parse_sweep
 
     sweep = load_sweep(args.sweep, preset=args.preset)
@@ -102,7 +102,7 @@ def _load(args: argparse.Namespace, source: str | None = None) -> Any:
 def replication_sweep(sweep: Any, source: str) -> Any:
     """The same declared design on data source ``source``: ``data.source`` set for every run, named
     ``<name>-on-<source>``, on the replication's own seed block (``replicate_seeds``, else the seeds shifted by
-    REPLICATION_SEED_OFFSET), no ``replicate`` key (normlab.experiments.plan)."""
+    REPLICATION_SEED_OFFSET), no ``replicate`` key (normlab.decide.plan)."""
     from normlab.experiments.sweep import parse_sweep, replication_seeds, slug
 
     spec = sweep.spec

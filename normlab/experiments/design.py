@@ -1,6 +1,6 @@
 """A sweep's design and the record of it in the results store.
 
-A sweep declares before it runs what its report decides: its question (normlab.experiments.question, the one
+A sweep declares before it runs what its report decides: its question (normlab.decide.question, the one
 parser of ``primary``, ``baseline``, ``family``, ``alpha``, ``correction`` and ``paired``). The *design* is the
 question plus what was planned to run (group labels, seeds, learning rates). ``record_design``
 writes it to the store's ``meta`` table (key ``design``) before the first run is registered. A later call with a
@@ -16,7 +16,7 @@ import math
 import time
 from typing import Any
 
-from normlab.experiments.question import Question
+from normlab.decide.question import Question
 from normlab.experiments.store import FINAL, Store
 
 def make_design(question: Question, groups: list[str], seeds: list[int], lrs: list[float] | None

@@ -20,7 +20,7 @@ from typing import Any
 
 from normlab.errors import NormlabError
 from normlab.experiments.executors import EXECUTORS
-from normlab.experiments.plan import looks_of
+from normlab.decide.plan import looks_of
 from normlab.experiments.sweepdir import SweepOutcome, run_sweep
 from normlab.experiments.sequential import run_until_decided
 from normlab.experiments.sweep import Sweep

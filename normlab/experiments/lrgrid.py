@@ -19,7 +19,7 @@ its variant unrankable (on LR sensitivity: a model that fails uniformly has a sm
 rate, the collapse rate (did not learn or diverged) gets an exact Clopper-Pearson interval and the loss is reported
 over the seeds that did not collapse.
 
-Comparisons with the baseline and the decisions on them: normlab.experiments.decisions (per-seed numbers only).
+Comparisons with the baseline and the decisions on them: normlab.decide.decisions (per-seed numbers only).
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 from statistics import mean
 from typing import Any
 
-from normlab.experiments.decisions import PairedRow, build_rows
-from normlab.experiments.question import Question, default_primary
+from normlab.decide.decisions import PairedRow, build_rows
+from normlab.decide.question import Question, default_primary
 from normlab.stats.exact import ClopperPearson, clopper_pearson
 from normlab.stats.intervals import MeanCI, mean_ci
 from normlab.stats.learning import DID_NOT_LEARN_MARGIN, collapsed, did_not_learn
@@ -242,7 +242,7 @@ def analyze(runs: list[GridRun], baseline: str | None = None, order: list[str] |
             question: dict[str, Any] | None = None, exploratory: str | None = None) -> GridReport:
     """Group ``runs`` by variant, rank by mean LR sensitivity (best loss on a grid of one lr; a variant that did not
     learn at its best learning rate in some seed gets no rank) and compare each variant with the baseline
-    (``question["baseline"]``, else ``baseline``, else the first variant in ``order``): normlab.experiments.decisions.
+    (``question["baseline"]``, else ``baseline``, else the first variant in ``order``): normlab.decide.decisions.
     ``question``: the sweep's declared question (normlab.experiments.design; default: undeclared, exploratory);
     ``exploratory``: a reason to decide nothing (the design changed after results)."""
     order = order or list(dict.fromkeys(r.group for r in runs))

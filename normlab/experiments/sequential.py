@@ -1,6 +1,6 @@
 """Seeds until decided: run a sweep's sequential plan in rounds, a look after each, through the sweep runner.
 
-Round ``k`` trains the runs of the first ``looks[k]`` seeds of the plan (normlab.experiments.plan) with
+Round ``k`` trains the runs of the first ``looks[k]`` seeds of the plan (normlab.decide.plan) with
 ``run_sweep`` on the same sweep directory, so the store, resume, Ctrl-C and the Ray executor behave as for any
 sweep: an interrupted round is resumed by re-running the same command, which recomputes the earlier looks from
 the stored runs (the decision at a look depends only on its seeds, so it is the same every time). After each round
@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from normlab.errors import NormlabError
-from normlab.experiments.plan import LOOKS_META, PLAN_META, looks_of
+from normlab.decide.plan import LOOKS_META, PLAN_META, looks_of
 from normlab.experiments.sweepdir import SweepOutcome, check_sweep_dir, run_sweep
 from normlab.experiments.store import Store
 from normlab.experiments.sweep import Sweep
@@ -54,7 +54,7 @@ def store_plan(sweep: Sweep, sweep_dir: Path) -> None:
     if looks is None:
         raise NormlabError(f"sweep '{sweep.name}' has no sequential plan")
     existing = check_sweep_dir(sweep, sweep_dir)
-    q = sweep.question  # normlab.experiments.question: the declared primary, alpha (baseline: as written)
+    q = sweep.question  # normlab.decide.question: the declared primary, alpha (baseline: as written)
     if q is None:
         raise NormlabError(f"sweep '{sweep.name}' has no declared question; a sequential plan decides one")
     plan = {"looks": looks, "seeds": sweep.spec["seeds"], "alpha": q.alpha,

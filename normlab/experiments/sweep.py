@@ -19,7 +19,7 @@
     alpha: 0.05                     # multiplicity correction (holm | bh); without primary: every comparison in
     correction: holm                # the report is exploratory
     margin: 0.01                    # optional: the practical margin ("within margin" by TOST)
-    sequential: {max_seeds: 12}     # optional: seeds in rounds until decided (normlab.experiments.plan)
+    sequential: {max_seeds: 12}     # optional: seeds in rounds until decided (normlab.decide.plan)
     replicate: english              # optional: the same design on a second data source (docs/compare.md)
     replicate_seeds: [10, 11]       # optional: the replication's own seed block (default: seeds + 10000)
     designed_from: ...              # optional: the runs (and their seeds) that informed this design
@@ -29,7 +29,7 @@ axes without the learning rate, which the report uses to draw loss against learn
 may then not be set anywhere else in the sweep (it would be silently overridden).
 
 Everything is validated before anything is written (the top-level keys by the typed loader
-normlab.experiments.sweepfile, the question by normlab.experiments.question): unknown keys get a did-you-mean, an
+normlab.experiments.sweepfile, the question by normlab.decide.question): unknown keys get a did-you-mean, an
 empty axis, a seed given as an override, two variants that produce the same config, and every expanded config's own
 checks are one-line ``NormlabError``s. A sweep's identity (``Sweep.hash``) is the hash of its resolved spec (base
 config inlined, overrides flattened to dotted keys), so the same sweep written differently (key order, nested vs
@@ -52,7 +52,7 @@ import yaml
 from normlab.config import RunConfig, config_from_dict
 from normlab.errors import NormlabError, did_you_mean
 from normlab.experiments.design import make_design
-from normlab.experiments.question import QUESTION_KEYS, Question, parse_question, question_spec
+from normlab.decide.question import QUESTION_KEYS, Question, parse_question, question_spec
 from normlab.experiments.sizes import SIZE_OWNED, size_points
 from normlab.experiments.sweepfile import LR_KEY, MAX_NAME, MAX_RUNS, PROVENANCE_KEYS, SweepFile, read_sweep_file
 from normlab.io import read_yaml_file
@@ -90,7 +90,7 @@ class Sweep:
     description: str = ""
     lr_grid: list[float] | None = None
     rerun: str = ""  # the command that re-runs it, for sweep.yaml's header (default: normlab compare this file)
-    question: Question | None = None  # normlab.experiments.question.parse_question (None: a sweep built in code)
+    question: Question | None = None  # normlab.decide.question.parse_question (None: a sweep built in code)
 
     def design(self) -> dict[str, Any]:
         """The declared design written to the store before the first run (normlab.experiments.design)."""

@@ -1,7 +1,7 @@
 """The typed loader of a sweep file's top-level keys (normlab.experiments.sweep): one dataclass field per key,
 each with the reader that checks it (``_key``: a one-line ``NormlabError`` naming the key and what is allowed), read
 in field order; then the checks that involve two keys (a sequential plan extends the seeds, a replication's seed
-block is fresh, ``lr_grid`` owns ``train.lr``). The question keys are read by normlab.experiments.question and the
+block is fresh, ``lr_grid`` owns ``train.lr``). The question keys are read by normlab.decide.question and the
 size keys by normlab.experiments.sizes, once the runs' group labels are known.
 """
 
@@ -17,11 +17,11 @@ from typing import Any
 from normlab.config import _all_keys, _mapping_keys, read_yaml, resolve_config_path, suggest_key
 from normlab.errors import NormlabError, check_keys
 from normlab.experiments.grid import expand_grid
-from normlab.experiments.plan import resolve_plan
-from normlab.experiments.question import QUESTION_KEYS
+from normlab.decide.plan import resolve_plan
+from normlab.decide.question import QUESTION_KEYS
 from normlab.experiments.sizes import SIZE_KEYS
 
-PLAN_KEYS = ("sequential", "replicate", "replicate_seeds")  # normlab.experiments.plan
+PLAN_KEYS = ("sequential", "replicate", "replicate_seeds")  # normlab.decide.plan
 PROVENANCE_KEYS = ("designed_from",)
 """What informed a declared design (earlier runs, their seeds and data): recorded, not hashed; the design's own
 seed block must be disjoint from the seeds it names (docs/compare.md, "Seed blocks")."""

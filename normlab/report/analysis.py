@@ -3,7 +3,7 @@
 Ranking: per variant, the mean and 95% t-interval of the final validation bits-per-byte over its completed seeds
 (diverged or unfinished seeds are counted, not averaged). Summary sentences are generated from these numbers
 only. Decisions ("lower", "higher", "beyond noise") are made only on the sweep's declared primary family
-(normlab.experiments.decisions, ``primary_family``); the differences from the best variant of a ranking are
+(normlab.decide.decisions, ``primary_family``); the differences from the best variant of a ranking are
 exploratory estimates (Welch interval, unadjusted p), never verdicts: that comparison is chosen by the data.
 
 Optional per-run artifacts are read defensively (a missing, unreadable or differently shaped file is skipped):
@@ -216,7 +216,7 @@ def primary_family(sweep_dir: str | Path) -> GridReport:
     Returns the GridReport; its ``question`` is the stored design's question (``declared``, ``primary``,
     ``baseline``, ``family``, ``alpha``, ``correction``, ``paired``), ``exploratory`` says why nothing may be decided
     (None when the family is decided), and ``[r for r in rep.paired if r.role == "primary"]`` are the family's
-    comparisons (normlab.experiments.decisions.PairedRow): ``r.diff`` (mean, half, n, sd, df, raw two-sided ``p``),
+    comparisons (normlab.decide.decisions.PairedRow): ``r.diff`` (mean, half, n, sd, df, raw two-sided ``p``),
     ``r.p_adjusted`` (over the family), ``r.decided`` (adjusted p <= alpha), ``r.verdict`` (lower / higher /
     undecided / not testable / did not learn). Torch-free; reads only the store and the run directories."""
     return load(sweep_dir).grid

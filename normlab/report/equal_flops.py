@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from normlab.experiments.verdicts import decision
+from normlab.decide.verdicts import decision
 from normlab.report.document import Note, Section, Table
 from normlab.stats.intervals import paired_diff
 
@@ -65,7 +65,7 @@ def equal_compute(a: Any, b: Any, flops_of: FlopsOf | None = None) -> dict[str, 
 
 
 def _reading(d: Any) -> str:
-    """The interval's reading by the one verdict rule (normlab.experiments.verdicts.decision): lower / higher where
+    """The interval's reading by the one verdict rule (normlab.decide.verdicts.decision): lower / higher where
     the 95% interval excludes 0, else undecided (not testable without an interval)."""
     return decision(d.mean, rejected=d.half is not None and abs(d.mean) > d.half, testable=d.half is not None)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from normlab.experiments.decisions import METRIC_LABELS, PairedRow, family_summary, need_text
+from normlab.decide.decisions import METRIC_LABELS, PairedRow, family_summary, need_text
 from normlab.experiments.lrgrid import DID_NOT_LEARN_MARGIN, STABLE_MARGIN, GridReport, GroupGrid
 from normlab.report import lrplots
 from normlab.report.document import Break, Figure, Html, Note, Section, Table

@@ -1,7 +1,7 @@
 """The decisions of a declared primary family: at each look of a sequential plan (Lan–DeMets O'Brien–Fleming-type
 boundaries, t-based, with a group-sequential Holm over the family: normlab.stats.sequential), and side by side on a
 second data source (replicated / contradicted / underpowered / not replicated, with the replication's power at
-Holm's first level from its own spread). The verdicts are made by normlab.experiments.verdicts; this module computes
+Holm's first level from its own spread). The verdicts are made by normlab.decide.verdicts; this module computes
 the statistics they are made from (normlab.report.sequential_section renders them).
 
 Every decision path applies the one did-not-learn guard (normlab.stats.learning): a comparison involving a model
@@ -31,10 +31,10 @@ import numpy as np
 
 from normlab.errors import NormlabError
 from normlab.io import read_yaml_file
-from normlab.experiments.plan import LOOKS_META, fractions, looks_of
-from normlab.experiments.question import Question, stored_question
+from normlab.decide.plan import LOOKS_META, fractions, looks_of
+from normlab.decide.question import Question, stored_question
 from normlab.experiments.store import Store
-from normlab.experiments.verdicts import (
+from normlab.decide.verdicts import (
     UNDECIDED,
     decision,
     family_adjusted,
@@ -63,7 +63,7 @@ def learned_flags(grid: GridReport) -> dict[str, dict[int, bool | None]]:
 
 
 def _dnl(learned: dict[str, dict[int, bool | None]] | None, v: str, base: str, seeds: set[int] | None) -> str | None:
-    """The did-not-learn guard (normlab.experiments.verdicts.learning_guard) over ``seeds`` (all when None)."""
+    """The did-not-learn guard (normlab.decide.verdicts.learning_guard) over ``seeds`` (all when None)."""
     if learned is None:
         return None
 
@@ -169,7 +169,7 @@ def _look(spec: dict[str, Any], grid: GridReport, k: int) -> dict[str, Any]:
 
 def fixed_decisions(values: dict[str, dict[int, float]], q: Question,
                     learned: dict[str, dict[int, bool | None]] | None = None) -> list[dict[str, Any]]:
-    """A fixed design's decisions (normlab.experiments.verdicts): paired t over the common seeds, adjusted by the
+    """A fixed design's decisions (normlab.decide.verdicts): paired t over the common seeds, adjusted by the
     question's correction over ``q.family`` at ``q.alpha``. A comparison involving a model that did not learn in
     some seed (``learned``: ``learned_flags``) is "not decided: did not learn" and enters as p = 1; so does one that
     cannot be tested (fewer than 2 common seeds), whose adjusted p is shown as None. With a practical margin

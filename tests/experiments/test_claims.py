@@ -20,9 +20,9 @@ import torch
 import yaml
 
 from normlab.experiments.claims.budgets import get_budget
-from normlab.experiments.verdicts import finite
-from normlab.experiments.verdicts import HELD, INCONCLUSIVE, NOT_HELD
-from normlab.experiments.verdicts import claim_verdict as verdict
+from normlab.decide.verdicts import finite
+from normlab.decide.verdicts import HELD, INCONCLUSIVE, NOT_HELD
+from normlab.decide.verdicts import claim_verdict as verdict
 from normlab.experiments.claims.variants import variant_config
 from normlab.experiments.store import Store
 from normlab.stats.intervals import mean_ci, t_cdf
@@ -320,7 +320,7 @@ def test_every_claim_spec_names_a_known_measurement_and_known_variants():
 
     from normlab.experiments.claims.measures import MEASURES
     from normlab.experiments.claims.specs import CLAIM_NAMES, CLAIMS
-    from normlab.experiments.verdicts import DIRECTIONS
+    from normlab.decide.verdicts import DIRECTIONS
     from normlab.experiments.claims.variants import ALL_VARIANTS
 
     assert len(set(CLAIM_NAMES)) == len(CLAIM_NAMES)

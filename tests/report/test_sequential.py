@@ -19,7 +19,7 @@ from scipy.stats import multivariate_normal, nct, norm, ttest_1samp, ttest_rel
 from scipy.stats import t as student_t
 
 import normlab.experiments.sequential as seq
-from normlab.experiments.plan import LOOKS_META, PLAN_META
+from normlab.decide.plan import LOOKS_META, PLAN_META
 from normlab.experiments.sweepdir import SweepOutcome, registration
 from normlab.experiments.store import Store
 from normlab.experiments.sweep import dump_spec, parse_sweep
@@ -146,7 +146,7 @@ def test_an_interrupted_round_stops_the_plan(tmp_path, monkeypatch):
 
 
 def test_fixed_decisions_use_holm_over_the_family():
-    from normlab.experiments.question import Question
+    from normlab.decide.question import Question
     from normlab.stats.multiplicity import holm
 
     vals = {"A": {s: effect_b("A", s) for s in range(5)}, "B": {s: effect_b("B", s) for s in range(5)},
@@ -205,7 +205,7 @@ def grid_sweep(name="g", **kw):
 def test_a_variant_that_cannot_learn_is_never_lower_on_any_path(tmp_path, monkeypatch):
     """The one did-not-learn guard on every decision path: the report's family, every look of --until-decided,
     the fixed design's Holm (--replicate-on) and the replication verdict; without it Flat would be "lower"."""
-    from normlab.experiments.question import Question
+    from normlab.decide.question import Question
     from normlab.report.analysis import load
     from normlab.report.sequential import learned_flags, record_replication
 

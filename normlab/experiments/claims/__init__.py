@@ -9,7 +9,7 @@ and honest verdicts (``held`` / ``not held`` / ``inconclusive``).
   :mod:`.measures_literature`): the per-seed measures, plain functions registered by name;
 - :mod:`.execution`: training what is missing, reusing what is complete, measuring, ``claims.json``;
 - the verdicts (Holm over the family of claims with a significance test, practical margins by TOST, observability,
-  collapse rates with Clopper-Pearson intervals) are made by ``normlab.experiments.verdicts``, the one module that
+  collapse rates with Clopper-Pearson intervals) are made by ``normlab.decide.verdicts``, the one module that
   makes verdicts (sweeps, looks and replications too);
 - :mod:`.docs`: docs/claims.md from a report (verdict table with the Holm column, Definitions revised, spec hashes);
 - :mod:`.budgets`: ``tiny`` (tests), ``quick``, ``full`` (docs/claims.md).
@@ -18,7 +18,7 @@ and honest verdicts (``held`` / ``not held`` / ``inconclusive``).
 from normlab.experiments.claims.budgets import BUDGETS, Budget, get_budget
 from normlab.experiments.claims.execution import run_suite, save_report
 from normlab.experiments.claims.specs import CLAIM_NAMES, CLAIMS, Claim, select
-from normlab.experiments.verdicts import claim_verdict as verdict
+from normlab.decide.verdicts import claim_verdict as verdict
 
 __all__ = ["BUDGETS", "Budget", "CLAIMS", "CLAIM_NAMES", "Claim", "get_budget", "run_suite", "save_report", "select",
            "verdict"]

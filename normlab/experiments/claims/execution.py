@@ -42,8 +42,8 @@ from normlab.experiments.claims.budgets import Budget
 from normlab.experiments.claims.docs import claim_scale
 from normlab.experiments.claims.measures import Context, measure
 from normlab.experiments.claims.specs import CLAIM_NAMES, CLAIMS, TESTS, claim_seeds, confirms, spec_hash
-from normlab.experiments.verdicts import SIGNIFICANCE_TESTS, judge_family
-from normlab.experiments.verdicts import claim_verdict as verdict
+from normlab.decide.verdicts import SIGNIFICANCE_TESTS, judge_family
+from normlab.decide.verdicts import claim_verdict as verdict
 from normlab.experiments.worker import finished_summary
 from normlab.experiments.worker import record as record_run
 from normlab.experiments.claims.variants import GRID_VARIANTS, lr_dir, variant_config
@@ -395,7 +395,7 @@ def report_unigram(report: dict) -> float | None:
 
 
 def judge(report: dict, correction: str = "holm") -> dict:
-    """``report`` with every claim's final verdict judged over the family of its claims (normlab.experiments.verdicts
+    """``report`` with every claim's final verdict judged over the family of its claims (normlab.decide.verdicts
     .judge_family: Holm over the claims with a significance test, practical margins, observability,
     collapse rates). A stored claim without spec fields (measured before they were recorded) is judged with the
     test its direction implies and no margin; its ``spec_hash`` stays missing, so it reads as measured under an

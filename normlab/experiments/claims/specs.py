@@ -9,7 +9,7 @@ A definition (``defs/<name>.yaml``)::
     question:                           # what the verdict is decided on (hashed)
       metric: slope(Pre-LN) - slope(Pre-LN + LayerNorm Scaling), deep models (nats/block)
       expected: '> 0'                   # as the page prints it
-      direction: greater                # greater | less | within | exact (normlab.experiments.verdicts)
+      direction: greater                # greater | less | within | exact (normlab.decide.verdicts)
       test: t                           # optional: one of TESTS; default from the direction
       no_effect: 0.0                    # optional: the null value (default 0)
       margin: 0.05                      # within: the equivalence margin; exact: tolerance instead
@@ -55,7 +55,7 @@ from normlab.errors import NormlabError, check_keys, did_you_mean
 from normlab.experiments.claims.variants import ALL_VARIANTS, GRID_VARIANTS, recipe
 
 TESTS = ("t", "equivalence", "exact", "collapse")
-"""How a claim is judged (normlab.experiments.verdicts): ``t`` a two-sided one-sample t-test of the per-seed
+"""How a claim is judged (normlab.decide.verdicts): ``t`` a two-sided one-sample t-test of the per-seed
 values against ``null``, Holm-adjusted over the family of claims with a significance test; ``equivalence`` the
 same against both ends of ``null ± margin``; ``exact`` every seed within ``tolerance`` (no test); ``collapse`` the
 collapse rate per condition (Clopper-Pearson) and the t-test of the loss difference over the seeds where neither

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from normlab.experiments.verdicts import HELD, INCONCLUSIVE, NOT_HELD, NOT_OBSERVABLE
+from normlab.decide.verdicts import HELD, INCONCLUSIVE, NOT_HELD, NOT_OBSERVABLE
 from tests.helpers import run_inproc
 
 NAMES = ("adagc-lr-sensitivity,adagc-spikes,stablemax-collapse,tev-instability,transnormer-vs-linear,"

@@ -14,7 +14,7 @@ from scipy.stats import binomtest, ttest_1samp
 from normlab.errors import NormlabError
 from normlab.experiments.claims.docs import recorded_hashes, spec_lines, unrevised_changes
 from normlab.experiments.claims.specs import CLAIMS, Revision, spec_hash
-from normlab.experiments.verdicts import collapse_rates, judge_family, tost
+from normlab.decide.verdicts import collapse_rates, judge_family, tost
 
 DOCS = Path(__file__).resolve().parents[3] / "docs" / "claims.md"
 

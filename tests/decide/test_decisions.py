@@ -1,4 +1,4 @@
-"""normlab.experiments.decisions on stored sweeps (no training): the primary family adjusted against statsmodels,
+"""normlab.decide.decisions on stored sweeps (no training): the primary family adjusted against statsmodels,
 "did not learn" variants never ranked, collapse rates, verdict words only inside the declared family, a design
 changed after results flagged, and seeds needed from the pooled SD."""
 

@@ -15,7 +15,7 @@ the cap with the next unused integers, so the plan (and the sweep's hash) is fix
 seeds through it never changes the design. ``replicate`` is not part of the hash (it adds a second sweep directory
 and changes no run of this one).
 
-The question itself (``primary``, ``baseline``, ``family``, ``alpha``) is read by normlab.experiments.question
+The question itself (``primary``, ``baseline``, ``family``, ``alpha``) is read by normlab.decide.question
 (``parse_question`` for the sweep file, ``stored_question`` for the sequential and replication code).
 """
 

@@ -34,8 +34,8 @@ from normlab.stats.exact import min_permutation_p, min_sign_flip_p, permutation_
 from normlab.stats.intervals import Diff, paired_diff, welch_diff
 
 from normlab.stats.planning import SEEDS_NEEDED_MAX, SeedsRange, holm_first_level, pooled_sd, seeds_needed_range
-from normlab.experiments.question import METRIC_LABELS, Question, question_of
-from normlab.experiments.verdicts import (
+from normlab.decide.question import METRIC_LABELS, Question, question_of
+from normlab.decide.verdicts import (
     DECIDED,
     EXPLORATORY,
     NOT_DECIDED,
@@ -73,7 +73,7 @@ class PairedRow:
     min_exact_p: float | None = None
     seeds: SeedsRange | None = None
     note: str | None = None  # why a family member cannot be decided ("did not learn")
-    decision: str = UNDECIDED  # a primary row's verdict (normlab.experiments.verdicts)
+    decision: str = UNDECIDED  # a primary row's verdict (normlab.decide.verdicts)
     differences: list[float] | None = None  # per shared seed, variant - baseline (a paired design)
     tost: dict | None = None  # equivalence against the question's practical margin (verdicts.margin_verdict)
 
@@ -90,7 +90,7 @@ class PairedRow:
     @property
     def verdict(self) -> str:
         """``lower`` / ``higher`` (decided), ``undecided``, ``not testable``, ``not decided: did not learn`` or ``not
-        decided: baseline did not learn`` (primary family, decided by normlab.experiments.verdicts);
+        decided: baseline did not learn`` (primary family, decided by normlab.decide.verdicts);
         ``exploratory`` for every other row."""
         return self.decision if self.role == "primary" else EXPLORATORY
 

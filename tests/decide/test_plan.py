@@ -1,4 +1,4 @@
-"""normlab.experiments.plan: the sequential plan and the declared question are resolved in the sweep spec before
+"""normlab.decide.plan: the sequential plan and the declared question are resolved in the sweep spec before
 anything runs; the plan's seeds are in the design (and its hash) from the start."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import pytest
 import yaml
 
 from normlab.errors import NormlabError
-from normlab.experiments.plan import fractions, looks_of
-from normlab.experiments.question import stored_question
+from normlab.decide.plan import fractions, looks_of
+from normlab.decide.question import stored_question
 from normlab.experiments.sweep import dump_spec, parse_sweep
 
 FAST = {"train.steps": 6}
@@ -79,7 +79,7 @@ def test_stored_question_defaults():
 
 
 def test_planned_rounds_tell_seeds_added_by_the_plan_from_a_design_change():
-    from normlab.experiments.plan import planned_rounds
+    from normlab.decide.plan import planned_rounds
 
     s = sweep(seeds=[0, 1, 2], sequential={"max_seeds": 9})
     assert planned_rounds(s.spec, {0, 1, 2}) and planned_rounds(s.spec, set(range(6)))

@@ -1,4 +1,4 @@
-"""normlab.experiments.verdicts, the one module that makes verdicts: the family's adjustment against statsmodels
+"""normlab.decide.verdicts, the one module that makes verdicts: the family's adjustment against statsmodels
 with guarded, untestable and missing members counted as p = 1, the did-not-learn guard, the decision words, the
 replication verdicts, and no verdict word spelled by the modules that only compute and render."""
 
@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from statsmodels.stats.multitest import multipletests
 
-from normlab.experiments import verdicts as V
-from normlab.experiments.question import Question
+from normlab.decide import verdicts as V
+from normlab.decide.question import Question
 
 ROOT = Path(__file__).resolve().parents[2] / "normlab"
 
@@ -66,7 +66,7 @@ def test_a_claim_about_a_model_that_did_not_learn_is_never_held():
 
 WORDS = {V.LOWER, V.HIGHER, V.UNDECIDED, V.NOT_TESTABLE, V.NOT_DECIDED_DNL, V.NOT_DECIDED_BASE_DNL, V.HELD,
          V.NOT_HELD, V.INCONCLUSIVE, V.WITHIN_MARGIN, V.NOT_OBSERVABLE, *V.REPLICATION_VERDICTS}
-DECIDING = ["experiments/decisions.py", "experiments/lrgrid.py", "experiments/sequential.py",
+DECIDING = ["decide/decisions.py", "experiments/lrgrid.py", "experiments/sequential.py",
             "experiments/claims/execution.py", "report/sequential.py", "report/equal_flops.py"]
 
 

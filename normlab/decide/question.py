@@ -2,7 +2,7 @@
 
 A question names the metric decided on, the baseline every comparison is ``variant - baseline`` against, the family
 of comparisons adjusted together, the level, the correction, the test's pairing, the practical margin (equivalence by
-TOST: normlab.experiments.verdicts), the seed block it runs on and its observability rule. It is declared before the
+TOST: normlab.decide.verdicts), the seed block it runs on and its observability rule. It is declared before the
 data (docs/compare.md, "Declared questions")::
 
     primary: lr_sensitivity      # lr_sensitivity (needs lr_grid), best_loss, final_loss
@@ -51,7 +51,7 @@ def default_primary(grid: bool) -> str:
 class Question:
     """A declared (or default) question: each of ``family`` (None: every other variant) against ``baseline`` on
     ``primary``, adjusted by ``correction`` at ``alpha``; ``declared`` False: nothing is decided (exploratory).
-    ``margin``: the practical margin ("within margin" by TOST, normlab.experiments.verdicts), ``seeds``: the seed
+    ``margin``: the practical margin ("within margin" by TOST, normlab.decide.verdicts), ``seeds``: the seed
     block, ``observable``: the details key whose per-seed CI must lie
     above 0 for the phenomenon to be observable (a claim's)."""
 

@@ -3,7 +3,7 @@ learn", "not observable at this scale" and "replicated" normlab prints is decide
 and per-seed values computed by normlab.stats; the report, the sequential looks, the replication tables and the
 claims only call these functions and render their results.
 
-**Comparisons of a declared question** (normlab.experiments.question; sweeps, presets, ``--until-decided``,
+**Comparisons of a declared question** (normlab.decide.question; sweeps, presets, ``--until-decided``,
 ``--replicate-on``): a family member is ``lower`` / ``higher`` (by the sign of ``variant - baseline``) where it is
 rejected — its adjusted p <= the question's alpha (``rejects``), or its statistic crossed a sequential boundary —
 ``undecided`` or ``not testable`` otherwise (``decision``); ``within margin`` where the question declares a
@@ -44,7 +44,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 
-from normlab.experiments.question import Question
+from normlab.decide.question import Question
 from normlab.stats.exact import clopper_pearson
 from normlab.stats.intervals import mean_ci, paired_diff, t_cdf, t_ppf
 from normlab.stats.multiplicity import adjust

@@ -1,6 +1,6 @@
-"""normlab.experiments.question: one Question, whichever way it is declared. A sweep file and a claim that ask the
+"""normlab.decide.question: one Question, whichever way it is declared. A sweep file and a claim that ask the
 same thing give the same frozen Question, and the sweep's report, its fixed-design decisions (--replicate-on) and
-the claims' judge give the same verdict from normlab.experiments.verdicts, with the p-value scipy's paired t gives;
+the claims' judge give the same verdict from normlab.decide.verdicts, with the p-value scipy's paired t gives;
 the stored design and the stored spec read back to the Question that was parsed."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from scipy.stats import ttest_rel
 
 from normlab.errors import NormlabError
 from normlab.experiments.claims.specs import get_claim
-from normlab.experiments.question import (
+from normlab.decide.question import (
     Question,
     claim_question,
     parse_question,
@@ -19,7 +19,7 @@ from normlab.experiments.question import (
     stored_question,
 )
 from normlab.experiments.sweep import load_sweep, parse_sweep
-from normlab.experiments.verdicts import (
+from normlab.decide.verdicts import (
     CLAIMED,
     DECIDED,
     HELD,
