@@ -42,35 +42,44 @@ The CI is ``mean ± t_{1-a/2, n-1} * sd / sqrt(n)`` over per-seed values (``sd``
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
 from normlab.decide.question import Question
+from normlab.decide.vocab import (  # noqa: F401  (re-exported: the words of this module's verdicts)
+    CLAIM_VERDICTS,
+    CONTRADICTED,
+    DECIDED,
+    EXPLORATORY,
+    HELD,
+    HIGHER,
+    INCONCLUSIVE,
+    LOWER,
+    NO_CONCLUSION,
+    NOT_DECIDED,
+    NOT_DECIDED_BASE_DNL,
+    NOT_HELD,
+    NOT_OBSERVABLE,
+    NOT_REPLICATED,
+    NOT_TESTABLE,
+    PRESENT_AT_INIT,
+    REPLICATED,
+    REPLICATION_VERDICTS,
+    UNDECIDED,
+    UNDERPOWERED,
+    WITHDRAWN,
+    WITHIN_MARGIN,
+)
 from normlab.stats.exact import clopper_pearson
 from normlab.stats.intervals import mean_ci, paired_diff, t_cdf, t_ppf
 from normlab.stats.multiplicity import adjust
+from normlab.decide.guard import UNGUARDED_TESTS, claim_guard, learning_guard  # noqa: F401  (re-exported)
 from normlab.stats.learning import (
     DID_NOT_LEARN_MARGIN,
-    NOT_DECIDED_BASE_DNL,
     NOT_DECIDED_DNL,
     collapsed,
-    did_not_learn,
 )
 
 # -- comparisons of a declared question ---------------------------------------------------------------------------
-LOWER, HIGHER, UNDECIDED, NOT_TESTABLE, EXPLORATORY = "lower", "higher", "undecided", "not testable", "exploratory"
-DECIDED = (LOWER, HIGHER)
-NOT_DECIDED = (NOT_DECIDED_DNL, NOT_DECIDED_BASE_DNL)
-
-
-def learning_guard(variant: Iterable[bool | None], baseline: Iterable[bool | None]) -> str | None:
-    """The did-not-learn guard of every decision path: ``NOT_DECIDED_DNL`` when the variant did not learn in one of
-    the seeds a comparison uses (``variant``: its learned flags there, normlab.stats.learning), the baseline's note
-    when the baseline did not, else None (a flag None: no unigram level, nothing to check)."""
-    if any(f is False for f in variant):
-        return NOT_DECIDED_DNL
-    if any(f is False for f in baseline):
-        return NOT_DECIDED_BASE_DNL
-    return None
 
 
 def family_adjusted(ps: Sequence[float | None], notes: Sequence[str | None], question: Question, missing: int = 0
@@ -113,9 +122,6 @@ def decision(estimate: float | None, *, rejected: bool, note: str | None = None,
 
 
 # -- replications -------------------------------------------------------------------------------------------------
-REPLICATED, NOT_REPLICATED, CONTRADICTED = "replicated", "not replicated", "contradicted"
-NO_CONCLUSION, UNDERPOWERED = "no conclusion to replicate", "underpowered"
-REPLICATION_VERDICTS = (REPLICATED, NOT_REPLICATED, CONTRADICTED, NO_CONCLUSION, UNDERPOWERED)
 POWER_NEEDED = 0.8
 """A replication with less power than this at Holm's first level reads "underpowered"."""
 
@@ -137,7 +143,6 @@ def replication(original: str, replica: str, power: float | None = None) -> str:
 
 
 # -- claims ---------------------------------------------------------------------------------------------------------
-HELD, NOT_HELD, INCONCLUSIVE = "held", "not held", "inconclusive"
 DIRECTIONS = ("greater", "less", "within", "exact")
 CLAIMED = {"greater": HIGHER, "less": LOWER}
 """The comparison word a directional claim expects of ``value - null``."""
@@ -190,8 +195,7 @@ def claim_verdict(values: Sequence[float | None], direction: str, *, null: float
 
 
 ALPHA = 0.05
-WITHIN_MARGIN, NOT_OBSERVABLE = "within margin", "not observable at this scale"
-VERDICTS = (HELD, NOT_HELD, INCONCLUSIVE, WITHIN_MARGIN, NOT_OBSERVABLE)
+VERDICTS = CLAIM_VERDICTS
 
 
 def _p_against(xs: list[float], null: float) -> float | None:
@@ -243,149 +247,184 @@ def tost(values: Sequence[float | None], null: float, margin: float, alpha: floa
 
 def judge_family(entries: list[dict], correction: str = "holm") -> list[dict]:
     """Final verdicts of a family of claims. Each entry: ``values``, ``details``, ``direction``, ``null``,
-    ``margin``, ``tolerance``, ``test``, ``practical_margin``, ``observable``, ``args``. Returns per entry
-    ``{verdict, reason, p, p_adj, raw_verdict, collapse?, observable_ci?}``:
+    ``margin``, ``tolerance``, ``test``, ``practical_margin``, ``observable``, ``args``, optionally ``at_init`` (a
+    state claim: the details key of the same quantity at initialisation), ``must_learn`` / ``learn_unit`` /
+    ``unigram_bpb`` (where stored losses are). Returns per entry ``{verdict, reason, p, p_adj, raw_verdict, ...}``:
 
     - the raw verdict is :func:`claim_verdict` on the 95% CI, unadjusted (kept beside);
-    - claims with a significance test (``t``, ``equivalence``, ``collapse``) are adjusted together
-      (normlab.stats.adjust, Holm by default); a claim is decided only where its test rejects (``rejects``: adjusted
-      p <= 0.05);
-    - ``within margin``: equivalence by TOST (:func:`tost`): the ``1 - 2 alpha`` interval lies inside ``null ±
-      practical_margin`` (both one-sided tests reject at the family's ``ALPHA``); a mean inside the margin with
-      an interval that is not is not "within margin";
-    - ``not observable at this scale``: the claim's ``observable`` details key does not have a 95% CI above 0
-      (the phenomenon the claim explains does not appear here), whatever the value; or a model whose final loss
-      the claim's ``must_learn`` keys hold did not learn in some seed (:func:`_learning_check`; p = 1 in the family);
+    - **one family**: every claim with a significance test (``t``, ``equivalence``, ``collapse``) and every TOST
+      of a practical margin are adjusted together (normlab.stats.adjust, Holm by default); a claim is decided only
+      where its test rejects (adjusted p <= ``ALPHA``); ``within margin`` only where its TOST's *adjusted* p <=
+      ``ALPHA`` (an equivalence escapes the family's correction nowhere);
+    - **the one guard** (normlab.decide.guard, not opt-in): a claim about a model that did not learn (or diverged)
+      in some seed is "not decided: did not learn" and counts as p = 1 in the family; split outcomes and exact
+      checks are judged without it;
+    - **training, not initialisation**: a state claim (``at_init``) is tested on the per-seed change from step 0
+      (``value - value at init``), its end and init values reported beside; where the change is not decided but
+      the end value's 95% CI is on the claimed side, the verdict is ``present at initialisation`` (never counted
+      as a training effect); without recorded init values it is inconclusive;
+    - ``not observable at this scale``: the claim's ``observable`` details key does not have a 95% CI above 0;
     - ``collapse``: held when the first variant's Clopper-Pearson collapse interval lies above the second's;
       otherwise the t-test on the seeds where neither collapsed decides as for ``t``, except that it cannot make
-      the claim "not held" where the first variant collapsed more often (inconclusive: the survivors alone do not
-      refute a claim whose failure half is neither shown nor excluded).
+      the claim "not held" where the first variant collapsed more often.
     """
     entries = [recollapsed(e) for e in entries]
-    ps = [raw_p(e["values"], e["test"], null=e.get("null", 0.0), margin=e.get("margin")) for e in entries]
-    learned = [_learning_check(e) for e in entries]
-    # the family: every claim with a significance test (one whose test cannot be computed, or about a model that
-    # did not learn, counts as p = 1)
+    tested = [_tested_values(e) for e in entries]
+    ps = [raw_p(t, e["test"], null=e.get("null", 0.0), margin=e.get("margin")) for e, (t, _) in zip(entries, tested)]
+    guards = [claim_guard(e.get("details") or [], test=e["test"], declared=e.get("must_learn") or (),
+                          declared_scale=1.0 / math.log(2) if e.get("learn_unit") == "nats/byte" else 1.0,
+                          unigram=e.get("unigram_bpb")) for e in entries]
+    tosts = [tost(t, e.get("null", 0.0), e["practical_margin"], ALPHA)
+             if e.get("practical_margin") is not None and e["test"] != "exact" else None
+             for e, (t, _) in zip(entries, tested)]
+    # the family: every significance test (p = 1 where untestable or the guard fails) and every TOST of a margin
     fam = [i for i, e in enumerate(entries) if e["test"] in SIGNIFICANCE_TESTS]
+    eqs = [i for i, eq in enumerate(tosts) if eq is not None]
+    raw = [1.0 if (guards[i][1] or ps[i] is None) else ps[i] for i in fam] + \
+          [1.0 if guards[i][1] else tosts[i]["p"] for i in eqs]
+    adjusted = adjust(raw, correction) if raw else []
     qs: list[float | None] = [None] * len(entries)
-    for i, q in zip(fam, adjust([1.0 if learned[i][1] else ps[i] for i in fam], correction)):
+    for i, q in zip(fam, adjusted[: len(fam)]):
         qs[i] = q
+    for i, q in zip(eqs, adjusted[len(fam):]):
+        tosts[i] = {**tosts[i], "p_adj": q, "within": q <= ALPHA}
     out = []
-    for e, p, q, (dnl, dnl_note) in zip(entries, ps, qs, learned):
-        raw = claim_verdict(e["values"], e["direction"], null=e.get("null", 0.0), margin=e.get("margin"),
-                      tolerance=e.get("tolerance"))
-        res: dict = {"p": p, "p_adj": q, "correction": correction, "raw_verdict": raw["verdict"],
-                     "raw_reason": raw["reason"]}
-        xs = finite(e["values"])
-        mean = sum(xs) / len(xs) if xs else None
-        null, pm = e.get("null", 0.0), e.get("practical_margin")
-        if e["test"] == "exact":
-            v, why = raw["verdict"], raw["reason"]
-        elif e["test"] == "equivalence":
-            m = e["margin"]
-            if q is None:
-                v, why = INCONCLUSIVE, f"{len(xs)} finite value(s): a test needs at least 2"
-            elif not rejects(q, ALPHA):
-                v, why = INCONCLUSIVE, f"{correction}-adjusted p = {q:.2g} >= {ALPHA:g}: not decided against ±{m:g}"
-            elif null - m < mean < null + m:
-                v, why = HELD, f"inside ±{m:g} ({correction}-adjusted p = {q:.2g})"
-            else:
-                v, why = NOT_HELD, f"outside ±{m:g} ({correction}-adjusted p = {q:.2g})"
-        no_record = False
-        if e["test"] not in ("exact", "equivalence"):
-            v, why = _directional(mean, q, e["direction"], null, correction, len(xs))
-            if e["test"] == "collapse":
-                a, b = e["args"][0], e["args"][1]
-                rates = collapse_rates(e.get("details") or [], (a, b))
-                res["collapse"] = rates
-                if a not in rates or b not in rates:  # no collapse record: the split outcome cannot be judged
-                    no_record = True
-                    v, why = INCONCLUSIVE, (f"no collapse record of {a if a not in rates else b} in the details: "
-                                            f"the split outcome cannot be judged (the seeds that trained: {why})")
-                    res["raw_verdict"] = INCONCLUSIVE
-                else:
-                    ra, rb = rates[a], rates[b]
-                    if ra["ci"][0] > rb["ci"][1]:
-                        v, why = HELD, (f"collapse rate {ra['k']}/{ra['n']} above {rb['k']}/{rb['n']} "
-                                        "(Clopper-Pearson intervals apart)")
-                    else:
-                        why = (f"collapse {ra['k']}/{ra['n']} vs {rb['k']}/{rb['n']} (Clopper-Pearson intervals "
-                               f"overlap); given no collapse ({len(xs)} seed(s)): {why}")
-                        # the survivors alone cannot refute a claim whose other half (collapses more often) the
-                        # data lean towards: the failure it names is neither shown nor excluded; the same rule
-                        # applies to the verdict without the correction
-                        if ra["k"] * rb["n"] > rb["k"] * ra["n"]:
-                            if v == NOT_HELD:
-                                v, why = INCONCLUSIVE, (f"{why}; but {a} collapsed more often, which the intervals "
-                                                        "neither show nor exclude: not refuted by the seeds that "
-                                                        "trained")
-                            if res["raw_verdict"] == NOT_HELD:
-                                res["raw_verdict"] = INCONCLUSIVE
-        eq = tost(xs, null, pm, ALPHA) if pm is not None else None
-        if eq is not None:
-            res["tost"] = eq
-        if v in (HELD, NOT_HELD, INCONCLUSIVE) and eq is not None and eq["within"] and not no_record \
-                and not (e["test"] == "collapse" and v == HELD and why.startswith("collapse rate")):
-            v, why = WITHIN_MARGIN, (f"TOST: the {eq['level']:.0%} interval [{eq['ci'][0]:.2g}, {eq['ci'][1]:.2g}] "
-                                     f"lies inside {null:g} ± the practical margin {pm:g} (p = {eq['p']:.2g}); "
-                                     f"without the margin: {v} ({why})")
-        elif v in (HELD, NOT_HELD, INCONCLUSIVE) and eq is not None and mean is not None and abs(mean - null) < pm:
-            why = (f"{why}; |mean - {null:g}| = {abs(mean - null):.2g} is below the practical margin {pm:g} but the "
-                   f"{eq['level']:.0%} interval [{eq['ci'][0]:.2g}, {eq['ci'][1]:.2g}] is not inside it (TOST "
-                   f"p = {eq['p']:.2g}): not shown within margin")
-        if e.get("observable"):
-            obs = [d.get(e["observable"]) if isinstance(d, dict) else None for d in e.get("details") or []]
-            ox = finite(obs)
-            c = mean_ci(ox) if len(ox) >= 2 else None
-            res["observable_ci"] = [c.low, c.high] if c else None
-            if c is None or not c.low > 0:
-                v, why = NOT_OBSERVABLE, (f"{e['observable']} (the phenomenon) has 95% CI "
-                                          f"{'n/a' if c is None else f'[{c.low:.3g}, {c.high:.3g}]'}, not above 0; "
-                                          f"the value alone: {why}")
-        if dnl is not None:
-            res["did_not_learn"] = dnl
-        if dnl_note:
-            v, why = NOT_OBSERVABLE, dnl_note + ("" if p is None else f"; unadjusted p = {p:.2g}")
-        elif e.get("must_learn") and dnl is None:
-            why = f"{why}; did-not-learn check not made (no unigram bits/byte recorded)"
-        if "collapse" not in res:
-            rates = collapse_rates(e.get("details") or [])
-            if rates:
-                res["collapse"] = rates
-        if e.get("recollapsed"):  # the stored values under the one collapse rule: the judged claim carries them
-            res.update(details=e["details"], values=e["values"], measured=raw["measured"], ci=raw["ci"], n=raw["n"])
-        res.update(verdict=v, reason=why)
+    for e, p, q, eq, (vals, why_not), (guard, guard_note) in zip(entries, ps, qs, tosts, tested, guards):
+        res = _judge_one(e, vals, why_not, p, q, eq, correction)
+        if guard is not None:
+            res["did_not_learn"] = guard
+        if guard_note:
+            res.update(verdict=NOT_DECIDED_DNL, reason=guard_note + ("" if p is None else f"; unadjusted p = {p:.2g}"))
+        elif guard is None and e["test"] not in UNGUARDED_TESTS:
+            res["reason"] = f"{res['reason']}; did-not-learn check not made (no final loss or unigram level recorded)"
         out.append(res)
     return out
 
 
+def _tested_values(e: dict) -> tuple[list[float | None], str | None]:
+    """The per-seed values a claim is tested on: its values, or for a state claim (``at_init``) the change from
+    initialisation (None where a seed has no init value); the second item says why a state claim cannot be
+    judged (no init value recorded)."""
+    key = e.get("at_init")
+    if not key:
+        return list(e["values"]), None
+    details = e.get("details") or []
+    inits = [d.get(key) if isinstance(d, dict) else None for d in details]
+    if len(inits) != len(e["values"]) or not any(isinstance(x, (int, float)) for x in inits):
+        return [None] * len(e["values"]), (f"a state claim is judged on its change from initialisation, and no "
+                                           f"'{key}' (its value at step 0) is recorded")
+    return [None if v is None or not isinstance(i, (int, float)) else float(v) - float(i)
+            for v, i in zip(e["values"], inits)], None
+
+
+def _judge_one(e: dict, vals: list[float | None], why_not: str | None, p: float | None, q: float | None,
+               eq: dict | None, correction: str) -> dict:
+    """One claim's verdict from its tested values, raw and adjusted p and adjusted TOST (``judge_family``)."""
+    raw = claim_verdict(vals if why_not is None else e["values"], e["direction"], null=e.get("null", 0.0),
+                        margin=e.get("margin"), tolerance=e.get("tolerance"))
+    res: dict = {"p": p, "p_adj": q, "correction": correction, "raw_verdict": raw["verdict"],
+                 "raw_reason": raw["reason"]}
+    xs = finite(vals)
+    mean = sum(xs) / len(xs) if xs else None
+    null, pm = e.get("null", 0.0), e.get("practical_margin")
+    no_record = False
+    if e["test"] == "exact":
+        v, why = raw["verdict"], raw["reason"]
+    elif e["test"] == "equivalence":
+        m = e["margin"]
+        if q is None:
+            v, why = INCONCLUSIVE, f"{len(xs)} finite value(s): a test needs at least 2"
+        elif not rejects(q, ALPHA):
+            v, why = INCONCLUSIVE, f"{correction}-adjusted p = {q:.2g} >= {ALPHA:g}: not decided against ±{m:g}"
+        elif null - m < mean < null + m:
+            v, why = HELD, f"inside ±{m:g} ({correction}-adjusted p = {q:.2g})"
+        else:
+            v, why = NOT_HELD, f"outside ±{m:g} ({correction}-adjusted p = {q:.2g})"
+    else:
+        v, why = _directional(mean, q, e["direction"], null, correction, len(xs))
+        if e["test"] == "collapse":
+            v, why, no_record = _collapse(e, res, v, why, len(xs))
+    if eq is not None:
+        res["tost"] = eq
+    if why_not is not None:
+        v, why = INCONCLUSIVE, why_not
+    elif v in (HELD, NOT_HELD, INCONCLUSIVE) and eq is not None and eq["within"] and not no_record \
+            and not (e["test"] == "collapse" and v == HELD and why.startswith("collapse rate")):
+        v, why = WITHIN_MARGIN, (f"TOST: the {eq['level']:.0%} interval [{eq['ci'][0]:.2g}, {eq['ci'][1]:.2g}] "
+                                 f"lies inside {null:g} ± the practical margin {pm:g}, {correction}-adjusted p = "
+                                 f"{eq['p_adj']:.2g} (unadjusted {eq['p']:.2g}); without the margin: {v} ({why})")
+    elif v in (HELD, NOT_HELD, INCONCLUSIVE) and eq is not None and mean is not None and abs(mean - null) < pm:
+        why = (f"{why}; |mean - {null:g}| = {abs(mean - null):.2g} is below the practical margin {pm:g} but TOST's "
+               f"{correction}-adjusted p = {eq['p_adj']:.2g} (unadjusted {eq['p']:.2g}, interval [{eq['ci'][0]:.2g}, "
+               f"{eq['ci'][1]:.2g}]): not shown within margin")
+    if e.get("at_init") and why_not is None:
+        v, why = _init_rule(e, res, v, why)
+    if e.get("observable"):
+        obs = [d.get(e["observable"]) if isinstance(d, dict) else None for d in e.get("details") or []]
+        ox = finite(obs)
+        c = mean_ci(ox) if len(ox) >= 2 else None
+        res["observable_ci"] = [c.low, c.high] if c else None
+        if c is None or not c.low > 0:
+            v, why = NOT_OBSERVABLE, (f"{e['observable']} (the phenomenon) has 95% CI "
+                                      f"{'n/a' if c is None else f'[{c.low:.3g}, {c.high:.3g}]'}, not above 0; "
+                                      f"the value alone: {why}")
+    if "collapse" not in res:
+        rates = collapse_rates(e.get("details") or [])
+        if rates:
+            res["collapse"] = rates
+    if e.get("recollapsed"):  # the stored values under the one collapse rule: the judged claim carries them
+        res.update(details=e["details"], values=e["values"], measured=raw["measured"], ci=raw["ci"], n=raw["n"])
+    res.update(verdict=v, reason=why)
+    return res
+
+
+def _init_rule(e: dict, res: dict, v: str, why: str) -> tuple[str, str]:
+    """A state claim's verdict on its change from initialisation, with its end and init values beside
+    (``res['at_init']``); an effect the model has at step 0 and training does not change is ``present at
+    initialisation``."""
+    key, null = e["at_init"], e.get("null", 0.0)
+    inits = finite([d.get(key) if isinstance(d, dict) else None for d in e.get("details") or []])
+    end = finite(e["values"])
+    ci_end, ci_init = (mean_ci(end) if len(end) >= 2 else None), (mean_ci(inits) if len(inits) >= 2 else None)
+    res["at_init"] = {"key": key, "end": None if ci_end is None else [ci_end.mean, ci_end.low, ci_end.high],
+                      "init": None if ci_init is None else [ci_init.mean, ci_init.low, ci_init.high]}
+    why = f"tested on the change from initialisation: {why}"
+    if v != INCONCLUSIVE or ci_end is None or ci_end.half is None or e["direction"] not in CLAIMED:
+        return v, why
+    side = ci_end.low > null if e["direction"] == "greater" else ci_end.high < null
+    if not side:
+        return v, why
+    where = "" if ci_init is None else f", {ci_init.mean:.3g} at init [{ci_init.low:.3g}, {ci_init.high:.3g}]"
+    return PRESENT_AT_INIT, (f"the end value {ci_end.mean:.3g} [{ci_end.low:.3g}, {ci_end.high:.3g}] is on the "
+                             f"claimed side{where}, but training did not move it there ({why})")
+
+
+def _collapse(e: dict, res: dict, v: str, why: str, n: int) -> tuple[str, str, bool]:
+    """A split-outcome claim's verdict from its collapse rates (``judge_family``); the third item: no record."""
+    a, b = e["args"][0], e["args"][1]
+    rates = collapse_rates(e.get("details") or [], (a, b))
+    res["collapse"] = rates
+    if a not in rates or b not in rates:  # no collapse record: the split outcome cannot be judged
+        res["raw_verdict"] = INCONCLUSIVE
+        return INCONCLUSIVE, (f"no collapse record of {a if a not in rates else b} in the details: the split "
+                              f"outcome cannot be judged (the seeds that trained: {why})"), True
+    ra, rb = rates[a], rates[b]
+    if ra["ci"][0] > rb["ci"][1]:
+        return HELD, (f"collapse rate {ra['k']}/{ra['n']} above {rb['k']}/{rb['n']} "
+                      "(Clopper-Pearson intervals apart)"), False
+    why = (f"collapse {ra['k']}/{ra['n']} vs {rb['k']}/{rb['n']} (Clopper-Pearson intervals overlap); given no "
+           f"collapse ({n} seed(s)): {why}")
+    # the survivors alone cannot refute a claim whose other half (collapses more often) the data lean towards
+    if ra["k"] * rb["n"] > rb["k"] * ra["n"]:
+        if v == NOT_HELD:
+            v, why = INCONCLUSIVE, (f"{why}; but {a} collapsed more often, which the intervals neither show nor "
+                                    "exclude: not refuted by the seeds that trained")
+        if res["raw_verdict"] == NOT_HELD:
+            res["raw_verdict"] = INCONCLUSIVE
+    return v, why, False
+
+
 SIGNIFICANCE_TESTS = ("t", "equivalence", "collapse")
-
-
-def _learning_check(e: dict) -> tuple[dict | None, str | None]:
-    """The one did-not-learn rule (normlab.stats.learning) on a claim's ``must_learn`` details keys (a model's final
-    loss per seed, in ``learn_unit``: bits/byte, or nats/byte converted by 1/ln 2) against the unigram bits/byte
-    minus ``DID_NOT_LEARN_MARGIN``. Returns ``did_not_learn`` ({key: {k, n, missing}}; None without a recorded
-    unigram level or no ``must_learn``) and, where some model did not learn in some seed, the reason the claim is
-    "not observable at this scale": a verdict about a model that did not learn says whether it trains at all, not
-    what the claim says; it counts as p = 1 in the family."""
-    level = e.get("unigram_bpb")
-    if not e.get("must_learn") or not isinstance(level, (int, float)):
-        return None, None
-    scale = 1.0 / math.log(2) if e.get("learn_unit") == "nats/byte" else 1.0
-    details = [d for d in e.get("details") or [] if isinstance(d, dict)]
-    record, notes = {}, []
-    for key in e["must_learn"]:
-        xs = [d.get(key) for d in details]
-        ok = [x * scale for x in xs if isinstance(x, (int, float)) and math.isfinite(x)]
-        k = sum(1 for x in ok if did_not_learn(x, level))
-        record[key] = {"k": k, "n": len(ok), "missing": len(xs) - len(ok)}
-        if k:
-            notes.append(f"{key} did not learn in {k} of {len(ok)} seeds (up to {max(ok):.3g} bits/byte)")
-    if not notes:
-        return record, None
-    return record, (f"{'; '.join(notes)}, not below the unigram {level:.3g} - {DID_NOT_LEARN_MARGIN:g} bits/byte: "
-                    "a verdict about a model that did not learn is not observable (counted as p = 1 in the family)")
 
 
 def _directional(mean: float | None, q: float | None, direction: str, null: float, correction: str, n: int

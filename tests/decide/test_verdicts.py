@@ -59,9 +59,10 @@ def test_a_claim_about_a_model_that_did_not_learn_is_never_held():
     entry = {"values": [-0.5, -0.6, -0.55, -0.52], "details": details, "direction": "less", "test": "t",
              "must_learn": ["best_a", "best_b"], "unigram_bpb": level}
     (got,) = V.judge_family([entry])
-    assert got["raw_verdict"] == V.HELD and got["verdict"] == V.NOT_OBSERVABLE and got["p_adj"] == 1.0
-    (unguarded,) = V.judge_family([{**entry, "must_learn": []}])
-    assert unguarded["verdict"] == V.HELD  # the same values without the guard
+    assert got["raw_verdict"] == V.HELD and got["verdict"] == V.NOT_DECIDED_DNL and got["p_adj"] == 1.0
+    # the guard is not opt-in: without must_learn it finds the models' losses in the details all the same
+    (undeclared,) = V.judge_family([{**entry, "must_learn": []}])
+    assert undeclared["verdict"] == V.NOT_DECIDED_DNL and undeclared["did_not_learn"]["best_b"]["k"] == 1
 
 
 WORDS = {V.LOWER, V.HIGHER, V.UNDECIDED, V.NOT_TESTABLE, V.NOT_DECIDED_DNL, V.NOT_DECIDED_BASE_DNL, V.HELD,
