@@ -7,7 +7,10 @@ arXiv:2309.14322, section 2): for one variant and seed, over the learning-rate g
     LR sensitivity = mean_{lr in G} [ min(L(lr), L_init) - L* ],   L* = min_{lr in G} min(L(lr), L_init)
 
 with ``L`` the final validation bits/byte and ``L_init`` the validation bits/byte at initialisation (recorded by
-the trainer, ``init_val_bpb``); a run that diverged (or did not finish) scores ``L_init``. The best learning rate is
+the trainer, ``init_val_bpb``); a run that diverged, did not finish or collapsed (did not learn, below) scores
+``L_init`` (one score for every failed run: until 2026-12-07 a collapsed run scored its own loss, near the unigram
+level, so a variant that collapsed looked more stable than one that diverged; docs/claims.md lists the verdicts
+that changed). The best learning rate is
 the grid point reaching ``L*`` (the smallest such lr on a tie). The stable range is the set of learning rates whose
 run neither diverged nor ended more than ``STABLE_MARGIN`` bits/byte above ``L*``. Every per-seed number gets a 95%
 Student-t interval over seeds (the best learning rate on a log10 scale).
@@ -45,12 +48,16 @@ def _finite(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
-def lr_sensitivity(losses: dict[float, float | None], loss_init: float) -> tuple[float, float, float]:
+def lr_sensitivity(losses: dict[float, float | None], loss_init: float, unigram: float | None = None
+                   ) -> tuple[float, float, float]:
     """``(sensitivity, L*, best lr)`` of one seed's grid ``{lr: final loss or None (diverged)}`` (see the module
-    docstring); every loss is capped at ``loss_init`` and a missing one counts as ``loss_init``."""
+    docstring); every loss is capped at ``loss_init``, and a run that diverged, did not finish or collapsed (did not
+    learn: at or above ``unigram - DID_NOT_LEARN_MARGIN``, normlab.stats.learning; ``unigram`` None: not checked)
+    counts as ``loss_init``: one score for every failed run, so a variant that collapses cannot look stable."""
     if not losses:
         raise ValueError("lr_sensitivity needs at least one grid point")
-    capped = {lr: min(v, loss_init) if _finite(v) else loss_init for lr, v in losses.items()}
+    capped = {lr: min(v, loss_init) if _finite(v) and not did_not_learn(v, unigram) else loss_init
+              for lr, v in losses.items()}
     best = min(capped.values())
     best_lr = min(lr for lr, v in capped.items() if v == best)
     return mean(v - best for v in capped.values()), best, best_lr
@@ -210,7 +217,7 @@ def _seed_grid(runs: list[GridRun], fallback_init: float | None, floor: float | 
     if init is None:
         return None
     losses = {r.lr: (r.final if r.status == "completed" and _finite(r.final) else None) for r in runs}
-    sens, best, best_lr = lr_sensitivity(losses, init)
+    sens, best, best_lr = lr_sensitivity(losses, init, floor)
     dnl = did_not_learn(best, floor)
     learned = None if dnl is None else not dnl
     return SeedGrid(runs[0].seed, losses, init, sens, best, best_lr, stable_lrs(losses, best), learned)

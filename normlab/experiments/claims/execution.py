@@ -41,6 +41,7 @@ from normlab.errors import EXIT_INTERRUPTED, NormlabError
 from normlab.experiments.claims.budgets import Budget
 from normlab.experiments.claims.docs import claim_scale
 from normlab.experiments.claims.measures import Context, measure
+from normlab.experiments.claims.measures_lr import sens_from_details
 from normlab.experiments.claims.specs import CLAIM_NAMES, CLAIMS, TESTS, claim_seeds, confirms, spec_hash
 from normlab.decide.verdicts import SIGNIFICANCE_TESTS, judge_family
 from normlab.decide.verdicts import claim_verdict as verdict
@@ -394,6 +395,29 @@ def report_unigram(report: dict) -> float | None:
     return None
 
 
+def remeasured(c: dict, spec: Any) -> dict:
+    """A stored LR-sensitivity claim's values recomputed from its per-learning-rate losses under the current
+    definition (normlab.experiments.lrgrid.lr_sensitivity: a collapsed run scores L_init, as a diverged one);
+    where that changes them, the stored ones are kept as ``values_before`` with the reason, so the verdict is
+    judged on the values the current metric gives (a measure redefined after a verdict: docs/claims.md)."""
+    if spec is None or spec.measure != "sens_diff" or len(spec.args) < 2:
+        return c
+    new, notes = [], set()
+    for v, d in zip(c["values"], c.get("details") or []):
+        x, note = sens_from_details(d, *spec.args[:2]) if isinstance(d, dict) else (None, "no details")
+        if x is None:
+            return c
+        new.append(x)
+        if note:
+            notes.add(note)
+    if len(new) != len(c["values"]) or all(isinstance(a, (int, float)) and abs(a - b) < 1e-12
+                                           for a, b in zip(c["values"], new)):
+        return c
+    return {**c, "values": new, "values_before": c.get("values_before", c["values"]),
+            "remeasured": "LR sensitivity with collapsed runs scored at L_init, as diverged ones (2026-12-07)"
+                          + (f"; {'; '.join(sorted(notes))}" if notes else "")}
+
+
 def judge(report: dict, correction: str = "holm") -> dict:
     """``report`` with every claim's final verdict judged over the family of its claims (normlab.decide.verdicts
     .judge_family: Holm over the claims with a significance test, practical margins, observability,
@@ -402,6 +426,7 @@ def judge(report: dict, correction: str = "holm") -> dict:
     earlier definition."""
     specs = {s.name: s for s in CLAIMS}
     unigram = report_unigram(report)
+    report = {**report, "claims": [remeasured(c, specs.get(c["name"])) for c in report["claims"]]}
     entries = []
     for c in report["claims"]:
         observable = c.get("observable") or ""
@@ -410,6 +435,8 @@ def judge(report: dict, correction: str = "holm") -> dict:
         details = [d for d in c.get("details") or [] if isinstance(d, dict)]
         if spec is not None and spec.observable and any(spec.observable in d for d in details):
             observable = spec.observable  # a current observability rule reads stored details only: it applies
+        elif spec is not None and not spec.observable:
+            observable = ""  # a rule the current definition replaced (by at_init) is not applied
         if spec is not None and spec.must_learn and all(k in d for d in details for k in spec.must_learn):
             must_learn = list(spec.must_learn)  # and the did-not-learn rule (not observable, p = 1 in the family)
         test = c.get("test") if c.get("test") in TESTS else {"exact": "exact", "within": "equivalence"}.get(
@@ -418,6 +445,7 @@ def judge(report: dict, correction: str = "holm") -> dict:
                         "null": c.get("null", 0.0), "margin": c.get("margin"), "tolerance": c.get("tolerance"),
                         "test": test, "practical_margin": c.get("practical_margin"),
                         "observable": observable, "args": c.get("args") or [], "must_learn": must_learn,
+                        "at_init": spec.at_init if spec is not None else "",
                         "learn_unit": spec.learn_unit if spec is not None else "bits/byte",
                         "unigram_bpb": next((d["unigram_bpb"] for d in details if "unigram_bpb" in d), unigram)})
     judged = judge_family(entries, correction)

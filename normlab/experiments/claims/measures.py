@@ -25,6 +25,7 @@ from normlab.diagnostics.massive import massive_by_block
 from normlab.eval.extrapolation import extrapolate
 from normlab.experiments.claims.budgets import Budget
 from normlab.experiments.claims import measures_literature, measures_lr, measures_surgery  # noqa: F401 (registers)
+from normlab.decide.guard import LEARN_KEY
 from normlab.experiments.claims.measure_registry import MEASURES, get_measure, register_measure  # noqa: F401
 from normlab.experiments.claims.measures_lr import unigram_bpb
 from normlab.io import read_json, write_json
@@ -136,9 +137,16 @@ def m_growth(ctx: Context, runs: dict[str, Path]) -> tuple[float | None, dict]:
 
 @register_measure("diff_slope")
 def m_diff_slope(ctx: Context, runs: dict[str, Path], other: str) -> tuple[float | None, dict]:
-    """``slope(deep_pre) - slope(other)`` of ln(var) over depth."""
+    """``slope(deep_pre) - slope(other)`` of ln(var) over depth; details: the same difference at the runs' own
+    seeded initialisation (``diff_init``: a state claim is judged on what training changed, normlab.decide)."""
     a, b = _slope(ctx, runs["deep_pre"]), _slope(ctx, runs[other])
-    return (None if a is None or b is None else a - b), {"slope_pre": a, f"slope_{other}": b}
+    det: dict[str, Any] = {"slope_pre": a, f"slope_{other}": b}
+    ia, ib = ctx.diagnostics(runs["deep_pre"], at_init=True), ctx.diagnostics(runs[other], at_init=True)
+    if ia is not None and ib is not None:
+        det["slope_init_pre"] = ia["variance"]["log_var_slope_blocks"]
+        det[f"slope_init_{other}"] = ib["variance"]["log_var_slope_blocks"]
+        det["diff_init"] = det["slope_init_pre"] - det[f"slope_init_{other}"]
+    return (None if a is None or b is None else a - b), det
 
 
 @register_measure("massive")
@@ -151,7 +159,11 @@ def m_massive(ctx: Context, runs: dict[str, Path]) -> tuple[float | None, dict]:
         return None, {}
     ra, rb = a["massive"]["max_ratio_per_seq"], b["massive"]["max_ratio_per_seq"]
     pa, pb = a["massive"]["max_ratio"], b["massive"]["max_ratio"]
-    return math.log10(ra / rb), {"ratio_per_seq_pre": ra, "ratio_per_seq_peri": rb,
+    ia, ib = ctx.diagnostics(runs["deep_pre"], at_init=True), ctx.diagnostics(runs["deep_peri"], at_init=True)
+    init = {}  # the same log ratio at the runs' own seeded initialisation (a state claim: normlab.decide)
+    if ia is not None and ib is not None and ia["massive"]["max_ratio_per_seq"] and ib["massive"]["max_ratio_per_seq"]:
+        init = {"log10_ratio_init": math.log10(ia["massive"]["max_ratio_per_seq"] / ib["massive"]["max_ratio_per_seq"])}
+    return math.log10(ra / rb), {**init, "ratio_per_seq_pre": ra, "ratio_per_seq_peri": rb,
                                  "pooled_log10_ratio": math.log10(pa / pb) if pa and pb else None,
                                  "pooled_ratio_pre": pa, "pooled_ratio_peri": pb,
                                  "top1_per_seq_pre": a["massive"]["max_top1_per_seq"],
@@ -327,12 +339,29 @@ def m_extrap_eval_only(ctx: Context, runs: dict[str, Path]) -> tuple[float | Non
 
 
 def measure(claim: Any, ctx: Context, runs: dict[str, Path]) -> tuple[float | None, dict]:
-    """One seed's value and details of ``claim`` (a ``specs.Claim``): its registered measure with its args. A claim
-    with ``must_learn`` losses gets the training split's unigram bits/byte in its details (``unigram_bpb``) when its
-    measure did not record it, so the did-not-learn rule can be applied whichever claims a run measures."""
+    """One seed's value and details of ``claim`` (a ``specs.Claim``): its registered measure with its args, and for
+    every claim (normlab.decide.guard, not opt-in) the final bits/byte of every model it trains (``learn_bpb``: a
+    grid variant's best over its learning rates; None where every run diverged) with the training split's unigram
+    bits/byte (``unigram_bpb``), so the one did-not-learn guard can be applied whichever claims a run measures."""
     value, details = get_measure(claim.measure)(ctx, runs, *claim.args)
-    if getattr(claim, "must_learn", ()) and isinstance(details, dict) and "unigram_bpb" not in details:
-        first = next(iter(runs.values()))  # a run directory, or lr -> run directory for a grid variant
-        run_dir = first[min(first)] if isinstance(first, dict) else first
-        details = {**details, "unigram_bpb": unigram_bpb(ctx, open_config(run_dir))}
-    return value, details
+    if not isinstance(details, dict):
+        return value, details
+    first = next(iter(runs.values()))  # a run directory, or lr -> run directory for a grid variant
+    run_dir = first[min(first)] if isinstance(first, dict) else first
+    extra: dict[str, Any] = {LEARN_KEY: {v: _final_loss(ctx, r) for v, r in runs.items()}}
+    if "unigram_bpb" not in details:
+        extra["unigram_bpb"] = unigram_bpb(ctx, open_config(run_dir))
+    return value, {**details, **extra}
+
+
+def _final_loss(ctx: Context, run: Any) -> float | None:
+    """A model's final validation bits/byte (a grid variant: the best of its completed runs); None if none
+    completed with a finite loss."""
+    dirs = list(run.values()) if isinstance(run, dict) else [run]
+    xs = []
+    for d in dirs:
+        s = ctx.summary(d)
+        v = s.get("val_bpb")
+        if s.get("status") == "completed" and isinstance(v, (int, float)) and math.isfinite(v):
+            xs.append(float(v))
+    return min(xs) if xs else None

@@ -48,9 +48,50 @@ def seed_grid(ctx: Any, grid: dict[float, Path]) -> tuple[float, float, float, d
         if isinstance(s.get("init_val_bpb"), (int, float)):
             inits.append(float(s["init_val_bpb"]))
     init = sum(inits) / len(inits)
-    sens, best, best_lr = lr_sensitivity(losses, init)
+    level = unigram_bpb(ctx, open_config(grid[ctx.budget.grid_lrs[0]]))
+    sens, best, best_lr = lr_sensitivity(losses, init, level)
     return sens, best, best_lr, {"final_bpb": {f"{k:g}": v for k, v in losses.items()}, "init_bpb": init,
                                  "status": status}
+
+
+def sens_from_details(detail: dict, a: str, b: str) -> tuple[float | None, str | None]:
+    """``sensitivity(a) - sensitivity(b)`` recomputed from one seed's stored details under the current definition
+    (:func:`normlab.experiments.lrgrid.lr_sensitivity`: a collapsed run scores ``L_init``), and a note where an
+    initial loss had to be inferred: the details store ``init_bpb`` (variant ``a``'s) and, from 2026-12-07,
+    ``init_bpb_<v>`` per variant; ``b``'s is recovered from its stored sensitivity where it has a diverged run,
+    else ``a``'s is used (both are the loss of an untrained model on the same windows). (None, why) when the
+    per-learning-rate losses are not stored."""
+    out, notes = [], []
+    for v in (a, b):
+        cells = {k.split("@", 1)[1]: x for k, x in detail.items() if k.startswith(f"bpb_{v}@")}
+        level, init = detail.get("unigram_bpb"), detail.get(f"init_bpb_{v}")
+        if not cells or not isinstance(level, (int, float)):
+            return None, f"no per-learning-rate losses of {v} stored"
+        losses = {float(k): (float(x) if isinstance(x, (int, float)) else None) for k, x in cells.items()}
+        if init is None and v == a:
+            init = detail.get("init_bpb")
+        if init is None:
+            init = _init_from_sens(losses, detail.get(f"sens_{v}"))
+        if init is None:
+            init = detail.get("init_bpb")
+            notes.append(f"{v}: initial loss of {a} used")
+        if not isinstance(init, (int, float)):
+            return None, "no initial loss stored"
+        out.append(lr_sensitivity(losses, float(init), float(level))[0])
+    return out[0] - out[1], "; ".join(notes) or None
+
+
+def _init_from_sens(losses: dict[float, float | None], sens: Any) -> float | None:
+    """The initial loss that reproduces a stored sensitivity under the old definition (a diverged run scored
+    ``L_init``, a finished one ``min(L, L_init)``): solvable where some run diverged and the finished ones are below
+    it; None otherwise."""
+    done = [x for x in losses.values() if x is not None]
+    k = len(losses) - len(done)
+    if not isinstance(sens, (int, float)) or not k or not done:
+        return None
+    best = min(done)  # the best is a finished run below L_init
+    init = (sens * len(losses) + len(losses) * best - sum(done)) / k
+    return init if init >= max(done) else None
 
 
 
@@ -80,6 +121,7 @@ def m_sens_diff(ctx: Any, runs: dict[str, Any], a: str, b: str) -> tuple[float |
     sb, bb, lb, db = seed_grid(ctx, runs[b])
     return sa - sb, {f"sens_{a}": sa, f"sens_{b}": sb, f"best_lr_{a}": la, f"best_lr_{b}": lb,
                      f"bpb_{a}": da["final_bpb"], f"bpb_{b}": db["final_bpb"], "init_bpb": da["init_bpb"],
+                     f"init_bpb_{a}": da["init_bpb"], f"init_bpb_{b}": db["init_bpb"],
                      **collapse_cells(ctx, a, runs[a], da["final_bpb"]),
                      **collapse_cells(ctx, b, runs[b], db["final_bpb"])}
 

@@ -140,6 +140,9 @@ class Claim:
     revised: tuple[Revision, ...] = ()  # from normlab/evidence/revisions.yaml
     beside: tuple[str, ...] = ()  # details keys whose mean over seeds is printed beside the value (not hashed)
     learn_unit: str = "bits/byte"
+    # a state claim: the details key of the same quantity at the runs' own initialisation; the claim is tested on
+    # the per-seed change from it (normlab.decide.verdicts.judge_family: "present at initialisation")
+    at_init: str = ""
 
     def __post_init__(self) -> None:
         if not self.test:
@@ -153,7 +156,7 @@ class Claim:
                 "args": list(self.args), "null": self.null, "margin": self.margin, "tolerance": self.tolerance,
                 "test": self.test, "seeds": self.seeds, "practical_margin": self.practical_margin,
                 "observable": self.observable, "variants": list(self.variants),
-                "recipe": {v: recipe(v) for v in self.variants}}
+                "recipe": {v: recipe(v) for v in self.variants}, **({"at_init": self.at_init} if self.at_init else {})}
 
     def learned_loss_bpb(self, x: float) -> float:
         """A ``must_learn`` value in bits/byte (a nats/byte loss divided by ln 2)."""
@@ -169,7 +172,7 @@ def spec_hash(claim: Claim) -> str:
 # -- loading the definitions ------------------------------------------------------------------------------------
 TOP_KEYS = ("name", "claim", "paper", "question", "variants", "measure", "beside", "meaning", "source", "deviations")
 QUESTION_KEYS = ("metric", "expected", "direction", "test", "no_effect", "margin", "tolerance", "practical_margin",
-                 "seeds", "observable", "must_learn", "learn_unit")
+                 "seeds", "observable", "must_learn", "learn_unit", "at_init")
 MEASURE_KEYS = ("name", "args")
 _REQUIRED = {"top": ("name", "claim", "paper", "question", "variants", "measure"),
              "question": ("metric", "expected", "direction")}
@@ -241,6 +244,7 @@ def claim_from_dict(d: Any, source: str, revised: tuple[Revision, ...] = ()) -> 
                  test=test, seeds=seeds,
                  practical_margin=_number(q.get("practical_margin"), f"{source}: question: practical_margin"),
                  observable=q.get("observable") or "",
+                 at_init=_text(q["at_init"], f"{source}: question: at_init") if "at_init" in q else "",
                  must_learn=_names(q.get("must_learn", []), f"{source}: question: must_learn"), learn_unit=unit,
                  beside=_names(d.get("beside", []), f"{source}: beside"), revised=revised, **prose)
 
