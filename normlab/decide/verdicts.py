@@ -280,7 +280,7 @@ def judge_family(entries: list[dict], correction: str = "holm") -> list[dict]:
     # the family: every significance test (p = 1 where untestable or the guard fails) and every TOST of a margin
     fam = [i for i, e in enumerate(entries) if e["test"] in SIGNIFICANCE_TESTS]
     eqs = [i for i, eq in enumerate(tosts) if eq is not None]
-    raw = [1.0 if (guards[i][1] or ps[i] is None) else ps[i] for i in fam] + \
+    raw = [1.0 if guards[i][1] else ps[i] for i in fam] + \
           [1.0 if guards[i][1] else tosts[i]["p"] for i in eqs]
     adjusted = adjust(raw, correction) if raw else []
     qs: list[float | None] = [None] * len(entries)

@@ -8,9 +8,9 @@ arXiv:2309.14322, section 2): for one variant and seed, over the learning-rate g
 
 with ``L`` the final validation bits/byte and ``L_init`` the validation bits/byte at initialisation (recorded by
 the trainer, ``init_val_bpb``); a run that diverged, did not finish or collapsed (did not learn, below) scores
-``L_init`` (one score for every failed run: until 2026-12-07 a collapsed run scored its own loss, near the unigram
-level, so a variant that collapsed looked more stable than one that diverged; docs/claims.md lists the verdicts
-that changed). The best learning rate is
+``L_init`` (one score for every failed run: under the earlier definition a collapsed run scored its own loss, near the
+unigram level, so a variant that collapsed looked more stable than one that diverged; docs/claims.md lists the
+verdicts that changed). The best learning rate is
 the grid point reaching ``L*`` (the smallest such lr on a tie). The stable range is the set of learning rates whose
 run neither diverged nor ended more than ``STABLE_MARGIN`` bits/byte above ``L*``. Every per-seed number gets a 95%
 Student-t interval over seeds (the best learning rate on a log10 scale).

@@ -414,7 +414,7 @@ def remeasured(c: dict, spec: Any) -> dict:
                                            for a, b in zip(c["values"], new)):
         return c
     return {**c, "values": new, "values_before": c.get("values_before", c["values"]),
-            "remeasured": "LR sensitivity with collapsed runs scored at L_init, as diverged ones (2026-12-07)"
+            "remeasured": "LR sensitivity with collapsed runs scored at L_init, as diverged ones"
                           + (f"; {'; '.join(sorted(notes))}" if notes else "")}
 
 
