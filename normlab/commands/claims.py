@@ -233,7 +233,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     cl = sub.add_parser("claims", help="re-measure published normalization claims with seeds and 95%% CIs")
     cl.add_argument("--only", metavar="NAME", help="run only these claims (comma-separated names)")
     cl.add_argument("--seeds", type=int_in(1, 1000), help="number of seeds (default: the budget's)")
-    cl.add_argument("--budget", choices=["tiny", "quick", "full", "scale", "confirm", "followup"],
+    cl.add_argument("--budget", choices=["tiny", "quick", "full", "scale", "confirm", "followup", "rejudge"],
                     default="quick",
                     help="tiny: seconds (tests); quick: < 15 min on 2 cores; full: about 1 h on 2 idle cores, "
                          "writes docs/claims.md; scale: the claims not decided at width 64, at 12 blocks of width "

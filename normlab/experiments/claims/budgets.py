@@ -18,7 +18,11 @@ them).
 - ``followup``: ``full``'s models, steps and measurements on 12 seeds of a fresh block, 7000-7011, for the claims whose
   verdicts differed between the two fresh 5-seed blocks that measured the revised claims (1000-1004 and 6000-6004;
   :data:`FOLLOWUP_CLAIMS`). It *follows* ``confirm`` (``Budget.follows``): for its claims its verdicts, judged on its
-  own block alone with Holm over its own family, supersede ``confirm``'s (docs/claims-followup.md).
+  own block alone with Holm over its own family, supersede ``confirm``'s (docs/claims-followup.md);
+- ``rejudge``: ``full``'s models, steps and 5 seeds on a fresh block, 9100-9104, for the claims whose verdict the
+  decision layer's rules (normlab.decide) changed on a stored result or cannot judge from stored details
+  (:data:`REJUDGE_CLAIMS`; docs/claims.md, "Re-judged under the decision layer"); judged on its own block with Holm
+  over its own family (docs/claims-rejudge.md).
 
 Why the follow-up decides alone. Its claims were chosen after both 5-seed blocks were known (a post-hoc choice, and
 the choice to let it replace the registered confirmation's verdicts for them is post hoc too); its own block is
@@ -104,6 +108,15 @@ FOLLOWUP_CLAIMS = ("postln-warmup", "lssar-extrapolation", "mano-rank")
 FOLLOWUP_SEED_BASE = 7000  # a block no shipped question uses (the blocks above, confirm 6000s)
 FOLLOWUP_SEEDS = 12  # over twice the 5 seeds whose verdicts disagreed
 
+# the claims whose verdict on a stored result the decision layer's rules changed (normlab.decide: one guard, state
+# claims on their change from initialisation, TOST inside the family, LR sensitivity with collapsed runs scored at
+# L_init), or that its rules cannot judge from the stored details (no at-init value): every such claim, fixed from
+# the re-judged table of docs/claims.md before the ``rejudge`` run; measured again on a fresh block, judged on it
+# alone (its own family), whatever they show
+REJUDGE_CLAIMS = ("cod-growth", "cod-lns", "peri-massive", "peri-variance-magnitude", "hadamard-w4", "peri-quant",
+                  "mano-rank", "qk-lr-sensitivity", "postln-lr-sensitivity", "peri-lr-sensitivity")
+REJUDGE_SEED_BASE = 9100  # a block no shipped question uses (the blocks above, advise's 8000s, replications +10000)
+
 
 BUDGETS: dict[str, Budget] = {
     "tiny": Budget("tiny", "synthetic:markov?order=2&alphabet=16&length=300000&seed=0", seeds=2, steps=8,
@@ -129,6 +142,7 @@ BUDGETS: dict[str, Budget] = {
 BUDGETS["confirm"] = replace(BUDGETS["full"], name="confirm", seed_base=CONFIRM_SEED_BASE, claims=CONFIRM_CLAIMS)
 BUDGETS["followup"] = replace(BUDGETS["full"], name="followup", seeds=FOLLOWUP_SEEDS, seed_base=FOLLOWUP_SEED_BASE,
                               claims=FOLLOWUP_CLAIMS, follows="confirm")
+BUDGETS["rejudge"] = replace(BUDGETS["full"], name="rejudge", seed_base=REJUDGE_SEED_BASE, claims=REJUDGE_CLAIMS)
 
 
 def stored_spec(spec: dict) -> dict:

@@ -181,7 +181,8 @@ def confirmation_lines(report: dict, confirmation: dict, source: str) -> list[st
            f"The claims marked ⚑ above, measured again by {md_code(str(confirmation.get('command')))} on seeds "
            f"{seed_span(seeds)}, which no revision saw, with the definitions of this page fixed before those runs "
            f"({md_code(source)}; docs/claims-confirm.md, its own page). These verdicts are confirmatory: Holm's "
-           f"correction over that run's family of {confirmation.get('family_size', 'n/a')} claims with a test. "
+           f"correction over that run's family of {confirmation.get('family_size', 'n/a')} tests (its claims with a "
+           "test and the TOSTs of their practical margins). "
            "`normlab advise` reads them (normlab/evidence/claims.json), but for a claim a follow-up on a larger "
            "fresh block supersedes (below, where given).", "",
            *([str(confirmation["note"]), ""] if confirmation.get("note") else []),
@@ -236,6 +237,31 @@ def followup_lines(report: dict, confirmation: dict, followup: dict, source: str
     return out + [""]
 
 
+def rejudged_lines(reports: list[tuple[dict, str]]) -> list[str]:
+    """The stored verdicts that the decision layer's rules change (old, new, why), per stored results file: each
+    row is a claim whose stored ``verdict_stored`` differs from its verdict now (``judge`` of a rendered report)."""
+    rows = []
+    for rep, name in reports:
+        for c in rep["claims"]:
+            if c.get("verdict_stored") is None:
+                continue
+            why = c["reason"] + (f" (values re-measured: {c['remeasured']})" if c.get("remeasured") else "")
+            cells = [f"`{c['name']}`", md_code(name), seed_span(list(c.get("seeds") or [])), c["verdict_stored"],
+                     f"**{c['verdict']}**", why]
+            rows.append("| " + " | ".join(x.replace("|", "\\|") for x in cells) + " |")
+    if not rows:
+        return []
+    return ["## Re-judged under the decision layer", "",
+            "Every stored result on this page judged again by the one decision layer (normlab.decide): one "
+            "did-not-learn guard on every claim (every model it trains, not only those a definition listed), state "
+            "claims tested on their change from initialisation, the TOST of every practical margin inside the "
+            "family's Holm adjustment, and LR sensitivity with a collapsed run scored like a diverged one (stored "
+            "per-learning-rate losses recomputed). The verdicts that changed, with the stored one and why "
+            "(normlab/evidence/revisions.yaml lists each rule change with the verdict before it):", "",
+            "| claim | results | seeds | stored verdict | verdict now | why |", "|---|---|---|---|---|---|",
+            *rows, ""]
+
+
 def write_docs(report: dict, path: Path, confirmations: tuple[tuple[dict, str], ...] = ()) -> None:
     """The claims page for the judged ``report``; with judged ``confirmations`` (report, file name: runs of its
     exploratory claims on fresh seed blocks, ``--confirmation``), their sections after the table: a plain
@@ -262,7 +288,8 @@ def write_docs(report: dict, path: Path, confirmations: tuple[tuple[dict, str], 
           if rendered and all(c.get("current_definition", True) for c in report["claims"]) else []),
         *([f"> Re-rendered from stored results ({rendered}), measured by {md_code(str(report['command']))}: "
            "the verdicts are "
-           "those of the current rules (Holm over the family, practical margins, observability, collapse rates) "
+           "those of the current rules (the decision layer: one guard, state claims on their change from "
+           "initialisation, Holm over one family with every TOST in it, observability, collapse rates) "
            "applied to the stored per-seed values. Claims marked ⚠ *earlier definition* were measured under a "
            "definition revised since (see Definitions revised); their row is the old measurement judged under "
            "the new rules, or, where the stored details allow, recomputed as the note in their section says. "
@@ -300,21 +327,24 @@ def write_docs(report: dict, path: Path, confirmations: tuple[tuple[dict, str], 
         *([f"Learning-rate sweep claims (Wortsman et al. 2023, arXiv:2309.14322): every grid variant is trained at "
            f"each peak LR in {', '.join(f'{x:g}' for x in b['grid_lrs'])}, {b['grid_depth']} blocks, {b['grid_steps']} "
            f"steps, warm-up {b['grid_warmup']} steps (except where a claim says); LR sensitivity = mean over the "
-           "grid of min(L, L_init) - L* in bits/byte (a diverged run scores its loss at initialisation).", ""]
+           "grid of min(L, L_init) - L* in bits/byte (a run that diverged or collapsed scores its loss at "
+           "initialisation).", ""]
           if "grid_lrs" in b and any(c["name"] in GRID_CLAIMS for c in report["claims"]) else []),
         "Measured = mean over seeds ± half-width of the raw (unadjusted) 95% Student-t interval. p = two-sided "
         "one-sample t-test of the per-seed values against the no-effect value (equivalence claims: against the "
-        "ends of the margin); **Holm p** = p adjusted with Holm's step-down over the family of the "
-        f"{report.get('family_size', 'n/a')} claims with a significance test (normlab.stats.holm; one whose test "
-        "cannot be computed counts as p = 1). Verdicts use "
+        "ends of the margin); **Holm p** = p adjusted with Holm's step-down over one family of "
+        f"{report.get('family_size', 'n/a')} tests: every claim with a significance test and the TOST of every "
+        "practical margin (normlab.stats.holm; one whose test cannot be computed counts as p = 1). Verdicts use "
         "the adjusted p: **held** when it is below 0.05 with the mean on the claimed side, **not held** on the "
         "other side, **inconclusive** otherwise; **within margin** when an equivalence test (TOST) shows the effect "
-        "inside the claim's stated practical margin: both one-sided tests reject at 0.05, i.e. the 90% interval lies "
-        "inside ± the margin (a mean inside the margin with a wider interval is not enough); "
-        "**not observable at this scale** when"
-        " the phenomenon the claim explains does not appear here (the claim's observability rule), or when a model "
-        "the claim is about did not learn (its final loss not below the unigram bits/byte minus 0.1, "
-        "normlab.stats.learning) in some seed, which then counts as p = 1 in the family; neither is 'not held'. "
+        "inside the claim's stated practical margin: its Holm-adjusted TOST p is below 0.05 (a mean inside the margin "
+        "with a wider interval is not enough); "
+        "**not decided: did not learn** when a model the claim trains did not learn or diverged in some seed (its "
+        "final loss not below the unigram bits/byte minus 0.1, normlab.stats.learning; every model is checked, "
+        "normlab.decide.guard), which then counts as p = 1 in the family; **present at initialisation** when a state "
+        "claim (tested on its per-seed change from the run's own initialisation) has its end value on the claimed "
+        "side but training did not move it there; **not observable at this scale** when the phenomenon the claim "
+        "explains does not appear here (the claim's observability rule); none of these is 'not held'. "
         "Exactness claims: every seed within the tolerance (no test). Split outcomes "
         "(collapse): the collapse rate per model with its exact Clopper-Pearson interval, and the test of the loss "
         "given no collapse, which cannot make the claim 'not held' where the claimed model collapsed more often "
@@ -344,6 +374,8 @@ def write_docs(report: dict, path: Path, confirmations: tuple[tuple[dict, str], 
               f"{report['seeds']} seeds are wide, and a claim can flip with more steps. Each claim follows its "
               "paper's recipe where the scale allows; each section below names its source and its deviations. The "
               "per-seed details show the underlying numbers (e.g. both bits/byte values, both slopes).", ""]
+    lines += rejudged_lines([(report, str(report.get("rendered_from") or "this run")), *(
+        (r, n) for r, n in confirmations)])
     plain = [(r, n) for r, n in confirmations if not (r.get("budget_spec") or {}).get("follows")]
     for conf, name in plain:
         lines += confirmation_lines(report, conf, name)

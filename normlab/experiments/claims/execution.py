@@ -453,6 +453,8 @@ def judge(report: dict, correction: str = "holm") -> dict:
     out = dict(report)
     out["claims"] = []
     for c, j in zip(report["claims"], judged):
+        if report.get("rendered_from") and c.get("verdict") not in (None, j["verdict"]):
+            j = {**j, "verdict_stored": c.get("verdict_stored", c["verdict"])}  # what the stored file said
         c = {**c, **j}
         spec = specs.get(c["name"])
         details = [d for d in c.get("details") or [] if isinstance(d, dict)]
@@ -464,7 +466,9 @@ def judge(report: dict, correction: str = "holm") -> dict:
         c["exploratory"] = spec is not None and not confirms(spec.revised, claim_seeds(report, c))
         out["claims"].append(c)
     out["correction"] = correction
-    out["family_size"] = sum(e["test"] in SIGNIFICANCE_TESTS for e in entries)  # untestable members count as p = 1
+    # untestable members count as p = 1; the family holds every significance test and every TOST of a margin
+    out["family_size"] = sum(e["test"] in SIGNIFICANCE_TESTS for e in entries) + sum(
+        j.get("tost") is not None for j in judged)
     return out
 
 

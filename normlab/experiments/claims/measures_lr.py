@@ -57,10 +57,10 @@ def seed_grid(ctx: Any, grid: dict[float, Path]) -> tuple[float, float, float, d
 def sens_from_details(detail: dict, a: str, b: str) -> tuple[float | None, str | None]:
     """``sensitivity(a) - sensitivity(b)`` recomputed from one seed's stored details under the current definition
     (:func:`normlab.experiments.lrgrid.lr_sensitivity`: a collapsed run scores ``L_init``), and a note where an
-    initial loss had to be inferred: the details store ``init_bpb`` (variant ``a``'s) and, in results measured since
-    the rule, ``init_bpb_<v>`` per variant; ``b``'s is recovered from its stored sensitivity where it has a diverged run,
-    else ``a``'s is used (both are the loss of an untrained model on the same windows). (None, why) when the
-    per-learning-rate losses are not stored."""
+    initial loss had to be inferred: the details store ``init_bpb`` (variant ``a``'s) and, in results measured
+    since the rule, ``init_bpb_<v>`` per variant; ``b``'s is recovered from its stored sensitivity where it has a
+    diverged run, else ``a``'s is used (both are the loss of an untrained model on the same windows). (None, why)
+    when the per-learning-rate losses are not stored."""
     out, notes = [], []
     for v in (a, b):
         cells = {k.split("@", 1)[1]: x for k, x in detail.items() if k.startswith(f"bpb_{v}@")}
