@@ -19,6 +19,9 @@ def test_confirm_is_the_full_budget_on_a_fresh_seed_block():
     assert full.seed_list(5) == [0, 1, 2, 3, 4]
 
 
+DECISION_LAYER = "2026-12-07"  # the date of the decision layer's rule changes (normlab/evidence/revisions.yaml)
+
+
 def test_confirm_runs_every_revised_claim_on_seeds_no_revision_saw():
     """Declared before its runs: every claim revised after a verdict on seeds 0-4, whatever that verdict (a
     selection by verdict would be a forking path); none of its seeds was seen by a revision, so its verdicts are
@@ -26,17 +29,39 @@ def test_confirm_runs_every_revised_claim_on_seeds_no_revision_saw():
     confirmation's results (postln-warmup's split-outcome rule, after seeds 6000-6004) is exploratory there too, and
     on the follow-up's block (its seeds 7000-7007 were stored when that rule was revised), where the others are
     confirmatory."""
-    revised = {c.name for c in CLAIMS if c.revised}
+    # the claims revised before the confirmation (the decision layer's rule changes came after it: REJUDGE_CLAIMS)
+    revised = {c.name for c in CLAIMS if any(r.date < DECISION_LAYER for r in c.revised)}
     assert set(CONFIRM_CLAIMS) == revised and len(CONFIRM_CLAIMS) == len(revised) == 17
     confirm, full, followup = get_budget("confirm"), BUDGETS["full"], BUDGETS["followup"]
     after = {c.name for c in CLAIMS if any(set(r.seeds_seen) & set(confirm.seed_list(5)) for r in c.revised)}
-    assert after == {"postln-warmup"}
+    assert after == {"postln-warmup", "cod-growth", "peri-massive", "peri-variance-magnitude", "hadamard-w4",
+                     "peri-quant", "mano-rank"}
     for c in CLAIMS:
         if c.revised:
             assert confirms(c.revised, confirm.seed_list(c.seeds or confirm.seeds)) == (c.name not in after)
             assert not confirms(c.revised, full.seed_list(c.seeds or full.seeds))
-            # postln-warmup's rule was revised while the follow-up ran, after its seeds 7000-7007 were stored
-            assert confirms(c.revised, followup.seed_list(followup.seeds)) == (c.name != "postln-warmup")
+            # postln-warmup's rule was revised while the follow-up ran, after its seeds 7000-7007 were stored;
+            # mano-rank's family (the TOSTs joined it) after the follow-up's results
+            assert confirms(c.revised, followup.seed_list(followup.seeds)) == (
+                c.name not in ("postln-warmup", "mano-rank"))
+
+
+def test_rejudge_runs_the_claims_the_decision_layer_changed_on_seeds_no_revision_saw():
+    """Declared before its runs: every claim whose stored verdict the decision layer's rules changed, or which they
+    cannot judge from stored details (a state claim without its at-init value), on the fresh block 9100-9104: no
+    revision saw it and no other shipped question uses it, so its verdicts are confirmatory."""
+    from normlab.experiments.claims.budgets import REJUDGE_CLAIMS
+
+    rejudge = get_budget("rejudge")
+    assert rejudge.seed_list(rejudge.seeds) == list(range(9100, 9105)) and rejudge.claims == REJUDGE_CLAIMS
+    specs = {c.name: c for c in CLAIMS}
+    assert all(any(r.date == DECISION_LAYER for r in specs[n].revised) for n in REJUDGE_CLAIMS)
+    assert all(confirms(specs[n].revised, rejudge.seed_list(5)) for n in REJUDGE_CLAIMS)
+    used = set()
+    for b in BUDGETS.values():
+        if b.name != "rejudge":
+            used |= set(b.seed_list(max(b.seeds, 12)))
+    assert not used & set(rejudge.seed_list(5))
 
 
 def test_measurement_settings_are_budget_fields():
@@ -45,7 +70,7 @@ def test_measurement_settings_are_budget_fields():
     back to; confirm and followup measure as full."""
     got = {n: (b.measure_tokens, b.removal_steps) for n, b in BUDGETS.items()}
     assert got == {"tiny": (512, 2), "quick": (8192, 10), "full": (16384, 30), "scale": (8192, 10),
-                   "confirm": (16384, 30), "followup": (16384, 30)}
+                   "confirm": (16384, 30), "followup": (16384, 30), "rejudge": (16384, 30)}
     assert {"measure_tokens", "removal_steps"} <= set(BUDGETS["full"].to_dict())  # stored with the results
 
 
@@ -98,4 +123,5 @@ def test_followup_runs_the_claims_two_fresh_confirmations_disagree_on_with_more_
     for name in FOLLOWUP_CLAIMS:
         c = specs[name]
         assert c.seeds is None  # the budget's 12 seeds, not a claim's own count
-        assert c.revised and confirms(c.revised, followup.seed_list(followup.seeds)) == (name != "postln-warmup")
+        assert c.revised and confirms(c.revised, followup.seed_list(followup.seeds)) == (
+            name not in ("postln-warmup", "mano-rank"))
