@@ -9,6 +9,8 @@ import sqlite3
 from statistics import mean
 
 import pytest
+
+from normlab.stats.learning import DID_NOT_LEARN_MARGIN
 import torch
 import yaml
 
@@ -182,7 +184,10 @@ def _expected_from_store(out):
     per: dict[tuple[str, int], dict[float, float]] = {}
     for rid, axes, seed, status, final in rows:
         axes = json.loads(axes)
-        v = final if status == "completed" else init[rid]
+        # a diverged run, and one that collapsed (did not learn: at or above the unigram level - 0.1), score L_init
+        level = json.loads((out / "runs" / rid / "summary.json").read_text()).get("unigram_bpb")
+        failed = status != "completed" or (level is not None and final >= level - DID_NOT_LEARN_MARGIN)
+        v = init[rid] if failed else final
         per.setdefault((axes["grid_group"], seed), {})[axes["train.lr"]] = min(v, init[rid])
     sens = {k: mean(x - min(g.values()) for x in g.values()) for k, g in per.items()}
     return per, sens
