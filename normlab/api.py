@@ -33,7 +33,6 @@ from normlab.experiments.sweepdir import default_sweep_dir
 from normlab.experiments.sweep import list_presets, load_sweep, parse_sweep
 from normlab.model import build_model as _build
 from normlab.report import write_report
-from normlab.report.sequential import look_record
 from normlab.rundir.files import CONFIG_FILE
 from normlab.rundir.readers import apply_norm_defaults, check_context, open_config, run_data, run_tokenizer
 from normlab.rundir.readers import load_run as _load
@@ -179,7 +178,7 @@ def compare(sweep: str | Path | dict[str, Any], out: str | Path | None = None, *
         s = load_sweep(sweep)
     sweep_dir = Path(out) if out else default_sweep_dir(s)
     # a sequential plan: seeds in rounds until decided
-    outcome = run_sweep(s, sweep_dir, workers=workers, decide=look_record)
+    outcome = run_sweep(s, sweep_dir, workers=workers)
     res: dict[str, Any] = {"sweep_dir": str(sweep_dir), "sweep": s.name, "status": outcome.status,
                            "counts": outcome.counts(), "trained": outcome.trained, "skipped": outcome.skipped,
                            "runs": outcome.runs}

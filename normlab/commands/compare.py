@@ -67,12 +67,11 @@ def parse_duration(text: str) -> float:
 
 def _execute(sweep: Any, out: Path, args: argparse.Namespace) -> Any:
     """Run ``sweep`` in ``out`` through the one entry (``normlab.experiments.run``): in rounds until decided when it
-    has a sequential plan (the looks judged by normlab.report.sequential), else once."""
+    has a sequential plan (the looks decided by normlab.decide.looks), else once."""
     from normlab.experiments.entry import run  # torch: not when the parser is built
-    from normlab.report.sequential import look_record
 
     return run(sweep, out, executor=args.executor, workers=args.workers, address=args.address, stack=args.stack,
-               decide=look_record, budget_s=args.budget)
+               budget_s=args.budget)
 
 
 def _load(args: argparse.Namespace, source: str | None = None) -> Any:

@@ -43,7 +43,7 @@ from normlab.decide.verdicts import (
     UNDECIDED,
     WITHIN_MARGIN,
     decision,
-    family_adjusted,
+    family_tests,
     learning_guard,
     margin_verdict,
     rejects,
@@ -158,11 +158,13 @@ def build_rows(groups: list[Any], base: Any, question: Question | dict[str, Any]
         # an untestable member, one whose variant did not learn, and one with no finished run at all stay in the
         # family with p = 1 (m is the declared family's size: conservative)
         missing = len([f for f in family if f not in {r.variant for r in fam}]) if decide else 0
-        for r, p in zip(fam, family_adjusted([r.diff.p for r in fam], [r.note for r in fam], q, missing)):
+        adj, eqs = family_tests([r.diff.p for r in fam], [r.note for r in fam], q, [r.differences for r in fam],
+                                missing)
+        for r, p, eq in zip(fam, adj, eqs):
             r.p_adjusted = p
             r.decided = r.diff.p is not None and rejects(p, q.alpha, r.note)
             r.decision = decision(r.diff.mean, rejected=r.decided, note=r.note, testable=r.diff.p is not None)
-            r.decision, r.tost = margin_verdict(r.decision, r.differences, q)
+            r.decision, r.tost = margin_verdict(r.decision, eq), eq
     m_family = (len(family) if decide else len(fam)) or 1
     _plan(rows, groups, getters, metrics, q.alpha, m_family)
     return rows

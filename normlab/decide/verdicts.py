@@ -7,7 +7,8 @@ claims only call these functions and render their results.
 ``--replicate-on``): a family member is ``lower`` / ``higher`` (by the sign of ``variant - baseline``) where it is
 rejected — its adjusted p <= the question's alpha (``rejects``), or its statistic crossed a sequential boundary —
 ``undecided`` or ``not testable`` otherwise (``decision``); ``within margin`` where the question declares a
-practical margin and TOST puts the difference inside it (``margin_verdict``). The one did-not-learn guard
+practical margin and TOST, adjusted with the family's tests, puts the difference inside it (``family_tests``,
+``margin_verdict``). The one did-not-learn guard
 (``learning_guard``, normlab.stats.learning): a comparison involving a model that did not learn in a seed it uses is
 "not decided: did not learn" (or "...: baseline did not learn"), never rejected, and counts as p = 1 in the family's
 adjustment (``family_adjusted``), as does an untestable member and a declared member without results: a family never
@@ -84,11 +85,29 @@ from normlab.stats.learning import (
 
 def family_adjusted(ps: Sequence[float | None], notes: Sequence[str | None], question: Question, missing: int = 0
                     ) -> list[float | None]:
-    """The adjusted p of each family member (``question.correction`` over the family): a member with a note (a
-    model did not learn) or no p (untestable) enters as p = 1, and so do ``missing`` declared members with no
-    finished run; the family's size is never smaller than declared."""
+    """The adjusted p of each family member's test (``family_tests`` without margins)."""
+    return family_tests(ps, notes, question, None, missing)[0]
+
+
+def family_tests(ps: Sequence[float | None], notes: Sequence[str | None], question: Question,
+                 differences: Sequence[Sequence[float] | None] | None = None, missing: int = 0
+                 ) -> tuple[list[float | None], list[dict | None]]:
+    """One family: the adjusted p of each member's test and, where the question declares a practical margin and
+    ``differences`` (each member's per-seed differences) are given, each member's TOST (:func:`tost`) with its p
+    adjusted **together with** the tests (``p_adj``, ``within``: adjusted p <= alpha), so an equivalence meets the
+    family's correction like any other verdict. A member with a note (a model did not learn) or no p (untestable)
+    enters as p = 1, and so do ``missing`` declared members with no finished run (their TOST too); the family's
+    size is never smaller than declared."""
     full = [1.0 if (n or p is None) else float(p) for p, n in zip(ps, notes)] + [1.0] * missing
-    return adjust(full, question.correction)[: len(ps)]
+    eqs: list[dict | None] = []
+    if question.margin is not None and differences is not None:
+        eqs = [tost(d, 0.0, question.margin, question.alpha) if d else None for d in differences]
+        full += [1.0 if (n or e is None) else e["p"] for e, n in zip(eqs, notes)] + [1.0] * missing
+    adj = adjust(full, question.correction)
+    k = len(ps) + missing
+    out = [None if e is None else {**e, "p_adj": q, "within": q <= question.alpha}
+           for e, q in zip(eqs, adj[k:k + len(eqs)])]
+    return adj[: len(ps)], out or [None] * len(ps)
 
 
 def rejects(p_adjusted: float | None, alpha: float, note: str | None = None) -> bool:
@@ -96,18 +115,13 @@ def rejects(p_adjusted: float | None, alpha: float, note: str | None = None) -> 
     return note is None and p_adjusted is not None and p_adjusted <= alpha
 
 
-def margin_verdict(word: str, differences: Sequence[float] | None, question: Question) -> tuple[str, dict | None]:
-    """Equivalence against the question's practical margin by TOST (:func:`tost`: the ``1 - 2 alpha`` interval of
-    the per-seed differences inside ``±margin``, both one-sided tests rejecting at the question's alpha): the word
-    becomes ``within margin`` where it holds, whatever the difference's own test said (an effect too small to matter,
-    the claims' rule); a comparison not decided because a model did not learn stays so. Returns the word and the
-    TOST record (None without a margin or differences)."""
-    if question.margin is None or not differences:
-        return word, None
-    eq = tost(differences, 0.0, question.margin, question.alpha)
-    if eq is not None and eq["within"] and word in (LOWER, HIGHER, UNDECIDED):
-        return WITHIN_MARGIN, eq
-    return word, eq
+def margin_verdict(word: str, eq: dict | None) -> str:
+    """The word with the practical margin applied: ``within margin`` where the member's TOST, adjusted with the
+    family (``family_tests``), rejects both one-sided nulls, whatever the difference's own test said (an effect too
+    small to matter, the claims' rule); a comparison not decided because a model did not learn stays so."""
+    if eq is not None and eq.get("within") and word in (LOWER, HIGHER, UNDECIDED):
+        return WITHIN_MARGIN
+    return word
 
 
 def decision(estimate: float | None, *, rejected: bool, note: str | None = None, testable: bool = True) -> str:

@@ -25,28 +25,24 @@ from normlab.experiments.sweepdir import SweepOutcome, run_sweep
 from normlab.experiments.sequential import run_until_decided
 from normlab.experiments.sweep import Sweep
 
-Decide = Callable[[Path, int], dict[str, Any]]
 EXECUTOR_NAMES = ("inline", *EXECUTORS)  # inline: the runs one after another in this process
 
 
 def run(sweep: Sweep, out: Path, *, executor: str = "local", workers: int | None = None, threads: int | None = None,
         address: str | None = None, stack: str | None = None, log: Callable[[str], None] | None = None,
-        decide: Decide | None = None, budget_s: float | None = None) -> SweepOutcome:
+        budget_s: float | None = None) -> SweepOutcome:
     """Run ``sweep`` into the sweep directory ``out``, once or in rounds (module docstring); returns the outcome
     (with a plan: the last round's, ``trained`` over every round, ``until_decided`` = why it stopped, the seeds
     spent, the number of looks). ``executor``: ``local`` worker processes, ``inline`` (this process, one worker),
-    or ``ray`` tasks on the cluster at ``address``. ``decide(out, k)``: look ``k``'s record (``decided``: every
-    primary comparison decided), needed with a plan (normlab.report.sequential.look_record: passed in by the
-    caller, as this layer does not import the report). ``budget_s``: start no round that would end past it."""
+    or ``ray`` tasks on the cluster at ``address``; with a plan, each look is decided by normlab.decide.looks on
+    the stored per-seed values (normlab.experiments.looks). ``budget_s``: start no round that would end past it."""
     if executor not in EXECUTOR_NAMES:
         raise NormlabError(f"executor must be one of {', '.join(EXECUTOR_NAMES)}, got '{executor}'")
     kw: dict[str, Any] = {"workers": workers, "threads": threads, "address": address, "stack": stack, "log": log,
                           "executor": "local" if executor == "inline" else executor, "inline": executor == "inline"}
     if looks_of(sweep.spec) is None:
         return run_sweep(sweep, out, **kw)
-    if decide is None:
-        raise NormlabError(f"sweep '{sweep.name}' has a sequential plan: running it needs a decision rule (decide)")
-    res = run_until_decided(sweep, out, decide, budget_s=budget_s, **kw)
+    res = run_until_decided(sweep, out, budget_s=budget_s, **kw)
     outcome = res.outcome
     outcome.trained = res.trained
     if res.stopped == "interrupted":

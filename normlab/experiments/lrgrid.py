@@ -50,17 +50,23 @@ def _finite(v: Any) -> bool:
 
 def lr_sensitivity(losses: dict[float, float | None], loss_init: float, unigram: float | None = None
                    ) -> tuple[float, float, float]:
-    """``(sensitivity, L*, best lr)`` of one seed's grid ``{lr: final loss or None (diverged)}`` (see the module
-    docstring); every loss is capped at ``loss_init``, and a run that diverged, did not finish or collapsed (did not
-    learn: at or above ``unigram - DID_NOT_LEARN_MARGIN``, normlab.stats.learning; ``unigram`` None: not checked)
-    counts as ``loss_init``: one score for every failed run, so a variant that collapses cannot look stable."""
+    """``(sensitivity, best loss, best lr)`` of one seed's grid ``{lr: final loss or None (diverged)}`` (see the
+    module docstring). In the sensitivity every loss is capped at ``loss_init``, and a run that diverged, did not
+    finish or collapsed (did not learn: at or above ``unigram - DID_NOT_LEARN_MARGIN``, normlab.stats.learning;
+    ``unigram`` None: not checked) scores ``loss_init``: one score for every failed run, so a variant that
+    collapses cannot look stable. The best loss is the grid's best final loss (capped at ``loss_init``, a diverged
+    run at it), whether or not it learned: the guard reads it."""
     if not losses:
         raise ValueError("lr_sensitivity needs at least one grid point")
-    capped = {lr: min(v, loss_init) if _finite(v) and not did_not_learn(v, unigram) else loss_init
+    scored = {lr: min(v, loss_init) if _finite(v) and not did_not_learn(v, unigram) else loss_init
               for lr, v in losses.items()}
+    star = min(scored.values())
+    # the best final loss and its learning rate are the runs' own (a collapsed run keeps its loss there: the
+    # guard, not the score, says it did not learn)
+    capped = {lr: min(v, loss_init) if _finite(v) else loss_init for lr, v in losses.items()}
     best = min(capped.values())
     best_lr = min(lr for lr, v in capped.items() if v == best)
-    return mean(v - best for v in capped.values()), best, best_lr
+    return mean(v - star for v in scored.values()), best, best_lr
 
 
 def stable_lrs(losses: dict[float, float | None], best: float, margin: float = STABLE_MARGIN) -> list[float]:

@@ -4,8 +4,8 @@ Round ``k`` trains the runs of the first ``looks[k]`` seeds of the plan (normlab
 ``run_sweep`` on the same sweep directory, so the store, resume, Ctrl-C and the Ray executor behave as for any
 sweep: an interrupted round is resumed by re-running the same command, which recomputes the earlier looks from
 the stored runs (the decision at a look depends only on its seeds, so it is the same every time). After each round
-``decide(sweep_dir, k)`` (normlab.report.sequential, passed in by the command: this layer does not import the
-report) returns the look's record; the loop stops when it says every primary comparison is decided, at the plan's
+``look_record(sweep_dir, k)`` (normlab.experiments.looks: the stored per-seed values, decided by normlab.decide.looks)
+returns the look's record; the loop stops when it says every primary comparison is decided, at the plan's
 cap, or before a round that the time budget cannot fit (estimated as the longest round so far). The plan is
 written to the store's meta (``sequential_plan``) before the first run, and the looks (``sequential``) after each.
 """
@@ -24,6 +24,7 @@ from typing import Any
 from normlab.errors import NormlabError
 from normlab.decide.plan import LOOKS_META, PLAN_META, looks_of
 from normlab.experiments.sweepdir import SweepOutcome, check_sweep_dir, run_sweep
+from normlab.experiments.looks import look_record
 from normlab.experiments.store import Store
 from normlab.experiments.sweep import Sweep
 
@@ -70,12 +71,11 @@ def store_plan(sweep: Sweep, sweep_dir: Path) -> None:
         store.set_meta(PLAN_META, json.dumps(plan, sort_keys=True))
 
 
-def run_until_decided(sweep: Sweep, sweep_dir: Path, decide: Callable[[Path, int], dict[str, Any]], *,
-                      budget_s: float | None = None, log: Callable[[str], None] | None = None,
-                      **run_kwargs: Any) -> SequentialOutcome:
-    """Run ``sweep``'s sequential plan in rounds (module docstring). ``decide(sweep_dir, k)`` returns look ``k``'s
-    record with at least ``decided`` (bool: every primary comparison decided); ``run_kwargs`` go to
-    ``run_sweep`` (workers, executor, address, threads, inline)."""
+def run_until_decided(sweep: Sweep, sweep_dir: Path, *, budget_s: float | None = None,
+                      log: Callable[[str], None] | None = None, **run_kwargs: Any) -> SequentialOutcome:
+    """Run ``sweep``'s sequential plan in rounds (module docstring): after each round the look's record
+    (``look_record``: ``decided`` when nothing is left to decide); ``run_kwargs`` go to ``run_sweep`` (workers,
+    executor, address, threads, inline)."""
     log = log or (lambda s: print(s, file=sys.stderr, flush=True))
     looks = looks_of(sweep.spec)
     if looks is None:
@@ -104,7 +104,7 @@ def run_until_decided(sweep: Sweep, sweep_dir: Path, decide: Callable[[Path, int
         if any(r["status"] not in ("completed", "diverged") for r in outcome.runs):
             result.stopped = "failed"
             break
-        look = decide(sweep_dir, k)
+        look = look_record(sweep_dir, k)
         result.looks.append(look)
         store.set_meta(LOOKS_META, json.dumps({"looks": result.looks, "stopped": "", "seeds_spent": n}, default=float))
         if look.get("decided"):  # nothing left to decide: "undecidable" where a comparison is open because a model

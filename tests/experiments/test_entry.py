@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 
@@ -43,22 +42,17 @@ def test_with_a_plan_it_runs_in_rounds_and_says_why_it_stopped(tmp_path, monkeyp
     sweep = parse_sweep({**BASE, "sequential": {"max_seeds": 6}})
     seen = {}
 
-    def rounds(s, out, decide, *, budget_s, **kw):
-        seen.update(decide=decide, budget_s=budget_s, kw=kw)
+    def rounds(s, out, *, budget_s, **kw):
+        seen.update(budget_s=budget_s, kw=kw)
         last = SweepOutcome(out, "interrupted", trained=["x"])
         return SequentialOutcome(last, looks=[{"decided": False}], stopped="interrupted", seeds_spent=4,
                                  trained=["w", "x"])
 
-    def decide(sweep_dir: Path, k: int) -> dict:
-        return {"decided": True}
-
     monkeypatch.setattr(entry, "run_until_decided", rounds)
-    out = entry.run(sweep, tmp_path, decide=decide, budget_s=60.0)
-    assert seen["decide"] is decide and seen["budget_s"] == 60.0 and seen["kw"]["executor"] == "local"
+    out = entry.run(sweep, tmp_path, budget_s=60.0)
+    assert seen["budget_s"] == 60.0 and seen["kw"]["executor"] == "local"
     assert out.status == "interrupted" and out.trained == ["w", "x"]
     assert out.until_decided == {"stopped": "interrupted", "seeds_spent": 4, "looks": 1}
-    with pytest.raises(NormlabError, match="needs a decision rule"):
-        entry.run(sweep, tmp_path)
 
 
 def test_an_unknown_executor_is_one_line_naming_the_allowed_ones(tmp_path):

@@ -182,14 +182,18 @@ def _expected_from_store(out):
     init = dict(con.execute("SELECT run_id, value FROM curves WHERE key = 'init_val_bpb' AND step = 0").fetchall())
     con.close()
     per: dict[tuple[str, int], dict[float, float]] = {}
+    scored: dict[tuple[str, int], dict[float, float]] = {}
     for rid, axes, seed, status, final in rows:
         axes = json.loads(axes)
         # a diverged run, and one that collapsed (did not learn: at or above the unigram level - 0.1), score L_init
         level = json.loads((out / "runs" / rid / "summary.json").read_text()).get("unigram_bpb")
         failed = status != "completed" or (level is not None and final >= level - DID_NOT_LEARN_MARGIN)
         v = init[rid] if failed else final
-        per.setdefault((axes["grid_group"], seed), {})[axes["train.lr"]] = min(v, init[rid])
-    sens = {k: mean(x - min(g.values()) for x in g.values()) for k, g in per.items()}
+        scored.setdefault((axes["grid_group"], seed), {})[axes["train.lr"]] = min(v, init[rid])
+        # the best final loss is the runs' own (a diverged run at L_init)
+        per.setdefault((axes["grid_group"], seed), {})[axes["train.lr"]] = min(
+            final if status == "completed" else init[rid], init[rid])
+    sens = {k: mean(x - min(g.values()) for x in g.values()) for k, g in scored.items()}
     return per, sens
 
 

@@ -24,8 +24,9 @@ from normlab.experiments.sweepdir import SweepOutcome, registration
 from normlab.experiments.store import Store
 from normlab.experiments.sweep import dump_spec, parse_sweep
 from normlab.io import write_text
+from normlab.experiments.looks import look_record
 from normlab.report.sequential import (
-    fixed_decisions, look_record, primary_values, replication_block, sequential_block,
+    fixed_decisions, primary_values, replication_block, sequential_block,
 )
 from normlab.stats.sequential import (
     HolmLevels, crossing_probabilities, obf_spending, paired_z, sequential_holm, spending_boundaries, t_to_z,
@@ -114,14 +115,14 @@ def test_the_loop_stores_the_plan_first_stops_when_decided_and_resumes_the_same(
     values = lambda v, s: effect_b("A", s) - (1.0 if v != "A" else 0.0) + 0.05 * noise(s + ord(v))
     monkeypatch.setattr(seq, "run_sweep", fake_runner(values, calls))
     sw = make_sweep()
-    res = seq.run_until_decided(sw, tmp_path, look_record, log=lambda s: None)
+    res = seq.run_until_decided(sw, tmp_path, log=lambda s: None)
     assert json.loads(calls[0]["meta"][PLAN_META])["looks"] == [3, 6]  # stored before the first round ran
     assert [c["seeds"] for c in calls] == [[0, 1, 2]]
     assert res.stopped == "decided" and res.seeds_spent == 3 and len(res.looks) == 1
     block = sequential_block(tmp_path)
     assert block["stopped"] == "decided" and block["seeds_spent"] == 3
     assert [d["decision"] for d in block["decisions"]] == ["lower", "lower"]
-    again = seq.run_until_decided(sw, tmp_path, look_record, log=lambda s: None)
+    again = seq.run_until_decided(sw, tmp_path, log=lambda s: None)
     assert again.trained == [] and again.looks == res.looks
 
 
@@ -129,10 +130,10 @@ def test_an_undecided_family_runs_to_the_cap_and_a_budget_stops_between_rounds(t
     null = lambda v, s: 3.0 + 0.3 * noise(s * 3 + ord(v))
     calls: list = []
     monkeypatch.setattr(seq, "run_sweep", fake_runner(null, calls))
-    res = seq.run_until_decided(make_sweep(), tmp_path / "cap", look_record, log=lambda s: None)
+    res = seq.run_until_decided(make_sweep(), tmp_path / "cap", log=lambda s: None)
     assert res.stopped == "max_seeds" and res.seeds_spent == 6 and [c["seeds"] for c in calls][-1] == list(range(6))
     assert all(c["decision"] == "undecided" for c in res.looks[-1]["comparisons"])
-    res = seq.run_until_decided(make_sweep(), tmp_path / "budget", look_record, budget_s=1e-9, log=lambda s: None)
+    res = seq.run_until_decided(make_sweep(), tmp_path / "budget", budget_s=1e-9, log=lambda s: None)
     assert res.stopped == "budget" and res.seeds_spent == 3
     assert json.loads(Store(tmp_path / "budget" / "results.sqlite").meta()[LOOKS_META])["stopped"] == "budget"
 
@@ -141,7 +142,7 @@ def test_an_interrupted_round_stops_the_plan(tmp_path, monkeypatch):
     calls: list = []
     null = lambda v, s: 3.0 + 0.3 * noise(s * 3 + ord(v))
     monkeypatch.setattr(seq, "run_sweep", fake_runner(null, calls, interrupt_at=2))
-    res = seq.run_until_decided(make_sweep(), tmp_path, look_record, log=lambda s: None)
+    res = seq.run_until_decided(make_sweep(), tmp_path, log=lambda s: None)
     assert res.stopped == "interrupted" and len(res.looks) == 1
 
 
@@ -162,9 +163,9 @@ def test_replication_block_sets_each_conclusion_side_by_side(tmp_path, monkeypat
 
     flipped = lambda v, s: effect_b({"B": "C", "C": "B"}.get(v, v), s)  # B null, C lower
     monkeypatch.setattr(seq, "run_sweep", fake_runner(effect_b))
-    seq.run_until_decided(make_sweep(), tmp_path, look_record, log=lambda s: None)
+    seq.run_until_decided(make_sweep(), tmp_path, log=lambda s: None)
     monkeypatch.setattr(seq, "run_sweep", fake_runner(flipped))
-    seq.run_until_decided(make_sweep("s-on-x"), tmp_path / "replication" / "x", look_record, log=lambda s: None)
+    seq.run_until_decided(make_sweep("s-on-x"), tmp_path / "replication" / "x", log=lambda s: None)
     record_replication(tmp_path, "x", "replication/x")
     (rep,) = replication_block(tmp_path)
     assert rep["source"] == "x"
@@ -212,7 +213,7 @@ def test_a_variant_that_cannot_learn_is_never_lower_on_any_path(tmp_path, monkey
     a_sens = [np.mean([planted("A", lr, s) for lr in GRID]) - planted("A", GRID[0], s) for s in range(6)]
     assert ttest_1samp(np.negative(a_sens), 0).pvalue < 1e-4  # unguarded, Flat - A would be decided "lower"
     monkeypatch.setattr(seq, "run_sweep", fake_runner(planted, unigram=UNIGRAM))
-    res = seq.run_until_decided(grid_sweep(sequential={"max_seeds": 6}), tmp_path / "seq", look_record,
+    res = seq.run_until_decided(grid_sweep(sequential={"max_seeds": 6}), tmp_path / "seq",
                                 log=lambda s: None)
     assert res.stopped == "undecidable" and res.seeds_spent == 3  # nothing left to decide: more seeds cannot help
     for lk in res.looks:
