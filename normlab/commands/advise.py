@@ -38,7 +38,8 @@ def _config(args: argparse.Namespace):
     over = [f"{k}={v}" for k, v in (("model.width", args.width), ("model.depth", args.depth),
                                     ("model.context", args.context), ("model.heads", args.heads),
                                     ("train.batch_size", args.batch_size), ("optim.name", args.optimizer),
-                                    ("train.precision", args.precision)) if v is not None]
+                                    ("train.precision", args.precision), ("model.vocab_size", args.vocab_size))
+            if v is not None]
     if args.width is not None and args.heads is None and args.width % 64 == 0:
         over.append(f"model.heads={args.width // 64}")  # head_dim 64, as GPT-2
     cfg = load_config(base, over)
@@ -85,13 +86,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     a = sub.add_parser("advise", help="what the stored evidence decides for the model you intend to train, how far "
                        "away it was measured, and the sweep that would decide the next question")
     a.add_argument("source", nargs="?", help="a run directory, config YAML or preset (default: small)")
-    a.add_argument("--width", type=positive_int)
-    a.add_argument("--depth", type=positive_int)
-    a.add_argument("--context", type=positive_int)
+    a.add_argument("--width", type=positive_int, help="your model's width (d_model)")
+    a.add_argument("--depth", type=positive_int, help="your model's number of blocks")
+    a.add_argument("--context", type=positive_int, help="your model's context length in tokens")
+    a.add_argument("--vocab-size", type=positive_int,
+                   help="your vocabulary size (default: the config's tokenizer, 256 for bytes); sets FLOPs/token")
     a.add_argument("--heads", type=positive_int, help="default with --width: width / 64 when it divides")
     a.add_argument("--batch-size", type=positive_int, help="sequences per step (default: the config's)")
     steps = a.add_mutually_exclusive_group()
-    steps.add_argument("--steps", type=positive_int)
+    steps.add_argument("--steps", type=positive_int, help="training steps (default: the config's)")
     steps.add_argument("--tokens", type=_tokens, help="training tokens, e.g. 1e9 (sets the steps)")
     a.add_argument("--optimizer", help="optim.name (adamw, adamp, sgdp)")
     a.add_argument("--precision", help="train.precision (auto, fp32, bf16)")

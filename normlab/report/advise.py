@@ -32,6 +32,19 @@ import torch
 import yaml
 
 from normlab.config import RunConfig, config_from_dict
+from normlab.decide.evidence import (
+    CONTESTED,
+    DECIDED,
+    DECIDED_ELSEWHERE,
+    FAR,
+    NOT_OBSERVABLE_STATUS,
+    RULE,
+    UNDECIDED,
+    record,
+    scale_status,
+    suite_status,
+    sureness,
+)
 from normlab.errors import NormlabError, printable
 from normlab.experiments.claims.docs import seed_span
 from normlab.experiments.sweep import parse_sweep
@@ -44,9 +57,7 @@ from normlab.report.analysis import load as load_sweep_report
 from normlab.report.equal_flops import compare_runs
 from normlab.report.scaling_evidence import reach
 
-FAR = 10.0
 ALPHA = 0.05
-DECIDED_VERDICTS = ("held", "not held", "within margin")
 DECISIONS: list[tuple[str, tuple[str, ...]]] = [
     ("hidden-state norm", ("dyt-vs-ln", "powernorm-lm", "exact-conversion", "ln-removal")),
     ("placement", ("peri-lr-sensitivity", "postln-lr-sensitivity", "mixln-lr-best", "mixln-grad", "cod-growth",
@@ -115,18 +126,8 @@ def _nearest(target: dict[str, Any], scales: list[dict[str, int]], suite: dict[s
 
 # ------------------------------------------------------------------------------------------------------ the claims
 def status(claim: dict[str, Any]) -> str:
-    """``decided``, ``not observable`` or ``undecided``: the suite's own verdict, which already holds its decision
-    rule (Holm-adjusted t-test, the equivalence test of a practical margin, collapse rates, an exact check), for a
-    definition not revised after a verdict on the same seeds and current. One rule: advise re-tests nothing (a
-    "within margin" decided by its TOST, or a "held" by apart collapse intervals, has a t-test p above alpha)."""
-    verdict = str(claim.get("verdict") or "")
-    if verdict.startswith("not observable"):
-        return "not observable"
-    if claim.get("exploratory"):  # revised after a verdict on the same seeds: no confirmatory decision
-        return "undecided"
-    if claim.get("current_definition") is False:  # measured under a definition revised since
-        return "undecided"
-    return "decided" if verdict in DECIDED_VERDICTS else "undecided"
+    """The suite's own verdict as a status (normlab.decide.evidence.suite_status: advise re-tests nothing)."""
+    return suite_status(claim)
 
 
 def corpora(claim: dict[str, Any], reps: list[dict[str, Any]], suite: dict[str, Any]) -> dict[str, list[str]]:
@@ -135,7 +136,7 @@ def corpora(claim: dict[str, Any], reps: list[dict[str, Any]], suite: dict[str, 
     it / decided nothing (an undecided replication, often underpowered, is no evidence either way)."""
     seeds = claim.get("seeds")
     block = f"seeds {seed_span(seeds)}" if isinstance(seeds, list) and seeds else f"{suite.get('seeds')} seeds"
-    on = [f"{suite.get('corpus')} (claims suite, {block})"] if status(claim) == "decided" else []
+    on = [f"{suite.get('corpus')} (claims suite, {block})"] if status(claim) == DECIDED else []
     out: dict[str, list[str]] = {"replicated_on": [], "contradicted_on": [], "undecided_on": []}
     for r in reps:
         side = r.get("claim_side")
@@ -163,18 +164,20 @@ def _claim_entry(c: dict[str, Any], target: dict[str, Any], ev: dict[str, Any]) 
     if superseded:  # a follow-up on a larger fresh block: the 5-seed confirmation it supersedes beside it
         verdict += (f"; superseding the confirmation on seeds {seed_span(superseded['seeds'])}: "
                     f"{superseded['verdict']}")
-    entry = {"name": c["name"], "claim": c["claim"], "paper": c["paper"], "metric": c["metric"], "status": st,
+    entry = {"name": c["name"], "claim": c["claim"], "paper": c["paper"], "metric": c["metric"],
              "verdict": verdict, "measured": c["measured"], "ci95": ci, "p_holm": c.get("p_adj"),
              "n": c.get("n"), "scale": c.get("scale"), "corpus": suite.get("corpus"),
              **corpora(c, reps, suite), "replications": reps, "distance": dist}
-    if st == "decided":
-        where = "measured more than 10x away from your model: not evidence at your scale" if dist and dist["far"] \
-            else "measured within 10x of your model"
-        entry["applies"] = where
+    # the claim's record under the decision layer's rule (the suite with its replications), then its scale
+    rec = record(c, entry["replicated_on"], entry["contradicted_on"])
+    st, text = scale_status(rec["status"], None if dist is None else dist["far"], c.get("scale"))
+    entry.update(status=st, status_text=text, basis=rec["basis"], contested=rec["contested"])
+    if st == DECIDED:
+        entry["applies"] = "measured within 10x of your model"
+    elif st == DECIDED_ELSEWHERE:
+        entry["applies"] = "measured more than 10x away from your model (or at an unknown scale): not evidence at yours"
     else:
         entry["applies"] = "no decision at any measured scale"
-    entry["contested"] = bool(entry["replicated_on"] and entry["contradicted_on"]) or \
-        bool(st != "decided" and entry["replicated_on"]) or bool(st == "decided" and entry["contradicted_on"])
     return entry
 
 
@@ -185,9 +188,11 @@ def decisions(target: dict[str, Any], ev: dict[str, Any]) -> list[dict[str, Any]
     for title, names in DECISIONS:
         entries = [_claim_entry(by_name[n], target, ev) for n in names if n in by_name]
         out.append({"decision": title,
-                    "decided": [e for e in entries if e["status"] == "decided"],
-                    "undecided": [e for e in entries if e["status"] == "undecided"],
-                    "not_observable": [e for e in entries if e["status"] == "not observable"]})
+                    "sure": sureness([e["status"] for e in entries]),
+                    "decided": [e for e in entries if e["status"] == DECIDED],
+                    "decided_elsewhere": [e for e in entries if e["status"] == DECIDED_ELSEWHERE],
+                    "undecided": [e for e in entries if e["status"] in (UNDECIDED, CONTESTED)],
+                    "not_observable": [e for e in entries if e["status"] == NOT_OBSERVABLE_STATUS]})
     return out
 
 
@@ -237,7 +242,8 @@ def next_question(entries: list[dict[str, Any]]) -> dict[str, Any] | None:
         half = (hi - lo) / 2 if lo is not None and hi is not None else None
         signal = abs(e["measured"]) / half if half else 0.0
         far = e["distance"] is None or e["distance"]["far"]
-        t = 0 if e["contested"] else 1 if e["status"] == "decided" and far else 2 if e["status"] != "decided" else 3
+        t = 0 if e["contested"] else 1 if e["status"] == DECIDED_ELSEWHERE or (e["status"] == DECIDED and far) \
+            else 2 if e["status"] != DECIDED else 3
         return t, -signal
 
     cands = sorted((e for e in entries if e["name"] in RECIPES), key=tier)
@@ -368,7 +374,7 @@ def advise(cfg: RunConfig, ev: dict[str, Any], *, from_dirs: list[Path] = (), ba
                                            "suite_command": ev["suite"]["command"],
                                            **({"follow_ups": follows} if follows else {})},
             "scaling_fits": None if scaling is None else scaling_record(target, scaling),
-            "far_factor": FAR, "decisions": decs, "costs": recipe_costs(cfg),
+            "far_factor": FAR, "rule": RULE, "decisions": decs, "costs": recipe_costs(cfg),
             "sweeps": [sweep_comparisons(Path(d), baseline) for d in from_dirs], "next": nxt}
 
 
@@ -385,7 +391,8 @@ def render(res: dict[str, Any]) -> str:
     t = res["target"]
     follows = res["evidence"].get("follow_ups") or {}
     lines = [f"Your model: width {t['width']}, {t['depth']} blocks, {t['heads']} heads, context {t['context']}, "
-             f"vocab {t['vocab_size']}; {t['params'] / 1e6:.3g}M non-embedding parameters; {t['tokens']:.3g} "
+             f"vocab {t['vocab_size']} (assumed from the config's tokenizer; --vocab-size sets it); "
+             f"{t['params'] / 1e6:.3g}M non-embedding parameters; {t['tokens']:.3g} "
              f"training tokens ({t['steps']} steps x {t['batch_size']}); {t['optimizer']}, precision "
              f"{t['precision']}; {t['flops_per_token']:.3g} training FLOPs/token (normlab.model.flops).",
              f"Evidence: {res['evidence']['claims']} (corpus {res['evidence']['corpus']}), "
@@ -394,8 +401,15 @@ def render(res: dict[str, Any]) -> str:
                        for c in res["evidence"].get("confirmations") or [])
              + ", ".join([res['evidence']['replications'], *(res["evidence"].get("more_replications") or [])])
              + ".", *_scaling_lines(res["scaling_fits"])]
-    near = [e for d in res["decisions"] for e in d["decided"] if e["distance"] and not e["distance"]["far"]]
-    lines += [f"{len(near)} decided claim(s) were measured within 10x of your model in parameters and tokens"
+    near = [e for d in res["decisions"] for e in d["decided"]]
+    lines += ["", "Bottom line (per choice: how sure, and where it was measured; the rule: "
+              f"{res.get('rule', '')}):"]
+    for d in res["decisions"]:
+        top = (d["decided"] or d.get("decided_elsewhere") or [None])[0]
+        said = "no decided evidence" if top is None else \
+            f"{top['claim']} -- {top['verdict'].split(',')[0]} ({top['status_text']})"
+        lines.append(f"  {d['decision']}: {d.get('sure', 'unknown')}: {said}")
+    lines += ["", f"{len(near)} decided claim(s) were measured within 10x of your model in parameters and tokens"
               + ("" if near else ": nothing below is decided at your scale; each line states what was decided at "
                  "its own scale"), ""]
     for d in res["decisions"]:
@@ -408,14 +422,20 @@ def render(res: dict[str, Any]) -> str:
                          f"[{_g(e['ci95'][0])}, {_g(e['ci95'][1])}], Holm p {_g(e['p_holm'])}, n {e['n']}")
             lines.append(f"    measured at {e['scale']}; you are at {far}"
                          f"{' -- MORE THAN 10x AWAY' if dist and dist['far'] else ''}")
-            lines.append(f"    decided on {', '.join(e['decided_on'])}")
+            lines.append(f"    decided on {', '.join(e['decided_on'] or e['replicated_on'] or e['contradicted_on'])}"
+                         f" ({e['basis']})")
+            lines += _replications(e)
+        for e in d.get("decided_elsewhere") or []:
+            lines.append(f"  {e['status_text']}: {e['name']} -- {e['claim']}: {e['verdict']}, {_g(e['measured'])} "
+                         f"[{_g(e['ci95'][0])}, {_g(e['ci95'][1])}], Holm p {_g(e['p_holm'])}, n {e['n']} "
+                         f"({e['basis']})")
             lines += _replications(e)
         for part, label in (("undecided", "undecided"), ("not_observable", "not observable")):
             for e in d[part]:
-                lines.append(f"  {label}: {e['name']} -- {e['claim']} ({e['verdict']}, Holm p {_g(e['p_holm'])}, "
-                             f"at {e['scale']})")
+                lines.append(f"  {e['status'] if e['status'] == CONTESTED else label}: {e['name']} -- {e['claim']} "
+                             f"({e['verdict']}, Holm p {_g(e['p_holm'])}, at {e['scale']})")
                 lines += _replications(e)
-        if not any(d[p] for p in ("decided", "undecided", "not_observable")):
+        if not any(d.get(p) for p in ("decided", "decided_elsewhere", "undecided", "not_observable")):
             lines.append("  no stored evidence")
     lines.append("")
     lines.append("Cost at your shape (training FLOPs per token, variant / baseline):")
