@@ -170,23 +170,22 @@ def show(report: dict, args: argparse.Namespace) -> int:
     if args.json:
         print(dumps(report, default=float))
         return 0
+    from normlab.decide.vocab import HELD, colour
     from normlab.experiments.claims.docs import _p, measured_text
 
     t = Table("claim", "paper", "metric", "expected", "measured (mean ± raw 95% CI)", "p",
               _cell(f"{report.get('correction', 'holm')} p"), "verdict",
               title=_cell(f"normlab claims — budget {report['budget']}, {report['seeds']} seed(s)"))
-    colour = {"held": "green", "not held": "red", "inconclusive": "yellow", "within margin": "cyan",
-              "not observable at this scale": "magenta"}
     for c in report["claims"]:
         mark = ("" if c.get("current_definition", True) else " (earlier definition)") + (
             " (exploratory: revised after a verdict on these seeds)" if c.get("exploratory") else "")
         t.add_row(_cell(f"{c['name']}: {c['claim']}"), _cell(c["paper"]), _cell(c["metric"]), _cell(c["expected"]),
                   _cell(measured_text(c)), _p(c.get("p")), _p(c.get("p_adj")),
-                  f"[{colour.get(c['verdict'], 'white')}]{_cell(c['verdict'] + mark)}[/]")
+                  f"[{colour(c['verdict'])}]{_cell(c['verdict'] + mark)}[/]")
     con = Console()
     con.print(t)
     for c in report["claims"]:
-        if c["verdict"] != "held" or c["n"] == 0:
+        if c["verdict"] != HELD or c["n"] == 0:
             con.print(_cell(f"{c['name']}: {c['reason']}"))
     from normlab.experiments.claims.specs import CLAIMS
 

@@ -26,16 +26,18 @@ from normlab.decide.vocab import (
     CONTESTED,
     HELD,
     NOT_HELD,
+    NOT_OBSERVABLE_SHORT,
     NOT_OBSERVABLE,
     SURE_DECIDED,
     SURE_UNKNOWN,
+    UNDECIDED as UNDECIDED_WORD,
     UNTESTED_AT_SCALE,
     WITHIN_MARGIN,
 )
 
 FAR = 10.0
 """A factor in parameters or tokens beyond which a decision is not evidence at the target's scale."""
-DECIDED, UNDECIDED, NOT_OBSERVABLE_STATUS = SURE_DECIDED, "undecided", "not observable"
+DECIDED, UNDECIDED, NOT_OBSERVABLE_STATUS = SURE_DECIDED, UNDECIDED_WORD, NOT_OBSERVABLE_SHORT
 DECIDED_ELSEWHERE = "decided elsewhere"
 """The JSON status of a decision measured more than ``FAR`` away (text: "decided at <scale>, untested at yours")."""
 STATUSES = (DECIDED, DECIDED_ELSEWHERE, UNDECIDED, NOT_OBSERVABLE_STATUS, CONTESTED)

@@ -30,6 +30,8 @@ REPLICATION_VERDICTS = (REPLICATED, NOT_REPLICATED, CONTRADICTED, NO_CONCLUSION,
 HELD, NOT_HELD, INCONCLUSIVE = "held", "not held", "inconclusive"
 WITHIN_MARGIN, NOT_OBSERVABLE = "within margin", "not observable at this scale"
 PRESENT_AT_INIT = "present at initialisation"
+NOT_OBSERVABLE_SHORT = "not observable"
+"""advise's status of a claim whose suite verdict is ``not observable at this scale``."""
 CLAIM_VERDICTS = (HELD, NOT_HELD, INCONCLUSIVE, WITHIN_MARGIN, NOT_OBSERVABLE, PRESENT_AT_INIT)
 DECIDED_CLAIMS = (HELD, NOT_HELD, WITHIN_MARGIN)
 """The claim verdicts that decide something about training (advise lists only these as decided evidence)."""

@@ -430,7 +430,7 @@ def render(res: dict[str, Any]) -> str:
                          f"[{_g(e['ci95'][0])}, {_g(e['ci95'][1])}], Holm p {_g(e['p_holm'])}, n {e['n']} "
                          f"({e['basis']})")
             lines += _replications(e)
-        for part, label in (("undecided", "undecided"), ("not_observable", "not observable")):
+        for part, label in (("undecided", UNDECIDED), ("not_observable", NOT_OBSERVABLE_STATUS)):
             for e in d[part]:
                 lines.append(f"  {e['status'] if e['status'] == CONTESTED else label}: {e['name']} -- {e['claim']} "
                              f"({e['verdict']}, Holm p {_g(e['p_holm'])}, at {e['scale']})")

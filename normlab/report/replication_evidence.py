@@ -25,6 +25,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from normlab.decide.vocab import DECIDED, HIGHER, LOWER
 from normlab.errors import NormlabError, printable
 from normlab.io import dumps, write_text
 from normlab.report.analysis import load
@@ -32,9 +33,9 @@ from normlab.report.sequential import decisions_of, per_seed_differences, replic
 
 FORMAT = "normlab-replications-v1"
 CLAIMS: dict[tuple[str, str], tuple[str, str]] = {
-    ("Peri-LN", "lr_sensitivity"): ("peri-lr-sensitivity", "lower"),
-    ("Pre-LN + QK-norm", "lr_sensitivity"): ("qk-lr-sensitivity", "lower"),
-    ("Post-LN", "lr_sensitivity"): ("postln-lr-sensitivity", "higher"),
+    ("Peri-LN", "lr_sensitivity"): ("peri-lr-sensitivity", LOWER),
+    ("Pre-LN + QK-norm", "lr_sensitivity"): ("qk-lr-sensitivity", LOWER),
+    ("Post-LN", "lr_sensitivity"): ("postln-lr-sensitivity", HIGHER),
 }
 """``(variant, primary metric)`` against Pre-LN -> ``(claim, the reading on the claim's side)`` (docs/claims.md:
 Peri-LN and QK-norm lower Pre-LN's learning-rate sensitivity, Post-LN raises it)."""
@@ -48,7 +49,7 @@ def _entry(claim: str, side: str, c: dict[str, Any], corpus: str, command: str,
                   for x in shapes.get(v, [])}.values())
     return {"claim": claim, "corpus": corpus, "seeds": seeds, "contrast": f"{c['variant']} - {c['baseline']}",
             "estimate": c["diff"], "half_width": c["ci95"], "p_adj": c.get("p_holm"), "reading": reading,
-            "claim_side": None if reading not in ("lower", "higher") else reading == side, "command": command,
+            "claim_side": None if reading not in DECIDED else reading == side, "command": command,
             **({"scale": scale_text(shape), "shape": shape} if shape else {})}
 
 
