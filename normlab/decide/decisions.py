@@ -15,8 +15,9 @@ for every primary metric), counts as p = 1), and a member is "lower" / "higher" 
 interval, no verdict. A sweep that declared no ``primary:``, or whose design changed after results existed, has
 no primary family: everything is exploratory.
 
-"Seeds needed" comes from the SD of the per-seed metric pooled over all variants that learned (``pooled_sd``),
-for a difference of independent seeds (``sd(d) = sqrt(2) sigma``), with the range from that SD's 95% interval
+"Seeds needed" comes from the SD of the comparison's own per-seed differences where the design is paired and has at
+least 3 of them, else from the SD of the per-seed metric pooled over all variants that learned (``pooled_sd``) for
+a difference of independent seeds (``sd(d) = sqrt(2) sigma``), with the range from that SD's 95% interval
 (``seeds_needed_range``), at 80% power and, for a member of the declared family, at the level of Holm's first step
 (``alpha / m``). All p-values, intervals and adjustments come from ``normlab.stats``.
 """
@@ -172,18 +173,23 @@ def build_rows(groups: list[Any], base: Any, question: Question | dict[str, Any]
 
 def _plan(rows: list[PairedRow], groups: list[Any], getters: dict, metrics: list[str], alpha: float = 0.05,
           m_family: int = 1) -> None:
-    """Seeds needed for each undecided row, from the SD pooled over every group that learned: a primary row at the
-    level of Holm's first step (``alpha / m``, the level it must reach to be decided at all), an exploratory row at
-    ``alpha``."""
+    """Seeds needed for each undecided row: a primary row at the level of Holm's first step (``alpha / m``, the
+    level it must reach to be decided at all), an exploratory row at ``alpha``. A paired row with at least 3 per-seed
+    differences plans from **its own** differences' SD (with its chi-square 95% interval: the range); otherwise from
+    the SD pooled over every group that learned, for a difference of independent seeds (``sqrt(2) sigma``)."""
     for m in metrics:
         label = METRIC_LABELS[m]
         learned = [g for g in groups if g.seeds and g.learned is not False]
         pooled = pooled_sd([[getters[m](s) for s in g.seeds] for g in learned])
         for r in rows:
-            if r.metric != label or r.decided or pooled is None or r.note or not math.isfinite(r.diff.mean):
+            if r.metric != label or r.decided or r.note or not math.isfinite(r.diff.mean):
                 continue
             a = holm_first_level(alpha, m_family) if r.role == "primary" else alpha
-            r.seeds = seeds_needed_range(r.diff.mean, pooled, level=1.0 - a)
+            own = pooled_sd([r.differences]) if r.differences and len(r.differences) >= 3 else None
+            if own is not None:
+                r.seeds = seeds_needed_range(r.diff.mean, own, paired_factor=1.0, level=1.0 - a)
+            elif pooled is not None:
+                r.seeds = seeds_needed_range(r.diff.mean, pooled, level=1.0 - a)
 
 
 def family_summary(rows: list[PairedRow], question: Question | dict[str, Any], exploratory: str | None) -> list[str]:

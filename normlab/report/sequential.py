@@ -23,7 +23,7 @@ from normlab.experiments.lrgrid import GridReport
 from normlab.experiments.store import Store
 from normlab.report.analysis import load
 from normlab.stats.intervals import paired_diff
-from normlab.stats.planning import holm_first_level, paired_t_power
+from normlab.stats.planning import holm_first_level, paired_t_power, pooled_sd
 
 __all__ = ["fixed_decisions", "learned_flags", "primary_values", "sequential_block", "decisions_of",
            "replication_block", "record_replication", "replication_power", "per_seed_differences"]
@@ -99,6 +99,19 @@ def replication_power(effect: float | None, replica_diffs: list[float], alpha: f
     return paired_t_power(effect, d.sd, d.n, holm_first_level(alpha, m))
 
 
+def replication_power_range(effect: float | None, replica_diffs: list[float], alpha: float, m: int
+                            ) -> list[float | None] | None:
+    """``[low, high]``: :func:`replication_power` over the 95% chi-square interval of the replication's SD (the
+    power at its upper and lower end): how much the power figure rests on a few degrees of freedom."""
+    if effect is None or len(replica_diffs) < 2:
+        return None
+    sd = pooled_sd([replica_diffs])
+    if sd is None:
+        return None
+    n, level = len(replica_diffs), holm_first_level(alpha, m)
+    return [paired_t_power(effect, sd.high, n, level), paired_t_power(effect, sd.low, n, level)]
+
+
 def per_seed_differences(sweep_dir: Path) -> dict[str, dict[str, float]]:
     """Per variant of the declared family, ``{seed: primary(variant) - primary(baseline)}`` over the seeds both
     have (the values the family's decisions are paired over)."""
@@ -131,12 +144,13 @@ def replication_block(sweep_dir: Path) -> list[dict[str, Any]]:
             other = by.get(c["variant"], {"decision": UNDECIDED, "diff": None, "ci95": None, "n": 0})
             per = _per_seed(rvals, c["variant"], c["baseline"])
             power = replication_power(c.get("diff"), list(per.values()), q.alpha, m)
+            power_range = replication_power_range(c.get("diff"), list(per.values()), q.alpha, m)
             rows.append({"variant": c["variant"], "baseline": c["baseline"], "metric": c["metric"],
                          "original": {**{k: c.get(k) for k in ("diff", "ci95", "n", "decision")},
                                       "per_seed": _per_seed(ovals, c["variant"], c["baseline"])},
                          "replication": {**{k: other.get(k) for k in ("diff", "ci95", "n", "decision")},
                                          "per_seed": per},
-                         "power": power, "power_level": holm_first_level(q.alpha, m),
+                         "power": power, "power_range": power_range, "power_level": holm_first_level(q.alpha, m),
                          "verdict": replication(c["decision"], other["decision"], power)})
         out.append({"source": r["source"], "dir": r["dir"], "comparisons": rows})
     return out

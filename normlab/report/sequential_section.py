@@ -61,7 +61,9 @@ def replication_cells(rep: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
             "power (Holm's first level)", "verdict"]
     rows = [[f"{c['variant']} − {c['baseline']}", c["metric"], _est_text(c["original"]), c["original"]["decision"],
              _est_text(c["replication"]), c["replication"]["decision"],
-             "–" if c.get("power") is None else f"{c['power']:.2f} at {c['power_level']:.3g}", c["verdict"]]
+             "–" if c.get("power") is None else f"{c['power']:.2f} at {c['power_level']:.3g}" + (
+                 f" ({c['power_range'][0]:.2f}-{c['power_range'][1]:.2f} over the SD's 95% interval)"
+                 if c.get("power_range") and None not in c["power_range"] else ""), c["verdict"]]
             for c in rep["comparisons"]]
     return head, rows
 

@@ -472,3 +472,21 @@ def test_t_based_boundaries_are_deterministic_prefix_stable_and_near_normal_theo
         HolmLevels.build_t([1, 4], 8, 0.05, 1)
     with pytest.raises(ValueError):
         HolmLevels.build_t([4, 2], 8, 0.05, 1)
+
+
+def test_replication_power_range_spans_the_power_over_the_sds_interval():
+    """The power over sigma's 95% chi-square interval (scipy's chi2 quantiles, statsmodels' paired power): with
+    4 seeds the range is wide even when the point power is high."""
+    from scipy.stats import chi2
+    from statsmodels.stats.power import TTestPower
+
+    from normlab.report.sequential import replication_power, replication_power_range
+
+    diffs = [0.6, 0.75, 0.55, 0.9]
+    lo, hi = replication_power_range(0.12, diffs, 0.05, 3)
+    n, sd = 4, float(np.std(diffs, ddof=1))
+    sd_hi = sd * math.sqrt((n - 1) / chi2.ppf(0.025, n - 1))
+    sd_lo = sd * math.sqrt((n - 1) / chi2.ppf(0.975, n - 1))
+    ref = [TTestPower().power(0.12 / s, n, 0.05 / 3, alternative="two-sided") for s in (sd_hi, sd_lo)]
+    assert [lo, hi] == pytest.approx(ref, rel=1e-6)
+    assert lo < replication_power(0.12, diffs, 0.05, 3) < hi
