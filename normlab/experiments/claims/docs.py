@@ -177,10 +177,15 @@ def confirmation_lines(report: dict, confirmation: dict, source: str) -> list[st
     if not rows:
         return []
     seeds = sorted({s for c in confirmation["claims"] for s in claim_seeds(confirmation, c)})
-    out = ["## Confirmed on a fresh seed block", "",
-           f"The claims marked ⚑ above, measured again by {md_code(str(confirmation.get('command')))} on seeds "
+    rejudge = confirmation.get("budget") == "rejudge"
+    title = "## Measured again under the decision layer" if rejudge else "## Confirmed on a fresh seed block"
+    why = ("the claims whose verdict the decision layer's rules changed or could not judge from stored details "
+           "(above, 'Re-judged under the decision layer')" if rejudge else "The claims marked ⚑ above")
+    page = "docs/claims-rejudge.md" if rejudge else "docs/claims-confirm.md"
+    out = [title, "",
+           f"{why[0].upper() + why[1:]}, measured again by {md_code(str(confirmation.get('command')))} on seeds "
            f"{seed_span(seeds)}, which no revision saw, with the definitions of this page fixed before those runs "
-           f"({md_code(source)}; docs/claims-confirm.md, its own page). These verdicts are confirmatory: Holm's "
+           f"({md_code(source)}; {page}, its own page). These verdicts are confirmatory: Holm's "
            f"correction over that run's family of {confirmation.get('family_size', 'n/a')} tests (its claims with a "
            "test and the TOSTs of their practical margins). "
            "`normlab advise` reads them (normlab/evidence/claims.json), but for a claim a follow-up on a larger "
@@ -310,6 +315,13 @@ def write_docs(report: dict, path: Path, confirmations: tuple[tuple[dict, str], 
            "these runs (`normlab.experiments.claims.budgets.FOLLOWUP_CLAIMS`); judged on this block alone, with "
            "Holm's correction over this run's family; for these claims its verdicts supersede the confirmation's "
            "(docs/claims.md).", ""] if report["budget"] == "followup" else []),
+        *([f"> A re-measurement under the decision layer: the full budget's runs and measurements on the fresh seed "
+           f"block {seed_span(seeds)}, for the claims whose verdict the decision layer's rules (normlab.decide: one "
+           "guard, state claims on their change from initialisation, TOST inside the family, LR sensitivity with "
+           "collapsed runs at L_init) changed on a stored result or could not judge from stored details. Declared "
+           "before these runs (`normlab.experiments.claims.budgets.REJUDGE_CLAIMS`); judged on this block alone, "
+           "with Holm's correction over this run's family; docs/claims.md shows these verdicts beside the stored "
+           "ones.", ""] if report["budget"] == "rejudge" else []),
         f"Machine: {m['platform']}, {m['cpu_count']} cores, Python {m['python']}, torch {m['torch']}; load average "
         f"at the end {m['loadavg_at_end']}"
         + (" (the machine was shared with other jobs). " if _first(m["loadavg_at_end"]) > m["cpu_count"] else ". ")
