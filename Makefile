@@ -2,7 +2,12 @@
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+HASH := $(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+# Two stamps: CORE (torch and normlab's own dependencies: what `make demo` imports) and STAMP (everything the tests
+# need: the integrations and test tools as extras). A `make demo` install followed by `make test` installs the rest;
+# after `make test`, `make demo` installs nothing.
+CORE := $(VENV)/.core-$(HASH)
+STAMP := $(VENV)/.installed-$(HASH)
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
 .PHONY: demo test bench install clean
@@ -15,14 +20,20 @@ $(BIN)/python:
 	$(PY) -m venv $(VENV)
 
 # torch first (the local CPU wheel), then the project: a plain torch requirement would pull CUDA packages.
+$(CORE): $(BIN)/python pyproject.toml
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q -e .
+	touch $(CORE)
+
 $(STAMP): $(BIN)/python pyproject.toml
 	$(BIN)/pip install -q torch==2.13.0
 	$(BIN)/pip install -q -e '.[test,hf,interop,lm-eval,ray,tensorboard,wandb,mlflow]'
-	touch $(STAMP)
+	touch $(CORE) $(STAMP)
 
 install: $(STAMP)
 
-demo: $(STAMP)
+# The demo needs only the core: after a full install (`make test`) it installs nothing.
+demo: $(if $(wildcard $(STAMP)),$(STAMP),$(CORE))
 	$(BIN)/python -m normlab.demo
 
 # Debian's chromium lets the report-rendering test run; installing it is best effort and never fails the build.
