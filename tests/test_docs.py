@@ -195,3 +195,44 @@ def test_readme_and_compare_docs_quote_the_demo_preset_design():
     for ln in demo_lines:
         for a, b, c in design.findall(ln):
             assert (_number(a), int(b), int(c)) == (len(variants), len(lrs), len(seeds)), ln
+
+
+# -- links between the docs ----------------------------------------------------------------------------------------
+LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+def github_anchor(heading: str) -> str:
+    """The anchor GitHub gives a Markdown heading: lower case, punctuation other than ``-`` and ``_`` dropped,
+    spaces to hyphens."""
+    text = re.sub(r"[^\w\- ]", "", heading.strip().lower())
+    return text.replace(" ", "-")
+
+
+def test_github_anchor_matches_known_anchors():
+    assert github_anchor("Seeds until decided") == "seeds-until-decided"
+    assert github_anchor("Seed blocks: runs that shaped a design cannot confirm it") == \
+        "seed-blocks-runs-that-shaped-a-design-cannot-confirm-it"
+    assert github_anchor("Weights & Biases and MLflow (`train.track`)") == "weights--biases-and-mlflow-traintrack"
+
+
+def _anchors(md: Path) -> set[str]:
+    text = re.sub(r"```.*?```", "", md.read_text(), flags=re.S)
+    return {github_anchor(m) for m in re.findall(r"^#+ (.+)$", text, re.M)}
+
+
+def test_relative_links_in_readme_and_docs_resolve():
+    """Every relative link of README.md and docs/*.md names a file that exists, and an ``#anchor`` a heading of
+    that file (moving text between pages must not leave a dead link)."""
+    bad = []
+    for md in [README, *sorted(DOCS.glob("*.md"))]:
+        text = re.sub(r"```.*?```", "", md.read_text(), flags=re.S)
+        for target in LINK.findall(text):
+            if re.match(r"[a-z]+:", target):
+                continue
+            path, _, anchor = target.partition("#")
+            dest = (md.parent / path).resolve() if path else md
+            if not dest.exists():
+                bad.append(f"{md.name}: {target} (no such file)")
+            elif anchor and dest.suffix == ".md" and anchor not in _anchors(dest):
+                bad.append(f"{md.name}: {target} (no such heading)")
+    assert not bad, "\n".join(bad)

@@ -275,9 +275,9 @@ def test_docs_claims_followup_md_is_what_render_writes_on_twelve_fresh_seeds(tmp
     assert report["budget"] == "followup"
     stored = json.loads((DOCS.parent / "claims-followup-2026-11-28.json").read_text())
     assert confirmation_problem(BUDGETS["full"].to_dict(), stored, "full", "followup") is None
-    # the README's sensitivity: in the confirmation's family of 17, the follow-up's p-values in place of its three,
-    # mano-rank's Holm p is 0.10 (inconclusive) where its own declared family (3 claims and postln-warmup's TOST)
-    # gives 0.018 (held)
+    # docs/findings.md's sensitivity: in the confirmation's family of 17, the follow-up's p-values in place of its
+    # three, mano-rank's Holm p is 0.10 (inconclusive) where its own declared family (3 claims and postln-warmup's
+    # TOST) gives 0.018 (held)
     from normlab.experiments.claims.execution import judge
 
     conf = json.loads((DOCS.parent / "claims-confirm-2026-11-28.json").read_text())
@@ -288,7 +288,7 @@ def test_docs_claims_followup_md_is_what_render_writes_on_twelve_fresh_seeds(tmp
     assert round(own["mano-rank"]["p_adj"], 3) == 0.018 and own["mano-rank"]["verdict"] == "held"
     assert round(merged["mano-rank"]["p_adj"], 2) == 0.10 and merged["mano-rank"]["verdict"] == "inconclusive"
     assert merged["lssar-extrapolation"]["verdict"] == "held"
-    # the README's postln-warmup figures: 3 of 12 Post-LN runs collapsed, 0 of Pre-LN; of the nine that trained,
+    # docs/findings.md's postln-warmup figures: 3 of 12 Post-LN runs collapsed, 0 of Pre-LN; of the nine that trained,
     # eight trained 0.77 bits/byte better and one ended at 4.47 bits/byte (under the collapse line, not collapsed)
     post = own["postln-warmup"]
     assert [(r["k"], r["n"]) for r in post["collapse"].values()] == [(3, 12), (0, 12)]
