@@ -80,6 +80,8 @@ def _load(args: argparse.Namespace, source: str | None = None) -> Any:
     from normlab.experiments.sweep import load_sweep, parse_sweep
 
     sweep = load_sweep(args.sweep, preset=args.preset)
+    if getattr(args, "overrides", None):
+        sweep = with_overrides(sweep, args.overrides)
     raw = None
     if args.until_decided or args.max_seeds is not None:
         if not args.until_decided:
@@ -96,6 +98,31 @@ def _load(args: argparse.Namespace, source: str | None = None) -> Any:
     if source is not None:
         sweep = replication_sweep(sweep, source)
     return sweep
+
+
+def with_overrides(sweep: Any, overrides: list[str]) -> Any:
+    """``sweep`` with ``--set KEY=VALUE`` items added to its ``set:`` (applied to every run; later items win), so
+    they are part of the sweep's spec, its ``sweep.yaml`` and its hash. A key that a variant, an axis or the
+    learning-rate grid sets is refused: there the sweep's own value would win for some runs."""
+    from normlab.config import apply_overrides
+    from normlab.experiments.sweep import parse_sweep
+    from normlab.experiments.sweepfile import LR_KEY, flatten
+
+    spec = sweep.spec
+    added: dict[str, Any] = {}
+    for item in overrides:
+        added.update(flatten(apply_overrides({}, [item]), "--set"))
+    for key in added:
+        owner = next((f"variant '{v['name']}'" for v in spec.get("variants", []) if key in v["set"]), None)
+        if key in spec.get("axes", {}):
+            owner = "an axis"
+        if key == LR_KEY and spec.get("lr_grid"):
+            owner = "its lr_grid"
+        if owner:
+            raise NormlabError(f"--set {key}: sweep '{sweep.name}' varies it ({owner}); --set applies to every run, "
+                               "so it may only set keys the sweep does not vary (edit a copy of the sweep file)")
+    raw = {**spec, "set": {**spec["set"], **added}}
+    return parse_sweep(raw, source=f"sweep '{sweep.name}' with --set")
 
 
 def replication_sweep(sweep: Any, source: str) -> Any:
@@ -158,6 +185,8 @@ def run_compare(args: argparse.Namespace) -> int:
     for _, rsweep, _ in replicas:  # and its data: a source that cannot be read is refused before any training
         check_replication_data(rsweep)
     out = Path(args.out) if args.out else default_sweep_dir(sweep)
+    if not args.out and args.overrides:  # another design than the file's: its own folder, named by its hash
+        out = out.with_name(f"{out.name}-{sweep.hash[:8]}")
     try:
         outcome = _execute(sweep, out, args)
         rep_out = []
@@ -217,7 +246,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     cp = sub.add_parser("compare", help="train many variants in parallel, store the results, write a report")
     cp.add_argument("sweep", nargs="?", help="sweep YAML file (docs/compare.md); or use --preset")
     cp.add_argument("--preset", help=f"a shipped sweep in normlab/configs/sweeps/ ({', '.join(sweep_presets())})")
-    cp.add_argument("--out", help="sweep directory (default: runs/compare-<sweep name>); re-run to resume")
+    cp.add_argument("--out", help="sweep directory (default: runs/compare-<sweep name>, with --set "
+                    "runs/compare-<sweep name>-<sweep hash>); re-run to resume")
+    cp.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                    help="override a config key in every run of the sweep, e.g. --set train.steps=50 (repeatable; "
+                    "part of the sweep's hash; a key the sweep varies is refused)")
     cp.add_argument(
         "--workers", type=int_in(1, 1024), help="parallel worker processes (default: one per core, at most one per run)"
     )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from normlab.commands.compare import replication_sweep
 from normlab.experiments.sweep import REPLICATION_SEED_OFFSET, load_sweep, parse_sweep
 
@@ -63,3 +65,68 @@ def test_print_lr_prints_names_literally_not_as_rich_markup(monkeypatch, capsys)
     print_lr(SimpleNamespace(grid=SimpleNamespace(is_grid=True, paired=True, baseline="[i]base[/i]")))
     out = capsys.readouterr().out
     assert "[bold]x[/bold]" in out and "[red]y" in out and "[i]base[/i]" in out
+
+
+def test_set_applies_to_every_run_and_enters_the_hash():
+    """``compare --set`` is the same sweep as its file with the keys added to ``set:`` (same runs, same hash), every
+    run's config carries the values, and nothing else of a run changes."""
+    import yaml
+
+    from normlab.commands.compare import with_overrides
+    from normlab.experiments.sweep import preset_path
+
+    quick = load_sweep(preset="quick")
+    small = with_overrides(quick, ["train.steps=7", "model.width=32", "train.steps=9"])  # the last one wins
+    raw = yaml.safe_load(preset_path("quick").read_text())
+    raw["set"] = {**(raw.get("set") or {}), "train.steps": 9, "model.width": 32}
+    written = parse_sweep(raw, here=preset_path("quick").parent, source="s")
+    assert small.hash == written.hash != quick.hash
+    assert [r.run_id for r in small.runs] == [r.run_id for r in quick.runs]
+    for a, b in zip(quick.runs, small.runs):
+        assert b.config["train"]["steps"] == 9 and b.config["model"]["width"] == 32
+        a_cfg = {**a.config, "train": {**a.config["train"], "steps": 9}, "model": {**a.config["model"], "width": 32}}
+        assert b.config == a_cfg and b.axes == a.axes and b.seed == a.seed
+
+
+def test_set_refuses_keys_the_sweep_varies_and_unknown_keys():
+    import pytest
+
+    from normlab.commands.compare import with_overrides
+    from normlab.errors import NormlabError
+
+    quick = load_sweep(preset="quick")
+    for item, fragment in (("train.lr=0.01", "lr_grid"), ("model.placement=pre", "varies it (variant"),
+                           ("model.widht=32", "did you mean 'model.width'"), ("train.steps", "KEY=VALUE"),
+                           ("seed=3", "seed")):
+        with pytest.raises(NormlabError, match=fragment.replace("(", r"\(")):
+            with_overrides(quick, [item])
+    axis = parse_sweep({"name": "a", "base": "tiny", "seeds": [0], "axes": {"model.depth": [1, 2]}}, source="s")
+    with pytest.raises(NormlabError, match="an axis"):
+        with_overrides(axis, ["model.depth=3"])
+
+
+def test_compare_set_trains_with_the_values_and_stores_them(tmp_path, cache):
+    """End to end: the stored sweep.yaml holds the --set keys (re-running it is the same sweep), each run's
+    config.yaml the values; a bad --set is one line and exit 2 before anything is written."""
+    import yaml
+
+    from normlab.experiments.sweep import load_sweep as load
+    from tests.helpers import assert_bad_input, run_inproc
+
+    spec = tmp_path / "s.yaml"
+    spec.write_text(yaml.safe_dump({"name": "s", "base": "tiny", "seeds": [0], "set": {"train.steps": 50},
+                                    "variants": [{"name": "a", "set": {"model.norm": "layernorm"}},
+                                                 {"name": "b", "set": {"model.norm": "rmsnorm"}}]}))
+    out = tmp_path / "out"
+    r = run_inproc("compare", str(spec), "--set", "train.steps=2", "--set", "train.eval_every=2", "--out", str(out),
+                   "--workers", "1", "--json", cache=cache)
+    assert r.returncode == 0, r.stderr
+    stored = load(out / "sweep.yaml")
+    assert stored.spec["set"]["train.steps"] == 2 and stored.hash == json.loads(r.stdout)["sweep_hash"]
+    for run in ("a-s0", "b-s0"):
+        cfg = yaml.safe_load((out / "runs" / run / "config.yaml").read_text())
+        assert cfg["train"]["steps"] == 2 and cfg["train"]["eval_every"] == 2
+    bad = tmp_path / "bad"
+    assert_bad_input(run_inproc("compare", str(spec), "--set", "model.norm=rmsnorm", "--out", str(bad), cache=cache),
+                     "--set model.norm", "variant 'a'")
+    assert not bad.exists()
