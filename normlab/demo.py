@@ -27,7 +27,8 @@ def main() -> int:
     code = cli(["compare", "--preset", "quick", "--out", out])
     if code == 0:
         print(f"\ndemo finished in {time.time() - t0:.0f}s; open {out}/report.html "
-              f"(or {out}/report.md); TensorBoard: tensorboard --logdir {out}/tb")
+              f"(or {out}/report.md); TensorBoard: tensorboard --logdir {out}/tb "
+              "(pip install 'normlab[tensorboard]')")
     return code
 
 
