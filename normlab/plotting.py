@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from normlab.io import atomic_path
@@ -26,3 +29,14 @@ def save_png(fig, path: str | Path) -> str:
         fig.savefig(tmp, format="png", dpi=100)
     pyplot().close(fig)
     return path.name
+
+
+@contextmanager
+def quiet_drawing() -> Iterator[None]:
+    """Warnings raised while figures are drawn (matplotlib's "Tight layout not applied", "No artists with labels
+    found to put in legend", numpy's empty-slice means of an empty panel) concern the drawing, not the results: they
+    are kept off the terminal. What a figure shows or leaves out is stated in the report itself."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        warnings.simplefilter("ignore", RuntimeWarning)
+        yield

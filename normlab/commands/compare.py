@@ -8,49 +8,40 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
-from rich.table import Table
-
 from normlab.errors import EXIT_INTERRUPTED, NormlabError
 from normlab.io import dumps
 from normlab.presets import sweep_presets
+from normlab.commands.tables import print_table
 from normlab.safety import printable
 from normlab.validate import int_in
 
 
+PAIRED_TERMINAL_DROP = ("test", "smallest exact p", "exact p", "per-seed corr", "Welch p")
+"""Columns of the paired-differences table left to report.md / report.html on the terminal (100 columns)."""
+
+
 def print_ranking(rep: Any, title: str | None = None) -> None:
-    """The ranking table on stdout (rich)."""
+    """The ranking table on stdout (normlab.commands.tables: fits 100 columns)."""
     from normlab.report import table_cells
 
     head, rows = table_cells(rep)
-    table = Table(*head, title=title)
-    for i, col in enumerate(table.columns):
-        col.justify = "left" if i == 1 else "right"
-    for v, cells in zip(rep.variants, rows):
-        table.add_row(*map(printable, cells), style="bold green" if v.rank == 1 else ("red" if v.ci is None else None))
-    Console(width=max(120, Console().width), markup=False).print(table)
+    styles = ["bold green" if v.rank == 1 else ("red" if v.ci is None else None) for v in rep.variants]
+    print_table(head, rows, title=title, styles=styles)
 
 
 def print_lr(rep: Any) -> None:
-    """The learning-rate ranking (a grid) and the paired differences, on stdout (rich); nothing without them."""
+    """The learning-rate ranking (a grid) and the paired differences, on stdout (normlab.commands.tables: fit 100
+    columns); nothing without them."""
     from normlab.report import lrsection
 
     grid = rep.grid
     if grid is None:
         return
-    console = Console(width=max(120, Console().width), markup=False)  # names from the sweep file print as written
-    tables = []
     if grid.is_grid:
-        tables.append(("LR sensitivity ranking", *lrsection.ranking_cells(grid)))
+        print_table(*lrsection.ranking_cells(grid), title="LR sensitivity ranking", left=lrsection.LEFT)
     if grid.paired:
-        tables.append((f"Paired differences vs {grid.baseline}", *lrsection.paired_cells(grid)))
-    for title, head, rows in tables:
-        t = Table(*head, title=title)
-        for col in t.columns:
-            col.justify = "left" if col.header in lrsection.LEFT else "right"
-        for r in rows:
-            t.add_row(*map(printable, r))  # variant names come from the sweep file: control characters escaped
-        console.print(t)
+        print_table(*lrsection.paired_cells(grid), title=f"Paired differences vs {grid.baseline}",
+                    left=lrsection.LEFT, drop=PAIRED_TERMINAL_DROP)
 
 
 def parse_duration(text: str) -> float:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from normlab.io import atomic_path, check_file_slot, check_inside, write_text
+from normlab.plotting import quiet_drawing
 from normlab.report import equal_flops, lrsection, plots, probes, ranking, reproduce, scaling_section, sections
 from normlab.report import sequential as seqsection
 from normlab.report import sequential_section, surgery_columns
@@ -67,7 +68,8 @@ def write_report(sweep_dir: str | Path, *, baseline: str | None = None, rep: Swe
     """Write report.html, report.md and report_*.png into ``sweep_dir`` (of ``rep``, default: the sweep's own
     report); return paths, the ranking and the learning-rate section as plain values."""
     rep = rep if rep is not None else load(sweep_dir, baseline)
-    text_html, text_md, figs = build(rep)
+    with quiet_drawing():
+        text_html, text_md, figs = build(rep)
     d = Path(sweep_dir)
     for name in ["report.html", "report.md", *figs]:  # every slot checked before anything is written
         check_file_slot(check_inside(d, d / name))

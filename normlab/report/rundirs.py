@@ -3,8 +3,10 @@
 Each argument is a run directory (``config.yaml`` + ``summary.json`` + ``metrics.jsonl``, from ``normlab train``, a
 sweep, or the claims suite) or a whole sweep directory (all its runs). Runs trained separately are grouped into
 variants by their configs: two runs whose configs differ only in ``seed`` are seeds of one variant, runs that also
-differ in ``train.lr`` are points of its learning-rate grid; the variant's label names the config keys that differ
-between variants (bookkeeping keys such as ``train.threads`` or ``train.log_every`` do not count). A run inside a
+differ in ``train.lr`` are points of its learning-rate grid (bookkeeping keys such as ``train.threads`` or
+``train.log_every`` do not count); a variant is named by its run directories (one run's name, or what its runs'
+names share), and the config keys that differ between variants are kept as its overrides. Runs on more than one
+corpus (``data.source``) are refused: their bits/byte cannot be paired or ranked. A run inside a
 sweep directory keeps the sweep's variant label. The result is the same report as a sweep's (learning-rate
 section, paired differences, ranking, curves, diagnostics), written to ``--out``; a single run's directory gets
 its own page there, with its full training and validation curves (every logged step).
@@ -14,6 +16,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -118,8 +122,12 @@ def collect(paths: list[str | Path]) -> list[tuple[RunInfo, Path]]:
         flats = [{k: v for k, v in _flat(cfg).items() if k not in IGNORED} for _, _, cfg in loose]
         keys = sorted({k for f in flats for k in f})
         differ = [k for k in keys if len({json.dumps(f.get(k), default=str) for f in flats}) > 1]
-        labels = [", ".join(f"{_short(k, differ)}={f.get(k)}" for k in differ)
-                  or (p.name if len(loose) == 1 else "base") for (_, p, _), f in zip(loose, flats)]
+        groups: dict[str, list[Path]] = {}
+        for (_, p, _), f in zip(loose, flats):
+            groups.setdefault(json.dumps(f, sort_keys=True, default=str), []).append(p)
+        names = _group_names(list(groups.values()))
+        by_key = dict(zip(groups, names))
+        labels = [by_key[json.dumps(f, sort_keys=True, default=str)] for f in flats]
         for (info, p, cfg), f, label in zip(loose, flats, labels):
             lrs = {c["train"]["lr"] for (_, _, c), lab in zip(loose, labels) if lab == label}
             lr = cfg.get("train", {}).get("lr")
@@ -127,6 +135,7 @@ def collect(paths: list[str | Path]) -> list[tuple[RunInfo, Path]]:
             info.row["axes"] = {"grid_group": label}
             info.row["overrides"] = {k: f.get(k) for k in differ}
             runs.append((info, p))
+    _one_corpus(runs)
     seen: dict[str, int] = {}
     for i, (info, p) in enumerate(runs):
         rid = info.row["run_id"]
@@ -140,6 +149,36 @@ def collect(paths: list[str | Path]) -> list[tuple[RunInfo, Path]]:
         _load_artifacts(info, p)
         info.path = p
     return runs
+
+
+def _group_names(groups: list[list[Path]]) -> list[str]:
+    """A variant's name from its run directories' names: one run's name, or what the names of its seeds (and
+    learning rates) share (``peri-s0``, ``peri-s1`` -> ``peri``), else the first name and how many more; a name
+    two variants would share gets its parent folder (``a/tiny``, ``b/tiny``)."""
+    def name(paths: list[Path], full: bool) -> str:
+        parts = [f"{p.parent.name}/{p.name}" if full else p.name for p in paths]
+        if len(parts) == 1:
+            return parts[0]
+        common = os.path.commonprefix(parts)
+        common = re.sub(r"[-_. ]*(?:s|seed|lr)?[-_. =]*$", "", common)
+        return common or f"{parts[0]} (+{len(parts) - 1} runs)"
+
+    out = [name(g, False) for g in groups]
+    return [name(g, True) if out.count(n) > 1 else n for g, n in zip(groups, out)]
+
+
+def _one_corpus(runs: list[tuple[RunInfo, Path]]) -> None:
+    """Refuse runs on more than one corpus (``data.source``): their bits/byte measure different text, so no paired
+    difference or ranking between them means anything."""
+    corpora: dict[str, list[str]] = {}
+    for info, p in runs:
+        source = str((info.row.get("config") or {}).get("data", {}).get("source"))
+        corpora.setdefault(source, []).append(p.name)
+    if len(corpora) > 1:
+        listing = "; ".join(f"{src}: {', '.join(ds[:3])}{' ...' if len(ds) > 3 else ''}"
+                            for src, ds in corpora.items())
+        raise NormlabError(f"these runs are on {len(corpora)} corpora ({listing}); bits/byte on different corpora "
+                           "cannot be paired or ranked: report each corpus's runs separately")
 
 
 def default_out(paths: list[str | Path]) -> Path:

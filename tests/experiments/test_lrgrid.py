@@ -259,7 +259,8 @@ def test_report_on_run_directories(grid_sweep, tmp_path, cache):
     assert r.returncode == 0, r.stderr
     md = (one / "report.md").read_text()
     assert "## Run" in md and (one / "report_run.png").is_file()
-    # loose copies of a whole sweep's runs: grouped by config differences into the same grid
+    # loose copies of a whole sweep's runs: grouped by config differences into the same grid, each variant named by
+    # what its runs' directory names share
     loose = tmp_path / "loose"
     paths = []
     for p in runs:
@@ -269,10 +270,10 @@ def test_report_on_run_directories(grid_sweep, tmp_path, cache):
     assert r.returncode == 0, r.stderr
     lr = json.loads(r.stdout)["lr"]
     names = sorted(v["variant"] for v in lr["variants"])
-    assert names == ["qk_norm=False", "qk_norm=True"] and lr["learning_rates"] == [0.003, 0.03, 30.0]
+    assert names == ["pre-ln", "pre-ln-qk-norm"] and lr["learning_rates"] == [0.003, 0.03, 30.0]
     _, sens = _expected_from_store(out)
     by = {v["variant"]: v for v in lr["variants"]}
-    assert by["qk_norm=True"]["lr_sensitivity"]["mean"] == pytest.approx(
+    assert by["pre-ln-qk-norm"]["lr_sensitivity"]["mean"] == pytest.approx(
         mean([sens[("Pre-LN + QK-norm", 0)], sens[("Pre-LN + QK-norm", 1)]]))
     assert_bad_input(normlab("report", str(tmp_path / "nope"), cache=cache), "does not exist")
     (tmp_path / "empty").mkdir()

@@ -2,7 +2,7 @@
 (a missing section, a key out of its type: a truncated or edited file) is one line naming the file, exit 2 from
 ``normlab report`` (it was a KeyError / TypeError traceback), through the one validated reader
 (``rundir.readers.open_config``); a complete config is read as before (variant labels from the keys that
-differ)."""
+differ), variants named by their run directories, runs on different corpora refused."""
 
 from __future__ import annotations
 
@@ -31,11 +31,36 @@ def full() -> dict:
     return load_config("tiny").to_dict()
 
 
-def test_complete_configs_are_labelled_by_what_differs(tmp_path):
+def test_variants_are_named_by_their_run_directories(tmp_path):
+    """A variant is named by its runs: one run's directory name, or what its seeds' names share; the config keys
+    that differ between variants are kept as its overrides; equal names get their parent folder."""
     a, b = full(), full()
     b["model"]["norm"] = "rmsnorm"
-    got = collect([loose_run(tmp_path / "a", a), loose_run(tmp_path / "b", b)])
-    assert [info.row["variant"] for info, _ in got] == ["norm=layernorm", "norm=rmsnorm"]
+    got = collect([loose_run(tmp_path / "ln", a), loose_run(tmp_path / "rms", b)])
+    assert [info.row["variant"] for info, _ in got] == ["ln", "rms"]
+    assert [info.row["overrides"] for info, _ in got] == [{"model.norm": "layernorm"}, {"model.norm": "rmsnorm"}]
+    seeds = []
+    for seed in (0, 1):
+        s = full()
+        s["seed"] = seed
+        s["model"]["norm"] = "rmsnorm"
+        seeds.append(loose_run(tmp_path / f"peri-s{seed}", s))
+    got = collect([tmp_path / "ln", *seeds])
+    assert [info.row["variant"] for info, _ in got] == ["ln", "peri", "peri"]
+    (tmp_path / "x").mkdir(), (tmp_path / "y").mkdir()
+    got = collect([loose_run(tmp_path / "x" / "tiny", a), loose_run(tmp_path / "y" / "tiny", b)])
+    assert [info.row["variant"] for info, _ in got] == ["x/tiny", "y/tiny"]
+
+
+def test_runs_on_different_corpora_are_not_paired(tmp_path):
+    """Bits/byte of a synthetic Markov run and a pystdlib run measure different text: ``normlab report`` on both is
+    one line naming the corpora, exit 2, and writes nothing."""
+    a, b = full(), load_config("small").to_dict()
+    assert a["data"]["source"] != b["data"]["source"]
+    runs = [loose_run(tmp_path / "tiny", a), loose_run(tmp_path / "peri", b)]
+    proc = run_inproc("report", *map(str, runs), "--out", str(tmp_path / "rep"), cache=tmp_path / "cache")
+    assert_bad_input(proc, "2 corpora", a["data"]["source"], b["data"]["source"], "cannot be paired")
+    assert not (tmp_path / "rep").exists()
 
 
 @pytest.mark.parametrize("edit, what", [
