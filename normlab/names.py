@@ -42,6 +42,24 @@ def renamed(record: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+SAMPLED_VAL_BPB = "sampled val bits/byte"
+"""What a person reads for ``val_bpb`` (``normlab train``'s last line and progress, ``runs``, the report): the
+validation bits/byte that training measures on a fixed sample of the validation split (``train.eval_batches``
+windows, ``summary.json``'s ``val_sample_tokens`` targets). ``normlab eval`` scores a whole split and names its
+number with :func:`split_bpb_label`; the two differ by sampling, and never share a name."""
+
+
+def split_bpb_label(split: str, max_tokens: int | None = None) -> str:
+    """What a person reads for ``normlab eval``'s ``bpb``: ``val bits/byte, whole split`` (or ``first N tokens``
+    under ``--max-tokens``)."""
+    return f"{split} bits/byte, " + (f"first {max_tokens:,} tokens" if max_tokens else "whole split")
+
+
+def eval_scope(max_tokens: int | None = None) -> str:
+    """``normlab eval``'s ``scope`` field: ``whole split`` or ``first N tokens``."""
+    return f"first {max_tokens} tokens" if max_tokens else "whole split"
+
+
 GRAD_NORM_PARTS = ("attn", "mlp", "norm")
 """The one definition of a block's gradient norm (Mix-LN, Li et al. 2024: the gradient norm of each layer's
 parameters): ``sqrt(sum over parts of |g_part|^2)`` from the training-time keys ``diag/grad_norm/<part>/<l>``

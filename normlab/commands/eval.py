@@ -21,8 +21,10 @@ from rich.console import Console
 from rich.table import Table
 
 from normlab.commands.args import data_arg, eval_set_arg
+from normlab.commands.stages import CountProgress
 from normlab.errors import NormlabError
 from normlab.io import check_file_slot, dumps, read_json, write_json
+from normlab.names import eval_scope, split_bpb_label
 from normlab.safety import printable
 from normlab.rundir.files import HF_IMPORT_FILE
 from normlab.rundir.readers import open_run
@@ -44,9 +46,11 @@ def run_eval(args: argparse.Namespace) -> int:
     if args.doc_start is not None:
         raise NormlabError("--doc-start applies to --documents only")
     tokens = run.tokens
-    m = evaluate(run.model, tokens, data.token_bytes, data.tokenizer.decode_bytes, context=context, stride=args.stride,
-                 batch_size=args.batch_size, max_tokens=args.max_tokens or None)
-    m.update({"mode": "stream", "tokenizer": data.tokenizer.name,  # a "+doc" tokenizer's separators are scored too
+    with CountProgress(f"eval {args.split}", "tokens") as tick:  # a bar on a terminal's stderr only
+        m = evaluate(run.model, tokens, data.token_bytes, data.tokenizer.decode_bytes, context=context,
+                     stride=args.stride, batch_size=args.batch_size, max_tokens=args.max_tokens or None, progress=tick)
+    m.update({"mode": "stream", "scope": eval_scope(args.max_tokens or None),
+              "tokenizer": data.tokenizer.name,  # a "+doc" tokenizer's separators are scored too
               "split": args.split, "split_bytes": data.bytes_of(args.split), "context": context,
               "stride": args.stride or context,
               "run_dir": str(args.run_dir), "weights": str(run.weights)})
@@ -76,7 +80,8 @@ def run_eval(args: argparse.Namespace) -> int:
               "word_perplexity", "entropy_floor_bpb", "gap_bpb", "tokens", "bytes", "words"):
         if k in m:
             v = m[k]
-            table.add_row(k, "null" if v is None else f"{v:,}" if isinstance(v, int) else f"{v:.4f}")
+            label = split_bpb_label(args.split, args.max_tokens or None) if k == "bpb" else k
+            table.add_row(label, "null" if v is None else f"{v:,}" if isinstance(v, int) else f"{v:.4f}")
     for k in ("mano", "matrix_nuclear_norm"):
         if k in m.get("label_free", {}):
             table.add_row(f"{k} (label-free)", f"{m['label_free'][k]:.6f}")

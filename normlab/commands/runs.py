@@ -80,8 +80,8 @@ def run_runs(args: argparse.Namespace) -> int:
     else:
         cols = ("run_id", "variant", "seed", "status", "step", "val_bpb", "best_val_bpb", "tokens_per_s",
                 "wall_s", "peak_mem_mb", "params")
-        heads = ("run", "variant", "seed", "status", "step", "final val bpb", "best val bpb", "tokens/s", "wall s",
-                 "peak MB", "params")
+        heads = ("run", "variant", "seed", "status", "step", "sampled val bpb", "best sampled val bpb", "tokens/s",
+                 "wall s", "peak MB", "params")
         table = Table(*heads, title=printable(f"sweep '{meta.get('sweep_name')}' ({d}): {len(rows)} runs"))
         for r in rows:
             step = f"{r['step']}/{r['steps']}" if r["step"] is not None else "–"
@@ -180,7 +180,7 @@ def _list_run_dirs(d: Path, fmt: str) -> int:
         for r in rows:
             w.writerow([("" if r[c] is None else r[c]) for c in (*RUN_COLUMNS, "error")])
     else:
-        table = Table("run", "status", "step", "final val bpb", "best val bpb", "norm", "config hash",
+        table = Table("run", "status", "step", "sampled val bpb", "best sampled val bpb", "norm", "config hash",
                       title=printable(f"{d}: {len(rows)} runs"))
         for r in rows:
             step = f"{r['step']}/{r['steps']}" if r["step"] is not None else "–"

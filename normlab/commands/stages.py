@@ -79,3 +79,48 @@ class StageProgress:
         if self._bar is not None:
             p, task = self._bar
             p.update(task, completed=self.n - 1, eta=self.eta_text(self.n - 1), description=stage)
+
+
+class CountProgress:
+    """``with CountProgress("eval", "tokens") as tick: evaluate(..., progress=tick)``: a bar of ``done / total``
+    units with the time elapsed and an ETA, on stderr when it is a terminal (``stages_visible``), redrawn at most
+    every ``REDRAW_S`` seconds; nothing otherwise (stdout, ``--json`` included, is never touched)."""
+
+    REDRAW_S = 0.2
+
+    def __init__(self, what: str, unit: str, *, console: Console | None = None):
+        self.what, self.unit, self.console = what, unit, console
+        self.visible = stages_visible()
+        self.t0 = self.last = time.monotonic()
+        self._bar: tuple[Progress, Any] | None = None
+
+    def __enter__(self) -> "CountProgress":
+        return self
+
+    def __exit__(self, *_: Any) -> None:
+        if self._bar is not None:
+            self._bar[0].stop()
+            self._bar = None
+
+    def eta_text(self, done: int, total: int) -> str:
+        eta = sweep_eta_s(done, total, time.monotonic() - self.t0)
+        return f"ETA {_fmt_s(eta)}" if eta is not None else ""
+
+    def __call__(self, done: int, total: int) -> None:
+        if not self.visible:
+            return
+        now = time.monotonic()
+        if self._bar is None:
+            console = self.console or Console(file=sys.stderr)
+            if not console.is_terminal:
+                self.visible = False
+                return
+            p = Progress(TextColumn(self.what), BarColumn(), MofNCompleteColumn(), TextColumn(self.unit),
+                         TimeElapsedColumn(), TextColumn("{task.fields[eta]}"), console=console, transient=True)
+            p.start()
+            self._bar = (p, p.add_task("", total=total, eta=""))
+        elif now - self.last < self.REDRAW_S and done < total:
+            return
+        self.last = now
+        p, task = self._bar
+        p.update(task, completed=done, total=total, eta=self.eta_text(done, total))

@@ -24,14 +24,14 @@ WIDTH = 100
 
 ABBREVIATIONS: dict[str, tuple[str, str]] = {
     "LR sensitivity (bits/byte)": ("LR sens.", "LR sensitivity in bits/byte (mean ± 95% CI over seeds)"),
-    "best val bits/byte": ("best val", "best sampled validation bits/byte over the grid (mean ± 95% CI)"),
+    "best sampled val bits/byte": ("best val", "best sampled validation bits/byte (mean ± 95% CI; a fixed "
+                                   "sample of the validation split, not normlab eval's whole split)"),
     "stable width (decades)": ("stable dec.", "width of the stable learning-rate range in decades"),
     "adjusted p": ("adj. p", "p after the declared family's multiplicity correction (primary rows)"),
     "smallest exact p": ("min ex. p", "the smallest p the exact sign-flip test can give at this n"),
     "exact p": ("ex. p", "exact sign-flip test p"),
     "per-seed corr": ("r", "correlation of the two variants' per-seed values"),
-    "val bits/byte (mean ± 95% CI)": ("val bits/byte", "sampled validation bits/byte at the end (mean ± 95% CI)"),
-    "best val bpb": ("best", "best sampled validation bits/byte of the runs (mean)"),
+    "sampled val bits/byte (mean ± 95% CI)": ("sampled val", "final sampled validation bits/byte (mean ± 95% CI)"),
 }
 MAX_WORD = 14
 """A column is at least as wide as its longest word, up to this; a longer word folds onto the next line."""

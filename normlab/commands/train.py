@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from normlab.errors import NormlabError
 from normlab.io import dumps
+from normlab.names import SAMPLED_VAL_BPB
 from normlab.presets import config_presets
 from normlab.rundir.files import CONFIG_FILE, MODEL_FILE, SUMMARY_FILE
 from normlab.rundir.readers import STATUS_EXIT, apply_norm_defaults, open_config, read_summary
@@ -160,7 +161,10 @@ def _run_train(args: argparse.Namespace, ctx) -> int:
 def print_summary(s: dict) -> None:
     parts = [f"status {s['status']} at step {s['step']}/{s['steps']}"]
     if s.get("val_bpb") is not None:
-        parts.append(f"val loss {s['val_loss']:.4f} nats/token, val bits/byte {s['val_bpb']:.4f}")
+        sample = (f" on {s['val_sample_tokens']:,} validation tokens" if isinstance(s.get("val_sample_tokens"), int)
+                  else "")
+        parts.append(f"val loss {s['val_loss']:.4f} nats/token, {SAMPLED_VAL_BPB} {s['val_bpb']:.4f}{sample} "
+                     "('normlab eval RUN_DIR' scores the whole split)")
         if s.get("unigram_bpb") is not None:  # the one did-not-learn rule (normlab.stats.learning), flagged here too
             flag = (f" -- DID NOT LEARN (not below the unigram level - {DID_NOT_LEARN_MARGIN:g})"
                     if did_not_learn(s["val_bpb"], s["unigram_bpb"]) else "")

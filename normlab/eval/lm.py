@@ -70,12 +70,13 @@ def window_batches(tokens: np.ndarray, wins: list[tuple[int, int, int]], batch_s
 
 @torch.no_grad()
 def score_tokens(model: torch.nn.Module, tokens: np.ndarray, *, context: int, stride: int | None = None,
-                 batch_size: int = 16, max_tokens: int | None = None,
-                 spread: bool = False) -> tuple[float, np.ndarray]:
+                 batch_size: int = 16, max_tokens: int | None = None, spread: bool = False,
+                 progress: Callable[[int, int], None] | None = None) -> tuple[float, np.ndarray]:
     """Sum of negative log-likelihoods (nats, float64) and the array of scored target ids.
 
     ``tokens``: 1-D ids ``[N]``; ``max_tokens`` truncates the split to its first ``max_tokens + 1`` tokens, or
     with ``spread`` samples that many targets in windows spread over the whole split (``spread_windows``).
+    ``progress(done, total)``: called after each scored window with the targets scored so far and in all.
     """
     n = len(tokens)
     if n < 2:
@@ -92,9 +93,13 @@ def score_tokens(model: torch.nn.Module, tokens: np.ndarray, *, context: int, st
     model.eval()
     total = 0.0
     scored: list[np.ndarray] = []
+    n_targets, done = sum(k for _, _, k in wins), 0
     for nll, y in window_nll(model, tokens, wins, batch_size):
         total += float(nll.sum())
         scored.append(y.numpy())
+        done += len(y)
+        if progress is not None:
+            progress(done, n_targets)
     model.train(was_training)
     return total, np.concatenate(scored)
 
@@ -160,9 +165,11 @@ def count_words(text: bytes) -> int:
 
 def evaluate(model: torch.nn.Module, tokens: np.ndarray, token_bytes: np.ndarray,
              decode: Callable[[np.ndarray], bytes], *, context: int, stride: int | None = None,
-             batch_size: int = 16, max_tokens: int | None = None, spread: bool = False) -> dict[str, float]:
-    """Score ``tokens`` and return loss (nats/token), bpb (bits/byte), token/byte/word perplexity and counts."""
+             batch_size: int = 16, max_tokens: int | None = None, spread: bool = False,
+             progress: Callable[[int, int], None] | None = None) -> dict[str, float]:
+    """Score ``tokens`` and return loss (nats/token), bpb (bits/byte), token/byte/word perplexity and counts
+    (``progress``: as ``score_tokens``)."""
     total, targets = score_tokens(model, tokens, context=context, stride=stride, batch_size=batch_size,
-                                  max_tokens=max_tokens, spread=spread)
+                                  max_tokens=max_tokens, spread=spread, progress=progress)
     n_bytes = int(token_bytes[targets].sum())
     return lm_metrics(total, len(targets), n_bytes, count_words(decode(targets)))

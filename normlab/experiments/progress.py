@@ -29,14 +29,14 @@ def stopping_message(running: int) -> str:
 
 
 def describe_row(row: dict[str, Any], unigram_bpb: float | None = None) -> str:
-    """One finished row of the store as the runner logs it: status, val bits/byte, speed and wall time; a run that
-    did not learn (normlab.stats.learning, against the training split's ``unigram_bpb``) says so beside its
+    """One finished row of the store as the runner logs it: status, sampled val bits/byte, speed and wall time; a
+    run that did not learn (normlab.stats.learning, against the training split's ``unigram_bpb``) says so beside its
     number."""
     st = row["status"]
     if st == "completed":
         val = f"{row['val_bpb']:.4f}" if isinstance(row.get("val_bpb"), (int, float)) else "n/a"
         note = learning_note(row.get("val_bpb"), unigram_bpb)
-        return (f"completed, val {val} bits/byte{f' -- {note}' if note else ''}, "
+        return (f"completed, sampled val {val} bits/byte{f' -- {note}' if note else ''}, "
                 f"{row.get('tokens_per_s') or 0:,.0f} tok/s, {row.get('wall_s') or 0:.0f}s")
     if st == "diverged":
         return f"diverged at step {row['step']}"

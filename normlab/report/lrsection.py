@@ -50,7 +50,7 @@ def _dnl(g: GroupGrid) -> str:
 
 
 def ranking_cells(gr: GridReport) -> tuple[list[str], list[list[str]]]:
-    head = ["#", "variant", "LR sensitivity (bits/byte)", "best val bits/byte", "best lr", "stable range",
+    head = ["#", "variant", "LR sensitivity (bits/byte)", "best sampled val bits/byte", "best lr", "stable range",
             "stable width (decades)", "diverged", "seeds"]
     rows = []
     for g in sorted(gr.groups, key=lambda g: (g.rank is None, g.rank or 0)):

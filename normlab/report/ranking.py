@@ -11,10 +11,12 @@ from normlab.report import plots
 from normlab.report.analysis import SweepReport, ci_text
 from normlab.report.document import Break, Figure, Note, Section, Table
 
-HTML_NOTE = ("Ranked by the mean final validation bits/byte over completed seeds; ± is the half-width of the 95% "
-             "Student-t interval (n − 1 degrees of freedom). Diverged seeds are counted, not averaged.")
-MD_NOTE = ("Ranked by the mean final validation bits/byte over completed seeds; ± is the half-width of the 95% "
-           "Student-t interval. Diverged seeds are counted, not averaged.")
+SAMPLED = ("Sampled val bits/byte is what training measured on a fixed sample of the validation split "
+           "(train.eval_batches windows); normlab eval RUN_DIR scores the whole split.")
+HTML_NOTE = ("Ranked by the mean final sampled validation bits/byte over completed seeds; ± is the half-width of the "
+             "95% Student-t interval (n − 1 degrees of freedom). Diverged seeds are counted, not averaged. " + SAMPLED)
+MD_NOTE = ("Ranked by the mean final sampled validation bits/byte over completed seeds; ± is the half-width of the "
+           "95% Student-t interval. Diverged seeds are counted, not averaged. " + SAMPLED)
 
 
 def ranking_rows(rep: SweepReport) -> list[dict[str, Any]]:
@@ -51,7 +53,7 @@ def table_cells(rep: SweepReport) -> tuple[list[str], list[list[str]]]:
     """Header and string cells of the ranking table (shared by HTML, Markdown and the terminal); no rank where the
     summary ranks nothing (``ranks_nothing``)."""
     unranked = ranks_nothing(rep)
-    head = ["#", "variant", "val bits/byte (mean ± 95% CI)", "best val bpb"]
+    head = ["#", "variant", "sampled val bits/byte (mean ± 95% CI)", "best sampled val bits/byte"]
     if _has_floor(rep):
         head.append("gap to floor")
     head += ["seeds ok", "diverged", "tokens/s", "params"]

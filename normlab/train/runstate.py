@@ -24,6 +24,7 @@ import torch
 from normlab.config import RunConfig
 from normlab.diagnostics.training import TrainDiagnostics
 from normlab.diagnostics.weightnorms import weight_norm_record
+from normlab.names import SAMPLED_VAL_BPB
 from normlab.errors import NormlabError
 from normlab.eval.lm import evaluate
 from normlab.io import clean_stale_temps, dumps, exclusive_lock, write_json, write_text
@@ -289,7 +290,7 @@ class RunState:
         record.update({"step": self.step, "val_loss": self.val["loss"], "val_bpb": self.val["bpb"]})
         if "loss" not in record:
             record.update({"loss": self.last_loss, "lr": lr, "grad_norm": grad_norm})
-        return f"step {self.step}: val loss {self.val['loss']:.4f}, val bits/byte {self.val['bpb']:.4f}"
+        return f"step {self.step}: val loss {self.val['loss']:.4f}, {SAMPLED_VAL_BPB} {self.val['bpb']:.4f}"
 
     # -- checkpoint and summary -------------------------------------------------------------------------------------
     def checkpoint(self, at: int, elapsed_s: float, rng: torch.Tensor, cuda_rng: torch.Tensor | None) -> None:
@@ -317,6 +318,7 @@ class RunState:
         summary = {
             "status": self.status, "step": self.step, "steps": tc.steps, "train_loss": self.last_loss,
             "val_loss": val.get("loss"), "val_bpb": val.get("bpb"), "best_val_bpb": self.best,
+            "val_sample_tokens": val.get("tokens"),  # val_bpb's sample of the validation split (normlab.names)
             "entropy_floor_bpb": data.entropy_floor_bpb, "unigram_bpb": data.unigram_bpb,
             "gap_bpb": (val["bpb"] - data.entropy_floor_bpb) if (val and data.entropy_floor_bpb is not None) else None,
             "tokens_seen": self.tokens_seen, "tokens_per_s": self.tokens_seen / max(elapsed_s, 1e-9),

@@ -41,7 +41,7 @@ def test_numbers_stay_whole_while_text_can_wrap():
 
 
 def test_a_wide_table_fits_with_a_legend_and_loses_no_cell():
-    head = ["#", "variant", "LR sensitivity (bits/byte)", "best val bits/byte", "best lr", "stable range",
+    head = ["#", "variant", "LR sensitivity (bits/byte)", "best sampled val bits/byte", "best lr", "stable range",
             "stable width (decades)", "diverged", "seeds", "adjusted p", "reading"]
     rows = [[str(i), f"Pre-LN + QK-norm {i}", "0.442 ± 0.016", "3.642 ± 0.035", "0.001 (seeds: 0.001–0.00416)",
              "0.001 – 0.0173", "1.24 ± 0.00", "0/20", "4", "< 0.001",

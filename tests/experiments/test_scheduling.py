@@ -86,14 +86,14 @@ def test_the_finish_step_records_what_the_trainer_left_open(tmp_path):
     assert rows["b"]["status"] == "failed" and rows["b"]["error"] == "worker exited with status 1; see logs/b.log"
     assert rows["c"]["status"] == "interrupted"
     assert rows["c"]["error"] == "worker exited with status 130; see logs/c.log"
-    assert lines[0].startswith("[1/3] a: completed, val 4.0000 bits/byte")
+    assert lines[0].startswith("[1/3] a: completed, sampled val 4.0000 bits/byte")
     assert lines[1] == f"[2/3] b: failed: worker exited with status 1; see logs/b.log (log: {tmp_path / 'logs/b.log'})"
     assert lines[2] == "[3/3] c: interrupted at step 0 (resumable)"
 
 
 def test_the_log_line_flags_a_run_that_did_not_learn(tmp_path):
-    """The ``[k/N] run: completed, val L bits/byte`` line says "did not learn" beside L when L is at or above the
-    unigram level its summary.json records minus 0.1 (the scripted runs end at 4.0), and nothing when it is below
+    """The ``[k/N] run: completed, sampled val L bits/byte`` line says "did not learn" beside L when L is at or above
+    the unigram level its summary.json records minus 0.1 (the scripted runs end at 4.0), and nothing when it is below
     or no level was recorded."""
     import json
 
@@ -105,10 +105,10 @@ def test_the_log_line_flags_a_run_that_did_not_learn(tmp_path):
                                                                              "unigram_bpb": level}))
     lines: list[str] = []
     drive(Scripted(tmp_path, store, dict.fromkeys(ids), slots=1), store, [[r] for r in ids], lines.append, [])
-    assert lines[0].startswith("[1/3] at: completed, val 4.0000 bits/byte -- did not learn (at or above the "
+    assert lines[0].startswith("[1/3] at: completed, sampled val 4.0000 bits/byte -- did not learn (at or above the "
                                "unigram 4.050 - 0.1 bits/byte), "), lines[0]
-    assert lines[1].startswith("[2/3] below: completed, val 4.0000 bits/byte, ") and "learn" not in lines[1]
-    assert lines[2].startswith("[3/3] none: completed, val 4.0000 bits/byte, ") and "learn" not in lines[2]
+    assert lines[1].startswith("[2/3] below: completed, sampled val 4.0000 bits/byte, ") and "learn" not in lines[1]
+    assert lines[2].startswith("[3/3] none: completed, sampled val 4.0000 bits/byte, ") and "learn" not in lines[2]
 
 
 def test_a_run_interrupted_in_this_process_stops_the_sweep(tmp_path):
