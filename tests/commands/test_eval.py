@@ -28,7 +28,8 @@ def test_train_and_eval_name_their_two_numbers_apart(tmp_path, cache):
     cfg = yaml.safe_load((out / "config.yaml").read_text())
     assert summary["val_sample_tokens"] == (cfg["train"]["eval_batches"] * cfg["train"]["batch_size"]
                                             * cfg["model"]["context"])
-    assert f"{SAMPLED_VAL_BPB} {summary['val_bpb']:.4f} on {summary['val_sample_tokens']:,} validation tokens" in t.stdout
+    said = f"{SAMPLED_VAL_BPB} {summary['val_bpb']:.4f} on {summary['val_sample_tokens']:,} validation tokens"
+    assert said in t.stdout
     assert split_bpb_label("val") not in t.stdout
     e = run_inproc("eval", str(out), cache=cache, check=True)
     assert split_bpb_label("val") == "val bits/byte, whole split" and "val bits/byte, whole split" in e.stdout
