@@ -1,7 +1,8 @@
 """``normlab probe RUN_DIR``: in-context probes of a trained run -- induction (loss on the second copy of a repeated
 random sequence vs the first) and associative recall (accuracy at the query of ``k1 v1 ... kn vn kq``), on
-synthetic data from a fixed seed, with their chance levels (normlab.eval.probes; docs/advise.md). ``--json``
-prints one object."""
+synthetic data from a fixed seed; each measure with its 95% interval and its comparison to chance (above / not
+above: the interval clear of the chance level; normlab.eval.probes; docs/advise.md). ``--json`` prints one
+object."""
 
 from __future__ import annotations
 
@@ -21,14 +22,22 @@ def run_probe(args: argparse.Namespace) -> int:
         return 0
     ind, rec = res["induction"], res["recall"]
     k = ind["symbols"]
-    print(f"induction ({ind['sequences']} random sequences of {ind['length']} tokens from {k} token ids "
-          f"({args.symbols}), each repeated once; seed {args.seed}): first copy {ind['first_copy_loss']:.3f} nats "
-          f"(chance ln {k} = {ind['chance_first_copy_loss']:.3f}), "
-          f"second copy {ind['second_copy_loss']:.3f} (perfect copying: 0); gain {ind['induction_gain']:.3f}")
-    print(f"associative recall ({rec['sequences']} sequences of {rec['pairs']} key-value pairs and a query; seed "
-          f"{args.seed}): accuracy {rec['accuracy']:.3f} (chance 1/{rec['num_values']} = {rec['chance_accuracy']:.4f})"
-          f", loss {rec['loss']:.3f} nats (uniform: {rec['chance_loss']:.3f})")
+    print(f"induction gain {ind['induction_gain']:.3f} nats, 95% CI {_ci(ind['induction_gain_ci95'])}: "
+          f"{ind['vs_chance']} (chance: 0)")
+    print(f"  {ind['sequences']} random sequences of {ind['length']} tokens from {k} token ids ({args.symbols}), "
+          f"each repeated once, seed {args.seed}: first copy {ind['first_copy_loss']:.3f} nats (chance ln {k} = "
+          f"{ind['chance_first_copy_loss']:.3f}), second copy {ind['second_copy_loss']:.3f} (perfect copying: 0)")
+    print(f"associative recall accuracy {rec['accuracy']:.3f}, 95% CI {_ci(rec['accuracy_ci95'])}: "
+          f"{rec['vs_chance']} (chance 1/{rec['num_values']} = {rec['chance_accuracy']:.4f})")
+    print(f"  {rec['correct']}/{rec['sequences']} sequences of {rec['pairs']} key-value pairs and a query, seed "
+          f"{args.seed}; loss {rec['loss']:.3f} nats, 95% CI {_ci(rec['loss_ci95'])} (uniform: "
+          f"{rec['chance_loss']:.3f})")
     return 0
+
+
+def _ci(interval: list[float] | None) -> str:
+    """``[low, high]`` as text (``–`` without an interval: one sequence)."""
+    return "–" if interval is None else f"{interval[0]:.3f} to {interval[1]:.3f}"
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

@@ -5,13 +5,17 @@
   cannot be below ``ln V`` in expectation (chance), whatever the model; the second copy can be copied from the
   first. Reported: the mean cross-entropy (nats) of the first copy's tokens 2..L (predicted from their prefix) and of
   the second copy's tokens 2..L (the first token of the second copy is not inferable and is left out), and the
-  difference ``first - second`` (0 = no induction; ``ln V`` = perfect copying).
+  difference ``first - second`` (0 = no induction; ``ln V`` = perfect copying), with its 95% Student-t interval
+  over the sequences (``induction_gain_ci95``) and how it compares to chance (``vs_chance``: above chance when the
+  interval is above 0).
 - **Associative recall** (Ba et al. 2016, "Using Fast Weights to Attend to the Recent Past"; Arora et al. 2023,
   "Zoology", multi-query associative recall): ``k1 v1 k2 v2 ... kn vn kq`` with ``n`` distinct keys drawn from the
   lower half of the vocabulary, values drawn (with replacement) from the upper half, and ``kq`` one of the ``n``
   keys; the model should predict its value. Reported: accuracy of the argmax over the value tokens at the query
   (chance ``1 / num_values``; ties go to the lowest value id) and the cross-entropy of the correct value over the
-  whole vocabulary (chance ``ln V`` for uniform logits).
+  whole vocabulary (chance ``ln V`` for uniform logits). The accuracy has its exact Clopper-Pearson 95% interval
+  (``accuracy_ci95``; above chance when it is above ``1 / num_values``), the loss a Student-t interval over the
+  sequences (``loss_ci95``).
 
 ``symbols`` (default: every id of the vocabulary) restricts the random tokens to a set of ``K`` token ids, e.g. the
 ids that occur in the run's training split (``normlab probe --symbols data``): a model never trained on an id
@@ -37,6 +41,8 @@ from normlab.errors import NormlabError
 from normlab.rundir.files import PROBES_FILE
 from normlab.rundir.publish import write_record
 from normlab.rundir.readers import load_run, run_data
+from normlab.stats.exact import clopper_pearson
+from normlab.stats.intervals import MeanCI, mean_ci
 
 Model = Callable[[torch.Tensor], torch.Tensor]
 
@@ -84,10 +90,14 @@ def induction(model: Model, *, vocab: int, length: int, sequences: int = 64, see
     logits = _logits(model, idx, batch_size, device)[:, :-1]  # position t predicts token t + 1
     nll = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), idx[:, 1:].reshape(-1),
                           reduction="none").view(sequences, -1)
-    first = nll[:, : length - 1].mean().item()  # tokens 1 .. L-1 of the first copy
-    second = nll[:, length:].mean().item()  # tokens L+1 .. 2L-1: the second copy without its first token
+    first_i = nll[:, : length - 1].double().mean(1)  # per sequence: tokens 1 .. L-1 of the first copy
+    second_i = nll[:, length:].double().mean(1)  # tokens L+1 .. 2L-1: the second copy without its first token
+    first, second = first_i.mean().item(), second_i.mean().item()
+    gain = mean_ci((first_i - second_i).tolist())  # the sequences are the unit: a t interval over them
     return {"length": length, "sequences": sequences, "seed": seed, "vocab": vocab, "symbols": len(sym),
             "first_copy_loss": first, "second_copy_loss": second, "induction_gain": first - second,
+            "induction_gain_ci95": _interval(gain), "chance_induction_gain": 0.0,
+            "vs_chance": compare_to_chance(gain.low, above=lambda low: low > 0.0),
             "chance_first_copy_loss": math.log(len(sym)), "perfect_second_copy_loss": 0.0}
 
 
@@ -100,10 +110,34 @@ def recall(model: Model, *, vocab: int, pairs: int, sequences: int = 256, seed: 
     last = _logits(model, sym[idx], batch_size, device)[:, -1]  # [S, V] at the query
     values = sym[k // 2:]
     guess = last[:, values].argmax(-1) + k // 2
-    loss = F.cross_entropy(last, sym[answer]).item()
+    loss_i = F.cross_entropy(last, sym[answer], reduction="none").double()
+    correct = int((guess == answer).sum())
+    chance = 1.0 / (k - k // 2)
+    acc = clopper_pearson(correct, sequences)  # exact binomial interval of the accuracy
+    loss = mean_ci(loss_i.tolist())
     return {"pairs": pairs, "sequences": sequences, "seed": seed, "vocab": vocab, "symbols": k,
-            "num_values": k - k // 2, "accuracy": (guess == answer).float().mean().item(),
-            "chance_accuracy": 1.0 / (k - k // 2), "loss": loss, "chance_loss": math.log(vocab)}
+            "num_values": k - k // 2, "accuracy": correct / sequences, "correct": correct,
+            "accuracy_ci95": [acc.low, acc.high], "chance_accuracy": chance,
+            "vs_chance": compare_to_chance(acc.low, above=lambda low: low > chance),
+            "loss": loss_i.mean().item(), "loss_ci95": _interval(loss), "chance_loss": math.log(vocab)}
+
+
+ABOVE_CHANCE = "above chance"
+NOT_ABOVE_CHANCE = "not above chance"
+"""How a probe's measure compares to chance: ``above chance`` when its whole 95% interval is on the better side of
+the chance level (induction gain > 0; recall accuracy > 1 / num_values), else ``not above chance`` (the interval
+reaches chance, or there is no interval)."""
+
+
+def compare_to_chance(low: float | None, *, above: Callable[[float], bool]) -> str:
+    """``ABOVE_CHANCE`` when the interval's lower end ``low`` is beyond chance (``above(low)``), else
+    ``NOT_ABOVE_CHANCE`` (also without an interval)."""
+    return ABOVE_CHANCE if low is not None and above(low) else NOT_ABOVE_CHANCE
+
+
+def _interval(ci: MeanCI) -> list[float] | None:
+    """``[low, high]`` of a t interval (None for a single value)."""
+    return None if ci.half is None else [ci.low, ci.high]
 
 
 SYMBOLS = ("data", "all")  # normlab probe --symbols: the run's training-split ids, or the whole vocabulary

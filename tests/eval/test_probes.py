@@ -79,6 +79,59 @@ def test_oracles_score_perfectly():
     assert rec["accuracy"] == 1.0 and rec["loss"] < 1e-6
 
 
+def noisy_copier(length: int):
+    """Copies like ``copier`` where the token it copies is divisible by 3 (a third of the positions, varying from
+    sequence to sequence), uniform elsewhere: a gain between 0 and ln V with a spread over sequences. It depends on
+    the tokens only, so any batching gives the same logits."""
+    def model(idx):
+        out = torch.zeros(*idx.shape, V)
+        for t in range(length - 1, idx.shape[1] - 1):
+            src = idx[:, t + 1 - length]
+            rows = torch.nonzero(src % 3 == 0)[:, 0]
+            out[rows, t, src[rows]] = BIG
+        return out
+    return model
+
+
+def test_intervals_are_the_t_and_clopper_pearson_intervals_and_decide_the_comparison_to_chance():
+    """The induction gain's interval is the Student-t interval over the sequences' own gains (scipy), the recall
+    accuracy's the exact Clopper-Pearson interval (statsmodels' beta method); "above chance" exactly when the
+    interval is clear of chance."""
+    import numpy as np
+    import torch.nn.functional as F
+    from scipy import stats
+    from statsmodels.stats.proportion import proportion_confint
+
+    from normlab.eval.probes import ABOVE_CHANCE, NOT_ABOVE_CHANCE
+
+    length, n = 12, 30
+    ind = induction(noisy_copier(length), vocab=V, length=length, sequences=n)
+    idx = induction_data(V, length, n, 0)
+    logits = noisy_copier(length)(idx)[:, :-1]  # the same model, same random draws: the same logits
+    nll = F.cross_entropy(logits.reshape(-1, V), idx[:, 1:].reshape(-1), reduction="none").view(n, -1).double()
+    gains = (nll[:, : length - 1].mean(1) - nll[:, length:].mean(1)).numpy()
+    low, high = stats.t.interval(0.95, n - 1, loc=gains.mean(), scale=stats.sem(gains))
+    assert ind["induction_gain_ci95"] == pytest.approx([low, high], rel=1e-9)
+    assert ind["induction_gain"] == pytest.approx(gains.mean(), rel=1e-9)
+    assert ind["vs_chance"] == ABOVE_CHANCE and low > 0
+    flat = induction(uniform, vocab=V, length=length, sequences=n)  # gain exactly 0: not above chance
+    assert flat["vs_chance"] == NOT_ABOVE_CHANCE and flat["chance_induction_gain"] == 0.0
+
+    for model, seqs in ((uniform, 400), (lookup, 50)):
+        rec = recall(model, vocab=V, pairs=5, sequences=seqs, seed=2)
+        k = round(rec["accuracy"] * seqs)
+        assert rec["correct"] == k
+        assert rec["accuracy_ci95"] == pytest.approx(list(proportion_confint(k, seqs, 0.05, method="beta")),
+                                                      abs=1e-12)
+        above = rec["accuracy_ci95"][0] > rec["chance_accuracy"]
+        assert rec["vs_chance"] == (ABOVE_CHANCE if above else NOT_ABOVE_CHANCE)
+    assert recall(lookup, vocab=V, pairs=5, sequences=50)["vs_chance"] == ABOVE_CHANCE
+    assert recall(uniform, vocab=V, pairs=5, sequences=400, seed=2)["vs_chance"] == NOT_ABOVE_CHANCE
+    rec = recall(uniform, vocab=V, pairs=5, sequences=40)
+    assert rec["loss_ci95"] == pytest.approx([math.log(V), math.log(V)], abs=1e-6)  # every sequence at ln V (fp32)
+    assert np.isfinite(rec["accuracy_ci95"]).all()
+
+
 def test_a_symbol_set_restricts_the_tokens_and_sets_chance():
     sym = torch.tensor([3, 7, 11, 20, 21, 30, 44, 49])
     ind = induction(uniform, vocab=V, length=10, sequences=6, symbols=sym)
@@ -102,8 +155,12 @@ def test_probe_command_on_a_run(run, cache):
     assert ind["chance_first_copy_loss"] == pytest.approx(math.log(res["vocab"]))
     assert ind["length"] == res["context"] // 2 and 2 * rec["pairs"] + 1 <= res["context"]
     assert 0.0 <= rec["accuracy"] <= 1.0 and rec["chance_accuracy"] == 1 / (res["vocab"] - res["vocab"] // 2)
+    assert ind["vs_chance"] in ("above chance", "not above chance") and len(rec["accuracy_ci95"]) == 2
     text = normlab("probe", str(run), "--sequences", "4", cache=cache, check=True).stdout
     assert "chance ln 8" in text and "chance 1/4" in text
+    lines = text.splitlines()  # each measure leads its block with its interval and its comparison to chance
+    assert lines[0].startswith("induction gain ") and "95% CI" in lines[0] and "chance" in lines[0]
+    assert lines[2].startswith("associative recall accuracy ") and "95% CI" in lines[2]
 
 
 @pytest.mark.parametrize("args, fragment", [(["--length", "100000"], "--length"), (["--pairs", "0"], "--pairs"),
