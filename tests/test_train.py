@@ -143,12 +143,34 @@ def test_tiny_preset_learns_and_its_gap_shrinks_with_steps(tmp_path, cache):
 def test_banner_names_every_choice_set_away_from_its_default(tmp_path, cache):
     sets = {"train.clip": "adagc", "model.output": "stablemax", "optim.perp_grad": "true", "train.steps": "2"}
     args = [a for k, v in sets.items() for a in ("--set", f"{k}={v}")]
-    r = run_inproc("train", "tiny", *args, "--set", "train.log_every=1", "--out", str(tmp_path / "r"), cache=cache,
-                   check=True)
+    r = run_inproc("train", "tiny", *args, "--set", "train.log_every=1", "--out", str(tmp_path / "r"), "--verbose",
+                   cache=cache, check=True)
     (line,) = [ln for ln in (r.stdout + r.stderr).splitlines() if ln.startswith("not default: ")]
     named = dict(kv.split("=", 1) for kv in line.removeprefix("not default: ").split(", ") if "=" in kv)
     assert {k: named.get(k, "").lower() for k in sets} == sets  # each --set, by its key
     assert "train.log_every" not in named and "device" not in named  # bookkeeping and runtime keys aside
+
+
+def test_the_banner_is_one_line_and_the_reasons_are_in_the_run_files(tmp_path, cache):
+    """Without --verbose, train's banner is one short line (parameters, optimizer, device, precision, threads,
+    compile); the reasons behind the runtime choices (threads, OpenMP wait policy, malloc) are in summary.json's
+    runtime_notes, and --verbose prints those same lines."""
+    out = tmp_path / "r"
+    r = run_inproc("train", "tiny", "--set", "train.steps=2", "--set", "train.eval_every=2", "--out", str(out),
+                   cache=cache, check=True)
+    lines = r.stderr.splitlines()  # progress and banner: stderr (stdout holds the result)
+    before = lines[: next(i for i, ln in enumerate(lines) if ln.startswith("step "))]
+    assert len(before) == 1 and before[0].startswith(f"train {out}: ")
+    assert len(before[0]) - len(str(out)) <= 100
+    assert all(w in before[0] for w in ("params", "adamw", "cpu", "thread", "compile"))
+    assert "OMP" not in r.stderr and "malloc" not in r.stderr and "not default" not in r.stderr
+    notes = json.loads((out / "summary.json").read_text())["runtime_notes"]
+    assert any(n.startswith("threads ") and ("OMP_" in n or "GOMP_" in n) for n in notes)
+    assert any(n.startswith("malloc") for n in notes) and any(n.startswith("precision ") for n in notes)
+    v = run_inproc("train", "tiny", "--set", "train.steps=2", "--set", "train.eval_every=2", "--out",
+                   str(tmp_path / "v"), "--verbose", cache=cache, check=True)
+    notes_v = json.loads((tmp_path / "v" / "summary.json").read_text())["runtime_notes"]
+    assert all(n in v.stderr + v.stdout for n in notes_v if not n.startswith("threads "))
 
 
 def test_a_run_killed_while_writing_config_yaml_is_not_a_dead_end(tmp_path, cache):

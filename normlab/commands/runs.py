@@ -1,5 +1,6 @@
-"""``normlab runs DIR [--format table|csv|json]``: list the runs of a sweep from its results store, or, for any
-other folder (``runs/``, where ``normlab train`` writes by default), the single run directories under it."""
+"""``normlab runs [DIR] [--format table|csv|json]``: list the runs of a sweep from its results store, or, for any
+other folder (``runs/``, where ``normlab train`` writes by default, and the default DIR), the single run
+directories under it."""
 
 from __future__ import annotations
 
@@ -55,8 +56,15 @@ def _val_cell(row: dict[str, Any]) -> str:
     return f"{cell} (did not learn: unigram {row['unigram_bpb']:.4f})" if row.get("did_not_learn") else cell
 
 
+DEFAULT_DIR = "runs"
+"""``normlab runs`` without DIR: the folder ``normlab train`` and ``compare`` write into by default."""
+
+
 def run_runs(args: argparse.Namespace) -> int:
     d = Path(args.sweep_dir)
+    if args.sweep_dir == DEFAULT_DIR and not os.path.lexists(d):
+        raise NormlabError(f"no {DEFAULT_DIR}/ folder in {Path.cwd()} (normlab train and compare write there by "
+                           "default); give a sweep directory or a folder of runs: normlab runs DIR")
     if not d.is_dir():
         raise NormlabError(f"{d} is a file, not a directory; give a sweep directory or a folder holding run "
                            "directories" if os.path.lexists(d) else f"directory {d} does not exist")
@@ -197,8 +205,9 @@ def _list_run_dirs(d: Path, fmt: str) -> int:
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """Register ``normlab runs`` with their flags (called by ``normlab.cli.build_parser``)."""
     rn = sub.add_parser("runs", help="list the runs of a sweep directory, or the run directories under a folder")
-    rn.add_argument("sweep_dir", metavar="DIR", help="a sweep directory, or any folder holding run directories "
-                                                     "(e.g. runs/)")
+    rn.add_argument("sweep_dir", metavar="DIR", nargs="?", default=DEFAULT_DIR,
+                    help="a sweep directory, or any folder holding run directories (default: runs/, where train and "
+                    "compare write)")
     rn.add_argument("--format", choices=["table", "csv", "json"], default="table")
     rn.add_argument("--json", action="store_true", help="same as --format json")
     rn.set_defaults(func=run_runs)

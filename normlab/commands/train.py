@@ -147,7 +147,7 @@ def _run_train(args: argparse.Namespace, ctx) -> int:
     cfg, run_dir, resume, summary = plan_run(args)
     if summary is None:  # (a complete run: nothing left to do; report the stored summary)
         ctx.barrier()  # every rank has checked the run directory before rank 0 writes to it
-        summary = train(cfg, run_dir, resume=resume, quiet=False, dist=ctx,
+        summary = train(cfg, run_dir, resume=resume, quiet=False, dist=ctx, verbose=args.verbose,
                         init_from=None if resume else args.init_from)
     if not ctx.is_main:
         return STATUS_EXIT[summary["status"]]
@@ -195,6 +195,8 @@ def rank_argv(args: argparse.Namespace, run_dir: str, resume: bool) -> list[str]
         argv += ["--set", o]
     if args.json:
         argv.append("--json")
+    if getattr(args, "verbose", False):
+        argv.append("--verbose")
     return argv
 
 
@@ -232,5 +234,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="start from RUN_DIR's weights (fine-tune / continue with a changed config of equal shapes)")
     t.add_argument("--nproc", type=int_in(1, 4096), metavar="N",
                    help="data-parallel on N local processes (torchrun + DDP; docs/distributed.md)")
+    t.add_argument("--verbose", action="store_true",
+                   help="also print why each runtime choice was made (device, precision, compile, threads, OpenMP, "
+                   "malloc), the weight-decay groups and the keys away from their defaults (the reasons are in "
+                   "summary.json's runtime_notes either way)")
     t.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     t.set_defaults(func=run_train)

@@ -82,15 +82,17 @@ def drive(executor: Executor, store: Store, jobs: list[list[str]], log: Callable
                         break
                     trained.extend(queue.popleft())
                 for run_id, rc in executor.finished():
-                    done += 1
                     row = store.get(run_id)
                     if row["status"] in ("running", "pending"):  # the trainer stopped without recording
                         status = "interrupted" if rc == EXIT_INTERRUPTED or flag.stop else "failed"
                         store.update(run_id, status=status, error=f"{executor.exited} with status {rc}; "
                                                                   f"see logs/{executor.log_of(run_id).name}")
                         row = store.get(run_id)
+                    # an interrupted run is not done: it resumes on the next run of the command
+                    counted = row["status"] != "interrupted"
+                    done += counted
                     unigram = run_unigram(store.path.parent, run_id) if row["status"] == "completed" else None
-                    log(f"[{done}/{total}{executor.tag}] {run_id}: {describe_row(row, unigram)}"
+                    log(f"[{done if counted else '–'}/{total}{executor.tag}] {run_id}: {describe_row(row, unigram)}"
                         + (f" (log: {executor.log_of(run_id)})" if row["status"] == "failed" else "")
                         + executor.progress_line(done))
                     if executor.in_process and row["status"] == "interrupted":

@@ -102,7 +102,8 @@ def train_run(run_dir: Path, config: dict[str, Any], threads: int | None = None,
     if threads:
         torch.set_num_threads(threads)
     cfg, resume = run_config(run_dir, config)
-    return train(cfg, run_dir, resume=resume, quiet=False, tb_dir=tb_dir, threads=threads)
+    # verbose: the run's log (logs/<run id>.log) keeps why each runtime choice was made
+    return train(cfg, run_dir, resume=resume, quiet=False, tb_dir=tb_dir, threads=threads, verbose=True)
 
 
 def train_group(run_dirs: list[Path], configs: list[dict[str, Any]], threads: int | None,

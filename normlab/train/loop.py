@@ -92,7 +92,7 @@ class NullTracker:
 
 def train(cfg: RunConfig, run_dir: str | Path, *, resume: bool = False, quiet: bool = False,
           tb_dir: str | Path | None = None, init_from: str | Path | None = None,
-          dist: DistContext | None = None, threads: int | None = None) -> dict[str, Any]:
+          dist: DistContext | None = None, threads: int | None = None, verbose: bool = False) -> dict[str, Any]:
     """Train ``cfg`` into ``run_dir`` (new, or resumed from its last checkpoint). Returns the summary dict.
 
     TensorBoard scalars and hparams are written live to ``tb_dir`` (default ``RUN_DIR/tb``; normlab.train.tracking).
@@ -114,7 +114,8 @@ def train(cfg: RunConfig, run_dir: str | Path, *, resume: bool = False, quiet: b
     run_dir = Path(run_dir)
     ctx = dist or SINGLE
     with _own_load_record():  # this run's CPU use, taken off the load average by the next run's thread decision
-        return _train_locked(cfg, run_dir, resume=resume, quiet=quiet, tb_dir=tb_dir, init_from=init_from, ctx=ctx,
+        return _train_locked(cfg, run_dir, resume=resume, quiet=quiet, verbose=verbose, tb_dir=tb_dir,
+                             init_from=init_from, ctx=ctx,
                              threads=threads)
 
 
@@ -128,7 +129,7 @@ def _own_load_record() -> Iterator[None]:
 
 
 def _train_locked(cfg: RunConfig, run_dir: Path, *, resume: bool, quiet: bool, tb_dir: Any, init_from: Any,
-                  ctx: DistContext, threads: int | None) -> dict[str, Any]:
+                  ctx: DistContext, threads: int | None, verbose: bool = False) -> dict[str, Any]:
     """The recipe inside the signal handling (a rank counts repeated signals: torchrun ends a hung rank), the
     determinism settings and, on a resume, the run directory's lock; a second Ctrl-C still writes the summary."""
     owner = resume and ctx.is_main
@@ -137,7 +138,8 @@ def _train_locked(cfg: RunConfig, run_dir: Path, *, resume: bool, quiet: bool, t
         # the run's config hash is that of the config as handed over (``normlab config``, the run folder's name, a
         # sweep), before the data and this machine fill in vocab_size, device, precision and compile
         run_hash = cfg.hash()
-        recipe = Recipe(cfg, run_dir, ctx=ctx, flag=flag, quiet=quiet or not ctx.is_main, run_hash=run_hash)
+        recipe = Recipe(cfg, run_dir, ctx=ctx, flag=flag, quiet=quiet or not ctx.is_main, run_hash=run_hash,
+                        verbose=verbose)
         try:
             recipe.setup(resume=resume, tb_dir=tb_dir, init_from=init_from, threads=threads)
             return recipe.train()
@@ -160,9 +162,9 @@ class Recipe:
     data-parallel run with deferred reads, before every read point: :meth:`_stop`)."""
 
     def __init__(self, cfg: RunConfig, run_dir: Path, *, ctx: DistContext, flag: StopFlag, quiet: bool,
-                 run_hash: str) -> None:
+                 run_hash: str, verbose: bool = False) -> None:
         self.cfg, self.run_dir, self.ctx, self.flag = cfg, run_dir, ctx, flag
-        self.quiet, self.run_hash = quiet, run_hash
+        self.quiet, self.run_hash, self.verbose = quiet, run_hash, verbose
         self.tracker: Tracker | NullTracker | None = None
 
     # -- setup: the order is fixed (the seeded RNG streams and what a refused run has written depend on it) --------
@@ -204,6 +206,7 @@ class Recipe:
         runtime = resolve_runtime(cfg)
         runtime.append(f"threads {torch.get_num_threads()} ({self.why_threads})")
         runtime.append(heap_policy_note())
+        self.runtime_notes = runtime  # why each runtime choice: summary.json's runtime_notes, train --verbose
         return runtime
 
     def _setup_model(self, data: Any, resume: bool, init_from: str | Path | None) -> Any:
@@ -247,14 +250,17 @@ class Recipe:
                                 start_step=s.step, track=track, probed=True)
                         if self.ctx.is_main else NullTracker())
         nap_note = f" + NaP on {len(s.nap.params)} weights" if s.nap else ""
-        self.report.message(
-            f"params {s.model.num_params():,} | weight decay on {len(s.groups['decay'])} tensors, "
-            f"none on {len(s.groups['no_decay'])} (norm gains, biases, embeddings) | {cfg.optim.name}{nap_note} "
-            f"| run {self.run_dir}"
-        )
-        self.report.message(" | ".join(runtime))
-        choices = non_default(cfg)  # every key set away from its default (config vs RunConfig()), runtime keys aside
-        self.report.message("not default: " + (", ".join(f"{k}={v}" for k, v in choices) if choices else "none"))
+        n = torch.get_num_threads()
+        self.report.message(  # one line; the reasons behind each choice: --verbose, summary.json's runtime_notes
+            f"train {self.run_dir}: {s.model.num_params():,} params, {cfg.optim.name}{nap_note}, {cfg.device} "
+            f"{cfg.train.precision}, {n} thread{'s' if n != 1 else ''}, compile {'on' if cfg.train.compile else 'off'}")
+        if self.verbose:
+            self.report.message(f"weight decay on {len(s.groups['decay'])} tensors, none on "
+                                f"{len(s.groups['no_decay'])} (norm gains, biases, embeddings)")
+            for line in runtime:
+                self.report.message(line)
+            choices = non_default(cfg)  # every key away from its default (config vs RunConfig()), runtime keys aside
+            self.report.message("not default: " + (", ".join(f"{k}={v}" for k, v in choices) if choices else "none"))
 
     # -- the loop ---------------------------------------------------------------------------------------------------
     def train(self) -> dict[str, Any]:
@@ -388,6 +394,7 @@ class Recipe:
         s = self.state
         summary = s.summary(s.elapsed + time.time() - self.t_start, self.why_threads, self.timer.compile_s,
                             init_from=self.init_src)
+        summary["runtime_notes"] = self.runtime_notes
         for key in ("eval_mode_warning", "near_chance_warning"):
             if key in summary:
                 self.report.message(f"warning: {summary[key]['message']}")

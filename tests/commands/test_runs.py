@@ -203,3 +203,13 @@ def test_runs_flags_a_run_that_did_not_learn_beside_its_number(tmp_path, cache):
     assert (srows["r0"]["did_not_learn"], srows["r1"]["did_not_learn"]) == (True, False)
     table = run_inproc("runs", str(s), cache=cache, check=True).stdout
     assert [("r0" in ln) for ln in table.splitlines() if "did not learn" in ln] == [True]
+
+
+def test_runs_without_a_directory_lists_runs_here(tmp_path, cache, monkeypatch):
+    """``normlab runs`` alone reads ``runs/`` (where train and compare write); without one it says so in one line."""
+    monkeypatch.chdir(tmp_path)
+    assert_bad_input(run_inproc("runs", cache=cache), "no runs/ folder", "normlab runs DIR")
+    _fake_run(tmp_path / "runs" / "a", GOOD)
+    assert (json.loads(run_inproc("runs", "--json", cache=cache, check=True).stdout)
+            == json.loads(run_inproc("runs", "runs", "--json", cache=cache, check=True).stdout))
+    assert json.loads(run_inproc("runs", "--json", cache=cache, check=True).stdout)["dir"] == "runs"

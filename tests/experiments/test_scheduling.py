@@ -88,7 +88,26 @@ def test_the_finish_step_records_what_the_trainer_left_open(tmp_path):
     assert rows["c"]["error"] == "worker exited with status 130; see logs/c.log"
     assert lines[0].startswith("[1/3] a: completed, sampled val 4.0000 bits/byte")
     assert lines[1] == f"[2/3] b: failed: worker exited with status 1; see logs/b.log (log: {tmp_path / 'logs/b.log'})"
-    assert lines[2] == "[3/3] c: interrupted at step 0 (resumable)"
+    assert lines[2] == "[–/3] c: interrupted at step 0 (resumable)"  # not counted as done: it resumes later
+
+
+class Counting(Scripted):
+    """Says how many runs the loop counts as done in each progress line."""
+
+    def progress_line(self, done):
+        return f"; {done} done"
+
+
+def test_an_interrupted_run_is_not_counted_as_done(tmp_path):
+    """After Ctrl-C (exit 130) the run's line and the sweep's count leave it out (it resumes on the next run of
+    the command); completed and failed runs are counted."""
+    ids = ["a", "b", "c", "d"]
+    store = _store(tmp_path, ids)
+    ex = Counting(tmp_path, store, {"a": None, "b": EXIT_INTERRUPTED, "c": EXIT_FAILED, "d": None}, slots=1)
+    lines: list[str] = []
+    drive(ex, store, [[r] for r in ids], lines.append, [])
+    assert [ln.split("]")[0] + "]" for ln in lines] == ["[1/4]", "[–/4]", "[2/4]", "[3/4]"]
+    assert [ln.rsplit("; ", 1)[1] for ln in lines] == ["1 done", "1 done", "2 done", "3 done"]
 
 
 def test_the_log_line_flags_a_run_that_did_not_learn(tmp_path):

@@ -83,7 +83,7 @@ def test_the_environment_rules():
 @pytest.mark.skipif(not GLIBC, reason="glibc's malloc only")
 def test_training_is_bit_identical_with_and_without_and_the_log_says_which(tmp_path, cache):
     args = ["train", "tiny", "--set", "train.steps=6", "--set", "model.width=32", "--set", "train.eval_every=6",
-            "--set", "train.eval_batches=1", "--set", "diag.every=3"]
+            "--set", "train.eval_batches=1", "--set", "diag.every=3", "--verbose"]
     kept, plain = tmp_path / "kept", tmp_path / "plain"
     r = normlab(*args, "--out", str(kept), cache=cache, check=True)
     assert "malloc keeps freed memory" in r.stderr

@@ -242,7 +242,7 @@ def test_run_records_threads(tmp_path, cache):
     out = tmp_path / "run"
     r = run_inproc("train", "tiny", "--set", "train.steps=2", "--set", "model.width=32", "--set", "model.context=32",
                    "--set", "train.eval_batches=1", "--set", "diag.every=0", "--set", "train.threads=1",
-                   "--out", str(out), cache=cache)
+                   "--out", str(out), "--verbose", cache=cache)
     assert r.returncode == 0, r.stderr
     assert "threads 1 (set in the config" in r.stderr
     s = json.loads((out / "summary.json").read_text())
