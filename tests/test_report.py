@@ -274,8 +274,9 @@ def test_html_renders_in_headless_chromium(report, tmp_path):
 
 
 def test_curves_of_runs_with_one_evaluation_show_a_point(tmp_path, monkeypatch):
-    """One validation point per run: the validation panel draws each variant's point with a visible marker (a
-    line through one point draws nothing), inside the axis limits, rather than an empty frame."""
+    """One validation point per run: the validation panel is a dot plot, one labelled row per variant with its
+    seeds' values and their mean as visible markers inside the axis limits, rather than an empty frame or a column
+    of dots at one step (normlab.report.plots.MIN_CURVE_EVALS)."""
     import normlab.report.plots as plots
 
     figs = []
@@ -285,12 +286,13 @@ def test_curves_of_runs_with_one_evaluation_show_a_point(tmp_path, monkeypatch):
     d = make_sweep(tmp_path / "one", extras=False, one_eval=True)
     assert normlab("report", str(d), cache=tmp_path / "cache").returncode == 0
     ax_v = next(f for f in figs if f.axes and f.axes[0].get_title().startswith("validation bits/byte")).axes[0]
-    lines = [ln for ln in ax_v.get_lines() if len(ln.get_xdata()) == 1]
-    assert len(lines) == 3, [ln.get_label() for ln in ax_v.get_lines()]  # Alpha, Beta, Gamma: one point each
+    labels = [t.get_text() for t in ax_v.get_yticklabels()]
+    assert sorted(labels) == ["Alpha", "Beta", "Gamma"], labels  # one labelled row per variant
     (x0, x1), (y0, y1) = ax_v.get_xlim(), ax_v.get_ylim()
-    for ln in lines:
-        assert ln.get_marker() not in ("None", "", None, " ") and ln.get_markersize() >= 4, ln.get_label()
-        assert x0 < ln.get_xdata()[0] < x1 and y0 < ln.get_ydata()[0] < y1
+    pts = [p for c in ax_v.collections for p in c.get_offsets()]
+    assert len(pts) >= 3 + 8  # a mean per variant and each finished seed (Gamma's seed 2 diverged)
+    for x, y in pts:
+        assert x0 < x < x1 and y0 < y < y1
 
 
 FIGURE_PROBE = """<script>

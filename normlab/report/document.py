@@ -27,7 +27,14 @@ Format = Literal["html", "md"]
 CSS = """
 body{font-family:-apple-system,"Segoe UI",Roboto,"DejaVu Sans",Helvetica,Arial,sans-serif;margin:0;color:#1d232a;
 background:#f6f7f9}
-main{max-width:1120px;margin:0 auto;padding:24px 32px 48px;background:#fff;min-height:100vh}
+main{max-width:1120px;margin:0 auto;padding:24px 32px 48px;background:#fff;min-height:100vh;box-sizing:border-box}
+h1,h2,h3,p,li,.note,.sub,summary{overflow-wrap:anywhere}
+.tw{overflow-x:auto;max-width:100%;margin:8px 0 4px}
+.tw>table{margin:0}
+.tw tr>:last-child{position:sticky;right:0;background:#fff;box-shadow:-1px 0 0 #e3e6ea}
+.tw tr>th:last-child{background:#f0f2f5}
+.tw tr.best>td:last-child{background:#eaf6ec}
+.tw td.l:last-child{min-width:14em}
 h1{font-size:26px;margin:4px 0 2px}
 h2{font-size:19px;margin:30px 0 8px;border-bottom:1px solid #e3e6ea;padding-bottom:4px}
 h3{font-size:15px;margin:18px 0 6px}
@@ -36,6 +43,7 @@ table{border-collapse:collapse;font-size:13px;margin:8px 0 4px}
 th,td{border-bottom:1px solid #e3e6ea;padding:5px 10px;text-align:right;white-space:nowrap}
 th{background:#f0f2f5;font-weight:600}
 td.l,th.l{text-align:left}
+td.l{white-space:normal;min-width:6em;max-width:30em;overflow-wrap:anywhere}
 tr.best td{background:#eaf6ec;font-weight:600}
 tr.div td{color:#a33}
 ul.summary li{margin:4px 0;line-height:1.45}
@@ -200,7 +208,7 @@ def _html_table(t: Table) -> str:
         tr = "<tr>" if t.row_class is None else f"<tr class='{t.row_class[j]}'>"
         out.append(sep + tr + "".join(_html_cell("td", c, i in t.left, t.class_every_cell)
                                       for i, c in enumerate(r)) + "</tr>")
-    return "".join(out) + sep + "</table>"
+    return "<div class='tw'>" + "".join(out) + sep + "</table></div>"
 
 
 def block_html(b: Block) -> str:
@@ -211,8 +219,8 @@ def block_html(b: Block) -> str:
     if isinstance(b, Bullets):
         return "<ul class='summary'>" + "".join(f"<li>{e(s)}</li>" for s in b.items) + "</ul>"
     if isinstance(b, Fields):
-        return "<table>" + "".join(f"<tr><th class='l'>{e(k)}</th><td class='l'>{e(v)}</td></tr>"
-                                   for k, v in b.items) + "</table>"
+        return "<div class='tw'><table>" + "".join(f"<tr><th class='l'>{e(k)}</th><td class='l'>{e(v)}</td></tr>"
+                                                   for k, v in b.items) + "</table></div>"
     if isinstance(b, Table):
         return _html_table(b)
     if isinstance(b, Figure):

@@ -13,6 +13,10 @@ from matplotlib.figure import Figure
 DPI = 110
 
 
+LEGEND_OUTSIDE = {"loc": "upper left", "bbox_to_anchor": (1.01, 1.0), "borderaxespad": 0.0, "fontsize": 8}
+"""A legend to the right of its axes, never over the data (the saved PNG is cropped to include it)."""
+
+
 def colors(names: list[str]) -> dict[str, Any]:
     import matplotlib
 

@@ -9,7 +9,7 @@ from typing import Any
 from matplotlib.figure import Figure
 
 from normlab.experiments.lrgrid import SIGNALS, GridReport, GridRun, signal_at_end, signal_series
-from normlab.report.figures import ci_rows_png, png
+from normlab.report.figures import LEGEND_OUTSIDE, ci_rows_png, png
 
 
 SIGNAL_COLUMNS = 3  # panels per row of the instability strip
@@ -56,6 +56,14 @@ def loss_vs_lr_png(gr: GridReport, cmap: dict[str, Any]) -> bytes | None:
     for lr, v in div_pts:  # drawn at its L_init, or at the top edge when that is above the range
         ax.scatter([lr], [min(v, top) if v is not None else top], marker="x", s=46, color="#c0392b", zorder=5,
                    clip_on=False)
+    above = False
+    for g in gr.groups:  # a mean above the range (collapsed or diverged seeds): a triangle on the top edge
+        curve = g.mean_curve()
+        out = [lr for lr in sorted(curve) if curve[lr][0] > top]
+        if out:
+            above = True
+            ax.scatter(out, [top] * len(out), marker="^", s=52, color=cmap.get(g.name), edgecolors="#222",
+                       linewidths=0.6, zorder=6, clip_on=False)
     if init is not None and init <= top:
         ax.axhline(init, color="#888", ls=":", lw=1)
         ax.text(ax.get_xlim()[0], init, " loss at initialisation", va="bottom", fontsize=8, color="#666")
@@ -65,10 +73,11 @@ def loss_vs_lr_png(gr: GridReport, cmap: dict[str, Any]) -> bytes | None:
                     arrowprops={"arrowstyle": "->", "color": "#888"})
     ax.set_xlabel("peak learning rate")
     ax.set_ylabel("final validation bits/byte, min(L, L_init)")
-    ax.set_title("mean over seeds; band: min–max over seeds" + ("; x: diverged (scored at L_init)" if any_div else ""),
-                 fontsize=9)
+    ax.set_title("mean over seeds; band: min–max over seeds" + ("; x: diverged (scored at L_init)" if any_div else "")
+                 + ("; ▲ on the top edge: mean above the range" if above else ""), fontsize=9)
     ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=8, loc="upper left")
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(**LEGEND_OUTSIDE)
     fig.tight_layout()
     return png(fig)
 
@@ -83,6 +92,19 @@ def sensitivity_png(gr: GridReport, cmap: dict[str, Any]) -> bytes | None:
                        "LR sensitivity, bits/byte (dot: mean, bar: 95% CI, x: seeds)")
 
 
+def flat_signals(gr: GridReport) -> dict[str, float]:
+    """``{signal: value}`` of the signals every run recorded with one and the same value at its last diagnostic
+    step (Softmax Collapse at 0 when no softmax collapsed): a flat panel shows nothing, so the report says it in a
+    sentence instead."""
+    runs = [r for g in gr.groups for r in g.runs]
+    out = {}
+    for k in SIGNALS:
+        vals = [v for v in (signal_at_end(r, k) for r in runs) if v is not None]
+        if vals and max(vals) == min(vals):
+            out[k] = vals[0]
+    return out
+
+
 def signals_vs_lr_png(gr: GridReport, cmap: dict[str, Any]) -> bytes | None:
     """Instability signals at the end of training against the learning rate, per variant (mean over seeds): one
     panel per signal, at most ``SIGNAL_COLUMNS`` to a row, each about 4.3 x 3.3 inches so that, shown at the page's
@@ -90,7 +112,8 @@ def signals_vs_lr_png(gr: GridReport, cmap: dict[str, Any]) -> bytes | None:
     from matplotlib.ticker import LogLocator
 
     runs = [r for g in gr.groups for r in g.runs]
-    have = [k for k in SIGNALS if any(signal_at_end(r, k) is not None for r in runs)]
+    flat = flat_signals(gr)  # a sentence in the report, not a flat panel
+    have = [k for k in SIGNALS if k not in flat and any(signal_at_end(r, k) is not None for r in runs)]
     if not gr.is_grid or not have:
         return None
     cols = min(SIGNAL_COLUMNS, len(have))
@@ -118,7 +141,7 @@ def signals_vs_lr_png(gr: GridReport, cmap: dict[str, Any]) -> bytes | None:
         ax.set_title(textwrap.fill(SIGNALS[key], 42), fontsize=9.5)
         ax.tick_params(labelsize=8.5)
         ax.grid(alpha=0.3, which="both")
-    axes[0].legend(fontsize=8)
+    axes[cols - 1].legend(*axes[0].get_legend_handles_labels(), **LEGEND_OUTSIDE)  # right of the first row
     fig.suptitle("instability signals at the last diagnostic step, mean over seeds", fontsize=10.5)
     fig.tight_layout()
     return png(fig)
@@ -167,7 +190,7 @@ def signals_vs_step_png(gr: GridReport, key: str) -> bytes | None:
         ax.grid(alpha=0.3)
     for j in range(len(groups), rows * cols):
         axes[j // cols][j % cols].set_visible(False)
-    axes[0][0].legend(fontsize=6)
+    axes[0][cols - 1].legend(*axes[0][0].get_legend_handles_labels(), **{**LEGEND_OUTSIDE, "fontsize": 7})
     fig.suptitle(SIGNALS[key] + " against step (first seed; dashed: diverged)", fontsize=10)
     fig.tight_layout()
     return png(fig)
@@ -199,7 +222,8 @@ def loss_and_signal_vs_step_png(gr: GridReport, key: str) -> bytes | None:
             ax.tick_params(labelsize=7)
             ax.grid(alpha=0.3)
     most = max(range(min(cols, len(groups))), key=lambda i: len({r.lr for r in groups[i].runs}))
-    axes[0][most].legend(fontsize=6)  # the panel with the most learning rates names them
+    last = min(cols, len(groups)) - 1  # the panel with the most learning rates names them, right of the top row
+    axes[0][last].legend(*axes[0][most].get_legend_handles_labels(), **{**LEGEND_OUTSIDE, "fontsize": 7})
     fig.suptitle(SIGNALS[key] + " beside the training loss (first seed; dashed: diverged)", fontsize=10)
     fig.tight_layout()
     return png(fig)

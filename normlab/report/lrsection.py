@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from normlab.decide.decisions import METRIC_LABELS, PairedRow, family_summary, need_text
-from normlab.experiments.lrgrid import DID_NOT_LEARN_MARGIN, STABLE_MARGIN, GridReport, GroupGrid
+from normlab.experiments.lrgrid import DID_NOT_LEARN_MARGIN, SIGNALS, STABLE_MARGIN, GridReport, GroupGrid
 from normlab.report import lrplots
 from normlab.report.document import Break, Figure, Html, Note, Section, Table
 from normlab.report.figures import colors
@@ -260,7 +260,7 @@ def sections(gr: GridReport | None, variant_colors: dict[str, Any]) -> list[Sect
     report's colour per variant (a grid colours its groups itself)."""
     if gr is None:
         return []
-    cmap = colors([g.name for g in gr.groups]) if gr.is_grid else variant_colors
+    cmap = {**colors([g.name for g in gr.groups]), **variant_colors}  # the report's colours win: one per variant
     figs = {n: Figure(n, cap, png) for n, (png, cap) in figures(gr, cmap).items()}
     out: list[Section] = []
     if gr.is_grid:
@@ -274,8 +274,11 @@ def sections(gr: GridReport | None, variant_colors: dict[str, Any]) -> list[Sect
     if rows:
         out.append(Section("Collapse per learning rate", [_table(head, rows), Break(), Note(COLLAPSE_NOTE)]))
     signals = [figs[n] for n in SIGNAL_FIGURES]
-    if any(f.png for f in signals):
-        out.append(Section("Instability signals", [Html(SIGNALS_NOTE), *signals]))
+    flat = lrplots.flat_signals(gr) if gr.is_grid else {}
+    same = ([Note("Not plotted, the same in every run at its last diagnostic step: "
+                  + "; ".join(f"{SIGNALS[k]}: {v:g}" for k, v in flat.items()) + ".")] if flat else [])
+    if any(f.png for f in signals) or same:
+        out.append(Section("Instability signals", [Html(SIGNALS_NOTE), *same, *signals]))
     return out
 
 

@@ -9,7 +9,7 @@ from matplotlib.figure import Figure
 
 from normlab.names import read_bpb
 from normlab.report.analysis import DiagSection, SweepReport, VariantResult
-from normlab.report.figures import ci_rows_png, colors, png
+from normlab.report.figures import LEGEND_OUTSIDE, ci_rows_png, colors, png
 
 
 def _band(runs_pts: list[list[tuple[int, float]]]) -> tuple[list[int], list[float], list[float], list[float]]:
@@ -23,6 +23,9 @@ def _band(runs_pts: list[list[tuple[int, float]]]) -> tuple[list[int], list[floa
 
 
 FEW_POINTS = 30  # curves with at most this many points get a marker at each
+MIN_CURVE_EVALS = 3
+"""A validation curve needs this many evaluations per run; with fewer (a run evaluated only at its end) the panel is
+a labelled dot plot of each variant's last value instead."""
 
 
 def ranking_png(rep: SweepReport, cmap: dict[str, Any]) -> bytes | None:
@@ -34,34 +37,74 @@ def ranking_png(rep: SweepReport, cmap: dict[str, Any]) -> bytes | None:
 
 
 def curves_png(rep: SweepReport, cmap: dict[str, Any]) -> bytes | None:
+    """Validation bits/byte and training loss against the step per variant (mean; band: min–max over seeds), one
+    colour per variant (``variant_colors``: a learning-rate grid's cells share their variant's colour, named once in
+    the legend, which sits outside the axes). Runs with fewer than ``MIN_CURVE_EVALS`` evaluations get a labelled
+    dot plot of their last validation value instead of a curve; no training-loss records, no training-loss panel."""
     have = any("val_bpb" in r.curves for r in rep.runs)
     if not have:
         return None
-    fig = Figure(figsize=(11, 4.2))
-    ax_v, ax_t = fig.subplots(1, 2)
+    evals = max(len(r.curves.get("val_bpb") or []) for r in rep.runs)
+    dots = evals < MIN_CURVE_EVALS
+    with_loss = any(r.curves.get("loss") for r in rep.runs)
+    rows = [v for v in rep.variants if any(r.curves.get("val_bpb") for r in v.runs)]
+    height = max(4.2, 0.32 * len(rows) + 1.6) if dots else 4.2
+    fig = Figure(figsize=(12 if with_loss else 8, height))
+    axes = fig.subplots(1, 2 if with_loss else 1, squeeze=False)[0]
+    ax_v, ax_t = axes[0], (axes[1] if with_loss else None)
+    named: set[str] = set()
     for v in rep.variants:
         done = [r for r in v.runs if r.row["status"] in ("completed", "interrupted")]
-        for ax, key in ((ax_v, "val_bpb"), (ax_t, "loss")):
+        group = variant_group(v.runs[0].row) if v.runs else v.name
+        cells = sum(1 for u in rep.variants if u.runs and variant_group(u.runs[0].row) == group)
+        label = "_nolegend_" if group in named else (group if cells == 1 else f"{group} ({cells} learning rates)")
+        named.add(group)
+        for ax, key in ((None if dots else ax_v, "val_bpb"), (ax_t, "loss")):
+            if ax is None:
+                continue
             pts = [r.curves[key] for r in done if r.curves.get(key)]
             steps, mu, lo, hi = _band(pts)
             if not steps:
                 continue
-            few = len(steps) <= FEW_POINTS  # a marker at each point: one evaluation is a dot, not an empty panel
-            ax.plot(steps, mu, color=cmap[v.name], label=f"{v.name} (n={len(pts)})", lw=1.6,
-                    marker="o" if few else None, ms=5 if len(steps) == 1 else 3.5)
+            few = len(steps) <= FEW_POINTS
+            ax.plot(steps, mu, color=cmap[v.name], label=label, lw=1.6, marker="o" if few else None,
+                    ms=5 if len(steps) == 1 else 3.5)
             if len(pts) > 1:
                 ax.fill_between(steps, lo, hi, color=cmap[v.name], alpha=0.18, lw=0)
-    ax_v.set_title("validation bits/byte (mean; band: min–max over seeds)", fontsize=10)
-    ax_t.set_title("training loss, nats/token (mean; band: min–max)", fontsize=10)
-    for ax in (ax_v, ax_t):
-        ax.set_xlabel("step")
-        ax.set_xlim(left=0)  # a single evaluation sits at its step, not centred in an axis of its own
-        ax.grid(alpha=0.3)
-    _zoom(ax_v, rep, "val_bpb")
-    _zoom(ax_t, rep, "loss")
-    ax_v.legend(fontsize=8, loc="upper right")
+    if dots:
+        _last_value_dots(ax_v, rows, cmap, evals)
+    else:
+        ax_v.set_title("validation bits/byte (mean; band: min–max over seeds)", fontsize=10)
+        ax_v.set_xlabel("step")
+        ax_v.set_xlim(left=0)
+        ax_v.grid(alpha=0.3)
+        _zoom(ax_v, rep, "val_bpb")
+    if ax_t is not None:
+        ax_t.set_title("training loss, nats/token (mean; band: min–max)", fontsize=10)
+        ax_t.set_xlabel("step")
+        ax_t.set_xlim(left=0)
+        ax_t.grid(alpha=0.3)
+        _zoom(ax_t, rep, "loss")
+    legend_ax = ax_t if ax_t is not None else (None if dots else ax_v)
+    if legend_ax is not None and legend_ax.get_legend_handles_labels()[0]:
+        legend_ax.legend(**LEGEND_OUTSIDE)
     fig.tight_layout()
     return png(fig)
+
+
+def _last_value_dots(ax: Any, variants: list[VariantResult], cmap: dict[str, Any], evals: int) -> None:
+    """One labelled row per variant: each seed's last validation bits/byte as an x, their mean as a dot."""
+    for i, v in enumerate(variants):
+        y = len(variants) - 1 - i
+        last = [r.curves["val_bpb"][-1][1] for r in v.runs if r.curves.get("val_bpb")]
+        ax.scatter(last, [y] * len(last), marker="x", color=cmap[v.name], alpha=0.7, s=22)
+        ax.scatter([mean(last)], [y], marker="o", color=cmap[v.name], s=42, zorder=3)
+    ax.set_yticks(range(len(variants)), [v.name for v in reversed(variants)], fontsize=8)
+    ax.set_ylim(-0.7, len(variants) - 0.3)
+    ax.set_xlabel("validation bits/byte at the last evaluation")
+    ax.set_title(f"validation bits/byte: {evals} evaluation{'s' if evals != 1 else ''} per run, no curve "
+                 "(dot: mean, x: seeds)", fontsize=10)
+    ax.grid(axis="x", alpha=0.3)
 
 
 def _zoom(ax: Any, rep: SweepReport, key: str) -> None:
@@ -150,10 +193,26 @@ def variant_order(rep: SweepReport) -> list[str]:
     return seen
 
 
+def variant_group(row: dict[str, Any]) -> str:
+    """The variant a run belongs to for colouring: its learning-rate grid group (``Peri-LN`` for the cell
+    ``Peri-LN · lr=0.01``), else its variant name."""
+    return (row.get("axes") or {}).get("grid_group") or row["variant"]
+
+
 def variant_colors(rep: SweepReport) -> dict[str, Any]:
-    """Each variant's colour, the same in every figure of a report."""
-    return colors(variant_order(rep))
+    """One colour per variant, the same in every panel of a report: keyed by the variant (grid group) names in the
+    sweep's order, and by each learning-rate cell's name, which gets its variant's colour."""
+    groups: list[str] = []
+    cells: dict[str, str] = {}
+    for r in rep.runs:
+        g = variant_group(r.row)
+        cells.setdefault(r.row["variant"], g)
+        if g not in groups:
+            groups.append(g)
+    base = colors(groups)
+    return {**{cell: base[g] for cell, g in cells.items()}, **base}
 
 
-__all__ = ["colors", "curves_png", "diag_png", "extrapolation_png", "ranking_png", "variant_colors", "variant_order",
-           "VariantResult"]
+
+__all__ = ["LEGEND_OUTSIDE", "colors", "curves_png", "diag_png", "extrapolation_png", "ranking_png", "variant_colors",
+           "variant_group", "variant_order", "VariantResult"]

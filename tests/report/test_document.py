@@ -76,13 +76,14 @@ def test_html_shows_every_text_as_written_once():
 def test_table_html_classes_and_row_lines():
     t = Table(["a", "b"], [["1", "2"]], left={0})
     assert section_html(Section("S", [t])) == (
-        "<h2>S</h2><table><tr><th class='l'>a</th><th>b</th></tr><tr><td class='l'>1</td><td>2</td></tr></table>")
+        "<h2>S</h2><div class='tw'><table><tr><th class='l'>a</th><th>b</th></tr>"
+        "<tr><td class='l'>1</td><td>2</td></tr></table></div>")  # a box of its own: a wide table scrolls there
     t = Table(["a", "b"], [["1", "2"], ["3", "4"]], left={1}, row_class=["best", "div"], class_every_cell=True,
               row_lines=True)
     assert section_html(Section("S", [t])).splitlines() == [
-        "<h2>S</h2><table><tr><th class=''>a</th><th class='l'>b</th></tr>",
+        "<h2>S</h2><div class='tw'><table><tr><th class=''>a</th><th class='l'>b</th></tr>",
         "<tr class='best'><td class=''>1</td><td class='l'>2</td></tr>",
-        "<tr class='div'><td class=''>3</td><td class='l'>4</td></tr>", "</table>"]
+        "<tr class='div'><td class=''>3</td><td class='l'>4</td></tr>", "</table></div>"]
 
 
 def _md():
@@ -138,3 +139,83 @@ def test_a_registered_builder_appears_in_its_place():
     assert [s.title for s in doc.sections] == ["A", "Extra"] and doc.title == "T"
     names = [n for n, _ in render.SECTIONS]
     assert names[0] == "summary" and names[-2:] == ["setup", "reproduce"] and len(set(names)) == len(names)
+
+
+# -- the page in a real browser ----------------------------------------------------------------------------------
+LAYOUT_PROBE = """<script>
+window.addEventListener('load', () => {
+  const se = document.scrollingElement;
+  const tables = [...document.querySelectorAll('table')].map(t => {
+    const box = t.parentElement, r = box.getBoundingClientRect();
+    const last = t.querySelector('tr:last-child > :last-child');
+    const lr = last ? last.getBoundingClientRect() : null;
+    return {head: t.querySelector('tr').textContent.slice(0, 80), boxRight: r.right,
+            lastLeft: lr ? lr.left : null, lastRight: lr ? lr.right : null};
+  });
+  const out = {scrollWidth: se.scrollWidth, innerWidth: window.innerWidth, tables: tables};
+  const pre = document.createElement('pre'); pre.id = 'layout-probe'; pre.textContent = JSON.stringify(out);
+  document.body.appendChild(pre);
+});
+</script>"""
+
+
+def browser_layout(report_html, tmp_path, width: int) -> dict:
+    """The page at a window ``width`` pixels wide in headless Chromium: the document's scroll width against the
+    window's inner width, and per table the right edge of its box and of its last row's last cell (a probe script
+    added to a copy of the page; the report itself has no script)."""
+    import html as html_lib
+    import json
+    import re
+    import shutil
+    import subprocess
+
+    page = tmp_path / f"layout-{width}.html"
+    page.write_text(report_html.read_text().replace("</body>", LAYOUT_PROBE + "</body>"))
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    cmd = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+           "--disable-background-networking", "--disable-component-update", "--disable-sync", "--hide-scrollbars",
+           f"--user-data-dir={tmp_path / f'profile-{width}'}", f"--window-size={width},1000",
+           "--virtual-time-budget=10000", "--dump-dom", page.resolve().as_uri()]
+    dom = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False).stdout
+    m = re.search(r"<pre id=\"layout-probe\">(.*?)</pre>", dom, re.S)
+    assert m, "the layout probe printed nothing (chromium printed no DOM)"
+    return json.loads(html_lib.unescape(m.group(1)))
+
+
+def _demo_shaped_report(d):
+    """A stored learning-rate sweep of the demo's shape (four variants, five learning rates, four seeds, the declared
+    question; one variant collapsing at the large rates), its report written."""
+    import random
+
+    from normlab.report import write_report
+    from tests.report_fakes import fake_grid
+
+    d.mkdir()
+    variants = ["Pre-LN", "Peri-LN", "Pre-LN + QK-norm", "Post-LN"]
+    rng = random.Random(0)
+
+    def final(v, s, lr):
+        if v == "Post-LN" and lr > 0.01:
+            return 4.7
+        return 3.5 + variants.index(v) * 0.05 + 40 * (lr - 0.004) ** 2 + rng.random() * 0.1
+
+    fake_grid(d, variants, [0, 1, 2, 3], [0.001, 0.00416, 0.0173, 0.0721, 0.3], final, baseline="Pre-LN",
+              primary="lr_sensitivity", family=variants[1:])
+    write_report(d)
+    return d / "report.html"
+
+
+@pytest.mark.skipif(__import__("shutil").which("chromium") is None and __import__("shutil").which(
+    "chromium-browser") is None, reason="chromium is not installed (make test installs Debian's chromium)")
+@pytest.mark.parametrize("width", [1280, 1920])
+def test_the_report_fits_the_window_without_sideways_scrolling(tmp_path, width):
+    """At 1280 and 1920 pixels the page does not scroll sideways (document.scrollingElement.scrollWidth <=
+    innerWidth); a table wider than the page scrolls inside its own box, whose right edge is inside the window,
+    and every table's last column (the paired table's reading) is visible within the window."""
+    layout = browser_layout(_demo_shaped_report(tmp_path / "s"), tmp_path, width)
+    assert layout["innerWidth"] == width
+    assert layout["scrollWidth"] <= layout["innerWidth"], layout
+    assert layout["tables"]
+    for t in layout["tables"]:
+        assert t["boxRight"] <= width, t
+        assert t["lastRight"] is None or t["lastRight"] <= width, t
