@@ -271,6 +271,11 @@ def test_html_renders_in_headless_chromium(report, tmp_path):
     for f in figures:
         assert f["w"] > 100 and f["h"] > 100, f
         assert f["ink"] > 0.01 and f["color"] > 0.0005, f  # axes and text, and at least one coloured mark
+    # this report too (diagnostics, curves, tables) fits a 1280-px window (tests/report/test_document.py)
+    from tests.report.test_document import browser_layout
+
+    layout = browser_layout(d / "report.html", tmp_path, 1280)
+    assert layout["scrollWidth"] <= layout["innerWidth"] == 1280, layout
 
 
 def test_curves_of_runs_with_one_evaluation_show_a_point(tmp_path, monkeypatch):
