@@ -97,23 +97,22 @@ def with_overrides(sweep: Any, overrides: list[str]) -> Any:
     learning-rate grid sets is refused: there the sweep's own value would win for some runs."""
     from normlab.config import apply_overrides
     from normlab.experiments.sweep import parse_sweep
-    from normlab.experiments.sweepfile import LR_KEY, flatten
+    from normlab.experiments.sweepfile import LR_KEY, flatten, read_sweep_file
 
-    spec = sweep.spec
+    f = read_sweep_file(sweep.spec, source=f"sweep '{sweep.name}'")  # typed: variants, axes, set
     added: dict[str, Any] = {}
     for item in overrides:
         added.update(flatten(apply_overrides({}, [item]), "--set"))
     for key in added:
-        owner = next((f"variant '{v['name']}'" for v in spec.get("variants", []) if key in v["set"]), None)
-        if key in spec.get("axes", {}):
+        owner = next((f"variant '{name}'" for name, vset in f.variants if key in vset), None)
+        if key in f.axes:
             owner = "an axis"
-        if key == LR_KEY and spec.get("lr_grid"):
+        if key == LR_KEY and sweep.lr_grid:
             owner = "its lr_grid"
         if owner:
             raise NormlabError(f"--set {key}: sweep '{sweep.name}' varies it ({owner}); --set applies to every run, "
                                "so it may only set keys the sweep does not vary (edit a copy of the sweep file)")
-    raw = {**spec, "set": {**spec["set"], **added}}
-    return parse_sweep(raw, source=f"sweep '{sweep.name}' with --set")
+    return parse_sweep({**sweep.spec, "set": {**f.overrides, **added}}, source=f"sweep '{sweep.name}' with --set")
 
 
 def replication_sweep(sweep: Any, source: str) -> Any:
