@@ -413,7 +413,10 @@ def remeasured(c: dict, spec: Any) -> dict:
     if len(new) != len(c["values"]) or all(isinstance(a, (int, float)) and abs(a - b) < 1e-12
                                            for a, b in zip(c["values"], new)):
         return c
+    raw = verdict(new, c["direction"], null=c.get("null", 0.0), margin=c.get("margin"), tolerance=c.get("tolerance"))
     return {**c, "values": new, "values_before": c.get("values_before", c["values"]),
+            "measured_before": c.get("measured_before", c.get("measured")), "measured": raw["measured"],
+            "ci": raw["ci"], "n": raw["n"],
             "remeasured": "LR sensitivity with collapsed runs scored at L_init, as diverged ones"
                           + (f"; {'; '.join(sorted(notes))}" if notes else "")}
 
