@@ -16,32 +16,37 @@ DOCS = Path(__file__).resolve().parents[2] / "docs"
 CLAIMS, REPS = DOCS / "claims-full-2026-11-28.json", DOCS / "replications-2026-11-26.json"
 CONFIRM = DOCS / "claims-confirm-2026-11-28.json"
 FOLLOWUP = DOCS / "claims-followup-2026-11-28.json"
+REJUDGE = DOCS / "claims-rejudge-2026-12-07.json"
 ADVISED = DOCS / "replications-advise-2026-11-28.json"  # advise's next question, run (docs/advise.md)
 
 
 def test_packaged_evidence_equals_the_rebuild_from_docs():
     want = build_evidence(json.loads(CLAIMS.read_text()), json.loads(REPS.read_text()), claims_name=CLAIMS.name,
                           replications_name=REPS.name,
-                          confirmations=tuple((json.loads(f.read_text()), f.name) for f in (CONFIRM, FOLLOWUP)),
+                          confirmations=tuple((json.loads(f.read_text()), f.name)
+                                              for f in (CONFIRM, FOLLOWUP, REJUDGE)),
                           more_replications=((json.loads(ADVISED.read_text()), ADVISED.name),))
     assert load_evidence() == json.loads(json.dumps(want)), (
         "normlab/evidence/claims.json is stale: python -m normlab.report.evidence docs/claims-full-2026-11-28.json "
         "docs/replications-2026-11-26.json normlab/evidence/claims.json --confirm docs/claims-confirm-2026-11-28.json "
-        "--confirm docs/claims-followup-2026-11-28.json --replications docs/replications-advise-2026-11-28.json")
-    # every claim revised after a verdict on seeds 0-4 is read from a fresh block: two of the follow-up's claims from
-    # 7000-7011, the others from the confirmation on 6000-6004; none exploratory
-    from normlab.experiments.claims.budgets import FOLLOWUP_CLAIMS
+        "--confirm docs/claims-followup-2026-11-28.json --confirm docs/claims-rejudge-2026-12-07.json "
+        "--replications docs/replications-advise-2026-11-28.json")
+    # every claim revised after a verdict on seeds 0-4 is read from a fresh block: the decision layer's re-run
+    # (9100-9104) for the claims whose verdict its rules changed, the follow-up (7000-7011) for lssar-extrapolation,
+    # the confirmation (6000-6004) for the others; exploratory: postln-warmup (revised after results on 6000-6004 and
+    # 7000-7007) and the two LR claims whose metric was redefined without changing their verdict (not re-run)
+    from normlab.experiments.claims.budgets import FOLLOWUP_CLAIMS, REJUDGE_CLAIMS
 
-    # but postln-warmup, whose rule was revised after results on 6000-6004 and on 7000-7007: its exploratory record
     ev = load_evidence()
-    assert [c["name"] for c in ev["claims"] if c["exploratory"]] == ["postln-warmup"]
+    assert [c["name"] for c in ev["claims"] if c["exploratory"]] == ["postln-warmup", "warmup-lr-sensitivity",
+                                                                      "adagc-lr-sensitivity"]
     assert next(c for c in ev["claims"] if c["name"] == "postln-warmup")["source"] == CLAIMS.name
     confirmed = {x["name"] for x in json.loads(CONFIRM.read_text())["claims"]}
-    assert {c["name"] for c in ev["claims"] if c["source"] == FOLLOWUP.name} == set(FOLLOWUP_CLAIMS) - {
-        "postln-warmup"}
-    assert {c["name"] for c in ev["claims"] if c["source"] == CONFIRM.name} == confirmed - set(FOLLOWUP_CLAIMS)
-    assert {c["name"] for c in ev["claims"] if "superseded_confirmation" in c} == {"lssar-extrapolation",
-                                                                                   "mano-rank"}
+    assert {c["name"] for c in ev["claims"] if c["source"] == REJUDGE.name} == set(REJUDGE_CLAIMS)
+    assert {c["name"] for c in ev["claims"] if c["source"] == FOLLOWUP.name} == {"lssar-extrapolation"}
+    assert {c["name"] for c in ev["claims"] if c["source"] == CONFIRM.name} == \
+        confirmed - set(FOLLOWUP_CLAIMS) - set(REJUDGE_CLAIMS)
+    assert {c["name"] for c in ev["claims"] if "superseded_confirmation" in c} == {"lssar-extrapolation"}
 
 
 def test_every_claim_has_a_scale_and_every_replication_names_a_claim():
@@ -93,12 +98,21 @@ def test_a_confirmation_on_a_fresh_block_replaces_only_the_exploratory_records()
     ev = build_evidence(full, reps, claims_name="f.json", replications_name="r.json",
                         confirmations=((_confirmation(full), "c.json"),))
     before = {c["name"]: c for c in main["claims"]}
+    from normlab.experiments.claims.execution import judge
+
+    conf = {x["name"]: x for x in judge(_confirmation(full))["claims"]}
+    # revised after results on 6000-6004 as well (postln-warmup's rule, the decision layer's rule changes): the
+    # confirmation is exploratory for them too
+    seen = {n for n, x in conf.items() if x["exploratory"]}
+    assert {"postln-warmup", "cod-growth", "hadamard-w4"} <= seen
     for c in ev["claims"]:
-        if before[c["name"]]["exploratory"] and c["name"] != "postln-warmup":
+        k = conf.get(c["name"])
+        if before[c["name"]]["exploratory"] and k is not None and k["name"] not in seen and k["current_definition"]:
             assert c["source"] == "c.json" and not c["exploratory"] and c["seeds"] == [6000, 6001, 6002, 6003, 6004]
             assert c["exploratory_result"]["verdict"] == before[c["name"]]["verdict"]
             assert c["exploratory_result"]["seeds"] == [0, 1, 2, 3, 4]
-        elif c["name"] == "postln-warmup":  # its main record, with the confirmation's exploratory result beside
+        elif k is not None and k["name"] in seen and k["current_definition"]:
+            # its main record, with the confirmation's exploratory result beside
             assert {**c, "exploratory_elsewhere": None} == {**before[c["name"]], "exploratory_elsewhere": None}
             assert [x["source"] for x in c["exploratory_elsewhere"]] == ["c.json"]
         else:
@@ -167,7 +181,7 @@ def test_the_builder_command_says_what_is_wrong_in_one_line(tmp_path, capsys):
         assert err.startswith("error: ") and len(err.splitlines()) == 1 and says in err, err
         assert not out.exists()
     assert main([str(CLAIMS), str(REPS), str(out), "--confirm", str(CONFIRM), "--confirm", str(FOLLOWUP),
-                 "--replications", str(ADVISED)]) == 0
+                 "--confirm", str(REJUDGE), "--replications", str(ADVISED)]) == 0
     assert json.loads(out.read_text()) == load_evidence()
 
 
@@ -189,7 +203,7 @@ def test_a_followup_supersedes_the_confirmation_it_follows_for_its_claims_only()
     for c in both["claims"]:
         if c["name"] in FOLLOWUP_CLAIMS:
             old = before[c["name"]]
-            if c["name"] == "postln-warmup":  # its revision saw 6000-6004 and 7000-7007: nothing confirms it
+            if c["name"] in ("postln-warmup", "mano-rank"):  # revisions saw 6000-6004 and 7000s: nothing confirms
                 assert old["source"] == "f.json" and c["exploratory"]
                 assert {k: v for k, v in c.items() if k != "exploratory_elsewhere"} == {
                     k: v for k, v in old.items() if k != "exploratory_elsewhere"}
