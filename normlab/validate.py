@@ -386,23 +386,26 @@ def _gib(n: float) -> str:
     return f"{n / GiB:.3g} GiB"
 
 
-def check_memory(need: int, parts: str, what: str, fix: str) -> None:
-    have = available_memory()
+def check_memory(need: int, parts: str, what: str, fix: str, available: tuple[int, str] | None = None) -> None:
+    have, where = available if available is not None else (available_memory(), "this machine has")
     if need > have:
-        raise NormlabError(f"{what} needs an estimated {_gib(need)} ({parts}) but this machine has {_gib(have)} "
+        raise NormlabError(f"{what} needs an estimated {_gib(need)} ({parts}) but {where} {_gib(have)} "
                            f"available; {fix}")
 
 
-def check_train_memory(cfg: Any, members: int = 1) -> None:
+def check_train_memory(cfg: Any, members: int = 1, available: tuple[int, str] | None = None) -> None:
     """Refuse a run whose model + one micro-batch cannot fit the available memory (one line with the estimate);
-    ``members``: a stacked group's size (normlab.train.stacked: each member's model and micro-batch at once)."""
+    ``members``: a stacked group's size (normlab.train.stacked: each member's model and micro-batch at once);
+    ``available``: ``(bytes, where)`` of the device the run trains on (a CUDA device's free memory, read by the
+    caller, which knows the device), else this machine's (:func:`available_memory`)."""
     mc = cfg.model
     model = members * 16 * param_count(mc)  # weights, gradients, AdamW exp_avg and exp_avg_sq in float32
     batch = members * forward_bytes(mc, cfg.train.batch_size, mc.context, backward=True)
     check_memory(model + batch, f"model {_gib(model)} + one batch {_gib(batch)}",
                  "training" if members == 1 else f"a stacked group of {members}",
                  "lower model.width, model.depth, model.context or train.batch_size (train.grad_accum keeps the "
-                 "effective batch)" + ("" if members == 1 else ", or train each run alone (train.stack: off)"))
+                 "effective batch)" + ("" if members == 1 else ", or train each run alone (train.stack: off)"),
+                 available=available)
 
 
 def check_eval_memory(mc: Any, batch: int, context: int, what: str) -> None:

@@ -35,11 +35,11 @@ from normlab.train.distributed import SINGLE, DistContext
 from normlab.train.heap import heap_policy_note
 from normlab.train.init_from import load_init, resolve_init, source_tokenizer
 from normlab.train.init_from import write_record as write_init_record
-from normlab.train.losses import lm_loss
-from normlab.train.precision import (CompileTimer, autocast, kept_determinism, nondeterministic_op_error,
+from normlab.train.precision import (CompileTimer, kept_determinism, nondeterministic_op_error,
                                     prepare_model, resolve_runtime)
 from normlab.train.progress import ProgressReporter
 from normlab.train.runstate import RunState, claim_run_dir
+from normlab.train.step import Parts, forward_backward, micro_backward
 from normlab.train.threads import record_run, resolve_threads, step_flops, wait_policy_note
 from normlab.train.tracking import Tracker, probe_trackers
 from normlab.validate import check_train_memory
@@ -337,20 +337,15 @@ class Recipe:
         floats), read by the caller at a read point; on more than one process, summed over ranks on the device (one
         all-reduce of a float64 vector, no host read)."""
         s, tc, mc, dev, ctx = self.state, self.cfg.train, self.cfg.model, self.cfg.device, self.ctx
-        loss_sum: Any = 0.0
-        extra: dict[str, Any] = {}
         step_fwd = self.ddp if s.diag.is_diag_step(s.step) else self.fwd
-        for micro in range(tc.grad_accum):
+
+        def micro(i: int) -> list[Parts]:
             x, y = (to_device(t, dev) for t in get_batch(s.data.train, tc.batch_size, mc.context, s.gen, self.rows))
-            with ctx.no_sync(self.ddp, micro == tc.grad_accum - 1):
-                with autocast(dev, tc.precision):
-                    logits = step_fwd(x)
-                loss, parts = lm_loss(logits.float(), y, z_loss=tc.z_loss, logitnorm_tau=tc.logitnorm_tau)
-                s.diag.observe_output(logits, y)  # diag: Softmax Collapse counts (diagnostic steps only)
-                (loss * self.share / tc.grad_accum).backward()  # share: this rank's part of the global batch
-            loss_sum = loss_sum + parts.pop("ce").double() * self.share  # raw cross-entropy: logged and checked
-            for k, v in parts.items():
-                extra[k] = extra.get(k, 0.0) + v.double() * self.share / tc.grad_accum
+            with ctx.no_sync(self.ddp, i == tc.grad_accum - 1):  # share: this rank's part of the global batch
+                return micro_backward(lambda: step_fwd(x), [y], tc, dev, weight=self.share,
+                                      observe=s.diag.observe_output)
+
+        [(loss_sum, extra)] = forward_backward(micro, 1, tc.grad_accum, self.share)
         if ctx.active:  # global-batch means, identical on every rank
             sums = ctx.all_sum_device(torch.stack([loss_sum, *extra.values()]))
             loss_sum, extra = sums[0], dict(zip(extra, sums[1:]))

@@ -42,6 +42,7 @@ running statistics in their forward pass (PowerNorm, Unified Normalization, Batc
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import time
 import warnings
@@ -60,11 +61,11 @@ from normlab.model import build_model
 from normlab.rundir.files import CONFIG_FILE
 from normlab.rundir.publish import finish_interrupted
 from normlab.rundir.readers import apply_norm_defaults, load_data, read_data_info, run_data
-from normlab.train.losses import lm_loss
 from normlab.train.loop import defer_reads, get_batch, to_device
 from normlab.train.precision import (autocast, kept_determinism, nondeterministic_op_error, prepare_model,
                                     resolve_compile, resolve_runtime)
 from normlab.train.runstate import RunState, claim_run_dir
+from normlab.train.step import Parts, StepLosses, forward_backward, micro_backward
 from normlab.train.threads import resolve_threads, step_flops
 from normlab.train.tracking import Tracker
 from normlab.validate import check_train_memory
@@ -119,18 +120,22 @@ def _trial(model: torch.nn.Module, cfg: RunConfig) -> str | None:
     """A stacked forward and backward of two copies of ``model`` on ``[2, 1, min(context, 16)]`` tokens (CPU, no
     RNG consumed): None when it runs, else why (an operation ``torch.func.vmap`` cannot batch)."""
     t = min(cfg.model.context, 16)
-    params = {n: torch.stack([p.detach(), p.detach()]).requires_grad_() for n, p in model.named_parameters()}
     x = torch.zeros(2, 1, t, dtype=torch.long)
+    models = [model, model]  # the stacked forward stacks each member's parameters: two copies of model's
     try:
         with torch.random.fork_rng(), _quiet_vmap():
             forward = _StackedForward(model, False)
             noise = forward.draw(x, [None, None], "fp32")
-            out = forward.fn(params, x, noise)
-            out.float().square().mean().backward()
+            micro_backward(lambda: forward(models, x, noise), [x[0], x[1]], _trial_train(cfg), "cpu")
     except Exception as e:  # noqa: BLE001 - any failure means: train these runs alone
         first = (str(e).splitlines() or [type(e).__name__])[0][:160]
         return f"its forward pass cannot run under torch.func.vmap ({type(e).__name__}: {first})"
     return None
+
+
+def _trial_train(cfg: RunConfig) -> Any:
+    """The training keys the trial's step reads: ``cfg.train`` in fp32, one micro-batch."""
+    return dataclasses.replace(cfg.train, precision="fp32", grad_accum=1)
 
 
 def _constant_buffer(model: torch.nn.Module, name: str) -> bool:
@@ -392,39 +397,34 @@ def _group_runtime(cfgs: list[RunConfig], threads: int | None) -> tuple[list[str
     return runtime, why_threads
 
 
-def _alone_step(m: _Member) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """One step of one member through its own module (a diagnostic step, or a group of one), as the loop runs it,
-    with the member's own global RNG stream. Returns the summed cross-entropy and the mean extra loss terms as 0-dim
-    float64 tensors on the device (the same float64 sums as Python floats), read at a read point."""
+def _alone_step(m: _Member) -> StepLosses:
+    """One step of one member through its own module (a diagnostic step, or a group of one): the loop's step
+    (``normlab.train.step``, as a run alone takes it) with the member's own global RNG stream. Returns the summed
+    cross-entropy and the mean extra loss terms as 0-dim float64 tensors on the device, read at a read point."""
     tc, mc, dev = m.cfg.train, m.cfg.model, m.cfg.device
     torch.set_rng_state(m.rng)
     if m.cuda_rng is not None:
         torch.cuda.set_rng_state(m.cuda_rng)
-    loss_sum: Any = 0.0
-    extra: dict[str, Any] = {}
-    for _ in range(tc.grad_accum):
+
+    def micro(i: int) -> list[Parts]:
         x, y = (to_device(t, dev) for t in get_batch(m.data.train, tc.batch_size, mc.context, m.gen))
-        with autocast(dev, tc.precision):
-            logits = m.model(x)
-        loss, parts = lm_loss(logits.float(), y, z_loss=tc.z_loss, logitnorm_tau=tc.logitnorm_tau)
-        m.diag.observe_output(logits, y)
-        (loss / tc.grad_accum).backward()
-        loss_sum = loss_sum + parts.pop("ce").double()
-        for k, v in parts.items():
-            extra[k] = extra.get(k, 0.0) + v.double() / tc.grad_accum
+        return micro_backward(lambda: m.model(x), [y], tc, dev, observe=m.diag.observe_output)
+
+    [out] = forward_backward(micro, 1, tc.grad_accum)
     m.rng = torch.get_rng_state()
     if m.cuda_rng is not None:
         m.cuda_rng = torch.cuda.get_rng_state()
-    return loss_sum, extra
+    return out
 
 
-def _stacked_step(active: list[_Member], stacked: _StackedForward) -> list[tuple[Any, dict[str, Any]]]:
-    """One step of every member in ``active`` as one vmapped forward and one backward per micro-batch; each member's
-    losses as :func:`_alone_step` returns them (on the device, unread)."""
+def _stacked_step(active: list[_Member], stacked: _StackedForward) -> list[StepLosses]:
+    """One step of every member in ``active`` as one vmapped forward and one backward per micro-batch (the loop's
+    step, ``normlab.train.step``, with the group's forward); each member's losses as :func:`_alone_step` returns
+    them (on the device, unread)."""
     tc, mc, dev = active[0].cfg.train, active[0].cfg.model, active[0].cfg.device
-    out: list[tuple[Any, dict[str, Any]]] = [(0.0, {}) for _ in active]
     models = [m.model for m in active]
-    for _ in range(tc.grad_accum):
+
+    def micro(i: int) -> list[Parts]:
         batches = [get_batch(m.data.train, tc.batch_size, mc.context, m.gen) for m in active]
         x = to_device(torch.stack([b[0] for b in batches]), dev)  # [K, B, T]
         ys = [to_device(b[1], dev) for b in batches]
@@ -433,38 +433,15 @@ def _stacked_step(active: list[_Member], stacked: _StackedForward) -> list[tuple
         for m, rng in zip(active, rngs):
             m.rng = rng
         try:
-            parts = _stacked_micro_batch(stacked, models, x, ys, noise, tc, tc.precision)
+            return micro_backward(lambda: stacked(models, x, noise), ys, tc, dev)
         except Exception as e:
             if not stacked.fall_back(e):
                 raise
-            for m in models:  # the first micro-batch of a step: no gradient was there before it
-                m.zero_grad(set_to_none=True)
-            parts = _stacked_micro_batch(stacked, models, x, ys, noise, tc, tc.precision)
-        for k, p in enumerate(parts):
-            loss_sum, extra = out[k]
-            loss_sum = loss_sum + p.pop("ce").double()
-            for key, v in p.items():
-                extra[key] = extra.get(key, 0.0) + v.double() / tc.grad_accum
-            out[k] = (loss_sum, extra)
-    return out
+            for model in models:  # the first micro-batch of a step: no gradient was there before it
+                model.zero_grad(set_to_none=True)
+            return micro_backward(lambda: stacked(models, x, noise), ys, tc, dev)
 
-
-def _stacked_micro_batch(stacked: _StackedForward, models: list[torch.nn.Module], x: torch.Tensor,
-                         ys: list[torch.Tensor], noise: list[torch.Tensor], tc: Any, precision: str
-                         ) -> list[dict[str, torch.Tensor]]:
-    """The vmapped forward of ``x [K, B, T]`` with the members' dropout ``noise``, each member's loss against
-    ``ys[k] [B, T]`` and one backward of their sum (member k's parameters get the gradient of its own loss alone);
-    each member's ``lm_loss`` parts."""
-    with autocast(x.device.type, precision):
-        logits = stacked(models, x, noise)  # [K, B, T, V]
-    total: Any = 0.0
-    parts = []
-    for k, y in enumerate(ys):
-        loss, p = lm_loss(logits[k].float(), y, z_loss=tc.z_loss, logitnorm_tau=tc.logitnorm_tau)
-        total = total + loss / tc.grad_accum
-        parts.append(p)
-    total.backward()
-    return parts
+    return forward_backward(micro, len(active), tc.grad_accum)
 
 
 def _settle(live: list[_Member], say: Any) -> bool:

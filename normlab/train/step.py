@@ -1,0 +1,74 @@
+"""The one training step of normlab: forward, loss and backward over a step's micro-batches, for a run alone
+(``normlab.train.loop``), a member of a stacked group stepping alone and a stacked group stepping together
+(``normlab.train.stacked``), and the stackability trial. Each caller is a *strategy* that supplies one micro-batch
+at a time -- its inputs on the device, its forward, each member's targets, and what wraps the pass (DDP's
+``no_sync``, a member's own RNG stream, a compile fallback) -- and this module does the rest, the same way for all::
+
+    logits = forward(x)                              [B, T, V] (one run)  or  [K, B, T, V] (a group of K members)
+    loss_k, parts_k = lm_loss(logits_k.float(), y_k) for each member k
+    (sum_k loss_k * weight / grad_accum).backward()  member k's parameters get the gradient of its own loss alone
+
+and over the micro-batches each member's summed cross-entropy (``ce`` x ``weight``) and mean extra loss terms
+(z-loss, LogitNorm; x ``weight / grad_accum``) as 0-dim float64 tensors on the device, read by the caller at a read
+point. ``weight``: the factor on the mean loss (a data-parallel rank's share of the global batch, else 1.0).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from normlab.train.losses import lm_loss
+from normlab.train.precision import autocast
+
+Parts = dict[str, torch.Tensor]
+StepLosses = tuple[Any, dict[str, Any]]  # (summed cross-entropy, mean extra terms): 0-dim float64 device tensors
+
+
+def micro_backward(forward: Callable[[], torch.Tensor], ys: list[torch.Tensor], tc: Any, device: str, *,
+                   weight: float = 1.0, observe: Callable[[torch.Tensor, torch.Tensor], None] | None = None
+                   ) -> list[Parts]:
+    """One micro-batch: ``forward()`` under the run's autocast (``tc.precision``) gives the logits of one run
+    (``[B, T, V]``, ``ys`` of one ``[B, T]``) or of a stacked group (``[K, B, T, V]``, ``ys`` of K); each member's
+    ``lm_loss`` (fp32), ``observe(logits, y)`` of a run's diagnostics (None: nothing observes), and one backward of
+    the sum of the members' losses x ``weight / tc.grad_accum``. Returns each member's ``lm_loss`` parts."""
+    with autocast(device, tc.precision):
+        logits = forward()
+    total: Any = None
+    parts = []
+    for k, y in enumerate(ys):
+        member = logits if len(ys) == 1 and logits.dim() == y.dim() + 1 else logits[k]
+        loss, p = lm_loss(member.float(), y, z_loss=tc.z_loss, logitnorm_tau=tc.logitnorm_tau)
+        if observe is not None:
+            observe(member, y)  # diag: Softmax Collapse counts (diagnostic steps only)
+        term = loss * weight / tc.grad_accum
+        total = term if total is None else total + term
+        parts.append(p)
+    total.backward()
+    return parts
+
+
+def add_parts(sums: list[StepLosses], parts: list[Parts], weight: float, grad_accum: int) -> list[StepLosses]:
+    """``sums`` (one entry per member) with one micro-batch's ``parts`` added: ``ce x weight`` to the summed
+    cross-entropy, each extra term ``x weight / grad_accum`` to its mean."""
+    out = []
+    for (loss_sum, extra), p in zip(sums, parts):
+        p = dict(p)
+        loss_sum = loss_sum + p.pop("ce").double() * weight
+        extra = dict(extra)
+        for key, v in p.items():
+            extra[key] = extra.get(key, 0.0) + v.double() * weight / grad_accum
+        out.append((loss_sum, extra))
+    return out
+
+
+def forward_backward(micro: Callable[[int], list[Parts]], members: int, grad_accum: int, weight: float = 1.0
+                     ) -> list[StepLosses]:
+    """The step: ``micro(i)`` for ``i`` in ``range(grad_accum)`` (the strategy's micro-batch ``i`` through
+    :func:`micro_backward`), each member's losses summed over them (:func:`add_parts`)."""
+    sums: list[StepLosses] = [(0.0, {}) for _ in range(members)]
+    for i in range(grad_accum):
+        sums = add_parts(sums, micro(i), weight, grad_accum)
+    return sums
