@@ -24,10 +24,13 @@ run used) and returns one line per decision with its reason, printed at start an
   checkpoints unchanged). Needs a C++ compiler on CPU; without one the run says so in one line and runs uncompiled.
   ``auto`` compiles on CUDA, and on CPU only for runs whose training FLOPs (steps x the step's FLOPs) reach
   ``COMPILE_PAYBACK_FLOPS``, the work after which the measured compile time is paid back (docs/benchmarks.md);
-  shorter runs, like all of the lab's presets, run eager. The compile time is measured (the first step minus a
-  normal step) and reported.
+  shorter runs, like all of the lab's presets, run eager. On CUDA it needs a working triton (else uncompiled, with
+  why). A compile that fails at the first compiled step (forward or backward) is not fatal: the run says so in one
+  line, repeats that micro-batch eager and trains on eager (``compile_fallback_step`` in summary.json), as a stacked
+  group does. The compile time is measured (the first step minus a normal step) and reported.
 - ``train.deterministic: true | false | auto`` (default true) -- on CUDA, ``torch.use_deterministic_algorithms(True)``
-  for the run (restored after it) and ``CUBLAS_WORKSPACE_CONFIG=:4096:8`` where unset: SDPA then runs deterministic
+  for the run (restored after it) and ``CUBLAS_WORKSPACE_CONFIG=:4096:8`` where unset (``import normlab`` sets it,
+  before torch is imported, and it is never removed: cuBLAS reads it once per process): SDPA then runs deterministic
   backward kernels, inductor avoids atomic adds and cuBLAS a shared workspace, so a run resumed after kill -9 is
   bit-identical to one never stopped (tests/test_cuda.py). Without it, CUDA's atomic-add kernels make two identical
   runs differ in the last bits. On CPU nothing changes: the kernels normlab runs there give the same bits for the
@@ -53,7 +56,9 @@ from typing import Any
 import torch
 from torch import nn
 from torch.utils import deterministic as torch_deterministic
+from torch.utils._triton import has_triton as torch_has_triton  # private: kept behind has_triton
 
+from normlab import CUBLAS_WORKSPACE
 from normlab.data.cache import default_cache_dir
 from normlab.errors import NormlabError
 from normlab.io import exclusive_lock, write_json
@@ -121,6 +126,12 @@ def cxx_compiler() -> str | None:
 
 
 # ---------------------------------------------------------------------------------------------------- resolve
+def has_triton() -> bool:
+    """Whether inductor can generate GPU kernels here (``torch.utils._triton.has_triton``: the triton package and a
+    device it supports)."""
+    return torch_has_triton()
+
+
 def resolve_device(name: str) -> tuple[str, str]:
     if name == "auto":
         dev = "cuda" if torch.cuda.is_available() else "cpu"
@@ -218,6 +229,8 @@ def resolve_compile(value: bool | str, device: str, work: float = 0.0) -> tuple[
         why = "set in the config"
     if value and device == "cpu" and cxx_compiler() is None:
         return False, "no C++ compiler found (install g++ or set CXX); running uncompiled"
+    if value and device == "cuda" and not has_triton():
+        return False, "no working triton for this CUDA device (inductor's GPU kernels need it); running uncompiled"
     return bool(value), why
 
 
@@ -312,14 +325,11 @@ def _set_tf32(state: tuple[Any, Any]) -> None:
         torch.backends.cudnn.allow_tf32 = conv
 
 
-CUBLAS_WORKSPACE = ":4096:8"  # the deterministic cuBLAS workspace torch's reproducibility notes name
-
-
 def fix_cublas_workspace() -> None:
     """Set ``CUBLAS_WORKSPACE_CONFIG`` (where unset) in a process that trains several runs, before its first: torch
     sizes cuBLAS's workspace from it once, at the process's first cuBLAS call, so a deterministic CUDA run after a
     ``train.deterministic: false`` one in the same sweep worker would otherwise run on the default workspace. On a
-    CPU it changes nothing."""
+    CPU it changes nothing. (``import normlab`` sets it already; this keeps a worker right if something unset it.)"""
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", CUBLAS_WORKSPACE)
 
 
@@ -345,8 +355,15 @@ def nondeterministic_op_error(e: BaseException) -> Exception | None:
     ``train.deterministic`` switched deterministic algorithms on (on CUDA, e.g. an attention kind or diagnostic
     built on a scatter-add), else None."""
     msg = str(e)
-    if not (isinstance(e, RuntimeError) and torch.are_deterministic_algorithms_enabled()
-            and "does not have a deterministic implementation" in msg):
+    if not (isinstance(e, RuntimeError) and torch.are_deterministic_algorithms_enabled()):
+        return None
+    if "CUBLAS_WORKSPACE_CONFIG" in msg:  # torch's check of the variable at a cuBLAS call with determinism on
+        now = os.environ.get("CUBLAS_WORKSPACE_CONFIG")
+        return NormlabError(f"train.deterministic: cuBLAS needs CUBLAS_WORKSPACE_CONFIG={CUBLAS_WORKSPACE} (or :16:8) "
+                            f"for deterministic matmuls, and this process has "
+                            f"{'it unset' if now is None else repr(now)}; set it before the process's first CUDA "
+                            "work (import normlab first, or export it), or set train.deterministic=false")
+    if "does not have a deterministic implementation" not in msg:
         return None
     first = msg.splitlines()[0][:200] if msg else "RuntimeError"
     return NormlabError(f"train.deterministic: an operation of this run has no deterministic kernel on this device "
@@ -356,10 +373,10 @@ def nondeterministic_op_error(e: BaseException) -> Exception | None:
 
 @contextlib.contextmanager
 def kept_determinism() -> Iterator[None]:
-    """Restore torch's deterministic-algorithms setting (with its NaN fill of new memory), ``CUBLAS_WORKSPACE_CONFIG``
-    and the TF32 switches on exit (a run sets them for CUDA)."""
+    """Restore torch's deterministic-algorithms setting (with its NaN fill of new memory) and the TF32 switches on
+    exit (a run sets them for CUDA). ``CUBLAS_WORKSPACE_CONFIG`` stays set: cuBLAS read it once, at the process's
+    first handle, so a later deterministic run in this process needs it still there."""
     before = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled())
-    cublas = os.environ.get("CUBLAS_WORKSPACE_CONFIG")
     fill = torch_deterministic.fill_uninitialized_memory
     tf32, knobs = _tf32_state(), _knobs()
     try:
@@ -370,10 +387,6 @@ def kept_determinism() -> Iterator[None]:
         if _tf32_state() != tf32:  # set by a CUDA run
             _set_tf32(tf32)
         _restore_knobs(knobs)
-        if cublas is None:
-            os.environ.pop("CUBLAS_WORKSPACE_CONFIG", None)
-        else:
-            os.environ["CUBLAS_WORKSPACE_CONFIG"] = cublas
 
 
 def fill_auto(cfg: Any, resolved: Any) -> None:

@@ -60,15 +60,15 @@ from normlab.io import dumps
 from normlab.model import build_model
 from normlab.rundir.files import CONFIG_FILE
 from normlab.rundir.publish import finish_interrupted
-from normlab.rundir.readers import apply_norm_defaults, load_data, read_data_info, run_data
+from normlab.rundir.readers import load_data, read_data_info, run_data
 from normlab.train.loop import defer_reads, get_batch, to_device
 from normlab.train.precision import (autocast, kept_determinism, nondeterministic_op_error, prepare_model,
-                                    resolve_compile, resolve_runtime)
+                                    resolve_compile)
 from normlab.train.runstate import RunState, claim_run_dir
-from normlab.train.step import Parts, StepLosses, forward_backward, micro_backward
-from normlab.train.threads import resolve_threads, step_flops
+from normlab.train.step import Parts, StepLosses, compile_failure, forward_backward, micro_backward
+from normlab.train.resolve import resolve_group
+from normlab.train.threads import step_flops
 from normlab.train.tracking import Tracker
-from normlab.validate import check_train_memory
 
 STACKS = ("auto", "on", "off")
 VMAP_FALLBACK_WARNING = "There is a performance drop because we have not yet implemented the batching rule"
@@ -246,9 +246,7 @@ class _StackedForward:
         runs the eager function from now on (the caller repeats the micro-batch, the first of its step: K changes
         only between steps); failures of a call that compiled nothing are the model's own, and so are an
         out-of-memory error and an operation without a deterministic kernel (eager would fail the same way)."""
-        if self.compiled is None or not self.new_size or not isinstance(e, Exception):
-            return False
-        if isinstance(e, torch.OutOfMemoryError) or nondeterministic_op_error(e) is not None:
+        if self.compiled is None or not self.new_size or not compile_failure(e):
             return False
         self.compiled = None
         self.note = f"the stacked forward runs eager: torch.compile of it failed ({type(e).__name__})"
@@ -302,8 +300,11 @@ def _train_group(cfgs: list[RunConfig], dirs: list[Path], resumes: list[bool], h
                  flag: StopFlag, tb_dirs: list[Any], threads: int | None) -> list[dict[str, Any]]:
     say = (lambda s: None) if quiet else (lambda s: print(s, flush=True))
     datas = _group_data(cfgs, dirs, resumes)
-    check_train_memory(cfgs[0], members=len(cfgs))  # the group at once, before any run directory is written
-    runtime, why_threads = _group_runtime(cfgs, threads)
+    resolved = resolve_group(cfgs, datas, threads=threads)  # the group's memory at once, before any run directory
+    why_threads = resolved[0].why_threads
+    runtime = [*resolved[0].runtime, f"threads {torch.get_num_threads()} ({why_threads})",
+               f"stacked: {len(cfgs)} runs of one architecture in one model (train.stack)"]
+    cfgs = [r.cfg for r in resolved]
     members = [_setup(c, d, resume=r, data=x, tb_dir=t, run_hash=h)
                for c, d, r, x, t, h in zip(cfgs, dirs, resumes, datas, tb_dirs, hashes)]
     c0 = cfgs[0]
@@ -369,8 +370,7 @@ def _train_group(cfgs: list[RunConfig], dirs: list[Path], resumes: list[bool], h
 
 
 def _group_data(cfgs: list[RunConfig], dirs: list[Path], resumes: list[bool]) -> list[Any]:
-    """Each member's token splits (a resumed member's own, else one load shared by the new members), and its config
-    completed by them (vocab_size, the norms' defaults) and checked."""
+    """Each member's token splits: a resumed member's own, else one load shared by the new members."""
     fresh = None
     datas = []
     for cfg, d, again in zip(cfgs, dirs, resumes):
@@ -379,22 +379,7 @@ def _group_data(cfgs: list[RunConfig], dirs: list[Path], resumes: list[bool]) ->
         else:
             fresh = fresh or load_data(cfg)
             datas.append(fresh)
-        cfg.model.vocab_size = datas[-1].vocab_size
-        apply_norm_defaults(cfg)
-        cfg.validate()
     return datas
-
-
-def _group_runtime(cfgs: list[RunConfig], threads: int | None) -> tuple[list[str], str]:
-    """Threads, then device / precision / compile for every member (they resolve alike: same shape and keys).
-    Returns the banner's runtime parts and the reason for the thread count."""
-    n_threads, why_threads = resolve_threads(cfgs[0].train.threads, step_flops(cfgs[0]), override=threads)
-    if n_threads:
-        torch.set_num_threads(n_threads)
-    runtime = [resolve_runtime(c) for c in cfgs][0]
-    runtime.append(f"threads {torch.get_num_threads()} ({why_threads})")
-    runtime.append(f"stacked: {len(cfgs)} runs of one architecture in one model (train.stack)")
-    return runtime, why_threads
 
 
 def _alone_step(m: _Member) -> StepLosses:

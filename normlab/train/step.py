@@ -21,10 +21,18 @@ from typing import Any
 import torch
 
 from normlab.train.losses import lm_loss
-from normlab.train.precision import autocast
+from normlab.train.precision import autocast, nondeterministic_op_error
 
 Parts = dict[str, torch.Tensor]
 StepLosses = tuple[Any, dict[str, Any]]  # (summed cross-entropy, mean extra terms): 0-dim float64 device tensors
+
+
+def compile_failure(e: BaseException) -> bool:
+    """Whether ``e``, raised by the first call of a ``torch.compile``d forward (or the backward AOTAutograd compiles
+    when it first runs), is a failure to compile that running eager avoids: any Exception but an out-of-memory error
+    and an operation without a deterministic kernel (eager would fail the same way)."""
+    return (isinstance(e, Exception) and not isinstance(e, torch.OutOfMemoryError)
+            and nondeterministic_op_error(e) is None)
 
 
 def micro_backward(forward: Callable[[], torch.Tensor], ys: list[torch.Tensor], tc: Any, device: str, *,

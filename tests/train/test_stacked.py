@@ -304,18 +304,20 @@ class _BackwardFails(torch.autograd.Function):
 def _group_with_broken_compile(tmp_path, cache, monkeypatch, broken, cfgs):
     """Train ``cfgs`` stacked with ``torch.compile`` replaced by ``broken`` and compile kept on (with or without a
     C++ compiler); returns the members' summaries."""
+    import normlab.train.resolve as R
     import normlab.train.stacked as S
 
-    monkeypatch.setattr(S.torch, "compile", broken)
-    real = S.resolve_runtime
+    real = R.resolve_runtime
 
     def resolve(c):
         lines = real(c)
         c.train.compile = True
         return lines
 
-    monkeypatch.setattr(S, "resolve_runtime", resolve)
-    return train_stacked(cfgs, [tmp_path / f"s{i}" for i in range(len(cfgs))])
+    with monkeypatch.context() as m:  # the group alone: the runs alone it is compared with resolve as they would
+        m.setattr(S.torch, "compile", broken)
+        m.setattr(R, "resolve_runtime", resolve)
+        return train_stacked(cfgs, [tmp_path / f"s{i}" for i in range(len(cfgs))])
 
 
 def _equal_alone(tmp_path, cache, extra, n):
