@@ -99,8 +99,10 @@ class KeyFacts:
     for the key (nanoGPT, Hugging Face, papers), with ``alias_note`` (``{alias}``: the name) when the meaning
     differs. ``identity``: whether the key is part of a run's identity (its config hash): ``kept``; ``dropped``
     (where a run logs, how a sweep schedules it: no number changes); ``dropped at default`` (a key that came later,
-    whose default is how every earlier run trained). ``role``: ``runtime`` (the machine decides it at ``auto``) or
-    ``bookkeeping`` (where and how often a run logs, checkpoints and evaluates): left out of a run's banner."""
+    whose default is how every earlier run trained; ``earlier_defaults``: values that were the key's default
+    before, dropped too, so runs stored with them keep their hashes). ``role``: ``runtime`` (the machine decides it
+    at ``auto``) or ``bookkeeping`` (where and how often a run logs, checkpoints and evaluates): left out of a run's
+    banner."""
 
     help: str
     range: Range | None = None
@@ -110,6 +112,7 @@ class KeyFacts:
     alias_note: str = ""
     identity: str = "kept"
     role: str = ""
+    earlier_defaults: tuple[Any, ...] = ()
 
     def allowed(self) -> tuple[Any, ...] | None:
         """The choices as a tuple (a registry's read now), or None."""
@@ -122,7 +125,8 @@ ROLES = ("", "runtime", "bookkeeping")
 
 def setting(default: Any = dataclasses.MISSING, help: str = "", *, range: Range | None = None,
             choices: Any = None, owner: str = "", aliases: tuple[str, ...] = (), alias_note: str = "",
-            identity: str = "kept", role: str = "", factory: typing.Callable[[], Any] | None = None) -> Any:
+            identity: str = "kept", role: str = "", factory: typing.Callable[[], Any] | None = None,
+            earlier_defaults: tuple[Any, ...] = ()) -> Any:
     """A config dataclass field with its facts: ``lr: float = setting(3e-3, "peak learning rate", range=POS)``.
     The type is the field's annotation and the default its default (``factory`` for a list or mapping); a key
     without a one-line ``help`` is refused here, a numeric key without a ``range`` (or an ``owner``) by
@@ -131,7 +135,8 @@ def setting(default: Any = dataclasses.MISSING, help: str = "", *, range: Range 
         raise TypeError(f"a config key needs a one-line help text, got {help!r}")
     if identity not in IDENTITIES or role not in ROLES:
         raise TypeError(f"identity must be one of {IDENTITIES} and role one of {ROLES}, got {identity!r}, {role!r}")
-    meta = {FACTS: KeyFacts(help, range, choices, owner, tuple(aliases), alias_note, identity, role)}
+    meta = {FACTS: KeyFacts(help, range, choices, owner, tuple(aliases), alias_note, identity, role,
+                            tuple(earlier_defaults))}
     if factory is not None:
         return dataclasses.field(default_factory=factory, metadata=meta)
     return dataclasses.field(default=default, metadata=meta)

@@ -28,16 +28,17 @@ run used) and returns one line per decision with its reason, printed at start an
   why). A compile that fails at the first compiled step (forward or backward) is not fatal: the run says so in one
   line, repeats that micro-batch eager and trains on eager (``compile_fallback_step`` in summary.json), as a stacked
   group does. The compile time is measured (the first step minus a normal step) and reported.
-- ``train.deterministic: true | false | auto`` (default true) -- on CUDA, ``torch.use_deterministic_algorithms(True)``
-  for the run (restored after it) and ``CUBLAS_WORKSPACE_CONFIG=:4096:8`` where unset (``import normlab`` sets it,
-  before torch is imported, and it is never removed: cuBLAS reads it once per process): SDPA then runs deterministic
-  backward kernels, inductor avoids atomic adds and cuBLAS a shared workspace, so a run resumed after kill -9 is
-  bit-identical to one never stopped (tests/test_cuda.py). Without it, CUDA's atomic-add kernels make two identical
-  runs differ in the last bits. On CPU nothing changes: the kernels normlab runs there give the same bits for the
-  same inputs and thread count (the resume tests check it). ``auto`` on CUDA: the same deterministic kernels, but
-  without torch's debugging fill of every newly allocated tensor with NaN
-  (``torch.utils.deterministic.fill_uninitialized_memory = False``; a write of each new tensor that changes no result
-  of a correct kernel), stated in the run log; on a CPU nothing, as ``true``.
+- ``train.deterministic: auto | true | false`` (default auto) -- ``true``: on CUDA,
+  ``torch.use_deterministic_algorithms(True)`` for the run (restored after it; without torch's debugging fill of new
+  memory with NaN, which changes no result of a correct kernel) and ``CUBLAS_WORKSPACE_CONFIG=:4096:8`` where unset
+  (``import normlab`` sets it, before torch is imported, and it is never removed: cuBLAS reads it once per process):
+  SDPA then runs deterministic backward kernels, inductor avoids atomic adds and cuBLAS a shared workspace, so a run
+  resumed after kill -9 is bit-identical to one never stopped (tests/test_cuda.py). ``auto`` (the default) and
+  ``false``: on CUDA the fast kernels (CUDA's atomic-add kernels make two identical runs, and a resumed run and the
+  run it continues, differ in the last bits; ask ``true`` for exact resume); the resolved value is what a CUDA run's
+  config.yaml records, and ``summary.json``'s ``deterministic`` says which it was. On a CPU nothing changes whatever
+  the setting: the kernels normlab runs there give the same bits for the same inputs and thread count (the resume
+  tests check it), and ``auto`` hashes as ``true``, the default before, so stored CPU runs keep their hashes.
 """
 
 from __future__ import annotations
@@ -239,10 +240,10 @@ def resolve_runtime(cfg: Any) -> list[str]:
     uses, in place, and switch on deterministic CUDA kernels (``train.deterministic``); returns the decisions as
     ``key: value (reason)`` lines."""
     dev, why_dev = resolve_device(cfg.device)
-    why_det = use_deterministic_kernels(dev, cfg.train.deterministic)  # before the precision probe's first matmul
+    det, why_det = use_deterministic_kernels(dev, cfg.train.deterministic)  # before the probe's first matmul
     tf32, why_tf32 = use_tf32(dev, cfg.train.tf32)
-    if dev == "cuda":
-        cfg.train.tf32 = tf32  # config.yaml records what the run used; a CPU run keeps its key (and hash) as it was
+    if dev == "cuda":  # config.yaml records what the run used; a CPU run keeps its keys (and hash) as they were
+        cfg.train.tf32, cfg.train.deterministic = tf32, det
     prec, why_prec = resolve_precision(cfg, dev)
     comp, why_comp = resolve_compile(cfg.train.compile, dev, cfg.train.steps * step_flops(cfg))
     cfg.device, cfg.train.precision, cfg.train.compile = dev, prec, comp
@@ -333,21 +334,23 @@ def fix_cublas_workspace() -> None:
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", CUBLAS_WORKSPACE)
 
 
-def use_deterministic_kernels(device: str, on: bool) -> str:
-    """``train.deterministic`` on ``device``: switch torch's deterministic algorithms on for CUDA (the caller restores
-    the previous setting with ``kept_determinism``); returns the reason line (empty on CPU: nothing to decide)."""
+def use_deterministic_kernels(device: str, on: bool | str) -> tuple[bool, str]:
+    """``train.deterministic`` on ``device``: ``(deterministic?, reason line)``. On CUDA ``true`` switches torch's
+    deterministic algorithms on (the caller restores the previous setting with ``kept_determinism``), without
+    torch's debugging fill of new memory with NaN (it changes no result of a correct kernel); ``auto`` and
+    ``false`` leave the fast kernels. On a CPU nothing is switched: its kernels give the same bits for the same
+    inputs and thread count whatever the setting, ``(True, "")``."""
     if device != "cuda":
-        return ""
-    if not on:
-        return "no (train.deterministic: false; a resumed CUDA run can differ in the last bits)"
-    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", CUBLAS_WORKSPACE)  # read when cuBLAS makes its workspace
+        return True, ""
+    if on is not True:
+        why = "auto: off on CUDA, the fast path" if on == "auto" else "train.deterministic: false"
+        return False, f"no ({why}; a resumed CUDA run can differ in the last bits; train.deterministic=true for exact)"
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", CUBLAS_WORKSPACE)  # import normlab set it; read by cuBLAS
     torch.use_deterministic_algorithms(True)
+    torch_deterministic.fill_uninitialized_memory = False
     how = f"torch.use_deterministic_algorithms, CUBLAS_WORKSPACE_CONFIG={os.environ['CUBLAS_WORKSPACE_CONFIG']}"
-    if on == "auto":
-        torch_deterministic.fill_uninitialized_memory = False
-        return (f"yes (auto: deterministic kernels for bit-exact resume, {how}; new memory is not filled with NaN, "
-                "a debugging aid that changes no result)")
-    return f"yes ({how})"
+    return True, (f"yes (set in the config: deterministic kernels for bit-exact resume, {how}; new memory is not "
+                  "filled with NaN, a debugging aid that changes no result)")
 
 
 def nondeterministic_op_error(e: BaseException) -> Exception | None:
@@ -394,7 +397,7 @@ def fill_auto(cfg: Any, resolved: Any) -> None:
     records the resolved values, which an ``auto`` in the same config matches)."""
     if cfg.device == "auto":
         cfg.device = resolved.device
-    for key in ("precision", "compile", "tf32"):
+    for key in ("precision", "compile", "tf32", "deterministic"):
         if getattr(cfg.train, key) == "auto":
             setattr(cfg.train, key, getattr(resolved.train, key))
 

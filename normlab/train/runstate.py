@@ -324,6 +324,7 @@ class RunState:
             "loss_spikes": self.diag.summary(), **self.clipper.summary(), "run_dir": str(self.run_dir), **self.init,
             "weight_norms": {k.split("/", 1)[1]: v for k, v in weight_norm_record(self.model).items()},  # TEV, head
             "device": cfg.device, "precision": tc.precision, "compile": tc.compile, "compile_s": compile_s,
+            "deterministic": tc.deterministic is True or cfg.device != "cuda",  # CPU kernels: always; CUDA: resolved
             "threads": torch.get_num_threads(), "threads_reason": threads_reason,
             **flops_summary(mc, self.tokens_seen, elapsed_s),  # analytic FLOPs per token, measured wall s per token
         }

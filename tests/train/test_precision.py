@@ -128,16 +128,41 @@ def test_deterministic_kernels_switch_on_cuda_only_and_are_restored(monkeypatch)
     monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", "")  # records the undo, then unset for the test
     monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG")
     with P.kept_determinism():
-        assert P.use_deterministic_kernels("cpu", True) == "" and not torch.are_deterministic_algorithms_enabled()
-        assert "train.deterministic: false" in P.use_deterministic_kernels("cuda", False)
-        assert not torch.are_deterministic_algorithms_enabled()
-        assert "CUBLAS_WORKSPACE_CONFIG=:4096:8" in P.use_deterministic_kernels("cuda", True)
-        assert torch.are_deterministic_algorithms_enabled()
+        for value in (True, False, "auto"):  # a CPU switches nothing: its kernels are deterministic anyway
+            assert P.use_deterministic_kernels("cpu", value) == (True, "")
+            assert not torch.are_deterministic_algorithms_enabled()
+        det, why = P.use_deterministic_kernels("cuda", False)
+        assert not det and "train.deterministic: false" in why and "train.deterministic=true for exact" in why
+        det, why = P.use_deterministic_kernels("cuda", "auto")  # the default: the fast path on CUDA
+        assert not det and "auto: off on CUDA" in why and not torch.are_deterministic_algorithms_enabled()
+        det, why = P.use_deterministic_kernels("cuda", True)
+        assert det and "CUBLAS_WORKSPACE_CONFIG=:4096:8" in why and torch.are_deterministic_algorithms_enabled()
     assert not torch.are_deterministic_algorithms_enabled() and os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
     monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":16:8")
     with P.kept_determinism():
-        assert ":16:8" in P.use_deterministic_kernels("cuda", True)
+        assert ":16:8" in P.use_deterministic_kernels("cuda", True)[1]
     assert not torch.are_deterministic_algorithms_enabled()
+
+
+def test_deterministic_auto_is_the_default_and_hashes_as_true(monkeypatch):
+    """``train.deterministic: auto`` is the default; it, and ``true`` (the default before), hash as a config without
+    the key (stored CPU runs keep their hashes); ``false`` is another run. On CUDA the resolved value is what
+    config.yaml records (``auto`` -> false), and a ``--resume`` config's ``auto`` takes the run's value."""
+    from normlab.config import RunConfig, config_from_dict
+
+    assert RunConfig().train.deterministic == "auto"
+    a, t, f = (config_from_dict({"train": {"deterministic": v}}) for v in ("auto", True, False))
+    assert a.hash() == t.hash() == config_from_dict({}).hash() != f.hash()
+    assert "deterministic" not in a.identity_dict()["train"]
+    cfg = load_config("tiny", ["train.compile=false", "train.precision=fp32"])
+    monkeypatch.setattr(P, "resolve_device", lambda name: ("cuda", "test"))
+    monkeypatch.setattr(P, "use_tf32", lambda dev, v: (True, ""))
+    with P.kept_determinism():
+        lines = P.resolve_runtime(cfg)
+    assert cfg.train.deterministic is False and any(line.startswith("deterministic no (auto: off") for line in lines)
+    base = load_config("tiny", [])
+    P.fill_auto(base, cfg)
+    assert base.train.deterministic is False
 
 
 def test_an_op_without_a_deterministic_kernel_is_a_one_line_error(tmp_path, cache, monkeypatch):
@@ -317,7 +342,7 @@ def test_cuda_defaults_chosen_blind(monkeypatch):
     """On a (simulated) CUDA device: ``precision: auto`` is bf16 wherever the device supports it, with no timing
     probe (the probe would raise here); fp32 where it lacks bf16; ``train.tf32`` switches TF32 for fp32 matmuls on
     (auto, true) or off (false, strict fp32), on CUDA only, and ``kept_determinism`` restores it; ``deterministic:
-    auto`` keeps deterministic kernels, stops the NaN fill of new memory, and says so; ``true`` leaves the fill."""
+    true`` switches deterministic kernels on, stops the NaN fill of new memory, and says so."""
     import torch.utils.deterministic as D
 
     cfg = load_config("tiny")
@@ -336,10 +361,9 @@ def test_cuda_defaults_chosen_blind(monkeypatch):
         assert "train.tf32=false" in why
         assert P.use_tf32("cuda", False)[0] is False and not torch.backends.cuda.matmul.allow_tf32
         assert torch.get_float32_matmul_precision() == "highest"
-        assert "fill" not in P.use_deterministic_kernels("cuda", True) and D.fill_uninitialized_memory
-        why = P.use_deterministic_kernels("cuda", "auto")
-        assert why.startswith("yes (auto:") and torch.are_deterministic_algorithms_enabled()
-        assert not D.fill_uninitialized_memory
+        det, why = P.use_deterministic_kernels("cuda", True)
+        assert det and why.startswith("yes (set in the config") and torch.are_deterministic_algorithms_enabled()
+        assert not D.fill_uninitialized_memory and "not filled with NaN" in why
         P.use_tf32("cuda", True)
     assert (torch.backends.cuda.matmul.allow_tf32, D.fill_uninitialized_memory) == before
     assert not torch.are_deterministic_algorithms_enabled()
