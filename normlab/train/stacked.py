@@ -14,7 +14,10 @@ Everything else is each member's own, built by the same functions a run alone us
 AdamP / SGDP, NaP and perp-Grad are exactly those of a run alone: AdamW is element-wise), gradient clipping,
 divergence check (a member that diverges stops; the others go on), loss-spike detection, evaluation, checkpoints
 (with its own RNG states), TensorBoard events and run directory (config.yaml, fingerprint, metrics.jsonl,
-summary.json, model.safetensors). The loss of member ``k`` is ``lm_loss(logits[k], y[k])``; the backward pass of
+summary.json, model.safetensors). The group keeps its shape ``K`` to the end: a member that diverged or finished (or
+is ahead after a resume) holds a masked slot in the stacked forward (placeholder weights without gradient, no loss,
+nothing drawn from its data or RNG), so a compiled group compiles once and never recompiles for a new size. The
+loss of member ``k`` is ``lm_loss(logits[k], y[k])``; the backward pass of
 their sum gives each member exactly the gradient of its own loss, because the members share no parameter.
 
 A diagnostic step (``diag.every``) runs each member alone through its own module, so the forward hooks see exactly
@@ -212,6 +215,8 @@ class _StackedForward:
         self.sizes: set[int] = set()  # the group sizes K called so far (a new K compiles anew)
         self.new_size, self.note = False, ""
         self.names = [n for n, _ in base.named_parameters()]  # tied weights once, as named_parameters gives them
+        # a masked slot's weights: the base's own (seeded, finite; never trained), without gradient
+        self.rest = {n: p.detach() for n, p in base.named_parameters()}
 
     def draw(self, x: torch.Tensor, rngs: list[torch.Tensor | None], precision: str) -> list[torch.Tensor]:
         """Each member's dropout noise for a forward of ``x [K, B, T]``, drawn with its RNG state ``rngs[k]``
@@ -232,8 +237,9 @@ class _StackedForward:
                 rngs[k] = torch.get_rng_state()
         return [torch.stack(n) for n in zip(*per_member)]
 
-    def __call__(self, models: list[torch.nn.Module], x: torch.Tensor, noise: list[torch.Tensor]) -> torch.Tensor:
-        own = [dict(m.named_parameters()) for m in models]
+    def __call__(self, models: list[torch.nn.Module | None], x: torch.Tensor, noise: list[torch.Tensor]
+                 ) -> torch.Tensor:
+        own = [dict(m.named_parameters()) if m is not None else self.rest for m in models]
         params = {n: torch.stack([p[n] for p in own]) for n in self.names}
         self.new_size = len(models) not in self.sizes
         self.sizes.add(len(models))
@@ -341,7 +347,7 @@ def _train_group(cfgs: list[RunConfig], dirs: list[Path], resumes: list[bool], h
             if active[0].diag.is_diag_step(step) or len(active) == 1:
                 results = [_alone_step(m) for m in active]
             else:
-                results = _stacked_step(active, stacked)
+                results = _stacked_step(members, active, stacked)
                 if stacked.note:
                     say(f"{stacked.note} (from step {step + 1})")
                     stacked.note, fell_back = "", step + 1
@@ -402,29 +408,37 @@ def _alone_step(m: _Member) -> StepLosses:
     return out
 
 
-def _stacked_step(active: list[_Member], stacked: _StackedForward) -> list[StepLosses]:
+def _stacked_step(members: list[_Member], active: list[_Member], stacked: _StackedForward) -> list[StepLosses]:
     """One step of every member in ``active`` as one vmapped forward and one backward per micro-batch (the loop's
     step, ``normlab.train.step``, with the group's forward); each member's losses as :func:`_alone_step` returns
-    them (on the device, unread)."""
+    them (on the device, unread). The forward keeps the group's shape: one slot per member of ``members``, and a
+    member that is not stepping (it diverged or finished, or is ahead after a resume) holds a masked slot -- the
+    group's constant placeholder weights (:attr:`_StackedForward.rest`, which get no gradient) on token 0, no loss,
+    nothing drawn from its data or RNG -- so a compiled group never recompiles for a new size."""
     tc, mc, dev = active[0].cfg.train, active[0].cfg.model, active[0].cfg.device
-    models = [m.model for m in active]
+    slots = [m if m in active else None for m in members]
+    models = [m.model if m is not None else None for m in slots]
 
     def micro(i: int) -> list[Parts]:
-        batches = [get_batch(m.data.train, tc.batch_size, mc.context, m.gen) for m in active]
-        x = to_device(torch.stack([b[0] for b in batches]), dev)  # [K, B, T]
-        ys = [to_device(b[1], dev) for b in batches]
-        rngs = [m.rng for m in active]
+        batches = [get_batch(m.data.train, tc.batch_size, mc.context, m.gen) if m is not None else None for m in slots]
+        blank = torch.zeros_like(next(b for b in batches if b is not None)[0])
+        x = to_device(torch.stack([b[0] if b is not None else blank for b in batches]), dev)  # [K, B, T]
+        ys = [to_device(b[1], dev) if b is not None else None for b in batches]
+        rngs = [m.rng if m is not None else None for m in slots]
         noise = stacked.draw(x, rngs, tc.precision)  # each member's dropout masks, from its own RNG stream
-        for m, rng in zip(active, rngs):
-            m.rng = rng
+        for m, rng in zip(slots, rngs):
+            if m is not None:
+                m.rng = rng
         try:
-            return micro_backward(lambda: stacked(models, x, noise), ys, tc, dev)
+            parts = micro_backward(lambda: stacked(models, x, noise), ys, tc, dev)
         except Exception as e:
             if not stacked.fall_back(e):
                 raise
             for model in models:  # the first micro-batch of a step: no gradient was there before it
-                model.zero_grad(set_to_none=True)
-            return micro_backward(lambda: stacked(models, x, noise), ys, tc, dev)
+                if model is not None:
+                    model.zero_grad(set_to_none=True)
+            parts = micro_backward(lambda: stacked(models, x, noise), ys, tc, dev)
+        return [p for p in parts if p is not None]
 
     return forward_backward(micro, len(active), tc.grad_accum)
 

@@ -35,18 +35,22 @@ def compile_failure(e: BaseException) -> bool:
             and nondeterministic_op_error(e) is None)
 
 
-def micro_backward(forward: Callable[[], torch.Tensor], ys: list[torch.Tensor], tc: Any, device: str, *,
+def micro_backward(forward: Callable[[], torch.Tensor], ys: list[torch.Tensor | None], tc: Any, device: str, *,
                    weight: float = 1.0, observe: Callable[[torch.Tensor, torch.Tensor], None] | None = None
-                   ) -> list[Parts]:
+                   ) -> list[Parts | None]:
     """One micro-batch: ``forward()`` under the run's autocast (``tc.precision``) gives the logits of one run
-    (``[B, T, V]``, ``ys`` of one ``[B, T]``) or of a stacked group (``[K, B, T, V]``, ``ys`` of K); each member's
-    ``lm_loss`` (fp32), ``observe(logits, y)`` of a run's diagnostics (None: nothing observes), and one backward of
-    the sum of the members' losses x ``weight / tc.grad_accum``. Returns each member's ``lm_loss`` parts."""
+    (``[B, T, V]``, ``ys`` of one ``[B, T]``) or of a stacked group (``[K, B, T, V]``, ``ys`` of K; None for a
+    masked slot, which gets no loss); each member's ``lm_loss`` (fp32), ``observe(logits, y)`` of a run's
+    diagnostics (None: nothing observes), and one backward of the sum of the members' losses x
+    ``weight / tc.grad_accum``. Returns each member's ``lm_loss`` parts (None for a masked slot)."""
     with autocast(device, tc.precision):
         logits = forward()
     total: Any = None
-    parts = []
+    parts: list[Parts | None] = []
     for k, y in enumerate(ys):
+        if y is None:
+            parts.append(None)
+            continue
         member = logits if len(ys) == 1 and logits.dim() == y.dim() + 1 else logits[k]
         loss, p = lm_loss(member.float(), y, z_loss=tc.z_loss, logitnorm_tau=tc.logitnorm_tau)
         if observe is not None:
