@@ -348,12 +348,54 @@ def test_gpu_speed_rows_are_written_as_measured_and_a_failed_row_loses_no_other(
     monkeypatch.setattr(gs, "normlab_rate", normlab_rate)
     out = tmp_path / "bench.md"
     assert gs.main(["--nanogpt", str(tmp_path), "--out", str(out), "--shapes", "issue", "--no-demo", "--modes",
-                    "compiled", "--costs", "defaults,diag.every=0,train.deterministic=false"]) == 0
+                    "compiled", "--costs", "defaults,diag.every=0,train.deterministic=true"]) == 0
     printed = capsys.readouterr()
     text = out.read_text()
     assert "| nanoGPT train.py, compiled | 500,000 | 1.00 |" in text and "eager" not in text
     assert "| normlab train, compiled, defaults (bf16) | 520,000 | 1.04 |" in text
-    assert "| normlab train, compiled, train.deterministic=false (bf16) | 600,000 | 1.20 |" in text
+    assert "| normlab train, compiled, train.deterministic=true (bf16) | 600,000 | 1.20 |" in text
     assert "| normlab train, compiled, diag.every=0 | failed | |" in text and "model.positions" not in text
     assert "a row failed: normlab train failed: boom" in printed.err and "| nanoGPT train.py" in printed.out
     assert gs.main(["--nanogpt", str(tmp_path), "--out", str(out), "--costs", "nothing"]) == 2
+
+
+def test_device_check_dry_run_writes_every_step(tmp_path):
+    """``DRY_RUN=1 bash benchmarks/device_check.sh`` (the GPU call's script, on the CPU at small shapes) runs every
+    step within CI's 3 minutes and leaves its results under OUT as it goes: results.json (strict JSON) with each
+    step, the speed rows with steady-state tokens/s and their ratios to the defaults, the stacked rows, and the scale
+    estimate computed from the steady-state rate alone; device_check.md says it is a dry run."""
+    import os
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    out = tmp_path / "out"
+    env = {**os.environ, "DRY_RUN": "1", "OUT": str(out), "PYTHON": sys.executable, "NORMLAB_CACHE_DIR":
+           str(tmp_path / "cache")}
+    t = time.monotonic()
+    r = subprocess.run(["bash", "benchmarks/device_check.sh"], cwd=root, env=env, capture_output=True, text=True,
+                       timeout=200)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    assert time.monotonic() - t < 180
+    res = json.loads((out / "results.json").read_text())
+    steps = res["steps"]
+    assert res["dry_run"] is True and list(steps) == ["device", "test_cuda", "speed", "stacked", "scale"]
+    assert steps["test_cuda"]["status"] == "collected"
+    rows = {row["run"]: row for row in steps["speed"]["rows"]}
+    assert rows["nanoGPT train.py, compiled"]["status"] == "skipped (dry run)"
+    base = rows["normlab train, defaults"]
+    assert base["tokens_per_s"] > 0 and base["vs_defaults"] == 1.0 and base["deterministic"] is True
+    for row in rows.values():  # measured, or cut at the step's limit on a loaded machine: never lost
+        assert row.get("tokens_per_s", 0) > 0 or row.get("status"), row
+        if row.get("tokens_per_s") and row["run"] != "normlab train, defaults":
+            assert row["vs_defaults"] == pytest.approx(row["tokens_per_s"] / base["tokens_per_s"])
+    demo = steps["stacked"]["rows"][0]
+    assert demo["shape"].startswith("demo") and (demo.get("speedup", 0) > 0 or demo.get("status"))
+    sc = steps["scale"]
+    assert sc["runs"] == 320 and sc["hours_one_after_another"] == pytest.approx(
+        320 * 2000 * 16 * 256 / sc["tokens_per_s"] / 3600)
+    md = (out / "device_check.md").read_text()
+    assert "DRY RUN on the CPU" in md and "| normlab train, defaults |" in md
+    assert (out / "device_check.log").is_file() and (out / "test_cuda.log").is_file()
