@@ -39,7 +39,7 @@ from normlab.train.precision import (CompileTimer, kept_determinism, nondetermin
                                     prepare_model)
 from normlab.train.progress import ProgressReporter
 from normlab.train.runstate import RunState, claim_run_dir
-from normlab.train.step import Parts, compile_failure, forward_backward, micro_backward
+from normlab.train.step import Parts, compile_failure, forward_backward, forward_loss, micro_backward
 from normlab.train.resolve import resolve_run
 from normlab.train.threads import record_run, wait_policy_note
 from normlab.train.tracking import Tracker, probe_trackers
@@ -212,8 +212,10 @@ class Recipe:
         init_weights = load_init(model, self.init_src) if self.init_src is not None else None
         model = prepare_model(model.to(cfg.device), tc.precision)  # bf16: norm inputs cast to fp32
         self.ddp = ctx.wrap(model)  # DDP (summed gradients) on more than one process, else the model
-        self.fwd = torch.compile(self.ddp) if tc.compile else self.ddp  # diagnostic steps run `ddp` (eager, hooks)
-        self.compiled_ran, self.fell_back = False, None  # a compile that fails runs eager (_fall_back)
+        # compiled: the forward and the loss as one graph (normlab.train.step.forward_loss); diagnostic steps run
+        # `ddp` eager (hooks), and so does the run from a compile that failed (_fall_back)
+        self.compiled = torch.compile(self._forward_loss) if tc.compile else None
+        self.compiled_ran, self.fell_back = False, None
         self.timer = CompileTimer(tc.compile)
         self.state = RunState.build(cfg, self.run_dir, data, model, self.run_hash)
         self.rows, self.share = ctx.rows(tc.batch_size), ctx.weight(tc.batch_size)
@@ -337,24 +339,29 @@ class Recipe:
 
         def micro(i: int) -> list[Parts]:
             x, y = (to_device(t, dev) for t in get_batch(s.data.train, tc.batch_size, mc.context, s.gen, self.rows))
-            fwd = self.ddp if diag else self.fwd
+            compiled = None if diag else self.compiled
             with ctx.no_sync(self.ddp, i == tc.grad_accum - 1):  # share: this rank's part of the global batch
                 try:
-                    return micro_backward(lambda: fwd(x), [y], tc, dev, weight=self.share,
-                                          observe=s.diag.observe_output)
+                    return micro_backward(lambda: self.ddp(x), [y], tc, dev, weight=self.share,
+                                          observe=s.diag.observe_output,
+                                          fused=(lambda: compiled(x, y)) if compiled is not None else None)
                 except Exception as e:
-                    if not (i == 0 and fwd is not self.ddp and self._fall_back(e)):
+                    if not (i == 0 and compiled is not None and self._fall_back(e)):
                         raise
                     return micro_backward(lambda: self.ddp(x), [y], tc, dev, weight=self.share,
                                           observe=s.diag.observe_output)
 
         [(loss_sum, extra)] = forward_backward(micro, 1, tc.grad_accum, self.share)
-        if not diag and self.fwd is not self.ddp:
+        if not diag and self.compiled is not None:
             self.compiled_ran = True  # a later failure is the model's own
         if ctx.active:  # global-batch means, identical on every rank
             sums = ctx.all_sum_device(torch.stack([loss_sum, *extra.values()]))
             loss_sum, extra = sums[0], dict(zip(extra, sums[1:]))
         return loss_sum, extra
+
+    def _forward_loss(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, Parts]:
+        """The region a compiled run compiles: the forward (DDP-wrapped where data-parallel) and the loss."""
+        return forward_loss(self.ddp, x, y, self.cfg.train, self.cfg.device)
 
     def _fall_back(self, e: Exception) -> bool:
         """Whether the failure ``e`` of the compiled forward-and-backward is handled: until a compiled step has run
@@ -362,10 +369,10 @@ class Recipe:
         compile (``normlab.train.step.compile_failure``) switches the run to the eager module from here on; the
         caller repeats the micro-batch (the first of its step: no gradient was there before it), with the same
         tokens. The summary's ``compile_fallback_step`` is the step from which the run ran eager."""
-        if self.fwd is self.ddp or self.compiled_ran or not compile_failure(e):
+        if self.compiled is None or self.compiled_ran or not compile_failure(e):
             return False
         self.ddp.zero_grad(set_to_none=True)
-        self.fwd = self.ddp
+        self.compiled = None
         self.fell_back = self.state.step + 1
         self.report.message(f"the model runs eager: torch.compile of it failed ({type(e).__name__}: "
                             f"{(str(e).splitlines() or [''])[0][:160]}) (from step {self.fell_back})")

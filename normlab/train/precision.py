@@ -8,7 +8,8 @@ run used) and returns one line per decision with its reason, printed at start an
   matmuls (linear layers, attention's ``q k^T`` and ``a v``) in bf16, while the weights, gradients and optimizer
   state stay fp32 (master weights). Kept in fp32: every normalization layer (it runs with autocast off on an fp32
   copy of its input, so its statistics -- mean, variance, RMS, batch statistics and their running buffers -- are fp32),
-  the loss (the logits are cast to fp32 before the cross-entropy), evaluation (no autocast) and the diagnostics
+  the loss (the logits are cast to fp32 before the cross-entropy), evaluation on a CPU (no autocast; on CUDA a bf16
+  run's periodic evaluation runs its forward under bf16 autocast, the cross-entropy in fp32) and the diagnostics
   (they cast to fp32). Softmax on bf16 scores accumulates its max and normaliser in fp32 inside torch's kernels
   (SDPA's flash kernel and ``torch.softmax`` both use an fp32 accumulator). ``auto`` on a CUDA device picks bf16
   whenever the device supports it (``torch.cuda.is_bf16_supported``), without a timing probe: a probe at a tiny

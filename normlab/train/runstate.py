@@ -284,7 +284,7 @@ class RunState:
         tc, mc, data = self.cfg.train, self.cfg.model, self.data
         self.val = evaluate(self.model, data.val, data.token_bytes, data.tokenizer.decode_bytes, context=mc.context,
                             batch_size=tc.batch_size, max_tokens=tc.eval_batches * tc.batch_size * mc.context,
-                            spread=tc.eval_sample == "spread")
+                            spread=tc.eval_sample == "spread", precision=tc.precision)  # bf16 on CUDA as trained
         self.best = self.val["bpb"] if self.best is None else min(self.best, self.val["bpb"])
         record.update({"step": self.step, "val_loss": self.val["loss"], "val_bpb": self.val["bpb"]})
         if "loss" not in record:

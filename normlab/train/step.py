@@ -35,31 +35,45 @@ def compile_failure(e: BaseException) -> bool:
             and nondeterministic_op_error(e) is None)
 
 
-def micro_backward(forward: Callable[[], torch.Tensor], ys: list[torch.Tensor | None], tc: Any, device: str, *,
-                   weight: float = 1.0, observe: Callable[[torch.Tensor, torch.Tensor], None] | None = None
-                   ) -> list[Parts | None]:
+def forward_loss(model: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, y: torch.Tensor, tc: Any,
+                 device: str) -> tuple[torch.Tensor, Parts]:
+    """A run's forward under its autocast and its ``lm_loss`` (fp32) against ``y``: the function a compiled run
+    alone compiles whole (``torch.compile(forward_loss)``: model and loss in one graph, the logits never leave it)."""
+    with autocast(device, tc.precision):
+        logits = model(x)
+    return lm_loss(logits.float(), y, z_loss=tc.z_loss, logitnorm_tau=tc.logitnorm_tau)
+
+
+def micro_backward(forward: Callable[[], torch.Tensor] | None, ys: list[torch.Tensor | None], tc: Any, device: str,
+                   *, weight: float = 1.0, observe: Callable[[torch.Tensor, torch.Tensor], None] | None = None,
+                   fused: Callable[[], tuple[torch.Tensor, Parts]] | None = None) -> list[Parts | None]:
     """One micro-batch: ``forward()`` under the run's autocast (``tc.precision``) gives the logits of one run
     (``[B, T, V]``, ``ys`` of one ``[B, T]``) or of a stacked group (``[K, B, T, V]``, ``ys`` of K; None for a
     masked slot, which gets no loss); each member's ``lm_loss`` (fp32), ``observe(logits, y)`` of a run's
     diagnostics (None: nothing observes), and one backward of the sum of the members' losses x
-    ``weight / tc.grad_accum``. Returns each member's ``lm_loss`` parts (None for a masked slot)."""
-    with autocast(device, tc.precision):
-        logits = forward()
+    ``weight / tc.grad_accum``. ``fused``: instead of ``forward``, one run's loss and parts at once (a compiled
+    :func:`forward_loss`). Returns each member's ``lm_loss`` parts (None for a masked slot)."""
+    if fused is not None:
+        losses = [fused()]
+    else:
+        with autocast(device, tc.precision):
+            logits = forward()
+        losses = []
+        for k, y in enumerate(ys):
+            if y is None:
+                losses.append(None)
+                continue
+            member = logits if len(ys) == 1 and logits.dim() == y.dim() + 1 else logits[k]
+            losses.append(lm_loss(member.float(), y, z_loss=tc.z_loss, logitnorm_tau=tc.logitnorm_tau))
+            if observe is not None:
+                observe(member, y)  # diag: Softmax Collapse counts (diagnostic steps only)
     total: Any = None
-    parts: list[Parts | None] = []
-    for k, y in enumerate(ys):
-        if y is None:
-            parts.append(None)
-            continue
-        member = logits if len(ys) == 1 and logits.dim() == y.dim() + 1 else logits[k]
-        loss, p = lm_loss(member.float(), y, z_loss=tc.z_loss, logitnorm_tau=tc.logitnorm_tau)
-        if observe is not None:
-            observe(member, y)  # diag: Softmax Collapse counts (diagnostic steps only)
-        term = loss * weight / tc.grad_accum
-        total = term if total is None else total + term
-        parts.append(p)
+    for lp in losses:
+        if lp is not None:
+            term = lp[0] * weight / tc.grad_accum
+            total = term if total is None else total + term
     total.backward()
-    return parts
+    return [lp[1] if lp is not None else None for lp in losses]
 
 
 def add_parts(sums: list[StepLosses], parts: list[Parts], weight: float, grad_accum: int) -> list[StepLosses]:

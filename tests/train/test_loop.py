@@ -163,11 +163,14 @@ def test_a_run_whose_compile_fails_runs_eager(tmp_path, cache, monkeypatch, caps
                 torch.autograd.backward([p.sum() for p in ctx.model.parameters()])
             raise RuntimeError("cannot compile this backward")
 
-    def broken(model):
+    def broken(fn):  # torch.compile of the run's forward-and-loss region (Recipe._forward_loss)
+        model = fn.__self__.ddp
+
         def run(*a, **k):
             if fails == "forward":
                 raise RuntimeError("cannot compile this")
-            return BackwardFails.apply(model(*a, **k), model)
+            loss, parts = fn(*a, **k)
+            return BackwardFails.apply(loss, model), parts
         return run
 
     real = R.resolve_runtime
@@ -210,3 +213,37 @@ def test_a_compiled_run_that_fails_later_is_not_hidden(tmp_path, cache, monkeypa
     with pytest.raises(RuntimeError, match="a failure of the model"):
         loop.train(load_config("tiny", ["train.steps=4", "diag.every=0", "train.compile=true"]), tmp_path / "c",
                    quiet=True)
+
+
+def test_a_compiled_run_compiles_model_and_loss_as_one_graph(tmp_path, cache, monkeypatch):
+    """``train.compile``: the compiled region is the forward and the loss together (one graph, captured once, whose
+    output is the loss: the logits never leave it; diagnostic steps run eager), and the run trains as the eager one
+    does (the graph runs the same ops: weights to fp32 round-off)."""
+    import torch
+
+    import normlab.train.resolve as R
+
+    graphs = []
+
+    def backend(gm, inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    real_compile, real_resolve = torch.compile, R.resolve_runtime
+    args = ["train.steps=6", "diag.every=3", "train.eval_every=6", "train.checkpoint_every=6"]
+    with monkeypatch.context() as m:
+        m.setattr(loop.torch, "compile", lambda fn, **k: real_compile(fn, backend=backend))
+        m.setattr(R, "resolve_runtime", lambda c: (real_resolve(c), setattr(c.train, "compile", True))[0])
+        s = loop.train(load_config("tiny", [*args, "train.compile=true"]), tmp_path / "c", quiet=True)
+    loop.train(load_config("tiny", [*args, "train.compile=false"]), tmp_path / "e", quiet=True)
+    assert len(graphs) == 1 and s["compile"] is True
+    ops = " ".join(str(n.target) for n in graphs[0].graph.nodes)
+    assert "cross_entropy" in ops and "linear" in ops  # model and loss in one graph
+    out = next(n for n in graphs[0].graph.nodes if n.op == "output")
+    first = out.args[0][0] if isinstance(out.args[0], (tuple, list)) else out.args[0]
+    assert first.meta["example_value"].dim() == 0  # the graph's first output is the scalar loss
+    from tests.helpers import weights
+
+    wa, wb = weights(tmp_path / "c"), weights(tmp_path / "e")
+    for k in wa:
+        torch.testing.assert_close(wa[k], wb[k], rtol=1e-5, atol=1e-6, msg=k)
