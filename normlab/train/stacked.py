@@ -168,6 +168,7 @@ class _Member(RunState):
     mlog: IO[str] | None = None
     mark_tokens: int = 0
     done: bool = False
+    error: str | None = None  # why the member failed (its host-side step raised): it left the group
 
 
 def _setup(cfg: RunConfig, run_dir: Path, *, resume: bool, data: Any, tb_dir: Path | None, run_hash: str) -> _Member:
@@ -268,7 +269,8 @@ def train_stacked(cfgs: list[RunConfig], run_dirs: list[str | Path], *, resume: 
                   tb_dirs: list[Path | None] | None = None, threads: int | None = None) -> list[dict[str, Any]]:
     """Train ``cfgs`` (one architecture: :func:`stack_key` equal, :func:`stack_refusal` None) into ``run_dirs`` as
     one stacked group. ``resume``: a member whose directory holds a run resumes from its last checkpoint, others
-    start. Returns each member's summary, as ``normlab.train.loop.train`` returns it."""
+    start. Returns each member's summary, as ``normlab.train.loop.train`` returns it (a member whose own step
+    raised: ``{"status": "failed", "error": ...}``, and the others train on: :func:`_fail`)."""
     if len(cfgs) != len(run_dirs) or not cfgs:
         raise NormlabError("train_stacked needs one run directory per config, at least one")
     keys = {stack_key(c) for c in cfgs}
@@ -357,7 +359,10 @@ def _train_group(cfgs: list[RunConfig], dirs: list[Path], resumes: list[bool], h
                 continue
             eval_s = 0.0
             for m, lr, (loss_sum, extra) in zip(active, lrs, results):
-                eval_s += _finish_step(m, lr, loss_sum, extra, t_start, mark_t, say)
+                try:
+                    eval_s += _finish_step(m, lr, loss_sum, extra, t_start, mark_t, say)
+                except Exception as e:  # noqa: BLE001 - this member fails alone; the others go on
+                    _fail(m, e, say)
             mark_t += eval_s
             if any(m.step % tc.log_every == 0 or m.step == tc.steps for m in active):
                 mark_t = time.time()
@@ -499,11 +504,26 @@ def _checkpoint(m: _Member, t_start: float) -> None:
     m.checkpoint(m.step, m.elapsed + time.time() - t_start, m.rng, m.cuda_rng)
 
 
+def _fail(m: _Member, e: Exception, say: Any) -> None:
+    """Member ``m``'s own step failed (its update, evaluation, metrics or checkpoint raised ``e``; an operation of
+    the stacked forward fails the group): it leaves the group -- masked from the next step on, the group's shape
+    kept -- with its gradients dropped; the others train on. Like a run alone that raised, it writes no summary
+    (its last checkpoint stays), and the group reports it as failed with the error."""
+    m.status, m.done = "failed", True
+    m.error = f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:300]}"
+    m.opt.zero_grad(set_to_none=True)
+    say(f"{m.run_dir.name}: failed ({m.error}); the group goes on without it")
+
+
 def _summary(m: _Member, wall: float, why_threads: str, fell_back: int | None = None) -> dict[str, Any]:
     """``summary.json`` as a run alone writes it (``tokens_per_s``: this member's tokens over the group's wall
     time; ``compile_fallback_step``: the step from which a compiled group ran eager, where it did), then the final
-    weights (a completed member) and the summary, last."""
+    weights (a completed member) and the summary, last. A failed member (:func:`_fail`) writes none: its result is
+    ``{"status": "failed", "error": ...}``."""
     m.tracker.close(m.status)
+    if m.status == "failed":
+        return {"status": "failed", "error": m.error, "step": m.step, "steps": m.cfg.train.steps,
+                "run_dir": str(m.run_dir)}
     summary = m.summary(m.elapsed + wall, why_threads, None)
     if fell_back is not None:
         summary["compile_fallback_step"] = fell_back

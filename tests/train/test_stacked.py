@@ -520,3 +520,39 @@ def test_torch_s_vmap_fallback_note_stays_off_stderr(tmp_path, cache):
         train_stacked(_cfgs(cache, ["train.steps=1", "train.checkpoint_every=1", "train.compile=false"])[:2],
                       [tmp_path / "s0", tmp_path / "s1"], quiet=True)
     assert not [(w.filename, w.lineno) for w in seen if VMAP_FALLBACK_WARNING in str(w.message)]
+
+
+def test_a_member_that_fails_leaves_the_group_and_the_others_finish(tmp_path, cache, monkeypatch):
+    """One member's own step raises (simulated: its evaluation, at step 4 of 6): it leaves the group as failed, with
+    its error and no summary.json, masked from then on without a recompile (a compile counter as torch.compile's
+    backend), and the healthy members finish equal to their runs alone."""
+    from torch._dynamo.testing import CompileCounter
+
+    import normlab.train.resolve as R
+    import normlab.train.stacked as S
+
+    counter, real_compile, real_resolve = CompileCounter(), torch.compile, R.resolve_runtime
+    extra = ["train.steps=6", "train.checkpoint_every=2", "train.eval_every=2", "diag.every=0"]
+    cfgs = _cfgs(cache, [*extra, "train.compile=true"])[:3]
+    real_eval = S._Member.evaluate
+
+    def evaluate(self, record, lr, grad_norm):
+        if self.run_dir.name == "s1" and self.step == 4:
+            raise OSError("disk full")
+        return real_eval(self, record, lr, grad_norm)
+
+    with monkeypatch.context() as m:
+        m.setattr(S.torch, "compile", lambda fn, **k: real_compile(fn, backend=counter))
+        m.setattr(R, "resolve_runtime", lambda c: (real_resolve(c), setattr(c.train, "compile", True))[0])
+        m.setattr(S._Member, "evaluate", evaluate)
+        summaries = train_stacked(cfgs, [tmp_path / f"s{i}" for i in range(3)])
+    assert [s["status"] for s in summaries] == ["completed", "failed", "completed"]
+    assert summaries[1]["error"] == "OSError: disk full" and summaries[1]["step"] == 4
+    assert not (tmp_path / "s1" / "summary.json").exists() and (tmp_path / "s1" / "checkpoints").is_dir()
+    assert counter.frame_count == 1
+    alone = _cfgs(cache, [*extra, "train.compile=false"])
+    for i in (0, 2):
+        train(alone[i], tmp_path / f"a{i}", quiet=True)
+        wa, ws = weights(tmp_path / f"a{i}"), weights(tmp_path / f"s{i}")
+        for k in wa:
+            torch.testing.assert_close(ws[k], wa[k], rtol=1e-5, atol=1e-6, msg=k)
