@@ -60,7 +60,6 @@ from torch import nn
 from torch.utils import deterministic as torch_deterministic
 from torch.utils._triton import has_triton as torch_has_triton  # private: kept behind has_triton
 
-from normlab import CUBLAS_WORKSPACE
 from normlab.data.cache import default_cache_dir
 from normlab.errors import NormlabError
 from normlab.io import exclusive_lock, write_json
@@ -325,6 +324,9 @@ def _set_tf32(state: tuple[Any, Any]) -> None:
         torch.backends.cudnn.conv.fp32_precision = conv[1]
     else:
         torch.backends.cudnn.allow_tf32 = conv
+
+
+CUBLAS_WORKSPACE = ":4096:8"  # what ``import normlab`` sets (normlab/__init__.py: the same value, set before torch)
 
 
 def fix_cublas_workspace() -> None:
