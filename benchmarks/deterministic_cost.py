@@ -8,9 +8,9 @@ byte tokens, with normlab's own switch (``normlab.train.precision.use_determinis
 
 - ``off``: torch's defaults (``train.deterministic: false``);
 - ``cublas``: only ``CUBLAS_WORKSPACE_CONFIG=:4096:8`` (cuBLAS's fixed workspace, part of the deterministic mode);
-- ``auto``: deterministic algorithms and that workspace, without torch's NaN fill of new memory
-  (``train.deterministic: auto``);
-- ``true``: deterministic algorithms, that workspace and the NaN fill (``train.deterministic: true``, the default).
+- ``true``: deterministic algorithms and that workspace, without torch's NaN fill of new memory
+  (``train.deterministic: true``; the default ``auto`` is ``off`` on CUDA);
+- ``fill``: as ``true`` with torch's NaN fill of new memory (torch's own default under deterministic algorithms).
 
 Per mode: the median step time over ``--steps`` steps after ``WARMUP`` (CUDA events), and a ``torch.profiler``
 table of device time per operator and per kernel over ``PROFILED`` steps (``device_times``). The section
@@ -35,7 +35,7 @@ from pathlib import Path
 from gpu_speed import SHAPES, no_cuda_line
 
 ROOT = Path(__file__).resolve().parent.parent
-MODES = ("off", "cublas", "auto", "true")
+MODES = ("off", "cublas", "true", "fill")
 WARMUP, PROFILED, TOP = 10, 5, 8
 
 
@@ -50,8 +50,10 @@ def child(mode: str, shape_name: str, steps: int, compiled: bool) -> dict:
     from normlab.model.config import ModelConfig
     from normlab.train.precision import use_deterministic_kernels
 
-    if mode in ("auto", "true"):
-        use_deterministic_kernels("cuda", "auto" if mode == "auto" else True)
+    if mode in ("true", "fill"):
+        use_deterministic_kernels("cuda", True)
+        if mode == "fill":
+            torch.utils.deterministic.fill_uninitialized_memory = True
     s = SHAPES[shape_name]
     torch.manual_seed(0)
     model = build_model(ModelConfig(width=s.width, depth=s.depth, heads=s.heads, context=s.context,

@@ -34,10 +34,11 @@ from normlab.experiments.sweep import list_presets, load_sweep, parse_sweep
 from normlab.model import build_model as _build
 from normlab.report import write_report
 from normlab.rundir.files import CONFIG_FILE
-from normlab.rundir.readers import apply_norm_defaults, check_context, open_config, run_data, run_tokenizer
+from normlab.rundir.readers import check_context, open_config, run_data, run_tokenizer
 from normlab.rundir.readers import load_run as _load
 from normlab.stats.learning import learning_record
 from normlab.train.loop import train as _train
+from normlab.train.resolve import declared
 
 
 def make_config(base: str | Path | dict[str, Any] | RunConfig | None = None,
@@ -56,9 +57,7 @@ def make_config(base: str | Path | dict[str, Any] | RunConfig | None = None,
     if overrides:
         items = overrides if isinstance(overrides, list) else [f"{k}={_yaml_scalar(v)}" for k, v in overrides.items()]
         apply_overrides(data, items)
-    cfg = config_from_dict(data)
-    apply_norm_defaults(cfg)
-    return cfg
+    return declared(config_from_dict(data))
 
 
 def _nested_copy(d: dict[str, Any]) -> dict[str, Any]:

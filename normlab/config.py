@@ -123,9 +123,10 @@ class TrainConfig:
     precision: str = setting("auto", "matmul precision: auto, fp32 or bf16 autocast (statistics stay fp32)",
                              choices=PRECISIONS, aliases=("dtype",), role="runtime")  # normlab.train.precision
     compile: bool | str = setting("auto", "torch.compile the model: auto, true or false", choices=TRI, role="runtime")
-    deterministic: bool | str = setting(True, "CUDA: deterministic kernels, so a resumed run is bit-identical (CPU: "
-                                        "always); auto: deterministic kernels without NaN-filling new memory, the "
-                                        "choice stated in the run log", choices=TRI, identity="dropped at default")
+    deterministic: bool | str = setting("auto", "deterministic kernels, so a resumed run is bit-identical: auto (CPU: "
+                                        "always, nothing to switch; CUDA: off, the fast path), true (CUDA too), "
+                                        "false", choices=TRI, identity="dropped at default", role="runtime",
+                                        earlier_defaults=(True,))
     tf32: bool | str = setting("auto", "CUDA: TF32 for fp32 matmuls (auto: on; false: strict fp32); no effect on "
                                "CPU", choices=TRI, identity="dropped at default", role="runtime")
     stack: bool | str = setting("auto", "a sweep's runs of one architecture train as one stacked model: auto (on a "
@@ -238,9 +239,9 @@ class RunConfig:
         """``to_dict()`` less the keys each field declares outside a run's identity (``identity=``), so runs from
         before a key existed keep their hashes: ``dropped`` always (``train.track``, ``train.track_required``: where
         the curves are logged; ``train.stack``: a sweep's scheduling, equal to fp32 round-off), ``dropped at
-        default`` at their default (``train.deterministic`` true and ``train.tf32`` auto: how every earlier CPU run
-        trained; ``diag.probes`` false: measured after training; true keeps it, so a sweep asking for probes trains
-        runs that measure them)."""
+        default`` at their default or an earlier default (``train.deterministic`` auto, and true, its default before;
+        ``train.tf32`` auto: how every earlier CPU run trained; ``diag.probes`` false: measured after training; true
+        keeps it, so a sweep asking for probes trains runs that measure them)."""
         d = self.to_dict()
         for key, (_, default, facts) in KEYS.items():
             if facts.identity == "kept":
@@ -250,7 +251,8 @@ class RunConfig:
             for p in parents:
                 node = node[p]
             value = node[leaf]
-            if facts.identity == "dropped" or (value == default and type(value) is type(default)):
+            at_default = any(value == v and type(value) is type(v) for v in (default, *facts.earlier_defaults))
+            if facts.identity == "dropped" or at_default:
                 del node[leaf]
         return d
 

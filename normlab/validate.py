@@ -99,8 +99,10 @@ class KeyFacts:
     for the key (nanoGPT, Hugging Face, papers), with ``alias_note`` (``{alias}``: the name) when the meaning
     differs. ``identity``: whether the key is part of a run's identity (its config hash): ``kept``; ``dropped``
     (where a run logs, how a sweep schedules it: no number changes); ``dropped at default`` (a key that came later,
-    whose default is how every earlier run trained). ``role``: ``runtime`` (the machine decides it at ``auto``) or
-    ``bookkeeping`` (where and how often a run logs, checkpoints and evaluates): left out of a run's banner."""
+    whose default is how every earlier run trained; ``earlier_defaults``: values that were the key's default
+    before, dropped too, so runs stored with them keep their hashes). ``role``: ``runtime`` (the machine decides it
+    at ``auto``) or ``bookkeeping`` (where and how often a run logs, checkpoints and evaluates): left out of a run's
+    banner."""
 
     help: str
     range: Range | None = None
@@ -110,6 +112,7 @@ class KeyFacts:
     alias_note: str = ""
     identity: str = "kept"
     role: str = ""
+    earlier_defaults: tuple[Any, ...] = ()
 
     def allowed(self) -> tuple[Any, ...] | None:
         """The choices as a tuple (a registry's read now), or None."""
@@ -122,7 +125,8 @@ ROLES = ("", "runtime", "bookkeeping")
 
 def setting(default: Any = dataclasses.MISSING, help: str = "", *, range: Range | None = None,
             choices: Any = None, owner: str = "", aliases: tuple[str, ...] = (), alias_note: str = "",
-            identity: str = "kept", role: str = "", factory: typing.Callable[[], Any] | None = None) -> Any:
+            identity: str = "kept", role: str = "", factory: typing.Callable[[], Any] | None = None,
+            earlier_defaults: tuple[Any, ...] = ()) -> Any:
     """A config dataclass field with its facts: ``lr: float = setting(3e-3, "peak learning rate", range=POS)``.
     The type is the field's annotation and the default its default (``factory`` for a list or mapping); a key
     without a one-line ``help`` is refused here, a numeric key without a ``range`` (or an ``owner``) by
@@ -131,7 +135,8 @@ def setting(default: Any = dataclasses.MISSING, help: str = "", *, range: Range 
         raise TypeError(f"a config key needs a one-line help text, got {help!r}")
     if identity not in IDENTITIES or role not in ROLES:
         raise TypeError(f"identity must be one of {IDENTITIES} and role one of {ROLES}, got {identity!r}, {role!r}")
-    meta = {FACTS: KeyFacts(help, range, choices, owner, tuple(aliases), alias_note, identity, role)}
+    meta = {FACTS: KeyFacts(help, range, choices, owner, tuple(aliases), alias_note, identity, role,
+                            tuple(earlier_defaults))}
     if factory is not None:
         return dataclasses.field(default_factory=factory, metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
@@ -386,23 +391,26 @@ def _gib(n: float) -> str:
     return f"{n / GiB:.3g} GiB"
 
 
-def check_memory(need: int, parts: str, what: str, fix: str) -> None:
-    have = available_memory()
+def check_memory(need: int, parts: str, what: str, fix: str, available: tuple[int, str] | None = None) -> None:
+    have, where = available if available is not None else (available_memory(), "this machine has")
     if need > have:
-        raise NormlabError(f"{what} needs an estimated {_gib(need)} ({parts}) but this machine has {_gib(have)} "
+        raise NormlabError(f"{what} needs an estimated {_gib(need)} ({parts}) but {where} {_gib(have)} "
                            f"available; {fix}")
 
 
-def check_train_memory(cfg: Any, members: int = 1) -> None:
+def check_train_memory(cfg: Any, members: int = 1, available: tuple[int, str] | None = None) -> None:
     """Refuse a run whose model + one micro-batch cannot fit the available memory (one line with the estimate);
-    ``members``: a stacked group's size (normlab.train.stacked: each member's model and micro-batch at once)."""
+    ``members``: a stacked group's size (normlab.train.stacked: each member's model and micro-batch at once);
+    ``available``: ``(bytes, where)`` of the device the run trains on (a CUDA device's free memory, read by the
+    caller, which knows the device), else this machine's (:func:`available_memory`)."""
     mc = cfg.model
     model = members * 16 * param_count(mc)  # weights, gradients, AdamW exp_avg and exp_avg_sq in float32
     batch = members * forward_bytes(mc, cfg.train.batch_size, mc.context, backward=True)
     check_memory(model + batch, f"model {_gib(model)} + one batch {_gib(batch)}",
                  "training" if members == 1 else f"a stacked group of {members}",
                  "lower model.width, model.depth, model.context or train.batch_size (train.grad_accum keeps the "
-                 "effective batch)" + ("" if members == 1 else ", or train each run alone (train.stack: off)"))
+                 "effective batch)" + ("" if members == 1 else ", or train each run alone (train.stack: off)"),
+                 available=available)
 
 
 def check_eval_memory(mc: Any, batch: int, context: int, what: str) -> None:

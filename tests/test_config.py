@@ -154,7 +154,7 @@ def test_the_derived_tables_are_the_hand_written_ones_they_replace():
     assert KEY_ALIASES["intermediate_size"] == ("model.mlp_ratio", "normlab takes the ratio intermediate_size / width")
     # the key lists that were written by hand next to the banner and the config hash
     assert set(RUNTIME_KEYS) == {"device", "train.precision", "train.compile", "train.threads", "train.tf32",
-                                 "train.stack"}
+                                 "train.stack", "train.deterministic"}  # deterministic: auto since issue 55
     assert set(BOOKKEEPING_KEYS) == {"train.track", "train.track_required", "train.log_every",
                                      "train.checkpoint_every", "train.keep_checkpoints", "train.eval_every",
                                      "train.eval_batches", "data.cache_dir"}
@@ -166,15 +166,16 @@ def test_the_derived_tables_are_the_hand_written_ones_they_replace():
 
 def test_identity_drops_the_declared_keys_as_the_hand_written_rule_did():
     """``identity_dict`` (the config hash's input) against the rule it replaces, written out here: ``train.track``,
-    ``track_required`` and ``stack`` always out; ``deterministic`` out when ``True``, ``tf32`` when ``"auto"``,
-    ``diag.probes`` when ``False``; for every combination of those keys' values."""
+    ``track_required`` and ``stack`` always out; ``deterministic`` out when ``True`` (and ``"auto"``, its default
+    since issue 55, which hashes as ``True`` did), ``tf32`` when ``"auto"``, ``diag.probes`` when ``False``; for
+    every combination of those keys' values."""
     import itertools
 
     def by_hand(cfg):
         d = cfg.to_dict()
         for k in ("track", "track_required", "stack"):
             d["train"].pop(k)
-        if d["train"]["deterministic"] is True:
+        if d["train"]["deterministic"] is True or d["train"]["deterministic"] == "auto":
             del d["train"]["deterministic"]
         if d["train"]["tf32"] == "auto":
             del d["train"]["tf32"]

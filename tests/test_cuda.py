@@ -1,10 +1,10 @@
 """The CUDA path, one command away from verified: ``python -m pytest tests/test_cuda.py`` on a machine with a GPU.
 Skipped without one (but for the check that benchmarks/gpu_speed.py refuses such a machine in one line). Train,
 resume bit-exactly after kill -9, and convert on ``cuda`` in fp32 and bf16; two runs with the diagnostics on and
-compiled (``train.compile: auto`` is on for CUDA) are bit-identical under ``train.deterministic`` (no op of the model,
-its backward or the diagnostics lacks a deterministic CUDA kernel); a stacked group of 4 equals its runs alone
-(normlab.train.stacked); a 2-process NCCL DDP run when two GPUs exist (its loss curve equals the 1-process run's up to
-reduction order; its steps between read points never wait for the device)."""
+compiled (``train.compile: auto`` is on for CUDA) are bit-identical under ``train.deterministic: true`` (no op of
+the model, its backward or the diagnostics lacks a deterministic CUDA kernel); a stacked group of 4 equals its runs
+alone (normlab.train.stacked); a 2-process NCCL DDP run when two GPUs exist (its loss curve equals the 1-process
+run's up to reduction order; its steps between read points never wait for the device)."""
 
 from __future__ import annotations
 
@@ -33,6 +33,7 @@ def _losses(run_dir) -> list[float]:
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 def test_cuda_train_resume_convert(precision, tmp_path, cache):
     args = ["train", "tiny", *CLI_SMALL, "--set", f"train.precision={precision}", "--set", "train.steps=16",
+            "--set", "train.deterministic=true",  # exact resume on CUDA asks for it (the default is the fast path)
             "--set", "train.checkpoint_every=4", "--set", "train.eval_every=8", "--set", "model.dropout=0.1"]
     ref = tmp_path / "ref"
     normlab(*args, "--out", str(ref), cache=cache, check=True)
@@ -55,8 +56,9 @@ def test_cuda_train_resume_convert(precision, tmp_path, cache):
 @needs_cuda
 def test_cuda_runs_with_diagnostics_are_bit_identical(tmp_path, cache):
     """Default diagnostics (every ``diag.every`` steps, hooks on every block), compiled, dropout on: two runs give the
-    same weights and losses bit for bit under the default ``train.deterministic: true``."""
-    args = ["train", "tiny", "--set", "device=cuda", "--set", "train.steps=20", "--set", "diag.every=5",
+    same weights and losses bit for bit under ``train.deterministic: true`` (the default, auto, is off on CUDA)."""
+    args = ["train", "tiny", "--set", "device=cuda", "--set", "train.deterministic=true", "--set", "train.steps=20",
+            "--set", "diag.every=5",
             "--set", "train.eval_every=10", "--set", "model.dropout=0.1"]
     a, b = tmp_path / "a", tmp_path / "b"
     for out in (a, b):
@@ -156,7 +158,8 @@ def test_deterministic_cost_ranks_the_operators_that_grow_and_writes_ratios(monk
                "kernels_us": {"k_fast": 10.0} if m == "off" else {"k_slow": 40.0}}
            for m, ms in zip(dc.MODES, (10.0, 10.5, 11.0, 12.0))}
     text = dc.section(res, "issue", False)
-    assert "| true | 12.00 | 1.200 |" in text and "| cublas | 10.50 | 1.050 |" in text
+    assert "| true | 11.00 | 1.100 |" in text and "| fill | 12.00 | 1.200 |" in text
+    assert "| cublas | 10.50 | 1.050 |" in text
     assert text.index("`index_put` | 5 | 45 | +40") < text.index("`gemm` | 100 | 130 | +30") < text.index("`sort`")
     assert "softmax" not in text and "GPU X" in text
     assert text.index("`sort`") < text.index("And the kernels") < text.index("`k_slow` | 0 | 40 | +40")
@@ -345,12 +348,54 @@ def test_gpu_speed_rows_are_written_as_measured_and_a_failed_row_loses_no_other(
     monkeypatch.setattr(gs, "normlab_rate", normlab_rate)
     out = tmp_path / "bench.md"
     assert gs.main(["--nanogpt", str(tmp_path), "--out", str(out), "--shapes", "issue", "--no-demo", "--modes",
-                    "compiled", "--costs", "defaults,diag.every=0,train.deterministic=false"]) == 0
+                    "compiled", "--costs", "defaults,diag.every=0,train.deterministic=true"]) == 0
     printed = capsys.readouterr()
     text = out.read_text()
     assert "| nanoGPT train.py, compiled | 500,000 | 1.00 |" in text and "eager" not in text
     assert "| normlab train, compiled, defaults (bf16) | 520,000 | 1.04 |" in text
-    assert "| normlab train, compiled, train.deterministic=false (bf16) | 600,000 | 1.20 |" in text
+    assert "| normlab train, compiled, train.deterministic=true (bf16) | 600,000 | 1.20 |" in text
     assert "| normlab train, compiled, diag.every=0 | failed | |" in text and "model.positions" not in text
     assert "a row failed: normlab train failed: boom" in printed.err and "| nanoGPT train.py" in printed.out
     assert gs.main(["--nanogpt", str(tmp_path), "--out", str(out), "--costs", "nothing"]) == 2
+
+
+def test_device_check_dry_run_writes_every_step(tmp_path):
+    """``DRY_RUN=1 bash benchmarks/device_check.sh`` (the GPU call's script, on the CPU at small shapes) runs every
+    step within CI's 3 minutes and leaves its results under OUT as it goes: results.json (strict JSON) with each
+    step, the speed rows with steady-state tokens/s and their ratios to the defaults, the stacked rows, and the scale
+    estimate computed from the steady-state rate alone; device_check.md says it is a dry run."""
+    import os
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    out = tmp_path / "out"
+    env = {**os.environ, "DRY_RUN": "1", "OUT": str(out), "PYTHON": sys.executable, "NORMLAB_CACHE_DIR":
+           str(tmp_path / "cache")}
+    t = time.monotonic()
+    r = subprocess.run(["bash", "benchmarks/device_check.sh"], cwd=root, env=env, capture_output=True, text=True,
+                       timeout=200)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    assert time.monotonic() - t < 180
+    res = json.loads((out / "results.json").read_text())
+    steps = res["steps"]
+    assert res["dry_run"] is True and list(steps) == ["device", "test_cuda", "speed", "stacked", "scale"]
+    assert steps["test_cuda"]["status"] == "collected"
+    rows = {row["run"]: row for row in steps["speed"]["rows"]}
+    assert rows["nanoGPT train.py, compiled"]["status"] == "skipped (dry run)"
+    base = rows["normlab train, defaults"]
+    assert base["tokens_per_s"] > 0 and base["vs_defaults"] == 1.0 and base["deterministic"] is True
+    for row in rows.values():  # measured, or cut at the step's limit on a loaded machine: never lost
+        assert row.get("tokens_per_s", 0) > 0 or row.get("status"), row
+        if row.get("tokens_per_s") and row["run"] != "normlab train, defaults":
+            assert row["vs_defaults"] == pytest.approx(row["tokens_per_s"] / base["tokens_per_s"])
+    demo = steps["stacked"]["rows"][0]
+    assert demo["shape"].startswith("demo") and (demo.get("speedup", 0) > 0 or demo.get("status"))
+    sc = steps["scale"]
+    assert sc["runs"] == 320 and sc["hours_one_after_another"] == pytest.approx(
+        320 * 2000 * 16 * 256 / sc["tokens_per_s"] / 3600)
+    md = (out / "device_check.md").read_text()
+    assert "DRY RUN on the CPU" in md and "| normlab train, defaults |" in md
+    assert (out / "device_check.log").is_file() and (out / "test_cuda.log").is_file()

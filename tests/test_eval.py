@@ -261,3 +261,28 @@ def test_api_evaluate_split_all_equals_the_cli(trained, cache, tmp_path, monkeyp
                                 check=True).stdout)
     assert api["bpb"] == cli["bpb"] and api["split_bytes"] == cli["split_bytes"] == len(f.read_bytes())
     assert api["word_perplexity"] == pytest.approx(math.exp(api["loss"] * api["tokens"] / api["words"]))
+
+
+def test_score_tokens_reads_the_device_once_and_keeps_cpu_numbers():
+    """Evaluation sums every window's NLL on the model's device and reads them in one transfer (the training loop's
+    periodic evaluation waits for the device once), adding them on the host in window order: the same float as a
+    read per window. ``precision="bf16"`` autocasts on CUDA only: on a CPU the numbers are the fp32 ones."""
+    import numpy as np
+
+    from normlab.eval.lm import score_tokens, window_nll, windows
+    from normlab.model import ModelConfig, build_model
+    from tests.helpers import HostReads
+
+    torch.manual_seed(0)
+    m = build_model(ModelConfig(vocab_size=20, context=8, width=16, depth=1, heads=2)).eval()
+    toks = np.random.default_rng(1).integers(0, 20, 300).astype(np.uint16)
+    with HostReads() as r:
+        total, scored = score_tokens(m, toks, context=8, batch_size=4)
+    assert [w for w in r.reads[-1] if "lm.py" in w] == ["tolist lm.py:score_tokens"]
+    ref = 0.0
+    with torch.no_grad():
+        for nll, _ in window_nll(m, toks, windows(300, 8, 8), 4):
+            ref += float(nll.sum())  # a read per window, as before
+    assert total == ref and len(scored) == 299
+    b_total, b_scored = score_tokens(m, toks, context=8, batch_size=4, precision="bf16")
+    assert b_total == total and np.array_equal(b_scored, scored)

@@ -135,7 +135,8 @@ class RotaryEmbedding(nn.Module):
 
     def rotate_split(self, qkv: torch.Tensor, offset: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The fused projection ``qkv [B, T, 3, H, head_dim]`` -> ``q, k, v [B, H, T, head_dim]``, q and k rotated as
-        positions ``offset .. offset+T-1``: ``rotate_qkv`` followed by the head split, with the same values. In
+        positions ``offset .. offset+T-1``: ``rotate_qkv`` followed by the head split, with the same values (v is
+        never multiplied: ``rotate_qk`` rotates q and k alone, and v is the projection's own view). In
         float32 / float64 eager mode within the table, one autograd node does both: v is not multiplied by its
         identity factor, and the backward writes ``d qkv`` in the projection's layout in one pass (instead of
         stacking the three head gradients, rotating them and copying them back into that layout)."""
@@ -146,8 +147,21 @@ class RotaryEmbedding(nn.Module):
             tab, conj = tabs if offset == 0 and T == self.context else (t[offset : offset + T] for t in tabs)
             fn = _ComplexRotateSplit if torch._C._are_functorch_transforms_active() else _ComplexRotateSplitEager
             return fn.apply(qkv, tab, conj)
-        q, k, v = self.rotate_qkv(qkv, offset).permute(2, 0, 3, 1, 4).unbind(0)
-        return q, k, v
+        q, k = self.rotate_qk(qkv, offset).permute(2, 0, 3, 1, 4).unbind(0)
+        return q, k, qkv[:, :, 2].transpose(1, 2)
+
+    def rotate_qk(self, qkv: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        """q and k of the fused projection ``qkv [B, T, 3, H, head_dim]`` rotated, as ``[B, T, 2, H, head_dim]``: the
+        fused-projection table's q and k rows (``rotate_qkv``'s, less v's identity rows) on the ``[:, :, :2]`` view, so
+        the pair form (bf16 / fp16, and every dtype under ``torch.compile``: the CUDA path) touches two thirds of
+        ``rotate_qkv``'s elements, with the same values for q and k (elementwise, the same table entries)."""
+        T, H, key = qkv.shape[1], qkv.shape[3], (qkv.dtype, self._form(qkv.dtype))
+        if offset + T <= self.context and H == self.heads and qkv.device == self._anchor.device:
+            tab = _rows(self._lookup(key, qkv=True), offset, T)
+        else:
+            tab = _with_identity(self._table(qkv.dtype, qkv.device, offset, T, key[1]), H)
+        tab = tab[:, :2] if isinstance(tab, torch.Tensor) else tuple(t[:, :2] for t in tab)
+        return self._apply_table(qkv[:, :, :2], tab)
 
     def rotate_qkv(self, qkv: torch.Tensor, offset: int = 0) -> torch.Tensor:
         """Rotate q and k of the fused projection ``qkv [B, T, 3, H, head_dim]`` (v passes unchanged: its factor is

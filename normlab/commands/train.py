@@ -21,7 +21,7 @@ from normlab.io import dumps
 from normlab.names import SAMPLED_VAL_BPB
 from normlab.presets import config_presets
 from normlab.rundir.files import CONFIG_FILE, MODEL_FILE, SUMMARY_FILE
-from normlab.rundir.readers import STATUS_EXIT, apply_norm_defaults, open_config, read_summary
+from normlab.rundir.readers import STATUS_EXIT, open_config, read_summary
 from normlab.safety import printable, shell_quote
 from normlab.stats.learning import DID_NOT_LEARN_MARGIN, did_not_learn
 from normlab.validate import int_in
@@ -68,12 +68,9 @@ def _resume_config(args: argparse.Namespace) -> tuple[RunConfig, Path]:
     if args.config or args.overrides:
         base = load_config(args.config, args.overrides) if args.config else config_from_dict(
             _with_overrides(read_yaml(run_dir / CONFIG_FILE), args.overrides))
-        base.model.vocab_size = saved.model.vocab_size
+        from normlab.train.resolve import resumed
 
-        apply_norm_defaults(base)
-        from normlab.train.precision import fill_auto
-
-        fill_auto(base, saved)
+        resumed(base, saved)  # completed as the run's config.yaml was
         changed = _diff_keys(saved.to_dict(), base.to_dict())
         if changed:
             raise NormlabError(
@@ -118,8 +115,9 @@ def plan_run(args: argparse.Namespace) -> tuple[RunConfig, Path, bool, dict | No
     if not args.config:
         raise NormlabError(f"train needs a CONFIG (YAML file or preset: {', '.join(config_presets())}) "
                            "or --resume RUN_DIR")
-    cfg = load_config(args.config, args.overrides)
-    apply_norm_defaults(cfg)
+    from normlab.train.resolve import declared
+
+    cfg = declared(load_config(args.config, args.overrides))
     if args.init_from:  # checked here, before any rank starts or anything is written (train --nproc too)
         from normlab.train.init_from import check_source
 

@@ -45,7 +45,7 @@ def collapsed_rows(z: torch.Tensor, y: torch.Tensor, rule: str = DEFAULT_COLLAPS
     """Which rows of ``z [N, V]`` (already in the dtype to test) are in Softmax Collapse under ``rule``: bool ``[N]``.
 
     ``sum_exp``: ``sum_v exp(z_v - max z) == 1`` (the authors' count); ``target_prob``: ``softmax(z)[y] == 1``
-    with ``y [N]`` (int64) the targets.
+    with ``y [N]`` (int64, valid class indices) the targets.
     """
     if rule == "sum_exp":
         return torch.exp(z - z.amax(dim=-1, keepdim=True)).sum(dim=-1) == 1
@@ -56,14 +56,15 @@ def collapsed_rows(z: torch.Tensor, y: torch.Tensor, rule: str = DEFAULT_COLLAPS
 
 def softmax_collapse(logits: torch.Tensor, targets: torch.Tensor, *, dtype: torch.dtype = torch.float32,
                      ignore_index: int = -100, rule: str = DEFAULT_COLLAPSE_RULE
-                     ) -> tuple[torch.Tensor, torch.Tensor, int, int]:
+                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Counts of Softmax Collapse in ``dtype``.
 
-    ``logits [..., V]``, ``targets [...]`` (int64; ``ignore_index`` positions left out). Returns 0-dim tensors
-    ``(collapsed positions, logits beyond exp range)`` and the ints ``(positions, logits)`` they are out of. A
-    position is collapsed by ``rule`` (``collapsed_rows``: ``sum_exp``, the authors' one-hot count, or
-    ``target_prob``). A logit is beyond the exp range when ``exp(z_v - max z)`` underflows to exactly 0 in
-    ``dtype``.
+    ``logits [..., V]``, ``targets [...]`` (int64; ``ignore_index`` positions left out). Returns 0-dim int64
+    tensors on the logits' device ``(collapsed positions, logits beyond exp range, positions, logits)``: the counts
+    and what they are out of, with no host read (the ignored positions are masked out, not indexed away: a boolean
+    index waits for the device). A position is collapsed by ``rule`` (``collapsed_rows``: ``sum_exp``, the authors'
+    one-hot count, or ``target_prob``). A logit is beyond the exp range when ``exp(z_v - max z)`` underflows to
+    exactly 0 in ``dtype``.
     """
     if rule not in COLLAPSE_RULES:
         raise unknown("softmax collapse rule", rule, COLLAPSE_RULES)
@@ -71,17 +72,14 @@ def softmax_collapse(logits: torch.Tensor, targets: torch.Tensor, *, dtype: torc
     z = logits.detach().reshape(-1, V).to(dtype)
     y = targets.reshape(-1)
     keep = y != ignore_index
-    z, y = z[keep], y[keep]
-    if z.shape[0] == 0:
-        zero = torch.zeros((), dtype=torch.int64, device=logits.device)
-        return zero, zero, 0, 0
-    collapsed = collapsed_rows(z, y, rule).sum()
-    beyond = (torch.exp(z - z.amax(dim=-1, keepdim=True)) == 0).sum()
-    return collapsed, beyond, int(z.shape[0]), int(z.numel())
+    collapsed = (collapsed_rows(z, torch.where(keep, y, 0), rule) & keep).sum()
+    beyond = ((torch.exp(z - z.amax(dim=-1, keepdim=True)) == 0) & keep[:, None]).sum()
+    n = keep.sum()
+    return collapsed, beyond, n, n * V
 
 
 def collapse_fractions(logits: torch.Tensor, targets: torch.Tensor, *, dtype: torch.dtype = torch.float32,
                        rule: str = DEFAULT_COLLAPSE_RULE) -> dict[str, float]:
     """``{"softmax_collapse": fraction of positions, "logits_beyond_exp": fraction of logits}`` in ``dtype``."""
-    c, b, n, m = softmax_collapse(logits, targets, dtype=dtype, rule=rule)
-    return {"softmax_collapse": float(c) / max(n, 1), "logits_beyond_exp": float(b) / max(m, 1)}
+    c, b, n, m = (int(v) for v in torch.stack(softmax_collapse(logits, targets, dtype=dtype, rule=rule)).tolist())
+    return {"softmax_collapse": c / max(n, 1), "logits_beyond_exp": b / max(m, 1)}

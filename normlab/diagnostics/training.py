@@ -44,7 +44,7 @@ from torch import nn
 from normlab.config import DiagConfig
 from normlab.diagnostics.collapse import softmax_collapse
 from normlab.diagnostics.instability import InstabilityProbe
-from normlab.diagnostics.weightnorms import weight_norm_record
+from normlab.diagnostics.weightnorms import weight_norm_tensors
 from normlab.model.placements import SITES
 
 MAX_LISTED_SPIKES = 1000
@@ -120,12 +120,14 @@ class _Moments:
         self.ss = self.ss + torch.linalg.vector_norm(x).double().square()
         self.n += x.numel()
 
-    def rms(self) -> float:
-        return math.sqrt(float(self.ss) / self.n)
+    def rms(self, s: float, ss: float) -> float:
+        """``sqrt(mean(x^2))`` from the sums read to the host (``s``, ``ss``: this object's, as floats)."""
+        return math.sqrt(ss / self.n)
 
-    def var(self) -> float:
-        mean = float(self.s) / self.n
-        return max(float(self.ss) / self.n - mean * mean, 0.0)
+    def var(self, s: float, ss: float) -> float:
+        """``max(mean(x^2) - mean(x)^2, 0)`` from the sums read to the host."""
+        mean = s / self.n
+        return max(ss / self.n - mean * mean, 0.0)
 
 
 def _is_site(m: nn.Module) -> bool:
@@ -147,17 +149,17 @@ def norm_modules(model: nn.Module) -> dict[str, nn.Module]:
     return out
 
 
-def _grad_norm(params: Iterable[nn.Parameter]) -> float | None:
+def _grad_norm(params: Iterable[nn.Parameter]) -> torch.Tensor | None:
     grads = [p.grad.detach() for p in params if p.grad is not None]
     if not grads:
         return None
-    return float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g.float()).double() for g in grads])))
+    return torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g.float()).double() for g in grads]))
 
 
-def grad_norms(model: nn.Module) -> dict[str, float]:
-    """Per-block gradient norms ``diag/grad_norm/{attn,mlp,norm}/<l>`` and of the model-level norms (flat keys).
-    Parameters without a gradient are skipped; a group with none is omitted."""
-    out: dict[str, float] = {}
+def grad_norms(model: nn.Module) -> dict[str, torch.Tensor]:
+    """Per-block gradient norms ``diag/grad_norm/{attn,mlp,norm}/<l>`` and of the model-level norms (flat keys), as
+    0-dim float64 device tensors. Parameters without a gradient are skipped; a group with none is omitted."""
+    out: dict[str, torch.Tensor] = {}
     for l, blk in enumerate(model.blocks):
         groups = {"attn": blk.attn.parameters(), "mlp": blk.mlp.parameters(),
                   "norm": (p for s in SITES for p in getattr(blk, s).parameters())}
@@ -170,6 +172,15 @@ def grad_norms(model: nn.Module) -> dict[str, float]:
         if v is not None:
             out[f"diag/grad_norm/{name}"] = v
     return out
+
+
+def read_once(values: dict[str, Any], finite_only: set[str]) -> dict[str, float]:
+    """``values`` (0-dim tensors on one device) read to floats in one transfer (``torch.stack(...).tolist()``), in
+    their order; the keys of ``finite_only`` left out where non-finite."""
+    if not values:
+        return {}
+    read = torch.stack([torch.as_tensor(v).double().reshape(()) for v in values.values()]).tolist()
+    return {k: v for k, v in zip(values, read) if k not in finite_only or math.isfinite(v)}
 
 
 class TrainDiagnostics:
@@ -255,23 +266,33 @@ class TrainDiagnostics:
         base = self.spikes.update(step + 1, loss)
         if base is not None:
             rec.update({"diag/loss_spike": 1, "diag/loss_baseline": base})
-        if had_hooks:
-            for key, m in self._moments.items():
-                if m.n == 0:
-                    continue
+        if had_hooks:  # every statistic of the step reduced on the device, read in one transfer, finished here
+            sums = {k: m for k, m in self._moments.items() if m.n}
+            dev: dict[str, Any] = {}
+            for key, m in sums.items():
+                dev[f"#s/{key}"], dev[f"#ss/{key}"] = m.s, m.ss
+            dev.update(grad_norms(self.model))
+            probe, weights = self.probe.tensors(), weight_norm_tensors(self.model)
+            dev.update(probe)
+            dev.update(weights)
+            if isinstance(self._collapse[2], torch.Tensor):  # observed (counts on the device)
+                dev.update(zip(("#collapsed", "#beyond", "#positions", "#logits"), self._collapse))
+            got = read_once(dev, set())
+            for key, m in sums.items():  # the host formulas, on the floats read (as before: bit for bit)
+                s_, ss = got[f"#s/{key}"], got[f"#ss/{key}"]
                 if key == "embed":
-                    rec.update({"diag/embed_rms": m.rms(), "diag/embed_var": m.var()})
+                    rec.update({"diag/embed_rms": m.rms(s_, ss), "diag/embed_var": m.var(s_, ss)})
                 elif key.startswith("resid/"):
                     l = key.split("/", 1)[1]
-                    rec.update({f"diag/resid_rms/{l}": m.rms(), f"diag/resid_var/{l}": m.var()})
+                    rec.update({f"diag/resid_rms/{l}": m.rms(s_, ss), f"diag/resid_var/{l}": m.var(s_, ss)})
                 else:
-                    rec[f"diag/norm_rms/{key.split('/', 1)[1]}"] = m.rms()
-            rec.update(grad_norms(self.model))
-            rec.update(self.probe.read())
-            rec.update(weight_norm_record(self.model))
-            c, b, n, m = self._collapse
-            if n:
-                rec.update({"diag/softmax_collapse": float(c) / n, "diag/logits_beyond_exp": float(b) / m})
+                    rec[f"diag/norm_rms/{key.split('/', 1)[1]}"] = m.rms(s_, ss)
+            rec.update({k: v for k, v in got.items() if k.startswith("diag/grad_norm/")})
+            rec.update(self.probe.finish({k: got[k] for k in probe}))
+            rec.update({k: got[k] for k in weights if math.isfinite(got[k])})
+            if got.get("#positions"):
+                rec.update({"diag/softmax_collapse": got["#collapsed"] / int(got["#positions"]),
+                            "diag/logits_beyond_exp": got["#beyond"] / int(got["#logits"])})
             self._moments = {}
         if rec:
             rec = {"step": step + 1, **rec}

@@ -25,38 +25,62 @@ from torch import nn
 
 
 @torch.no_grad()
-def token_embedding_variability(E: torch.Tensor) -> tuple[float, float]:
-    """``(mean, std)`` over the ``V`` rows of ``TEV_i`` = the population std of row ``i`` of ``E [V, d]``."""
+def tev_tensors(E: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(mean, std)`` over the ``V`` rows of ``TEV_i`` = the population std of row ``i`` of ``E [V, d]``: 0-dim
+    float64 tensors on ``E``'s device (no host read)."""
     tev = E.detach().double().std(dim=1, correction=0)
-    return float(tev.mean()), float(tev.std(correction=0))
+    return tev.mean(), tev.std(correction=0)
+
+
+def token_embedding_variability(E: torch.Tensor) -> tuple[float, float]:
+    """:func:`tev_tensors` as floats."""
+    mean, std = torch.stack(tev_tensors(E)).tolist()
+    return mean, std
 
 
 @torch.no_grad()
+def rms_to_inf_tensor(W: torch.Tensor) -> torch.Tensor:
+    """``||W||_{RMS->inf} = sqrt(d_in) max_i ||W[i]||_2`` for ``W [d_out, d_in]`` (Scion's output-layer norm), a 0-dim
+    float64 tensor on ``W``'s device."""
+    W = W.detach().double()
+    return math.sqrt(W.shape[1]) * torch.linalg.vector_norm(W, dim=1).max()
+
+
 def rms_to_inf_norm(W: torch.Tensor) -> float:
-    """``||W||_{RMS->inf} = sqrt(d_in) max_i ||W[i]||_2`` for ``W [d_out, d_in]`` (Scion's output-layer norm)."""
-    W = W.detach().double()
-    return float(math.sqrt(W.shape[1]) * torch.linalg.vector_norm(W, dim=1).max())
+    return float(rms_to_inf_tensor(W))
 
 
 @torch.no_grad()
-def spectral_norm(W: torch.Tensor) -> float:
-    """The largest singular value of ``W [d_out, d_in]`` (``torch.linalg.matrix_norm(W, 2)``, in float64); NaN for
-    non-finite weights (a diverged run's, whose SVD fails)."""
+def spectral_tensor(W: torch.Tensor) -> torch.Tensor:
+    """The largest singular value of ``W [d_out, d_in]`` (``torch.linalg.matrix_norm(W, 2)``, in float64), a 0-dim
+    tensor on ``W``'s device; NaN for non-finite weights (a diverged run's, whose SVD would fail), decided on the
+    device (the SVD then runs on zeros): no host read."""
     W = W.detach().double()
-    if not bool(torch.isfinite(W).all()):
-        return math.nan
-    return float(torch.linalg.matrix_norm(W, ord=2))
+    finite = torch.isfinite(W).all()
+    return torch.where(finite, torch.linalg.matrix_norm(torch.where(finite, W, 0.0), ord=2), math.nan)
+
+
+def spectral_norm(W: torch.Tensor) -> float:
+    return float(spectral_tensor(W))
+
+
+def weight_norm_tensors(model: nn.Module) -> dict[str, torch.Tensor]:
+    """``diag/tev_mean``, ``diag/tev_std`` (token embeddings) and ``diag/head_rms_inf_norm``,
+    ``diag/head_spectral_norm`` (LM head) of a GPT as 0-dim float64 device tensors (read by the caller, with the
+    step's other statistics, in one transfer); a model without ``tok_emb`` / ``lm_head`` gives ``{}``."""
+    out: dict[str, torch.Tensor] = {}
+    emb = getattr(model, "tok_emb", None)
+    if isinstance(emb, nn.Embedding):
+        out["diag/tev_mean"], out["diag/tev_std"] = tev_tensors(emb.weight)
+    head = getattr(model, "lm_head", None)
+    if isinstance(head, nn.Linear):
+        out["diag/head_rms_inf_norm"] = rms_to_inf_tensor(head.weight)
+        out["diag/head_spectral_norm"] = spectral_tensor(head.weight)
+    return out
 
 
 def weight_norm_record(model: nn.Module) -> dict[str, float]:
-    """``diag/tev_mean``, ``diag/tev_std`` (token embeddings) and ``diag/head_rms_inf_norm``,
-    ``diag/head_spectral_norm`` (LM head) of a GPT; a model without ``tok_emb`` / ``lm_head`` gives ``{}``."""
-    out: dict[str, float] = {}
-    emb = getattr(model, "tok_emb", None)
-    if isinstance(emb, nn.Embedding):
-        out["diag/tev_mean"], out["diag/tev_std"] = token_embedding_variability(emb.weight)
-    head = getattr(model, "lm_head", None)
-    if isinstance(head, nn.Linear):
-        out["diag/head_rms_inf_norm"] = rms_to_inf_norm(head.weight)
-        out["diag/head_spectral_norm"] = spectral_norm(head.weight)
-    return {k: v for k, v in out.items() if math.isfinite(v)}
+    """:func:`weight_norm_tensors` read (one transfer), non-finite values left out."""
+    t = weight_norm_tensors(model)
+    values = torch.stack(list(t.values())).tolist() if t else []
+    return {k: v for k, v in zip(t, values) if math.isfinite(v)}

@@ -13,6 +13,7 @@ and is not scored). With ``stride < context`` a strided sliding window: each tok
 
 from __future__ import annotations
 
+import contextlib
 import math
 import re
 from typing import Callable, Iterator
@@ -71,7 +72,8 @@ def window_batches(tokens: np.ndarray, wins: list[tuple[int, int, int]], batch_s
 @torch.no_grad()
 def score_tokens(model: torch.nn.Module, tokens: np.ndarray, *, context: int, stride: int | None = None,
                  batch_size: int = 16, max_tokens: int | None = None, spread: bool = False,
-                 progress: Callable[[int, int], None] | None = None) -> tuple[float, np.ndarray]:
+                 progress: Callable[[int, int], None] | None = None, precision: str = "fp32"
+                 ) -> tuple[float, np.ndarray]:
     """Sum of negative log-likelihoods (nats, float64) and the array of scored target ids.
 
     ``tokens``: 1-D ids ``[N]``; ``max_tokens`` truncates the split to its first ``max_tokens + 1`` tokens, or
@@ -91,30 +93,38 @@ def score_tokens(model: torch.nn.Module, tokens: np.ndarray, *, context: int, st
         wins = windows(n, context, stride)
     was_training = model.training
     model.eval()
-    total = 0.0
+    sums: list[torch.Tensor] = []
     scored: list[np.ndarray] = []
     n_targets, done = sum(k for _, _, k in wins), 0
-    for nll, y in window_nll(model, tokens, wins, batch_size):
-        total += float(nll.sum())
+    for nll, y in window_nll(model, tokens, wins, batch_size, precision=precision):
+        sums.append(nll.sum())  # on the device: every window's sum is read at the end, in one transfer
         scored.append(y.numpy())
         done += len(y)
         if progress is not None:
             progress(done, n_targets)
     model.train(was_training)
+    total = 0.0
+    for v in torch.stack(sums).tolist():  # the windows' float64 sums added on the host, in order
+        total += v
     return total, np.concatenate(scored)
 
 
 def window_nll(model: torch.nn.Module, tokens: np.ndarray, wins: list[tuple[int, int, int]],
-               batch_size: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+               batch_size: int, precision: str = "fp32") -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """For each window ``(begin, end, k)`` of ``wins`` (format of ``windows``), in order: the float64 negative
-    log-likelihoods ``[k]`` of its last ``k`` targets and those target ids ``[k]``. The caller sets eval mode and
-    ``no_grad``; the model runs on the device of its parameters (a parameterless model on the CPU)."""
+    log-likelihoods ``[k]`` of its last ``k`` targets (on the model's device: the logits never leave it) and those
+    target ids ``[k]`` (CPU). The caller sets eval mode and ``no_grad``; the model runs on the device of its
+    parameters (a parameterless model on the CPU). ``precision`` ``bf16`` on a CUDA device: the forward under bf16
+    autocast, as the run trained (the cross-entropy in fp32); elsewhere fp32, as always."""
     first = next(model.parameters(), None)
     dev = first.device if first is not None else torch.device("cpu")
+    amp = (torch.autocast(device_type="cuda", dtype=torch.bfloat16) if dev.type == "cuda" and precision == "bf16"
+           else contextlib.nullcontext())
     for batch, x, y in window_batches(tokens, wins, batch_size):
         L = x.shape[1]
-        logits = model(x.to(dev)).cpu()
-        nll = F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), y.reshape(-1), reduction="none")
+        with amp:
+            logits = model(x.to(dev))
+        nll = F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), y.to(dev).reshape(-1), reduction="none")
         nll = nll.view(len(batch), L).double()
         for r, (_, _, k) in enumerate(batch):
             yield nll[r, L - k :], y[r, L - k :]
@@ -166,10 +176,11 @@ def count_words(text: bytes) -> int:
 def evaluate(model: torch.nn.Module, tokens: np.ndarray, token_bytes: np.ndarray,
              decode: Callable[[np.ndarray], bytes], *, context: int, stride: int | None = None,
              batch_size: int = 16, max_tokens: int | None = None, spread: bool = False,
-             progress: Callable[[int, int], None] | None = None) -> dict[str, float]:
+             progress: Callable[[int, int], None] | None = None, precision: str = "fp32") -> dict[str, float]:
     """Score ``tokens`` and return loss (nats/token), bpb (bits/byte), token/byte/word perplexity and counts
-    (``progress``: as ``score_tokens``)."""
+    (``progress``: as ``score_tokens``). ``precision``: the training run's (``bf16`` evaluates under bf16 autocast
+    on CUDA; :func:`window_nll`)."""
     total, targets = score_tokens(model, tokens, context=context, stride=stride, batch_size=batch_size,
-                                  max_tokens=max_tokens, spread=spread, progress=progress)
+                                  max_tokens=max_tokens, spread=spread, progress=progress, precision=precision)
     n_bytes = int(token_bytes[targets].sum())
     return lm_metrics(total, len(targets), n_bytes, count_words(decode(targets)))

@@ -47,7 +47,7 @@ def record(store: Store, sweep_dir: Path, run_id: str, summary: dict[str, Any], 
         "final_val_loss": _num(summary.get("val_loss")), "train_loss": _num(summary.get("train_loss")),
         "entropy_floor_bpb": _num(summary.get("entropy_floor_bpb")), "tokens_per_s": _num(summary.get("tokens_per_s")),
         "wall_s": _num(summary.get("elapsed_s")), "params": summary.get("params"), "peak_mem_mb": peak_mem_mb,
-        "error": None,
+        "error": summary.get("error"),  # a stacked group's failed member says why (normlab.train.stacked)
     }
     if result["status"] == "completed" and result["val_bpb"] is None:  # never a completed row without its metric
         result["status"] = "failed"

@@ -30,19 +30,19 @@ from normlab.io import dumps
 from normlab.model import build_model
 from normlab.rundir.files import CONFIG_FILE
 from normlab.rundir.publish import finish_interrupted
-from normlab.rundir.readers import apply_norm_defaults, load_data, run_data
+from normlab.rundir.readers import load_data, run_data
 from normlab.train.distributed import SINGLE, DistContext
 from normlab.train.heap import heap_policy_note
 from normlab.train.init_from import load_init, resolve_init, source_tokenizer
 from normlab.train.init_from import write_record as write_init_record
-from normlab.train.losses import lm_loss
-from normlab.train.precision import (CompileTimer, autocast, kept_determinism, nondeterministic_op_error,
-                                    prepare_model, resolve_runtime)
+from normlab.train.precision import (CompileTimer, kept_determinism, nondeterministic_op_error,
+                                    prepare_model)
 from normlab.train.progress import ProgressReporter
 from normlab.train.runstate import RunState, claim_run_dir
-from normlab.train.threads import record_run, resolve_threads, step_flops, wait_policy_note
+from normlab.train.step import Parts, compile_failure, forward_backward, forward_loss, micro_backward
+from normlab.train.resolve import resolve_run
+from normlab.train.threads import record_run, wait_policy_note
 from normlab.train.tracking import Tracker, probe_trackers
-from normlab.validate import check_train_memory
 
 
 def get_batch(tokens: np.ndarray, batch_size: int, context: int, gen: torch.Generator,
@@ -172,7 +172,7 @@ class Recipe:
               threads: int | None) -> None:
         track = self._probe_trackers()
         data = self._setup_data(resume, init_from)
-        runtime = self._setup_runtime(threads)
+        runtime = self._setup_runtime(data, threads)
         init_weights = self._setup_model(data, resume, init_from)
         self._setup_run_dir(resume, init_weights)
         self._setup_progress(track, tb_dir, runtime)
@@ -184,26 +184,21 @@ class Recipe:
         return probe_trackers(tc.track, required=tc.track_required) if self.ctx.is_main else []
 
     def _setup_data(self, resume: bool, init_from: str | Path | None) -> Any:
-        """The token splits; the config completed by them (vocab_size, the norms' defaults) and checked, also
-        against memory, before anything is allocated or written. A resumed run keeps its own tokenizer and refuses
-        a changed corpus (normlab.rundir.readers); ``--init-from`` trains on its source's token ids."""
+        """The token splits. A resumed run keeps its own tokenizer and refuses a changed corpus
+        (normlab.rundir.readers); ``--init-from`` trains on its source's token ids."""
         cfg, run_dir = self.cfg, self.run_dir
-        data = run_data(run_dir, cfg) if resume else load_data(cfg, tokenizer=source_tokenizer(init_from))
-        cfg.model.vocab_size = data.vocab_size
-        apply_norm_defaults(cfg)
-        cfg.validate()
-        check_train_memory(cfg)
-        return data
+        return run_data(run_dir, cfg) if resume else load_data(cfg, tokenizer=source_tokenizer(init_from))
 
-    def _setup_runtime(self, threads: int | None) -> list[str]:
-        """Threads (before the precision probe, which measures at this thread count), then device / precision /
-        compile: auto -> what this machine uses (config.yaml). Returns the banner's runtime parts."""
-        cfg = self.cfg
-        n_threads, why = resolve_threads(cfg.train.threads, step_flops(cfg), override=threads)
-        if n_threads:
-            torch.set_num_threads(n_threads)
-        self.why_threads = f"{why}; {wait_policy_note()}"  # train.threads stays as set: a resume decides anew
-        runtime = resolve_runtime(cfg)
+    def _setup_runtime(self, data: Any, threads: int | None) -> list[str]:
+        """The run's config resolved once (normlab.train.resolve): completed by the data (vocab_size, the norms'
+        defaults) and checked, also against the memory of the device it trains on, before anything is allocated or
+        written; then threads (before the precision probe, which measures at this thread count) and device /
+        precision / compile: auto -> what this machine uses (config.yaml). From here on ``self.cfg`` is the frozen
+        resolved config. Returns the banner's runtime parts."""
+        resolved = resolve_run(self.cfg, data, threads=threads)
+        self.cfg = resolved.cfg
+        self.why_threads = f"{resolved.why_threads}; {wait_policy_note()}"  # train.threads stays: a resume decides anew
+        runtime = list(resolved.runtime)
         runtime.append(f"threads {torch.get_num_threads()} ({self.why_threads})")
         runtime.append(heap_policy_note())
         self.runtime_notes = runtime  # why each runtime choice: summary.json's runtime_notes, train --verbose
@@ -220,7 +215,10 @@ class Recipe:
         init_weights = load_init(model, self.init_src) if self.init_src is not None else None
         model = prepare_model(model.to(cfg.device), tc.precision)  # bf16: norm inputs cast to fp32
         self.ddp = ctx.wrap(model)  # DDP (summed gradients) on more than one process, else the model
-        self.fwd = torch.compile(self.ddp) if tc.compile else self.ddp  # diagnostic steps run `ddp` (eager, hooks)
+        # compiled: the forward and the loss as one graph (normlab.train.step.forward_loss); diagnostic steps run
+        # `ddp` eager (hooks), and so does the run from a compile that failed (_fall_back)
+        self.compiled = torch.compile(self._forward_loss) if tc.compile else None
+        self.compiled_ran, self.fell_back = False, None
         self.timer = CompileTimer(tc.compile)
         self.state = RunState.build(cfg, self.run_dir, data, model, self.run_hash)
         self.rows, self.share = ctx.rows(tc.batch_size), ctx.weight(tc.batch_size)
@@ -343,24 +341,48 @@ class Recipe:
         floats), read by the caller at a read point; on more than one process, summed over ranks on the device (one
         all-reduce of a float64 vector, no host read)."""
         s, tc, mc, dev, ctx = self.state, self.cfg.train, self.cfg.model, self.cfg.device, self.ctx
-        loss_sum: Any = 0.0
-        extra: dict[str, Any] = {}
-        step_fwd = self.ddp if s.diag.is_diag_step(s.step) else self.fwd
-        for micro in range(tc.grad_accum):
+        diag = s.diag.is_diag_step(s.step)  # eager with the diagnostics' hooks
+
+        def micro(i: int) -> list[Parts]:
             x, y = (to_device(t, dev) for t in get_batch(s.data.train, tc.batch_size, mc.context, s.gen, self.rows))
-            with ctx.no_sync(self.ddp, micro == tc.grad_accum - 1):
-                with autocast(dev, tc.precision):
-                    logits = step_fwd(x)
-                loss, parts = lm_loss(logits.float(), y, z_loss=tc.z_loss, logitnorm_tau=tc.logitnorm_tau)
-                s.diag.observe_output(logits, y)  # diag: Softmax Collapse counts (diagnostic steps only)
-                (loss * self.share / tc.grad_accum).backward()  # share: this rank's part of the global batch
-            loss_sum = loss_sum + parts.pop("ce").double() * self.share  # raw cross-entropy: logged and checked
-            for k, v in parts.items():
-                extra[k] = extra.get(k, 0.0) + v.double() * self.share / tc.grad_accum
+            compiled = None if diag else self.compiled
+            with ctx.no_sync(self.ddp, i == tc.grad_accum - 1):  # share: this rank's part of the global batch
+                try:
+                    return micro_backward(lambda: self.ddp(x), [y], tc, dev, weight=self.share,
+                                          observe=s.diag.observe_output,
+                                          fused=(lambda: compiled(x, y)) if compiled is not None else None)
+                except Exception as e:
+                    if not (i == 0 and compiled is not None and self._fall_back(e)):
+                        raise
+                    return micro_backward(lambda: self.ddp(x), [y], tc, dev, weight=self.share,
+                                          observe=s.diag.observe_output)
+
+        [(loss_sum, extra)] = forward_backward(micro, 1, tc.grad_accum, self.share)
+        if not diag and self.compiled is not None:
+            self.compiled_ran = True  # a later failure is the model's own
         if ctx.active:  # global-batch means, identical on every rank
             sums = ctx.all_sum_device(torch.stack([loss_sum, *extra.values()]))
             loss_sum, extra = sums[0], dict(zip(extra, sums[1:]))
         return loss_sum, extra
+
+    def _forward_loss(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, Parts]:
+        """The region a compiled run compiles: the forward (DDP-wrapped where data-parallel) and the loss."""
+        return forward_loss(self.ddp, x, y, self.cfg.train, self.cfg.device)
+
+    def _fall_back(self, e: Exception) -> bool:
+        """Whether the failure ``e`` of the compiled forward-and-backward is handled: until a compiled step has run
+        once (its first micro-batch compiles the forward, and its backward compiles the backward), a failure to
+        compile (``normlab.train.step.compile_failure``) switches the run to the eager module from here on; the
+        caller repeats the micro-batch (the first of its step: no gradient was there before it), with the same
+        tokens. The summary's ``compile_fallback_step`` is the step from which the run ran eager."""
+        if self.compiled is None or self.compiled_ran or not compile_failure(e):
+            return False
+        self.ddp.zero_grad(set_to_none=True)
+        self.compiled = None
+        self.fell_back = self.state.step + 1
+        self.report.message(f"the model runs eager: torch.compile of it failed ({type(e).__name__}: "
+                            f"{(str(e).splitlines() or [''])[0][:160]}) (from step {self.fell_back})")
+        return True
 
     def _log(self, record: dict[str, Any], lr: float, grad_norm: float, extra: dict[str, float]) -> None:
         s, now = self.state, time.time()
@@ -395,6 +417,8 @@ class Recipe:
         summary = s.summary(s.elapsed + time.time() - self.t_start, self.why_threads, self.timer.compile_s,
                             init_from=self.init_src)
         summary["runtime_notes"] = self.runtime_notes
+        if self.fell_back is not None:
+            summary["compile_fallback_step"] = self.fell_back
         for key in ("eval_mode_warning", "near_chance_warning"):
             if key in summary:
                 self.report.message(f"warning: {summary[key]['message']}")

@@ -8,7 +8,8 @@ run used) and returns one line per decision with its reason, printed at start an
   matmuls (linear layers, attention's ``q k^T`` and ``a v``) in bf16, while the weights, gradients and optimizer
   state stay fp32 (master weights). Kept in fp32: every normalization layer (it runs with autocast off on an fp32
   copy of its input, so its statistics -- mean, variance, RMS, batch statistics and their running buffers -- are fp32),
-  the loss (the logits are cast to fp32 before the cross-entropy), evaluation (no autocast) and the diagnostics
+  the loss (the logits are cast to fp32 before the cross-entropy), evaluation on a CPU (no autocast; on CUDA a bf16
+  run's periodic evaluation runs its forward under bf16 autocast, the cross-entropy in fp32) and the diagnostics
   (they cast to fp32). Softmax on bf16 scores accumulates its max and normaliser in fp32 inside torch's kernels
   (SDPA's flash kernel and ``torch.softmax`` both use an fp32 accumulator). ``auto`` on a CUDA device picks bf16
   whenever the device supports it (``torch.cuda.is_bf16_supported``), without a timing probe: a probe at a tiny
@@ -24,17 +25,21 @@ run used) and returns one line per decision with its reason, printed at start an
   checkpoints unchanged). Needs a C++ compiler on CPU; without one the run says so in one line and runs uncompiled.
   ``auto`` compiles on CUDA, and on CPU only for runs whose training FLOPs (steps x the step's FLOPs) reach
   ``COMPILE_PAYBACK_FLOPS``, the work after which the measured compile time is paid back (docs/benchmarks.md);
-  shorter runs, like all of the lab's presets, run eager. The compile time is measured (the first step minus a
-  normal step) and reported.
-- ``train.deterministic: true | false | auto`` (default true) -- on CUDA, ``torch.use_deterministic_algorithms(True)``
-  for the run (restored after it) and ``CUBLAS_WORKSPACE_CONFIG=:4096:8`` where unset: SDPA then runs deterministic
-  backward kernels, inductor avoids atomic adds and cuBLAS a shared workspace, so a run resumed after kill -9 is
-  bit-identical to one never stopped (tests/test_cuda.py). Without it, CUDA's atomic-add kernels make two identical
-  runs differ in the last bits. On CPU nothing changes: the kernels normlab runs there give the same bits for the
-  same inputs and thread count (the resume tests check it). ``auto`` on CUDA: the same deterministic kernels, but
-  without torch's debugging fill of every newly allocated tensor with NaN
-  (``torch.utils.deterministic.fill_uninitialized_memory = False``; a write of each new tensor that changes no result
-  of a correct kernel), stated in the run log; on a CPU nothing, as ``true``.
+  shorter runs, like all of the lab's presets, run eager. On CUDA it needs a working triton (else uncompiled, with
+  why). A compile that fails at the first compiled step (forward or backward) is not fatal: the run says so in one
+  line, repeats that micro-batch eager and trains on eager (``compile_fallback_step`` in summary.json), as a stacked
+  group does. The compile time is measured (the first step minus a normal step) and reported.
+- ``train.deterministic: auto | true | false`` (default auto) -- ``true``: on CUDA,
+  ``torch.use_deterministic_algorithms(True)`` for the run (restored after it; without torch's debugging fill of new
+  memory with NaN, which changes no result of a correct kernel) and ``CUBLAS_WORKSPACE_CONFIG=:4096:8`` where unset
+  (``import normlab`` sets it, before torch is imported, and it is never removed: cuBLAS reads it once per process):
+  SDPA then runs deterministic backward kernels, inductor avoids atomic adds and cuBLAS a shared workspace, so a run
+  resumed after kill -9 is bit-identical to one never stopped (tests/test_cuda.py). ``auto`` (the default) and
+  ``false``: on CUDA the fast kernels (CUDA's atomic-add kernels make two identical runs, and a resumed run and the
+  run it continues, differ in the last bits; ask ``true`` for exact resume); the resolved value is what a CUDA run's
+  config.yaml records, and ``summary.json``'s ``deterministic`` says which it was. On a CPU nothing changes whatever
+  the setting: the kernels normlab runs there give the same bits for the same inputs and thread count (the resume
+  tests check it), and ``auto`` hashes as ``true``, the default before, so stored CPU runs keep their hashes.
 """
 
 from __future__ import annotations
@@ -53,6 +58,7 @@ from typing import Any
 import torch
 from torch import nn
 from torch.utils import deterministic as torch_deterministic
+from torch.utils._triton import has_triton as torch_has_triton  # private: kept behind has_triton
 
 from normlab.data.cache import default_cache_dir
 from normlab.errors import NormlabError
@@ -121,6 +127,12 @@ def cxx_compiler() -> str | None:
 
 
 # ---------------------------------------------------------------------------------------------------- resolve
+def has_triton() -> bool:
+    """Whether inductor can generate GPU kernels here (``torch.utils._triton.has_triton``: the triton package and a
+    device it supports)."""
+    return torch_has_triton()
+
+
 def resolve_device(name: str) -> tuple[str, str]:
     if name == "auto":
         dev = "cuda" if torch.cuda.is_available() else "cpu"
@@ -218,6 +230,8 @@ def resolve_compile(value: bool | str, device: str, work: float = 0.0) -> tuple[
         why = "set in the config"
     if value and device == "cpu" and cxx_compiler() is None:
         return False, "no C++ compiler found (install g++ or set CXX); running uncompiled"
+    if value and device == "cuda" and not has_triton():
+        return False, "no working triton for this CUDA device (inductor's GPU kernels need it); running uncompiled"
     return bool(value), why
 
 
@@ -226,10 +240,10 @@ def resolve_runtime(cfg: Any) -> list[str]:
     uses, in place, and switch on deterministic CUDA kernels (``train.deterministic``); returns the decisions as
     ``key: value (reason)`` lines."""
     dev, why_dev = resolve_device(cfg.device)
-    why_det = use_deterministic_kernels(dev, cfg.train.deterministic)  # before the precision probe's first matmul
+    det, why_det = use_deterministic_kernels(dev, cfg.train.deterministic)  # before the probe's first matmul
     tf32, why_tf32 = use_tf32(dev, cfg.train.tf32)
-    if dev == "cuda":
-        cfg.train.tf32 = tf32  # config.yaml records what the run used; a CPU run keeps its key (and hash) as it was
+    if dev == "cuda":  # config.yaml records what the run used; a CPU run keeps its keys (and hash) as they were
+        cfg.train.tf32, cfg.train.deterministic = tf32, det
     prec, why_prec = resolve_precision(cfg, dev)
     comp, why_comp = resolve_compile(cfg.train.compile, dev, cfg.train.steps * step_flops(cfg))
     cfg.device, cfg.train.precision, cfg.train.compile = dev, prec, comp
@@ -312,32 +326,34 @@ def _set_tf32(state: tuple[Any, Any]) -> None:
         torch.backends.cudnn.allow_tf32 = conv
 
 
-CUBLAS_WORKSPACE = ":4096:8"  # the deterministic cuBLAS workspace torch's reproducibility notes name
+CUBLAS_WORKSPACE = ":4096:8"  # what ``import normlab`` sets (normlab/__init__.py: the same value, set before torch)
 
 
 def fix_cublas_workspace() -> None:
     """Set ``CUBLAS_WORKSPACE_CONFIG`` (where unset) in a process that trains several runs, before its first: torch
     sizes cuBLAS's workspace from it once, at the process's first cuBLAS call, so a deterministic CUDA run after a
     ``train.deterministic: false`` one in the same sweep worker would otherwise run on the default workspace. On a
-    CPU it changes nothing."""
+    CPU it changes nothing. (``import normlab`` sets it already; this keeps a worker right if something unset it.)"""
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", CUBLAS_WORKSPACE)
 
 
-def use_deterministic_kernels(device: str, on: bool) -> str:
-    """``train.deterministic`` on ``device``: switch torch's deterministic algorithms on for CUDA (the caller restores
-    the previous setting with ``kept_determinism``); returns the reason line (empty on CPU: nothing to decide)."""
+def use_deterministic_kernels(device: str, on: bool | str) -> tuple[bool, str]:
+    """``train.deterministic`` on ``device``: ``(deterministic?, reason line)``. On CUDA ``true`` switches torch's
+    deterministic algorithms on (the caller restores the previous setting with ``kept_determinism``), without
+    torch's debugging fill of new memory with NaN (it changes no result of a correct kernel); ``auto`` and
+    ``false`` leave the fast kernels. On a CPU nothing is switched: its kernels give the same bits for the same
+    inputs and thread count whatever the setting, ``(True, "")``."""
     if device != "cuda":
-        return ""
-    if not on:
-        return "no (train.deterministic: false; a resumed CUDA run can differ in the last bits)"
-    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", CUBLAS_WORKSPACE)  # read when cuBLAS makes its workspace
+        return True, ""
+    if on is not True:
+        why = "auto: off on CUDA, the fast path" if on == "auto" else "train.deterministic: false"
+        return False, f"no ({why}; a resumed CUDA run can differ in the last bits; train.deterministic=true for exact)"
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", CUBLAS_WORKSPACE)  # import normlab set it; read by cuBLAS
     torch.use_deterministic_algorithms(True)
+    torch_deterministic.fill_uninitialized_memory = False
     how = f"torch.use_deterministic_algorithms, CUBLAS_WORKSPACE_CONFIG={os.environ['CUBLAS_WORKSPACE_CONFIG']}"
-    if on == "auto":
-        torch_deterministic.fill_uninitialized_memory = False
-        return (f"yes (auto: deterministic kernels for bit-exact resume, {how}; new memory is not filled with NaN, "
-                "a debugging aid that changes no result)")
-    return f"yes ({how})"
+    return True, (f"yes (set in the config: deterministic kernels for bit-exact resume, {how}; new memory is not "
+                  "filled with NaN, a debugging aid that changes no result)")
 
 
 def nondeterministic_op_error(e: BaseException) -> Exception | None:
@@ -345,8 +361,15 @@ def nondeterministic_op_error(e: BaseException) -> Exception | None:
     ``train.deterministic`` switched deterministic algorithms on (on CUDA, e.g. an attention kind or diagnostic
     built on a scatter-add), else None."""
     msg = str(e)
-    if not (isinstance(e, RuntimeError) and torch.are_deterministic_algorithms_enabled()
-            and "does not have a deterministic implementation" in msg):
+    if not (isinstance(e, RuntimeError) and torch.are_deterministic_algorithms_enabled()):
+        return None
+    if "CUBLAS_WORKSPACE_CONFIG" in msg:  # torch's check of the variable at a cuBLAS call with determinism on
+        now = os.environ.get("CUBLAS_WORKSPACE_CONFIG")
+        return NormlabError(f"train.deterministic: cuBLAS needs CUBLAS_WORKSPACE_CONFIG={CUBLAS_WORKSPACE} (or :16:8) "
+                            f"for deterministic matmuls, and this process has "
+                            f"{'it unset' if now is None else repr(now)}; set it before the process's first CUDA "
+                            "work (import normlab first, or export it), or set train.deterministic=false")
+    if "does not have a deterministic implementation" not in msg:
         return None
     first = msg.splitlines()[0][:200] if msg else "RuntimeError"
     return NormlabError(f"train.deterministic: an operation of this run has no deterministic kernel on this device "
@@ -356,10 +379,10 @@ def nondeterministic_op_error(e: BaseException) -> Exception | None:
 
 @contextlib.contextmanager
 def kept_determinism() -> Iterator[None]:
-    """Restore torch's deterministic-algorithms setting (with its NaN fill of new memory), ``CUBLAS_WORKSPACE_CONFIG``
-    and the TF32 switches on exit (a run sets them for CUDA)."""
+    """Restore torch's deterministic-algorithms setting (with its NaN fill of new memory) and the TF32 switches on
+    exit (a run sets them for CUDA). ``CUBLAS_WORKSPACE_CONFIG`` stays set: cuBLAS read it once, at the process's
+    first handle, so a later deterministic run in this process needs it still there."""
     before = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled())
-    cublas = os.environ.get("CUBLAS_WORKSPACE_CONFIG")
     fill = torch_deterministic.fill_uninitialized_memory
     tf32, knobs = _tf32_state(), _knobs()
     try:
@@ -370,10 +393,6 @@ def kept_determinism() -> Iterator[None]:
         if _tf32_state() != tf32:  # set by a CUDA run
             _set_tf32(tf32)
         _restore_knobs(knobs)
-        if cublas is None:
-            os.environ.pop("CUBLAS_WORKSPACE_CONFIG", None)
-        else:
-            os.environ["CUBLAS_WORKSPACE_CONFIG"] = cublas
 
 
 def fill_auto(cfg: Any, resolved: Any) -> None:
@@ -381,7 +400,7 @@ def fill_auto(cfg: Any, resolved: Any) -> None:
     records the resolved values, which an ``auto`` in the same config matches)."""
     if cfg.device == "auto":
         cfg.device = resolved.device
-    for key in ("precision", "compile", "tf32"):
+    for key in ("precision", "compile", "tf32", "deterministic"):
         if getattr(cfg.train, key) == "auto":
             setattr(cfg.train, key, getattr(resolved.train, key))
 

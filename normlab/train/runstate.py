@@ -285,7 +285,7 @@ class RunState:
         tc, mc, data = self.cfg.train, self.cfg.model, self.data
         self.val = evaluate(self.model, data.val, data.token_bytes, data.tokenizer.decode_bytes, context=mc.context,
                             batch_size=tc.batch_size, max_tokens=tc.eval_batches * tc.batch_size * mc.context,
-                            spread=tc.eval_sample == "spread")
+                            spread=tc.eval_sample == "spread", precision=tc.precision)  # bf16 on CUDA as trained
         self.best = self.val["bpb"] if self.best is None else min(self.best, self.val["bpb"])
         record.update({"step": self.step, "val_loss": self.val["loss"], "val_bpb": self.val["bpb"]})
         if "loss" not in record:
@@ -326,6 +326,7 @@ class RunState:
             "loss_spikes": self.diag.summary(), **self.clipper.summary(), "run_dir": str(self.run_dir), **self.init,
             "weight_norms": {k.split("/", 1)[1]: v for k, v in weight_norm_record(self.model).items()},  # TEV, head
             "device": cfg.device, "precision": tc.precision, "compile": tc.compile, "compile_s": compile_s,
+            "deterministic": tc.deterministic is True or cfg.device != "cuda",  # CPU kernels: always; CUDA: resolved
             "threads": torch.get_num_threads(), "threads_reason": threads_reason,
             **flops_summary(mc, self.tokens_seen, elapsed_s),  # analytic FLOPs per token, measured wall s per token
         }

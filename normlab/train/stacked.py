@@ -14,7 +14,10 @@ Everything else is each member's own, built by the same functions a run alone us
 AdamP / SGDP, NaP and perp-Grad are exactly those of a run alone: AdamW is element-wise), gradient clipping,
 divergence check (a member that diverges stops; the others go on), loss-spike detection, evaluation, checkpoints
 (with its own RNG states), TensorBoard events and run directory (config.yaml, fingerprint, metrics.jsonl,
-summary.json, model.safetensors). The loss of member ``k`` is ``lm_loss(logits[k], y[k])``; the backward pass of
+summary.json, model.safetensors). The group keeps its shape ``K`` to the end: a member that diverged or finished (or
+is ahead after a resume) holds a masked slot in the stacked forward (placeholder weights without gradient, no loss,
+nothing drawn from its data or RNG), so a compiled group compiles once and never recompiles for a new size. The
+loss of member ``k`` is ``lm_loss(logits[k], y[k])``; the backward pass of
 their sum gives each member exactly the gradient of its own loss, because the members share no parameter.
 
 A diagnostic step (``diag.every``) runs each member alone through its own module, so the forward hooks see exactly
@@ -42,6 +45,7 @@ running statistics in their forward pass (PowerNorm, Unified Normalization, Batc
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import time
 import warnings
@@ -59,15 +63,15 @@ from normlab.io import dumps
 from normlab.model import build_model
 from normlab.rundir.files import CONFIG_FILE
 from normlab.rundir.publish import finish_interrupted
-from normlab.rundir.readers import apply_norm_defaults, load_data, read_data_info, run_data
-from normlab.train.losses import lm_loss
+from normlab.rundir.readers import load_data, read_data_info, run_data
 from normlab.train.loop import defer_reads, get_batch, to_device
 from normlab.train.precision import (autocast, kept_determinism, nondeterministic_op_error, prepare_model,
-                                    resolve_compile, resolve_runtime)
+                                    resolve_compile)
 from normlab.train.runstate import RunState, claim_run_dir
-from normlab.train.threads import resolve_threads, step_flops
+from normlab.train.step import Parts, StepLosses, compile_failure, forward_backward, micro_backward
+from normlab.train.resolve import resolve_group
+from normlab.train.threads import step_flops
 from normlab.train.tracking import Tracker
-from normlab.validate import check_train_memory
 
 STACKS = ("auto", "on", "off")
 VMAP_FALLBACK_WARNING = "There is a performance drop because we have not yet implemented the batching rule"
@@ -119,18 +123,22 @@ def _trial(model: torch.nn.Module, cfg: RunConfig) -> str | None:
     """A stacked forward and backward of two copies of ``model`` on ``[2, 1, min(context, 16)]`` tokens (CPU, no
     RNG consumed): None when it runs, else why (an operation ``torch.func.vmap`` cannot batch)."""
     t = min(cfg.model.context, 16)
-    params = {n: torch.stack([p.detach(), p.detach()]).requires_grad_() for n, p in model.named_parameters()}
     x = torch.zeros(2, 1, t, dtype=torch.long)
+    models = [model, model]  # the stacked forward stacks each member's parameters: two copies of model's
     try:
         with torch.random.fork_rng(), _quiet_vmap():
             forward = _StackedForward(model, False)
             noise = forward.draw(x, [None, None], "fp32")
-            out = forward.fn(params, x, noise)
-            out.float().square().mean().backward()
+            micro_backward(lambda: forward(models, x, noise), [x[0], x[1]], _trial_train(cfg), "cpu")
     except Exception as e:  # noqa: BLE001 - any failure means: train these runs alone
         first = (str(e).splitlines() or [type(e).__name__])[0][:160]
         return f"its forward pass cannot run under torch.func.vmap ({type(e).__name__}: {first})"
     return None
+
+
+def _trial_train(cfg: RunConfig) -> Any:
+    """The training keys the trial's step reads: ``cfg.train`` in fp32, one micro-batch."""
+    return dataclasses.replace(cfg.train, precision="fp32", grad_accum=1)
 
 
 def _constant_buffer(model: torch.nn.Module, name: str) -> bool:
@@ -160,6 +168,7 @@ class _Member(RunState):
     mlog: IO[str] | None = None
     mark_tokens: int = 0
     done: bool = False
+    error: str | None = None  # why the member failed (its host-side step raised): it left the group
 
 
 def _setup(cfg: RunConfig, run_dir: Path, *, resume: bool, data: Any, tb_dir: Path | None, run_hash: str) -> _Member:
@@ -207,6 +216,8 @@ class _StackedForward:
         self.sizes: set[int] = set()  # the group sizes K called so far (a new K compiles anew)
         self.new_size, self.note = False, ""
         self.names = [n for n, _ in base.named_parameters()]  # tied weights once, as named_parameters gives them
+        # a masked slot's weights: the base's own (seeded, finite; never trained), without gradient
+        self.rest = {n: p.detach() for n, p in base.named_parameters()}
 
     def draw(self, x: torch.Tensor, rngs: list[torch.Tensor | None], precision: str) -> list[torch.Tensor]:
         """Each member's dropout noise for a forward of ``x [K, B, T]``, drawn with its RNG state ``rngs[k]``
@@ -227,8 +238,9 @@ class _StackedForward:
                 rngs[k] = torch.get_rng_state()
         return [torch.stack(n) for n in zip(*per_member)]
 
-    def __call__(self, models: list[torch.nn.Module], x: torch.Tensor, noise: list[torch.Tensor]) -> torch.Tensor:
-        own = [dict(m.named_parameters()) for m in models]
+    def __call__(self, models: list[torch.nn.Module | None], x: torch.Tensor, noise: list[torch.Tensor]
+                 ) -> torch.Tensor:
+        own = [dict(m.named_parameters()) if m is not None else self.rest for m in models]
         params = {n: torch.stack([p[n] for p in own]) for n in self.names}
         self.new_size = len(models) not in self.sizes
         self.sizes.add(len(models))
@@ -241,9 +253,7 @@ class _StackedForward:
         runs the eager function from now on (the caller repeats the micro-batch, the first of its step: K changes
         only between steps); failures of a call that compiled nothing are the model's own, and so are an
         out-of-memory error and an operation without a deterministic kernel (eager would fail the same way)."""
-        if self.compiled is None or not self.new_size or not isinstance(e, Exception):
-            return False
-        if isinstance(e, torch.OutOfMemoryError) or nondeterministic_op_error(e) is not None:
+        if self.compiled is None or not self.new_size or not compile_failure(e):
             return False
         self.compiled = None
         self.note = f"the stacked forward runs eager: torch.compile of it failed ({type(e).__name__})"
@@ -259,7 +269,8 @@ def train_stacked(cfgs: list[RunConfig], run_dirs: list[str | Path], *, resume: 
                   tb_dirs: list[Path | None] | None = None, threads: int | None = None) -> list[dict[str, Any]]:
     """Train ``cfgs`` (one architecture: :func:`stack_key` equal, :func:`stack_refusal` None) into ``run_dirs`` as
     one stacked group. ``resume``: a member whose directory holds a run resumes from its last checkpoint, others
-    start. Returns each member's summary, as ``normlab.train.loop.train`` returns it."""
+    start. Returns each member's summary, as ``normlab.train.loop.train`` returns it (a member whose own step
+    raised: ``{"status": "failed", "error": ...}``, and the others train on: :func:`_fail`)."""
     if len(cfgs) != len(run_dirs) or not cfgs:
         raise NormlabError("train_stacked needs one run directory per config, at least one")
     keys = {stack_key(c) for c in cfgs}
@@ -297,8 +308,11 @@ def _train_group(cfgs: list[RunConfig], dirs: list[Path], resumes: list[bool], h
                  flag: StopFlag, tb_dirs: list[Any], threads: int | None) -> list[dict[str, Any]]:
     say = (lambda s: None) if quiet else (lambda s: print(s, flush=True))
     datas = _group_data(cfgs, dirs, resumes)
-    check_train_memory(cfgs[0], members=len(cfgs))  # the group at once, before any run directory is written
-    runtime, why_threads = _group_runtime(cfgs, threads)
+    resolved = resolve_group(cfgs, datas, threads=threads)  # the group's memory at once, before any run directory
+    why_threads = resolved[0].why_threads
+    runtime = [*resolved[0].runtime, f"threads {torch.get_num_threads()} ({why_threads})",
+               f"stacked: {len(cfgs)} runs of one architecture in one model (train.stack)"]
+    cfgs = [r.cfg for r in resolved]
     members = [_setup(c, d, resume=r, data=x, tb_dir=t, run_hash=h)
                for c, d, r, x, t, h in zip(cfgs, dirs, resumes, datas, tb_dirs, hashes)]
     c0 = cfgs[0]
@@ -335,7 +349,7 @@ def _train_group(cfgs: list[RunConfig], dirs: list[Path], resumes: list[bool], h
             if active[0].diag.is_diag_step(step) or len(active) == 1:
                 results = [_alone_step(m) for m in active]
             else:
-                results = _stacked_step(active, stacked)
+                results = _stacked_step(members, active, stacked)
                 if stacked.note:
                     say(f"{stacked.note} (from step {step + 1})")
                     stacked.note, fell_back = "", step + 1
@@ -345,7 +359,10 @@ def _train_group(cfgs: list[RunConfig], dirs: list[Path], resumes: list[bool], h
                 continue
             eval_s = 0.0
             for m, lr, (loss_sum, extra) in zip(active, lrs, results):
-                eval_s += _finish_step(m, lr, loss_sum, extra, t_start, mark_t, say)
+                try:
+                    eval_s += _finish_step(m, lr, loss_sum, extra, t_start, mark_t, say)
+                except Exception as e:  # noqa: BLE001 - this member fails alone; the others go on
+                    _fail(m, e, say)
             mark_t += eval_s
             if any(m.step % tc.log_every == 0 or m.step == tc.steps for m in active):
                 mark_t = time.time()
@@ -364,8 +381,7 @@ def _train_group(cfgs: list[RunConfig], dirs: list[Path], resumes: list[bool], h
 
 
 def _group_data(cfgs: list[RunConfig], dirs: list[Path], resumes: list[bool]) -> list[Any]:
-    """Each member's token splits (a resumed member's own, else one load shared by the new members), and its config
-    completed by them (vocab_size, the norms' defaults) and checked."""
+    """Each member's token splits: a resumed member's own, else one load shared by the new members."""
     fresh = None
     datas = []
     for cfg, d, again in zip(cfgs, dirs, resumes):
@@ -374,97 +390,62 @@ def _group_data(cfgs: list[RunConfig], dirs: list[Path], resumes: list[bool]) ->
         else:
             fresh = fresh or load_data(cfg)
             datas.append(fresh)
-        cfg.model.vocab_size = datas[-1].vocab_size
-        apply_norm_defaults(cfg)
-        cfg.validate()
     return datas
 
 
-def _group_runtime(cfgs: list[RunConfig], threads: int | None) -> tuple[list[str], str]:
-    """Threads, then device / precision / compile for every member (they resolve alike: same shape and keys).
-    Returns the banner's runtime parts and the reason for the thread count."""
-    n_threads, why_threads = resolve_threads(cfgs[0].train.threads, step_flops(cfgs[0]), override=threads)
-    if n_threads:
-        torch.set_num_threads(n_threads)
-    runtime = [resolve_runtime(c) for c in cfgs][0]
-    runtime.append(f"threads {torch.get_num_threads()} ({why_threads})")
-    runtime.append(f"stacked: {len(cfgs)} runs of one architecture in one model (train.stack)")
-    return runtime, why_threads
-
-
-def _alone_step(m: _Member) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """One step of one member through its own module (a diagnostic step, or a group of one), as the loop runs it,
-    with the member's own global RNG stream. Returns the summed cross-entropy and the mean extra loss terms as 0-dim
-    float64 tensors on the device (the same float64 sums as Python floats), read at a read point."""
+def _alone_step(m: _Member) -> StepLosses:
+    """One step of one member through its own module (a diagnostic step, or a group of one): the loop's step
+    (``normlab.train.step``, as a run alone takes it) with the member's own global RNG stream. Returns the summed
+    cross-entropy and the mean extra loss terms as 0-dim float64 tensors on the device, read at a read point."""
     tc, mc, dev = m.cfg.train, m.cfg.model, m.cfg.device
     torch.set_rng_state(m.rng)
     if m.cuda_rng is not None:
         torch.cuda.set_rng_state(m.cuda_rng)
-    loss_sum: Any = 0.0
-    extra: dict[str, Any] = {}
-    for _ in range(tc.grad_accum):
+
+    def micro(i: int) -> list[Parts]:
         x, y = (to_device(t, dev) for t in get_batch(m.data.train, tc.batch_size, mc.context, m.gen))
-        with autocast(dev, tc.precision):
-            logits = m.model(x)
-        loss, parts = lm_loss(logits.float(), y, z_loss=tc.z_loss, logitnorm_tau=tc.logitnorm_tau)
-        m.diag.observe_output(logits, y)
-        (loss / tc.grad_accum).backward()
-        loss_sum = loss_sum + parts.pop("ce").double()
-        for k, v in parts.items():
-            extra[k] = extra.get(k, 0.0) + v.double() / tc.grad_accum
+        return micro_backward(lambda: m.model(x), [y], tc, dev, observe=m.diag.observe_output)
+
+    [out] = forward_backward(micro, 1, tc.grad_accum)
     m.rng = torch.get_rng_state()
     if m.cuda_rng is not None:
         m.cuda_rng = torch.cuda.get_rng_state()
-    return loss_sum, extra
-
-
-def _stacked_step(active: list[_Member], stacked: _StackedForward) -> list[tuple[Any, dict[str, Any]]]:
-    """One step of every member in ``active`` as one vmapped forward and one backward per micro-batch; each member's
-    losses as :func:`_alone_step` returns them (on the device, unread)."""
-    tc, mc, dev = active[0].cfg.train, active[0].cfg.model, active[0].cfg.device
-    out: list[tuple[Any, dict[str, Any]]] = [(0.0, {}) for _ in active]
-    models = [m.model for m in active]
-    for _ in range(tc.grad_accum):
-        batches = [get_batch(m.data.train, tc.batch_size, mc.context, m.gen) for m in active]
-        x = to_device(torch.stack([b[0] for b in batches]), dev)  # [K, B, T]
-        ys = [to_device(b[1], dev) for b in batches]
-        rngs = [m.rng for m in active]
-        noise = stacked.draw(x, rngs, tc.precision)  # each member's dropout masks, from its own RNG stream
-        for m, rng in zip(active, rngs):
-            m.rng = rng
-        try:
-            parts = _stacked_micro_batch(stacked, models, x, ys, noise, tc, tc.precision)
-        except Exception as e:
-            if not stacked.fall_back(e):
-                raise
-            for m in models:  # the first micro-batch of a step: no gradient was there before it
-                m.zero_grad(set_to_none=True)
-            parts = _stacked_micro_batch(stacked, models, x, ys, noise, tc, tc.precision)
-        for k, p in enumerate(parts):
-            loss_sum, extra = out[k]
-            loss_sum = loss_sum + p.pop("ce").double()
-            for key, v in p.items():
-                extra[key] = extra.get(key, 0.0) + v.double() / tc.grad_accum
-            out[k] = (loss_sum, extra)
     return out
 
 
-def _stacked_micro_batch(stacked: _StackedForward, models: list[torch.nn.Module], x: torch.Tensor,
-                         ys: list[torch.Tensor], noise: list[torch.Tensor], tc: Any, precision: str
-                         ) -> list[dict[str, torch.Tensor]]:
-    """The vmapped forward of ``x [K, B, T]`` with the members' dropout ``noise``, each member's loss against
-    ``ys[k] [B, T]`` and one backward of their sum (member k's parameters get the gradient of its own loss alone);
-    each member's ``lm_loss`` parts."""
-    with autocast(x.device.type, precision):
-        logits = stacked(models, x, noise)  # [K, B, T, V]
-    total: Any = 0.0
-    parts = []
-    for k, y in enumerate(ys):
-        loss, p = lm_loss(logits[k].float(), y, z_loss=tc.z_loss, logitnorm_tau=tc.logitnorm_tau)
-        total = total + loss / tc.grad_accum
-        parts.append(p)
-    total.backward()
-    return parts
+def _stacked_step(members: list[_Member], active: list[_Member], stacked: _StackedForward) -> list[StepLosses]:
+    """One step of every member in ``active`` as one vmapped forward and one backward per micro-batch (the loop's
+    step, ``normlab.train.step``, with the group's forward); each member's losses as :func:`_alone_step` returns
+    them (on the device, unread). The forward keeps the group's shape: one slot per member of ``members``, and a
+    member that is not stepping (it diverged or finished, or is ahead after a resume) holds a masked slot -- the
+    group's constant placeholder weights (:attr:`_StackedForward.rest`, which get no gradient) on token 0, no loss,
+    nothing drawn from its data or RNG -- so a compiled group never recompiles for a new size."""
+    tc, mc, dev = active[0].cfg.train, active[0].cfg.model, active[0].cfg.device
+    slots = [m if m in active else None for m in members]
+    models = [m.model if m is not None else None for m in slots]
+
+    def micro(i: int) -> list[Parts]:
+        batches = [get_batch(m.data.train, tc.batch_size, mc.context, m.gen) if m is not None else None for m in slots]
+        blank = torch.zeros_like(next(b for b in batches if b is not None)[0])
+        x = to_device(torch.stack([b[0] if b is not None else blank for b in batches]), dev)  # [K, B, T]
+        ys = [to_device(b[1], dev) if b is not None else None for b in batches]
+        rngs = [m.rng if m is not None else None for m in slots]
+        noise = stacked.draw(x, rngs, tc.precision)  # each member's dropout masks, from its own RNG stream
+        for m, rng in zip(slots, rngs):
+            if m is not None:
+                m.rng = rng
+        try:
+            parts = micro_backward(lambda: stacked(models, x, noise), ys, tc, dev)
+        except Exception as e:
+            if not stacked.fall_back(e):
+                raise
+            for model in models:  # the first micro-batch of a step: no gradient was there before it
+                if model is not None:
+                    model.zero_grad(set_to_none=True)
+            parts = micro_backward(lambda: stacked(models, x, noise), ys, tc, dev)
+        return [p for p in parts if p is not None]
+
+    return forward_backward(micro, len(active), tc.grad_accum)
 
 
 def _settle(live: list[_Member], say: Any) -> bool:
@@ -523,11 +504,26 @@ def _checkpoint(m: _Member, t_start: float) -> None:
     m.checkpoint(m.step, m.elapsed + time.time() - t_start, m.rng, m.cuda_rng)
 
 
+def _fail(m: _Member, e: Exception, say: Any) -> None:
+    """Member ``m``'s own step failed (its update, evaluation, metrics or checkpoint raised ``e``; an operation of
+    the stacked forward fails the group): it leaves the group -- masked from the next step on, the group's shape
+    kept -- with its gradients dropped; the others train on. Like a run alone that raised, it writes no summary
+    (its last checkpoint stays), and the group reports it as failed with the error."""
+    m.status, m.done = "failed", True
+    m.error = f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:300]}"
+    m.opt.zero_grad(set_to_none=True)
+    say(f"{m.run_dir.name}: failed ({m.error}); the group goes on without it")
+
+
 def _summary(m: _Member, wall: float, why_threads: str, fell_back: int | None = None) -> dict[str, Any]:
     """``summary.json`` as a run alone writes it (``tokens_per_s``: this member's tokens over the group's wall
     time; ``compile_fallback_step``: the step from which a compiled group ran eager, where it did), then the final
-    weights (a completed member) and the summary, last."""
+    weights (a completed member) and the summary, last. A failed member (:func:`_fail`) writes none: its result is
+    ``{"status": "failed", "error": ...}``."""
     m.tracker.close(m.status)
+    if m.status == "failed":
+        return {"status": "failed", "error": m.error, "step": m.step, "steps": m.cfg.train.steps,
+                "run_dir": str(m.run_dir)}
     summary = m.summary(m.elapsed + wall, why_threads, None)
     if fell_back is not None:
         summary["compile_fallback_step"] = fell_back

@@ -331,3 +331,31 @@ def test_a_failed_compile_falls_back_to_the_eager_form_once_with_a_warning(monke
     assert isinstance(P._fused["failed"], RuntimeError)
     with torch.no_grad():
         assert P._fused_pair_kernel(CUDA) is None
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("offset, T", [(0, 12), (3, 6), (10, 6)])  # (10, 6): past the table (a table for the call)
+def test_pair_form_rotates_q_and_k_only_with_rotate_qkvs_values(dtype, offset, T, monkeypatch):
+    """The pair form (bf16 / fp16, and every dtype under ``torch.compile``: the CUDA path) rotates the ``[:, :, :2]``
+    view of the fused projection only -- v is never multiplied by its identity factor -- and gives ``rotate_qkv``'s
+    q, k and v (then the head split) bit for bit, forward and backward."""
+    from normlab.attention import positions as P
+
+    seen = []
+    real = P._pair_rotate
+    monkeypatch.setattr(P, "_pair_rotate", lambda x, c, s: seen.append(tuple(x.shape)) or real(x, c, s))
+    if dtype == torch.float32:  # the pair form as a compiled model traces it
+        monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    torch.manual_seed(9)
+    rope = RotaryEmbedding(16, 12, heads=3)
+    qkv = torch.randn(2, T, 3, 3, 16, dtype=dtype, requires_grad=True)
+    ref = rope.rotate_qkv(qkv, offset).permute(2, 0, 3, 1, 4).unbind(0)
+    seen.clear()
+    got = rope.rotate_split(qkv, offset)
+    assert seen == [(2, T, 2, 3, 16)]  # q and k of the fused layout, not v
+    for a, b in zip(ref, got):
+        assert torch.equal(a, b)
+    ws = [torch.randn(2, 3, T, 16, dtype=dtype) for _ in ref]
+    (g_ref,) = torch.autograd.grad(ref, qkv, ws)
+    (g_got,) = torch.autograd.grad(got, qkv, ws)
+    assert torch.equal(g_ref, g_got)

@@ -47,7 +47,7 @@ def test_target_prob_rule_is_the_authors_rows_whose_argmax_is_the_target(bits):
     got = collapsed_rows(LOGITS.to(DTYPES[bits]), TARGETS, rule="target_prob")
     assert got.tolist() == want.tolist()
     c, _, n, _ = softmax_collapse(LOGITS, TARGETS, dtype=DTYPES[bits], rule="target_prob")
-    assert (int(c), n) == (int(want.sum()), len(TARGETS))
+    assert (int(c), int(n)) == (int(want.sum()), len(TARGETS))
 
 
 def test_ignored_positions_are_left_out_and_an_unknown_rule_is_one_line():
@@ -55,7 +55,7 @@ def test_ignored_positions_are_left_out_and_an_unknown_rule_is_one_line():
     y[::2] = -100
     c, _, n, _ = softmax_collapse(LOGITS, y)
     want = torch.tensor(REF["softmax_collapse"]["32"]["per_row"])[1::2]
-    assert (int(c), n) == (int(want.sum()), len(want))
+    assert (int(c), int(n)) == (int(want.sum()), len(want))
     assert COLLAPSE_RULES == ("sum_exp", "target_prob")
     with pytest.raises(NormlabError, match=r"unknown softmax collapse rule 'loss'.*allowed: sum_exp, target_prob"):
         softmax_collapse(LOGITS, TARGETS, rule="loss")

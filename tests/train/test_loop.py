@@ -11,7 +11,7 @@ import pytest
 
 import normlab.train.loop as loop
 from normlab.config import load_config
-from tests.helpers import SHORT, HostReads, run_inproc
+from tests.helpers import SHORT, HostReads, assert_same_weights, run_inproc
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -139,3 +139,111 @@ def test_a_deferred_divergence_ends_the_run_as_a_read_one(tmp_path, cache, monke
         assert a[k] == b[k], k
     assert a["loss_spikes"]["count"] >= 2
     assert ra == rb
+
+
+@pytest.mark.parametrize("fails", ["forward", "backward"])
+def test_a_run_whose_compile_fails_runs_eager(tmp_path, cache, monkeypatch, capsys, fails):
+    """``train.compile`` on, and torch cannot compile the model (simulated: the compiled module raises on its first
+    call, or its first backward -- which AOTAutograd compiles when it first runs -- raises after putting gradients
+    in): the run says so in one line, repeats the micro-batch eager with the same tokens and trains on eager,
+    bit-identical to a run with compile off; the summary names the step it fell back from."""
+    import torch
+
+    import normlab.train.resolve as R
+
+    class BackwardFails(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, t, model):
+            ctx.model = model
+            return t.view_as(t)
+
+        @staticmethod
+        def backward(ctx, g):
+            with torch.enable_grad():  # gradients left behind a failed backward must not count
+                torch.autograd.backward([p.sum() for p in ctx.model.parameters()])
+            raise RuntimeError("cannot compile this backward")
+
+    def broken(fn):  # torch.compile of the run's forward-and-loss region (Recipe._forward_loss)
+        model = fn.__self__.ddp
+
+        def run(*a, **k):
+            if fails == "forward":
+                raise RuntimeError("cannot compile this")
+            loss, parts = fn(*a, **k)
+            return BackwardFails.apply(loss, model), parts
+        return run
+
+    real = R.resolve_runtime
+
+    def compiled(c):
+        lines = real(c)
+        c.train.compile = True  # with or without a C++ compiler here
+        return lines
+
+    args = ["train.steps=6", "train.eval_every=6", "train.checkpoint_every=6", "diag.every=0", "train.grad_accum=2"]
+    with monkeypatch.context() as m:
+        m.setattr(loop.torch, "compile", broken)
+        m.setattr(R, "resolve_runtime", compiled)
+        s = loop.train(load_config("tiny", [*args, "train.compile=true"]), tmp_path / "c")
+    ref = loop.train(load_config("tiny", [*args, "train.compile=false"]), tmp_path / "e", quiet=True)
+    err = capsys.readouterr().err
+    assert "the model runs eager: torch.compile of it failed (RuntimeError: cannot compile this" in err
+    assert s["status"] == "completed" and s["compile_fallback_step"] == 1 and "compile_fallback_step" not in ref
+    assert_same_weights(tmp_path / "c", tmp_path / "e")  # bit for bit (the files' headers record the config)
+    assert s["val_bpb"] == ref["val_bpb"]
+
+
+def test_a_compiled_run_that_fails_later_is_not_hidden(tmp_path, cache, monkeypatch):
+    """Once a compiled step ran, a failure is the model's own: it ends the run (no silent switch to eager)."""
+    import normlab.train.resolve as R
+
+    calls = []
+
+    def flaky(model):
+        def run(*a, **k):
+            calls.append(1)
+            if len(calls) > 1:
+                raise RuntimeError("a failure of the model")
+            return model(*a, **k)
+        return run
+
+    real = R.resolve_runtime
+    monkeypatch.setattr(loop.torch, "compile", flaky)
+    monkeypatch.setattr(R, "resolve_runtime", lambda c: (real(c), setattr(c.train, "compile", True))[0])
+    with pytest.raises(RuntimeError, match="a failure of the model"):
+        loop.train(load_config("tiny", ["train.steps=4", "diag.every=0", "train.compile=true"]), tmp_path / "c",
+                   quiet=True)
+
+
+def test_a_compiled_run_compiles_model_and_loss_as_one_graph(tmp_path, cache, monkeypatch):
+    """``train.compile``: the compiled region is the forward and the loss together (one graph, captured once, whose
+    output is the loss: the logits never leave it; diagnostic steps run eager), and the run trains as the eager one
+    does (the graph runs the same ops: weights to fp32 round-off)."""
+    import torch
+
+    import normlab.train.resolve as R
+
+    graphs = []
+
+    def backend(gm, inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    real_compile, real_resolve = torch.compile, R.resolve_runtime
+    args = ["train.steps=6", "diag.every=3", "train.eval_every=6", "train.checkpoint_every=6"]
+    with monkeypatch.context() as m:
+        m.setattr(loop.torch, "compile", lambda fn, **k: real_compile(fn, backend=backend))
+        m.setattr(R, "resolve_runtime", lambda c: (real_resolve(c), setattr(c.train, "compile", True))[0])
+        s = loop.train(load_config("tiny", [*args, "train.compile=true"]), tmp_path / "c", quiet=True)
+    loop.train(load_config("tiny", [*args, "train.compile=false"]), tmp_path / "e", quiet=True)
+    assert len(graphs) == 1 and s["compile"] is True
+    ops = " ".join(str(n.target) for n in graphs[0].graph.nodes)
+    assert "cross_entropy" in ops and "linear" in ops  # model and loss in one graph
+    out = next(n for n in graphs[0].graph.nodes if n.op == "output")
+    first = out.args[0][0] if isinstance(out.args[0], (tuple, list)) else out.args[0]
+    assert first.meta["example_value"].dim() == 0  # the graph's first output is the scalar loss
+    from tests.helpers import weights
+
+    wa, wb = weights(tmp_path / "c"), weights(tmp_path / "e")
+    for k in wa:
+        torch.testing.assert_close(wa[k], wb[k], rtol=1e-5, atol=1e-6, msg=k)

@@ -90,6 +90,7 @@ def test_auto_resolution_and_records(tmp_path, cache, monkeypatch):
         monkeypatch.setattr(P, "_cached_probe",
                             lambda c, d, t=(fp32_s, bf16_s): {"fp32": t[0], "bf16": t[1], "ratio": t[0] / t[1]})
         assert P.resolve_precision(cfg, "cpu")[0] == want
+    monkeypatch.setattr(P, "has_triton", lambda: True)  # a CUDA machine's (this one may have no triton)
     assert P.resolve_compile("auto", "cpu")[0] is False and P.resolve_compile(True, "cuda")[0] is True
     # auto on CPU: on exactly from the payback work (when a C++ compiler exists), off below it
     assert P.resolve_compile("auto", "cpu", 0.99 * P.COMPILE_PAYBACK_FLOPS)[0] is False
@@ -122,26 +123,52 @@ def test_auto_resolution_and_records(tmp_path, cache, monkeypatch):
 
 def test_deterministic_kernels_switch_on_cuda_only_and_are_restored(monkeypatch):
     """``train.deterministic`` switches torch's deterministic algorithms on for a CUDA run only, sets a cuBLAS
-    workspace config where none is set (keeps a user's), and ``kept_determinism`` restores the setting after the run."""
+    workspace config where none is set (keeps a user's), and ``kept_determinism`` restores the setting after the run,
+    but keeps the cuBLAS workspace config (cuBLAS read it once, at the process's first handle)."""
     monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", "")  # records the undo, then unset for the test
     monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG")
     with P.kept_determinism():
-        assert P.use_deterministic_kernels("cpu", True) == "" and not torch.are_deterministic_algorithms_enabled()
-        assert "train.deterministic: false" in P.use_deterministic_kernels("cuda", False)
-        assert not torch.are_deterministic_algorithms_enabled()
-        assert "CUBLAS_WORKSPACE_CONFIG=:4096:8" in P.use_deterministic_kernels("cuda", True)
-        assert torch.are_deterministic_algorithms_enabled()
-    assert not torch.are_deterministic_algorithms_enabled() and "CUBLAS_WORKSPACE_CONFIG" not in os.environ
+        for value in (True, False, "auto"):  # a CPU switches nothing: its kernels are deterministic anyway
+            assert P.use_deterministic_kernels("cpu", value) == (True, "")
+            assert not torch.are_deterministic_algorithms_enabled()
+        det, why = P.use_deterministic_kernels("cuda", False)
+        assert not det and "train.deterministic: false" in why and "train.deterministic=true for exact" in why
+        det, why = P.use_deterministic_kernels("cuda", "auto")  # the default: the fast path on CUDA
+        assert not det and "auto: off on CUDA" in why and not torch.are_deterministic_algorithms_enabled()
+        det, why = P.use_deterministic_kernels("cuda", True)
+        assert det and "CUBLAS_WORKSPACE_CONFIG=:4096:8" in why and torch.are_deterministic_algorithms_enabled()
+    assert not torch.are_deterministic_algorithms_enabled() and os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
     monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":16:8")
     with P.kept_determinism():
-        assert ":16:8" in P.use_deterministic_kernels("cuda", True)
+        assert ":16:8" in P.use_deterministic_kernels("cuda", True)[1]
     assert not torch.are_deterministic_algorithms_enabled()
+
+
+def test_deterministic_auto_is_the_default_and_hashes_as_true(monkeypatch):
+    """``train.deterministic: auto`` is the default; it, and ``true`` (the default before), hash as a config without
+    the key (stored CPU runs keep their hashes); ``false`` is another run. On CUDA the resolved value is what
+    config.yaml records (``auto`` -> false), and a ``--resume`` config's ``auto`` takes the run's value."""
+    from normlab.config import RunConfig, config_from_dict
+
+    assert RunConfig().train.deterministic == "auto"
+    a, t, f = (config_from_dict({"train": {"deterministic": v}}) for v in ("auto", True, False))
+    assert a.hash() == t.hash() == config_from_dict({}).hash() != f.hash()
+    assert "deterministic" not in a.identity_dict()["train"]
+    cfg = load_config("tiny", ["train.compile=false", "train.precision=fp32"])
+    monkeypatch.setattr(P, "resolve_device", lambda name: ("cuda", "test"))
+    monkeypatch.setattr(P, "use_tf32", lambda dev, v: (True, ""))
+    with P.kept_determinism():
+        lines = P.resolve_runtime(cfg)
+    assert cfg.train.deterministic is False and any(line.startswith("deterministic no (auto: off") for line in lines)
+    base = load_config("tiny", [])
+    P.fill_auto(base, cfg)
+    assert base.train.deterministic is False
 
 
 def test_an_op_without_a_deterministic_kernel_is_a_one_line_error(tmp_path, cache, monkeypatch):
     """With deterministic algorithms on (train.deterministic on CUDA), torch refusing an operation ends the run with
     one line naming train.deterministic=false, exit 2, no traceback; any other RuntimeError stays a crash."""
-    import normlab.train.loop as L
+    import normlab.train.step as L  # the one training step (loop, stacked groups) computes the loss there
 
     def refuse(*a, **k):
         torch.use_deterministic_algorithms(True)  # as use_deterministic_kernels does on CUDA (restored by the run)
@@ -157,6 +184,83 @@ def test_an_op_without_a_deterministic_kernel_is_a_one_line_error(tmp_path, cach
     assert not torch.are_deterministic_algorithms_enabled()
     assert P.nondeterministic_op_error(RuntimeError("does not have a deterministic implementation")) is None  # off
     assert P.nondeterministic_op_error(ValueError("x")) is None
+
+
+# torch's message at a cuBLAS call with deterministic algorithms on and the variable unset (ATen/Context.cpp)
+CUBLAS_REFUSAL = ("Deterministic behavior was enabled with either `torch.use_deterministic_algorithms(True)` or "
+                  "`at::Context::setDeterministicAlgorithms(true)`, but this operation is not deterministic because it "
+                  "uses CuBLAS and you have CUDA >= 10.2. To enable deterministic behavior in this case, you must set "
+                  "an environment variable before running your PyTorch application: CUBLAS_WORKSPACE_CONFIG=:4096:8 "
+                  "or CUBLAS_WORKSPACE_CONFIG=:16:8. For more information, go to "
+                  "https://docs.nvidia.com/cuda/cublas/index.html#results-reproducibility")
+
+
+def test_cublas_workspace_refusal_is_one_line(tmp_path, cache, monkeypatch):
+    """cuBLAS refusing a matmul under deterministic algorithms (the variable unset or bad when it was read) ends the
+    run with one line naming the variable, its value here and the way out, exit 2, no traceback."""
+    import normlab.train.step as L
+
+    def refuse(*a, **k):
+        torch.use_deterministic_algorithms(True)
+        raise RuntimeError(CUBLAS_REFUSAL + "\nmore text")
+
+    monkeypatch.setattr(L, "lm_loss", refuse)
+    monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":0:0")
+    r = run_inproc("train", "tiny", *CLI_SMALL, "--set", "train.steps=2", "--out", str(tmp_path / "r"), cache=cache)
+    last = r.stderr.strip().splitlines()[-1]
+    assert r.returncode == 2 and "Traceback" not in r.stderr and "more text" not in r.stderr
+    assert last.startswith("error: train.deterministic: cuBLAS needs CUBLAS_WORKSPACE_CONFIG=:4096:8")
+    assert "':0:0'" in last
+    assert "train.deterministic=false" in last and not torch.are_deterministic_algorithms_enabled()
+    assert P.nondeterministic_op_error(RuntimeError(CUBLAS_REFUSAL)) is None  # deterministic algorithms off
+
+
+FIRST_TORCH_IMPORT = """
+import os, runpy, sys
+class Watch:
+    seen = None
+    def find_spec(self, name, path=None, target=None):
+        if name == "torch" and Watch.seen is None:
+            Watch.seen = os.environ.get("CUBLAS_WORKSPACE_CONFIG", "<unset>")
+            print("CUBLAS_AT_TORCH_IMPORT=" + Watch.seen, flush=True)
+        return None
+sys.meta_path.insert(0, Watch())
+entry, argv = sys.argv[1], sys.argv[2:]
+if argv:
+    sys.argv = [entry, *argv]
+    runpy.run_module(entry, run_name="__main__", alter_sys=True)
+else:
+    __import__(entry)
+    import torch  # what a caller does next
+"""
+
+
+@pytest.mark.parametrize("entry,args", [
+    ("normlab", ["train", "tiny", "--set", "train.steps=2", "--set", "train.eval_every=2", "--set", "diag.every=0"]),
+    ("normlab.api", []),  # a script that trains through the library
+    ("normlab.experiments.worker", []),  # a sweep worker process (python -m normlab.experiments.worker)
+    ("normlab.experiments.executors", []),  # a background sweep's process
+    ("normlab.demo", []),
+])
+def test_cublas_workspace_is_set_before_torch_is_first_imported(entry, args, tmp_path, cache):
+    """In every process that may train (the command, a DDP rank and the demo run ``normlab``'s entry; sweep workers,
+    background sweeps and scripts import normlab first), ``CUBLAS_WORKSPACE_CONFIG`` is set before torch is first
+    imported, so before any CUDA work: watched by an import hook in a fresh interpreter with the variable unset; it
+    is still set when the process ends."""
+    import subprocess
+    import sys
+
+    from tests.helpers import cli_env
+
+    env = {k: v for k, v in cli_env(cache).items() if k != "CUBLAS_WORKSPACE_CONFIG"}
+    extra = ["--out", str(tmp_path / "r")] if args else []
+    r = subprocess.run([sys.executable, "-c", FIRST_TORCH_IMPORT, entry, *args, *extra], env=env, cwd=tmp_path,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert P.CUBLAS_WORKSPACE == ":4096:8"  # the value normlab/__init__.py sets
+    assert r.stdout.splitlines()[0] == f"CUBLAS_AT_TORCH_IMPORT={P.CUBLAS_WORKSPACE}", r.stdout[:500]
+    if args:
+        assert summary(tmp_path / "r")["status"] == "completed"
 
 
 def test_deterministic_key_keeps_old_hashes_and_rejects_non_bools(tmp_path, cache):
@@ -239,7 +343,7 @@ def test_cuda_defaults_chosen_blind(monkeypatch):
     """On a (simulated) CUDA device: ``precision: auto`` is bf16 wherever the device supports it, with no timing
     probe (the probe would raise here); fp32 where it lacks bf16; ``train.tf32`` switches TF32 for fp32 matmuls on
     (auto, true) or off (false, strict fp32), on CUDA only, and ``kept_determinism`` restores it; ``deterministic:
-    auto`` keeps deterministic kernels, stops the NaN fill of new memory, and says so; ``true`` leaves the fill."""
+    true`` switches deterministic kernels on, stops the NaN fill of new memory, and says so."""
     import torch.utils.deterministic as D
 
     cfg = load_config("tiny")
@@ -258,10 +362,9 @@ def test_cuda_defaults_chosen_blind(monkeypatch):
         assert "train.tf32=false" in why
         assert P.use_tf32("cuda", False)[0] is False and not torch.backends.cuda.matmul.allow_tf32
         assert torch.get_float32_matmul_precision() == "highest"
-        assert "fill" not in P.use_deterministic_kernels("cuda", True) and D.fill_uninitialized_memory
-        why = P.use_deterministic_kernels("cuda", "auto")
-        assert why.startswith("yes (auto:") and torch.are_deterministic_algorithms_enabled()
-        assert not D.fill_uninitialized_memory
+        det, why = P.use_deterministic_kernels("cuda", True)
+        assert det and why.startswith("yes (set in the config") and torch.are_deterministic_algorithms_enabled()
+        assert not D.fill_uninitialized_memory and "not filled with NaN" in why
         P.use_tf32("cuda", True)
     assert (torch.backends.cuda.matmul.allow_tf32, D.fill_uninitialized_memory) == before
     assert not torch.are_deterministic_algorithms_enabled()
@@ -332,3 +435,14 @@ def test_tf32_switches_are_set_for_cuda_alone_and_restored_exactly(start):
         for name, value in pristine[0].items():
             P._knob(name).fp32_precision = value
     assert _tf32_reads() == pristine
+
+
+def test_compile_on_cuda_without_triton_runs_uncompiled(monkeypatch):
+    """``train.compile`` auto or true on a CUDA device where inductor has no working triton: uncompiled, with why
+    (a compile would fail at the first step)."""
+    monkeypatch.setattr(P, "has_triton", lambda: False)
+    for value in ("auto", True):
+        on, why = P.resolve_compile(value, "cuda")
+        assert not on and "no working triton" in why
+    monkeypatch.setattr(P, "has_triton", lambda: True)
+    assert P.resolve_compile("auto", "cuda") == (True, "auto: on for CUDA")

@@ -304,18 +304,20 @@ class _BackwardFails(torch.autograd.Function):
 def _group_with_broken_compile(tmp_path, cache, monkeypatch, broken, cfgs):
     """Train ``cfgs`` stacked with ``torch.compile`` replaced by ``broken`` and compile kept on (with or without a
     C++ compiler); returns the members' summaries."""
+    import normlab.train.resolve as R
     import normlab.train.stacked as S
 
-    monkeypatch.setattr(S.torch, "compile", broken)
-    real = S.resolve_runtime
+    real = R.resolve_runtime
 
     def resolve(c):
         lines = real(c)
         c.train.compile = True
         return lines
 
-    monkeypatch.setattr(S, "resolve_runtime", resolve)
-    return train_stacked(cfgs, [tmp_path / f"s{i}" for i in range(len(cfgs))])
+    with monkeypatch.context() as m:  # the group alone: the runs alone it is compared with resolve as they would
+        m.setattr(S.torch, "compile", broken)
+        m.setattr(R, "resolve_runtime", resolve)
+        return train_stacked(cfgs, [tmp_path / f"s{i}" for i in range(len(cfgs))])
 
 
 def _equal_alone(tmp_path, cache, extra, n):
@@ -348,25 +350,38 @@ def test_a_stacked_forward_that_cannot_compile_runs_eager(tmp_path, cache, monke
     _equal_alone(tmp_path, cache, extra, 2)
 
 
-def test_a_compile_that_fails_when_a_member_drops_out_runs_eager(tmp_path, cache, monkeypatch, capsys):
-    """The group size K changes when a member diverges, and torch.compile compiles anew for the new K; where that
-    compile fails (simulated: the compiled function raises for K = 2), the group falls back to eager then too, and
-    the members left equal their runs alone."""
-    def broken(fn):
-        def run(params, x, noise):
-            if x.shape[0] == 2:
-                raise RuntimeError("cannot compile this size")
-            return fn(params, x, noise)
-        return run
+def test_a_member_that_diverges_leaves_the_group_without_a_recompile(tmp_path, cache, monkeypatch):
+    """A compiled group keeps its shape when a member diverges: the member's slot is masked (placeholder weights, no
+    loss, nothing drawn from its data or RNG), so dynamo compiles the stacked forward once (a compile counter as
+    torch.compile's backend) and never again, and the healthy members finish equal to their runs alone."""
+    from torch._dynamo.testing import CompileCounter
 
-    extra = ["train.steps=4", "train.checkpoint_every=4"]
+    import normlab.train.resolve as R
+    import normlab.train.stacked as S
+
+    counter, real_compile, real_resolve = CompileCounter(), torch.compile, R.resolve_runtime
+    extra = ["train.steps=6", "train.checkpoint_every=6", "diag.every=0"]
     cfgs = _cfgs(cache, [*extra, "train.compile=true"])[:3]
-    cfgs[2].train.lr = 1e3  # diverges: the group goes on with K = 2
-    summaries = _group_with_broken_compile(tmp_path, cache, monkeypatch, broken, cfgs)
-    assert [s["status"] for s in summaries] == ["completed", "completed", "diverged"]
-    assert "torch.compile of it failed (RuntimeError)" in capsys.readouterr().out
-    assert summaries[0]["compile_fallback_step"] == summaries[2]["step"] + 1 > 1  # the first step with K = 2
-    _equal_alone(tmp_path, cache, extra, 2)
+    cfgs[1].train.lr = 1e3  # diverges in the first steps: the group goes on with the other two
+
+    def resolve(c):
+        lines = real_resolve(c)
+        c.train.compile = True  # with or without a C++ compiler here (the counter compiles nothing)
+        return lines
+
+    with monkeypatch.context() as m:
+        m.setattr(S.torch, "compile", lambda fn, **k: real_compile(fn, backend=counter))
+        m.setattr(R, "resolve_runtime", resolve)
+        summaries = train_stacked(cfgs, [tmp_path / f"s{i}" for i in range(3)])
+    assert [s["status"] for s in summaries] == ["completed", "diverged", "completed"]
+    assert summaries[1]["step"] < 6 and "compile_fallback_step" not in summaries[0]
+    assert counter.frame_count == 1  # one compile, for K = 3, kept after the divergence
+    alone = _cfgs(cache, [*extra, "train.compile=false"])
+    for i in (0, 2):
+        train(alone[i], tmp_path / f"a{i}", quiet=True)
+        wa, ws = weights(tmp_path / f"a{i}"), weights(tmp_path / f"s{i}")
+        for k in wa:
+            torch.testing.assert_close(ws[k], wa[k], rtol=1e-5, atol=1e-6, msg=k)
 
 
 # -- host reads: the CPU stand-in for torch.cuda.set_sync_debug_mode ---------------------------------------------------
@@ -505,3 +520,39 @@ def test_torch_s_vmap_fallback_note_stays_off_stderr(tmp_path, cache):
         train_stacked(_cfgs(cache, ["train.steps=1", "train.checkpoint_every=1", "train.compile=false"])[:2],
                       [tmp_path / "s0", tmp_path / "s1"], quiet=True)
     assert not [(w.filename, w.lineno) for w in seen if VMAP_FALLBACK_WARNING in str(w.message)]
+
+
+def test_a_member_that_fails_leaves_the_group_and_the_others_finish(tmp_path, cache, monkeypatch):
+    """One member's own step raises (simulated: its evaluation, at step 4 of 6): it leaves the group as failed, with
+    its error and no summary.json, masked from then on without a recompile (a compile counter as torch.compile's
+    backend), and the healthy members finish equal to their runs alone."""
+    from torch._dynamo.testing import CompileCounter
+
+    import normlab.train.resolve as R
+    import normlab.train.stacked as S
+
+    counter, real_compile, real_resolve = CompileCounter(), torch.compile, R.resolve_runtime
+    extra = ["train.steps=6", "train.checkpoint_every=2", "train.eval_every=2", "diag.every=0"]
+    cfgs = _cfgs(cache, [*extra, "train.compile=true"])[:3]
+    real_eval = S._Member.evaluate
+
+    def evaluate(self, record, lr, grad_norm):
+        if self.run_dir.name == "s1" and self.step == 4:
+            raise OSError("disk full")
+        return real_eval(self, record, lr, grad_norm)
+
+    with monkeypatch.context() as m:
+        m.setattr(S.torch, "compile", lambda fn, **k: real_compile(fn, backend=counter))
+        m.setattr(R, "resolve_runtime", lambda c: (real_resolve(c), setattr(c.train, "compile", True))[0])
+        m.setattr(S._Member, "evaluate", evaluate)
+        summaries = train_stacked(cfgs, [tmp_path / f"s{i}" for i in range(3)])
+    assert [s["status"] for s in summaries] == ["completed", "failed", "completed"]
+    assert summaries[1]["error"] == "OSError: disk full" and summaries[1]["step"] == 4
+    assert not (tmp_path / "s1" / "summary.json").exists() and (tmp_path / "s1" / "checkpoints").is_dir()
+    assert counter.frame_count == 1
+    alone = _cfgs(cache, [*extra, "train.compile=false"])
+    for i in (0, 2):
+        train(alone[i], tmp_path / f"a{i}", quiet=True)
+        wa, ws = weights(tmp_path / f"a{i}"), weights(tmp_path / f"s{i}")
+        for k in wa:
+            torch.testing.assert_close(ws[k], wa[k], rtol=1e-5, atol=1e-6, msg=k)
