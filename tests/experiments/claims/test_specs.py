@@ -187,12 +187,15 @@ def _body(text: str) -> list[str]:
 
 def test_docs_claims_md_is_what_render_writes_from_the_stored_results(tmp_path):
     """docs/claims.md is reproducible: `normlab claims --render docs/claims-full-2026-11-28.json --confirmation
-    docs/claims-confirm-2026-11-28.json --confirmation docs/claims-followup-2026-11-28.json --docs` writes it (the
+    docs/claims-confirm-2026-11-28.json --confirmation docs/claims-followup-2026-11-28.json --confirmation
+    docs/claims-rejudge-2026-12-07.json --docs` writes it (the
     line with the writing date aside). The stored run is a from-scratch full run, every claim under its current
     definition (the revisions listed on the page were made after the earlier run, below)."""
     report = _rendered("docs/claims-full-2026-11-28.json", tmp_path / "claims.md",
-                       "docs/claims-confirm-2026-11-28.json", "docs/claims-followup-2026-11-28.json")
+                       "docs/claims-confirm-2026-11-28.json", "docs/claims-followup-2026-11-28.json",
+                       "docs/claims-rejudge-2026-12-07.json")
     assert _body((tmp_path / "claims.md").read_text()) == _body(DOCS.read_text())
+    assert "## Measured again under the decision layer" in DOCS.read_text()
     by = {c["name"]: c for c in report["claims"]}
     # the state claims were measured before they declared at_init (their hash changed with it, revisions.yaml)
     assert {c["name"] for c in report["claims"] if not c["current_definition"]} == STATE_CLAIMS
@@ -252,6 +255,31 @@ def test_docs_claims_confirm_md_is_what_render_writes_and_confirms_every_revised
     # revised after these seeds: postln-warmup (2026-11-28) and the decision layer's rule changes (2026-12-07)
     assert {c["name"] for c in report["claims"] if c["exploratory"]} == {
         "postln-warmup", *(STATE_CLAIMS - {"cod-lns"}), "hadamard-w4", "peri-quant", "mano-rank"}
+
+
+def test_docs_claims_rejudge_md_is_what_render_writes_on_the_fresh_block(tmp_path):
+    """docs/claims-rejudge.md is `normlab claims --render docs/claims-rejudge-2026-12-07.json --docs
+    docs/claims-rejudge.md`; that run measured exactly the claims the decision layer re-judged, on seeds 9100-9104,
+    under their current definitions, after the revisions it answers (their time), none exploratory there, with
+    every model's final loss recorded for the guard and the state claims' at-init values."""
+    import json
+
+    from normlab.experiments.claims.budgets import REJUDGE_CLAIMS
+
+    report = _rendered("docs/claims-rejudge-2026-12-07.json", tmp_path / "rejudge.md")
+    assert _body((tmp_path / "rejudge.md").read_text().replace(
+        "--render docs/claims-rejudge-2026-12-07.json --docs", "--render docs/claims-rejudge-2026-12-07.json "
+        "--docs docs/claims-rejudge.md")) == _body((DOCS.parent / "claims-rejudge.md").read_text())
+    assert sorted(c["name"] for c in report["claims"]) == sorted(REJUDGE_CLAIMS)
+    assert all(c["seeds"] == list(range(9100, 9105)) and c["current_definition"] and not c["exploratory"]
+               for c in report["claims"])
+    stored = json.loads((DOCS.parent / "claims-rejudge-2026-12-07.json").read_text())
+    assert all("learn_bpb" in d for c in stored["claims"] for d in c["details"] if isinstance(d, dict))
+    by = {c["name"]: c for c in report["claims"]}
+    assert all(d.get("diff_init") is not None for d in by["cod-lns"]["details"])
+    assert by["cod-lns"]["verdict"] == by["cod-growth"]["verdict"] == PRESENT_AT_INIT
+    last = max((r.date, r.time) for c in CLAIMS if c.name in REJUDGE_CLAIMS for r in c.revised)
+    assert last[0] == stored["finished_utc"][:10] and stored["finished_utc"][11:] > last[1]
 
 
 def test_docs_claims_followup_md_is_what_render_writes_on_twelve_fresh_seeds(tmp_path):
