@@ -360,7 +360,8 @@ def advise(cfg: RunConfig, ev: dict[str, Any], *, from_dirs: list[Path] = (), ba
     """The whole answer as one JSON-able object (module docstring); writes the next sweep to ``sweep_path``."""
     target = target_record(cfg)
     decs = decisions(target, ev)
-    entries = [e for d in decs for part in ("decided", "undecided", "not_observable") for e in d[part]]
+    entries = [e for d in decs for part in ("decided", "decided_elsewhere", "undecided", "not_observable")
+               for e in d[part]]
     nxt = next_question(entries)
     if nxt is not None:
         spec = sweep_yaml(nxt["claim"], cfg, base, next_seeds(ev))
