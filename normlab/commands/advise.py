@@ -69,7 +69,7 @@ def run_advise(args: argparse.Namespace) -> int:
         prec = "bf16" if cfg.train.precision == "bf16" else "fp32"
         rate = (gemm_rate(prec), f"a 1024x1024 {prec} matmul on this CPU, measured now; a training step runs at "
                 "its own rate")
-    out = None if args.no_write else Path(args.write)
+    out = None if args.no_write or args.write is None else Path(args.write)
     res = advise(cfg, load_evidence(), from_dirs=[Path(d) for d in args.from_dirs], baseline=args.baseline,
                  rate=rate[0], rate_source=rate[1], sweep_path=out, base=base, scaling=load_scaling_evidence())
     # strict JSON (a non-finite number in the evidence as null); the text with control characters as escapes
@@ -101,7 +101,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     a.add_argument("--from", dest="from_dirs", nargs="+", default=[], metavar="DIR",
                    help="sweep directories to compare at equal steps and equal FLOPs")
     a.add_argument("--baseline", help="the variant the --from comparisons use (default: each sweep's first)")
-    a.add_argument("--write", default="advise-sweep.yaml", help="where the next question's sweep YAML goes")
-    a.add_argument("--no-write", action="store_true", help="do not write the sweep YAML")
+    a.add_argument("--write", metavar="FILE", help="write the next question's sweep YAML to FILE (nothing is written "
+                   "without it)")
+    a.add_argument("--no-write", action="store_true", help="write no sweep YAML (the default; kept for scripts)")
     a.add_argument("--json", action="store_true")
     a.set_defaults(func=run_advise)
