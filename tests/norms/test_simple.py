@@ -142,7 +142,8 @@ def test_derf_closed_form_and_options():
     torch.testing.assert_close(m.alpha.grad, (m.weight * x * derf).sum().reshape(1))
     torch.testing.assert_close(m.shift.grad, (m.weight * derf).sum().reshape(1))
     plain = build_norm("derf", D, affine=False)
-    assert plain.weight is None and plain.bias is None and [n for n, _ in plain.named_parameters()] == ["alpha", "shift"]
+    assert plain.weight is None and plain.bias is None
+    assert [n for n, _ in plain.named_parameters()] == ["alpha", "shift"]
     assert build_norm("derf", D).alpha.item() == 1.0 and build_norm("derf", D).shift.item() == 0.0
     for bad in ("auto", True, float("nan")):
         with pytest.raises(NormlabError, match="norm 'derf': alpha_init must be a finite number"):
