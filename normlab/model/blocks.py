@@ -3,10 +3,10 @@
 The placement (``normlab.model.placements``) decides which of the six norm sites hold a norm; the others are
 ``nn.Identity``. One forward covers every placement::
 
-    x = attn_post(x + a_attn * attn_out(attn(s * attn_in(x))))
-    x = mlp_post(x + a_mlp * mlp_out(mlp(s * mlp_in(x))))
+    x = attn_post(k * x + a_attn * attn_out(attn(s * attn_in(x))))
+    x = mlp_post(k * x + a_mlp * mlp_out(mlp(s * mlp_in(x))))
 
-Two modifiers, both constants chosen by the model builder:
+Three modifiers, constants chosen by the model builder:
 
 - ``s`` (``in_scale``): LayerNorm Scaling, Sun et al. 2025, "The Curse of Depth in Large Language Models":
   ``1/sqrt(l)`` for the block at depth ``l`` (1-based), 1 otherwise.
@@ -14,6 +14,8 @@ Two modifiers, both constants chosen by the model builder:
   when ``None``, one learnable scalar per branch initialised to 0 (ReZero, Bachlechner et al. 2020; SkipInit,
   De & Smith 2020), named ``attn_res_scale`` / ``mlp_res_scale``. At ``a = 0`` a block without post norms is the
   identity.
+- ``k`` (``skip_scale``): the factor on the skip path, DeepNorm's ``alpha = (2N)^(1/4)`` (Wang et al. 2022,
+  arXiv:2203.00555), 1 otherwise.
 """
 
 from __future__ import annotations
@@ -69,13 +71,14 @@ class Block(nn.Module):
     """One transformer block. ``norms`` maps site name -> module (missing sites become ``nn.Identity``).
 
     ``in_scale`` multiplies the input-norm outputs (LayerNorm Scaling); ``res_scale`` multiplies each branch
-    output before the residual addition (``None``: a learnable scalar per branch, initialised to 0).
+    output before the residual addition (``None``: a learnable scalar per branch, initialised to 0); ``skip_scale``
+    multiplies the skip path (DeepNorm).
     ``attn`` is any attention kind (normlab.attention): ``attn(x)`` or ``attn(x, state=...)``.
     ``x [B, T, d] -> [B, T, d]``.
     """
 
     def __init__(self, attn: nn.Module, mlp: nn.Module, norms: dict[str, nn.Module], *,
-                 in_scale: float = 1.0, res_scale: float | None = 1.0):
+                 in_scale: float = 1.0, res_scale: float | None = 1.0, skip_scale: float = 1.0):
         super().__init__()
         unknown_sites = set(norms) - set(SITES)
         if unknown_sites:
@@ -83,7 +86,7 @@ class Block(nn.Module):
         self.attn, self.mlp = attn, mlp
         for site in SITES:
             setattr(self, site, norms.get(site, nn.Identity()))
-        self.in_scale = in_scale
+        self.in_scale, self.skip_scale = in_scale, skip_scale
         if res_scale is None:
             self.attn_res_scale = nn.Parameter(torch.zeros(()))
             self.mlp_res_scale = nn.Parameter(torch.zeros(()))
@@ -93,9 +96,13 @@ class Block(nn.Module):
     def forward(self, x: torch.Tensor, state: AttentionState | None = None) -> torch.Tensor:
         """``state``: this block's attention decoding state (``GPT.step``), updated in place; None = full forward."""
         attn = self.attn if state is None else partial(self.attn, state=state)
-        x = self.attn_post(x + self.branch(x, self.attn_in, attn, self.attn_out, self.attn_res_scale))
-        x = self.mlp_post(x + self.branch(x, self.mlp_in, self.mlp, self.mlp_out, self.mlp_res_scale))
+        x = self.attn_post(self.skip(x) + self.branch(x, self.attn_in, attn, self.attn_out, self.attn_res_scale))
+        x = self.mlp_post(self.skip(x) + self.branch(x, self.mlp_in, self.mlp, self.mlp_out, self.mlp_res_scale))
         return x
+
+    def skip(self, x: torch.Tensor) -> torch.Tensor:
+        """The residual path ``k * x`` (``x`` itself when ``k`` is 1)."""
+        return x if self.skip_scale == 1.0 else x * self.skip_scale
 
     def branch(self, x: torch.Tensor, norm_in: nn.Module, f: Callable, norm_out: nn.Module,
                scale: float | torch.Tensor) -> torch.Tensor:

@@ -29,7 +29,7 @@ class ModelConfig:
 
     ``vocab_size`` is normally filled in from the tokenizer; ``context`` is the training sequence length.
     ``mlp_hidden`` (None = derived from ``mlp_ratio``) sets the MLP hidden size directly.
-    Placement keys (docs/placements.md): ``placement`` (pre, post, peri, output, mix), ``final_norm`` and
+    Placement keys (docs/placements.md): ``placement`` (pre, post, peri, output, mix, deepnorm), ``final_norm`` and
     ``embed_norm`` (None = the placement's default), ``mix_alpha`` (Mix-LN share of Post-LN blocks),
     ``layernorm_scaling`` (Curse of Depth, ``1/sqrt(l)`` on input-norm outputs), ``residual_scale``
     (``none``, ``fixed`` = ``1/sqrt(2L)``, ``learnable`` = one scalar per branch initialised to 0).
@@ -100,7 +100,7 @@ class ModelConfig:
                               aliases=("rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon", "norm_epsilon"))
     norm_options: dict[str, Any] = setting(help="extra options of the norm; key@group for one site group (attn, "
                                            "mlp, final, embed)", factory=dict)
-    placement: str = setting("pre", "where norms sit in a block: pre, post, peri, output or mix "
+    placement: str = setting("pre", "where norms sit in a block: pre, post, peri, output, mix or deepnorm "
                              "(docs/placements.md)", choices=tuple(PLACEMENTS))
     final_norm: bool | None = setting(None, "norm before the LM head (null: the placement's default)")
     embed_norm: bool | None = setting(None, "norm after the token embedding (null: the placement's default)")

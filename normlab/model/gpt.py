@@ -20,7 +20,15 @@ from normlab.attention.dropout import Dropout
 from normlab.model.blocks import MLP, Block
 from normlab.model.config import ModelConfig
 from normlab.model.outputs import apply_output
-from normlab.model.placements import block_sites, embed_norm_on, final_norm_on, layernorm_scale, residual_scale
+from normlab.model.placements import (
+    block_sites,
+    embed_norm_on,
+    final_norm_on,
+    init_gain,
+    layernorm_scale,
+    residual_scale,
+    skip_scale,
+)
 from normlab.norms import build_norm
 
 
@@ -62,7 +70,8 @@ class GPT(nn.Module):
                 cfg.width, cfg.mlp_ratio, cfg.activation, bias=cfg.bias, dropout=cfg.dropout, hidden=cfg.mlp_hidden
             )
             norms = {site: norm(site) for site in sorted(block_sites(cfg, l))}
-            blocks.append(Block(attn, mlp, norms, in_scale=layernorm_scale(cfg, l), res_scale=residual_scale(cfg)))
+            blocks.append(Block(attn, mlp, norms, in_scale=layernorm_scale(cfg, l), res_scale=residual_scale(cfg),
+                                skip_scale=skip_scale(cfg)))
         self.blocks = nn.ModuleList(blocks)
         self.final_norm = norm("final") if final_norm_on(cfg) else nn.Identity()
         self.lm_head = nn.Linear(cfg.width, cfg.vocab_size, bias=cfg.head_bias)
@@ -148,14 +157,23 @@ def init_weights(model: GPT, cfg: ModelConfig) -> None:
     ``init_std / sqrt(2L)`` for the residual-stream writers (attention and MLP output projections).
     Norm parameters keep the values their own constructors give them. With ``activation: selu`` the linears get
     LeCun-normal init ``N(0, 1/fan_in)`` instead (Klambauer et al. 2017, self-normalizing networks).
+    DeepNorm (``placement: deepnorm``, Wang et al. 2022) replaces the ``1/sqrt(2L)`` scale by its ``beta =
+    (8N)^(-1/4)`` on the weights torchscale scales: every MLP matrix, the attention output projection and the value
+    rows of the fused ``qkv`` projection (``N(0, beta * init_std)``; queries and keys keep ``init_std``).
     """
+    beta = init_gain(cfg)
     for name, m in model.named_modules():
         if isinstance(m, nn.Linear):
             if cfg.activation == "selu":
                 std = 1.0 / math.sqrt(m.in_features)
+            elif beta is not None:
+                std = cfg.init_std * beta if name.endswith((".mlp.fc", ".mlp.gate", ".proj")) else cfg.init_std
             else:
                 std = cfg.init_std / math.sqrt(2 * cfg.depth) if name.endswith(".proj") else cfg.init_std
             nn.init.normal_(m.weight, 0.0, std)
+            if beta is not None and cfg.activation != "selu" and name.endswith(".attn.qkv"):
+                with torch.no_grad():  # the value third of [q; k; v] (AttentionBase.qkv: rows 2w..3w)
+                    m.weight[2 * m.weight.shape[0] // 3:].mul_(beta)
             if m.bias is not None:
                 nn.init.zeros_(m.bias)
         elif isinstance(m, nn.Embedding):
