@@ -72,13 +72,16 @@ class Block(nn.Module):
 
     ``in_scale`` multiplies the input-norm outputs (LayerNorm Scaling); ``res_scale`` multiplies each branch
     output before the residual addition (``None``: a learnable scalar per branch, initialised to 0); ``skip_scale``
-    multiplies the skip path (DeepNorm).
+    multiplies the skip path (DeepNorm). ``connections`` (attention, MLP): hyper-connection modules
+    (normlab.model.streams) that replace the residual additions; the block then maps ``h [B, T, n, d] -> [B, T, n,
+    d]``: ``x_in, h_res, post, _ = hc(h)``; ``h = hc.depth(branch(x_in), h_res, post)`` per sublayer.
     ``attn`` is any attention kind (normlab.attention): ``attn(x)`` or ``attn(x, state=...)``.
     ``x [B, T, d] -> [B, T, d]``.
     """
 
     def __init__(self, attn: nn.Module, mlp: nn.Module, norms: dict[str, nn.Module], *,
-                 in_scale: float = 1.0, res_scale: float | None = 1.0, skip_scale: float = 1.0):
+                 in_scale: float = 1.0, res_scale: float | None = 1.0, skip_scale: float = 1.0,
+                 connections: tuple[nn.Module, nn.Module] | None = None):
         super().__init__()
         unknown_sites = set(norms) - set(SITES)
         if unknown_sites:
@@ -87,6 +90,7 @@ class Block(nn.Module):
         for site in SITES:
             setattr(self, site, norms.get(site, nn.Identity()))
         self.in_scale, self.skip_scale = in_scale, skip_scale
+        self.attn_hc, self.mlp_hc = connections if connections is not None else (None, None)
         if res_scale is None:
             self.attn_res_scale = nn.Parameter(torch.zeros(()))
             self.mlp_res_scale = nn.Parameter(torch.zeros(()))
@@ -96,6 +100,12 @@ class Block(nn.Module):
     def forward(self, x: torch.Tensor, state: AttentionState | None = None) -> torch.Tensor:
         """``state``: this block's attention decoding state (``GPT.step``), updated in place; None = full forward."""
         attn = self.attn if state is None else partial(self.attn, state=state)
+        if self.attn_hc is not None:  # residual streams h [B, T, n, d] (normlab.model.streams)
+            inp, res, post, _ = self.attn_hc(x)
+            x = self.attn_hc.depth(self.branch(inp, self.attn_in, attn, self.attn_out, self.attn_res_scale), res, post)
+            inp, res, post, _ = self.mlp_hc(x)
+            return self.mlp_hc.depth(self.branch(inp, self.mlp_in, self.mlp, self.mlp_out, self.mlp_res_scale), res,
+                                     post)
         x = self.attn_post(self.skip(x) + self.branch(x, self.attn_in, attn, self.attn_out, self.attn_res_scale))
         x = self.mlp_post(self.skip(x) + self.branch(x, self.mlp_in, self.mlp, self.mlp_out, self.mlp_res_scale))
         return x

@@ -11,7 +11,8 @@ from normlab.attention.linear import CONV_SOURCES, GATES
 from normlab.attention.softmax import QK_NORM_SCOPES
 from normlab.errors import NormlabError
 from normlab.model.outputs import OUTPUTS
-from normlab.model.placements import IN_SITES, OUT_SITES, PLACEMENTS, sites_used
+from normlab.model.placements import IN_SITES, OUT_SITES, PLACEMENTS, sites_used, skip_scale
+from normlab.model.streams import residual_names
 from normlab.norms import build_norm, get_norm_class, norm_names
 from normlab.norms.registry import auto_embed_scale, resolve_norm_options
 from normlab.validate import POS, UNIT_OPEN_HI, I, R, check_param_total, check_section, setting
@@ -108,6 +109,13 @@ class ModelConfig:
     layernorm_scaling: bool = setting(False, "scale input-norm outputs of block l by 1/sqrt(l) (Curse of Depth)")
     residual_scale: str = setting("none", "residual branch scale: none, fixed 1/sqrt(2L), or learnable (a scalar "
                                   "per branch, init 0)", choices=RESIDUAL_SCALES)
+    residual: str = setting("add", "residual stream: add (one stream), hc (hyper-connections) or mhc (manifold-"
+                            "constrained hyper-connections) (docs/streams.md)", choices=residual_names)
+    streams: int = setting(4, "residual streams n of hc / mhc (the expansion rate; ignored by add)", range=I(1, 64),
+                           aliases=("num_residual_streams", "hyper_connection_count", "expansion_rate"))
+    hc_dynamic: bool = setting(True, "hc / mhc: per-token dynamic maps on top of the static ones (false: static)")
+    sinkhorn_iters: int = setting(20, "mhc: Sinkhorn-Knopp iterations of the doubly stochastic projection",
+                                  range=I(0, 1000))
     embed_scale: str = setting("auto", "token-embedding scale: auto (as the norm asks), none, fixed sqrt(width) or "
                                "learnable", choices=EMBED_SCALES)
     embed_scale_init: float | None = setting(None, "(initial) embedding scale (null: sqrt(width), or 1/init_std for "
@@ -146,6 +154,14 @@ class ModelConfig:
 
     def _validate_placement(self) -> None:
         used = sites_used(self)
+        if self.residual != "add":
+            if used & {"attn_post", "mlp_post"} or skip_scale(self) != 1.0:
+                raise NormlabError(f"model.residual '{self.residual}' mixes residual streams around each sublayer, "
+                                   f"which placement '{self.placement}' normalises after the addition: use pre, peri "
+                                   "or output")
+            if get_norm_class(self.norm).compressed_stream:
+                raise NormlabError(f"model.residual '{self.residual}' with model.norm '{self.norm}': the compressed "
+                                   "stream holds one stream of width - 1 coordinates; use add")
         if self.layernorm_scaling and not used & set(IN_SITES):
             raise NormlabError(
                 f"model.layernorm_scaling scales input-norm outputs, but placement '{self.placement}' has no input "

@@ -29,6 +29,7 @@ from normlab.model.placements import (
     residual_scale,
     skip_scale,
 )
+from normlab.model.streams import build_connections
 from normlab.norms import build_norm
 
 
@@ -71,7 +72,8 @@ class GPT(nn.Module):
             )
             norms = {site: norm(site) for site in sorted(block_sites(cfg, l))}
             blocks.append(Block(attn, mlp, norms, in_scale=layernorm_scale(cfg, l), res_scale=residual_scale(cfg),
-                                skip_scale=skip_scale(cfg)))
+                                skip_scale=skip_scale(cfg), connections=build_connections(cfg, l)))
+        self.streams = cfg.streams if cfg.residual != "add" else 0  # 0: one plain stream [B, T, d]
         self.blocks = nn.ModuleList(blocks)
         self.final_norm = norm("final") if final_norm_on(cfg) else nn.Identity()
         self.lm_head = nn.Linear(cfg.width, cfg.vocab_size, bias=cfg.head_bias)
@@ -99,8 +101,12 @@ class GPT(nn.Module):
         if self.pos_emb is not None:
             x = x + self.pos_emb(torch.arange(offset, offset + T, device=idx.device))
         x = self.drop(self.embed_norm(x))
+        if self.streams:  # hyper-connections: copy into n streams [B, T, n, d]; summed before the final norm
+            x = x.unsqueeze(-2).expand(*x.shape[:-1], self.streams, x.shape[-1])
         for l, block in enumerate(self.blocks):
             x = block(x, None if state is None else state[l])
+        if self.streams:
+            x = x.sum(-2)
         logits = self.lm_head(self.final_norm(x))
         if self.cfg.logit_softcap is not None:  # Gemma 2 final-logit softcap, train and eval
             logits = softcap(logits, self.cfg.logit_softcap)

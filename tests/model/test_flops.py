@@ -92,3 +92,24 @@ def test_a_run_summary_records_flops_and_wall_time_per_token(run):
     cfg = open_config(run).model
     assert s["flops_per_token"] == count_flops(cfg).training
     assert s["wall_s_per_token"] == pytest.approx(s["elapsed_s"] / s["tokens_seen"])
+
+
+@pytest.mark.parametrize("kw", [
+    {"residual": "hc", "streams": 4},
+    {"residual": "hc", "streams": 3, "hc_dynamic": False},
+    {"residual": "mhc", "streams": 4, "sinkhorn_iters": 5},
+    {"residual": "mhc", "streams": 2, "placement": "peri", "activation": "swiglu"},
+], ids=lambda kw: ",".join(f"{k}={v}" for k, v in kw.items()))
+def test_stream_connections_matmul_flops_equal_flop_counter_mode(kw):
+    """Hyper-connections add the stream mixing ``[n + 1, n] @ [n, d]`` and the dynamic maps' ``[n, d] @ [d, n + 1]``
+    and ``[n, d] @ [d]`` per connection: the whole model's matmuls equal FlopCounterMode's exactly."""
+    cfg = ModelConfig(vocab_size=97, context=T, width=32, depth=2, heads=4, attn_softcap=50.0, **kw)
+    count = count_flops(cfg)
+    assert count.matmul + count.attention == _reference(cfg)
+    base = count_flops(ModelConfig(vocab_size=97, context=T, width=32, depth=2, heads=4, attn_softcap=50.0,
+                                   **{k: v for k, v in kw.items() if k not in ("residual", "streams", "hc_dynamic",
+                                                                                "sinkhorn_iters")}))
+    n, d, conns = kw["streams"], 32, 4
+    per = 2 * (n + 1) * n * d + (2 * n * d * (n + 1) + 2 * n * d if kw.get("hc_dynamic", True) else 0)
+    assert count.matmul - base.matmul == conns * per  # written out: what the connections add
+    assert count.elementwise > base.elementwise and not count.not_counted
