@@ -42,12 +42,13 @@ def composite_gain(h_res: list[torch.Tensor]) -> dict[str, float]:
 
 
 def connections(model: nn.Module) -> list[nn.Module]:
-    """The model's stream connections in the order its forward applies them (attention then MLP, per block)."""
+    """The model's multi-stream connections (HC, mHC; not nGPT's single stream) in the order its forward applies them
+    (attention then MLP, per block)."""
     out = []
     for blk in getattr(model, "blocks", []):
         for name in ("attn_hc", "mlp_hc"):
             m = getattr(blk, name, None)
-            if m is not None:
+            if m is not None and getattr(m, "multi_stream", False):
                 out.append(m)
     return out
 

@@ -20,6 +20,7 @@ Three modifiers, constants chosen by the model builder:
 
 from __future__ import annotations
 
+import math
 from functools import partial
 from typing import Callable
 
@@ -37,12 +38,13 @@ class MLP(nn.Module):
     approximation of GELU (Hendrycks & Gimpel 2016; GPT-2's ``gelu_new``); ``swiglu`` (Shazeer 2020):
     ``proj(silu(fc(x)) * gate(x))`` with hidden size ``2/3`` of the gelu one (equal parameter count);
     ``selu`` (Klambauer et al. 2017, self-normalizing networks; pair with ``model.norm: none``, LeCun-normal init).
+    ``ngpt`` adds nGPT's scales ``s_u``, ``s_v`` of the pre-activations (``suv``).
     ``hidden`` (``model.mlp_hidden``) sets the hidden size directly instead (e.g. an imported HF model's
     ``intermediate_size``). ``x [B, T, d] -> [B, T, d]``; ``proj`` writes to the residual stream.
     """
 
     def __init__(self, width: int, ratio: float, activation: str, *, bias: bool, dropout: float,
-                 hidden: int | None = None):
+                 hidden: int | None = None, ngpt: bool = False):
         super().__init__()
         self.activation = activation
         if hidden is None:
@@ -54,12 +56,22 @@ class MLP(nn.Module):
         self.fc = nn.Linear(width, hidden, bias=bias)
         self.proj = nn.Linear(hidden, width, bias=bias)
         self.drop = Dropout(dropout)
+        # nGPT (Loshchilov et al. 2025, eq. 20-21): the pre-activations scaled by s_u, s_v, stored as the authors do
+        # (init 1, used as suv * sqrt(width)); [u | v] = [gate | fc] for swiglu, [fc] otherwise
+        self.suv_scale = math.sqrt(width)
+        self.suv = nn.Parameter(torch.ones(hidden * (2 if activation == "swiglu" else 1))) if ngpt else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.activation == "swiglu":
-            h = F.silu(self.fc(x)) * self.gate(x)
+            u, v = self.gate(x), self.fc(x)
+            if self.suv is not None:
+                su, sv = (self.suv * self.suv_scale).chunk(2)
+                u, v = u * su, v * sv
+            h = F.silu(v) * u
         else:
             h = self.fc(x)
+            if self.suv is not None:
+                h = h * (self.suv * self.suv_scale)
             if self.activation == "selu":
                 h = F.selu(h)
             else:

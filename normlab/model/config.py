@@ -12,7 +12,7 @@ from normlab.attention.softmax import QK_NORM_SCOPES
 from normlab.errors import NormlabError
 from normlab.model.outputs import OUTPUTS
 from normlab.model.placements import IN_SITES, OUT_SITES, PLACEMENTS, sites_used, skip_scale
-from normlab.model.streams import residual_names
+from normlab.model.streams import get_connection_class, residual_names
 from normlab.norms import build_norm, get_norm_class, norm_names
 from normlab.norms.registry import auto_embed_scale, resolve_norm_options
 from normlab.validate import POS, UNIT_OPEN_HI, I, R, check_param_total, check_section, setting
@@ -109,13 +109,15 @@ class ModelConfig:
     layernorm_scaling: bool = setting(False, "scale input-norm outputs of block l by 1/sqrt(l) (Curse of Depth)")
     residual_scale: str = setting("none", "residual branch scale: none, fixed 1/sqrt(2L), or learnable (a scalar "
                                   "per branch, init 0)", choices=RESIDUAL_SCALES)
-    residual: str = setting("add", "residual stream: add (one stream), hc (hyper-connections) or mhc (manifold-"
-                            "constrained hyper-connections) (docs/streams.md)", choices=residual_names)
+    residual: str = setting("add", "residual stream: add (one stream), hc (hyper-connections), mhc (manifold-"
+                            "constrained hyper-connections) or ngpt (the hypersphere update) (docs/streams.md)",
+                            choices=residual_names)
     streams: int = setting(4, "residual streams n of hc / mhc (the expansion rate; ignored by add)", range=I(1, 64),
                            aliases=("num_residual_streams", "hyper_connection_count", "expansion_rate"))
     hc_dynamic: bool = setting(True, "hc / mhc: per-token dynamic maps on top of the static ones (false: static)")
     sinkhorn_iters: int = setting(20, "mhc: Sinkhorn-Knopp iterations of the doubly stochastic projection",
                                   range=I(0, 1000))
+    ngpt_alpha_init: float = setting(0.05, "ngpt: initial eigen learning rates alpha_A, alpha_M", range=POS)
     embed_scale: str = setting("auto", "token-embedding scale: auto (as the norm asks), none, fixed sqrt(width) or "
                                "learnable", choices=EMBED_SCALES)
     embed_scale_init: float | None = setting(None, "(initial) embedding scale (null: sqrt(width), or 1/init_std for "
@@ -159,6 +161,8 @@ class ModelConfig:
                 raise NormlabError(f"model.residual '{self.residual}' mixes residual streams around each sublayer, "
                                    f"which placement '{self.placement}' normalises after the addition: use pre, peri "
                                    "or output")
+            if self.normalized:
+                self._validate_ngpt()
             if get_norm_class(self.norm).compressed_stream:
                 raise NormlabError(f"model.residual '{self.residual}' with model.norm '{self.norm}': the compressed "
                                    "stream holds one stream of width - 1 coordinates; use add")
@@ -174,6 +178,28 @@ class ModelConfig:
                         f"model.norm_options: placement '{self.placement}' needs a learnable output-norm gain; "
                         "affine=false may only apply to the final and embed groups (affine@final, affine@embed)"
                     )
+
+    def _validate_ngpt(self) -> None:
+        """nGPT normalises the hidden states itself and its weight rows after every step: the pairs it has no
+        meaning with are refused (docs/streams.md)."""
+        need = [("model.norm", self.norm, "none"), ("model.tie_embeddings", self.tie_embeddings, False),
+                ("model.attention", self.attention, "softmax"), ("model.qk_norm", self.qk_norm, False),
+                ("model.bias", self.bias, False), ("model.final_norm", bool(self.final_norm), False),
+                ("model.embed_norm", bool(self.embed_norm), False), ("model.head_bias", self.head_bias, False),
+                ("model.positions", self.positions if self.positions == "learned" else "rope", "rope")]
+        for key, got, want in need:
+            if got != want:
+                raise NormlabError(f"model.residual 'ngpt' needs {key}: {str(want).lower()} (nGPT normalises the "
+                                   f"hidden states and weight rows itself), got {str(got).lower()}")
+        if self.embed_scale not in ("auto", "none") or self.logit_softcap is not None or self.output != "softmax":
+            raise NormlabError("model.residual 'ngpt' reads unit-norm embeddings and scales its logits by s_z: "
+                               "model.embed_scale auto or none, no model.logit_softcap, model.output softmax")
+
+    @property
+    def normalized(self) -> bool:
+        """Whether the residual kind is nGPT's hypersphere (its class declares ``normalized``): unit-norm
+        embeddings, weight rows and hidden states, scaled q/k, s_u / s_v and scaled logits."""
+        return bool(getattr(get_connection_class(self.residual), "normalized", False))
 
     def norm_kwargs(self, group: str) -> dict[str, Any]:
         """Options for a norm at a site of ``group`` (``attn``, ``mlp``, ``final``, ``embed``).

@@ -29,7 +29,7 @@ from normlab.model.placements import (
     residual_scale,
     skip_scale,
 )
-from normlab.model.streams import build_connections
+from normlab.model.streams import build_connections, get_connection_class, unit
 from normlab.norms import build_norm
 
 
@@ -67,19 +67,22 @@ class GPT(nn.Module):
         blocks = []
         for l in range(cfg.depth):
             attn = build_attention(cfg, rope)
-            mlp = MLP(
-                cfg.width, cfg.mlp_ratio, cfg.activation, bias=cfg.bias, dropout=cfg.dropout, hidden=cfg.mlp_hidden
-            )
+            mlp = MLP(cfg.width, cfg.mlp_ratio, cfg.activation, bias=cfg.bias, dropout=cfg.dropout,
+                      hidden=cfg.mlp_hidden, ngpt=cfg.normalized)
             norms = {site: norm(site) for site in sorted(block_sites(cfg, l))}
             blocks.append(Block(attn, mlp, norms, in_scale=layernorm_scale(cfg, l), res_scale=residual_scale(cfg),
                                 skip_scale=skip_scale(cfg), connections=build_connections(cfg, l)))
-        self.streams = cfg.streams if cfg.residual != "add" else 0  # 0: one plain stream [B, T, d]
+        conn = get_connection_class(cfg.residual)
+        self.streams = cfg.streams if conn is not None and conn.multi_stream else 0  # 0: one stream [B, T, d]
         self.blocks = nn.ModuleList(blocks)
         self.final_norm = norm("final") if final_norm_on(cfg) else nn.Identity()
         self.lm_head = nn.Linear(cfg.width, cfg.vocab_size, bias=cfg.head_bias)
         if cfg.tie_embeddings:
             self.lm_head.weight = self.tok_emb.weight
+        # nGPT's scaled logits s_z [vocab], stored as the authors do: init 1/sqrt(width), used as s_z * sqrt(width)
+        self.logit_scale = nn.Parameter(torch.full((cfg.vocab_size,), cfg.width ** -0.5)) if cfg.normalized else None
         init_weights(self, cfg)
+        self.after_optimizer_step()  # nGPT: the weights start on the hypersphere
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None):
         logits = self.run(idx)
@@ -108,9 +111,26 @@ class GPT(nn.Module):
         if self.streams:
             x = x.sum(-2)
         logits = self.lm_head(self.final_norm(x))
+        if self.logit_scale is not None:  # nGPT: z = s_z * (W_head h), eq. 23
+            logits = logits * (self.logit_scale * math.sqrt(self.cfg.width))
         if self.cfg.logit_softcap is not None:  # Gemma 2 final-logit softcap, train and eval
             logits = softcap(logits, self.cfg.logit_softcap)
         return apply_output(logits, self.cfg.output)  # model.output: softmax (unchanged) or log StableMax
+
+    @torch.no_grad()
+    def after_optimizer_step(self) -> None:
+        """What the model needs after each optimizer update (the training loop calls it once per step): for nGPT
+        (``model.residual: ngpt``; Loshchilov et al. 2025, Sec. 2.6; the authors' ``normalize_matrices``) every
+        embedding and matrix renormalised to unit norm along the embedding dimension -- the rows of the readers
+        (token embedding, LM head, ``qkv``, MLP ``fc`` / ``gate``: ``[out, d]``) and the columns of the writers
+        (attention and MLP ``proj``: ``[d, in]``). Nothing for the other models."""
+        if not self.cfg.normalized:
+            return
+        for name, m in self.named_modules():
+            if isinstance(m, nn.Embedding):
+                m.weight.copy_(unit(m.weight, 1))
+            elif isinstance(m, nn.Linear):
+                m.weight.copy_(unit(m.weight, 0 if name.endswith(".proj") else 1))
 
     def init_state(self, batch_size: int) -> list[AttentionState]:
         """Empty incremental-decoding state for ``batch_size`` sequences: one ``AttentionState`` per block (KV cache

@@ -1,5 +1,5 @@
-"""Residual streams as a choice: the plain residual addition, hyper-connections (HC) and manifold-constrained
-hyper-connections (mHC), looked up by name (``model.residual``) in one registry.
+"""Residual streams as a choice: the plain residual addition, hyper-connections (HC), manifold-constrained
+hyper-connections (mHC) and nGPT's hypersphere update, looked up by name (``model.residual``) in one registry.
 
 A model with ``n = model.streams`` residual streams carries ``h [B, T, n, d]`` instead of ``x [B, T, d]``: the
 embedding is copied into every stream (expansion), and the streams are summed before the final norm (reduction),
@@ -105,6 +105,11 @@ class _StreamRMSNorm(nn.Module):
         return F.normalize(h, dim=-1) * self.scale * (self.gamma + 1)
 
 
+def unit(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    """``x / ||x||_2`` along ``dim`` (nGPT's ``justnorm``; no eps, as the authors' code)."""
+    return x / x.norm(p=2, dim=dim, keepdim=True)
+
+
 class _Connection(nn.Module):
     """Shared parameters of HC and mHC around sublayer ``layer`` with ``streams`` streams of width ``dim``.
 
@@ -119,8 +124,11 @@ class _Connection(nn.Module):
     # every parameter here parametrises an identity-like map (or a gate on it): weight decay would pull the static
     # maps towards zero, so the optimizer puts the module's parameters in the no-decay group (normlab.train.optim)
     no_weight_decay = True
+    multi_stream = True  # the model carries n streams [B, T, n, d]
+    normalized = False  # nGPT: the model's facts that go with a hypersphere residual (GPT, attention, MLP)
 
-    def __init__(self, streams: int, dim: int, layer: int, *, dynamic: bool = True, sinkhorn_iters: int = 20):
+    def __init__(self, streams: int, dim: int, layer: int, *, dynamic: bool = True, sinkhorn_iters: int = 20,
+                 alpha_init: float = 0.05):
         super().__init__()
         n = streams
         self.streams, self.dim, self.layer, self.dynamic, self.sinkhorn_iters = n, dim, layer, dynamic, sinkhorn_iters
@@ -188,7 +196,8 @@ class HyperConnection(_Connection):
 
     description = "n residual streams mixed by learnable (static + dynamic) width and depth connections"
 
-    def __init__(self, streams: int, dim: int, layer: int, *, dynamic: bool = True, sinkhorn_iters: int = 20):
+    def __init__(self, streams: int, dim: int, layer: int, *, dynamic: bool = True, sinkhorn_iters: int = 20,
+                 alpha_init: float = 0.05):
         super().__init__(streams, dim, layer, dynamic=dynamic, sinkhorn_iters=sinkhorn_iters)
         if dynamic:
             self.dynamic_alpha_scale = nn.Parameter(torch.full((), 1e-2))
@@ -217,7 +226,8 @@ class ManifoldHyperConnection(_Connection):
 
     description = "hyper-connections with a doubly stochastic (Sinkhorn-Knopp) stream mixing and non-negative gates"
 
-    def __init__(self, streams: int, dim: int, layer: int, *, dynamic: bool = True, sinkhorn_iters: int = 20):
+    def __init__(self, streams: int, dim: int, layer: int, *, dynamic: bool = True, sinkhorn_iters: int = 20,
+                 alpha_init: float = 0.05):
         super().__init__(streams, dim, layer, dynamic=dynamic, sinkhorn_iters=sinkhorn_iters)
         if dynamic:
             self.pre_branch_scale = nn.Parameter(torch.full((1,), 1e-2))
@@ -247,10 +257,56 @@ class ManifoldHyperConnection(_Connection):
         return 4.0 * (n + 1) + 4.0 * n + n * n * (2 + 8 * self.sinkhorn_iters)
 
 
+@register_residual("ngpt", "Loshchilov et al. 2025, nGPT: Normalized Transformer with Representation Learning on the "
+                           "Hypersphere (ICLR 2025, arXiv:2410.01131)")
+class HypersphereStep(nn.Module):
+    """nGPT's residual update on the unit hypersphere (Loshchilov, Hsieh, Sun & Ginsburg 2025, arXiv:2410.01131,
+    eqs. 10-11; code NVIDIA/ngpt ``Block.forward``)::
+
+        h <- Norm(h + |alpha| * (Norm(F(h)) - h))        Norm(x) = x / ||x||_2,  alpha [d] the eigen learning rate
+
+    ``alpha`` (``alpha_A`` around attention, ``alpha_M`` around the MLP) is stored scaled as the authors do:
+    parameter ``alpha [d]`` initialised to ``1/sqrt(d)``, used as ``alpha * (alpha_init * sqrt(d))`` (so its
+    effective learning rate is ``sqrt(d)`` times the optimizer's; ``alpha_init`` 0.05, ``model.ngpt_alpha_init``).
+    The branch reads ``h`` itself (no input norm: ``h`` is unit-norm). ``forward(h [B, T, d]) -> (h, h, None,
+    None)``; ``depth(y [B, T, d], h, None) -> [B, T, d]`` unit-norm. The other parts of nGPT (unit-norm
+    embeddings and weight rows, scaled q/k, s_u / s_v, scaled logits) are the model's (``normalized = True``;
+    normlab.model.gpt, docs/streams.md).
+    """
+
+    description = "nGPT: hidden states on the unit hypersphere, updated by eigen learning rates"
+    no_weight_decay = True
+    multi_stream = False
+    normalized = True
+
+    def __init__(self, streams: int, dim: int, layer: int, *, dynamic: bool = True, sinkhorn_iters: int = 20,
+                 alpha_init: float = 0.05):
+        super().__init__()
+        self.dim, self.layer, self.alpha_init, self.base = dim, layer, alpha_init, 1.0 / math.sqrt(dim)
+        self.streams = 1
+        self.alpha = nn.Parameter(torch.full((dim,), self.base))
+
+    def forward(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, None, None]:
+        return h, h, None, None
+
+    def depth(self, y: torch.Tensor, h: torch.Tensor, _post: Any = None) -> torch.Tensor:
+        lr = (self.alpha * (self.alpha_init / self.base)).abs()
+        a = unit(h)
+        return unit(a + lr * (unit(y) - a))
+
+    def flops_per_token(self) -> dict[str, float]:
+        """Three unit normalisations (square, sum, divide: 3 per element) and the update (subtract, multiply, add)
+        per token; no matmul (the residual add is counted by the block)."""
+        return {"matmul": 0.0, "elementwise": 9.0 * self.dim + 2.0 * self.dim}
+
+    def extra_repr(self) -> str:
+        return f"dim={self.dim}, layer={self.layer}, alpha_init={self.alpha_init}"
+
+
 def build_connections(cfg: Any, block: int) -> tuple[nn.Module, nn.Module] | None:
     """The (attention, MLP) connections of block ``block`` for ``cfg`` (a ModelConfig), None for ``add``."""
     cls = get_connection_class(cfg.residual)
     if cls is None:
         return None
-    kw: dict[str, Any] = dict(dynamic=cfg.hc_dynamic, sinkhorn_iters=cfg.sinkhorn_iters)
+    kw: dict[str, Any] = dict(dynamic=cfg.hc_dynamic, sinkhorn_iters=cfg.sinkhorn_iters, alpha_init=cfg.ngpt_alpha_init)
     return (cls(cfg.streams, cfg.width, 2 * block, **kw), cls(cfg.streams, cfg.width, 2 * block + 1, **kw))

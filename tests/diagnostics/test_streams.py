@@ -56,8 +56,9 @@ def test_probe_reads_the_product_of_static_maps():
 
 def test_training_diagnostics_record_the_gain_for_stream_models_only():
     torch.manual_seed(0)
-    for residual, expect in (("mhc", True), ("add", False)):
-        m = build_model(ModelConfig(vocab_size=32, context=8, width=16, depth=4, heads=2, residual=residual))
+    for residual, expect in (("mhc", True), ("add", False), ("ngpt", False)):
+        ngpt = dict(norm="none", tie_embeddings=False) if residual == "ngpt" else {}
+        m = build_model(ModelConfig(vocab_size=32, context=8, width=16, depth=4, heads=2, residual=residual, **ngpt))
         diag = TrainDiagnostics(m, DiagConfig(every=1))
         diag.start_step(0)
         _, loss = m(torch.randint(0, 32, (2, 8)), torch.randint(0, 32, (2, 8)))

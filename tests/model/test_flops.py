@@ -39,6 +39,7 @@ def _reference(cfg: ModelConfig) -> float:
     {"attention": "nala", "positions": "none"},
     {"attention": "transnormer", "linear_chunk": 12},
     {"norm": "crmsnorm", "attn_softcap": 50.0},  # the width - 1 residual stream
+    {"residual": "ngpt", "norm": "none", "tie_embeddings": False, "attn_softcap": 50.0},  # nGPT: no new matmul
 ], ids=lambda kw: ",".join(f"{k}={v}" for k, v in kw.items()))
 def test_matmul_flops_equal_flop_counter_mode(kw):
     cfg = ModelConfig(vocab_size=97, context=T, width=32, depth=2, heads=4, **kw)
@@ -113,3 +114,13 @@ def test_stream_connections_matmul_flops_equal_flop_counter_mode(kw):
     per = 2 * (n + 1) * n * d + (2 * n * d * (n + 1) + 2 * n * d if kw.get("hc_dynamic", True) else 0)
     assert count.matmul - base.matmul == conns * per  # written out: what the connections add
     assert count.elementwise > base.elementwise and not count.not_counted
+
+
+def test_ngpt_counts_its_normalisations_and_scalings():
+    """nGPT adds no matmul; per token it adds per connection 3 unit normalisations and the update (11 d), the
+    scaled q/k (10 d per block), s_u / s_v (one multiply per MLP pre-activation) and s_z (one per logit)."""
+    kw = dict(vocab_size=97, context=T, width=32, depth=2, heads=4, norm="none", tie_embeddings=False)
+    ngpt, plain = count_flops(ModelConfig(**kw, residual="ngpt")), count_flops(ModelConfig(**kw))
+    d, L, hidden = 32, 2, 128
+    assert ngpt.matmul == plain.matmul and ngpt.attention == plain.attention
+    assert ngpt.elementwise - plain.elementwise == 2 * L * 11 * d + L * 10 * d + L * hidden + 97

@@ -115,7 +115,7 @@ def test_streams_params_are_not_weight_decayed():
 
 
 def test_listed_and_bad_config_is_one_line():
-    assert residual_names() == ["add", "hc", "mhc"]
+    assert residual_names() == ["add", "hc", "mhc", "ngpt"]
     for model, fragment in [({"residual": "hyper"}, "model.residual"),
                             ({"residual": "hc", "placement": "post"}, "use pre, peri or output"),
                             ({"residual": "mhc", "placement": "deepnorm"}, "use pre, peri or output"),
@@ -130,8 +130,9 @@ def test_listed_and_bad_config_is_one_line():
 @pytest.mark.parametrize("residual", residual_names())
 def test_every_residual_kind_and_placement_trains_and_evaluates(residual, placement):
     torch.manual_seed(0)
+    ngpt = dict(norm="none", tie_embeddings=False) if residual == "ngpt" else {}  # its required pairs
     m = build_model(ModelConfig(vocab_size=50, context=16, width=32, depth=2, heads=4, residual=residual,
-                                placement=placement, streams=3, dropout=0.1))
+                                placement=placement, streams=3, dropout=0.1, **ngpt))
     opt = torch.optim.AdamW(m.parameters(), lr=1e-2)
     idx = torch.randint(0, 50, (4, 12))
     before = {n: p.detach().clone() for n, p in m.named_parameters() if "_hc." in n}
