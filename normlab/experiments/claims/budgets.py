@@ -121,7 +121,7 @@ REJUDGE_CLAIMS = ("cod-growth", "cod-lns", "peri-massive", "peri-variance-magnit
                   "mano-rank", "qk-lr-sensitivity", "postln-lr-sensitivity", "peri-lr-sensitivity")
 REJUDGE_SEED_BASE = 9100  # a block no shipped question uses (the blocks above, advise's 8000s, replications +10000)
 
-# the residual-stream and normalization-free papers of issue 53 (hyper-connections, mHC, nGPT, DeepNorm, Derf; their
+# the residual-stream and normalization-free papers (hyper-connections, mHC, nGPT, DeepNorm, Derf; their
 # claims declared in defs/ before any of their runs): ``full``'s models on a block no shipped question uses (the
 # blocks above, advise's 8000s, rejudge's 9100s, replications +10000, advise's replication 18000s)
 FRONTIER_CLAIMS = ("mhc-composite-gain", "hc-lr-sensitivity", "hc-vs-pre", "ngpt-fewer-steps",

@@ -55,7 +55,7 @@ class Variant:
 DYT_LLAMA = {"norm": "dyt", "tie_embeddings": False, "embed_scale": "learnable", "embed_scale_init": 64.0,
              "norm_options": {"bias": False, "alpha_init": "auto"}}
 MIX_LN = {"placement": "mix", "mix_alpha": 0.25}
-# the residual-stream papers (issue 53, docs/streams.md): hyper-connections with 4 streams, dynamic (Zhu et al. 2025,
+# the residual-stream papers (docs/streams.md): hyper-connections with 4 streams, dynamic (Zhu et al. 2025,
 # their LM runs: n = 4, DHC), mHC with the paper's 20 Sinkhorn iterations; nGPT with what it requires (no norm at any
 # site, untied head) and its recipe's training side: no weight decay, no warm-up (NVIDIA/ngpt train.py)
 HC = {"residual": "hc", "streams": 4}
