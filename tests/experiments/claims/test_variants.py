@@ -85,7 +85,8 @@ def test_variants_are_named_keyword_configs_evaluated_on_the_budget():
 def test_frontier_variants_build_what_their_claims_name():
     """The residual-stream papers' variants: HC / mHC with 4 streams, nGPT for a quarter of the grid's steps with its
     recipe (no norm, untied, no weight decay, no warm-up; every evaluation and checkpoint at its own last step),
-    DeepNorm deep without warm-up, Derf and DyT in the Derf authors' GPT-2 recipe (alpha 1.0, bias, learnable embedding scale)."""
+    DeepNorm deep without warm-up, Derf and DyT in the Derf authors' GPT-2 recipe (alpha 1.0, bias, learnable
+    embedding scale)."""
     from normlab.experiments.claims.budgets import get_budget
     from normlab.experiments.claims.variants import recipe, variant_config
 
