@@ -163,14 +163,17 @@ def test_the_derived_tables_are_the_hand_written_ones_they_replace():
     assert {k: d.facts.identity for k, d in KEYS.items() if d.facts.identity != "kept"} == {
         "train.track": "dropped", "train.track_required": "dropped", "train.stack": "dropped",
         "train.deterministic": "dropped at default", "train.tf32": "dropped at default",
-        "diag.probes": "dropped at default"}
+        "diag.probes": "dropped at default",
+        # the residual-stream keys (docs/streams.md): every earlier run trained with their defaults
+        **{f"model.{k}": "dropped at default" for k in ("residual", "streams", "hc_dynamic", "sinkhorn_iters",
+                                                        "ngpt_alpha_init")}}
 
 
 def test_identity_drops_the_declared_keys_as_the_hand_written_rule_did():
     """``identity_dict`` (the config hash's input) against the rule it replaces, written out here: ``train.track``,
     ``track_required`` and ``stack`` always out; ``deterministic`` out when ``True`` (and ``"auto"``, its default
-    since issue 55, which hashes as ``True`` did), ``tf32`` when ``"auto"``, ``diag.probes`` when ``False``; for
-    every combination of those keys' values."""
+    since issue 55, which hashes as ``True`` did), ``tf32`` when ``"auto"``, ``diag.probes`` when ``False``, the
+    residual-stream keys at their defaults; for every combination of those keys' values."""
     import itertools
 
     def by_hand(cfg):
@@ -183,6 +186,10 @@ def test_identity_drops_the_declared_keys_as_the_hand_written_rule_did():
             del d["train"]["tf32"]
         if d["diag"]["probes"] is False:
             del d["diag"]["probes"]
+        for k, default in (("residual", "add"), ("streams", 4), ("hc_dynamic", True), ("sinkhorn_iters", 20),
+                           ("ngpt_alpha_init", 0.05)):  # the residual-stream keys at their defaults
+            if d["model"][k] == default:
+                del d["model"][k]
         return d
 
     for det, tf32, probes, stack in itertools.product(["true", "false", "auto"], ["auto", "true", "false"],

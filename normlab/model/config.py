@@ -111,13 +111,16 @@ class ModelConfig:
                                   "per branch, init 0)", choices=RESIDUAL_SCALES)
     residual: str = setting("add", "residual stream: add (one stream), hc (hyper-connections), mhc (manifold-"
                             "constrained hyper-connections) or ngpt (the hypersphere update) (docs/streams.md)",
-                            choices=residual_names)
+                            choices=residual_names, identity="dropped at default")
     streams: int = setting(4, "residual streams n of hc / mhc (the expansion rate; ignored by add)", range=I(1, 64),
-                           aliases=("num_residual_streams", "hyper_connection_count", "expansion_rate"))
-    hc_dynamic: bool = setting(True, "hc / mhc: per-token dynamic maps on top of the static ones (false: static)")
+                           aliases=("num_residual_streams", "hyper_connection_count", "expansion_rate"),
+                           identity="dropped at default")
+    hc_dynamic: bool = setting(True, "hc / mhc: per-token dynamic maps on top of the static ones (false: static)",
+                               identity="dropped at default")
     sinkhorn_iters: int = setting(20, "mhc: Sinkhorn-Knopp iterations of the doubly stochastic projection",
-                                  range=I(0, 1000))
-    ngpt_alpha_init: float = setting(0.05, "ngpt: initial eigen learning rates alpha_A, alpha_M", range=POS)
+                                  range=I(0, 1000), identity="dropped at default")
+    ngpt_alpha_init: float = setting(0.05, "ngpt: initial eigen learning rates alpha_A, alpha_M", range=POS,
+                                     identity="dropped at default")
     embed_scale: str = setting("auto", "token-embedding scale: auto (as the norm asks), none, fixed sqrt(width) or "
                                "learnable", choices=EMBED_SCALES)
     embed_scale_init: float | None = setting(None, "(initial) embedding scale (null: sqrt(width), or 1/init_std for "

@@ -146,3 +146,15 @@ def test_every_residual_kind_and_placement_trains_and_evaluates(residual, placem
     m.eval()
     with torch.no_grad():
         assert torch.isfinite(m(idx)).all()
+
+
+def test_a_plain_run_keeps_its_config_hash():
+    """The residual-stream keys came later: at their defaults they are not part of a run's identity, so a Pre-LN
+    config hashes as before they existed; a stream config hashes differently."""
+    from normlab.config import RunConfig
+
+    plain = RunConfig()
+    d = plain.identity_dict()["model"]
+    assert not {"residual", "streams", "hc_dynamic", "sinkhorn_iters", "ngpt_alpha_init"} & set(d)
+    hc = config_from_dict({"model": {"residual": "hc"}})
+    assert hc.identity_dict()["model"]["residual"] == "hc" and hc.hash() != plain.hash()
