@@ -43,7 +43,7 @@ def test_overrides_are_typed():
         ({"model": {"depth": 2.5}}, "model.depth must be int"),
         ({"train": {"lr": True}}, "train.lr must be float"),
         ({"model": {"norm": "batchnorn2"}}, "allowed: "),
-        ({"model": {"placement": "middle"}}, "allowed: mix, output, peri, post, pre"),
+        ({"model": {"placement": "middle"}}, "allowed: deepnorm, mix, output, peri, post, pre"),
         ({"model": {"width": 65, "heads": 4}}, "divisible"),
         ({"model": "big"}, "must be a mapping"),
         ({"train": {"steps": 0}}, "train.steps must be >= 1"),
@@ -145,12 +145,14 @@ def test_non_default_names_every_key_set_away_from_its_default():
 
 def test_the_derived_tables_are_the_hand_written_ones_they_replace():
     """The ranges and other tools' names, now read from the fields' declarations, are exactly the two tables that
-    held them before (``validate.RANGES``, 46 keys, and ``aliases.KEY_ALIASES``, 72 names): their digest. A
-    deliberate change of a range or an alias changes it here too."""
+    held them before (``validate.RANGES``, 46 keys, and ``aliases.KEY_ALIASES``, 72 names), plus the residual-stream
+    keys added since (ranges of ``model.streams``, ``sinkhorn_iters``, ``ngpt_alpha_init``; the aliases
+    ``num_residual_streams``, ``hyper_connection_count``, ``expansion_rate``): their digest. A deliberate change of a
+    range or an alias changes it here too."""
     blob = json.dumps({"ranges": {k: dataclasses.astuple(r) for k, r in RANGES.items()},
                        "aliases": {k: list(v) for k, v in KEY_ALIASES.items()}}, sort_keys=True)
-    assert (len(RANGES), len(KEY_ALIASES)) == (46, 72)
-    assert hashlib.sha256(blob.encode()).hexdigest()[:16] == "1b60a068b8e63789"
+    assert (len(RANGES), len(KEY_ALIASES)) == (49, 75)
+    assert hashlib.sha256(blob.encode()).hexdigest()[:16] == "c274365d7cfb9034"
     assert KEY_ALIASES["intermediate_size"] == ("model.mlp_ratio", "normlab takes the ratio intermediate_size / width")
     # the key lists that were written by hand next to the banner and the config hash
     assert set(RUNTIME_KEYS) == {"device", "train.precision", "train.compile", "train.threads", "train.tf32",
@@ -161,14 +163,17 @@ def test_the_derived_tables_are_the_hand_written_ones_they_replace():
     assert {k: d.facts.identity for k, d in KEYS.items() if d.facts.identity != "kept"} == {
         "train.track": "dropped", "train.track_required": "dropped", "train.stack": "dropped",
         "train.deterministic": "dropped at default", "train.tf32": "dropped at default",
-        "diag.probes": "dropped at default"}
+        "diag.probes": "dropped at default",
+        # the residual-stream keys (docs/streams.md): every earlier run trained with their defaults
+        **{f"model.{k}": "dropped at default" for k in ("residual", "streams", "hc_dynamic", "sinkhorn_iters",
+                                                        "ngpt_alpha_init")}}
 
 
 def test_identity_drops_the_declared_keys_as_the_hand_written_rule_did():
     """``identity_dict`` (the config hash's input) against the rule it replaces, written out here: ``train.track``,
     ``track_required`` and ``stack`` always out; ``deterministic`` out when ``True`` (and ``"auto"``, its default
-    since issue 55, which hashes as ``True`` did), ``tf32`` when ``"auto"``, ``diag.probes`` when ``False``; for
-    every combination of those keys' values."""
+    since issue 55, which hashes as ``True`` did), ``tf32`` when ``"auto"``, ``diag.probes`` when ``False``, the
+    residual-stream keys at their defaults; for every combination of those keys' values."""
     import itertools
 
     def by_hand(cfg):
@@ -181,6 +186,10 @@ def test_identity_drops_the_declared_keys_as_the_hand_written_rule_did():
             del d["train"]["tf32"]
         if d["diag"]["probes"] is False:
             del d["diag"]["probes"]
+        for k, default in (("residual", "add"), ("streams", 4), ("hc_dynamic", True), ("sinkhorn_iters", 20),
+                           ("ngpt_alpha_init", 0.05)):  # the residual-stream keys at their defaults
+            if d["model"][k] == default:
+                del d["model"][k]
         return d
 
     for det, tf32, probes, stack in itertools.product(["true", "false", "auto"], ["auto", "true", "false"],

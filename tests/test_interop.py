@@ -183,6 +183,7 @@ def test_imported_gpt2_converts_and_diagnoses(corpus, cache, tmp_path):
     (dict(norm="rmsnorm", activation="swiglu", placement="output"), "qk_norm_scope"),
     (dict(norm="rmsnorm", activation="swiglu", placement="peri"), "model.embed_norm: true"),
     (dict(layernorm_scaling=True), "layernorm_scaling"),
+    (dict(residual="hc"), "model.residual 'hc'"),  # n streams: no HF family carries them
 ])
 def test_export_refuses_configs_without_an_exact_counterpart(kw, fragment, corpus, cache, tmp_path):
     run = make_run(tmp_path, "run", corpus, **kw)

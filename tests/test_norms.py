@@ -155,7 +155,8 @@ def test_auto_embed_scale_is_declared_by_the_norm_class(norm_name):
 
     kind = auto_embed_scale(norm_name)
     assert kind in EMBED_SCALES and kind != "auto"
-    assert kind == ("learnable" if norm_name == "dyt" else "none")  # the only norm whose paper scales embeddings
+    # the norms whose authors scale the embeddings: DyT (LLaMA recipe) and Derf (nanoGPT patch)
+    assert kind == ("learnable" if norm_name in ("dyt", "derf") else "none")
     m = build_model(ModelConfig(vocab_size=20, context=8, width=16, depth=1, heads=2, norm=norm_name))
     assert ("embed_scale" in dict(m.named_parameters())) == (kind == "learnable")
 

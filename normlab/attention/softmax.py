@@ -15,6 +15,12 @@ Options:
 - ``alibi`` (Press et al. 2022): adds ``-m_h (i - j)`` to the scores; SDPA with an additive float mask (or the
   explicit path together with a softcap, after the cap as in the score pipeline ``cap -> bias -> mask``).
 
+- ``ngpt`` (nGPT, Loshchilov et al. 2025, arXiv:2410.01131, eq. 15-16; set by ``model.residual: ngpt``): after RoPE,
+  ``q <- s_qk * q / ||q||``, ``k <- s_qk * k / ||k||`` per head, and the softmax scale ``sqrt(head_dim)`` instead of
+  ``1 / sqrt(head_dim)`` (applied by multiplying q by ``head_dim``, so SDPA keeps its scale). ``s_qk`` is the
+  parameter ``sqk [width]`` (per head ``[heads, head_dim]``), stored as the authors do: initialised to
+  ``1/sqrt(width)`` and used as ``sqk * sqrt(width)`` (1 at init).
+
 Instability probe: ``logit_probe`` (None by default) is called as ``logit_probe(q, k)`` with the queries and keys
 that enter the scores (after QK-norm and RoPE; ``[B, H, Tq, hd]``, ``[B, H, Tk, hd]``); the training diagnostics
 set it on diagnostic steps to record the largest pre-softmax logit (attention logit growth, Wortsman et al. 2023).
@@ -70,12 +76,12 @@ class CausalSelfAttention(AttentionBase):
     @classmethod
     def from_config(cls, cfg, rope: RotaryEmbedding | None, **common) -> "CausalSelfAttention":
         return cls(cfg.width, cfg.heads, qk_norm=cfg.qk_norm, norm_eps=cfg.norm_eps, qk_norm_scope=cfg.qk_norm_scope,
-                   softcap=cfg.attn_softcap, alibi=cfg.positions == "alibi", rope=rope, **common)
+                   softcap=cfg.attn_softcap, alibi=cfg.positions == "alibi", rope=rope, ngpt=cfg.normalized, **common)
 
     def __init__(self, width: int, heads: int, *, in_width: int | None = None, out_width: int | None = None,
                  bias: bool = False, dropout: float = 0.0, rope: RotaryEmbedding | None = None,
                  qk_norm: bool = False, norm_eps: float = 1e-6, softcap: float | None = None, alibi: bool = False,
-                 qk_norm_scope: str = "head"):
+                 qk_norm_scope: str = "head", ngpt: bool = False):
         super().__init__(width, heads, in_width=in_width, out_width=out_width, bias=bias, dropout=dropout)
         self.rope = rope
         self.softcap = softcap
@@ -86,6 +92,8 @@ class CausalSelfAttention(AttentionBase):
             self.k_norm = RMSNorm(dim, eps=norm_eps)
         else:
             self.q_norm = self.k_norm = None
+        self.sqk_base = 1.0 / math.sqrt(width)
+        self.sqk = torch.nn.Parameter(torch.full((width,), self.sqk_base)) if ngpt else None
         self.register_buffer("alibi_slopes", alibi_slopes(heads).float() if alibi else None, persistent=False)
         self.logit_probe = None
 
@@ -93,7 +101,8 @@ class CausalSelfAttention(AttentionBase):
         """``x [B, T, in_width] -> q, k, v [B, H, T, head_dim]`` with QK-norm and RoPE (positions from ``offset``)."""
         if self.rope is not None and self.q_norm is None:  # q and k rotated together, in the projection's layout
             B, T, _ = x.shape
-            return self.rope.rotate_split(self.qkv(x).view(B, T, 3, self.heads, self.head_dim), offset)
+            return self.hypersphere(*self.rope.rotate_split(self.qkv(x).view(B, T, 3, self.heads, self.head_dim),
+                                                            offset))
         q, k, v = self.split_heads(x)
         if self.q_norm is not None and self.qk_norm_scope == "width":  # [B, H, T, hd] -> [B, T, width] and back
             B, H, T, D = q.shape
@@ -103,7 +112,16 @@ class CausalSelfAttention(AttentionBase):
             q, k = self.q_norm(q), self.k_norm(k)
         if self.rope is not None:
             q, k = self.rope(q, k, offset)
-        return q, k, v
+        return self.hypersphere(q, k, v)
+
+    def hypersphere(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """nGPT's scaled q/k (``ngpt``; else unchanged): ``s_qk * q / ||q|| * head_dim`` and ``s_qk * k / ||k||``,
+        ``[B, H, T, hd]``."""
+        if self.sqk is None:
+            return q, k, v
+        s = (self.sqk * (1.0 / self.sqk_base)).view(self.heads, 1, self.head_dim)
+        q = s * (q / q.norm(p=2, dim=-1, keepdim=True)) * self.head_dim  # SDPA's 1/sqrt(hd) -> sqrt(hd)
+        return q, s * (k / k.norm(p=2, dim=-1, keepdim=True)), v
 
     def forward(self, x: torch.Tensor, state: AttentionState | None = None) -> torch.Tensor:
         q, k, v = self.project(x, state.pos if state is not None else 0)
@@ -134,7 +152,9 @@ class CausalSelfAttention(AttentionBase):
         element)."""
         per_score = 7 + (3 if self.softcap is not None else 0) + (1 if self.alibi_slopes is not None else 0)
         rope = 3 * (t_q + t_k) * self.width if self.rope is not None else 0
-        return {"matmul": 4.0 * t_q * t_k * self.width, "elementwise": float(per_score * self.heads * t_q * t_k + rope)}
+        ngpt = 10 * t_q * self.width if self.sqk is not None else 0  # q, k: square, sum, divide, gain, (q) scale
+        return {"matmul": 4.0 * t_q * t_k * self.width,
+                "elementwise": float(per_score * self.heads * t_q * t_k + rope + ngpt)}
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         """``q [B, H, Tq, hd]`` (the last ``Tq`` positions), ``k, v [B, H, Tk, hd]`` -> ``[B, H, Tq, hd]``."""

@@ -232,14 +232,17 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     cl = sub.add_parser("claims", help="re-measure published normalization claims with seeds and 95%% CIs")
     cl.add_argument("--only", metavar="NAME", help="run only these claims (comma-separated names)")
     cl.add_argument("--seeds", type=int_in(1, 1000), help="number of seeds (default: the budget's)")
-    cl.add_argument("--budget", choices=["tiny", "quick", "full", "scale", "confirm", "followup", "rejudge"],
+    cl.add_argument("--budget", choices=["tiny", "quick", "full", "scale", "confirm", "followup", "rejudge",
+                                         "frontier"],
                     default="quick",
                     help="tiny: seconds (tests); quick: < 15 min on 2 cores; full: about 1 h on 2 idle cores, "
                          "writes docs/claims.md; scale: the claims not decided at width 64, at 12 blocks of width "
                          "256 on a GPU (refused in one line without CUDA); confirm: full's runs on the fresh seed "
                          "block 6000-6004 for the claims revised after a verdict on seeds 0-4; followup: full's runs "
                          "on 12 seeds of the fresh block 7000-7011 for the claims whose verdicts differed between "
-                         "two 5-seed confirmations (supersedes confirm's verdicts for them)")
+                         "two 5-seed confirmations (supersedes confirm's verdicts for them); frontier: full's runs on "
+                         "the fresh block 23000-23004 for the claims of hyper-connections, mHC, nGPT, DeepNorm and "
+                         "Derf (docs/streams.md)")
     cl.add_argument("--out", help="results and runs directory (default: runs/claims-<budget>); re-run to resume")
     cl.add_argument("--workers", type=int_in(1, 1024), help="parallel training processes (default: 2, tiny: 1)")
     cl.add_argument("--reuse", metavar="SWEEP_DIR", help="copy runs with exactly the same resolved config from this "

@@ -2,7 +2,9 @@
 
 ``capture_stream(model, idx)`` returns the stream entering block 0 and every block's output,
 ``[L + 1]`` tensors of shape ``[B, T, d]`` (index 0 = embeddings after the optional embedding norm, index
-``l + 1`` = output of block ``l``), and the logits ``[B, T, vocab]``.
+``l + 1`` = output of block ``l``), and the logits ``[B, T, vocab]``. A model with ``n`` residual streams
+(hyper-connections, mHC: ``[B, T, n, d]``; normlab.model.streams) is captured as the sum of its streams, the vector
+its final norm reads.
 """
 
 from __future__ import annotations
@@ -80,4 +82,5 @@ def capture_stream(model: nn.Module, idx: torch.Tensor) -> Stream:
         logits = model(idx)
     if not blocks:  # a model without blocks: the stream is whatever reaches the final norm (not captured)
         raise ValueError("model has no blocks")
-    return Stream([inputs[0], *outputs], logits)  # type: ignore[list-item]
+    hidden = [h if h.dim() == 3 else h.sum(-2) for h in (inputs[0], *outputs)]  # n streams: their sum
+    return Stream(hidden, logits)  # type: ignore[arg-type]

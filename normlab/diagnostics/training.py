@@ -18,6 +18,8 @@ What is recorded (flat numeric keys in ``metrics.jsonl``, one record per diagnos
   positions whose float32 softmax is exactly one-hot (sum of exponentials exactly 1, as the authors' logger counts
   it), and of logits beyond the float32 ``exp`` range (normlab.diagnostics.collapse; the loop passes the logits and
   targets to :meth:`TrainDiagnostics.observe_output`);
+- ``diag/hc_gain_fwd``, ``diag/hc_gain_bwd``: the gain of the composite residual mapping of a model with residual
+  streams (hyper-connections, mHC; normlab.diagnostics.streams);
 - ``diag/tev_mean``, ``diag/tev_std``: Token Embedding Variability (Chung et al. 2024), and
   ``diag/head_rms_inf_norm``, ``diag/head_spectral_norm``: the output layer's operator norms (Filatov et al. 2025;
   normlab.diagnostics.weightnorms), of the weights as they are after the step's backward, before the update;
@@ -44,6 +46,7 @@ from torch import nn
 from normlab.config import DiagConfig
 from normlab.diagnostics.collapse import softmax_collapse
 from normlab.diagnostics.instability import InstabilityProbe
+from normlab.diagnostics.streams import StreamGainProbe
 from normlab.diagnostics.weightnorms import weight_norm_tensors
 from normlab.model.placements import SITES
 
@@ -203,6 +206,7 @@ class TrainDiagnostics:
         self._moments: dict[str, _Moments] = {}
         self._record: dict[str, Any] = {}
         self.probe = InstabilityProbe(model)
+        self.streams = StreamGainProbe(model)
         self._collapse: list[Any] = [0, 0, 0, 0]  # collapsed positions, beyond-exp logits, positions, logits
 
     def is_diag_step(self, step: int) -> bool:
@@ -241,6 +245,7 @@ class TrainDiagnostics:
         for name, m in norm_modules(self.model).items():
             self._handles.append(m.register_forward_hook(stat(f"norm/{name}")))
         self.probe.attach()
+        self.streams.attach()
 
     def observe_output(self, logits: torch.Tensor, targets: torch.Tensor) -> None:
         """Count Softmax Collapse in a micro-batch's ``logits [B, T, V]`` against ``targets [B, T]`` (diagnostic
@@ -256,6 +261,7 @@ class TrainDiagnostics:
             h.remove()
         self._handles = []
         self.probe.detach()
+        self.streams.detach()
 
     def after_backward(self, step: int, loss: float) -> None:
         """Spike check on ``loss``; on a diagnostic step also the gradient norms and the activation statistics.
@@ -273,8 +279,10 @@ class TrainDiagnostics:
                 dev[f"#s/{key}"], dev[f"#ss/{key}"] = m.s, m.ss
             dev.update(grad_norms(self.model))
             probe, weights = self.probe.tensors(), weight_norm_tensors(self.model)
+            gains = self.streams.tensors()
             dev.update(probe)
             dev.update(weights)
+            dev.update(gains)
             if isinstance(self._collapse[2], torch.Tensor):  # observed (counts on the device)
                 dev.update(zip(("#collapsed", "#beyond", "#positions", "#logits"), self._collapse))
             got = read_once(dev, set())
@@ -289,6 +297,7 @@ class TrainDiagnostics:
                     rec[f"diag/norm_rms/{key.split('/', 1)[1]}"] = m.rms(s_, ss)
             rec.update({k: v for k, v in got.items() if k.startswith("diag/grad_norm/")})
             rec.update(self.probe.finish({k: got[k] for k in probe}))
+            rec.update(self.streams.finish({k: got[k] for k in gains}))
             rec.update({k: got[k] for k in weights if math.isfinite(got[k])})
             if got.get("#positions"):
                 rec.update({"diag/softmax_collapse": got["#collapsed"] / int(got["#positions"]),

@@ -310,7 +310,7 @@ def signal_series(curves: dict[str, list[tuple[int, float]]]) -> dict[str, list[
     out = {}
     if by_step:
         out["attn_logit_max"] = sorted(by_step.items())
-    for key in ("output_lse", "softmax_collapse", "tev_mean", "head_rms_inf_norm"):
+    for key in ("output_lse", "softmax_collapse", "tev_mean", "head_rms_inf_norm", "hc_gain_fwd", "hc_gain_bwd"):
         if curves.get(f"diag/{key}"):
             out[key] = list(curves[f"diag/{key}"])
     return out
@@ -320,7 +320,9 @@ SIGNALS = {"attn_logit_max": "largest pre-softmax attention logit (max over bloc
            "output_lse": "mean logsumexp of the output logits (log Z)",
            "softmax_collapse": "fraction of positions in Softmax Collapse (fp32 softmax exactly one-hot)",
            "tev_mean": "Token Embedding Variability (mean over the vocabulary)",
-           "head_rms_inf_norm": "output layer's RMS->inf operator norm"}
+           "head_rms_inf_norm": "output layer's RMS->inf operator norm",
+           "hc_gain_fwd": "composite residual gain over depth, max row sum of |prod H_res| (streams only)",
+           "hc_gain_bwd": "composite residual gain over depth, max column sum of |prod H_res| (streams only)"}
 
 
 def signal_at_end(run: GridRun, key: str) -> float | None:

@@ -55,6 +55,9 @@ def hf_arch(cfg: "ModelConfig") -> str:
         raise _refuse(f"model.placement '{c.placement}' (pre, peri or output would export)")
     if c.layernorm_scaling:
         raise _refuse("model.layernorm_scaling: true (LayerNorm Scaling has no HF counterpart)")
+    if c.residual != "add":
+        raise _refuse(f"model.residual '{c.residual}' (the exported families have one plain residual stream: add "
+                      "would export)")
     if c.residual_scale != "none":
         raise _refuse(f"model.residual_scale '{c.residual_scale}' (none would export)")
     if not final_norm_on(c):

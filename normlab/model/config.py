@@ -11,7 +11,8 @@ from normlab.attention.linear import CONV_SOURCES, GATES
 from normlab.attention.softmax import QK_NORM_SCOPES
 from normlab.errors import NormlabError
 from normlab.model.outputs import OUTPUTS
-from normlab.model.placements import IN_SITES, OUT_SITES, PLACEMENTS, sites_used
+from normlab.model.placements import IN_SITES, OUT_SITES, PLACEMENTS, sites_used, skip_scale
+from normlab.model.streams import get_connection_class, residual_names
 from normlab.norms import build_norm, get_norm_class, norm_names
 from normlab.norms.registry import auto_embed_scale, resolve_norm_options
 from normlab.validate import POS, UNIT_OPEN_HI, I, R, check_param_total, check_section, setting
@@ -29,7 +30,7 @@ class ModelConfig:
 
     ``vocab_size`` is normally filled in from the tokenizer; ``context`` is the training sequence length.
     ``mlp_hidden`` (None = derived from ``mlp_ratio``) sets the MLP hidden size directly.
-    Placement keys (docs/placements.md): ``placement`` (pre, post, peri, output, mix), ``final_norm`` and
+    Placement keys (docs/placements.md): ``placement`` (pre, post, peri, output, mix, deepnorm), ``final_norm`` and
     ``embed_norm`` (None = the placement's default), ``mix_alpha`` (Mix-LN share of Post-LN blocks),
     ``layernorm_scaling`` (Curse of Depth, ``1/sqrt(l)`` on input-norm outputs), ``residual_scale``
     (``none``, ``fixed`` = ``1/sqrt(2L)``, ``learnable`` = one scalar per branch initialised to 0).
@@ -100,7 +101,7 @@ class ModelConfig:
                               aliases=("rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon", "norm_epsilon"))
     norm_options: dict[str, Any] = setting(help="extra options of the norm; key@group for one site group (attn, "
                                            "mlp, final, embed)", factory=dict)
-    placement: str = setting("pre", "where norms sit in a block: pre, post, peri, output or mix "
+    placement: str = setting("pre", "where norms sit in a block: pre, post, peri, output, mix or deepnorm "
                              "(docs/placements.md)", choices=tuple(PLACEMENTS))
     final_norm: bool | None = setting(None, "norm before the LM head (null: the placement's default)")
     embed_norm: bool | None = setting(None, "norm after the token embedding (null: the placement's default)")
@@ -108,6 +109,18 @@ class ModelConfig:
     layernorm_scaling: bool = setting(False, "scale input-norm outputs of block l by 1/sqrt(l) (Curse of Depth)")
     residual_scale: str = setting("none", "residual branch scale: none, fixed 1/sqrt(2L), or learnable (a scalar "
                                   "per branch, init 0)", choices=RESIDUAL_SCALES)
+    residual: str = setting("add", "residual stream: add (one stream), hc (hyper-connections), mhc (manifold-"
+                            "constrained hyper-connections) or ngpt (the hypersphere update) (docs/streams.md)",
+                            choices=residual_names, identity="dropped at default")
+    streams: int = setting(4, "residual streams n of hc / mhc (the expansion rate; ignored by add)", range=I(1, 64),
+                           aliases=("num_residual_streams", "hyper_connection_count", "expansion_rate"),
+                           identity="dropped at default")
+    hc_dynamic: bool = setting(True, "hc / mhc: per-token dynamic maps on top of the static ones (false: static)",
+                               identity="dropped at default")
+    sinkhorn_iters: int = setting(20, "mhc: Sinkhorn-Knopp iterations of the doubly stochastic projection",
+                                  range=I(0, 1000), identity="dropped at default")
+    ngpt_alpha_init: float = setting(0.05, "ngpt: initial eigen learning rates alpha_A, alpha_M", range=POS,
+                                     identity="dropped at default")
     embed_scale: str = setting("auto", "token-embedding scale: auto (as the norm asks), none, fixed sqrt(width) or "
                                "learnable", choices=EMBED_SCALES)
     embed_scale_init: float | None = setting(None, "(initial) embedding scale (null: sqrt(width), or 1/init_std for "
@@ -146,6 +159,16 @@ class ModelConfig:
 
     def _validate_placement(self) -> None:
         used = sites_used(self)
+        if self.residual != "add":
+            if used & {"attn_post", "mlp_post"} or skip_scale(self) != 1.0:
+                raise NormlabError(f"model.residual '{self.residual}' mixes residual streams around each sublayer, "
+                                   f"which placement '{self.placement}' normalises after the addition: use pre, peri "
+                                   "or output")
+            if self.normalized:
+                self._validate_ngpt()
+            if get_norm_class(self.norm).compressed_stream:
+                raise NormlabError(f"model.residual '{self.residual}' with model.norm '{self.norm}': the compressed "
+                                   "stream holds one stream of width - 1 coordinates; use add")
         if self.layernorm_scaling and not used & set(IN_SITES):
             raise NormlabError(
                 f"model.layernorm_scaling scales input-norm outputs, but placement '{self.placement}' has no input "
@@ -158,6 +181,28 @@ class ModelConfig:
                         f"model.norm_options: placement '{self.placement}' needs a learnable output-norm gain; "
                         "affine=false may only apply to the final and embed groups (affine@final, affine@embed)"
                     )
+
+    def _validate_ngpt(self) -> None:
+        """nGPT normalises the hidden states itself and its weight rows after every step: the pairs it has no
+        meaning with are refused (docs/streams.md)."""
+        need = [("model.norm", self.norm, "none"), ("model.tie_embeddings", self.tie_embeddings, False),
+                ("model.attention", self.attention, "softmax"), ("model.qk_norm", self.qk_norm, False),
+                ("model.bias", self.bias, False), ("model.final_norm", bool(self.final_norm), False),
+                ("model.embed_norm", bool(self.embed_norm), False), ("model.head_bias", self.head_bias, False),
+                ("model.positions", self.positions if self.positions == "learned" else "rope", "rope")]
+        for key, got, want in need:
+            if got != want:
+                raise NormlabError(f"model.residual 'ngpt' needs {key}: {str(want).lower()} (nGPT normalises the "
+                                   f"hidden states and weight rows itself), got {str(got).lower()}")
+        if self.embed_scale not in ("auto", "none") or self.logit_softcap is not None or self.output != "softmax":
+            raise NormlabError("model.residual 'ngpt' reads unit-norm embeddings and scales its logits by s_z: "
+                               "model.embed_scale auto or none, no model.logit_softcap, model.output softmax")
+
+    @property
+    def normalized(self) -> bool:
+        """Whether the residual kind is nGPT's hypersphere (its class declares ``normalized``): unit-norm
+        embeddings, weight rows and hidden states, scaled q/k, s_u / s_v and scaled logits."""
+        return bool(getattr(get_connection_class(self.residual), "normalized", False))
 
     def norm_kwargs(self, group: str) -> dict[str, Any]:
         """Options for a norm at a site of ``group`` (``attn``, ``mlp``, ``final``, ``embed``).

@@ -9,8 +9,13 @@ sequence of ``context`` tokens with forward hooks; each module contributes what 
   attention, and their element-wise work; declared on the class, normlab.attention);
 - a registered norm: its class's ``flops_per_element`` per input element, plus one each for ``weight`` and
   ``bias`` when present (normlab.norms.registry); torch's ``nn.LayerNorm`` (nala's output norm) as LayerNorm;
-- the MLP activation (``ACTIVATION_FLOPS`` per hidden element), the two residual additions per block, the logit
-  softcap, and the loss (log-softmax and pick: ``3 * vocab`` per token, training only).
+- a residual-stream connection (hyper-connections, mHC; normlab.model.streams): its ``flops_per_token()`` (the
+  stream mixing and dynamic-map matmuls, the depth connection's multiply, the constraints), and the reduction of
+  the ``n`` streams before the final norm (``(n - 1) d`` adds per token); nGPT's hypersphere update, scaled q/k
+  (in the attention's ``mixing_flops``), ``s_u`` / ``s_v`` and ``s_z`` (one multiply per element);
+- the MLP activation (``ACTIVATION_FLOPS`` per hidden element), the two residual additions per block (of every
+  stream: ``2 n d`` per token with ``n`` streams), the logit softcap, and the loss (log-softmax and pick:
+  ``3 * vocab`` per token, training only).
 
 Training FLOPs are ``3 x`` the forward (the backward pass costs about twice the forward; Kaplan et al. 2020,
 "Scaling Laws for Neural Language Models", Sec. 2.1, whose ``C = 6 N`` per token this reproduces for the weight
@@ -88,6 +93,10 @@ def count_flops(cfg: ModelConfig, context: int | None = None) -> FlopCount:
             h.remove()
     if cfg.logit_softcap is not None:
         count.elementwise += 3 * logits.numel()  # divide, tanh, multiply
+    if getattr(model, "logit_scale", None) is not None:  # nGPT's s_z
+        count.elementwise += float(logits.numel())
+    if getattr(model, "streams", 0):  # summing the n streams before the final norm
+        count.elementwise += float((model.streams - 1) * cfg.width * T)
     count.loss += LOSS_FLOPS_PER_LOGIT * logits.numel()
     for part in ("matmul", "attention", "norms", "elementwise", "loss"):
         setattr(count, part, getattr(count, part) / T)
@@ -118,6 +127,14 @@ def _hook(module: nn.Module, count: FlopCount):
     def mlp(m, inp, out):
         hidden = m.fc.out_features * (inp[0].numel() // m.fc.in_features)
         count.elementwise += float(ACTIVATION_FLOPS[m.activation] * hidden)
+        if getattr(m, "suv", None) is not None:  # nGPT's s_u / s_v: one multiply per pre-activation
+            count.elementwise += float(m.suv.numel() * (inp[0].numel() // m.fc.in_features))
+
+    def connection(m, inp, out):
+        cost = m.flops_per_token()
+        tokens = inp[0].numel() // (m.streams * m.dim)  # nGPT's one stream: streams = 1
+        count.matmul += tokens * cost["matmul"]
+        count.elementwise += tokens * cost["elementwise"]
 
     def block(m, inp, out):
         count.elementwise += 2.0 * inp[0].numel()  # the two residual additions
@@ -133,6 +150,8 @@ def _hook(module: nn.Module, count: FlopCount):
         return attention
     if isinstance(module, MLP):
         return mlp
+    if hasattr(module, "flops_per_token") and hasattr(module, "depth"):
+        return connection
     if isinstance(module, Block):
         return block
     if _norm_flops(module) is not None:

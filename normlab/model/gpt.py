@@ -20,7 +20,16 @@ from normlab.attention.dropout import Dropout
 from normlab.model.blocks import MLP, Block
 from normlab.model.config import ModelConfig
 from normlab.model.outputs import apply_output
-from normlab.model.placements import block_sites, embed_norm_on, final_norm_on, layernorm_scale, residual_scale
+from normlab.model.placements import (
+    block_sites,
+    embed_norm_on,
+    final_norm_on,
+    init_gain,
+    layernorm_scale,
+    residual_scale,
+    skip_scale,
+)
+from normlab.model.streams import build_connections, get_connection_class, unit
 from normlab.norms import build_norm
 
 
@@ -58,17 +67,22 @@ class GPT(nn.Module):
         blocks = []
         for l in range(cfg.depth):
             attn = build_attention(cfg, rope)
-            mlp = MLP(
-                cfg.width, cfg.mlp_ratio, cfg.activation, bias=cfg.bias, dropout=cfg.dropout, hidden=cfg.mlp_hidden
-            )
+            mlp = MLP(cfg.width, cfg.mlp_ratio, cfg.activation, bias=cfg.bias, dropout=cfg.dropout,
+                      hidden=cfg.mlp_hidden, ngpt=cfg.normalized)
             norms = {site: norm(site) for site in sorted(block_sites(cfg, l))}
-            blocks.append(Block(attn, mlp, norms, in_scale=layernorm_scale(cfg, l), res_scale=residual_scale(cfg)))
+            blocks.append(Block(attn, mlp, norms, in_scale=layernorm_scale(cfg, l), res_scale=residual_scale(cfg),
+                                skip_scale=skip_scale(cfg), connections=build_connections(cfg, l)))
+        conn = get_connection_class(cfg.residual)
+        self.streams = cfg.streams if conn is not None and conn.multi_stream else 0  # 0: one stream [B, T, d]
         self.blocks = nn.ModuleList(blocks)
         self.final_norm = norm("final") if final_norm_on(cfg) else nn.Identity()
         self.lm_head = nn.Linear(cfg.width, cfg.vocab_size, bias=cfg.head_bias)
         if cfg.tie_embeddings:
             self.lm_head.weight = self.tok_emb.weight
+        # nGPT's scaled logits s_z [vocab], stored as the authors do: init 1/sqrt(width), used as s_z * sqrt(width)
+        self.logit_scale = nn.Parameter(torch.full((cfg.vocab_size,), cfg.width ** -0.5)) if cfg.normalized else None
         init_weights(self, cfg)
+        self.after_optimizer_step()  # nGPT: the weights start on the hypersphere
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None):
         logits = self.run(idx)
@@ -90,12 +104,33 @@ class GPT(nn.Module):
         if self.pos_emb is not None:
             x = x + self.pos_emb(torch.arange(offset, offset + T, device=idx.device))
         x = self.drop(self.embed_norm(x))
+        if self.streams:  # hyper-connections: copy into n streams [B, T, n, d]; summed before the final norm
+            x = x.unsqueeze(-2).expand(*x.shape[:-1], self.streams, x.shape[-1])
         for l, block in enumerate(self.blocks):
             x = block(x, None if state is None else state[l])
+        if self.streams:
+            x = x.sum(-2)
         logits = self.lm_head(self.final_norm(x))
+        if self.logit_scale is not None:  # nGPT: z = s_z * (W_head h), eq. 23
+            logits = logits * (self.logit_scale * math.sqrt(self.cfg.width))
         if self.cfg.logit_softcap is not None:  # Gemma 2 final-logit softcap, train and eval
             logits = softcap(logits, self.cfg.logit_softcap)
         return apply_output(logits, self.cfg.output)  # model.output: softmax (unchanged) or log StableMax
+
+    @torch.no_grad()
+    def after_optimizer_step(self) -> None:
+        """What the model needs after each optimizer update (the training loop calls it once per step): for nGPT
+        (``model.residual: ngpt``; Loshchilov et al. 2025, Sec. 2.6; the authors' ``normalize_matrices``) every
+        embedding and matrix renormalised to unit norm along the embedding dimension -- the rows of the readers
+        (token embedding, LM head, ``qkv``, MLP ``fc`` / ``gate``: ``[out, d]``) and the columns of the writers
+        (attention and MLP ``proj``: ``[d, in]``). Nothing for the other models."""
+        if not self.cfg.normalized:
+            return
+        for name, m in self.named_modules():
+            if isinstance(m, nn.Embedding):
+                m.weight.copy_(unit(m.weight, 1))
+            elif isinstance(m, nn.Linear):
+                m.weight.copy_(unit(m.weight, 0 if name.endswith(".proj") else 1))
 
     def init_state(self, batch_size: int) -> list[AttentionState]:
         """Empty incremental-decoding state for ``batch_size`` sequences: one ``AttentionState`` per block (KV cache
@@ -148,14 +183,23 @@ def init_weights(model: GPT, cfg: ModelConfig) -> None:
     ``init_std / sqrt(2L)`` for the residual-stream writers (attention and MLP output projections).
     Norm parameters keep the values their own constructors give them. With ``activation: selu`` the linears get
     LeCun-normal init ``N(0, 1/fan_in)`` instead (Klambauer et al. 2017, self-normalizing networks).
+    DeepNorm (``placement: deepnorm``, Wang et al. 2022) replaces the ``1/sqrt(2L)`` scale by its ``beta =
+    (8N)^(-1/4)`` on the weights torchscale scales: every MLP matrix, the attention output projection and the value
+    rows of the fused ``qkv`` projection (``N(0, beta * init_std)``; queries and keys keep ``init_std``).
     """
+    beta = init_gain(cfg)
     for name, m in model.named_modules():
         if isinstance(m, nn.Linear):
             if cfg.activation == "selu":
                 std = 1.0 / math.sqrt(m.in_features)
+            elif beta is not None:
+                std = cfg.init_std * beta if name.endswith((".mlp.fc", ".mlp.gate", ".proj")) else cfg.init_std
             else:
                 std = cfg.init_std / math.sqrt(2 * cfg.depth) if name.endswith(".proj") else cfg.init_std
             nn.init.normal_(m.weight, 0.0, std)
+            if beta is not None and cfg.activation != "selu" and name.endswith(".attn.qkv"):
+                with torch.no_grad():  # the value third of [q; k; v] (AttentionBase.qkv: rows 2w..3w)
+                    m.weight[2 * m.weight.shape[0] // 3:].mul_(beta)
             if m.bias is not None:
                 nn.init.zeros_(m.bias)
         elif isinstance(m, nn.Embedding):

@@ -10,14 +10,21 @@ A block has six optional norm sites around its two sublayers ``F`` (attention, M
   an embedding norm by default. The output-norm gain stays learnable (``ModelConfig.validate`` refuses
   ``affine: false`` for it).
 - ``output`` (OLMo 2, OLMo et al. 2024): ``x = x + Norm(F(x))``, output norm only; final norm.
+- ``deepnorm`` (DeepNet, Wang et al. 2022, arXiv:2203.00555; code microsoft/torchscale): Post-LN with the skip
+  up-weighted, ``x = Norm(alpha * x + F(x))``, and the branch weights that write values (attention value and output
+  projections, every MLP matrix) initialised ``beta`` times smaller. For a decoder-only model of ``N = depth``
+  blocks (the paper's Table 1; torchscale's ``decoder_layers``): ``alpha = (2N)^(1/4)``, ``beta = (8N)^(-1/4)``
+  (``deepnorm_alpha`` / ``deepnorm_beta``); no final norm (as Post-LN).
 - ``mix``    (Mix-LN, Li et al. 2024; repo pixeli99/MixLN): the first ``floor(mix_alpha * L)`` blocks are Post-LN,
   the rest Pre-LN; final norm by default. As in the authors' code (``NORM_TYPE=post_pre``, ``POST_NUM`` Post-LN
   layers), the first Pre-LN block reads the post-normalised stream directly (no extra norm at the transition) and
   the model's final norm is applied whatever the split.
 
 A placement maps the block index ``l`` (0-based), depth ``L`` and ``mix_alpha`` to the set of sites that hold a
-norm; absent sites are ``nn.Identity``. ``final_norm`` / ``embed_norm`` are the placement's defaults for the two
-model-level norms (``model.final_norm`` / ``model.embed_norm`` override them; ``None`` = default).
+norm; absent sites are ``nn.Identity``. ``skip(L)`` is the factor on the residual (skip) path, 1 except DeepNorm;
+``init_gain(L)`` (None: none) multiplies the init std of the value-writing weights and replaces the GPT-2
+``1/sqrt(2L)`` residual-writer scale (DeepNorm's ``beta``). ``final_norm`` / ``embed_norm`` are the placement's
+defaults for the two model-level norms (``model.final_norm`` / ``model.embed_norm`` override them; ``None`` = default).
 """
 
 from __future__ import annotations
@@ -44,15 +51,30 @@ def mix_post_blocks(depth: int, alpha: float) -> int:
     return math.floor(alpha * depth + 1e-9)
 
 
+def deepnorm_alpha(depth: int) -> float:
+    """DeepNorm's skip weight for a decoder-only model of ``depth`` blocks: ``(2N)^(1/4)`` (Wang et al. 2022,
+    Table 1; torchscale ``DecoderLayer.alpha``)."""
+    return (2.0 * depth) ** 0.25
+
+
+def deepnorm_beta(depth: int) -> float:
+    """DeepNorm's init gain for a decoder-only model of ``depth`` blocks: ``(8N)^(-1/4)`` (Wang et al. 2022, Table 1;
+    torchscale divides the FFN, value and output projection weights by ``(8N)^(1/4)``)."""
+    return (8.0 * depth) ** -0.25
+
+
 @dataclass(frozen=True)
 class Placement:
-    """``sites(l, L, mix_alpha)`` -> norm sites present in block ``l`` (0-based); model-level norm defaults."""
+    """``sites(l, L, mix_alpha)`` -> norm sites present in block ``l`` (0-based); model-level norm defaults;
+    ``skip(L)`` the residual-path factor; ``init_gain(L)`` the value-writer init gain (None: GPT-2's scheme)."""
 
     name: str
     sites: Callable[[int, int, float], frozenset[str]]
     final_norm: bool
     embed_norm: bool
     paper: str
+    skip: Callable[[int], float] = lambda L: 1.0
+    init_gain: Callable[[int], float] | None = None
 
 
 PLACEMENTS: dict[str, Placement] = {
@@ -71,6 +93,11 @@ PLACEMENTS: dict[str, Placement] = {
     "output": Placement(
         "output", lambda l, L, a: _OUTPUT, True, False,
         "OLMo et al. 2024, 2 OLMo 2 Furious (output-norm-only blocks)",
+    ),
+    "deepnorm": Placement(
+        "deepnorm", lambda l, L, a: _POST, False, False,
+        "Wang et al. 2022, DeepNet: Scaling Transformers to 1,000 Layers (arXiv:2203.00555)",
+        skip=deepnorm_alpha, init_gain=deepnorm_beta,
     ),
     "mix": Placement(
         "mix", lambda l, L, a: _POST if l < mix_post_blocks(L, a) else _PRE, True, False,
@@ -110,6 +137,17 @@ def layernorm_scale(cfg: Any, l: int) -> float:
     if not cfg.layernorm_scaling or not (block_sites(cfg, l) & set(IN_SITES)):
         return 1.0
     return 1.0 / math.sqrt(l + 1)
+
+
+def skip_scale(cfg: Any) -> float:
+    """Factor on the residual (skip) path of every block: DeepNorm's ``alpha``, else 1."""
+    return PLACEMENTS[cfg.placement].skip(cfg.depth)
+
+
+def init_gain(cfg: Any) -> float | None:
+    """DeepNorm's ``beta`` for the value-writing weights (None for the other placements: GPT-2's init)."""
+    gain = PLACEMENTS[cfg.placement].init_gain
+    return None if gain is None else gain(cfg.depth)
 
 
 def residual_scale(cfg: Any) -> float | None:

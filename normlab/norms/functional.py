@@ -73,6 +73,16 @@ def dyt(x: torch.Tensor, alpha: torch.Tensor, weight: torch.Tensor | None, bias:
     return y + bias if bias is not None else y
 
 
+def derf(x: torch.Tensor, alpha: torch.Tensor, shift: torch.Tensor, weight: torch.Tensor | None,
+         bias: torch.Tensor | None) -> torch.Tensor:
+    """Dynamic erf (Chen et al. 2025): ``weight * erf(alpha * x + shift) + bias``; ``alpha``, ``shift`` scalars
+    ``[1]``. ``[..., d] -> [..., d]``."""
+    y = torch.erf(alpha * x + shift)
+    if weight is not None:
+        y = y * weight
+    return y + bias if bias is not None else y
+
+
 def group_scaling(x: torch.Tensor, groups: int, eps: float = 1e-5) -> torch.Tensor:
     """PowerNorm's per-token group scaling (Shen et al. 2020): split the last dim into ``groups`` equal groups and
     divide each by ``sqrt(mean_group(x^2) + eps)``. ``[..., d] -> [..., d]``; no statistic crosses tokens."""

@@ -1,4 +1,4 @@
-"""Per-token norms without batch statistics: ScaleNorm, DyT (Dynamic Tanh) and ``none`` (identity).
+"""Per-token norms without batch statistics: ScaleNorm, DyT (Dynamic Tanh), Derf (Dynamic erf) and ``none`` (identity).
 
 All act on the last dimension: input ``[..., dim]`` -> output ``[..., dim]``; train and eval compute the same thing.
 """
@@ -122,6 +122,51 @@ class DyT(nn.Module):
     def extra_repr(self) -> str:
         return (f"{self.dim}, alpha_init={self.alpha_init}, affine={self.weight is not None}, "
                 f"bias={self.bias is not None}")
+
+
+@register_norm("derf")
+class Derf(nn.Module):
+    """Dynamic erf: ``weight * erf(alpha * x + shift) + bias``, ``alpha`` and ``shift`` learnable scalars.
+
+    Paper: Chen, Lu, Zhu, Sun & Liu 2025, "Stronger Normalization-Free Transformers", arXiv:2512.10938 (code:
+    github.com/zlab-princeton/Derf, class ``Dynamic_erf``). DyT with ``tanh`` replaced by the Gaussian error function
+    and a learnable shift inside it. Parameters: ``alpha [1]`` (init ``alpha_init``), ``shift [1]`` (init
+    ``shift_init``, the authors' 0), ``weight [dim]`` (ones), ``bias [dim]`` (zeros). The default ``alpha_init``
+    1.0 is the authors' language-model recipe (their nanoGPT patch, ``language model/model_derf.patch``: attention,
+    FFN and final Derf all initialised to 1.0, and the embeddings multiplied by a learnable scalar, which
+    ``model.embed_scale: auto`` gives here as for DyT); their vision, speech and DNA modules default to 0.5.
+    Per-site values are given as for DyT (``alpha_init@attn``). ``affine=False`` removes ``weight`` and ``bias``;
+    ``alpha`` and ``shift`` stay learnable. ``eps`` is accepted for the shared constructor and unused.
+    Shapes: ``[..., dim] -> [..., dim]``.
+    """
+
+    paper = "Chen et al. 2025, Stronger Normalization-Free Transformers (arXiv:2512.10938)"
+    description = "element-wise erf(alpha * x + s) with learnable scalars alpha and s, per-channel gain and bias"
+    auto_embed_scale = "learnable"  # the authors' nanoGPT patch scales the embeddings by a learnable scalar
+    flops_per_element = 3  # alpha * x, + shift, erf: no reduction
+    extra_params = scalar_params = ("alpha", "shift")
+    convertible = False
+    convertible_why = ("Derf computes erf(alpha x + s) elementwise, with no per-token statistic to reproduce and no "
+                       "per-channel affine to fold")
+
+    def __init__(self, dim: int, *, eps: float = 1e-5, affine: bool = True, bias: bool = True,
+                 alpha_init: float = 1.0, shift_init: float = 0.0):
+        super().__init__()
+        for key, v in (("alpha_init", alpha_init), ("shift_init", shift_init)):
+            if isinstance(v, (bool, str)) or not isinstance(v, (int, float)) or not math.isfinite(v):
+                raise NormlabError(f"norm 'derf': {key} must be a finite number, got {v!r}")
+        self.dim, self.eps, self.alpha_init, self.shift_init = dim, eps, float(alpha_init), float(shift_init)
+        self.alpha = nn.Parameter(torch.full((1,), float(alpha_init)))
+        self.shift = nn.Parameter(torch.full((1,), float(shift_init)))
+        self.weight = nn.Parameter(torch.ones(dim)) if affine else None
+        self.bias = nn.Parameter(torch.zeros(dim)) if (affine and bias) else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return NF.derf(x, self.alpha, self.shift, self.weight, self.bias)
+
+    def extra_repr(self) -> str:
+        return (f"{self.dim}, alpha_init={self.alpha_init}, shift_init={self.shift_init}, "
+                f"affine={self.weight is not None}, bias={self.bias is not None}")
 
 
 @register_norm("none")

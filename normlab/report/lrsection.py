@@ -198,6 +198,8 @@ def figures(gr: GridReport, cmap: dict[str, Any]) -> dict[str, tuple[bytes | Non
         "report_signal_lse.png": (lrplots.signals_vs_step_png(gr, "output_lse"), "Output logsumexp against step"),
         "report_signal_tev.png": (lrplots.loss_and_signal_vs_step_png(gr, "tev_mean"),
                                   "Token Embedding Variability beside the training loss against step"),
+        "report_signal_hcgain.png": (lrplots.signals_vs_step_png(gr, "hc_gain_fwd"),
+                                     "Composite residual gain of the stream variants (HC, mHC) against step"),
     }
 
 
@@ -218,7 +220,8 @@ PAIRED_NOTE = ("Δ = variant − baseline over per-seed numbers (the seed is the
                "pooled over all variants that learned, with the range from its 95% interval.")
 
 
-SIGNAL_FIGURES = ("report_lr_signals.png", "report_signal_attn.png", "report_signal_lse.png", "report_signal_tev.png")
+SIGNAL_FIGURES = ("report_lr_signals.png", "report_signal_attn.png", "report_signal_lse.png", "report_signal_tev.png",
+                  "report_signal_hcgain.png")
 
 
 def collapse_cells(gr: GridReport) -> tuple[list[str], list[list[str]]]:
@@ -243,8 +246,9 @@ COLLAPSE_NOTE = (f"Collapsed: diverged, or the final loss is within {DID_NOT_LEA
 LEFT = ("variant", "metric", "role", "reading", "stable range")
 SIGNALS_NOTE = ("<div class='note'>Recorded every diag.every steps (normlab.diagnostics.instability): attention logit "
                 "growth and output logit divergence (Wortsman et al. 2023), Softmax Collapse (Prieto et al. 2025), "
-                "Token Embedding Variability (Chung et al. 2024) and the output layer's RMS->inf norm (Filatov et al. "
-                "2025).</div>")  # HTML only
+                "Token Embedding Variability (Chung et al. 2024), the output layer's RMS->inf norm (Filatov et al. "
+                "2025) and, for residual-stream variants, the composite residual gain (mHC, Xie et al. 2025; "
+                "docs/streams.md).</div>")  # HTML only
 
 
 def _table(head: list[str], rows: list[list[str]], best_first: bool = False) -> Table:

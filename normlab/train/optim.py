@@ -48,8 +48,8 @@ def param_groups(model: nn.Module, tcfg: TrainConfig) -> tuple[list[dict], dict[
                 kinds[full] = "norm"
             elif isinstance(m, nn.Embedding):
                 kinds[full] = "embedding"
-            elif pname.endswith("res_scale"):  # ReZero / SkipInit branch scalars (normlab.model.blocks)
-                kinds[full] = "scale"
+            elif pname.endswith("res_scale") or getattr(m, "no_weight_decay", False):
+                kinds[full] = "scale"  # ReZero / SkipInit branch scalars; hyper-connection maps (model.streams)
             elif p.ndim < 2:
                 kinds[full] = "bias"
             else:

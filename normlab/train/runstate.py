@@ -249,8 +249,9 @@ class RunState:
                 f"grad norm {grad_norm:.4g}")
 
     def optimizer_step(self) -> bool:
-        """The update (then NaP's projection) and the gradients cleared; returns whether this step's effective
-        learning rate is recorded (``optim.effective_lr_every``)."""
+        """The update (then NaP's projection and the model's own step, ``GPT.after_optimizer_step``) and the
+        gradients cleared; returns whether this step's effective learning rate is recorded
+        (``optim.effective_lr_every``)."""
         every = self.cfg.optim.effective_lr_every
         track = every > 0 and (self.step + 1) % every == 0
         if track:
@@ -258,6 +259,7 @@ class RunState:
         self.opt.step()
         if self.nap is not None:
             self.nap.project()
+        self.model.after_optimizer_step()  # nGPT: weights back onto the hypersphere (a no-op for other models)
         self.opt.zero_grad(set_to_none=True)
         return track
 

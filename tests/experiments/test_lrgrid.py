@@ -349,3 +349,16 @@ def test_report_computes_the_unigram_floor_for_runs_trained_before_it_was_record
     floor = prepare_data(yaml.safe_load((out / "sweep.yaml").read_text())["base"]["data"]["source"], "bytes",
                          cache_dir=cache).unigram_bpb
     assert all(v["unigram_bpb"] == pytest.approx(floor, rel=1e-12) and v["learned"] is False for v in lr["variants"])
+
+
+def test_signal_series_carries_the_composite_gain_of_stream_runs():
+    """The stream variants' ``diag/hc_gain_*`` reach the report's signals (lrplots reads signal_series / SIGNALS);
+    a run without streams has none."""
+    from normlab.experiments.lrgrid import SIGNALS, signal_series
+
+    curves = {"diag/hc_gain_fwd": [(20, 1.0), (40, 2.5)], "diag/hc_gain_bwd": [(20, 1.0), (40, 1.7)],
+              "diag/output_lse": [(20, 0.1)]}
+    got = signal_series(curves)
+    assert got["hc_gain_fwd"] == [(20, 1.0), (40, 2.5)] and got["hc_gain_bwd"] == [(20, 1.0), (40, 1.7)]
+    assert "hc_gain_fwd" in SIGNALS and "hc_gain_bwd" in SIGNALS
+    assert "hc_gain_fwd" not in signal_series({"diag/output_lse": [(20, 0.1)]})

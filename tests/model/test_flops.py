@@ -39,6 +39,7 @@ def _reference(cfg: ModelConfig) -> float:
     {"attention": "nala", "positions": "none"},
     {"attention": "transnormer", "linear_chunk": 12},
     {"norm": "crmsnorm", "attn_softcap": 50.0},  # the width - 1 residual stream
+    {"residual": "ngpt", "norm": "none", "tie_embeddings": False, "attn_softcap": 50.0},  # nGPT: no new matmul
 ], ids=lambda kw: ",".join(f"{k}={v}" for k, v in kw.items()))
 def test_matmul_flops_equal_flop_counter_mode(kw):
     cfg = ModelConfig(vocab_size=97, context=T, width=32, depth=2, heads=4, **kw)
@@ -92,3 +93,34 @@ def test_a_run_summary_records_flops_and_wall_time_per_token(run):
     cfg = open_config(run).model
     assert s["flops_per_token"] == count_flops(cfg).training
     assert s["wall_s_per_token"] == pytest.approx(s["elapsed_s"] / s["tokens_seen"])
+
+
+@pytest.mark.parametrize("kw", [
+    {"residual": "hc", "streams": 4},
+    {"residual": "hc", "streams": 3, "hc_dynamic": False},
+    {"residual": "mhc", "streams": 4, "sinkhorn_iters": 5},
+    {"residual": "mhc", "streams": 2, "placement": "peri", "activation": "swiglu"},
+], ids=lambda kw: ",".join(f"{k}={v}" for k, v in kw.items()))
+def test_stream_connections_matmul_flops_equal_flop_counter_mode(kw):
+    """Hyper-connections add the stream mixing ``[n + 1, n] @ [n, d]`` and the dynamic maps' ``[n, d] @ [d, n + 1]``
+    and ``[n, d] @ [d]`` per connection: the whole model's matmuls equal FlopCounterMode's exactly."""
+    cfg = ModelConfig(vocab_size=97, context=T, width=32, depth=2, heads=4, attn_softcap=50.0, **kw)
+    count = count_flops(cfg)
+    assert count.matmul + count.attention == _reference(cfg)
+    base = count_flops(ModelConfig(vocab_size=97, context=T, width=32, depth=2, heads=4, attn_softcap=50.0,
+                                   **{k: v for k, v in kw.items() if k not in ("residual", "streams", "hc_dynamic",
+                                                                                "sinkhorn_iters")}))
+    n, d, conns = kw["streams"], 32, 4
+    per = 2 * (n + 1) * n * d + (2 * n * d * (n + 1) + 2 * n * d if kw.get("hc_dynamic", True) else 0)
+    assert count.matmul - base.matmul == conns * per  # written out: what the connections add
+    assert count.elementwise > base.elementwise and not count.not_counted
+
+
+def test_ngpt_counts_its_normalisations_and_scalings():
+    """nGPT adds no matmul; per token it adds per connection 3 unit normalisations and the update (11 d), the
+    scaled q/k (10 d per block), s_u / s_v (one multiply per MLP pre-activation) and s_z (one per logit)."""
+    kw = dict(vocab_size=97, context=T, width=32, depth=2, heads=4, norm="none", tie_embeddings=False)
+    ngpt, plain = count_flops(ModelConfig(**kw, residual="ngpt")), count_flops(ModelConfig(**kw))
+    d, L, hidden = 32, 2, 128
+    assert ngpt.matmul == plain.matmul and ngpt.attention == plain.attention
+    assert ngpt.elementwise - plain.elementwise == 2 * L * 11 * d + L * 10 * d + L * hidden + 97

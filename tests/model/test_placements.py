@@ -235,7 +235,7 @@ def test_config_keys_through_yaml_and_overrides():
 
 
 @pytest.mark.parametrize("model, fragment", [
-    ({"placement": "peri-ln"}, "allowed: mix, output, peri, post, pre"),
+    ({"placement": "peri-ln"}, "allowed: deepnorm, mix, output, peri, post, pre"),
     ({"mix_alpha": 1.5}, "model.mix_alpha must be in [0, 1]"),
     ({"residual_scale": "rezero"}, "unknown model.residual_scale 'rezero'"),
     ({"residual_scale": True}, "model.residual_scale must be str"),
@@ -261,3 +261,44 @@ def test_pre_parameter_names_unchanged():
     names = set(build_model(cfg()).state_dict())
     assert not any(n.startswith("embed_norm") or "res_scale" in n for n in names)
     assert {"tok_emb.weight", "final_norm.weight", "blocks.0.attn.qkv.weight", "blocks.0.mlp.proj.weight"} <= names
+
+
+# ---------------------------------------------------------------- DeepNorm (Wang et al. 2022, arXiv:2203.00555)
+
+
+@pytest.mark.parametrize("N", [1, 2, 6, 18, 100])
+def test_deepnorm_constants_are_the_papers_decoder_only_row(N):
+    from normlab.model.placements import deepnorm_alpha, deepnorm_beta
+
+    # Table 1, decoder-only: alpha = (2N)^(1/4), beta = (8N)^(-1/4); written out: alpha^4 = 2N, beta^-4 = 8N
+    assert deepnorm_alpha(N) ** 4 == pytest.approx(2 * N) and deepnorm_beta(N) ** -4 == pytest.approx(8 * N)
+
+
+def test_deepnorm_block_equation_and_structure():
+    """x = LN(alpha x + F(x)) per sublayer, alpha = (2N)^(1/4) with N = depth; Post-LN sites, no final norm."""
+    torch.manual_seed(0)
+    m = build_model(cfg(placement="deepnorm", depth=4))
+    assert all(sites(b) == {"attn_post", "mlp_post"} for b in m.blocks) and not is_norm(m.final_norm)
+    a = 8.0 ** 0.25  # (2 * 4)^(1/4)
+    b = m.blocks[2]
+    perturb_norms(b)
+    x = torch.randn(2, 5, 32)
+    h = b.attn_post(a * x + b.attn(x))
+    torch.testing.assert_close(b(x), b.mlp_post(a * h + b.mlp(h)))
+
+
+def test_deepnorm_init_scales_the_value_writers_by_beta():
+    """torchscale divides the FFN, value and output projection weights by (8N)^(1/4); queries, keys and the
+    embedding keep the base std. Std estimates over >= 16k entries: within 5% of the target."""
+    torch.manual_seed(0)
+    N, w = 6, 128
+    m = build_model(cfg(placement="deepnorm", depth=N, width=w, heads=4))
+    beta = (8 * N) ** -0.25
+    base = build_model(cfg(placement="pre", depth=N, width=w, heads=4))
+    for blk, ref in zip(m.blocks, base.blocks):
+        q, k, v = blk.attn.qkv.weight.chunk(3, 0)
+        for t, s in ((q, 0.02), (k, 0.02), (v, 0.02 * beta), (blk.attn.proj.weight, 0.02 * beta),
+                     (blk.mlp.fc.weight, 0.02 * beta), (blk.mlp.proj.weight, 0.02 * beta)):
+            assert t.std().item() == pytest.approx(s, rel=0.05)
+        assert ref.attn.proj.weight.std().item() == pytest.approx(0.02 / math.sqrt(2 * N), rel=0.05)  # GPT-2 scheme
+    assert m.tok_emb.weight.std().item() == pytest.approx(0.02, rel=0.05)

@@ -122,3 +122,59 @@ def test_none_is_identity():
     assert list(m.parameters()) == [] and m.weight is None and m.bias is None and list(m.buffers()) == []
     x = rand(2, 3, D)
     assert torch.equal(m(x), x)
+
+
+# ---------------------------------------------------------------- Derf (Chen et al. 2025)
+DERF_REF = json.loads((Path(__file__).resolve().parents[1] / "fixtures" / "derf_reference.json").read_text())
+
+
+def test_derf_closed_form_and_options():
+    m = build_norm("derf", D, alpha_init=0.7, shift_init=0.2).double()
+    assert m.alpha.shape == m.shift.shape == (1,) and m.alpha.item() == pytest.approx(0.7)
+    randomize_affine(m)
+    x = rand(2, 4, D, scale=3.0)
+    z = 0.7 * x + 0.2
+    expect = m.weight * torch.special.erf(z) + m.bias
+    torch.testing.assert_close(m(x), expect)
+    m(x).sum().backward()
+    # d erf(z) / dz = 2 / sqrt(pi) exp(-z^2): d/dalpha = sum(w x erf'(z)), d/dshift = sum(w erf'(z))
+    derf = 2 / math.sqrt(math.pi) * torch.exp(-z * z)
+    torch.testing.assert_close(m.alpha.grad, (m.weight * x * derf).sum().reshape(1))
+    torch.testing.assert_close(m.shift.grad, (m.weight * derf).sum().reshape(1))
+    plain = build_norm("derf", D, affine=False)
+    assert plain.weight is None and plain.bias is None
+    assert [n for n, _ in plain.named_parameters()] == ["alpha", "shift"]
+    assert build_norm("derf", D).alpha.item() == 1.0 and build_norm("derf", D).shift.item() == 0.0
+    for bad in ("auto", True, float("nan")):
+        with pytest.raises(NormlabError, match="norm 'derf': alpha_init must be a finite number"):
+            build_norm("derf", D, alpha_init=bad)
+
+
+@pytest.mark.parametrize("case", DERF_REF["cases"], ids=lambda c: f"a{c['alpha_init_value']}-s{c['shift_init_value']}")
+def test_derf_matches_the_authors_module(case):
+    # the authors' Dynamic_erf on the same float32 inputs: forward and the gradients of sum(y * upstream). The same
+    # float32 ops (alpha x + shift, erf, times weight, plus bias): the outputs agree to the bit; the gradients to a
+    # few ulps (rtol 1e-6), which the order of autograd's sums may change
+    shape = DERF_REF["shape"]
+    m = build_norm("derf", shape[-1], alpha_init=case["alpha_init_value"], shift_init=case["shift_init_value"])
+    with torch.no_grad():
+        m.weight.copy_(torch.tensor(DERF_REF["weight"]))
+        m.bias.copy_(torch.tensor(DERF_REF["bias"]))
+    x = torch.tensor(DERF_REF["x"]).reshape(shape).requires_grad_()
+    y = m(x)
+    (y * torch.tensor(DERF_REF["upstream"]).reshape(shape)).sum().backward()
+    torch.testing.assert_close(y.detach().flatten(), torch.tensor(case["y"]), rtol=0, atol=0)
+    for name in ("alpha", "shift"):
+        torch.testing.assert_close(getattr(m, name).grad, torch.tensor([case[f"grad_{name}"]]), rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(x.grad.flatten(), torch.tensor(case["grad_x"]), rtol=1e-6, atol=1e-7)
+    torch.testing.assert_close(m.weight.grad, torch.tensor(case["grad_weight"]), rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(m.bias.grad, torch.tensor(case["grad_bias"]), rtol=1e-6, atol=1e-6)
+
+
+def test_derf_shift_init_is_the_authors_default():
+    # the authors' module defaults: shift 0 (ours too); alpha 0.5 in their vision/speech/DNA module, 1.0 in their
+    # language-model patch (ours: the language-model value, docs/norms.md)
+    assert DERF_REF["module_defaults"] == {"alpha_init_value": 0.5, "shift_init_value": 0.0}
+    assert build_norm("derf", D).shift.item() == DERF_REF["module_defaults"]["shift_init_value"]
+    cfg = ModelConfig(vocab_size=32, context=8, width=16, depth=1, heads=2, norm="derf")
+    assert cfg.embed_scale_kind == "learnable"  # their patch multiplies the embeddings by a learnable scalar

@@ -24,6 +24,10 @@ them).
   (:data:`REJUDGE_CLAIMS`; docs/claims.md, "Re-judged under the decision layer"); judged on its own block with Holm
   over its own family (docs/claims-rejudge.md).
 
+- ``frontier``: ``full``'s models, steps and measurements on 5 seeds of a fresh block, 23000-23004, for the claims of
+  the residual-stream and normalization-free papers (:data:`FRONTIER_CLAIMS`: hyper-connections, mHC, nGPT,
+  DeepNorm, Derf; docs/streams.md), declared before any of their runs.
+
 Why the follow-up decides alone. Its claims were chosen after both 5-seed blocks were known (a post-hoc choice, and
 the choice to let it replace the registered confirmation's verdicts for them is post hoc too); its own block is
 independent of that choice, so its verdict on a claim is a test at the usual level given the choice (a two-sided test
@@ -117,6 +121,13 @@ REJUDGE_CLAIMS = ("cod-growth", "cod-lns", "peri-massive", "peri-variance-magnit
                   "mano-rank", "qk-lr-sensitivity", "postln-lr-sensitivity", "peri-lr-sensitivity")
 REJUDGE_SEED_BASE = 9100  # a block no shipped question uses (the blocks above, advise's 8000s, replications +10000)
 
+# the residual-stream and normalization-free papers (hyper-connections, mHC, nGPT, DeepNorm, Derf; their
+# claims declared in defs/ before any of their runs): ``full``'s models on a block no shipped question uses (the
+# blocks above, advise's 8000s, rejudge's 9100s, replications +10000, advise's replication 18000s)
+FRONTIER_CLAIMS = ("mhc-composite-gain", "hc-lr-sensitivity", "hc-vs-pre", "ngpt-fewer-steps",
+                   "deepnorm-deep-post", "derf-vs-dyt", "derf-vs-ln")
+FRONTIER_SEED_BASE = 23000
+
 
 BUDGETS: dict[str, Budget] = {
     "tiny": Budget("tiny", "synthetic:markov?order=2&alphabet=16&length=300000&seed=0", seeds=2, steps=8,
@@ -143,6 +154,7 @@ BUDGETS["confirm"] = replace(BUDGETS["full"], name="confirm", seed_base=CONFIRM_
 BUDGETS["followup"] = replace(BUDGETS["full"], name="followup", seeds=FOLLOWUP_SEEDS, seed_base=FOLLOWUP_SEED_BASE,
                               claims=FOLLOWUP_CLAIMS, follows="confirm")
 BUDGETS["rejudge"] = replace(BUDGETS["full"], name="rejudge", seed_base=REJUDGE_SEED_BASE, claims=REJUDGE_CLAIMS)
+BUDGETS["frontier"] = replace(BUDGETS["full"], name="frontier", seed_base=FRONTIER_SEED_BASE, claims=FRONTIER_CLAIMS)
 
 
 def stored_spec(spec: dict) -> dict:

@@ -48,6 +48,25 @@ def m_spike_diff(ctx: Any, runs: dict[str, Any], a: str, b: str) -> tuple[float 
     return float(sa - sb), {f"spikes_{a}": sa, f"spikes_{b}": sb}
 
 
+def grid_gain(grid: dict[float, Path]) -> dict[str, float | None]:
+    """``diag/hc_gain_fwd`` at the last diagnostic step of each learning rate's run (a diverged run: its last one
+    before it diverged), keyed ``f"{lr:g}"``."""
+    return {f"{lr:g}": last_value(r, "diag/hc_gain_fwd") for lr, r in sorted(grid.items())}
+
+
+@register_measure("composite_gain")
+def m_composite_gain(ctx: Any, runs: dict[str, Any], a: str, b: str) -> tuple[float | None, dict]:
+    """The mHC paper's composite residual gain (normlab.diagnostics.streams, ``diag/hc_gain_fwd``: the largest
+    absolute row sum of the product of H_res over depth, max over tokens), per variant the largest over the grid's
+    learning rates at each run's last diagnostic step: ``log10 gain(a) - log10 gain(b)``."""
+    ga, gb = grid_gain(runs[a]), grid_gain(runs[b])
+    top = {v: max((x for x in g.values() if x is not None and x > 0), default=None) for v, g in ((a, ga), (b, gb))}
+    det = {f"gain_{a}": ga, f"gain_{b}": gb, f"max_gain_{a}": top[a], f"max_gain_{b}": top[b]}
+    if top[a] is None or top[b] is None:
+        return None, {**det, "reason": "no diag/hc_gain_fwd recorded (diag.every = 0, or not a stream model)"}
+    return math.log10(top[a]) - math.log10(top[b]), det
+
+
 @register_measure("collapse")
 def m_collapse(ctx: Any, runs: dict[str, Any]) -> tuple[float | None, dict]:
     """Softmax-Collapse fraction (``diag/softmax_collapse``, last diagnostic step) at the grid's highest learning

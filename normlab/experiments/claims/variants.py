@@ -40,6 +40,11 @@ class Variant:
         """The model overrides with every budget-dependent value evaluated on ``budget`` (copies)."""
         return {k: (v(budget) if callable(v) else copy.deepcopy(v)) for k, v in self.model.items()}
 
+    def train_overrides(self, budget: Budget) -> dict[str, Any]:
+        """The train overrides with every budget-dependent value evaluated on ``budget`` (nGPT's quarter of the
+        grid's steps)."""
+        return {k: (v(budget) if callable(v) else copy.deepcopy(v)) for k, v in self.train.items()}
+
 
 # DyT, the authors' LLaMA recipe (jiachenzhu/DyT other_tasks/LLaMA/fms_fsdp/models/llama.py and README): untied LM
 # head (tie_heads False), no DyT bias, per-site alpha init set for the model's width as the paper recommends
@@ -49,7 +54,18 @@ class Variant:
 # is the same model with LayerNorm (untied head, no embedding scale).
 DYT_LLAMA = {"norm": "dyt", "tie_embeddings": False, "embed_scale": "learnable", "embed_scale_init": 64.0,
              "norm_options": {"bias": False, "alpha_init": "auto"}}
-MIX_LN = {"placement": "mix", "mix_alpha": 0.25}  # Mix-LN (Li et al. 2024): Post-LN in the first quarter of blocks
+MIX_LN = {"placement": "mix", "mix_alpha": 0.25}
+# the residual-stream papers (docs/streams.md): hyper-connections with 4 streams, dynamic (Zhu et al. 2025,
+# their LM runs: n = 4, DHC), mHC with the paper's 20 Sinkhorn iterations; nGPT with what it requires (no norm at any
+# site, untied head) and its recipe's training side: no weight decay, no warm-up (NVIDIA/ngpt train.py)
+HC = {"residual": "hc", "streams": 4}
+MHC = {"residual": "mhc", "streams": 4, "sinkhorn_iters": 20}
+NGPT = {"residual": "ngpt", "norm": "none", "tie_embeddings": False}
+NGPT_TRAIN = {"weight_decay": 0.0, "warmup_steps": 0}
+
+
+def _quarter_steps(b: Budget) -> int:
+    return max(1, b.grid_steps // 4)  # Mix-LN (Li et al. 2024): Post-LN in the first quarter of blocks
 
 
 def _heads_groups(b: Budget) -> dict[str, int]:
@@ -77,6 +93,8 @@ _SINGLE = (
     Variant("deep_mix", "deep", model=MIX_LN),
     Variant("deep_pre_nowarm", "deep", train={"warmup_steps": 0}),
     Variant("deep_post_nowarm", "deep", model={"placement": "post"}, train={"warmup_steps": 0}),
+    # DeepNorm (Wang et al. 2022): the deep Post-LN model with alpha / beta, under the same no-warm-up stress
+    Variant("deep_deepnorm_nowarm", "deep", model={"placement": "deepnorm"}, train={"warmup_steps": 0}),
 )
 _GRID = (
     Variant("grid_pre", "grid"),
@@ -93,6 +111,15 @@ _GRID = (
     Variant("grid_ln_untied", "grid", model={"tie_embeddings": False}),
     Variant("grid_pre_adagc", "grid", train={"clip": "adagc"}),  # AdaGC (Wang et al. 2025) instead of global clipping
     Variant("grid_pre_stablemax", "grid", model={"output": "stablemax"}),  # StableMax (Prieto et al. 2025)
+    Variant("grid_hc", "grid", model=HC),
+    Variant("grid_mhc", "grid", model=MHC),
+    # nGPT trained for a quarter of the grid's steps (the paper: the same loss in 4-20x fewer steps)
+    Variant("grid_ngpt_quarter", "grid", model=NGPT, train={**NGPT_TRAIN, "steps": _quarter_steps}),
+    # Derf and DyT in the Derf authors' GPT-2 recipe (zlab-princeton/Derf, language model/model_derf.patch): tied
+    # head, bias, alpha 1.0 at every site, a learnable scalar on the embeddings (embed_scale auto); only the
+    # function differs
+    Variant("grid_derf", "grid", model={"norm": "derf"}),
+    Variant("grid_dyt_gpt2", "grid", model={"norm": "dyt", "norm_options": {"alpha_init": 1.0}}),
 )
 VARIANTS: dict[str, Variant] = {v.name: v for v in _SINGLE}
 GRID_VARIANTS: dict[str, Variant] = {v.name: v for v in _GRID}
@@ -124,7 +151,7 @@ def variant_config(variant: str, budget: Budget, seed: int, lr: float | None = N
                   **v.model_overrides(b)},
         "train": {"steps": b.steps, "batch_size": b.batch_size, "lr": b.lr, "warmup_steps": b.warmup_steps,
                   "eval_every": b.steps, "eval_batches": b.eval_batches, "log_every": max(1, b.steps // 10),
-                  "checkpoint_every": b.steps, "keep_checkpoints": 1, "threads": 1, **v.train},
+                  "checkpoint_every": b.steps, "keep_checkpoints": 1, "threads": 1, **v.train_overrides(b)},
         "diag": {"every": b.diag_every if deep else 0},
     }
     return {**cfg, "device": b.device} if b.device else cfg
@@ -136,7 +163,8 @@ def grid_config(variant: str, budget: Budget, seed: int, lr: float) -> dict[str,
     ``--reuse`` can match a sweep's run of the same resolved config."""
     v = GRID_VARIANTS[variant]
     b = budget
-    steps = b.grid_steps
+    train = v.train_overrides(b)
+    steps = train.get("steps", b.grid_steps)
     return {
         "seed": seed,
         "data": {"source": b.source, "tokenizer": "bytes"},
@@ -144,7 +172,7 @@ def grid_config(variant: str, budget: Budget, seed: int, lr: float) -> dict[str,
                   "norm": "layernorm", "placement": "pre", **v.model_overrides(b)},
         "train": {"steps": steps, "batch_size": b.batch_size, "lr": lr, "warmup_steps": b.grid_warmup,
                   "eval_every": steps, "eval_batches": b.grid_eval_batches, "log_every": max(1, steps // 12),
-                  "checkpoint_every": steps, "keep_checkpoints": 1, **v.train},
+                  "checkpoint_every": steps, "keep_checkpoints": 1, **train},
         "diag": {"every": max(1, steps // 6)},
         **({"device": b.device} if b.device else {}),
     }
@@ -163,8 +191,8 @@ def recipe(variant: str) -> dict[str, Any]:
     b = BUDGETS["full"]
     v = GRID_VARIANTS.get(variant) or VARIANTS[variant]
     if v.depth == "grid":
-        return {"kind": "grid", "model": v.model_overrides(b), "train": copy.deepcopy(v.train),
+        return {"kind": "grid", "model": v.model_overrides(b), "train": v.train_overrides(b),
                 "budget": {k: getattr(b, k) for k in _GRID_FIELDS}}
-    return {"kind": v.depth, "model": v.model_overrides(b), "train": copy.deepcopy(v.train),
+    return {"kind": v.depth, "model": v.model_overrides(b), "train": v.train_overrides(b),
             "budget": {**{k: getattr(b, k) for k in _RUN_FIELDS}, "depth": b.deep_depth if v.depth == "deep"
                        else b.depth}}

@@ -67,10 +67,11 @@ def test_rejudge_runs_the_claims_the_decision_layer_changed_on_seeds_no_revision
 def test_measurement_settings_are_budget_fields():
     """The post-hoc measurements' token counts and norm-removal steps, as the measures used them by budget name
     before they became fields (tiny 512 / 2, quick 8192 / 10, full 16384 / 30); scale kept quick's, which it fell
-    back to; confirm and followup measure as full."""
+    back to; confirm, followup, rejudge and frontier measure as full."""
     got = {n: (b.measure_tokens, b.removal_steps) for n, b in BUDGETS.items()}
     assert got == {"tiny": (512, 2), "quick": (8192, 10), "full": (16384, 30), "scale": (8192, 10),
-                   "confirm": (16384, 30), "followup": (16384, 30), "rejudge": (16384, 30)}
+                   "confirm": (16384, 30), "followup": (16384, 30), "rejudge": (16384, 30),
+                   "frontier": (16384, 30)}
     assert {"measure_tokens", "removal_steps"} <= set(BUDGETS["full"].to_dict())  # stored with the results
 
 

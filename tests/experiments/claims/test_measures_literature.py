@@ -54,3 +54,27 @@ def test_literature_claims_tiny_end_to_end(tmp_path):
         assert det["tev_top_lr"] == pytest.approx(last(out / runs[top], "diag/tev_mean"))
     for det in rep["norm-tweak-w3"]["details"]:
         assert set(det["output_error"]) == {"calibration", "held_out"}
+
+
+def test_composite_gain_measure_reads_the_largest_last_gain_over_the_grid(tmp_path):
+    """``composite_gain``: per variant the largest over the grid of the last recorded ``diag/hc_gain_fwd``, then
+    ``log10(a) - log10(b)``; a grid without the diagnostic is None with a reason."""
+    import math
+
+    from normlab.experiments.claims.measure_registry import get_measure
+
+    def run(name, pts):
+        d = tmp_path / name
+        d.mkdir()
+        (d / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "diag/hc_gain_fwd": v}) + "\n"
+                                                 for s, v in pts))
+        return d
+
+    runs = {"a": {0.01: run("a1", [(10, 50.0), (20, 3.0)]), 0.1: run("a2", [(10, 2.0), (20, 40.0)])},
+            "b": {0.01: run("b1", [(10, 1.0), (20, 1.0)]), 0.1: run("b2", [(10, 1.2), (20, 0.9)])}}
+    value, det = get_measure("composite_gain")(None, runs, "a", "b")
+    assert value == pytest.approx(math.log10(40.0) - math.log10(1.0))  # the last step, not the step-10 maximum
+    assert det["gain_a"] == {"0.01": 3.0, "0.1": 40.0} and det["max_gain_b"] == 1.0
+    empty = {"a": {0.01: run("c1", [])}, "b": runs["b"]}
+    value, det = get_measure("composite_gain")(None, empty, "a", "b")
+    assert value is None and "no diag/hc_gain_fwd" in det["reason"]

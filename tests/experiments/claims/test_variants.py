@@ -80,3 +80,30 @@ def test_variants_are_named_keyword_configs_evaluated_on_the_budget():
     assert grid["model"]["depth"] == get_budget("tiny").grid_depth
     with pytest.raises(ValueError, match="depth must be one of"):
         Variant("x", "medium")
+
+
+def test_frontier_variants_build_what_their_claims_name():
+    """The residual-stream papers' variants: HC / mHC with 4 streams, nGPT for a quarter of the grid's steps with its
+    recipe (no norm, untied, no weight decay, no warm-up; every evaluation and checkpoint at its own last step),
+    DeepNorm deep without warm-up, Derf and DyT in the Derf authors' GPT-2 recipe (alpha 1.0, bias, learnable
+    embedding scale)."""
+    from normlab.experiments.claims.budgets import get_budget
+    from normlab.experiments.claims.variants import recipe, variant_config
+
+    full = get_budget("full")
+    g = variant_config("grid_ngpt_quarter", full, 0, 0.01)
+    assert g["train"]["steps"] == full.grid_steps // 4 == g["train"]["eval_every"] == g["train"]["checkpoint_every"]
+    assert (g["train"]["weight_decay"], g["train"]["warmup_steps"]) == (0.0, 0)
+    assert recipe("grid_ngpt_quarter")["train"]["steps"] == full.grid_steps // 4  # hashed as a number
+    _, m = _build("grid_ngpt_quarter")
+    assert m.logit_scale is not None and m.lm_head.weight is not m.tok_emb.weight
+    _, m = _build("grid_mhc")
+    assert m.streams == 4 and m.blocks[0].attn_hc.sinkhorn_iters == 20
+    cfg, m = _build("deep_deepnorm_nowarm")
+    assert cfg.model.placement == "deepnorm" and cfg.train.warmup_steps == 0
+    assert m.blocks[0].skip_scale == pytest.approx((2 * cfg.model.depth) ** 0.25)
+    for v, cls in (("grid_derf", "Derf"), ("grid_dyt_gpt2", "DyT")):
+        _, m = _build(v)
+        blk = m.blocks[0]
+        assert type(blk.attn_in).__name__ == cls and blk.attn_in.alpha.item() == 1.0 and blk.attn_in.bias is not None
+        assert isinstance(m.embed_scale, nn.Parameter) and m.lm_head.weight is m.tok_emb.weight
