@@ -97,9 +97,9 @@ def with_overrides(sweep: Any, overrides: list[str]) -> Any:
     learning-rate grid sets is refused: there the sweep's own value would win for some runs."""
     from normlab.config import apply_overrides
     from normlab.experiments.sweep import parse_sweep
-    from normlab.experiments.sweepfile import LR_KEY, flatten, read_sweep_file
+    from normlab.experiments.sweepfile import LR_KEY, flatten
 
-    f = read_sweep_file(sweep.spec, source=f"sweep '{sweep.name}'")  # typed: variants, axes, set
+    f = sweep.resolved  # typed: variants, axes, set
     added: dict[str, Any] = {}
     for item in overrides:
         added.update(flatten(apply_overrides({}, [item]), "--set"))
