@@ -82,7 +82,7 @@ def default_plan(n_seeds: int, max_seeds: int | None) -> dict[str, Any]:
 
 def plan_looks(plan: Any) -> list[int] | None:
     """The seed counts at each look of a stored ``sequential:`` plan (``{"looks": [...]}``, as ``resolve_plan``
-    writes it), or None without one (read by normlab.experiments.sweepfile.SweepSpec: ``spec.looks``)."""
+    writes it), or None without one (read by normlab.experiments.sweepspec.SweepSpec: ``spec.looks``)."""
     return list(plan["looks"]) if isinstance(plan, dict) and isinstance(plan.get("looks"), list) else None
 
 

@@ -15,7 +15,7 @@ data (docs/compare.md, "Declared questions")::
                                  # inside +-margin is "within margin" (TOST; needs paired: true, no sequential plan)
 
 Every reader goes through this module: ``parse_question`` checks a sweep file's keys (one-line errors),
-``stored_question`` reads the question of a stored sweep spec (typed by normlab.experiments.sweepfile.SweepSpec;
+``stored_question`` reads the question of a stored sweep spec (typed by normlab.experiments.sweepspec.SweepSpec;
 the report, the sequential looks and the replications),
 ``question_of`` turns a design dict (the store's ``design`` meta, or a partial one) into a ``Question``, and
 ``claim_question`` reads a claim's definition. The defaults are written once, here.
@@ -167,7 +167,7 @@ def question_of(d: Mapping[str, Any] | Question | None, *, baseline: str | None,
 
 def stored_question(spec: Any, groups: list[str]) -> Question:
     """The declared question of a stored sweep spec (``SWEEP_DIR/sweep.yaml``, checked by ``parse_question`` when
-    it was written; read typed by normlab.experiments.sweepfile.SweepSpec: ``lr_grid``, ``baseline``, ``primary``,
+    it was written; read typed by normlab.experiments.sweepspec.SweepSpec: ``lr_grid``, ``baseline``, ``primary``,
     ``family``, ``alpha``, ``correction``, ``paired``, ``margin``, ``seeds``) over ``groups``, the variant labels
     that ran (the grid groups of an lr_grid sweep), for the sequential looks and the replications: a baseline that
     did not run is the first group, the family is its members among ``groups`` in their order."""

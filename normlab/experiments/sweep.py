@@ -102,7 +102,7 @@ class Sweep:
 
     @property
     def resolved(self) -> SweepSpec:
-        """The spec typed (normlab.experiments.sweepfile.SweepSpec: the reader of a stored ``sweep.yaml`` too)."""
+        """The spec typed (normlab.experiments.sweepspec.SweepSpec: the reader of a stored ``sweep.yaml`` too)."""
         return SweepSpec.from_mapping(self.spec)
 
     @property
