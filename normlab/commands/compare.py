@@ -77,12 +77,12 @@ def _load(args: argparse.Namespace, source: str | None = None) -> Any:
     if args.until_decided or args.max_seeds is not None:
         if not args.until_decided:
             raise NormlabError("--max-seeds needs --until-decided")
-        if "sequential" not in sweep.spec:
-            raw = {**sweep.spec, "sequential": default_plan(len(sweep.spec["seeds"]), args.max_seeds)}
-        elif args.max_seeds is not None and args.max_seeds != sweep.spec["sequential"]["looks"][-1]:
+        if sweep.resolved.looks is None:
+            raw = {**sweep.spec, "sequential": default_plan(len(sweep.resolved.seeds), args.max_seeds)}
+        elif args.max_seeds is not None and args.max_seeds != sweep.resolved.looks[-1]:
             raise NormlabError(f"--max-seeds {args.max_seeds} contradicts the sweep's sequential plan (looks "
-                               f"{sweep.spec['sequential']['looks']}); change the sweep file instead")
-    elif args.budget is not None and "sequential" not in sweep.spec:
+                               f"{sweep.resolved.looks}); change the sweep file instead")
+    elif args.budget is not None and sweep.resolved.looks is None:
         raise NormlabError("--budget needs --until-decided (or a sequential: plan in the sweep)")
     if raw is not None:
         sweep = parse_sweep(raw, source=f"sweep '{sweep.name}'")
@@ -97,9 +97,9 @@ def with_overrides(sweep: Any, overrides: list[str]) -> Any:
     learning-rate grid sets is refused: there the sweep's own value would win for some runs."""
     from normlab.config import apply_overrides
     from normlab.experiments.sweep import parse_sweep
-    from normlab.experiments.sweepfile import LR_KEY, flatten, read_sweep_file
+    from normlab.experiments.sweepfile import LR_KEY, flatten
 
-    f = read_sweep_file(sweep.spec, source=f"sweep '{sweep.name}'")  # typed: variants, axes, set
+    f = sweep.resolved  # typed: variants, axes, set
     added: dict[str, Any] = {}
     for item in overrides:
         added.update(flatten(apply_overrides({}, [item]), "--set"))
@@ -121,15 +121,15 @@ def replication_sweep(sweep: Any, source: str) -> Any:
     REPLICATION_SEED_OFFSET), no ``replicate`` key (normlab.decide.plan)."""
     from normlab.experiments.sweep import parse_sweep, replication_seeds, slug
 
-    spec = sweep.spec
-    setters = [f"variant '{v['name']}'" for v in spec.get("variants", []) if "data.source" in v["set"]]
-    if "data.source" in spec.get("axes", {}) or setters:
+    spec = sweep.resolved
+    setters = [f"variant '{name}'" for name, vset in spec.variants if "data.source" in vset]
+    if "data.source" in spec.axes or setters:
         raise NormlabError(f"cannot replicate sweep '{sweep.name}' on another source: "
                            f"{setters[0] if setters else 'an axis'} sets data.source")
-    if spec["base"].get("data", {}).get("source") == source and "data.source" not in spec["set"]:
+    if spec.base.get("data", {}).get("source") == source and "data.source" not in spec.overrides:
         raise NormlabError(f"sweep '{sweep.name}' already runs on {source}; replicate on another source")
-    raw = {k: v for k, v in spec.items() if k not in ("replicate", "replicate_seeds")}
-    raw.update(name=f"{sweep.name}-on-{slug(source)}", set={**spec["set"], "data.source": source},
+    raw = {k: v for k, v in sweep.spec.items() if k not in ("replicate", "replicate_seeds")}
+    raw.update(name=f"{sweep.name}-on-{slug(source)}", set={**spec.overrides, "data.source": source},
                seeds=replication_seeds(spec))  # a fresh seed block: the design's own seeds confirm nothing twice
     return parse_sweep(raw, source=f"replication of '{sweep.name}' on {source}")
 
@@ -170,7 +170,7 @@ def run_compare(args: argparse.Namespace) -> int:
     from normlab.report import write_report
 
     sweep = _load(args)
-    sources = [s for s in [args.replicate_on or sweep.spec.get("replicate")] if s]
+    sources = [s for s in [args.replicate_on or sweep.resolved.replicate] if s]
     replicas = [(s, _load(args, s), f"replication/{slug(s)}") for s in sources]  # checked before anything runs
     for _, rsweep, _ in replicas:  # and its data: a source that cannot be read is refused before any training
         check_replication_data(rsweep)

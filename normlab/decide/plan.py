@@ -80,9 +80,9 @@ def default_plan(n_seeds: int, max_seeds: int | None) -> dict[str, Any]:
     return {"max_seeds": max_seeds if max_seeds is not None else DEFAULT_ROUNDS * n_seeds}
 
 
-def looks_of(spec: dict[str, Any]) -> list[int] | None:
-    """The seed counts at each look of a stored spec's plan, or None without one."""
-    plan = spec.get("sequential")
+def plan_looks(plan: Any) -> list[int] | None:
+    """The seed counts at each look of a stored ``sequential:`` plan (``{"looks": [...]}``, as ``resolve_plan``
+    writes it), or None without one (read by normlab.experiments.sweepspec.SweepSpec: ``spec.looks``)."""
     return list(plan["looks"]) if isinstance(plan, dict) and isinstance(plan.get("looks"), list) else None
 
 
@@ -91,12 +91,12 @@ def fractions(looks: list[int]) -> list[float]:
     return [n / looks[-1] for n in looks]
 
 
-def planned_rounds(spec: dict[str, Any], stored_seeds: set[int] | list[int]) -> bool:
+def planned_rounds(spec: Any, stored_seeds: set[int] | list[int]) -> bool:
     """True when ``stored_seeds`` (the seeds a store holds runs of) are exactly the first ``looks[k]`` seeds of the
-    spec's sequential plan for some look ``k``: seeds added through the plan, not a design change after results
-    (the report's design-change check asks this before flagging fewer stored seeds than the spec lists)."""
-    looks = looks_of(spec)
-    if looks is None:
+    sequential plan of ``spec`` (a typed sweep spec: ``.looks``, ``.seeds``) for some look ``k``: seeds added
+    through the plan, not a design change after results (the report's design-change check asks this before flagging
+    fewer stored seeds than the spec lists)."""
+    if spec.looks is None:
         return False
     stored = set(stored_seeds)
-    return any(stored == set(spec["seeds"][:n]) for n in looks)
+    return any(stored == set(spec.seeds[:n]) for n in spec.looks)

@@ -15,7 +15,8 @@ data (docs/compare.md, "Declared questions")::
                                  # inside +-margin is "within margin" (TOST; needs paired: true, no sequential plan)
 
 Every reader goes through this module: ``parse_question`` checks a sweep file's keys (one-line errors),
-``stored_question`` reads a stored sweep spec leniently (the report, the sequential looks and the replications),
+``stored_question`` reads the question of a stored sweep spec (typed by normlab.experiments.sweepspec.SweepSpec;
+the report, the sequential looks and the replications),
 ``question_of`` turns a design dict (the store's ``design`` meta, or a partial one) into a ``Question``, and
 ``claim_question`` reads a claim's definition. The defaults are written once, here.
 """
@@ -164,22 +165,21 @@ def question_of(d: Mapping[str, Any] | Question | None, *, baseline: str | None,
                     d.get("margin"), tuple(seeds) if isinstance(seeds, list) else (), d.get("observable") or "")
 
 
-def stored_question(spec: Mapping[str, Any], groups: list[str]) -> Question:
+def stored_question(spec: Any, groups: list[str]) -> Question:
     """The declared question of a stored sweep spec (``SWEEP_DIR/sweep.yaml``, checked by ``parse_question`` when
-    it was written) over ``groups``, the variant labels that ran (the grid groups of an lr_grid sweep), for the
-    sequential looks and the replications: a baseline that did not run is the first group, the family is its
-    members among ``groups`` in their order."""
-    grid = isinstance(spec.get("lr_grid"), list) and len(spec["lr_grid"]) >= 2
-    baseline = spec.get("baseline") if spec.get("baseline") in groups else (groups[0] if groups else "")
-    alpha = float(spec.get("alpha", DEFAULT_ALPHA))
+    it was written; read typed by normlab.experiments.sweepspec.SweepSpec: ``lr_grid``, ``baseline``, ``primary``,
+    ``family``, ``alpha``, ``correction``, ``paired``, ``margin``, ``seeds``) over ``groups``, the variant labels
+    that ran (the grid groups of an lr_grid sweep), for the sequential looks and the replications: a baseline that
+    did not run is the first group, the family is its members among ``groups`` in their order."""
+    grid = isinstance(spec.lr_grid, list) and len(spec.lr_grid) >= 2
+    baseline = spec.baseline if spec.baseline in groups else (groups[0] if groups else "")
+    alpha = float(spec.alpha)
     if not (0.0 < alpha < 1.0 and math.isfinite(alpha)):
         raise NormlabError(f"alpha must be in (0, 1), got {alpha}")
-    family = spec.get("family")
-    margin = spec.get("margin")
-    q = Question(spec.get("primary") or default_primary(grid), baseline,
-                 tuple(family) if isinstance(family, list) else None, alpha, spec.get("correction") or "holm",
-                 spec.get("paired", True) is not False, spec.get("primary") is not None,
-                 None if margin is None else float(margin), tuple(spec.get("seeds") or ()))
+    margin = spec.margin
+    q = Question(spec.primary or default_primary(grid), baseline, spec.family, alpha, spec.correction or "holm",
+                 spec.paired, spec.primary is not None, None if margin is None else float(margin),
+                 tuple(spec.seeds or ()))
     return Question(q.primary, q.baseline, q.members(groups), q.alpha, q.correction, q.paired, q.declared,
                     q.margin, q.seeds)
 

@@ -20,7 +20,6 @@ from typing import Any
 
 from normlab.errors import NormlabError
 from normlab.experiments.executors import EXECUTORS
-from normlab.decide.plan import looks_of
 from normlab.experiments.sweepdir import SweepOutcome, run_sweep
 from normlab.experiments.sequential import run_until_decided
 from normlab.experiments.sweep import Sweep
@@ -40,7 +39,7 @@ def run(sweep: Sweep, out: Path, *, executor: str = "local", workers: int | None
         raise NormlabError(f"executor must be one of {', '.join(EXECUTOR_NAMES)}, got '{executor}'")
     kw: dict[str, Any] = {"workers": workers, "threads": threads, "address": address, "stack": stack, "log": log,
                           "executor": "local" if executor == "inline" else executor, "inline": executor == "inline"}
-    if looks_of(sweep.spec) is None:
+    if sweep.resolved.looks is None:
         return run_sweep(sweep, out, **kw)
     res = run_until_decided(sweep, out, budget_s=budget_s, **kw)
     outcome = res.outcome

@@ -49,18 +49,18 @@ def log_grid(lo: float, hi: float, points: int, *, digits: int = 3) -> list[floa
     return [round_sig(lo * math.exp(r * i / (points - 1)), digits) for i in range(points)]
 
 
-def expand_grid(spec: Any, *, name: str = "lr_grid", integer: bool = False, digits: int = 3) -> list[float]:
-    """Values of a grid spec: ``{min, max, points}`` (log-spaced) or a non-empty list of numbers > 0.
+def expand_grid(raw: Any, *, name: str = "lr_grid", integer: bool = False, digits: int = 3) -> list[float]:
+    """Values of a grid spec ``raw`` as written: ``{min, max, points}`` (log-spaced) or a non-empty list of numbers > 0.
 
     Bad specs are one-line ``NormlabError``s naming ``name`` and what is allowed."""
-    if isinstance(spec, dict):
-        check_keys(spec, GRID_KEYS, name)
-        missing = [k for k in GRID_KEYS if k not in spec]
+    if isinstance(raw, dict):
+        check_keys(raw, GRID_KEYS, name)
+        missing = [k for k in GRID_KEYS if k not in raw]
         if missing:
             raise NormlabError(f"{name} needs min, max and points (log-spaced), or a list of values; missing "
                                f"{', '.join(missing)}")
-        lo, hi = _positive(spec["min"], f"{name}.min"), _positive(spec["max"], f"{name}.max")
-        pts = spec["points"]
+        lo, hi = _positive(raw["min"], f"{name}.min"), _positive(raw["max"], f"{name}.max")
+        pts = raw["points"]
         if isinstance(pts, bool) or not isinstance(pts, int) or not 1 <= pts <= MAX_POINTS:
             raise NormlabError(f"{name}.points must be an integer in [1, {MAX_POINTS}], got {pts!r}")
         if hi < lo:
@@ -70,15 +70,15 @@ def expand_grid(spec: Any, *, name: str = "lr_grid", integer: bool = False, digi
         if pts > 1 and hi == lo:
             raise NormlabError(f"{name}: min == max ({lo:g}) gives one value; set points: 1 or widen the range")
         values = log_grid(lo, hi, pts, digits=digits)
-    elif isinstance(spec, list):
-        if not spec:
+    elif isinstance(raw, list):
+        if not raw:
             raise NormlabError(f"{name} is empty; give {{min, max, points}} or a list of values")
-        if len(spec) > MAX_POINTS:
-            raise NormlabError(f"{name} has {len(spec)} values; at most {MAX_POINTS}")
-        values = [_positive(v, f"{name} value") for v in spec]
+        if len(raw) > MAX_POINTS:
+            raise NormlabError(f"{name} has {len(raw)} values; at most {MAX_POINTS}")
+        values = [_positive(v, f"{name} value") for v in raw]
     else:
         raise NormlabError(f"{name} must be {{min: ..., max: ..., points: ...}} (log-spaced) or a list of values, "
-                           f"got {type(spec).__name__}")
+                           f"got {type(raw).__name__}")
     if integer:
         values = [float(max(1, round(v))) for v in values]
         values = [v for i, v in enumerate(values) if v not in values[:i]]

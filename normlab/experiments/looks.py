@@ -15,12 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from normlab.decide.looks import Learned, Values, look
-from normlab.decide.plan import looks_of
 from normlab.decide.question import Question, stored_question
 from normlab.errors import NormlabError
 from normlab.experiments.lrgrid import GridReport, SeedGrid, analyze, grid_runs_from_rows
 from normlab.experiments.store import Store
-from normlab.io import read_yaml_file
+from normlab.experiments.sweepspec import SweepSpec, stored_sweep
 from normlab.rundir.readers import read_summary
 
 METRIC_OF: dict[str, Callable[[SeedGrid], float]] = {
@@ -41,13 +40,9 @@ def learned_flags(grid: GridReport) -> Learned:
     return {g.name: {s.seed: s.learned for s in g.seeds} for g in grid.groups}
 
 
-def stored_spec(sweep_dir: Path) -> dict[str, Any]:
-    """The stored sweep spec (``SWEEP_DIR/sweep.yaml``), {} when absent or unreadable."""
-    try:
-        spec = read_yaml_file(Path(sweep_dir) / "sweep.yaml", "sweep file")
-    except NormlabError:
-        return {}
-    return spec if isinstance(spec, dict) else {}
+def stored_spec(sweep_dir: Path) -> SweepSpec:
+    """The stored sweep spec (``SWEEP_DIR/sweep.yaml``) typed, the empty spec when absent or unreadable."""
+    return stored_sweep(sweep_dir) or SweepSpec()
 
 
 def stored_grid(sweep_dir: Path) -> GridReport:
@@ -75,8 +70,7 @@ def look_record(sweep_dir: Path, k: int) -> dict[str, Any]:
     """Look ``k`` (0-based) of ``sweep_dir``'s sequential plan, recomputed from the stored runs of the first
     ``looks[j]`` seeds for every look ``j <= k`` (normlab.decide.looks.look)."""
     spec = stored_spec(sweep_dir)
-    looks = looks_of(spec)
-    if looks is None:
+    if spec.looks is None:
         raise NormlabError(f"{sweep_dir} has no sequential plan")
     q, values, learned = decided_values(sweep_dir)
-    return look(q, values, learned, list(spec["seeds"]), looks, k)
+    return look(q, values, learned, list(spec.seeds), spec.looks, k)

@@ -44,8 +44,8 @@ def _probe_spec(cfg: dict[str, Any]) -> dict[str, Any]:
             "batch_size": c.train.batch_size, "precision": c.train.precision, "seconds": PROBE_S}
 
 
-def _key(spec: dict[str, Any], cores: int) -> str:
-    return json.dumps({"cpu": cpu_name(), "cores": cores, "torch": torch.__version__, **spec}, sort_keys=True)
+def _key(probe: dict[str, Any], cores: int) -> str:
+    return json.dumps({"cpu": cpu_name(), "cores": cores, "torch": torch.__version__, **probe}, sort_keys=True)
 
 
 def _env(threads: int) -> dict[str, str]:
@@ -56,11 +56,11 @@ def _env(threads: int) -> dict[str, str]:
     return env
 
 
-def measure_packing(spec: dict[str, Any], packings: list[tuple[int, int]]) -> dict[str, float]:
+def measure_packing(probe: dict[str, Any], packings: list[tuple[int, int]]) -> dict[str, float]:
     """``{"WxT": summed tokens/s}``: for each packing, ``W`` probe processes at once with ``T`` threads each."""
     out = {}
     for w, t in packings:
-        procs = [subprocess.Popen([sys.executable, "-m", "normlab.experiments.packing", json.dumps(spec)],
+        procs = [subprocess.Popen([sys.executable, "-m", "normlab.experiments.packing", json.dumps(probe)],
                                   stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=_env(t))
                  for _ in range(w)]
         total = 0.0
@@ -81,9 +81,9 @@ def choose_packing(cfg: dict[str, Any], n_runs: int, cores: int, cache_dir: Path
     if len(packings) == 1:
         w, t = packings[0]
         return w, t, {}
-    spec = _probe_spec(cfg)
+    probe = _probe_spec(cfg)
     path = Path(cache_dir) / "packing_probe.json"
-    key = _key(spec, cores)
+    key = _key(probe, cores)
     try:
         cache = json.loads(path.read_text())
     except (OSError, ValueError):
@@ -92,7 +92,7 @@ def choose_packing(cfg: dict[str, Any], n_runs: int, cores: int, cache_dir: Path
     if len(measured) < len(packings):
         log(f"measuring sweep packing ({', '.join(f'{w} workers x {t} threads' for w, t in packings)}) at this "
             f"sweep's shape, {PROBE_S:.0f} s each ...")
-        measured = measure_packing(spec, packings)
+        measured = measure_packing(probe, packings)
         cache[key] = {**cache.get(key, {}), **measured}
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -108,18 +108,18 @@ def choose_packing(cfg: dict[str, Any], n_runs: int, cores: int, cache_dir: Path
     return w, t, measured
 
 
-def _probe(spec: dict[str, Any]) -> float:
-    """Tokens/s of full training steps of ``spec``'s model (after two warm-up steps)."""
+def _probe(probe: dict[str, Any]) -> float:
+    """Tokens/s of full training steps of ``probe``'s model (after two warm-up steps)."""
     threads = int(os.environ.get("OMP_NUM_THREADS", "1"))
     torch.set_num_threads(threads)
     torch.manual_seed(0)
-    mc = ModelConfig(**spec["model"])
-    prec = spec["precision"] if spec["precision"] != "auto" else ("bf16" if P.fast_bf16("cpu")[0] else "fp32")
+    mc = ModelConfig(**probe["model"])
+    prec = probe["precision"] if probe["precision"] != "auto" else ("bf16" if P.fast_bf16("cpu")[0] else "fp32")
     model = P.prepare_model(build_model(mc), prec)
     opt, _ = build_optimizer(model, TrainConfig())
-    x = torch.randint(mc.vocab_size, (spec["batch_size"], mc.context + 1))
+    x = torch.randint(mc.vocab_size, (probe["batch_size"], mc.context + 1))
     n, t0, warmup = 0, None, 2
-    while t0 is None or time.perf_counter() - t0 < spec["seconds"]:
+    while t0 is None or time.perf_counter() - t0 < probe["seconds"]:
         with P.autocast("cpu", prec):
             logits = model(x[:, :-1])
         F.cross_entropy(logits.float().flatten(0, 1), x[:, 1:].flatten()).backward()

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from normlab.errors import NormlabError
-from normlab.decide.plan import LOOKS_META, PLAN_META, looks_of
+from normlab.decide.plan import LOOKS_META, PLAN_META
 from normlab.experiments.sweepdir import SweepOutcome, check_sweep_dir, run_sweep
 from normlab.experiments.looks import look_record
 from normlab.experiments.store import Store
@@ -44,22 +44,22 @@ class SequentialOutcome:
 
 def round_sweep(sweep: Sweep, n_seeds: int) -> Sweep:
     """The runs of the plan's first ``n_seeds`` seeds (same spec, so the same hash and run ids as the full plan)."""
-    keep = set(sweep.spec["seeds"][:n_seeds])
+    keep = set(sweep.resolved.seeds[:n_seeds])
     return dataclasses.replace(sweep, runs=[r for r in sweep.runs if r.seed in keep])
 
 
 def store_plan(sweep: Sweep, sweep_dir: Path) -> None:
     """Write the plan into the store before anything runs (idempotent; a different stored plan is an error: the
     sweep hash already covers the plan, so this only guards a store written by hand)."""
-    looks = looks_of(sweep.spec)
+    looks = sweep.resolved.looks
     if looks is None:
         raise NormlabError(f"sweep '{sweep.name}' has no sequential plan")
     existing = check_sweep_dir(sweep, sweep_dir)
     q = sweep.question  # normlab.decide.question: the declared primary, alpha (baseline: as written)
     if q is None:
         raise NormlabError(f"sweep '{sweep.name}' has no declared question; a sequential plan decides one")
-    plan = {"looks": looks, "seeds": sweep.spec["seeds"], "alpha": q.alpha,
-            "primary": q.primary if q.declared else None, "baseline": sweep.spec.get("baseline")}
+    plan = {"looks": looks, "seeds": sweep.resolved.seeds, "alpha": q.alpha,
+            "primary": q.primary if q.declared else None, "baseline": sweep.resolved.baseline}
     store = existing or Store(sweep_dir / "results.sqlite")
     if existing is None:
         sweep_dir.mkdir(parents=True, exist_ok=True)
@@ -77,7 +77,7 @@ def run_until_decided(sweep: Sweep, sweep_dir: Path, *, budget_s: float | None =
     (``look_record``: ``decided`` when nothing is left to decide); ``run_kwargs`` go to ``run_sweep`` (workers,
     executor, address, threads, inline)."""
     log = log or (lambda s: print(s, file=sys.stderr, flush=True))
-    looks = looks_of(sweep.spec)
+    looks = sweep.resolved.looks
     if looks is None:
         raise NormlabError(f"sweep '{sweep.name}' has no sequential plan; add sequential: or use --until-decided")
     store_plan(sweep, sweep_dir)
@@ -92,7 +92,7 @@ def run_until_decided(sweep: Sweep, sweep_dir: Path, *, budget_s: float | None =
                 f"another round (the longest so far took {longest:.0f}s)")
             break
         t_round = time.time()
-        log(f"sequential: round {k + 1}/{len(looks)}: seeds {sweep.spec['seeds'][:n]}")
+        log(f"sequential: round {k + 1}/{len(looks)}: seeds {sweep.resolved.seeds[:n]}")
         outcome = run_sweep(round_sweep(sweep, n), sweep_dir, log=log, **run_kwargs)
         longest = max(longest, time.time() - t_round) if outcome.trained else longest
         result.outcome = outcome

@@ -199,19 +199,20 @@ def size_points(raw: dict[str, Any], base: dict[str, Any], common: dict[str, Any
             ov["train.lr"] = float(t["lr"]) * (transfer["base_width"] / w) ** transfer["exponent"]
         points.append(SizePoint(f"w{w}-d{d}", ov, w, d, h, n, steps * per_step, tpp))
     points.sort(key=lambda p: p.params or 0)
-    spec: dict[str, Any] = {"sizes": [{"width": p.width, "depth": p.depth, "heads": p.heads} for p in points]}
+    stored: dict[str, Any] = {"sizes": [{"width": p.width, "depth": p.depth, "heads": p.heads} for p in points]}
     if tpp is not None:
-        spec["tokens_per_param"] = tpp
+        stored["tokens_per_param"] = tpp
     if transfer is not None:
-        spec["lr_transfer"] = transfer
-    return points, spec
+        stored["lr_transfer"] = transfer
+    return points, stored
 
 
-def lr_rule(spec: dict[str, Any], lrs_per_cell: int) -> str:
-    """How the learning rate per size was chosen: ``transferred`` (``lr_transfer``), ``best-of-grid`` (several
-    learning rates per variant and size: an ``lr_grid`` or a ``train.lr`` axis), or ``fixed``."""
-    if spec.get("lr_transfer"):
-        t = spec["lr_transfer"]
+def lr_rule(transfer: dict[str, Any] | None, lrs_per_cell: int) -> str:
+    """How the learning rate per size was chosen: ``transferred`` (``transfer``: the sweep's ``lr_transfer``),
+    ``best-of-grid`` (several learning rates per variant and size: an ``lr_grid`` or a ``train.lr`` axis), or
+    ``fixed``."""
+    if transfer:
+        t = transfer
         return f"transferred: train.lr x ({t['base_width']} / width)^{t['exponent']:g}"
     if lrs_per_cell > 1:
         return "best-of-grid: the learning rate with the lowest mean final loss per variant and size"

@@ -55,10 +55,11 @@ from normlab.experiments.design import make_design
 from normlab.decide.question import QUESTION_KEYS, Question, parse_question, question_spec
 from normlab.experiments.sizes import SIZE_OWNED, size_points
 from normlab.experiments.sweepfile import LR_KEY, MAX_NAME, MAX_RUNS, PROVENANCE_KEYS, SweepFile, read_sweep_file
+from normlab.experiments.sweepspec import SweepSpec
 from normlab.io import read_yaml_file
 from normlab.presets import SWEEP_DIR, sweep_presets  # package data: shipped sweeps
 
-__all__ = ["MAX_NAME", "MAX_RUNS", "Sweep", "PlannedRun", "dump_spec", "load_sweep", "parse_sweep"]
+__all__ = ["MAX_NAME", "MAX_RUNS", "Sweep", "SweepSpec", "PlannedRun", "dump_spec", "load_sweep", "parse_sweep"]
 REPLICATION_SEED_OFFSET = 10_000
 """A replication without ``replicate_seeds`` runs the design's seeds shifted by this much: a fresh seed block."""
 NOT_HASHED = ("description", "replicate", "replicate_seeds", *PROVENANCE_KEYS, *QUESTION_KEYS)
@@ -81,7 +82,8 @@ class PlannedRun:
 
 @dataclass
 class Sweep:
-    """A validated, expanded sweep. ``spec`` is the self-contained form written to ``SWEEP_DIR/sweep.yaml``."""
+    """A validated, expanded sweep. ``spec`` is the self-contained form written to ``SWEEP_DIR/sweep.yaml`` (its
+    serialised form: hashed and dumped, never read by key); ``resolved`` is the same spec typed."""
 
     name: str
     spec: dict[str, Any]
@@ -96,7 +98,12 @@ class Sweep:
         """The declared design written to the store before the first run (normlab.experiments.design)."""
         groups = list(dict.fromkeys(r.axes.get("grid_group") or r.variant for r in self.runs))
         assert self.question is not None, "a sweep built without a question has no design"
-        return make_design(self.question, groups, self.spec.get("seeds") or [], self.lr_grid)
+        return make_design(self.question, groups, self.resolved.seeds, self.lr_grid)
+
+    @property
+    def resolved(self) -> SweepSpec:
+        """The spec typed (normlab.experiments.sweepspec.SweepSpec: the reader of a stored ``sweep.yaml`` too)."""
+        return SweepSpec.from_mapping(self.spec)
 
     @property
     def hash(self) -> str:
@@ -190,7 +197,7 @@ def parse_sweep(raw: Any, *, here: Path | None = None, source: str = "sweep") ->
         raise NormlabError(f"{source}: a sequential plan's boundaries test a difference, not equivalence; margin "
                            "is for a fixed design (remove sequential: or margin:)")
     spec = f.spec(size_spec, question_spec(raw))
-    return Sweep(f.name, spec, runs, labels, spec["description"], f.lr_grid, question=question)
+    return Sweep(f.name, spec, runs, labels, f.description, f.lr_grid, question=question)
 
 
 def _expand(f: SweepFile, grid_axes: dict[str, list[Any]], sizes: list, source: str
@@ -240,10 +247,10 @@ def _expand(f: SweepFile, grid_axes: dict[str, list[Any]], sizes: list, source: 
     return runs, labels
 
 
-def replication_seeds(spec: dict[str, Any]) -> list[int]:
+def replication_seeds(spec: SweepSpec) -> list[int]:
     """The seed block of a replication of the sweep ``spec``: its ``replicate_seeds``, else its seeds shifted by
     REPLICATION_SEED_OFFSET (never the seeds of the design it replicates)."""
-    return list(spec.get("replicate_seeds") or [s + REPLICATION_SEED_OFFSET for s in spec["seeds"]])
+    return list(spec.replicate_seeds or [s + REPLICATION_SEED_OFFSET for s in spec.seeds])
 
 
 def _check_run_count(source: str, named: list, grid_axes: dict[str, list[Any]], sizes: list, seeds: list) -> None:

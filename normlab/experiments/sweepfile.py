@@ -3,6 +3,9 @@ each with the reader that checks it (``_key``: a one-line ``NormlabError`` namin
 in field order; then the checks that involve two keys (a sequential plan extends the seeds, a replication's seed
 block is fresh, ``lr_grid`` owns ``train.lr``). The question keys are read by normlab.decide.question and the
 size keys by normlab.experiments.sizes, once the runs' group labels are known.
+
+The resolved spec this produces (``SweepFile.spec``, stored as ``SWEEP_DIR/sweep.yaml``) is read back typed by
+normlab.experiments.sweepspec.
 """
 
 from __future__ import annotations

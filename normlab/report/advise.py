@@ -321,10 +321,11 @@ def gemm_rate(precision: str = "fp32", size: int = 1024, seconds: float = 0.3) -
     return 2.0 * size ** 3 * n / (time.perf_counter() - t0)
 
 
-def estimate(spec: dict[str, Any], cfg: RunConfig, rate: float) -> dict[str, Any]:
-    """Runs, tokens, training FLOPs and seconds at ``rate`` FLOP/s of the sweep ``spec``."""
-    r = RECIPES[spec["name"].removeprefix("advise-")]
-    runs = 2 * LR_GRID["points"] * len(spec["seeds"])
+def estimate(claim: str, n_seeds: int, cfg: RunConfig, rate: float) -> dict[str, Any]:
+    """Runs, tokens, training FLOPs and seconds at ``rate`` FLOP/s of the sweep that decides ``claim`` on ``n_seeds``
+    seeds (:func:`sweep_yaml`)."""
+    r = RECIPES[claim]
+    runs = 2 * LR_GRID["points"] * n_seeds
     tokens = cfg.train.steps * cfg.train.batch_size * cfg.train.grad_accum * cfg.model.context
     flops = sum(count_flops(_with(cfg.model, s)).training for _, s in (r["baseline"], r["variant"]))
     total = flops / 2 * runs * tokens
@@ -364,8 +365,9 @@ def advise(cfg: RunConfig, ev: dict[str, Any], *, from_dirs: list[Path] = (), ba
                for e in d[part]]
     nxt = next_question(entries)
     if nxt is not None:
-        spec = sweep_yaml(nxt["claim"], cfg, base, next_seeds(ev))
-        nxt["estimate"] = estimate(spec, cfg, rate) | {"rate_source": rate_source}
+        seeds = next_seeds(ev)
+        spec = sweep_yaml(nxt["claim"], cfg, base, seeds)
+        nxt["estimate"] = estimate(nxt["claim"], len(seeds), cfg, rate) | {"rate_source": rate_source}
         if sweep_path is not None:
             nxt["sweep_file"] = str(write_sweep(spec, sweep_path))
             nxt["command"] = f"normlab compare {sweep_path}"

@@ -26,6 +26,7 @@ from normlab.errors import NormlabError
 from normlab.experiments.design import changed_after_results, stored_design
 from normlab.experiments.lrgrid import GridReport, analyze, grid_runs_from_rows
 from normlab.experiments.store import Store
+from normlab.experiments.sweepspec import stored_sweep
 from normlab.io import read_json, read_yaml_file
 from normlab.names import GRAD_NORM_PREFIXES, read_bpb
 from normlab.report import lrsection
@@ -133,8 +134,8 @@ def load(sweep_dir: str | Path, baseline: str | None = None) -> SweepReport:
         raise NormlabError(f"--baseline {baseline!r} is not a variant of {sweep_dir}; variants: {', '.join(names)}")
     question = stored_design(meta)
     if question is None:  # a store written before designs were recorded: the sweep file's keys
-        spec = _read_yaml(sweep_dir / "sweep.yaml")
-        question = {"declared": False, "baseline": spec.get("baseline")} if isinstance(spec, dict) else None
+        spec = stored_sweep(sweep_dir)
+        question = {"declared": False, "baseline": spec.baseline} if spec is not None else None
     why = changed_after_results(meta, rows)
     if (baseline is not None and question is not None and question.get("declared")
             and baseline != question.get("baseline")):

@@ -74,7 +74,7 @@ def build_evidence(claims: dict[str, Any], replications: dict[str, Any], *, clai
     question), their entries after ``replications``'; one seed block of one claim on one corpus given twice is
     refused (the same runs would count as two replications)."""
     _check_claims(claims, claims_name)
-    spec = claims.get("budget_spec") or {}
+    budget_spec = claims.get("budget_spec") or {}
     names = {c["name"] for c in claims["claims"]}
     reps: list[dict[str, Any]] = []
     seen: dict[tuple[str, str, tuple[int, ...]], str] = {}
@@ -96,7 +96,7 @@ def build_evidence(claims: dict[str, Any], replications: dict[str, Any], *, clai
     confirmed = []
     for doc, name in confirmations:
         _check_claims(doc, name)
-    why = confirmations_problem(spec, list(confirmations), claims_name)  # the check the rendered page makes
+    why = confirmations_problem(budget_spec, list(confirmations), claims_name)  # the check the rendered page makes
     if why:
         raise NormlabError(why)
     budgets = {doc["budget"]: name for doc, name in confirmations}
@@ -133,8 +133,9 @@ def build_evidence(claims: dict[str, Any], replications: dict[str, Any], *, clai
         "sources": {"claims": claims_name, "replications": replications_name,
                     **({"more_replications": [n for _, n in more_replications]} if more_replications else {}),
                     **({"confirmations": [n for _, n in order]} if confirmations else {})},
-        "suite": {"budget": claims.get("budget"), "corpus": spec.get("source"), "seeds": claims.get("seeds"),
-                  "context": spec.get("context"), "heads": spec.get("heads"), "batch_size": spec.get("batch_size"),
+        "suite": {"budget": claims.get("budget"), "corpus": budget_spec.get("source"), "seeds": claims.get("seeds"),
+                  "context": budget_spec.get("context"), "heads": budget_spec.get("heads"),
+                  "batch_size": budget_spec.get("batch_size"),
                   "correction": judged.get("correction"), "family_size": judged.get("family_size"),
                   "command": claims.get("command"), **({"confirmations": confirmed} if confirmed else {})},
         "claims": [records[c["name"]] for c in claims["claims"]],

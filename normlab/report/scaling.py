@@ -21,9 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from normlab.errors import NormlabError
 from normlab.experiments.sizes import count_params, lr_rule, run_tokens
-from normlab.io import read_yaml_file
+from normlab.experiments.sweepspec import SweepSpec, stored_sweep
 from normlab.report import scaling_fit as sf
 from normlab.report.analysis import RunInfo, SweepReport
 from normlab.report.scaling_design import confound_text, confounds
@@ -168,14 +167,6 @@ def _ok(r: RunInfo) -> bool:
     return r.row["status"] == "completed" and isinstance(v, (int, float)) and math.isfinite(v) and v > 0
 
 
-def _spec(sweep_dir: Path) -> dict[str, Any]:
-    try:
-        spec = read_yaml_file(sweep_dir / "sweep.yaml", "sweep file")
-    except NormlabError:
-        return {}
-    return spec if isinstance(spec, dict) else {}
-
-
 def _fit_error(curve: Curve, with_d: bool) -> str | None:
     cells = curve.cells()
     n_sizes = len({c.n for c in cells.values()})
@@ -189,15 +180,15 @@ def _fit_error(curve: Curve, with_d: bool) -> str | None:
 def analyse(rep: SweepReport, *, replicates: int = REPLICATES, seed: int = 0) -> ScalingAnalysis:
     """Fits, forecasts, crossovers and SNR for a size sweep (see the module docstring)."""
     curves = _collect(rep)
-    spec = _spec(rep.sweep_dir)
+    spec = stored_sweep(rep.sweep_dir) or SweepSpec()
     lrs = max((p.lrs_tried for c in curves for p in c.points), default=1)
-    tpp = spec.get("tokens_per_param")
+    tpp = spec.tokens_per_param
     tokens = sorted({p.tokens for c in curves for p in c.points})
     tokens_rule = (f"proportional to parameters: {tpp:g} tokens per parameter" if tpp
                    else f"fixed: {tokens[0]:,} tokens per run" if len(tokens) == 1
                    else f"varies: {len(tokens)} token budgets from {tokens[0]:,} to {tokens[-1]:,}")
-    an = ScalingAnalysis(rep.sweep_dir, lr_rule(spec, lrs), tokens_rule, curves)
-    corr = spec.get("correction", "holm")
+    an = ScalingAnalysis(rep.sweep_dir, lr_rule(spec.lr_transfer, lrs), tokens_rule, curves)
+    corr = spec.correction
     an.correction = corr if isinstance(corr, str) and corr in ("holm", "bh", "none") else "holm"
     an.confounds = confounds([p for c in curves for p in c.points if p.losses], lr_rule=an.lr_rule)
     all_n = [p.params for c in curves for p in c.points if p.losses]

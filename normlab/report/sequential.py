@@ -14,12 +14,13 @@ from pathlib import Path
 from typing import Any
 
 from normlab.decide.looks import fixed_decisions, look
-from normlab.decide.plan import LOOKS_META, looks_of
+from normlab.decide.plan import LOOKS_META
 from normlab.decide.question import Question, stored_question
 from normlab.decide.verdicts import replication
 from normlab.decide.vocab import UNDECIDED
 from normlab.experiments.looks import learned_flags, primary_values, stored_spec
 from normlab.experiments.lrgrid import GridReport
+from normlab.experiments.sweepspec import SweepSpec
 from normlab.experiments.store import Store
 from normlab.report.analysis import load
 from normlab.stats.intervals import paired_diff
@@ -36,12 +37,11 @@ def question_of(sweep_dir: Path, grid: GridReport) -> Question:
     return stored_question(stored_spec(sweep_dir), [g.name for g in grid.groups])
 
 
-def _look(spec: dict[str, Any], grid: GridReport, k: int) -> dict[str, Any]:
+def _look(spec: SweepSpec, grid: GridReport, k: int) -> dict[str, Any]:
     """Look ``k`` of the plan in ``spec`` from the report's grid analysis (normlab.decide.looks.look)."""
-    looks = looks_of(spec)
-    assert looks is not None
+    assert spec.looks is not None
     q = stored_question(spec, [g.name for g in grid.groups])
-    return look(q, primary_values(grid, q.primary), learned_flags(grid), list(spec["seeds"]), looks, k)
+    return look(q, primary_values(grid, q.primary), learned_flags(grid), list(spec.seeds), spec.looks, k)
 
 
 def sequential_block(sweep_dir: Path, grid: GridReport | None = None) -> dict[str, Any] | None:
@@ -49,7 +49,7 @@ def sequential_block(sweep_dir: Path, grid: GridReport | None = None) -> dict[st
     spent and the final decisions; None for a sweep without a plan or before its first look. ``grid``: the sweep's
     grid analysis when the caller has it (else it is loaded)."""
     spec = stored_spec(sweep_dir)
-    looks = looks_of(spec)
+    looks = spec.looks
     store = Store(Path(sweep_dir) / "results.sqlite")
     raw = store.meta().get(LOOKS_META) if looks is not None and store.path.is_file() else None
     if raw is None:

@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from normlab.errors import NormlabError
-from normlab.decide.plan import fractions, looks_of
+from normlab.decide.plan import fractions
 from normlab.decide.question import stored_question
 from normlab.experiments.sweep import dump_spec, parse_sweep
 
@@ -23,7 +23,7 @@ def test_max_seeds_resolves_to_looks_and_extends_the_seeds():
     s = sweep(seeds=[0, 1, 2], sequential={"max_seeds": 10})
     assert s.spec["sequential"] == {"looks": [3, 6, 9, 10]}
     assert s.spec["seeds"] == list(range(10))
-    assert len(s.runs) == 2 * 10 and looks_of(s.spec) == [3, 6, 9, 10]
+    assert len(s.runs) == 2 * 10 and s.resolved.looks == [3, 6, 9, 10]
     assert fractions([3, 6, 9, 10]) == [0.3, 0.6, 0.9, 1.0]
     s2 = sweep(seeds=[5, 7], sequential={"max_seeds": 6, "round": 1})
     assert s2.spec["sequential"]["looks"] == [2, 3, 4, 5, 6] and s2.spec["seeds"] == [5, 7, 8, 9, 10, 11]
@@ -69,19 +69,19 @@ def test_the_first_round_needs_two_seeds_and_question_keys_are_checked():
 
 
 def test_stored_question_defaults():
-    q = stored_question(sweep(seeds=[0, 1]).spec, ["A", "B"])
+    q = stored_question(sweep(seeds=[0, 1]).resolved, ["A", "B"])
     assert (q.primary, q.baseline, q.family, q.alpha) == ("final_loss", "A", ("B",), 0.05)
     s = sweep(seeds=[0, 1], baseline="B", alpha=0.01, primary="best_loss")
-    q = stored_question(s.spec, ["A", "B"])
+    q = stored_question(s.resolved, ["A", "B"])
     assert (q.primary, q.baseline, q.family, q.alpha) == ("best_loss", "B", ("A",), 0.01)
     grid = parse_sweep({"name": "g", "base": "tiny", "set": FAST, "variants": TWO, "lr_grid": [1e-3, 1e-2]})
-    assert stored_question(grid.spec, ["A", "B"]).primary == "lr_sensitivity"
+    assert stored_question(grid.resolved, ["A", "B"]).primary == "lr_sensitivity"
 
 
 def test_planned_rounds_tell_seeds_added_by_the_plan_from_a_design_change():
     from normlab.decide.plan import planned_rounds
 
     s = sweep(seeds=[0, 1, 2], sequential={"max_seeds": 9})
-    assert planned_rounds(s.spec, {0, 1, 2}) and planned_rounds(s.spec, set(range(6)))
-    assert not planned_rounds(s.spec, {0, 1, 2, 3})  # not a look of the plan
-    assert not planned_rounds(sweep(seeds=[0, 1, 2]).spec, {0, 1, 2})  # no plan
+    assert planned_rounds(s.resolved, {0, 1, 2}) and planned_rounds(s.resolved, set(range(6)))
+    assert not planned_rounds(s.resolved, {0, 1, 2, 3})  # not a look of the plan
+    assert not planned_rounds(sweep(seeds=[0, 1, 2]).resolved, {0, 1, 2})  # no plan

@@ -6,6 +6,7 @@ the stored design and the stored spec read back to the Question that was parsed.
 from __future__ import annotations
 
 import pytest
+import yaml
 from scipy.stats import t as t_dist
 from scipy.stats import ttest_rel
 
@@ -18,7 +19,7 @@ from normlab.decide.question import (
     question_of,
     stored_question,
 )
-from normlab.experiments.sweep import load_sweep, parse_sweep
+from normlab.experiments.sweep import SweepSpec, dump_spec, load_sweep, parse_sweep
 from normlab.decide.verdicts import (
     CLAIMED,
     DECIDED,
@@ -78,7 +79,7 @@ def test_the_same_question_gets_the_same_verdict_on_every_path(tmp_path, effect)
     # the report's primary family
     (row,) = [r for r in grid.paired if r.role == "primary"]
     # the fixed design's decisions (what --replicate-on compares)
-    (fixed,) = fixed_decisions(values, stored_question(sweep.spec, [g.name for g in grid.groups]),
+    (fixed,) = fixed_decisions(values, stored_question(sweep.resolved, [g.name for g in grid.groups]),
                                learned_flags(grid))
     # the claim, judged as a family of one
     (judged,) = judge_family([{"values": diffs, "details": [{} for _ in SEEDS], "direction": claim.direction,
@@ -105,8 +106,10 @@ def test_the_stored_design_and_spec_read_back_to_the_parsed_question():
     assert (q.primary, q.baseline, q.family, q.alpha, q.correction, q.declared) == (
         "best_loss", "B", ("A", "C"), 0.01, "bh", True)
     assert question_of(sweep.design(), baseline=None, grid=True) == q  # the store's design meta
-    assert stored_question(sweep.spec, ["A", "B", "C"]) == q  # the stored sweep.yaml
-    assert stored_question(sweep.spec, ["A", "B"]).family == ("A",)  # only the members that ran
+    stored = SweepSpec.from_mapping(yaml.safe_load(dump_spec(sweep)))  # the stored sweep.yaml, read back typed
+    assert stored == sweep.resolved
+    assert stored_question(stored, ["A", "B", "C"]) == q
+    assert stored_question(stored, ["A", "B"]).family == ("A",)  # only the members that ran
     # undeclared: the defaults, written once
     plain = parse_question({}, ["A", "B"], grid=False, source="s")
     assert plain == Question("final_loss", "A", ("B",), 0.05, "holm", True, False)
@@ -133,7 +136,7 @@ def test_a_declared_margin_is_the_same_within_margin_on_every_path(tmp_path):
     values = primary_values(grid, "best_loss")
     diffs = [values[variant][s] - values[baseline][s] for s in SEEDS]
     (row,) = [r for r in grid.paired if r.role == "primary"]
-    (fixed,) = fixed_decisions(values, stored_question(sweep.spec, [g.name for g in grid.groups]),
+    (fixed,) = fixed_decisions(values, stored_question(sweep.resolved, [g.name for g in grid.groups]),
                                learned_flags(grid))
     (judged,) = judge_family([{"values": diffs, "details": [{} for _ in SEEDS], "direction": claim.direction,
                                "test": claim.test, "practical_margin": claim.practical_margin, "must_learn": []}])

@@ -115,7 +115,7 @@ def test_declared_presets_and_the_claims_suite_use_disjoint_seed_blocks():
     gets its own block too, and so does the question ``normlab advise`` writes a sweep for."""
     from normlab.experiments.claims.budgets import BUDGETS
     from normlab.experiments.claims.specs import CLAIMS
-    from normlab.experiments.sweep import SWEEP_DIR, load_sweep, replication_seeds
+    from normlab.experiments.sweep import SWEEP_DIR, SweepSpec, load_sweep, replication_seeds
 
     most = max(c.seeds or 0 for c in CLAIMS)
     blocks = {f"claims --budget {b.name}": set(b.seed_list(max(b.seeds, most))) for b in BUDGETS.values()}
@@ -129,11 +129,11 @@ def test_declared_presets_and_the_claims_suite_use_disjoint_seed_blocks():
         declared.append(f.stem)
         assert sweep.spec.get("designed_from"), f"{f.stem} declares a question but not what informed its design"
         blocks[f"preset {f.stem}"] = {r.seed for r in sweep.runs}
-        blocks[f"preset {f.stem}, replication"] = set(replication_seeds(sweep.spec))
+        blocks[f"preset {f.stem}, replication"] = set(replication_seeds(sweep.resolved))
     assert "quick" in declared
     from normlab.report.advise import SEED_RANGE  # the sweeps advise writes for its next question, and replications
     blocks["advise's next question"] = set(SEED_RANGE)
-    blocks["advise's next question, replication"] = set(replication_seeds({"seeds": list(SEED_RANGE)}))
+    blocks["advise's next question, replication"] = set(replication_seeds(SweepSpec(seeds=list(SEED_RANGE))))
     names = sorted(blocks)
     for i, a in enumerate(names):
         for b in names[i + 1:]:
@@ -154,5 +154,5 @@ def test_replicate_seeds_must_be_a_fresh_block():
     assert ok.hash == plain.hash  # the replication's block is not part of the design's identity
     from normlab.experiments.sweep import REPLICATION_SEED_OFFSET, replication_seeds
 
-    assert replication_seeds(ok.spec) == [5, 6]
-    assert replication_seeds(plain.spec) == [REPLICATION_SEED_OFFSET, REPLICATION_SEED_OFFSET + 1]
+    assert replication_seeds(ok.resolved) == [5, 6]
+    assert replication_seeds(plain.resolved) == [REPLICATION_SEED_OFFSET, REPLICATION_SEED_OFFSET + 1]

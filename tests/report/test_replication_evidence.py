@@ -120,7 +120,7 @@ def test_the_stored_advise_replication_is_the_stored_sweep_file_it_names():
     from normlab.experiments.sweep import parse_sweep
     from normlab.report.advise import SWEEP_HEADER
 
-    from normlab.experiments.sweep import replication_seeds
+    from normlab.experiments.sweep import SweepSpec, replication_seeds
 
     doc = json.loads((DOCS / "replications-advise-2026-11-28.json").read_text())
     e, rep = doc["replications"]  # the sweep's own corpus, then its replication on English (run after it)
@@ -130,7 +130,7 @@ def test_the_stored_advise_replication_is_the_stored_sweep_file_it_names():
         doc["source"]
     assert (rep["corpus"], rep["command"], rep["shape"]) == ("english", e["command"] + " --replicate-on english",
                                                              e["shape"])
-    assert rep["seeds"] == replication_seeds({"seeds": e["seeds"]}) and 0 <= rep["power"] <= 1
+    assert rep["seeds"] == replication_seeds(SweepSpec(seeds=e["seeds"])) and 0 <= rep["power"] <= 1
     sweep = parse_sweep(yaml.safe_load(text))
     assert sweep.spec["family"] == ["Post-LN"] and sweep.spec["baseline"] == "Pre-LN"
     assert sorted({r.seed for r in sweep.runs}) == e["seeds"]

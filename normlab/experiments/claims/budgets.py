@@ -157,13 +157,13 @@ BUDGETS["rejudge"] = replace(BUDGETS["full"], name="rejudge", seed_base=REJUDGE_
 BUDGETS["frontier"] = replace(BUDGETS["full"], name="frontier", seed_base=FRONTIER_SEED_BASE, claims=FRONTIER_CLAIMS)
 
 
-def stored_spec(spec: dict) -> dict:
-    """A ``budget_spec`` as stored (tuples as lists), with the measurement fields it was run with where it predates them
-    (``measure_tokens`` / ``removal_steps``: the measures then looked them up by budget name, tiny / quick / full,
-    any other name taking quick's)."""
-    old = BUDGETS.get(spec.get("name"), BUDGETS["quick"]) if spec.get("name") in ("tiny", "quick", "full") \
+def stored_spec(raw: dict) -> dict:
+    """A ``budget_spec`` ``raw`` as stored (tuples as lists), with the measurement fields it was run with where it
+    predates them (``measure_tokens`` / ``removal_steps``: the measures then looked them up by budget name, tiny /
+    quick / full, any other name taking quick's)."""
+    old = BUDGETS.get(raw.get("name"), BUDGETS["quick"]) if raw.get("name") in ("tiny", "quick", "full") \
         else BUDGETS["quick"]
-    full = {"measure_tokens": old.measure_tokens, "removal_steps": old.removal_steps, **spec}
+    full = {"measure_tokens": old.measure_tokens, "removal_steps": old.removal_steps, **raw}
     return {k: list(v) if isinstance(v, tuple) else v for k, v in full.items()}  # as JSON stores them
 
 
