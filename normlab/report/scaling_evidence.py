@@ -12,9 +12,9 @@ Compute-Optimal Large Language Models", App. D.2 -- Huber loss of log-loss resid
 bootstrap over seeds, 400 replicates, draws from ``numpy.random.default_rng(0)`` as ``normlab scaling`` draws
 them). Refitted from the points' 4 decimals, the parameters come out close to what ``normlab scaling`` printed
 for that sweep, not identical (``tests/report/test_scaling_evidence.py`` checks them against docs/scaling.md's fit table
-within 2% in A and 0.002 in alpha, and the rebuild within what the optimiser's stopping rule leaves open). A fit is usable beyond its
-trained sizes only when it is not degenerate (``fit_issues``), and only up to ``HORIZON`` x its largest size (the
-forecast range of docs/scaling.md).
+within 2% in A and 0.002 in alpha, and the rebuild within what the optimiser's stopping rule leaves open). A fit is
+usable beyond its trained sizes only when it is not degenerate (``fit_issues``), and only up to ``HORIZON`` x its
+largest size (the forecast range of docs/scaling.md).
 """
 
 from __future__ import annotations
