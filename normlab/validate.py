@@ -256,13 +256,17 @@ def check_section(section: Any, prefix: str = "") -> None:
 
 
 # ---------------------------------------------------------------------------------------------- environment
-def _number(lo: float, lo_open: bool) -> typing.Callable[[str], Any]:
+def _number(lo: float, lo_open: bool, hi: float) -> typing.Callable[[str], Any]:
     def parse(text: str) -> float:
         v = float(text)  # ValueError for "lots"
-        if not math.isfinite(v) or v < lo or (lo_open and v == lo):
+        if not math.isfinite(v) or v < lo or (lo_open and v == lo) or v > hi:
             raise ValueError(text)
         return v
     return parse
+
+
+YEAR_S = 365 * 86400.0  # the most seconds a NORMLAB_* duration may be (sqlite's busy timeout is an int of ms)
+MAX_MEMORY_GB = 2.0**20  # 1 PiB: NORMLAB_MEMORY_GB above this is a typo (its bytes must fit an integer)
 
 
 def _choice(*allowed: str) -> typing.Callable[[str], Any]:
@@ -288,11 +292,12 @@ def _cpu_plan(text: str) -> str:
 
 ENV_VARS: dict[str, tuple[str, typing.Callable[[str], Any]]] = {
     "NORMLAB_CACHE_DIR": ("a directory path", _path),
-    "NORMLAB_DB_TIMEOUT": ("a finite number of seconds > 0", _number(0.0, True)),
+    "NORMLAB_DB_TIMEOUT": ("a finite number of seconds > 0 and <= 31536000 (a year)", _number(0.0, True, YEAR_S)),
     "NORMLAB_DIST_BACKEND": ("'gloo' (or unset: NCCL for CUDA tensors)", _choice("gloo")),
     "NORMLAB_MALLOC": ("'default' (glibc's own malloc settings) or unset", _choice("default")),
-    "NORMLAB_MEMORY_GB": ("a finite number of GiB > 0", _number(0.0, True)),
-    "NORMLAB_PROGRESS_EVERY": ("a finite number of seconds >= 0 (0: off)", _number(0.0, False)),
+    "NORMLAB_MEMORY_GB": ("a finite number of GiB > 0 and <= 1048576 (1 PiB)", _number(0.0, True, MAX_MEMORY_GB)),
+    "NORMLAB_PROGRESS_EVERY": ("a finite number of seconds >= 0 (0: off) and <= 31536000 (a year)",
+                               _number(0.0, False, YEAR_S)),
     "NORMLAB_RAY_FILES": ("auto, shared or copy", _choice("auto", "shared", "copy")),
     # set by normlab for its child processes (normlab.train.threads, normlab.train.heap)
     "NORMLAB_CPU_PLAN": ("'<threads> spin' or '<threads> passive' (set by normlab)", _cpu_plan),

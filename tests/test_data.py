@@ -211,7 +211,7 @@ def test_bad_local_inputs(tmp_path):
     cases = [
         (str(tmp_path / "empty.txt"), "is empty"),
         (str(tmp_path / "emptydir"), "is empty"),
-        (str(tmp_path / "bad.jsonl"), "line 2: invalid JSON"),
+        (str(tmp_path / "bad.jsonl"), "line 2 is truncated or corrupted (invalid JSON"),
         (str(tmp_path / "nofield.jsonl"), "no field 'text' (has: body)"),
         (str(tmp_path / "nonstr.jsonl"), "must be a string"),
         (str(tmp_path / "ok.txt") + "?glob=*.py", "takes no parameters"),
@@ -471,7 +471,8 @@ def test_load_tokenizer_errors_and_saved_bpe(tmp_path, bpe):
     (tmp_path / "junk.json").write_text("{not json")
     for arg, needle in [("bpe:512", "must be trained"), (str(tmp_path / "missing.json"), "does not exist"),
                         (str(tmp_path / "wl.json"), "not a lossless byte-level BPE"),
-                        (str(tmp_path / "junk.json"), "cannot read"), ("sentencepiece", "unknown tokenizer")]:
+                        (str(tmp_path / "junk.json"), "is truncated or corrupted (invalid JSON"),
+                        ("sentencepiece", "unknown tokenizer")]:
         with pytest.raises(NormlabError) as e:
             load_tokenizer(arg)
         assert "\n" not in str(e.value) and needle in str(e.value), (arg, str(e.value))
