@@ -557,7 +557,7 @@ def test_cache_key_depends_on_tokenizer_fractions_and_content(tmp_path):
 
 
 @pytest.mark.parametrize("damage", ["truncate_val", "delete_meta", "delete_tokenizer", "garble_meta",
-                                    "garble_tokenizer"])
+                                    "garble_tokenizer", "deep_meta", "huge_int_meta", "list_meta"])
 def test_corrupt_cache_entry_is_rebuilt(tmp_path, damage, monkeypatch):
     good = prepare_data("synthetic:markov?length=8000", "bpe:280", cache_dir=tmp_path)
     entry = Path(good.meta["cache_dir"])
@@ -572,6 +572,12 @@ def test_corrupt_cache_entry_is_rebuilt(tmp_path, damage, monkeypatch):
         (entry / "tokenizer.json").unlink()
     elif damage == "garble_meta":
         (entry / "meta.json").write_text("{")
+    elif damage == "deep_meta":  # read through the bounded reader (was json.loads: RecursionError past the cache)
+        (entry / "meta.json").write_text("[" * 100_000 + "]" * 100_000)
+    elif damage == "huge_int_meta":
+        (entry / "meta.json").write_text('{"cache_version": ' + "1" * 5001 + "}")
+    elif damage == "list_meta":
+        (entry / "meta.json").write_text("[1]")
     else:
         (entry / "tokenizer.json").write_text('{"model": ')
     calls = []

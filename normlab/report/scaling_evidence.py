@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from normlab.errors import NormlabError
-from normlab.io import read_json
+from normlab.io import loads_json, read_json
 from normlab.report import scaling_fit as sf
 
 FORMAT = "normlab-scaling-evidence-v1"
@@ -72,8 +72,9 @@ def build_scaling_evidence(points: dict[str, Any], *, points_name: str, replicat
 
 def load_scaling_evidence() -> dict[str, Any]:
     """The packaged scaling fits (``normlab/evidence/scaling.json``)."""
-    data = json.loads(resources.files("normlab").joinpath("evidence", "scaling.json").read_text(encoding="utf-8"))
-    if data.get("format") != FORMAT:
+    data = loads_json(resources.files("normlab").joinpath("evidence", "scaling.json").read_text(encoding="utf-8"),
+                      "normlab/evidence/scaling.json")  # the bounded reader (depth, digits)
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise NormlabError("normlab/evidence/scaling.json is not normlab scaling evidence; reinstall normlab")
     return data
 
