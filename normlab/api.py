@@ -25,6 +25,7 @@ import torch
 
 from normlab.config import RunConfig, apply_overrides, config_from_dict, read_yaml, resolve_config_path
 from normlab.errors import NormlabError
+from normlab.io import MAX_INT_DIGITS
 from normlab.eval.documents import validation_prompt
 from normlab.eval.lm import evaluate as _evaluate
 from normlab.eval.sampling import check_sampling_args, generate_tokens
@@ -39,6 +40,7 @@ from normlab.rundir.readers import load_run as _load
 from normlab.stats.learning import learning_record
 from normlab.train.loop import train as _train
 from normlab.train.resolve import declared
+from normlab.validate import SPLITS, check_arg, shown
 
 
 def make_config(base: str | Path | dict[str, Any] | RunConfig | None = None,
@@ -55,8 +57,10 @@ def make_config(base: str | Path | dict[str, Any] | RunConfig | None = None,
     else:
         data = read_yaml(resolve_config_path(str(base)))
     if overrides:
-        items = overrides if isinstance(overrides, list) else [f"{k}={_yaml_scalar(v)}" for k, v in overrides.items()]
+        items = (overrides if isinstance(overrides, list)
+                 else [f"{k}={_yaml_scalar(k, v)}" for k, v in overrides.items()])
         apply_overrides(data, items)
+    _check_values(data)
     return declared(config_from_dict(data))
 
 
@@ -64,8 +68,30 @@ def _nested_copy(d: dict[str, Any]) -> dict[str, Any]:
     return {k: _nested_copy(v) if isinstance(v, dict) else v for k, v in d.items()}
 
 
-def _yaml_scalar(v: Any) -> str:
-    return json.dumps(v) if not isinstance(v, str) else v
+def _yaml_scalar(key: str, v: Any) -> str:
+    """An override's value as the text ``--set KEY=VALUE`` would carry: what cannot be written is one line."""
+    if isinstance(v, str):
+        return v
+    _check_values({key: v})
+    return json.dumps(v)
+
+
+def _check_values(data: Any, where: str = "") -> None:
+    """Every value of a config mapping is a YAML scalar (str, int, float, bool, None) or a list / mapping of them,
+    its integers at most MAX_INT_DIGITS digits (what the CLI's YAML reader accepts); anything else is one line
+    naming the key (``object()`` was a TypeError, ``10**5000`` a ValueError)."""
+    stack = [(where, data)]
+    while stack:
+        key, v = stack.pop()
+        if isinstance(v, dict):
+            stack.extend((f"{key}.{k}" if key else str(k), x) for k, x in v.items())
+        elif isinstance(v, (list, tuple)):
+            stack.extend((f"{key}[{i}]", x) for i, x in enumerate(v))
+        elif isinstance(v, int) and not isinstance(v, bool) and abs(v) >= 10**MAX_INT_DIGITS:
+            raise NormlabError(f"{key}: {shown(v)}; numbers normlab reads have at most {MAX_INT_DIGITS} digits")
+        elif not (v is None or isinstance(v, (str, int, float, bool))):
+            raise NormlabError(f"{key}: a value of type {type(v).__name__} is not a config value (give a string, "
+                               "number, boolean, null, or a list or mapping of them)")
 
 
 def _as_config(cfg: str | Path | dict[str, Any] | RunConfig) -> RunConfig:
@@ -75,6 +101,7 @@ def _as_config(cfg: str | Path | dict[str, Any] | RunConfig) -> RunConfig:
 def build_model(cfg: str | Path | dict[str, Any] | RunConfig, *, seed: int | None = None):
     """The untrained model of a config (a ``normlab.model.GPT``), initialised under ``seed`` (default the config's
     ``seed``), exactly as ``train`` initialises it. ``model.vocab_size`` is the config's (256 for bytes)."""
+    check_arg("seed", seed, optional=True)  # as `--set seed=`: an integer in [0, 2**63 - 1]
     cfg = _as_config(cfg)
     torch.manual_seed(cfg.seed if seed is None else seed)
     return _build(cfg.model)
@@ -127,13 +154,18 @@ def evaluate(run: Run | str | Path, *, split: str = "val", data: str | None = No
     (``unigram_bpb``, ``unigram_byte_perplexity``) and ``did_not_learn`` (normlab.stats.learning), as ``normlab
     eval --json`` (nothing is written). ``split``: ``val``, ``test`` or ``all`` (the whole corpus); ``data``: score
     another corpus with the run's tokenizer."""
+    if split not in SPLITS:
+        raise NormlabError(f"split must be one of {', '.join(SPLITS)}, got {shown(split)}")
+    for name, value in (("context", context), ("stride", stride), ("max_tokens", max_tokens)):
+        check_arg(name, value, optional=True)  # the bounds of `normlab eval`'s flags (normlab.validate.ARG_BOUNDS)
+    check_arg("batch_size", batch_size)
     run = _as_run(run)
     ctx = context or run.cfg.model.context
     check_context(run.cfg.model, ctx)
     d = run_data(run.run_dir, run.cfg, source=data, need_window=(),  # scoring: any file of 2 tokens or more
                  whole_ok=split == "all")
     m = _evaluate(run.model, d.split(split), d.token_bytes, d.tokenizer.decode_bytes, context=ctx, stride=stride,
-                  batch_size=batch_size, max_tokens=max_tokens)
+                  batch_size=batch_size, max_tokens=max_tokens or None)  # 0: all, as the CLI
     m.update({"split": split, "split_bytes": d.bytes_of(split), "context": ctx, "stride": stride or ctx})
     if d.entropy_floor_bpb is not None:
         m["entropy_floor_bpb"] = d.entropy_floor_bpb
@@ -150,7 +182,9 @@ def generate(run: Run | str | Path, prompt: str | None = None, *, max_new_tokens
     run's own corpus (``normlab.eval.documents.validation_prompt``)."""
     sampling = {"temperature": temperature, "top_k": top_k, "top_p": top_p, "min_p": min_p, "top_nsigma": top_nsigma}
     check_sampling_args(**sampling)
-    if prompt is not None and not prompt:
+    check_arg("max_new_tokens", max_new_tokens)  # as `normlab generate --max-new-tokens`: at most 100,000
+    check_arg("seed", seed)
+    if prompt is not None and (not isinstance(prompt, str) or not prompt):
         raise NormlabError("prompt must be a non-empty string")
     run = _as_run(run)
     tok = run.tokenizer

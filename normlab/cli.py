@@ -16,7 +16,7 @@ from normlab.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, NormlabError
 from normlab.provenance import version_string
 from normlab.safety import guarded, printable
 from normlab.train.heap import set_heap_policy
-from normlab.train.threads import set_wait_policy
+from normlab.train.threads import check_thread_variables, set_wait_policy
 from normlab.validate import check_environment
 
 
@@ -72,8 +72,10 @@ def set_process_policies() -> None:
     OpenMP wait policy with the threads ``auto`` may take (normlab.train.threads.set_wait_policy) and the C heap's
     policy (normlab.train.heap.set_heap_policy), for this process and, through the environment, its children (sweep
     workers, DDP ranks). The ``normlab`` command and ``make demo`` call it first."""
-    try:  # every NORMLAB_* variable: bad input is one line, exit 2, before anything runs
-        check_environment()
+    try:  # every NORMLAB_* variable and the OpenMP/MKL thread counts: bad input is one line, exit 2, before anything
+        check_environment()  # runs (libgomp reads OMP_NUM_THREADS when torch loads it)
+        for note in check_thread_variables():
+            print(note, file=sys.stderr)
     except NormlabError as e:
         print(f"error: {printable(e)}", file=sys.stderr)
         sys.exit(EXIT_BAD_INPUT)

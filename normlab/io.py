@@ -189,6 +189,9 @@ MAX_JSON_BYTES = 64 * 1024 * 1024  # summary.json, state.json, records: a few Ki
 MAX_JSONL_BYTES = 256 * 1024 * 1024  # metrics.jsonl: a few hundred bytes per logged step
 MAX_YAML_BYTES = 16 * 1024 * 1024
 MAX_NESTING = 64  # levels of nested mappings / lists in a YAML or JSON file normlab reads
+# digits of an integer in a YAML or JSON file, a --set value or a NORMLAB_* variable: a seed, a step count or a byte
+# count has at most 20; Python refuses to convert more than 4300 (a ValueError deep inside a parser)
+MAX_INT_DIGITS = 100
 
 _KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"),
           (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
@@ -267,25 +270,54 @@ def nesting_depth(obj: Any) -> int:
     return depth
 
 
-def parse_json(raw: bytes, label: str) -> Any:
-    """The JSON in ``raw`` (the bytes :func:`read_bytes` read); text that is not UTF-8, corrupt, or nested deeper
-    than ``MAX_NESTING`` is a one-line NormlabError naming ``label`` (``"summary RUN/summary.json"``)."""
+class _LongInteger(Exception):
+    def __init__(self, digits: int) -> None:
+        self.digits = digits
+
+
+def _bounded_int(text: str) -> int:
+    digits = len(text.lstrip("+-"))
+    if digits > MAX_INT_DIGITS:
+        raise _LongInteger(digits)
+    return int(text)
+
+
+def long_integer(digits: int, label: str) -> NormlabError:
+    """The one-line error for an integer of ``digits`` digits in ``label``."""
+    return NormlabError(f"{label} holds an integer of {digits:,} digits; numbers normlab reads have at most "
+                        f"{MAX_INT_DIGITS} digits")
+
+
+def loads_json(text: str | bytes, label: str) -> Any:
+    """The one JSON parser of normlab: ``json.loads`` with integers of at most ``MAX_INT_DIGITS`` digits (Python
+    refuses to convert more than 4300 with a ValueError that is no JSONDecodeError) and nesting of at most
+    ``MAX_NESTING`` levels (deeper: json's recursion would end in a RecursionError); text that is not UTF-8 or not
+    JSON, a longer integer or deeper nesting is a one-line NormlabError naming ``label``."""
+    if isinstance(text, bytes):
+        try:
+            text = text.decode("utf-8")
+        except UnicodeDecodeError:
+            raise NormlabError(f"{label} is not UTF-8 text (damaged, or not a file normlab wrote)") from None
     try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise NormlabError(f"{label} is not UTF-8 text (damaged, or not a file normlab wrote)") from None
-    try:
-        obj = json.loads(text)
-    except json.JSONDecodeError:
-        raise NormlabError(f"{label} is truncated or corrupted (not valid JSON)") from None
+        obj = json.loads(text, parse_int=_bounded_int)
+    except json.JSONDecodeError as e:
+        raise NormlabError(f"{label} is truncated or corrupted (invalid JSON: {e.msg})") from None
+    except _LongInteger as e:
+        raise long_integer(e.digits, label) from None
     except RecursionError:
-        obj = None
-        depth = MAX_NESTING + 1
+        obj, depth = None, MAX_NESTING + 1
     else:
         depth = nesting_depth(obj)
     if depth > MAX_NESTING:
         raise NormlabError(f"{label} is nested more than {MAX_NESTING} levels deep; it is not a file normlab wrote")
     return obj
+
+
+def parse_json(raw: bytes, label: str) -> Any:
+    """The JSON in ``raw`` (the bytes :func:`read_bytes` read), through :func:`loads_json`: text that is not UTF-8,
+    corrupt, nested deeper than ``MAX_NESTING`` or holding an integer longer than ``MAX_INT_DIGITS`` digits is a
+    one-line NormlabError naming ``label`` (``"summary RUN/summary.json"``)."""
+    return loads_json(raw, label)
 
 
 def read_json(path: str | Path, what: str = "file", max_bytes: int = MAX_JSON_BYTES) -> Any:
@@ -363,6 +395,13 @@ class _StrictLoader(yaml.SafeLoader):
         finally:
             self._depth -= 1
 
+    def construct_yaml_int(self, node: Any) -> Any:  # noqa: D102
+        digits = sum(c.isdigit() or c in "abcdefABCDEF" for c in str(node.value))
+        if digits > MAX_INT_DIGITS:  # PyYAML's int() would raise Python's 4300-digit ValueError
+            raise NormlabError(f"{self.where}: an integer of {digits:,} digits at line {node.start_mark.line + 1}; "
+                               f"numbers normlab reads have at most {MAX_INT_DIGITS} digits")
+        return super().construct_yaml_int(node)
+
     def construct_mapping(self, node: Any, deep: bool = False) -> Any:  # noqa: D102
         if isinstance(node, yaml.MappingNode):
             seen: dict[Any, int] = {}
@@ -379,6 +418,9 @@ class _StrictLoader(yaml.SafeLoader):
                                        "may appear once in a mapping (merge the two)")
                 seen[key] = line
         return super().construct_mapping(node, deep)
+
+
+_StrictLoader.add_constructor("tag:yaml.org,2002:int", _StrictLoader.construct_yaml_int)
 
 
 def load_yaml(text: str, where: str = "YAML") -> Any:

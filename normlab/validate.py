@@ -256,13 +256,17 @@ def check_section(section: Any, prefix: str = "") -> None:
 
 
 # ---------------------------------------------------------------------------------------------- environment
-def _number(lo: float, lo_open: bool) -> typing.Callable[[str], Any]:
+def _number(lo: float, lo_open: bool, hi: float) -> typing.Callable[[str], Any]:
     def parse(text: str) -> float:
         v = float(text)  # ValueError for "lots"
-        if not math.isfinite(v) or v < lo or (lo_open and v == lo):
+        if not math.isfinite(v) or v < lo or (lo_open and v == lo) or v > hi:
             raise ValueError(text)
         return v
     return parse
+
+
+YEAR_S = 365 * 86400.0  # the most seconds a NORMLAB_* duration may be (sqlite's busy timeout is an int of ms)
+MAX_MEMORY_GB = 2.0**20  # 1 PiB: NORMLAB_MEMORY_GB above this is a typo (its bytes must fit an integer)
 
 
 def _choice(*allowed: str) -> typing.Callable[[str], Any]:
@@ -288,11 +292,12 @@ def _cpu_plan(text: str) -> str:
 
 ENV_VARS: dict[str, tuple[str, typing.Callable[[str], Any]]] = {
     "NORMLAB_CACHE_DIR": ("a directory path", _path),
-    "NORMLAB_DB_TIMEOUT": ("a finite number of seconds > 0", _number(0.0, True)),
+    "NORMLAB_DB_TIMEOUT": ("a finite number of seconds > 0 and <= 31536000 (a year)", _number(0.0, True, YEAR_S)),
     "NORMLAB_DIST_BACKEND": ("'gloo' (or unset: NCCL for CUDA tensors)", _choice("gloo")),
     "NORMLAB_MALLOC": ("'default' (glibc's own malloc settings) or unset", _choice("default")),
-    "NORMLAB_MEMORY_GB": ("a finite number of GiB > 0", _number(0.0, True)),
-    "NORMLAB_PROGRESS_EVERY": ("a finite number of seconds >= 0 (0: off)", _number(0.0, False)),
+    "NORMLAB_MEMORY_GB": ("a finite number of GiB > 0 and <= 1048576 (1 PiB)", _number(0.0, True, MAX_MEMORY_GB)),
+    "NORMLAB_PROGRESS_EVERY": ("a finite number of seconds >= 0 (0: off) and <= 31536000 (a year)",
+                               _number(0.0, False, YEAR_S)),
     "NORMLAB_RAY_FILES": ("auto, shared or copy", _choice("auto", "shared", "copy")),
     # set by normlab for its child processes (normlab.train.threads, normlab.train.heap)
     "NORMLAB_CPU_PLAN": ("'<threads> spin' or '<threads> passive' (set by normlab)", _cpu_plan),
@@ -435,6 +440,45 @@ def _flag_type(cast, rng: Range, name: str):
 
     parse.__name__ = name
     return parse
+
+
+def flag_in(rng: Range):
+    """argparse ``type=`` for a flag whose bounds are ``rng`` (one of :data:`ARG_BOUNDS`: the API checks the same)."""
+    return _flag_type(int if rng.integer else float, rng, "integer" if rng.integer else "number")
+
+
+# The bounds of the arguments the CLI's flags and the Python API (normlab.api) share: one table, checked by argparse
+# for a flag (``flag_in``) and by ``check_arg`` for an API argument, so both refuse the same values.
+SPLITS = ("val", "test", "all")
+ARG_BOUNDS: dict[str, Range] = {
+    "context": Range(1, 2**20, integer=True), "stride": Range(1, 2**20, integer=True),
+    "batch_size": Range(1, 2**16, integer=True), "max_tokens": Range(0, 2**40, integer=True),
+    "max_new_tokens": Range(0, 100_000, integer=True), "seed": Range(0, MAX_SEED, integer=True),
+    "temperature": R(0),
+}
+
+
+def shown(v: Any) -> str:
+    """``v`` for a one-line error: an integer past 30 digits by its length (``repr`` of one past 4300 digits raises),
+    anything else by a clipped ``repr``."""
+    if isinstance(v, int) and not isinstance(v, bool) and abs(v) >= 10**30:
+        return f"an integer of about {int(abs(v).bit_length() * 0.30103) + 1} digits"
+    text = repr(v)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def check_arg(name: str, value: Any, rng: Range | None = None, *, optional: bool = False) -> Any:
+    """An API argument checked as its CLI flag is (``ARG_BOUNDS[name]`` unless ``rng`` is given): an int (for an
+    integer range; not a bool) or a real number, within the bounds; ``optional``: None is allowed (the default).
+    Anything else is a one-line NormlabError naming the argument, what is allowed and what it got."""
+    rng = rng or ARG_BOUNDS[name]
+    if value is None and optional:
+        return None
+    kind_ok = (isinstance(value, int) if rng.integer else isinstance(value, (int, float))) and not isinstance(
+        value, bool)
+    if not kind_ok or not rng.contains(value):
+        raise NormlabError(f"{name} must be {rng.text(value if kind_ok else None)}, got {shown(value)}")
+    return value
 
 
 def int_in(lo: int | None = None, hi: int | None = None):

@@ -197,6 +197,53 @@ def kill_9_after(args: list[str], out: Path, cache: Path, checkpoint_step: int) 
     assert (out / "checkpoints" / f"step_{checkpoint_step:08d}").exists(), "killed before the checkpoint"
 
 
+_KILL_IN_HOOK = """
+import importlib.abc, importlib.util, os, signal, sys
+
+_module, _function = os.environ["NORMLAB_TEST_KILL_IN"].split(":")
+
+
+class _KillHook(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name != _module:
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        run = spec.loader.exec_module
+
+        def exec_module(module):
+            run(module)
+            setattr(module, _function, lambda *a, **k: os.kill(os.getpid(), signal.SIGKILL))
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+sys.meta_path.insert(0, _KillHook())
+"""
+
+
+def kill_9_in(args: list[str], out: Path, cache: Path, where: str) -> None:
+    """Run ``normlab ARGS --out OUT`` until it SIGKILLs itself on calling ``where`` (``module:function``, replaced in
+    the module as it is first imported, so also in modules that import the name from it later)."""
+    import signal
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as hook:
+        (Path(hook) / "sitecustomize.py").write_text(_KILL_IN_HOOK)
+        env = cli_env(cache)
+        env["NORMLAB_TEST_KILL_IN"] = where
+        env["PYTHONPATH"] = os.pathsep.join(x for x in (hook, env.get("PYTHONPATH", "")) if x)
+        proc = subprocess.Popen([sys.executable, "-m", "normlab.cli", *args, "--out", str(out)], env=env,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        try:
+            assert proc.wait(timeout=300) == -signal.SIGKILL, f"not killed in {where}"
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+
+
 def assert_bad_input(proc: subprocess.CompletedProcess, *fragments: str) -> None:
     """The bad-input contract: exit status 2, exactly one stderr line starting ``error: `` that contains every
     fragment, and no traceback anywhere on stderr."""

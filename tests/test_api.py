@@ -106,3 +106,50 @@ def test_evaluate_refuses_a_context_past_the_learned_positions_as_the_cli_does()
     with pytest.raises(normlab.NormlabError, match="learned position table") as api:
         normlab.evaluate(run, context=2 * cfg.model.context)
     assert str(api.value) == str(cli.value)
+
+
+API_REFUSALS = [  # (call, fragment of the one-line NormlabError): each was a TypeError/ValueError, or accepted
+    (lambda run: normlab.make_config("tiny", {"model.norm": object()}), "model.norm: a value of type object"),
+    (lambda run: normlab.make_config("tiny", {"seed": 10**5000}), "seed: an integer of about 5001 digits"),
+    (lambda run: normlab.make_config({"train": {"lr": [object()]}}), "train.lr[0]: a value of type object"),
+    (lambda run: normlab.build_model("tiny", seed=2**70), "seed must be <= 9223372036854775807"),
+    (lambda run: normlab.build_model("tiny", seed=-1), "seed must be >= 0"),
+    (lambda run: normlab.build_model("tiny", seed=1.5), "seed must be in [0, 9223372036854775807] (an integer)"),
+    (lambda run: normlab.evaluate(run, batch_size=0), "batch_size must be >= 1"),
+    (lambda run: normlab.evaluate(run, max_tokens=-1), "max_tokens must be >= 0"),
+    (lambda run: normlab.evaluate(run, stride=1.5), "stride must be in [1, 1048576] (an integer), got 1.5"),
+    (lambda run: normlab.evaluate(run, stride=0), "stride must be >= 1"),
+    (lambda run: normlab.evaluate(run, split="train"), "split must be one of val, test, all, got 'train'"),
+    (lambda run: normlab.generate(run, "x", temperature="1"), "--temperature must be a number, got str '1'"),
+    (lambda run: normlab.generate(run, "x", max_new_tokens=10**9), "max_new_tokens must be <= 100000"),
+    (lambda run: normlab.generate(run, "x", max_new_tokens=-1), "max_new_tokens must be >= 0"),
+]
+
+
+@pytest.mark.parametrize("call, fragment", API_REFUSALS, ids=[f for _, f in API_REFUSALS])
+def test_the_api_refuses_what_the_cli_refuses_in_one_line(call, fragment):
+    """Every argument is checked before a run is opened (the dummy run below is never read): one NormlabError."""
+    from normlab.api import Run
+
+    run = Run(Path("unused"), normlab.make_config("tiny"), None, Path("unused"))
+    with pytest.raises(normlab.NormlabError) as e:
+        call(run)
+    assert fragment in str(e.value) and "\n" not in str(e.value), str(e.value)
+
+
+@pytest.mark.parametrize("name, bad, good", [("batch_size", 0, 2**16), ("max_tokens", -1, 2**40),
+                                             ("stride", 0, 2**20), ("max_new_tokens", 100_001, 100_000),
+                                             ("seed", 2**63, 2**63 - 1), ("context", 2**20 + 1, 1)])
+def test_the_cli_flags_and_the_api_share_one_table_of_bounds(name, bad, good):
+    """The CLI's flag type (argparse) and the API's ``check_arg`` read the same ``ARG_BOUNDS`` entry: both refuse
+    ``bad`` and accept ``good``."""
+    import argparse
+
+    from normlab.validate import ARG_BOUNDS, check_arg, flag_in
+
+    parse = flag_in(ARG_BOUNDS[name])
+    with pytest.raises(argparse.ArgumentTypeError):
+        parse(str(bad))
+    with pytest.raises(normlab.NormlabError, match=f"^{name} must be"):
+        check_arg(name, bad)
+    assert parse(str(good)) == good == check_arg(name, good)

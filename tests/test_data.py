@@ -211,7 +211,7 @@ def test_bad_local_inputs(tmp_path):
     cases = [
         (str(tmp_path / "empty.txt"), "is empty"),
         (str(tmp_path / "emptydir"), "is empty"),
-        (str(tmp_path / "bad.jsonl"), "line 2: invalid JSON"),
+        (str(tmp_path / "bad.jsonl"), "line 2 is truncated or corrupted (invalid JSON"),
         (str(tmp_path / "nofield.jsonl"), "no field 'text' (has: body)"),
         (str(tmp_path / "nonstr.jsonl"), "must be a string"),
         (str(tmp_path / "ok.txt") + "?glob=*.py", "takes no parameters"),
@@ -471,7 +471,8 @@ def test_load_tokenizer_errors_and_saved_bpe(tmp_path, bpe):
     (tmp_path / "junk.json").write_text("{not json")
     for arg, needle in [("bpe:512", "must be trained"), (str(tmp_path / "missing.json"), "does not exist"),
                         (str(tmp_path / "wl.json"), "not a lossless byte-level BPE"),
-                        (str(tmp_path / "junk.json"), "cannot read"), ("sentencepiece", "unknown tokenizer")]:
+                        (str(tmp_path / "junk.json"), "is truncated or corrupted (invalid JSON"),
+                        ("sentencepiece", "unknown tokenizer")]:
         with pytest.raises(NormlabError) as e:
             load_tokenizer(arg)
         assert "\n" not in str(e.value) and needle in str(e.value), (arg, str(e.value))
@@ -556,7 +557,7 @@ def test_cache_key_depends_on_tokenizer_fractions_and_content(tmp_path):
 
 
 @pytest.mark.parametrize("damage", ["truncate_val", "delete_meta", "delete_tokenizer", "garble_meta",
-                                    "garble_tokenizer"])
+                                    "garble_tokenizer", "deep_meta", "huge_int_meta", "list_meta"])
 def test_corrupt_cache_entry_is_rebuilt(tmp_path, damage, monkeypatch):
     good = prepare_data("synthetic:markov?length=8000", "bpe:280", cache_dir=tmp_path)
     entry = Path(good.meta["cache_dir"])
@@ -571,6 +572,12 @@ def test_corrupt_cache_entry_is_rebuilt(tmp_path, damage, monkeypatch):
         (entry / "tokenizer.json").unlink()
     elif damage == "garble_meta":
         (entry / "meta.json").write_text("{")
+    elif damage == "deep_meta":  # read through the bounded reader (was json.loads: RecursionError past the cache)
+        (entry / "meta.json").write_text("[" * 100_000 + "]" * 100_000)
+    elif damage == "huge_int_meta":
+        (entry / "meta.json").write_text('{"cache_version": ' + "1" * 5001 + "}")
+    elif damage == "list_meta":
+        (entry / "meta.json").write_text("[1]")
     else:
         (entry / "tokenizer.json").write_text('{"model": ')
     calls = []

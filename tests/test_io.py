@@ -406,3 +406,77 @@ def test_yaml_nesting_is_bounded(tmp_path, style):
     for n in (MAX_NESTING + 1, 2_000 if style == "block" else 50_000):  # past Python's recursion limit in PyYAML
         with pytest.raises(NormlabError, match=r"^YAML: nested more than 64 levels deep \(line \d+\); flatten it$"):
             load_yaml(nested(n))
+
+
+# -- one numeric reader: integers past Python's 4300-digit conversion limit, JSON nested past json's recursion ------
+BIG = "1" * 5001
+
+
+def test_loads_json_bounds_digits_and_depth_in_one_line():
+    from normlab.io import MAX_INT_DIGITS, loads_json
+
+    assert loads_json('{"a": [1, -2, 3.5]}', "x") == {"a": [1, -2, 3.5]}
+    assert loads_json("9" * MAX_INT_DIGITS, "x") == int("9" * MAX_INT_DIGITS)  # the bound itself is read
+    for text, fragment in ((BIG, "holds an integer of 5,001 digits"), ("[" * 100_000 + "]" * 100_000,
+                                                                        "nested more than 64 levels deep"),
+                           ('{"a": ' + "9" * (MAX_INT_DIGITS + 1) + "}", f"at most {MAX_INT_DIGITS} digits"),
+                           (b"\xff", "not UTF-8"), ("{bad", "invalid JSON")):
+        with pytest.raises(NormlabError, match="^x ") as e:
+            loads_json(text, "x")
+        assert fragment in str(e.value) and "\n" not in str(e.value)
+
+
+def _damaged(run: Path, tmp_path: Path, name: str, edit) -> Path:
+    import shutil
+
+    d = tmp_path / name
+    shutil.copytree(run, d)
+    edit(d)
+    return d
+
+
+@pytest.mark.parametrize("case", ["config-file", "--set", "jsonl-source", "deep-jsonl-source"])
+def test_a_huge_integer_or_deep_json_in_a_training_input_is_one_line_and_writes_nothing(case, tmp_path, cache):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(f"base: tiny\ntrain:\n  steps: {BIG}\n")
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text(('{"text": "hello", "n": ' + BIG + "}\n") if case == "jsonl-source"
+                      else ("[" * 100_000 + "]" * 100_000 + "\n"))
+    argv = {"config-file": ["train", str(cfg)], "--set": ["train", "tiny", "--set", f"seed={BIG}"],
+            "jsonl-source": ["train", "tiny", "--set", f"data.source={corpus}"],
+            "deep-jsonl-source": ["train", "tiny", "--set", f"data.source={corpus}"]}[case]
+    out = tmp_path / "out"
+    fragment = "nested more than 64 levels deep" if case.startswith("deep") else "an integer of 5,001 digits"
+    assert_bad_input(run_inproc(*argv, "--out", str(out), cache=cache), fragment)
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("file, argv", [("summary.json", ["report"]), ("summary.json", ["advise"]),
+                                        ("config.yaml", ["report"]), ("config.yaml", ["advise"]),
+                                        ("metrics.jsonl", ["eval", "--documents", "--data"])])
+def test_a_huge_integer_in_a_run_directory_is_one_line(file, argv, run, tmp_path, cache):
+    """summary.json / config.yaml of a run read by report and advise RUN, and a JSONL corpus scored by eval
+    --documents (was: ValueError 'Exceeds the limit (4300 digits)', or an AttributeError in the error path)."""
+    def edit(d: Path) -> None:
+        p = d / file
+        if file == "summary.json":
+            p.write_text(p.read_text().replace('"step": 8', f'"step": {BIG}', 1))
+        elif file == "config.yaml":
+            p.write_text(p.read_text().replace("seed: 0", f"seed: {BIG}", 1))
+    d = _damaged(run, tmp_path, "d", edit)
+    before = sorted(p.name for p in d.iterdir())
+    if argv[0] == "eval":
+        corpus = tmp_path / "big.jsonl"
+        corpus.write_text('{"text": "hello", "n": ' + BIG + "}\n")
+        proc = run_inproc("eval", str(d), *argv[1:], str(corpus), cache=cache)
+    else:
+        proc = run_inproc(argv[0], str(d), *(["--no-write"] if argv[0] == "advise" else []), cache=cache)
+    assert_bad_input(proc, "5,001 digits")
+    assert sorted(p.name for p in d.iterdir()) == before  # nothing written
+
+
+def test_claims_render_of_a_json_with_a_huge_integer_is_one_line(tmp_path, cache):
+    src = Path(__file__).resolve().parents[1] / "docs" / "claims-full-2026-11-28.json"
+    bad = tmp_path / "claims.json"
+    bad.write_text(json.dumps({**json.loads(src.read_text()), "n": "@"}).replace('"@"', BIG))
+    assert_bad_input(run_inproc("claims", "--render", str(bad), cache=cache), "5,001 digits")

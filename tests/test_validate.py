@@ -5,10 +5,12 @@ rows run the CLI in-process against one tiny finished run (conftest ``run`` / ``
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 
-from tests.helpers import assert_bad_input, run_inproc, tree
+from tests.helpers import assert_bad_input, cli_env, run_inproc, tree
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -119,6 +121,9 @@ BAD_ENV = [  # (variable, value, fragments of the one-line error)
     ("NORMLAB_CACHE_DIR", "  ", ["NORMLAB_CACHE_DIR must be a directory path"]),
     ("NORMLAB_CPU_PLAN", "4096 warp", ["NORMLAB_CPU_PLAN must be '<threads> spin' or '<threads> passive'"]),
     ("NORMLAB_CPU_PLAN", "0 spin", ["NORMLAB_CPU_PLAN must be"]),
+    ("NORMLAB_MEMORY_GB", "1e308", ["NORMLAB_MEMORY_GB must be", "<= 1048576 (1 PiB)", "'1e308'"]),  # was OverflowError
+    ("NORMLAB_DB_TIMEOUT", "1e308", ["NORMLAB_DB_TIMEOUT must be", "<= 31536000 (a year)", "'1e308'"]),
+    ("NORMLAB_PROGRESS_EVERY", "1e308", ["NORMLAB_PROGRESS_EVERY must be", "<= 31536000"]),
     ("NORMLAB_MEMORY_G", "8", ["unknown environment variable NORMLAB_MEMORY_G (did you mean 'NORMLAB_MEMORY_GB'?)"]),
 ]
 
@@ -160,8 +165,10 @@ def test_good_environment_values_parse():
 
 
 @pytest.mark.parametrize("name,value,fragment", [
-    ("NORMLAB_MEMORY_GB", "nan", "NORMLAB_MEMORY_GB must be a finite number of GiB > 0, got 'nan'"),
-    ("NORMLAB_MEMORY_GB", "-1", "NORMLAB_MEMORY_GB must be a finite number of GiB > 0, got '-1'"),
+    ("NORMLAB_MEMORY_GB", "nan", "NORMLAB_MEMORY_GB must be a finite number of GiB > 0 and <= 1048576 (1 PiB), "
+                                 "got 'nan'"),
+    ("NORMLAB_MEMORY_GB", "-1", "NORMLAB_MEMORY_GB must be a finite number of GiB > 0 and <= 1048576 (1 PiB), "
+                                "got '-1'"),
     ("NORMLAB_PROGRESS_EVERY", "x", "NORMLAB_PROGRESS_EVERY must be"),
 ])
 def test_the_command_refuses_a_bad_variable_before_anything_runs(name, value, fragment, tmp_path):
@@ -197,3 +204,17 @@ def test_check_choice_gives_the_one_line_of_each_kind_of_key():
         "train.tf32 must be auto, true or false, got 'maybe'"
     check_choice("train.tf32", False, ("auto", True, False))
     check_choice("train.track", [], ("wandb",))
+
+
+@pytest.mark.parametrize("name, argv", [("NORMLAB_MEMORY_GB", ["train", "tiny", "--set", "train.steps=1"]),
+                                        ("NORMLAB_DB_TIMEOUT", ["runs"])])
+def test_a_huge_environment_number_is_one_line_at_start_and_writes_nothing(name, argv, tmp_path, cache):
+    """1e308 is finite: it passed the finiteness check and overflowed later (int(1e308 * GiB), sqlite's busy
+    timeout in ms); the bound refuses it before anything runs."""
+    out = tmp_path / "out"
+    env = {**cli_env(cache), name: "1e308"}
+    proc = subprocess.run([sys.executable, "-m", "normlab", *argv, *(["--out", str(out)] if argv[0] == "train"
+                                                                      else [str(tmp_path)])],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert_bad_input(proc, f"{name} must be", "'1e308'")
+    assert not out.exists()

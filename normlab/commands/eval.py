@@ -29,7 +29,7 @@ from normlab.safety import printable
 from normlab.rundir.files import HF_IMPORT_FILE
 from normlab.rundir.readers import open_run
 from normlab.stats.learning import DID_NOT_LEARN_MARGIN, learning_record
-from normlab.validate import int_in
+from normlab.validate import ARG_BOUNDS, SPLITS, flag_in, int_in
 
 
 def run_eval(args: argparse.Namespace) -> int:
@@ -165,16 +165,18 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     e = sub.add_parser("eval", help="evaluate a run: loss, bits-per-byte, perplexities")
     eval_set_arg(e)
     e.add_argument("run_dir")
-    e.add_argument("--split", choices=["val", "test", "all"], default="val",
+    e.add_argument("--split", choices=list(SPLITS), default="val",
                    help="which part of the corpus to score: val, test, or all (the whole corpus: train, val and "
                         "test; e.g. a file given with --data)")
-    e.add_argument("--context", type=int_in(1, 2**20), help="window length (default: the training context)")
-    e.add_argument("--stride", type=int_in(1, 2**20), help="sliding-window stride (default: context = non-overlapping)")
-    e.add_argument("--batch-size", type=int_in(1, 2**16), default=16)
+    e.add_argument("--context", type=flag_in(ARG_BOUNDS["context"]),
+                   help="window length (default: the training context)")
+    e.add_argument("--stride", type=flag_in(ARG_BOUNDS["stride"]),
+                   help="sliding-window stride (default: context = non-overlapping)")
+    e.add_argument("--batch-size", type=flag_in(ARG_BOUNDS["batch_size"]), default=16)
     data_arg(e)
     e.add_argument("--label-free", action="store_true",
                    help="also MaNo (Xie et al. 2024) and Matrix Nuclear-Norm (Li et al. 2024) scores, no labels used")
-    e.add_argument("--max-tokens", type=int_in(0, 2**40), default=0,
+    e.add_argument("--max-tokens", type=flag_in(ARG_BOUNDS["max_tokens"]), default=0,
                    help="score only the first N tokens (0 = all; with --documents: whole documents up to N tokens)")
     e.add_argument("--documents", action="store_true",
                    help="harness-exact mode: each document scored separately (lm-eval loglikelihood_rolling)")

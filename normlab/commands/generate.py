@@ -17,9 +17,9 @@ import time
 from normlab.errors import NormlabError, printable
 from normlab.io import dumps
 from normlab.rundir.readers import load_run, run_tokenizer
-from normlab.validate import MAX_SEED, int_in
+from normlab.validate import ARG_BOUNDS, check_arg, flag_in, int_in
 
-MAX_NEW_TOKENS = 100_000
+MAX_NEW_TOKENS = int(ARG_BOUNDS["max_new_tokens"].hi)
 
 
 def shown(text: str, tty: bool) -> str:
@@ -39,8 +39,7 @@ def run_generate(args: argparse.Namespace) -> int:
     sampling = {"temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p, "min_p": args.min_p,
                 "top_nsigma": args.top_nsigma}
     check_sampling_args(**sampling)
-    if not 0 <= args.max_new_tokens <= MAX_NEW_TOKENS:
-        raise NormlabError(f"--max-new-tokens must be in [0, {MAX_NEW_TOKENS}], got {args.max_new_tokens}")
+    check_arg("--max-new-tokens", args.max_new_tokens, ARG_BOUNDS["max_new_tokens"])
     if args.prompt is not None and not args.prompt:
         raise NormlabError("--prompt must be a non-empty string")
     run = load_run(args.run_dir)
@@ -97,13 +96,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--prompt", help="text to continue (default: the beginning of a validation document of the run's "
                                     "own corpus, document SEED mod n, its first min(32, context/2) tokens; "
                                     "stderr names it)")
-    g.add_argument("--max-new-tokens", type=int_in(0, 100_000), default=200)
+    g.add_argument("--max-new-tokens", type=flag_in(ARG_BOUNDS["max_new_tokens"]), default=200)
     g.add_argument("--temperature", type=float, default=1.0, help="0 = greedy")
     g.add_argument("--top-k", type=int_in(1, 2**31), help="keep the k most likely tokens")
     g.add_argument("--top-p", type=float, help="nucleus: smallest set with cumulative probability >= p")
     g.add_argument("--min-p", type=float, help="keep tokens with p >= min_p * p_max")
     g.add_argument("--top-nsigma", type=float,
                    help="top-nσ (Tang et al. 2024): keep logits >= max - n*std (1.0 is the paper's default)")
-    g.add_argument("--seed", type=int_in(0, MAX_SEED), default=0)
+    g.add_argument("--seed", type=flag_in(ARG_BOUNDS["seed"]), default=0)
     g.add_argument("--json", action="store_true", help="no streaming; print one JSON object at the end")
     g.set_defaults(func=run_generate)

@@ -44,7 +44,7 @@ from normlab.data.tokenizer import (
 )
 from normlab.data.unigram import unigram_bpb
 from normlab.errors import NormlabError
-from normlab.io import make_temp_dir
+from normlab.io import make_temp_dir, read_json
 
 CACHE_VERSION = 1
 SPLITS = ("train", "val", "test")
@@ -168,8 +168,8 @@ def cache_key(content_hash: str, tok_spec: str, val_fraction: float, test_fracti
 def _valid_entry(entry: Path, key: str) -> dict | None:
     """The entry's meta if it is complete and consistent, else None."""
     try:
-        meta = json.loads((entry / "meta.json").read_text(encoding="utf-8"))
-        if meta.get("cache_key") != key or meta.get("cache_version") != CACHE_VERSION:
+        meta = read_json(entry / "meta.json", "token cache meta")  # bounded: size, depth, digits
+        if not isinstance(meta, dict) or meta.get("cache_key") != key or meta.get("cache_version") != CACHE_VERSION:
             return None
         for s in SPLITS:
             if (entry / f"{s}.bin").stat().st_size != 2 * int(meta["split_tokens"][s]):
@@ -177,7 +177,7 @@ def _valid_entry(entry: Path, key: str) -> dict | None:
         if split_doc_suffix(meta["tokenizer_spec"])[0] != "bytes" and not (entry / "tokenizer.json").is_file():
             return None
         return meta
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, NormlabError):  # damaged: rebuilt
         return None
 
 

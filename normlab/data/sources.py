@@ -14,7 +14,6 @@ Every corpus is a list of non-empty byte documents in a deterministic order; emp
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import platform
 import re
@@ -28,6 +27,7 @@ import numpy as np
 
 from normlab.data import markov
 from normlab.errors import NormlabError, did_you_mean, unknown
+from normlab.io import loads_json
 
 SOURCE_KINDS = ("synthetic", "pystdlib", "english", "hf")  # plus a local path
 SYNTHETIC_KINDS = ("markov",)
@@ -193,10 +193,7 @@ def _load_jsonl(source: str, path: Path, fieldname: str) -> list[bytes]:
         for i, line in enumerate(f, 1):
             if not line.strip():
                 continue
-            try:
-                obj = json.loads(line)
-            except ValueError as e:
-                raise NormlabError(f"{path} line {i}: invalid JSON ({e.msg})") from None
+            obj = loads_json(line, f"{path} line {i}")  # bounded: digits, depth; one line naming the line
             if not isinstance(obj, dict) or fieldname not in obj:
                 keys = ", ".join(sorted(obj)) if isinstance(obj, dict) else type(obj).__name__
                 raise NormlabError(

@@ -14,9 +14,12 @@ names, ``Tokenizer``).
 
 from __future__ import annotations
 
-import json
+import contextlib
+import os
 import re
 import stat
+import sys
+import tempfile
 from collections.abc import Iterable, Iterator
 from functools import lru_cache
 from pathlib import Path
@@ -26,6 +29,7 @@ from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import decoders, models, pre_tokenizers, trainers
 
 from normlab.errors import NormlabError
+from normlab.io import loads_json, read_bytes
 
 TOKENIZER_KINDS = ("bytes", "bpe:N")
 DOC_SUFFIX = "+doc"  # ``bytes+doc``, ``bpe:N+doc``, ``PATH+doc``: the tokenizer plus a document-separator token
@@ -173,6 +177,36 @@ def _new_bpe():
     return tok
 
 
+@contextlib.contextmanager
+def rust_boundary(what: str) -> Iterator[None]:
+    """Around a call into the tokenizers library (Rust): a panic there -- pyo3's ``PanicException``, which derives
+    from ``BaseException`` and so passes every ``except Exception`` -- becomes a one-line NormlabError naming
+    ``what``; the lines Rust's panic hook writes to stderr are held back meanwhile (stderr's descriptor points at a
+    temporary file for the call; what a call that did not panic wrote is passed on)."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as held:
+        os.dup2(held.fileno(), 2)
+        panicked = False
+        try:
+            yield
+        except (KeyboardInterrupt, SystemExit, GeneratorExit):
+            raise
+        except Exception:
+            raise
+        except BaseException as e:  # pyo3_runtime.PanicException
+            panicked = True
+            why = (str(e).strip().splitlines() or [type(e).__name__])[0]
+            raise NormlabError(f"{what}: the tokenizers library failed on it (a Rust panic: {why[:160]}); it is not a "
+                               "valid tokenizers file") from None
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            if not panicked:
+                held.seek(0)
+                os.write(2, held.read())
+
+
 class BPETokenizer(Tokenizer):
     """Byte-level BPE over a Hugging Face ``tokenizers.Tokenizer`` (no normalizer, no special tokens)."""
 
@@ -221,12 +255,18 @@ class BPETokenizer(Tokenizer):
         if st is not None and st.st_size > MAX_TOKENIZER_BYTES:
             raise NormlabError(f"tokenizer file '{path}' is {st.st_size} bytes, more than {MAX_TOKENIZER_BYTES >> 20} "
                                "MiB; refusing to read it")
+        label = f"tokenizer file '{path}'"
+        spec = loads_json(read_bytes(path, "tokenizer file", MAX_TOKENIZER_BYTES), label)  # bounded digits, depth
         try:
-            spec = json.loads(path.read_text(encoding="utf-8"))
-            hf = HFTokenizer.from_file(str(path))
-        except Exception as e:  # OSError, JSON errors, and the plain Exception tokenizers raises
+            with rust_boundary(label):
+                hf = HFTokenizer.from_file(str(path))
+        except NormlabError:
+            raise
+        except Exception as e:  # OSError, and the plain Exception tokenizers raises
             why = (str(e).strip().splitlines() or [type(e).__name__])[0]
             raise NormlabError(f"cannot read tokenizer file '{path}': {why}") from None
+        if not isinstance(spec, dict):
+            raise NormlabError(f"{label} holds {type(spec).__name__}, not a tokenizers file (a JSON object)")
         pre = spec.get("pre_tokenizer") or {}
         pres = pre.get("pretokenizers", [pre]) if pre.get("type") == "Sequence" else [pre]
         byte_level = [p for p in pres if p.get("type") == "ByteLevel"]

@@ -71,6 +71,12 @@ def top_nsigma_filter(logits: torch.Tensor, n: float) -> torch.Tensor:
 def check_sampling_args(*, temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None,
                         min_p: float | None = None, top_nsigma: float | None = None) -> None:
     """One-line NormlabError for out-of-range sampling options (the CLI flag names are used in the messages)."""
+    for flag, v in (("--temperature", temperature), ("--top-p", top_p), ("--min-p", min_p),
+                    ("--top-nsigma", top_nsigma), ("--top-k", top_k)):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))
+                              or (flag == "--top-k" and not isinstance(v, int))):
+            raise NormlabError(f"{flag} must be {'an integer' if flag == '--top-k' else 'a number'}, got "
+                               f"{type(v).__name__} {str(v)[:40]!r}")
     if not math.isfinite(temperature) or temperature < 0:
         raise NormlabError(f"--temperature must be a finite number >= 0 (0 = greedy), got {temperature}")
     if top_k is not None and top_k < 1:

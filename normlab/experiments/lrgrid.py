@@ -287,7 +287,7 @@ def grid_runs_from_rows(rows: list[dict[str, Any]], curves: dict[str, dict], sum
         rid = row["run_id"]
         c = curves.get(rid, {})
         init = None
-        if c.get("init_val_bpb"):
+        if c.get("init_val_bpb") and _finite(c["init_val_bpb"][0][1]):
             init = c["init_val_bpb"][0][1]
         elif summaries.get(rid) and _finite(summaries[rid].get("init_val_bpb")):
             init = float(summaries[rid]["init_val_bpb"])
@@ -301,18 +301,21 @@ def grid_runs_from_rows(rows: list[dict[str, Any]], curves: dict[str, dict], sum
 
 # -- instability signals -----------------------------------------------------------------------------------------
 def signal_series(curves: dict[str, list[tuple[int, float]]]) -> dict[str, list[tuple[int, float]]]:
-    """``{"attn_logit_max": [(step, max over blocks)], "output_lse": [(step, value)]}`` from a run's curves."""
+    """``{"attn_logit_max": [(step, max over blocks)], "output_lse": [(step, value)]}`` from a run's curves; a value
+    the store holds as null (a NaN or missing number logged) is left out."""
     by_step: dict[int, float] = {}
     for k, pts in curves.items():
         if k.startswith("diag/attn_logit_max/"):
             for s, v in pts:
-                by_step[s] = max(by_step.get(s, -math.inf), v)
+                if _finite(v):
+                    by_step[s] = max(by_step.get(s, -math.inf), v)
     out = {}
     if by_step:
         out["attn_logit_max"] = sorted(by_step.items())
     for key in ("output_lse", "softmax_collapse", "tev_mean", "head_rms_inf_norm", "hc_gain_fwd", "hc_gain_bwd"):
-        if curves.get(f"diag/{key}"):
-            out[key] = list(curves[f"diag/{key}"])
+        pts = [(s, v) for s, v in curves.get(f"diag/{key}") or [] if _finite(v)]
+        if pts:
+            out[key] = pts
     return out
 
 

@@ -24,7 +24,8 @@ import torch
 import torch.nn.functional as F
 
 from normlab.config import TrainConfig, config_from_dict
-from normlab.io import write_json
+from normlab.errors import NormlabError
+from normlab.io import read_json, write_json
 from normlab.model import ModelConfig, build_model
 from normlab.train import precision as P
 from normlab.train.optim import build_optimizer
@@ -84,10 +85,11 @@ def choose_packing(cfg: dict[str, Any], n_runs: int, cores: int, cache_dir: Path
     probe = _probe_spec(cfg)
     path = Path(cache_dir) / "packing_probe.json"
     key = _key(probe, cores)
-    try:
-        cache = json.loads(path.read_text())
-    except (OSError, ValueError):
+    try:  # the bounded reader; a damaged cache (not an object, too deep, a huge number) is measured again
+        cache = read_json(path, "packing cache") if path.exists() else {}
+    except NormlabError:
         cache = {}
+    cache = cache if isinstance(cache, dict) else {}
     measured = {k: v for k, v in cache.get(key, {}).items() if k in {f"{w}x{t}" for w, t in packings}}
     if len(measured) < len(packings):
         log(f"measuring sweep packing ({', '.join(f'{w} workers x {t} threads' for w, t in packings)}) at this "

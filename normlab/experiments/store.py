@@ -22,6 +22,7 @@ held longer than the busy timeout (``NORMLAB_DB_TIMEOUT`` seconds, default 60) i
 from __future__ import annotations
 
 import json
+import math
 import os
 import sqlite3
 import time
@@ -30,7 +31,9 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from normlab.errors import NormlabError
+from normlab.io import loads_json
 from normlab.names import OLD_NAMES, renamed
+from normlab.validate import env_value
 
 SCHEMA = 1
 FINAL = ("completed", "diverged")
@@ -68,10 +71,8 @@ def _rename_old_columns(con: sqlite3.Connection) -> None:
 
 
 def db_timeout() -> float:
-    try:
-        return float(os.environ.get("NORMLAB_DB_TIMEOUT", "60"))
-    except ValueError:
-        return 60.0
+    """``NORMLAB_DB_TIMEOUT`` (seconds, default 60); a bad value (not a number, not in (0, a year]) is one line."""
+    return env_value("NORMLAB_DB_TIMEOUT", 60.0)
 
 
 class Store:
@@ -190,13 +191,18 @@ class Store:
         rid = d.get("run_id")
         for col in ("axes", "overrides", "config"):
             raw = d.pop(f"{col}_json")
-            try:
-                d[col] = json.loads(raw)
-            except (TypeError, ValueError, RecursionError):  # RecursionError: nested past json's limit
+            try:  # the bounded reader: nesting and integer digits (Python's 4300-digit ValueError)
+                d[col] = loads_json(raw if isinstance(raw, (str, bytes)) else "", f"{col}_json")
+            except NormlabError as e:
                 raise NormlabError(f"results store {self.path} is damaged: run {rid!r} has invalid JSON in "
-                                   f"{col}_json ({str(raw)[:40]!r})") from None
+                                   f"{col}_json ({str(raw)[:40]!r}: {str(e).split(': ', 1)[-1][:80]})") from None
             if not isinstance(d[col], dict if col == "config" else (dict, list)):
                 raise NormlabError(f"results store {self.path} is damaged: run {rid!r} {col}_json is not a mapping")
+        train = d["config"].get("train")
+        if not (isinstance(train, dict) and isinstance(train.get("lr"), (int, float))
+                and not isinstance(train.get("lr"), bool) and math.isfinite(train["lr"])):
+            raise NormlabError(f"results store {self.path} is damaged: run {rid!r} config_json has no numeric "
+                               "train.lr (every stored config is a full, resolved config)")
         for col in NUMERIC_COLUMNS:
             v = d.get(col)
             if v is not None and (not isinstance(v, (int, float)) or isinstance(v, bool)):
@@ -242,8 +248,10 @@ class Store:
             con.executemany("INSERT OR REPLACE INTO curves(run_id, step, key, value) VALUES (?, ?, ?, ?)",
                             [(run_id, s, k, v) for s, k, v in curves])
 
-    def curves(self, run_id: str | None = None) -> dict[str, dict[str, list[tuple[int, float]]]]:
-        """``{run_id: {key: [(step, value), ...]}}`` sorted by step."""
+    def curves(self, run_id: str | None = None, *,
+               finite: bool = False) -> dict[str, dict[str, list[tuple[int, float]]]]:
+        """``{run_id: {key: [(step, value), ...]}}`` sorted by step; ``finite``: without the points whose value is
+        null (a NaN or a missing number the run logged), as the report's statistics and figures read them."""
         with self._connect() as con:
             q = "SELECT run_id, step, key, value FROM curves"
             rows = con.execute(q + (" WHERE run_id = ?" if run_id else "") + " ORDER BY run_id, key, step",
@@ -256,5 +264,7 @@ class Store:
             ):
                 raise NormlabError(f"results store {self.path} is damaged: curve {r['key']!r} of run {r['run_id']!r} "
                                    f"holds step {step!r}, value {v!r}, not numbers")
+            if finite and (v is None or not math.isfinite(v)):
+                continue
             out.setdefault(r["run_id"], {}).setdefault(r["key"], []).append((step, v))
         return out

@@ -205,7 +205,8 @@ def run_sweep(sweep: Sweep, sweep_dir: Path, *, workers: int | None = None,
                          ("cores", cluster_cpus(ray) if ray else available_cores()),
                          ("wall_s", f"{outcome.wall_s:.1f}")):
                 store.set_meta(k, str(v))
-        outcome.runs = store.runs()
+        mine = {r.run_id for r in sweep.runs}  # a sequential round is a subset of the store's runs: the rows of
+        outcome.runs = [r for r in store.runs() if r["run_id"] in mine]  # later rounds are not this one's
     outcome.wall_s = time.time() - t_start
     return outcome
 

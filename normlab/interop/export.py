@@ -24,7 +24,7 @@ from normlab.errors import NormlabError
 from normlab.interop.arch import hf_arch
 from normlab.interop.check import LOGIT_TOL, compare_models, require_transformers
 from normlab.interop.hf_files import dependency_io
-from normlab.interop.hf_tokenizer import write_hf_tokenizer
+from normlab.interop.hf_tokenizer import doc_start_id, write_hf_tokenizer
 from normlab.interop.mapping import gemma_embed_mul, hf_config, weight_map
 from normlab.io import check_new_dir, publish_dir, write_json
 from normlab.rundir.readers import load_run, run_data
@@ -126,8 +126,7 @@ def export_run(run_dir: str | Path, out: str | Path, progress: Any = None) -> di
             back = AutoModelForCausalLM.from_pretrained(tmp, trust_remote_code=False, dtype=torch.float32,
                                                         local_files_only=True)  # check what was written
             check = compare_models(run.model, back, data.val, cfg.context)
-        doc = data.tokenizer.doc_token  # a +doc tokenizer's separator, else newline (normlab's eval --documents)
-        doc_start = int(doc) if doc is not None else data.tokenizer.encode(b"\n")[0]
+        doc_start = doc_start_id(data.tokenizer)  # +doc's separator, else newline (eval --documents); the eos token
         # absolute paths: the record (and the lm-eval arguments in it) must work from any working directory
         record = {"format": FORMAT, "source": str(run_dir.resolve()), "arch": arch, "hf_class": type(back).__name__,
                   **check, "tolerance": LOGIT_TOL, "dtype": "float32", "eval_split": "val",

@@ -15,9 +15,11 @@ from normlab.eval.documents import evaluate_documents, split_documents
 from normlab.rundir.readers import load_run, run_data
 
 
-def harness_document_metrics(hf_dir: str | Path, docs: list[str], *, prefix_token_id: int, max_length: int,
-                             batch_size: int = 4) -> dict[str, float]:
-    """``{bits_per_byte, byte_perplexity, word_perplexity, words, bytes, documents}`` as lm-eval computes them."""
+def harness_document_metrics(hf_dir: str | Path, docs: list[str], *, prefix_token_id: int | None,
+                             max_length: int | None, batch_size: int = 4) -> dict[str, float]:
+    """``{bits_per_byte, byte_perplexity, word_perplexity, words, bytes, documents}`` as lm-eval computes them.
+    ``prefix_token_id`` / ``max_length`` None: HFLM's own defaults (the tokenizer's bos, else eos token; the model's
+    context), what ``lm_eval --model hf --model_args pretrained=HF_DIR`` uses."""
     try:
         from lm_eval.api.instance import Instance
         from lm_eval.api.metrics import bits_per_byte, weighted_perplexity
@@ -27,8 +29,9 @@ def harness_document_metrics(hf_dir: str | Path, docs: list[str], *, prefix_toke
         raise NormlabError(
             "the harness cross-check needs lm-evaluation-harness: pip install 'normlab[lm-eval]'"
         ) from None
-    lm = HFLM(pretrained=str(hf_dir), device="cpu", batch_size=batch_size, max_length=max_length, dtype="float32",
-              prefix_token_id=prefix_token_id, trust_remote_code=False)
+    given = {k: v for k, v in (("prefix_token_id", prefix_token_id), ("max_length", max_length)) if v is not None}
+    lm = HFLM(pretrained=str(hf_dir), device="cpu", batch_size=batch_size, dtype="float32", trust_remote_code=False,
+              **given)
     reqs = [Instance("loglikelihood_rolling", {"page": d}, (d,), i) for i, d in enumerate(docs)]
     lls = lm.loglikelihood_rolling(reqs, disable_tqdm=True)
     per_doc = [process_results({"page": d}, (ll,)) for d, ll in zip(docs, lls, strict=True)]

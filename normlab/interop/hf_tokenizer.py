@@ -5,10 +5,11 @@
   ``ByteLevel`` decoder, so ``encode(text) == list(text.encode('utf-8'))`` and decoding gives the bytes back.
 - Byte-level BPE: its own ``tokenizer.json`` (already a ``tokenizers`` file).
 
-Both get a ``tokenizer_config.json`` naming ``PreTrainedTokenizerFast`` and no special tokens (normlab tokenizers
-have none; lm-evaluation-harness then needs ``prefix_token_id``, see docs/interop.md). A tokenizer with a
-document-separator token (``+doc``, ``normlab.data.tokenizer.DocTokenizer``) gets it as the special added token
-``<|doc|>`` at the same id, named as ``bos_token``.
+Both get a ``tokenizer_config.json`` naming ``PreTrainedTokenizerFast`` and an end-of-text token (``eos_token``)
+at the id normlab starts a document after (``write_hf_tokenizer``): the newline byte's token, so
+lm-evaluation-harness scores an export without ``prefix_token_id``. A tokenizer with a document-separator token
+(``+doc``, ``normlab.data.tokenizer.DocTokenizer``) gets it as the special added token ``<|doc|>`` at the same id,
+named as ``bos_token`` and ``eos_token``.
 
 ``normlab_tokenizer(hf_dir)`` reads an HF directory's ``tokenizer.json`` back: ``"bytes"`` when it is exactly the
 byte tokenizer above, else a lossless byte-level BPE (added tokens that are already in the vocabulary, such as
@@ -55,8 +56,27 @@ def byte_tokenizer_json() -> str:
     return tok.to_str(pretty=True)
 
 
+def doc_start_id(tokenizer: Tokenizer) -> int:
+    """The token a document starts after in normlab's per-document evaluation (``eval --documents``): a ``+doc``
+    tokenizer's separator, else the token of a newline byte (id 10 for bytes)."""
+    doc = tokenizer.doc_token
+    return int(doc) if doc is not None else tokenizer.encode(b"\n")[0]
+
+
 def write_hf_tokenizer(tokenizer: Tokenizer, out: Path, context: int) -> None:
-    """Write ``tokenizer.json`` and ``tokenizer_config.json`` for ``tokenizer`` into ``out``."""
+    """Write ``tokenizer.json`` and ``tokenizer_config.json`` for ``tokenizer`` into ``out``, with an end-of-text
+    token (``eos_token``; also ``bos_token`` for a ``+doc`` tokenizer) at the id normlab starts documents after
+    (``doc_start_id``), so lm-evaluation-harness's ``HFLM`` (whose prefix is ``bos_token_id``, else
+    ``eos_token_id``) scores documents as ``normlab eval --documents`` does without ``prefix_token_id``:
+
+    - ``+doc``: ``<|doc|>``, the separator's own id (after the vocabulary);
+    - bytes or BPE: the newline byte's token itself (``Ċ``, GPT-2's byte character for ``\n``: id 10 for bytes),
+      named in ``tokenizer_config.json`` (``tokenizer.json`` keeps no added tokens, so normlab loads it back as a
+      lossless BPE); ``transformers`` marks it special on loading. Encoding real text with ``transformers`` is
+      unchanged (a newline is the character ``\n``, not ``Ċ``); but a literal ``Ċ`` (U+010A) in the input then
+      encodes to that id rather than its two UTF-8 bytes, and decoding with ``skip_special_tokens=True`` drops
+      newlines. A model trained on concatenated files sees a newline before
+      most documents start, which is why normlab scores a document after it."""
     base = getattr(tokenizer, "base", tokenizer)  # a DocTokenizer wraps bytes or BPE
     if isinstance(base, BytesTokenizer):
         text = byte_tokenizer_json()
@@ -64,18 +84,19 @@ def write_hf_tokenizer(tokenizer: Tokenizer, out: Path, context: int) -> None:
         text = base._tok.to_str(pretty=True)
     else:
         raise NormlabError(f"cannot export tokenizer {tokenizer!r} (bytes or byte-level BPE only)")
-    bos = None
+    hf = HFTokenizer.from_str(text)
+    start = doc_start_id(tokenizer)
     if tokenizer.doc_token is not None:
-        hf = HFTokenizer.from_str(text)
         hf.add_special_tokens([AddedToken(DOC_TOKEN_TEXT, special=True, normalized=False)])
-        if hf.token_to_id(DOC_TOKEN_TEXT) != tokenizer.doc_token:  # the next free id is the separator's by design
-            raise NormlabError(f"internal: {DOC_TOKEN_TEXT} got id {hf.token_to_id(DOC_TOKEN_TEXT)}, "
-                               f"expected {tokenizer.doc_token}")
-        text, bos = hf.to_str(pretty=True), DOC_TOKEN_TEXT
-    write_text(out / "tokenizer.json", text)
+        eos, bos = DOC_TOKEN_TEXT, DOC_TOKEN_TEXT
+    else:  # named in tokenizer_config.json only: tokenizer.json stays the lossless BPE normlab loads back
+        eos, bos = hf.id_to_token(start), None
+    if hf.token_to_id(eos) != start:  # the next free id is the separator's by design; a vocabulary token keeps its id
+        raise NormlabError(f"internal: {eos} got id {hf.token_to_id(eos)}, expected {start}")
+    write_text(out / "tokenizer.json", hf.to_str(pretty=True))
     write_json(out / "tokenizer_config.json", {
         "tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": context, "add_prefix_space": False,
-        "clean_up_tokenization_spaces": False, "bos_token": bos, "eos_token": None, "pad_token": None,
+        "clean_up_tokenization_spaces": False, "bos_token": bos, "eos_token": eos, "pad_token": None,
         "unk_token": None,
     })
 

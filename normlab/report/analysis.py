@@ -123,7 +123,7 @@ def load(sweep_dir: str | Path, baseline: str | None = None) -> SweepReport:
     store = Store(sweep_dir / "results.sqlite")
     meta = store.meta()
     rows = store.runs()
-    curves = store.curves()
+    curves = store.curves(finite=True)  # a null (NaN) point is no number to average or plot
     runs = []
     for row in rows:
         info = RunInfo(row, curves.get(row["run_id"], {}))

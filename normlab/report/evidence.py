@@ -23,7 +23,6 @@ those seeds too) is not confirmed by it; that block's result is kept beside its 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from importlib import resources
 from pathlib import Path
@@ -34,7 +33,7 @@ from normlab.experiments.claims.budgets import confirmations_problem
 from normlab.experiments.claims.docs import seed_span
 from normlab.experiments.claims.execution import judge
 from normlab.experiments.claims.specs import claim_seeds
-from normlab.io import dumps, read_json, write_text
+from normlab.io import dumps, loads_json, read_json, write_text
 
 FORMAT = "normlab-evidence-v1"
 CLAIM_FIELDS = ("name", "claim", "paper", "metric", "verdict", "measured", "ci", "p", "p_adj", "test", "direction",
@@ -146,7 +145,7 @@ def build_evidence(claims: dict[str, Any], replications: dict[str, Any], *, clai
 def load_evidence() -> dict[str, Any]:
     """The packaged evidence (``normlab/evidence/claims.json``)."""
     text = resources.files("normlab").joinpath("evidence", "claims.json").read_text(encoding="utf-8")
-    data = json.loads(text)
+    data = loads_json(text, "normlab/evidence/claims.json")  # the bounded reader (depth, digits)
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise NormlabError("normlab/evidence/claims.json is not normlab evidence; reinstall normlab")
     why = evidence_problem(data)

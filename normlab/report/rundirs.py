@@ -23,8 +23,8 @@ from typing import Any
 
 from normlab.errors import NormlabError
 from normlab.experiments.store import Store
-from normlab.io import read_json
-from normlab.report.analysis import RunInfo, SweepReport, _load_artifacts, _read_yaml, from_runs
+from normlab.io import read_json, read_yaml_file
+from normlab.report.analysis import RunInfo, SweepReport, _load_artifacts, from_runs
 from normlab.rundir.files import CONFIG_FILE, METRICS_FILE
 from normlab.rundir.readers import open_config, read_metrics, read_summary
 
@@ -81,7 +81,7 @@ def _read_json(path: Path) -> Any:
 
 def _from_sweep(d: Path) -> list[tuple[RunInfo, Path]]:
     store = Store(d / "results.sqlite")
-    curves = store.curves()
+    curves = store.curves(finite=True)  # a null (NaN) point is no number to average or plot
     out = []
     for row in store.runs():
         info = RunInfo(dict(row), curves.get(row["run_id"], {}))
@@ -99,7 +99,8 @@ def collect(paths: list[str | Path]) -> list[tuple[RunInfo, Path]]:
         if (p / "results.sqlite").is_file():
             runs += _from_sweep(p)
             continue
-        cfg = _read_yaml(p / CONFIG_FILE)
+        # a config.yaml that is there but refused (not YAML, a 5001-digit integer, ...) says why, in one line
+        cfg = read_yaml_file(p / CONFIG_FILE, "config") if os.path.lexists(p / CONFIG_FILE) else None
         if not isinstance(cfg, dict):
             raise NormlabError(f"{p} is neither a normlab run directory (no readable config.yaml) nor a sweep "
                                "directory (no results.sqlite)")

@@ -51,8 +51,14 @@ def fingerprint_record(cfg: Any, model: Any) -> dict[str, Any]:
             "parameter_tensors": len(lay["parameters"]), "layout": lay}
 
 
-def write_fingerprint(run_dir: str | Path, cfg: Any, model: Any) -> dict[str, Any]:
+def write_fingerprint(run_dir: str | Path, cfg: Any, model: Any, *, config_hash: str | None = None
+                      ) -> dict[str, Any]:
+    """Write ``fingerprint.json``; ``config_hash``: the run's declared config hash (``RunConfig.hash()`` of the
+    config as handed over), recorded beside the fingerprint, outside its hash, for a resume that finds no
+    checkpoint (``normlab.rundir.readers.read_run_hash``)."""
     rec = fingerprint_record(cfg, model)
+    if config_hash:
+        rec["config_hash"] = config_hash
     write_json(Path(run_dir) / FINGERPRINT_FILE, rec)
     return rec
 

@@ -47,8 +47,8 @@ from normlab.errors import EXIT_DIVERGED, EXIT_INTERRUPTED, EXIT_OK, NormlabErro
 from normlab.io import (MAX_JSON_BYTES, MAX_JSONL_BYTES, MAX_YAML_BYTES, atomic_path, json_object, parse_json,
                         parse_yaml, read_bytes, write_json)
 from normlab.provenance import version_info
-from normlab.rundir.files import (CHECKPOINTS_DIR, CONFIG_FILE, DATA_FILE, MODEL_FILE, PROVENANCE_FILE, SUMMARY_FILE,
-                               TOKENIZER_FILE)
+from normlab.rundir.files import (CHECKPOINTS_DIR, CONFIG_FILE, DATA_FILE, FINGERPRINT_FILE, MODEL_FILE,
+                               PROVENANCE_FILE, SUMMARY_FILE, TOKENIZER_FILE)
 from normlab.validate import check_eval_memory
 
 if TYPE_CHECKING:  # nothing here imports torch at import time (sweep workers record results without it)
@@ -118,8 +118,8 @@ def read_run_hash(run_dir: str | Path) -> str | None:
     """The run's config hash: ``RunConfig.hash()`` of the config as handed to the trainer (what ``normlab config``
     prints and the default run folder's name holds), before the data and the machine fill in ``vocab_size``,
     ``device``, ``train.precision`` and ``train.compile`` (config.yaml records those filled in, so its own hash can
-    differ). From ``summary.json``, else (a run still training, or killed) from the newest checkpoint's state; None
-    when neither records it."""
+    differ). From ``summary.json``, else (a run still training, or killed) from the newest checkpoint's state, else
+    from ``fingerprint.json`` (killed before its first checkpoint); None when none records it."""
     summary = read_summary(run_dir)
     if summary is not None and isinstance(summary.get("config_hash"), str):
         return summary["config_hash"]
@@ -130,7 +130,17 @@ def read_run_hash(run_dir: str | Path) -> str | None:
             state = read_run_file(ck / "state.json", "checkpoint state", "object")
             value = state.get("run_hash")
             return value if isinstance(value, str) else None
-    return None
+    return declared_hash(run_dir)
+
+
+def declared_hash(run_dir: str | Path) -> str | None:
+    """The config hash a run was started with, as its ``fingerprint.json`` records it (written right after
+    config.yaml; None for a run from before it was recorded, or without the file)."""
+    path = Path(run_dir) / FINGERPRINT_FILE
+    if not os.path.lexists(path):
+        return None
+    value = read_run_file(path, "fingerprint", "object").get("config_hash")
+    return value if isinstance(value, str) else None
 
 
 # ------------------------------------------------------------------------------------------ metrics.jsonl readers

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -38,11 +39,13 @@ from normlab.train.init_from import write_record as write_init_record
 from normlab.train.precision import (CompileTimer, kept_determinism, nondeterministic_op_error,
                                     prepare_model)
 from normlab.train.progress import ProgressReporter
-from normlab.train.runstate import RunState, claim_run_dir
+from normlab.train.runstate import RunState, claim_run_dir, recorded_threads
 from normlab.train.step import Parts, compile_failure, forward_backward, forward_loss, micro_backward
 from normlab.train.resolve import resolve_run
-from normlab.train.threads import record_run, wait_policy_note
+from normlab.train.threads import record_run, usable_cores, wait_policy_note
 from normlab.train.tracking import Tracker, probe_trackers
+
+RESUME_OVERSUBSCRIBE = 4  # a resume keeps its checkpoint's thread count up to this many per usable core
 
 
 def get_batch(tokens: np.ndarray, batch_size: int, context: int, gen: torch.Generator,
@@ -172,9 +175,11 @@ class Recipe:
               threads: int | None) -> None:
         track = self._probe_trackers()
         data = self._setup_data(resume, init_from)
-        runtime = self._setup_runtime(data, threads)
+        runtime = self._setup_runtime(data, threads, resume)
         init_weights = self._setup_model(data, resume, init_from)
         self._setup_run_dir(resume, init_weights)
+        if self.inexact and resume:
+            self.state.inexact = self.state.inexact or self.inexact
         self._setup_progress(track, tb_dir, runtime)
 
     def _probe_trackers(self) -> list[str]:
@@ -189,20 +194,46 @@ class Recipe:
         cfg, run_dir = self.cfg, self.run_dir
         return run_data(run_dir, cfg) if resume else load_data(cfg, tokenizer=source_tokenizer(init_from))
 
-    def _setup_runtime(self, data: Any, threads: int | None) -> list[str]:
+    def _setup_runtime(self, data: Any, threads: int | None, resume: bool = False) -> list[str]:
         """The run's config resolved once (normlab.train.resolve): completed by the data (vocab_size, the norms'
         defaults) and checked, also against the memory of the device it trains on, before anything is allocated or
         written; then threads (before the precision probe, which measures at this thread count) and device /
         precision / compile: auto -> what this machine uses (config.yaml). From here on ``self.cfg`` is the frozen
-        resolved config. Returns the banner's runtime parts."""
+        resolved config. A resumed run then takes the thread count its checkpoint recorded (another count splits
+        the reductions of a step differently, so the numbers would drift from the uninterrupted run's; its
+        precision, device and compile are config.yaml's, fixed at its start, so no probe runs at the other count);
+        where it cannot, it says so (``self.inexact``, summary.json's ``resume_exact``). Returns the banner's
+        runtime parts."""
         resolved = resolve_run(self.cfg, data, threads=threads)
         self.cfg = resolved.cfg
-        self.why_threads = f"{resolved.why_threads}; {wait_policy_note()}"  # train.threads stays: a resume decides anew
+        why = resolved.why_threads
+        self.inexact: str | None = None
+        if resume and self.ctx.is_main:
+            n_threads, why = self._resume_threads(torch.get_num_threads(), why)
+            if n_threads:
+                torch.set_num_threads(n_threads)
+        self.why_threads = f"{why}; {wait_policy_note()}"
         runtime = list(resolved.runtime)
         runtime.append(f"threads {torch.get_num_threads()} ({self.why_threads})")
         runtime.append(heap_policy_note())
         self.runtime_notes = runtime  # why each runtime choice: summary.json's runtime_notes, train --verbose
         return runtime
+
+    def _resume_threads(self, n_threads: int | None, why: str) -> tuple[int | None, str]:
+        """The thread count of a resume: the checkpoint's, up to ``RESUME_OVERSUBSCRIBE`` x the usable cores (more
+        threads than cores is slower, not different); else this start's, with a warning and ``self.inexact``."""
+        has_ckpt, rec = recorded_threads(self.run_dir)
+        now = n_threads or torch.get_num_threads()
+        if not has_ckpt or rec == now:
+            return n_threads, why if not has_ckpt else f"{why}; as its checkpoint recorded"
+        if rec is not None and rec <= RESUME_OVERSUBSCRIBE * usable_cores():
+            return rec, f"as its checkpoint recorded (this start would use {now}: {why})"
+        self.inexact = (f"resumed at {now} torch threads, not the {rec} its checkpoint was written under"
+                        if rec is not None else f"resumed at {now} torch threads; its checkpoint does not record "
+                        "the thread count it was written under")
+        print(f"warning: {self.inexact}: its numbers will differ from an uninterrupted run's (not an exact "
+              "resume)", file=sys.stderr)
+        return n_threads, why
 
     def _setup_model(self, data: Any, resume: bool, init_from: str | Path | None) -> Any:
         """The seeded model (or ``--init-from``'s weights, names and shapes checked), its DDP wrapper and compiled

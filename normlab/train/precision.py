@@ -62,7 +62,7 @@ from torch.utils._triton import has_triton as torch_has_triton  # private: kept 
 
 from normlab.data.cache import default_cache_dir
 from normlab.errors import NormlabError
-from normlab.io import exclusive_lock, write_json
+from normlab.io import exclusive_lock, read_json, write_json
 from normlab.model import build_model
 from normlab.norms.registry import _REGISTRY
 from normlab.train.threads import step_flops
@@ -189,10 +189,11 @@ def _cached_probe(cfg: Any, device: str) -> dict[str, float]:
     key = _probe_key(cfg, device)
     path.parent.mkdir(parents=True, exist_ok=True)
     with exclusive_lock(path.with_suffix(".lock"), "the precision probe's cache", wait=True):
-        try:
-            cache = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError):
+        try:  # the bounded reader; a damaged cache is probed again
+            cache = read_json(path, "precision probe cache") if path.exists() else {}
+        except NormlabError:
             cache = {}
+        cache = cache if isinstance(cache, dict) else {}
         if key not in cache:
             cache[key] = probe_step_times(cfg, device)
             write_json(path, cache)

@@ -29,10 +29,10 @@ from normlab.errors import NormlabError
 from normlab.eval.lm import evaluate
 from normlab.io import clean_stale_temps, dumps, exclusive_lock, write_json, write_text
 from normlab.model.flops import flops_summary
-from normlab.rundir.files import CHECKPOINTS_DIR, METRICS_FILE, PARAM_GROUPS_FILE
+from normlab.rundir.files import CHECKPOINTS_DIR, DATA_FILE, METRICS_FILE, PARAM_GROUPS_FILE
 from normlab.rundir.fingerprint import write_fingerprint
 from normlab.rundir.publish import finish_run, write_config
-from normlab.rundir.readers import read_initial, read_jsonl, save_run_identity
+from normlab.rundir.readers import declared_hash, read_initial, read_jsonl, read_run_file, save_run_identity
 from normlab.rundir.tensors import list_checkpoints, load_checkpoint, save_checkpoint
 from normlab.train.clipping import build_clipper
 from normlab.train.init_eval import eval_mode_gap, initial_eval, near_chance_warning
@@ -62,6 +62,16 @@ def claim_run_dir(run_dir: Path) -> Iterator[None]:
         clean_stale_temps(run_dir / CHECKPOINTS_DIR, (".step_*",))
         clean_stale_temps(run_dir, (".*.tmp",))
         yield
+
+
+def recorded_threads(run_dir: Path) -> tuple[bool, int | None]:
+    """``(has a checkpoint, the torch thread count its newest checkpoint was written under)``; the count is None
+    for a checkpoint from before it was recorded. Read before the model is built: the thread count is set first."""
+    ckpts = list_checkpoints(run_dir)
+    if not ckpts or not (ckpts[-1] / "state.json").is_file():
+        return False, None
+    n = read_run_file(ckpts[-1] / "state.json", "checkpoint state", "object").get("threads")
+    return True, (n if isinstance(n, int) and not isinstance(n, bool) and n >= 1 else None)
 
 
 def truncate_metrics(path: Path, step: int) -> None:
@@ -112,6 +122,10 @@ class RunState:
     last_loss: float = float("nan")
     val: dict[str, Any] = field(default_factory=dict)
     pending: list[PendingStep] = field(default_factory=list)  # steps taken whose host part waits (settle)
+    # a resumed run: None when it resumed under the thread count its checkpoint recorded (or was never resumed from
+    # a checkpoint), else why its numbers are not those of an uninterrupted run (kept by every later checkpoint)
+    inexact: str | None = None
+    resumed: bool = False
 
     @classmethod
     def build(cls, cfg: RunConfig, run_dir: Path, data: Any, model: torch.nn.Module, run_hash: str,
@@ -133,26 +147,37 @@ class RunState:
 
     # -- the run directory: start, resume ---------------------------------------------------------------------------
     def start_run_dir(self) -> None:
-        """A new run: config.yaml, param_groups.json, the data's identity, the fingerprint, and the loss at
-        initialisation as ``metrics.jsonl``'s first line (consumes no RNG)."""
+        """A new run: config.yaml, fingerprint.json (with the declared config hash), param_groups.json, the data's
+        identity, and the loss at initialisation as ``metrics.jsonl``'s first line (consumes no RNG). The loss at
+        initialisation is measured before anything is written, so the window in which a kill -9 leaves a run
+        without its step-0 line is a few small writes, and a resume closes it (``resume``)."""
         cfg, run_dir = self.cfg, self.run_dir
+        self.init = initial_eval(self.model, self.data, cfg)  # loss at initialisation (LR sensitivity)
         run_dir.mkdir(parents=True, exist_ok=True)
         write_config(run_dir, cfg)  # config.yaml (normlab.rundir.publish)
+        write_fingerprint(run_dir, cfg, self.model, config_hash=self.run_hash)  # config + layout + versions
         write_json(run_dir / PARAM_GROUPS_FILE, self.groups)
         save_run_identity(run_dir, cfg, self.data)  # tokenizer.json, data.json, provenance.json
-        write_fingerprint(run_dir, cfg, self.model)  # fingerprint.json: config + parameter layout + versions
-        self.init = initial_eval(self.model, self.data, cfg)  # loss at initialisation (LR sensitivity)
         write_text(self.metrics_path, json.dumps({"step": 0, **self.init}) + "\n")
 
     def resume(self, *, truncate: bool = True) -> dict[str, torch.Tensor] | None:
         """Restore the last checkpoint (if any) and drop the metrics records after it (``truncate``: the process
         that writes the run). Returns the global RNG states it saved (``torch``, and ``cuda`` on CUDA) for the caller
-        to install, or None without a checkpoint."""
+        to install, or None without a checkpoint. A run killed before its first checkpoint starts again from its
+        seeded initialisation under the config hash it was started with (fingerprint.json), and gets back the
+        step-0 line (the loss at initialisation) when the kill came before it was written."""
         ckpts = list_checkpoints(self.run_dir)
         rng = self._restore(ckpts[-1]) if ckpts else None
+        if rng is None:
+            self.run_hash = declared_hash(self.run_dir) or self.run_hash
         if truncate:
             truncate_metrics(self.metrics_path, self.step)
         self.init = read_initial(self.metrics_path)
+        if not self.init and rng is None and truncate:  # killed between config.yaml and the step-0 line
+            if not (self.run_dir / DATA_FILE).is_file():  # and before the data's identity was written
+                save_run_identity(self.run_dir, self.cfg, self.data)
+            self.init = initial_eval(self.model, self.data, self.cfg)
+            write_text(self.metrics_path, json.dumps({"step": 0, **self.init}) + "\n")
         return rng
 
     def _restore(self, ckpt: Path) -> dict[str, torch.Tensor]:
@@ -167,6 +192,8 @@ class RunState:
         self.diag.load_state_dict(state.get("diag"))  # diag: the loss-spike window
         self.clipper.load_state_dict(state.get("clip"))  # AdaGC's thresholds
         self.gen.set_state(rng_from_json(state["rng"]["data"]))
+        self.resumed = True
+        self.inexact = state.get("inexact") if isinstance(state.get("inexact"), str) else None
         final = state.get("final") or {}  # the metrics as of that checkpoint (closes the kill -9 window)
         if final:
             self.last_loss = final["train_loss"] if final.get("train_loss") is not None else float("nan")
@@ -300,7 +327,7 @@ class RunState:
         states ``rng`` / ``cuda_rng`` and the data generator's, the diagnostics' and clipper's state, the last
         metrics and NaP's init norms."""
         state: dict[str, Any] = {"tokens_seen": self.tokens_seen, "elapsed_s": elapsed_s, "best_val_bpb": self.best,
-                                 "run_hash": self.run_hash,
+                                 "run_hash": self.run_hash, "threads": torch.get_num_threads(),
                                  "rng": {"torch": rng_to_json(rng), "data": rng_to_json(self.gen.get_state())}}
         if cuda_rng is not None:
             state["rng"]["cuda"] = rng_to_json(cuda_rng)
@@ -310,6 +337,8 @@ class RunState:
         state["final"] = {"train_loss": self.last_loss, "val_loss": val.get("loss"), "val_bpb": val.get("bpb")}
         if self.nap is not None:
             state["nap_init_norms"] = self.nap.to_json()
+        if self.inexact:
+            state["inexact"] = self.inexact
         save_checkpoint(self.run_dir, at, self.model, self.opt, state, self.cfg.hash(), self.cfg.train.keep_checkpoints)
 
     def summary(self, elapsed_s: float, threads_reason: str, compile_s: float | None,
@@ -334,6 +363,10 @@ class RunState:
         }
         if init_from is not None:
             summary["init_from"] = str(init_from)
+        if self.resumed:  # resumed from a checkpoint: exact only under the thread count it recorded
+            summary["resume_exact"] = self.inexact is None
+            if self.inexact:
+                summary["resume_note"] = self.inexact
         recent = list(self.diag.spikes.history) or [self.last_loss]
         gap = eval_mode_gap(mc.norm, sum(recent) / len(recent), val.get("loss"), val.get("bpb"))
         if gap:

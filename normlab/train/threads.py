@@ -54,6 +54,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from normlab.errors import NormlabError
+
 # a thread beyond the first only for steps of at least this many FLOPs per thread. Measured on an idle 2-core AMD
 # EPYC (benchmarks/nanogpt_speed.py's thread rows, docs/benchmarks.md, 2026-11-26, OMP_WAIT_POLICY=PASSIVE): at the
 # demo shape (2.2 GFLOP per step) 2 threads ran 0.95x one thread, at S (4.1 GFLOP) 1.15x, at M (146 GFLOP) more.
@@ -140,6 +142,33 @@ def static_budget() -> CpuBudget:
 def usable_cores() -> int:
     """The cores this process may use (affinity mask capped by the cgroup quota), without reading the load."""
     return static_budget().usable
+
+
+THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")  # read by libgomp / MKL when torch loads them
+
+
+def check_thread_variables(environ: dict[str, str] | None = None) -> list[str]:
+    """Before torch is imported (libgomp starts its pool from these then): ``OMP_NUM_THREADS`` / ``MKL_NUM_THREADS``
+    must be positive integers (OpenMP's comma list of them allowed); anything else is a one-line NormlabError. A
+    first value above this process's usable cores is clamped to them in ``environ`` (default ``os.environ``, so
+    child processes inherit it), as ``train.threads`` is: thousands of threads on a few cores stall, and libgomp
+    aborts creating ~5000. Returns the one-line notes to print, one per clamped variable."""
+    env = os.environ if environ is None else environ
+    notes = []
+    for name in THREAD_VARS:
+        text = env.get(name, "").strip()
+        if not text:
+            continue
+        parts = text.split(",")
+        if not all(p.strip().isdigit() and len(p.strip()) <= 6 and int(p) >= 1 for p in parts):
+            raise NormlabError(f"{name} must be a positive integer (or OpenMP's comma list of them) of at most "
+                               f"6 digits, got {text[:40]!r}")
+        cap = usable_cores()
+        if int(parts[0]) > cap:
+            env[name] = ",".join([str(cap), *parts[1:]])
+            notes.append(f"note: {name}={int(parts[0])} is more than the {cap} usable core(s) of this process; "
+                         f"using {cap}")
+    return notes
 
 
 LOAD_TAU_S = 60.0  # the time constant of the kernel's 1-minute load average (an exponential average)

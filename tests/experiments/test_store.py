@@ -10,8 +10,14 @@ from tests.helpers import HOSTILE, assert_bad_input, make_sweep, run_inproc
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
+NO_LR = "UPDATE runs SET config_json=json_remove(config_json, '$.train.lr')"
 CORRUPT_STORE = [  # (SQL, command, fragments)
     ("UPDATE runs SET config_json='{bad'", "report", ["results.sqlite", "is damaged", "config_json"]),
+    (NO_LR, "report", ["results.sqlite", "is damaged", "config_json has no numeric train.lr"]),  # was KeyError
+    (NO_LR, "advise", ["results.sqlite", "is damaged", "config_json has no numeric train.lr"]),
+    ("UPDATE runs SET config_json=replace(config_json, '\"seed\": 0', "
+     "'\"seed\": ' || replace(hex(zeroblob(2500)), '0', '1') || '1')", "report",
+     ["results.sqlite", "is damaged", "5,001 digits"]),
     ("UPDATE curves SET value='abc'", "report", ["results.sqlite", "is damaged", "'abc'"]),
 ]
 
@@ -25,7 +31,8 @@ def test_corrupted_store_is_one_line(sql, cmd, fragments, tmp_path, cache):
     con.execute(sql)
     con.commit()
     con.close()
-    assert_bad_input(run_inproc(cmd, str(s), cache=cache), *fragments)
+    argv = [cmd, str(s)] if cmd == "report" else ["advise", "--from", str(s), "--no-write"]
+    assert_bad_input(run_inproc(*argv, cache=cache), *fragments)
     assert not (s / "report.md").exists()
 
 
@@ -84,3 +91,27 @@ def test_a_fifo_results_store_is_one_line(tmp_path, cache):
     with pytest.raises(NormlabError, match="is not a regular file; normlab reads only regular files"):
         Store(tmp_path / "results.sqlite").runs()
     assert_bad_input(run_inproc("runs", str(tmp_path), cache=cache), "results.sqlite is not a regular file")
+
+
+def test_null_curve_values_are_left_out_of_the_report_not_a_traceback(tmp_path, cache):
+    """A run whose logged metrics hold null (NaN is stored as null) was a TypeError in the report's figures and
+    instability signals; the points are left out, the rest of the curve and the ranking are as stored."""
+    import json
+    import sqlite3
+
+    s = make_sweep(tmp_path / "s", HOSTILE[:3])
+    con = sqlite3.connect(s / "results.sqlite")
+    con.executemany("INSERT INTO curves (run_id, step, key, value) VALUES (?, ?, ?, NULL)",
+                    [("r0", 6, "val_bpb"), ("r0", 6, "loss"), ("r0", 6, "diag/attn_logit_max/0"),
+                     ("r0", 8, "diag/output_lse")])
+    con.commit()
+    con.close()
+    from normlab.experiments.store import Store
+
+    assert (6, None) in Store(s / "results.sqlite").curves("r0")["r0"]["val_bpb"]  # as stored
+    assert Store(s / "results.sqlite").curves("r0", finite=True)["r0"]["val_bpb"] == [(4, 2.0), (8, 1.5)]
+    rep = run_inproc("report", str(s), "--json", cache=cache)
+    assert rep.returncode == 0 and "Traceback" not in rep.stderr, rep.stderr
+    assert (s / "report.md").is_file() and json.loads(rep.stdout)
+    adv = run_inproc("advise", "--from", str(s), "--no-write", cache=cache)
+    assert adv.returncode == 0 and "Traceback" not in adv.stderr, adv.stderr

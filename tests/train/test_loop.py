@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 import normlab.train.loop as loop
 from normlab.config import load_config
-from tests.helpers import SHORT, HostReads, assert_same_weights, run_inproc
+from tests.helpers import SHORT, HostReads, assert_same_weights, cli_env, kill_9_after, normlab, run_inproc, summary
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -247,3 +249,36 @@ def test_a_compiled_run_compiles_model_and_loss_as_one_graph(tmp_path, cache, mo
     wa, wb = weights(tmp_path / "c"), weights(tmp_path / "e")
     for k in wa:
         torch.testing.assert_close(wa[k], wb[k], rtol=1e-5, atol=1e-6, msg=k)
+
+
+@pytest.mark.parametrize("recorded", [True, False], ids=["checkpoint-records-threads", "older-checkpoint"])
+def test_a_resume_under_another_thread_count_uses_the_checkpoints(tmp_path, cache, recorded):
+    """Killed at step 20 of 40 under 1 thread, resumed under OMP_NUM_THREADS=2 (``train.threads: auto`` would take
+    2): the resume runs at the 1 thread its checkpoint recorded and ends with the uninterrupted run's weights bit
+    for bit. A checkpoint that records no thread count (an older normlab's) is resumed at 2 threads and the run
+    says it is not exact (summary.json, stderr); its weights then differ (2 threads sum in another order), which
+    shows the first case could fail."""
+    args = ["train", "tiny", "--set", "train.steps=40", "--set", "train.lr=0.01", "--set", "train.checkpoint_every=10",
+            "--set", "train.eval_every=20", "--set", "train.keep_checkpoints=10"]
+    ref, cut = tmp_path / "ref", tmp_path / "cut"
+    normlab(*args, "--out", str(ref), cache=cache, check=True)
+    kill_9_after(args, cut, cache, 20)
+    state = cut / "checkpoints" / "step_00000020" / "state.json"
+    assert json.loads(state.read_text())["threads"] == 1
+    if not recorded:
+        state.write_text(json.dumps({k: v for k, v in json.loads(state.read_text()).items() if k != "threads"}))
+    env = {**cli_env(cache), "OMP_NUM_THREADS": "2"}
+    r = subprocess.run([sys.executable, "-m", "normlab.cli", "train", "--resume", str(cut)], capture_output=True,
+                       text=True, env=env, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    s = summary(cut)
+    if recorded:
+        assert s["threads"] == 1 and s["resume_exact"] is True and "as its checkpoint recorded" in s["threads_reason"]
+        assert_same_weights(ref, cut)
+        assert s["val_bpb"] == summary(ref)["val_bpb"]
+    else:
+        assert s["threads"] == 2 and s["resume_exact"] is False and "does not record" in s["resume_note"]
+        assert "not an exact resume" in r.stderr
+        with pytest.raises(AssertionError):
+            assert_same_weights(ref, cut)
+    assert "resume_exact" not in summary(ref)  # never resumed

@@ -446,3 +446,18 @@ def test_compile_on_cuda_without_triton_runs_uncompiled(monkeypatch):
         assert not on and "no working triton" in why
     monkeypatch.setattr(P, "has_triton", lambda: True)
     assert P.resolve_compile("auto", "cuda") == (True, "auto: on for CUDA")
+
+
+@pytest.mark.parametrize("damage", ["[" * 100_000 + "]" * 100_000, '{"k": ' + "1" * 5001 + "}", "[1, 2]", "{"])
+def test_a_damaged_precision_probe_cache_is_probed_again(damage, tmp_path, monkeypatch):
+    """The probe cache is read with the bounded reader: a file nested past json's recursion, holding a 5001-digit
+    integer, holding a list or cut short is measured again and rewritten (was a RecursionError / ValueError /
+    AttributeError traceback)."""
+    import normlab.train.precision as prec
+
+    cfg = load_config("tiny")
+    cfg.data.cache_dir = str(tmp_path)
+    (tmp_path / "precision_probe.json").write_text(damage)
+    monkeypatch.setattr(prec, "probe_step_times", lambda c, d: {"fp32": 1.0, "bf16": 2.0, "ratio": 2.0})
+    assert prec._cached_probe(cfg, "cpu") == {"fp32": 1.0, "bf16": 2.0, "ratio": 2.0}
+    assert len(json.loads((tmp_path / "precision_probe.json").read_text())) == 1

@@ -16,6 +16,7 @@ from normlab.rundir.readers import apply_norm_defaults, load_data, read_jsonl
 from normlab.train.loop import get_batch
 from normlab.train.losses import lm_loss
 from normlab.train.runstate import RunState, loss_ceiling, truncate_metrics
+from tests.helpers import assert_same_weights, kill_9_in, normlab, summary
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 SETS = ["model.depth=1", "train.steps=6", "train.clip=adagc", "optim.nap=true", "optim.effective_lr_every=2",
@@ -100,3 +101,23 @@ def test_divergence_is_a_loss_above_three_times_uniform_or_not_finite(tmp_path, 
     assert s.diverged(float("inf")) is not None and s.status == "diverged" and s.step == 1
     s.status, s.step, s.last_loss = "completed", 4, ceiling * 1.01
     assert s.diverged(1.0).startswith("diverged at step 5: loss") and s.status == "diverged"
+
+
+def test_a_run_killed_before_its_first_checkpoint_resumes_with_its_step_0_line_and_config_hash(tmp_path, cache):
+    """kill -9 after config.yaml, fingerprint.json and param_groups.json, before the data's identity and the step-0
+    line: ``--resume`` restarts from the seeded initialisation with the loss at initialisation and the config hash
+    of the uninterrupted run (was: no step-0 line, init_val_* null, config.yaml's hash)."""
+    args = ["train", "tiny", "--set", "train.steps=8", "--set", "train.eval_every=8"]
+    ref, cut = tmp_path / "ref", tmp_path / "cut"
+    normlab(*args, "--out", str(ref), cache=cache, check=True)
+    kill_9_in(args, cut, cache, "normlab.rundir.readers:save_run_identity")
+    assert (cut / "param_groups.json").is_file() and not (cut / "metrics.jsonl").exists()
+    assert not list((cut / "checkpoints").glob("step_*")) if (cut / "checkpoints").exists() else True
+    normlab("train", "--resume", str(cut), cache=cache, check=True)
+    want, got = summary(ref), summary(cut)
+    assert got["config_hash"] == want["config_hash"] and got["config_hash"] != load_config(
+        str(cut / "config.yaml")).hash()  # the declared hash, not that of config.yaml's filled-in values
+    assert (got["init_val_bpb"], got["init_val_loss"]) == (want["init_val_bpb"], want["init_val_loss"])
+    assert read_jsonl(cut / "metrics.jsonl")[0] == read_jsonl(ref / "metrics.jsonl")[0]
+    assert (cut / "data.json").is_file() and got["val_bpb"] == want["val_bpb"]
+    assert_same_weights(ref, cut)

@@ -5,6 +5,8 @@ the record a run leaves."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 from torch import nn
@@ -25,7 +27,7 @@ from normlab.train.threads import (
     set_wait_policy,
     step_flops,
 )
-from tests.helpers import run_inproc
+from tests.helpers import assert_bad_input, cli_env, run_inproc
 
 BIG = 100 * FLOPS_PER_THREAD  # a step large enough for 100 threads
 SMALL = 0.5 * FLOPS_PER_THREAD
@@ -327,3 +329,44 @@ def test_cli_run_records_auto_threads_and_wait_policy(tmp_path, cache):
     assert note.startswith(("OMP_WAIT_POLICY=PASSIVE (set by normlab: contended", f"GOMP_SPINCOUNT={SPINCOUNT} "
                             "(set by normlab: idle")) or "(from the environment)" in note, note
     assert "threads: auto" in (out / "config.yaml").read_text()  # decided anew on every start and resume
+
+
+@pytest.mark.parametrize("value, want", [("5000", None), ("99999", None), ("1", "1"), ("1,1", "1,1")])
+def test_thread_variables_above_the_usable_cores_are_clamped_before_torch_loads(value, want):
+    from normlab.train.threads import check_thread_variables, usable_cores
+
+    env = {"OMP_NUM_THREADS": value, "MKL_NUM_THREADS": value}
+    notes = check_thread_variables(env)
+    cap = str(usable_cores())
+    assert env["OMP_NUM_THREADS"] == (want or cap) and env["MKL_NUM_THREADS"] == (want or cap)
+    assert len(notes) == (0 if want else 2) and all(f"is more than the {cap} usable core(s)" in n for n in notes)
+
+
+@pytest.mark.parametrize("value", ["lots", "0", "-1", "2.5", "1" * 5001, "4,x"])
+def test_a_thread_variable_that_is_no_positive_integer_is_refused(value):
+    from normlab.errors import NormlabError
+    from normlab.train.threads import check_thread_variables
+
+    with pytest.raises(NormlabError, match="OMP_NUM_THREADS must be a positive integer") as e:
+        check_thread_variables({"OMP_NUM_THREADS": value})
+    assert "\n" not in str(e.value) and len(str(e.value)) < 200
+
+
+def test_omp_num_threads_5000_trains_on_the_usable_cores_and_lots_is_refused(tmp_path, cache):
+    """libgomp aborted ("Thread creation failed") or stalled on 5000 threads before normlab said anything: the
+    command clamps the variable before torch is imported, says so in one line, and the run uses the usable cores;
+    a value that is no number is one line and exit 2, nothing written."""
+    from normlab.train.threads import usable_cores
+
+    def go(value, out):
+        env = {**cli_env(cache), "OMP_NUM_THREADS": value}
+        return subprocess.run([sys.executable, "-m", "normlab", "train", "tiny", "--set", "train.steps=2",
+                               "--set", "train.eval_every=2", "--out", str(out)], capture_output=True, text=True,
+                              env=env, timeout=300)
+
+    ok = go("5000", tmp_path / "ok")
+    assert ok.returncode == 0, ok.stderr[-2000:]
+    assert f"note: OMP_NUM_THREADS=5000 is more than the {usable_cores()} usable core(s)" in ok.stderr
+    assert json.loads((tmp_path / "ok" / "summary.json").read_text())["threads"] <= usable_cores()
+    assert_bad_input(go("lots", tmp_path / "bad"), "OMP_NUM_THREADS must be a positive integer", "'lots'")
+    assert not (tmp_path / "bad").exists()
