@@ -111,7 +111,7 @@ class ModelConfig:
                                   "per branch, init 0)", choices=RESIDUAL_SCALES)
     residual: str = setting("add", "residual stream: add (one stream), hc (hyper-connections), mhc (manifold-"
                             "constrained hyper-connections) or ngpt (the hypersphere update) (docs/streams.md)",
-                            choices=residual_names, identity="dropped at default")
+                            choices=tuple(residual_names()), identity="dropped at default")
     streams: int = setting(4, "residual streams n of hc / mhc (the expansion rate; ignored by add)", range=I(1, 64),
                            aliases=("num_residual_streams", "hyper_connection_count", "expansion_rate"),
                            identity="dropped at default")
