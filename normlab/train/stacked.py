@@ -377,7 +377,7 @@ def _train_group(cfgs: list[RunConfig], dirs: list[Path], resumes: list[bool], h
             if m.mlog is not None:
                 m.mlog.close()
     wall = time.time() - t_start
-    return [_summary(m, wall, why_threads, fell_back) for m in members]
+    return [_summary(m, wall, why_threads, fell_back, runtime) for m in members]
 
 
 def _group_data(cfgs: list[RunConfig], dirs: list[Path], resumes: list[bool]) -> list[Any]:
@@ -515,7 +515,8 @@ def _fail(m: _Member, e: Exception, say: Any) -> None:
     say(f"{m.run_dir.name}: failed ({m.error}); the group goes on without it")
 
 
-def _summary(m: _Member, wall: float, why_threads: str, fell_back: int | None = None) -> dict[str, Any]:
+def _summary(m: _Member, wall: float, why_threads: str, fell_back: int | None = None,
+             runtime: list[str] | None = None) -> dict[str, Any]:
     """``summary.json`` as a run alone writes it (``tokens_per_s``: this member's tokens over the group's wall
     time; ``compile_fallback_step``: the step from which a compiled group ran eager, where it did), then the final
     weights (a completed member) and the summary, last. A failed member (:func:`_fail`) writes none: its result is
@@ -525,6 +526,7 @@ def _summary(m: _Member, wall: float, why_threads: str, fell_back: int | None = 
         return {"status": "failed", "error": m.error, "step": m.step, "steps": m.cfg.train.steps,
                 "run_dir": str(m.run_dir)}
     summary = m.summary(m.elapsed + wall, why_threads, None)
+    summary["runtime_notes"] = list(runtime or [])  # as a run alone records them (the group's choices)
     if fell_back is not None:
         summary["compile_fallback_step"] = fell_back
     if m.status == "interrupted" and not (m.run_dir / CONFIG_FILE).is_file():

@@ -79,13 +79,19 @@ def test_render_with_a_confirmation_lists_its_verdict_beside_each_exploratory_on
     section = text.split("## Confirmed on a fresh seed block")[1].split("\n## ")[0]
     rows = [ln for ln in section.splitlines() if ln.startswith("| `")]
     judged = {c["name"]: c for c in judge(_block(full, "confirm"))["claims"]}
-    exploratory = [c["name"] for c in judge(full)["claims"] if c["exploratory"]]
+    # the rows: the claims exploratory in FULL that the confirmation measured (CONFIRM_CLAIMS: 17; the decision
+    # layer's LR and cod-lns revisions are exploratory on 0-4 too, but the rejudge run measures them)
+    conf_names = {c["name"] for c in _block(full, "confirm")["claims"]}
+    exploratory = [c["name"] for c in judge(full)["claims"] if c["exploratory"] and c["name"] in conf_names]
     assert [r.split("`")[1] for r in rows] == exploratory and len(rows) == 17
     for r in rows:
         c = judged[r.split("`")[1]]
         assert f"**{c['verdict']}**" in r.split("|")[5]
-        # revised again after these seeds' results (postln-warmup): listed, not confirmed
-        assert ("(not confirmed)" in r.split("|")[5]) == c["exploratory"] == (c["name"] == "postln-warmup")
+        # revised again after these seeds' results (postln-warmup; the decision layer's rule changes): listed, not
+        # confirmed
+        seen = {"postln-warmup", "cod-growth", "peri-massive", "peri-variance-magnitude", "hadamard-w4", "peri-quant",
+                "mano-rank"}
+        assert ("(not confirmed)" in r.split("|")[5]) == c["exploratory"] == (c["name"] in seen)
     assert "seeds 6000-6004" in section and "(seeds 0-4)" in section
     assert "--confirmation" in text.split("```")[1]  # the render command on the page names it
 
@@ -126,7 +132,8 @@ def test_render_with_a_followup_lists_it_beside_the_confirmation_it_supersedes(t
         name, cells = r.split("`")[1], r.split("|")
         assert cells[3].strip().startswith(confirmed[name]["verdict"] + (
             " (exploratory: revised after these seeds)," if confirmed[name]["exploratory"] else ","))
-        assert confirmed[name]["exploratory"] == (name == "postln-warmup")
+        # revised after results on 6000-6004: postln-warmup's rule, mano-rank's family (the TOSTs joined it)
+        assert confirmed[name]["exploratory"] == (name in ("postln-warmup", "mano-rank"))
         assert f"**{judged[name]['verdict']}**" in cells[6]
     assert "(seeds 6000-6004)" in section and "7000-7011" in section and "(seeds 0-4)" in section
     assert text.split("```")[1].count("--confirmation") == 2  # the render command on the page names both
@@ -156,8 +163,9 @@ def test_a_claims_file_of_the_wrong_shape_is_one_line(tmp_path, change, flag):
 
 @pytest.mark.parametrize("field, value, says", [
     ("measured", "NaN", "measured must be a number or null"),
-    ("measured", 10 ** 400, "measured must be a number or null"),
-    ("values", [10 ** 400] * 5, "values must be a list of numbers or nulls"),
+    # an integer past 100 digits is refused by the one bounded reader before the page looks at it
+    ("measured", 10 ** 400, "holds an integer of 401 digits"),
+    ("values", [10 ** 400] * 5, "holds an integer of 401 digits"),
     ("ci", "x", "ci must be null or a list of two numbers")])
 def test_render_of_a_claim_with_a_wrong_number_is_one_line(tmp_path, field, value, says):
     """A hand-edited claims.json whose numbers the page cannot show (a string, an integer beyond a float, a
@@ -169,7 +177,7 @@ def test_render_of_a_claim_with_a_wrong_number_is_one_line(tmp_path, field, valu
     src.write_text(json.dumps(stored))
     for extra in ((), ("--json",)):
         proc = run_inproc("claims", "--render", str(src), *extra, cache=tmp_path / "c")
-        assert_bad_input(proc, f"--render {src}: claim 1 (exact-conversion): {says}")
+        assert_bad_input(proc, says if "digits" in says else f"--render {src}: claim 1 (exact-conversion): {says}")
         assert proc.stdout == ""
 
 

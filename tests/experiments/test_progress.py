@@ -91,8 +91,8 @@ def test_a_run_directory_named_with_escapes_prints_one_escaped_line_each(tmp_pat
                    cache=cache)
     assert r.returncode == 0, r.stderr
     assert "\x1b" not in r.stderr and (out / "summary.json").is_file()
-    banner = [ln for ln in r.stderr.splitlines() if "| run " in ln]
-    assert len(banner) == 1 and banner[0].endswith("red\\x1b[31m\\nrun")
+    banner = [ln for ln in r.stderr.splitlines() if ln.startswith("train ")]  # the one-line banner names the run
+    assert len(banner) == 1 and "red\\x1b[31m\\nrun: " in banner[0]
     assert r.stdout.startswith(f"run {tmp_path}/red\\x1b[31m\\nrun: status completed") and "\x1b" not in r.stdout
 
 
