@@ -30,10 +30,12 @@ from normlab.eval.documents import validation_prompt
 from normlab.eval.lm import evaluate as _evaluate
 from normlab.eval.sampling import check_sampling_args, generate_tokens
 from normlab.experiments.entry import run as run_sweep
+from normlab.experiments.replication import check_replication_data, replica_dir, replication_sweep
 from normlab.experiments.sweepdir import default_sweep_dir
 from normlab.experiments.sweep import list_presets, load_sweep, parse_sweep
 from normlab.model import build_model as _build
 from normlab.report import write_report
+from normlab.report.sequential import record_replication
 from normlab.rundir.files import CONFIG_FILE
 from normlab.rundir.readers import check_context, open_config, run_data, run_tokenizer
 from normlab.rundir.readers import load_run as _load
@@ -210,13 +212,32 @@ def compare(sweep: str | Path | dict[str, Any], out: str | Path | None = None, *
     else:
         s = load_sweep(sweep)
     sweep_dir = Path(out) if out else default_sweep_dir(s)
-    # a sequential plan: seeds in rounds until decided
+    # a replication (``replicate:``): built and its data checked before anything trains, as ``compare`` does
+    replicas = [(src, replication_sweep(s, src), replica_dir(src)) for src in [s.resolved.replicate] if src]
+    for _, r, _ in replicas:
+        check_replication_data(r)
+    # a sequential plan: seeds in rounds until decided (normlab.decide.looks)
     outcome = run_sweep(s, sweep_dir, workers=workers)
     res: dict[str, Any] = {"sweep_dir": str(sweep_dir), "sweep": s.name, "status": outcome.status,
                            "counts": outcome.counts(), "trained": outcome.trained, "skipped": outcome.skipped,
                            "runs": outcome.runs}
+    if outcome.until_decided is not None:
+        res["until_decided"] = outcome.until_decided
+    reps = []
+    for src, r, rel in replicas:
+        if outcome.status == "interrupted":
+            break
+        record_replication(sweep_dir, src, rel)
+        routcome = run_sweep(r, sweep_dir / rel, workers=workers)
+        reps.append({"source": src, "sweep_dir": str(sweep_dir / rel), "status": routcome.status,
+                     "sequential": routcome.until_decided})
+        outcome.status = res["status"] = routcome.status
+        if report and routcome.status != "interrupted":
+            write_report(sweep_dir / rel)
+    if replicas:
+        res["replications"] = reps
     if report and outcome.status != "interrupted":
         rep = write_report(sweep_dir)
         res.update({"report_html": rep["html"], "report_md": rep["md"], "ranking": rep["ranking"],
-                    "summary": rep["summary"]})
+                    "summary": rep["summary"], "sequential": rep["sequential"], "replication": rep["replication"]})
     return res

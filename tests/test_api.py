@@ -153,3 +153,32 @@ def test_the_cli_flags_and_the_api_share_one_table_of_bounds(name, bad, good):
     with pytest.raises(normlab.NormlabError, match=f"^{name} must be"):
         check_arg(name, bad)
     assert parse(str(good)) == good == check_arg(name, good)
+
+
+def test_compare_runs_the_replication_a_sweep_declares_as_the_cli_does(tmp_path, cache, monkeypatch):
+    """``normlab.compare`` of a sweep with ``replicate:``: the replication trains on its own seed block in
+    ``replication/<source>``, is recorded in the original's store, and its verdicts come back beside the original's
+    (the API skipped ``replicate:`` before); the same verdicts the report's replication block renders."""
+    from normlab.decide.vocab import NO_CONCLUSION, REPLICATION_VERDICTS
+    from normlab.experiments.sweep import REPLICATION_SEED_OFFSET
+
+    monkeypatch.setenv("NORMLAB_CACHE_DIR", str(cache))
+    sweep = {"name": "api-rep", "base": "tiny", "seeds": [0, 1], "baseline": "LN", "primary": "final_loss",
+             "set": {"train.steps": 4, "train.eval_every": 4, "train.checkpoint_every": 4, "train.eval_batches": 2,
+                     "data.source": "synthetic:markov?length=20000"},
+             "replicate": "synthetic:markov?length=20000&seed=1",
+             "variants": [{"name": "LN", "set": {"model.norm": "layernorm"}},
+                          {"name": "RMS", "set": {"model.norm": "rmsnorm"}}]}
+    res = normlab.compare(sweep, tmp_path / "out", workers=1)
+    (rep,) = res["replications"]
+    assert rep["status"] == "completed" and Path(rep["sweep_dir"]).parent == tmp_path / "out" / "replication"
+    from normlab.experiments.store import Store
+
+    seeds = sorted(r["seed"] for r in Store(Path(rep["sweep_dir"]) / "results.sqlite").runs())
+    assert seeds == sorted([REPLICATION_SEED_OFFSET, REPLICATION_SEED_OFFSET + 1] * 2)
+    (block,) = res["replication"]
+    (row,) = block["comparisons"]
+    assert block["source"] == sweep["replicate"] and row["variant"] == "RMS" and row["baseline"] == "LN"
+    assert row["verdict"] in REPLICATION_VERDICTS or row["verdict"].startswith("not decided")
+    # 4 steps learn nothing: the original decides nothing, so there is no conclusion to replicate
+    assert row["original"]["decision"].startswith("not decided") and row["verdict"] == NO_CONCLUSION

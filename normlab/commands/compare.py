@@ -87,6 +87,8 @@ def _load(args: argparse.Namespace, source: str | None = None) -> Any:
     if raw is not None:
         sweep = parse_sweep(raw, source=f"sweep '{sweep.name}'")
     if source is not None:
+        from normlab.experiments.replication import replication_sweep
+
         sweep = replication_sweep(sweep, source)
     return sweep
 
@@ -115,40 +117,6 @@ def with_overrides(sweep: Any, overrides: list[str]) -> Any:
     return parse_sweep({**sweep.spec, "set": {**f.overrides, **added}}, source=f"sweep '{sweep.name}' with --set")
 
 
-def replication_sweep(sweep: Any, source: str) -> Any:
-    """The same declared design on data source ``source``: ``data.source`` set for every run, named
-    ``<name>-on-<source>``, on the replication's own seed block (``replicate_seeds``, else the seeds shifted by
-    REPLICATION_SEED_OFFSET), no ``replicate`` key (normlab.decide.plan)."""
-    from normlab.experiments.sweep import parse_sweep, replication_seeds, slug
-
-    spec = sweep.resolved
-    setters = [f"variant '{name}'" for name, vset in spec.variants if "data.source" in vset]
-    if "data.source" in spec.axes or setters:
-        raise NormlabError(f"cannot replicate sweep '{sweep.name}' on another source: "
-                           f"{setters[0] if setters else 'an axis'} sets data.source")
-    if spec.base.get("data", {}).get("source") == source and "data.source" not in spec.overrides:
-        raise NormlabError(f"sweep '{sweep.name}' already runs on {source}; replicate on another source")
-    raw = {k: v for k, v in sweep.spec.items() if k not in ("replicate", "replicate_seeds")}
-    raw.update(name=f"{sweep.name}-on-{slug(source)}", set={**spec.overrides, "data.source": source},
-               seeds=replication_seeds(spec))  # a fresh seed block: the design's own seeds confirm nothing twice
-    return parse_sweep(raw, source=f"replication of '{sweep.name}' on {source}")
-
-
-def check_replication_data(sweep: Any) -> None:
-    """Load (and cache) every distinct corpus of a replication ``sweep`` now, as its runs would, so a source that
-    cannot be read (``/dev/zero``, a missing path, an empty or too short corpus) is a one-line error before the main
-    sweep trains, not after it; the replication then finds its token caches built."""
-    from normlab.config import config_from_dict
-    from normlab.rundir.readers import load_data
-
-    seen = set()
-    for r in sweep.runs:
-        key = (repr(sorted(r.config["data"].items())), r.config["model"]["context"])
-        if key not in seen:
-            seen.add(key)
-            load_data(config_from_dict(r.config))
-
-
 def print_decisions(rep: dict[str, Any]) -> None:
     """The sequential looks' outcome and each replication's verdicts, one line each (stdout)."""
     block = rep.get("sequential")
@@ -173,6 +141,8 @@ def run_compare(args: argparse.Namespace) -> int:
     sources = [s for s in [args.replicate_on or sweep.resolved.replicate] if s]
     replicas = [(s, _load(args, s), f"replication/{slug(s)}") for s in sources]  # checked before anything runs
     for _, rsweep, _ in replicas:  # and its data: a source that cannot be read is refused before any training
+        from normlab.experiments.replication import check_replication_data
+
         check_replication_data(rsweep)
     out = Path(args.out) if args.out else default_sweep_dir(sweep)
     if not args.out and args.overrides:  # another design than the file's: its own folder, named by its hash

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from normlab.commands.compare import replication_sweep
+from normlab.experiments.replication import replication_sweep
 from normlab.experiments.sweep import REPLICATION_SEED_OFFSET, load_sweep, parse_sweep
 
 
