@@ -33,6 +33,7 @@ from statistics import mean
 from typing import Any
 
 from normlab.decide.decisions import PairedRow, build_rows
+from normlab.errors import NormlabError
 from normlab.decide.question import Question, default_primary
 from normlab.stats.exact import ClopperPearson, clopper_pearson
 from normlab.stats.intervals import MeanCI, mean_ci
@@ -292,7 +293,11 @@ def grid_runs_from_rows(rows: list[dict[str, Any]], curves: dict[str, dict], sum
         elif summaries.get(rid) and _finite(summaries[rid].get("init_val_bpb")):
             init = float(summaries[rid]["init_val_bpb"])
         group = (row.get("axes") or {}).get("grid_group") or row["variant"]
-        lr = float(row["config"]["train"]["lr"])
+        lr = (row["config"].get("train") or {}).get("lr")
+        if not isinstance(lr, (int, float)) or isinstance(lr, bool):
+            raise NormlabError(f"run {rid!r}: its stored config has no numeric train.lr (every stored config is a "
+                               "full, resolved config); the results store is damaged")
+        lr = float(lr)
         sm = summaries.get(rid) or {}
         uni = float(sm["unigram_bpb"]) if _finite(sm.get("unigram_bpb")) else None
         out.append(GridRun(group, lr, int(row["seed"]), row["status"], row.get("val_bpb"), init, rid, c, uni))

@@ -198,9 +198,10 @@ class Store:
                                    f"{col}_json ({str(raw)[:40]!r}: {str(e).split(': ', 1)[-1][:80]})") from None
             if not isinstance(d[col], dict if col == "config" else (dict, list)):
                 raise NormlabError(f"results store {self.path} is damaged: run {rid!r} {col}_json is not a mapping")
-        train = d["config"].get("train")
-        if not (isinstance(train, dict) and isinstance(train.get("lr"), (int, float))
-                and not isinstance(train.get("lr"), bool) and math.isfinite(train["lr"])):
+        train = d["config"].get("train", {})
+        lr = train.get("lr") if isinstance(train, dict) else None
+        if not isinstance(train, dict) or ("lr" in train and not (
+                isinstance(lr, (int, float)) and not isinstance(lr, bool) and math.isfinite(lr))):
             raise NormlabError(f"results store {self.path} is damaged: run {rid!r} config_json has no numeric "
                                "train.lr (every stored config is a full, resolved config)")
         for col in NUMERIC_COLUMNS:

@@ -13,8 +13,8 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 NO_LR = "UPDATE runs SET config_json=json_remove(config_json, '$.train.lr')"
 CORRUPT_STORE = [  # (SQL, command, fragments)
     ("UPDATE runs SET config_json='{bad'", "report", ["results.sqlite", "is damaged", "config_json"]),
-    (NO_LR, "report", ["results.sqlite", "is damaged", "config_json has no numeric train.lr"]),  # was KeyError
-    (NO_LR, "advise", ["results.sqlite", "is damaged", "config_json has no numeric train.lr"]),
+    (NO_LR, "report", ["is damaged", "run 'r0'", "no numeric train.lr"]),  # was KeyError
+    (NO_LR, "advise", ["is damaged", "run 'r0'", "no numeric train.lr"]),
     ("UPDATE runs SET config_json=replace(config_json, '\"seed\": 0', "
      "'\"seed\": ' || replace(hex(zeroblob(2500)), '0', '1') || '1')", "report",
      ["results.sqlite", "is damaged", "5,001 digits"]),

@@ -421,7 +421,9 @@ def _same_group(a, sa, b, sb, n, skip=()):
     lines, summaries and final weights bit for bit."""
     for i in range(n):
         assert _records(a / f"r{i}") == _records(b / f"r{i}"), f"member {i}"
-        x, y = ({k: v for k, v in s[i].items() if k not in (*TIMINGS, "run_dir", *skip)} for s in (sa, sb))
+        # runtime_notes: why the runtime chose its threads, read off the machine's load at the time (not a number)
+        x, y = ({k: v for k, v in s[i].items() if k not in (*TIMINGS, "run_dir", "runtime_notes", *skip)}
+                for s in (sa, sb))
         assert x == y, f"member {i}"
         if sa[i]["status"] == "completed":
             wa, wb = weights(a / f"r{i}"), weights(b / f"r{i}")
