@@ -29,6 +29,7 @@ from normlab.decide.vocab import (
     NOT_OBSERVABLE_SHORT,
     NOT_OBSERVABLE,
     SURE_DECIDED,
+    SURE_LEANING,
     SURE_UNKNOWN,
     UNDECIDED as UNDECIDED_WORD,
     UNTESTED_AT_SCALE,
@@ -91,5 +92,5 @@ def sureness(statuses: list[str]) -> str:
     if CONTESTED not in statuses and DECIDED in statuses:
         return SURE_DECIDED
     if DECIDED in statuses or DECIDED_ELSEWHERE in statuses:
-        return "leaning"
+        return SURE_LEANING
     return SURE_UNKNOWN
