@@ -124,7 +124,7 @@ REJUDGE_SEED_BASE = 9100  # a block no shipped question uses (the blocks above, 
 # the residual-stream and normalization-free papers (hyper-connections, mHC, nGPT, DeepNorm, Derf; their
 # claims declared in defs/ before any of their runs): ``full``'s models on a block no shipped question uses (the
 # blocks above, advise's 8000s, rejudge's 9100s, replications +10000, advise's replication 18000s)
-FRONTIER_CLAIMS = ("mhc-composite-gain", "hc-lr-sensitivity", "hc-vs-pre", "ngpt-fewer-steps",
+FRONTIER_CLAIMS = ("mhc-composite-gain", "hc-lr-sensitivity", "hc-vs-pre", "hc-vs-pre-flops", "ngpt-fewer-steps",
                    "deepnorm-deep-post", "derf-vs-dyt", "derf-vs-ln")
 FRONTIER_SEED_BASE = 23000
 

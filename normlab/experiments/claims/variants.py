@@ -68,6 +68,22 @@ def _quarter_steps(b: Budget) -> int:
     return max(1, b.grid_steps // 4)  # Mix-LN (Li et al. 2024): Post-LN in the first quarter of blocks
 
 
+def _equal_flops_steps(b: Budget) -> int:
+    """HC's steps at Pre-LN's training FLOPs: ``round(grid_steps * F(Pre-LN) / F(HC))``, F the training FLOPs per
+    token of each grid model (``normlab.model.flops.count_flops``: HC's stream mixing and dynamic maps counted) --
+    the same batch and context, so the same tokens per step, fewer steps."""
+    from normlab.config import config_from_dict
+    from normlab.model.flops import count_flops
+
+    def training_flops(model: dict[str, Any]) -> float:
+        cfg = config_from_dict({"data": {"source": b.source, "tokenizer": "bytes"},
+                                "model": {"context": b.context, "width": b.width, "heads": b.heads,
+                                          "depth": b.grid_depth, "norm": "layernorm", "placement": "pre", **model}})
+        return count_flops(cfg.model).training
+
+    return max(1, round(b.grid_steps * training_flops({}) / training_flops(HC)))
+
+
 def _heads_groups(b: Budget) -> dict[str, int]:
     return {"groups": b.heads}
 
@@ -113,6 +129,9 @@ _GRID = (
     Variant("grid_pre_stablemax", "grid", model={"output": "stablemax"}),  # StableMax (Prieto et al. 2025)
     Variant("grid_hc", "grid", model=HC),
     Variant("grid_mhc", "grid", model=MHC),
+    # HC at Pre-LN's training FLOPs: fewer steps of the same batch (its stream mixing and dynamic maps cost more per
+    # token), warm-up and cosine schedule over its own steps
+    Variant("grid_hc_flops", "grid", model=HC, train={"steps": _equal_flops_steps}),
     # nGPT trained for a quarter of the grid's steps (the paper: the same loss in 4-20x fewer steps)
     Variant("grid_ngpt_quarter", "grid", model=NGPT, train={**NGPT_TRAIN, "steps": _quarter_steps}),
     # Derf and DyT in the Derf authors' GPT-2 recipe (zlab-princeton/Derf, language model/model_derf.patch): tied

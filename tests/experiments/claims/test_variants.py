@@ -107,3 +107,30 @@ def test_frontier_variants_build_what_their_claims_name():
         blk = m.blocks[0]
         assert type(blk.attn_in).__name__ == cls and blk.attn_in.alpha.item() == 1.0 and blk.attn_in.bias is not None
         assert isinstance(m.embed_scale, nn.Parameter) and m.lm_head.weight is m.tok_emb.weight
+
+
+def test_hc_at_equal_flops_trains_for_pre_lns_training_flops():
+    """hc-vs-pre-flops' HC: steps x HC's training FLOPs per token equals the grid's steps x Pre-LN's, within half a
+    step (the rounding), the FLOPs counted independently by torch's FlopCounterMode on the two grid models' matmuls
+    and attention (model/flops.py adds norms and elementwise ops by declaration: within 1% of the steps)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from normlab.experiments.claims.budgets import get_budget
+    from normlab.experiments.claims.variants import recipe, variant_config
+
+    for budget in ("quick", "full"):
+        b = get_budget(budget)
+        steps = variant_config("grid_hc_flops", b, 0, 0.01)["train"]["steps"]
+        flops = {}
+        for v in ("grid_pre", "grid_hc"):
+            cfg, m = _build(v, budget)
+            x = torch.zeros(1, cfg.model.context, dtype=torch.long)
+            with FlopCounterMode(display=False) as fc:
+                m(x)
+            flops[v] = fc.get_total_flops()
+        ratio = flops["grid_pre"] / flops["grid_hc"]
+        assert 0.80 < ratio < 0.97  # HC costs more per token at width 64
+        assert abs(steps - b.grid_steps * ratio) <= 0.5 + 0.02 * b.grid_steps  # norms/elementwise: the 2% left
+        assert steps < b.grid_steps
+    assert recipe("grid_hc_flops")["train"]["steps"] == variant_config("grid_hc_flops", get_budget("full"), 0,
+                                                                        0.01)["train"]["steps"]
