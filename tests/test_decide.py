@@ -21,7 +21,9 @@ from normlab.decide.evidence import DECIDED, UNDECIDED, record
 from normlab.decide.looks import look
 from normlab.decide.question import Question
 from normlab.decide.verdicts import judge_family
-from normlab.decide.vocab import HELD, HIGHER, NOT_DECIDED_DNL, PRESENT_AT_INIT, WITHDRAWN, WITHIN_MARGIN
+from normlab.decide.vocab import (HELD, HIGHER, INCONCLUSIVE, NOT_DECIDED_DNL, NOT_TESTABLE, PRESENT_AT_INIT,
+                                  WITHDRAWN, WITHIN_MARGIN)
+from normlab.decide.vocab import UNDECIDED as UNDECIDED_WORD
 from normlab.experiments.looks import learned_flags, primary_values
 from normlab.experiments.lrgrid import GridRun, analyze
 
@@ -51,28 +53,43 @@ Q = {"declared": True, "primary": "lr_sensitivity", "baseline": "Pre-LN", "famil
 QUESTION = Question("lr_sensitivity", "Pre-LN", ("Post-LN",))
 
 
-def _paths(runs: list[GridRun], looks: list[int] | None = None) -> dict[str, str]:
+def _paths(runs: list[GridRun], looks: list[int] | None = None, seeds: list[int] = SEEDS) -> dict[str, str]:
     grid = analyze(runs, question=Q)
     (row,) = [r for r in grid.paired if r.role == "primary"]
     values, learned = primary_values(grid, "lr_sensitivity"), learned_flags(grid)
     looks = looks or [3, 6]
-    seq = look(QUESTION, values, learned, SEEDS, looks, len(looks) - 1)["comparisons"][0]
+    seq = look(QUESTION, values, learned, seeds, looks, len(looks) - 1)["comparisons"][0]
     # the claim "Post-LN is more LR-sensitive than Pre-LN", per seed: sensitivity(post) - sensitivity(pre), with
     # the details the claims execution records for the guard
     best = {g.name: {s.seed: s.best for s in g.seeds} for g in grid.groups}
-    diffs = [values["Post-LN"][s] - values["Pre-LN"][s] for s in SEEDS]
+    diffs = [values["Post-LN"][s] - values["Pre-LN"][s] for s in seeds]
     details = [{"learn_bpb": {"grid_post": best["Post-LN"][s], "grid_pre": best["Pre-LN"][s]}, "unigram_bpb": UNIGRAM}
-               for s in SEEDS]
+               for s in seeds]
     (claim,) = judge_family([{"values": diffs, "details": details, "direction": "greater", "test": "t"}])
     rec = record({**claim, "current_definition": True, "exploratory": False}, [], [])
     return {"compare": row.decision, "until_decided": seq["decision"], "claim": claim["verdict"],
-            "advise": rec["status"], "seq": seq, "diffs": diffs}
+            "advise": rec["status"], "seq": seq, "diffs": diffs, "claim_p": claim["p"]}
 
 
 def test_a_learner_is_decided_the_same_way_on_every_path():
     got = _paths(_runs())
     assert ttest_1samp(got["diffs"], 0).pvalue < 0.01 and min(got["diffs"]) > 0  # the independent reading
     assert (got["compare"], got["until_decided"], got["claim"], got["advise"]) == (HIGHER, HIGHER, HELD, DECIDED)
+
+
+def test_two_seeds_are_not_testable_on_any_path():
+    """The minimum-seed rule (normlab.decide.verdicts.MIN_SEEDS = 3), made in one place: the same clean effect on 2
+    seeds, which a t-test with 1 degree of freedom calls significant (scipy, independently), is decided on no path;
+    on 3 seeds it is."""
+    two = [r for r in _runs() if r.seed in (0, 1)]
+    got = _paths(two, looks=[2], seeds=[0, 1])
+    assert ttest_1samp(got["diffs"], 0).pvalue < 0.05  # what a 2-seed t would have decided
+    assert (got["compare"], got["until_decided"], got["claim"], got["advise"]) == (
+        NOT_TESTABLE, UNDECIDED_WORD, INCONCLUSIVE, UNDECIDED)
+    assert got["claim_p"] is None
+    three = _paths([r for r in _runs() if r.seed in (0, 1, 2)], looks=[3], seeds=[0, 1, 2])
+    assert ttest_1samp(three["diffs"], 0).pvalue < 0.05
+    assert (three["compare"], three["until_decided"], three["claim"]) == (HIGHER, HIGHER, HELD)
 
 
 @pytest.mark.parametrize("kind", ["did not learn", "diverged"])

@@ -48,6 +48,7 @@ from normlab.decide.verdicts import (
     learning_guard,
     margin_verdict,
     rejects,
+    testable_p,
 )
 
 EXACT_MIN_N = 5
@@ -159,12 +160,12 @@ def build_rows(groups: list[Any], base: Any, question: Question | dict[str, Any]
         # an untestable member, one whose variant did not learn, and one with no finished run at all stay in the
         # family with p = 1 (m is the declared family's size: conservative)
         missing = len([f for f in family if f not in {r.variant for r in fam}]) if decide else 0
-        adj, eqs = family_tests([r.diff.p for r in fam], [r.note for r in fam], q, [r.differences for r in fam],
-                                missing)
-        for r, p, eq in zip(fam, adj, eqs):
+        ps = [testable_p(r.diff.p, r.diff.n) for r in fam]  # fewer than MIN_SEEDS seeds: not testable
+        adj, eqs = family_tests(ps, [r.note for r in fam], q, [r.differences for r in fam], missing)
+        for r, p_raw, p, eq in zip(fam, ps, adj, eqs):
             r.p_adjusted = p
-            r.decided = r.diff.p is not None and rejects(p, q.alpha, r.note)
-            r.decision = decision(r.diff.mean, rejected=r.decided, note=r.note, testable=r.diff.p is not None)
+            r.decided = p_raw is not None and rejects(p, q.alpha, r.note)
+            r.decision = decision(r.diff.mean, rejected=r.decided, note=r.note, testable=p_raw is not None)
             r.decision, r.tost = margin_verdict(r.decision, eq), eq
     m_family = (len(family) if decide else len(fam)) or 1
     _plan(rows, groups, getters, metrics, q.alpha, m_family)

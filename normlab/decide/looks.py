@@ -22,7 +22,7 @@ import numpy as np
 from normlab.decide.guard import learning_guard
 from normlab.decide.plan import fractions
 from normlab.decide.question import Question
-from normlab.decide.verdicts import decision, family_tests, margin_verdict, rejects
+from normlab.decide.verdicts import MIN_SEEDS, decision, family_tests, margin_verdict, rejects, testable_p
 from normlab.decide.vocab import DECIDED, UNDECIDED, WITHDRAWN
 from normlab.stats.intervals import paired_diff
 from normlab.stats.sequential import HolmLevels, nominal_p, paired_z, sequential_holm
@@ -60,13 +60,14 @@ def estimate(ps: list[tuple[float, float]]) -> dict[str, Any]:
 def fixed_decisions(values: Values, q: Question, learned: Learned | None = None) -> list[dict[str, Any]]:
     """A fixed design's decisions: paired t over the common seeds, adjusted by the question's correction over
     ``q.family`` at ``q.alpha``; the guard's note (p = 1 in the family) where a model did not learn; an untestable
-    member (fewer than 2 common seeds) enters as p = 1 and shows adjusted p None; with a practical margin, "within
-    margin" by TOST adjusted with the family (normlab.decide.verdicts.margin_verdict)."""
+    member (fewer than ``MIN_SEEDS`` common seeds) enters as p = 1 and shows adjusted p None; with a practical
+    margin, "within margin" by TOST adjusted with the family (normlab.decide.verdicts.margin_verdict)."""
     est = [estimate(pairs(values, v, q.baseline, None)) for v in q.family]
     notes = [guard_over(learned, v, q.baseline, None) for v in q.family]
     diffs = [[x - y for x, y in pairs(values, v, q.baseline, None)] for v in q.family]
-    adj, eqs = family_tests([e["p"] for e in est], notes, q, diffs)
-    shown = [None if e["p"] is None and not n else a for e, n, a in zip(est, notes, adj)]
+    ps = [testable_p(e["p"], e["n"]) for e in est]  # fewer than MIN_SEEDS seeds: not testable
+    adj, eqs = family_tests(ps, notes, q, diffs)
+    shown = [None if p is None and not n else a for p, n, a in zip(ps, notes, adj)]
     return [{"variant": v, "baseline": q.baseline, "metric": q.primary, **e, "p_holm": a,
              "decision": margin_verdict(decision(e["diff"], rejected=rejects(a, q.alpha, n), note=n), eq),
              **({"tost": eq} if eq is not None else {})}
@@ -95,7 +96,7 @@ def look(q: Question, values: Values, learned: Learned | None, seeds: list[int],
             if note and notes[i] is None:
                 notes[i], first_fail[i] = note, j
             ps = pairs(values, v, q.baseline, keep)
-            if len(ps) >= 2 and notes[i] is None:
+            if len(ps) >= MIN_SEEDS and notes[i] is None:
                 z[j, i] = paired_z(np.array([[a - b] for a, b in ps]))[0]
     levels = _levels(tuple(looks[: k + 1]), looks[-1], q.alpha, max(m, 1))
     rejected = sequential_holm(z[None], levels)[0] if m else np.zeros(0, dtype=int)

@@ -81,6 +81,16 @@ from normlab.stats.learning import (
 )
 
 # -- comparisons of a declared question ---------------------------------------------------------------------------
+MIN_SEEDS = 3
+"""The fewest seeds (pairs, or the smaller group of an unpaired design) a test is made on, on every path (compare,
+sequential looks, claims, TOSTs): with 2, a t-test has 1 degree of freedom and rests on a normality 2 values cannot
+show, and the exact sign-flip test cannot reach p below 0.5. Fewer: not testable (p = 1 in the family)."""
+
+
+def testable_p(p: float | None, n: int) -> float | None:
+    """``p`` where ``n`` seeds reach :data:`MIN_SEEDS`, else None (not testable)."""
+    return p if n >= MIN_SEEDS else None
+
 
 
 def family_adjusted(ps: Sequence[float | None], notes: Sequence[str | None], question: Question, missing: int = 0
@@ -213,8 +223,9 @@ VERDICTS = CLAIM_VERDICTS
 
 
 def _p_against(xs: list[float], null: float) -> float | None:
-    """Two-sided one-sample t-test p of ``mean(xs) = null`` (normlab.stats.paired_diff against a constant)."""
-    if len(xs) < 2:
+    """Two-sided one-sample t-test p of ``mean(xs) = null`` (normlab.stats.paired_diff against a constant); None
+    with fewer than :data:`MIN_SEEDS` values."""
+    if len(xs) < MIN_SEEDS:
         return None
     return paired_diff(xs, [null] * len(xs)).p
 
@@ -228,7 +239,7 @@ def raw_p(values: Sequence[float | None], test: str, *, null: float = 0.0, margi
     xs = finite(values)
     if test in ("t", "collapse"):
         return _p_against(xs, null)
-    if test == "equivalence" and margin is not None and len(xs) >= 2:
+    if test == "equivalence" and margin is not None and len(xs) >= MIN_SEEDS:
         lo, hi = _p_against(xs, null - margin), _p_against(xs, null + margin)
         m = sum(xs) / len(xs)
         if lo is None or hi is None:
@@ -243,9 +254,9 @@ def tost(values: Sequence[float | None], null: float, margin: float, alpha: floa
     """Equivalence by two one-sided t-tests (TOST; Schuirmann 1987) of ``|mean - null| < margin``: ``H01: mu <= null
     - margin`` and ``H02: mu >= null + margin``, each rejected at level ``alpha``; equivalently the ``1 - 2 alpha``
     t-interval lies inside ``(null - margin, null + margin)``. Returns ``{within, p, ci, level}`` (``p``: the larger
-    one-sided p), None with fewer than 2 finite values."""
+    one-sided p), None with fewer than :data:`MIN_SEEDS` finite values."""
     xs = finite(values)
-    if len(xs) < 2:
+    if len(xs) < MIN_SEEDS:
         return None
     c = mean_ci(xs)
     se = c.sd / math.sqrt(len(xs))
@@ -347,7 +358,7 @@ def _judge_one(e: dict, vals: list[float | None], why_not: str | None, p: float 
     elif e["test"] == "equivalence":
         m = e["margin"]
         if q is None:
-            v, why = INCONCLUSIVE, f"{len(xs)} finite value(s): a test needs at least 2"
+            v, why = INCONCLUSIVE, f"{len(xs)} finite value(s): a test needs at least {MIN_SEEDS}"
         elif not rejects(q, ALPHA):
             v, why = INCONCLUSIVE, f"{correction}-adjusted p = {q:.2g} >= {ALPHA:g}: not decided against ±{m:g}"
         elif null - m < mean < null + m:
@@ -444,7 +455,7 @@ SIGNIFICANCE_TESTS = ("t", "equivalence", "collapse")
 def _directional(mean: float | None, q: float | None, direction: str, null: float, correction: str, n: int
                  ) -> tuple[str, str]:
     if q is None or mean is None:
-        return INCONCLUSIVE, f"{n} finite value(s): a test needs at least 2"
+        return INCONCLUSIVE, f"{n} finite value(s): a test needs at least {MIN_SEEDS}"
     if not rejects(q, ALPHA):
         return INCONCLUSIVE, f"{correction}-adjusted p = {q:.2g} >= {ALPHA:g}"
     claimed = mean != null and decision(mean - null, rejected=True) == CLAIMED[direction]
