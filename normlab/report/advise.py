@@ -59,9 +59,13 @@ from normlab.report.scaling_evidence import reach
 
 ALPHA = 0.05
 DECISIONS: list[tuple[str, tuple[str, ...]]] = [
-    ("hidden-state norm", ("dyt-vs-ln", "powernorm-lm", "exact-conversion", "ln-removal")),
+    ("hidden-state norm", ("dyt-vs-ln", "derf-vs-ln", "derf-vs-dyt", "powernorm-lm", "exact-conversion",
+                           "ln-removal")),
     ("placement", ("peri-lr-sensitivity", "postln-lr-sensitivity", "mixln-lr-best", "mixln-grad", "cod-growth",
-                   "cod-lns", "peri-variance", "peri-variance-magnitude", "peri-massive", "postln-warmup")),
+                   "cod-lns", "peri-variance", "peri-variance-magnitude", "peri-massive", "postln-warmup",
+                   "deepnorm-deep-post")),
+    ("residual stream", ("hc-vs-pre", "hc-vs-pre-flops", "mhc-composite-gain", "hc-lr-sensitivity",
+                         "ngpt-fewer-steps")),
     ("QK-norm / softcap", ("qk-lr-sensitivity", "tev-instability")),
     ("attention normalization", ("lssar-extrapolation", "lssar-eval-only", "linear-attention",
                                  "transnormer-vs-linear")),
@@ -83,6 +87,10 @@ RECIPES: dict[str, dict[str, Any]] = {
     "mixln-lr-best": {"baseline": PRE, "variant": ("Mix-LN", {"model.placement": "mix"}), "primary": "best_loss"},
     "dyt-vs-ln": {"baseline": ("LayerNorm", {"model.norm": "layernorm"}), "variant": ("DyT", {"model.norm": "dyt"}),
                   "primary": "best_loss"},
+    "derf-vs-ln": {"baseline": ("LayerNorm", {"model.norm": "layernorm"}),
+                   "variant": ("Derf", {"model.norm": "derf"}), "primary": "best_loss"},
+    "hc-vs-pre": {"baseline": PRE, "variant": ("HC", {"model.placement": "pre", "model.residual": "hc",
+                                                      "model.streams": 4}), "primary": "best_loss"},
 }
 """The claims ``normlab compare`` can decide as a declared question (a two-variant sweep over a learning-rate
 grid), with their variants as config overrides."""

@@ -68,7 +68,9 @@ def build_evidence(claims: dict[str, Any], replications: dict[str, Any], *, clai
     results document, file name) of runs on fresh seed blocks (``--budget confirm``, ``--budget followup``): a claim
     exploratory in ``claims`` and confirmatory in one of them takes that record, each document judged as its own
     family; a follow-up's record supersedes the record of the confirmation it follows (kept as
-    ``superseded_confirmation``). Two confirmations of one claim otherwise are refused. ``more_replications``:
+    ``superseded_confirmation``). Two confirmations of one claim otherwise are refused. A confirmatory claim the
+    main run does not hold (declared after it, first measured on that block: ``--budget frontier``) is added with
+    its record there, after the main run's claims. ``more_replications``:
     (replications document, file name) of further declared sweeps (the one ``normlab advise`` writes for its next
     question), their entries after ``replications``'; one seed block of one claim on one corpus given twice is
     refused (the same runs would count as two replications)."""
@@ -102,11 +104,17 @@ def build_evidence(claims: dict[str, Any], replications: dict[str, Any], *, clai
     # a follow-up (its budget ``follows`` another confirmation's, declared before its runs) is applied after the
     # confirmation it follows, and only its claims' records are replaced
     order = sorted(confirmations, key=lambda dn: bool(dn[0]["budget_spec"].get("follows")))
+    own: list[str] = []  # claims the main run does not hold, in the order their run lists them
     for doc, name in order:
         follows = doc["budget_spec"].get("follows")
         doc_judged = judge(doc)
         for cname, rec in _records(doc_judged, name).items():
             main = records.get(cname)
+            if main is None and cname not in own and not rec["exploratory"] and rec["current_definition"]:
+                # a claim first measured on this block (declared after the main run, before any run of its own)
+                records[cname] = rec
+                own.append(cname)
+                continue
             if main is not None and rec["exploratory"] and rec["current_definition"]:
                 # a revision saw these seeds too: not confirmed here, but its result stays beside the record
                 main.setdefault("exploratory_elsewhere", []).append(_summary(rec))
@@ -137,7 +145,7 @@ def build_evidence(claims: dict[str, Any], replications: dict[str, Any], *, clai
                   "batch_size": budget_spec.get("batch_size"),
                   "correction": judged.get("correction"), "family_size": judged.get("family_size"),
                   "command": claims.get("command"), **({"confirmations": confirmed} if confirmed else {})},
-        "claims": [records[c["name"]] for c in claims["claims"]],
+        "claims": [records[c["name"]] for c in claims["claims"]] + [records[n] for n in own],
         "replications": reps,
     }
 

@@ -150,6 +150,38 @@ def test_an_rmsnorm_group_equals_its_runs_alone(tmp_path, cache):
             torch.testing.assert_close(ws[k], wa[k], rtol=1e-5, atol=1e-6, msg=k)
 
 
+STREAM_CASES = {
+    "hc": ["model.residual=hc", "model.streams=2"],
+    "mhc": ["model.residual=mhc", "model.streams=2", "model.sinkhorn_iters=5"],
+    # nGPT: the weights renormalised after every optimizer step, per member (GPT.after_optimizer_step)
+    "ngpt": ["model.residual=ngpt", "model.norm=none", "model.tie_embeddings=false", "train.weight_decay=0"],
+}
+
+
+@pytest.mark.parametrize("case", list(STREAM_CASES))
+def test_a_residual_stream_group_equals_its_runs_alone(tmp_path, cache, case):
+    """Hyper-connections, mHC (Sinkhorn-Knopp under vmap) and nGPT (its post-step projection) stack: each member's
+    weights after 3 steps equal the same run trained alone to fp32 round-off (mHC: atol 1e-5, the Sinkhorn
+    iterations' exp and row/column sums reduced in another order under vmap; measured 1.4e-6 on one static_alpha
+    entry), and nGPT's weight rows stay on the unit sphere in every member."""
+    extra = [*STREAM_CASES[case], "train.steps=3", "train.checkpoint_every=3"]
+    cfgs = _cfgs(cache, extra)[:2]
+    assert stack_refusal(cfgs[0]) is None
+    train_stacked(cfgs, [tmp_path / "s0", tmp_path / "s1"], quiet=True)
+    for i, cfg in enumerate(_cfgs(cache, extra)[:2]):
+        train(cfg, tmp_path / f"a{i}", quiet=True)
+        wa, ws = weights(tmp_path / f"a{i}"), weights(tmp_path / f"s{i}")
+        assert set(wa) == set(ws)
+        for k in wa:
+            torch.testing.assert_close(ws[k], wa[k], rtol=1e-5, atol=1e-5 if case == "mhc" else 1e-6, msg=k)
+        if case == "ngpt":  # rows of the readers, columns of the writers (attention / MLP proj): unit norm
+            mats = {k: v for k, v in ws.items() if v.ndim == 2}
+            assert any(k.endswith(".proj.weight") for k in mats) and len(mats) > 3
+            for k, v in mats.items():
+                norms = v.norm(dim=0 if k.endswith(".proj.weight") else 1)
+                torch.testing.assert_close(norms, torch.ones_like(norms), rtol=0, atol=1e-5, msg=k)
+
+
 DROPOUT_CASES = {
     "sdpa-causal": [],
     "sdpa-mask": ["model.positions=alibi"],  # SDPA with an additive mask

@@ -201,6 +201,37 @@ def confirmation_lines(report: dict, confirmation: dict, source: str) -> list[st
     return out + [""]
 
 
+def own_block_lines(report: dict, doc: dict, source: str) -> list[str]:
+    """The "Measured on their own seed block" section of the main page: the claims a run on a fresh block
+    (``--confirmation``: a registered budget such as ``frontier``) measured that ``report`` does not hold (claims
+    declared after the main run, before any run of their own), each with its verdict there; judged on that block
+    alone, Holm's correction over that run's family. Their spec hashes go to the page's specifications table."""
+    main = {c["name"] for c in report["claims"]}
+    rows = [c for c in doc["claims"] if c["name"] not in main]
+    if not rows:
+        return []
+    seeds = sorted({s for c in doc["claims"] for s in claim_seeds(doc, c)})
+    page = f"docs/claims-{doc.get('budget')}.md"
+    out = [f"## Measured on their own seed block ({doc.get('budget')})", "",
+           f"Claims declared after the run above and before any run of their own, measured by "
+           f"{md_code(str(doc.get('command')))} on seeds {seed_span(seeds)}, which no other question used "
+           f"({md_code(source)}; {page}, its own page with every per-seed value). Their verdicts are confirmatory: "
+           f"Holm's correction over that run's family of {doc.get('family_size', 'n/a')} tests (its claims with a "
+           "test and the TOSTs of their practical margins); `normlab advise` reads them "
+           "(normlab/evidence/claims.json).", "",
+           "| claim | paper | expected | measured (raw 95% CI) | p | Holm p | verdict |",
+           "|---|---|---|---|---|---|---|"]
+    defined = {c.name: c for c in CLAIMS}
+    for c in rows:
+        d = defined.get(c["name"])
+        cells = [f"{d.claim if d else c.get('claim', '')} (`{c['name']}`)", d.paper if d else str(c.get("paper", "")),
+                 str(c.get("expected", "")), measured_text(c),
+                 _p(c.get("p")), _p(c.get("p_adj")),
+                 verdict_cell(c) if not c.get("exploratory") else f"{verdict_cell(c)} (exploratory)"]
+        out.append("| " + " | ".join(x.replace("|", "\\|") for x in cells) + " |")
+    return out + [""]
+
+
 def followup_lines(report: dict, confirmation: dict, followup: dict, source: str) -> list[str]:
     """The "Followed up on a larger fresh block" section: for every claim exploratory in ``report`` that the
     follow-up ``followup`` measured (a run whose budget follows ``confirmation``'s; all three judged reports), the
@@ -391,14 +422,17 @@ def write_docs(report: dict, path: Path, confirmations: tuple[tuple[dict, str], 
     plain = [(r, n) for r, n in confirmations if not (r.get("budget_spec") or {}).get("follows")]
     for conf, name in plain:
         lines += confirmation_lines(report, conf, name)
+        lines += own_block_lines(report, conf, name)
     for fol, name in confirmations:
         follows = (fol.get("budget_spec") or {}).get("follows")
         base = next((r for r, _ in plain if r.get("budget") == follows), None)
         if follows and base is not None:
             lines += followup_lines(report, base, fol, name)
-    shown = {c["name"] for c in report["claims"]}   # a claim added since these results is not listed yet
+    own = [c for r, _ in plain for c in r["claims"] if c["name"] not in {x["name"] for x in report["claims"]}]
+    shown = {c["name"] for c in (*report["claims"], *own)}   # a claim added since these results is not listed yet
     listed = [c for c in CLAIMS if c.name in shown]
-    lines += revisions_lines(listed) + spec_lines(listed, {c["name"]: c.get("spec_hash") for c in report["claims"]})
+    lines += revisions_lines(listed) + spec_lines(listed, {c["name"]: c.get("spec_hash")
+                                                           for c in (*report["claims"], *own)})
     lines += ["## What each metric means, and the per-seed values", ""]
     for c in report["claims"]:
         vals = ", ".join(_fmt(v) for v in c["values"]) if c["values"] else "none"
@@ -426,7 +460,7 @@ def write_docs(report: dict, path: Path, confirmations: tuple[tuple[dict, str], 
             lines.append("")
     lines += [f"Raw results: {md_code(str(report['out']) + '/claims.json')} (per-seed values, details and run "
               "directories).", ""]
-    missing = [c.name for c in CLAIMS if c.name not in {x["name"] for x in report["claims"]}]
+    missing = [c.name for c in CLAIMS if c.name not in shown]
     if missing:  # a run of part of the suite (--only, or a report stored before those claims existed)
         lines += [f"Claims not in this run: {', '.join(md_code(n) for n in missing)} (`normlab claims --only NAME` "
                   "measures them; complete runs are reused).", ""]
