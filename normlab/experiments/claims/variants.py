@@ -17,7 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from normlab.config import config_from_dict
 from normlab.experiments.claims.budgets import BUDGETS, Budget
+from normlab.model.flops import count_flops
 
 DEPTHS = ("shallow", "deep", "grid")
 
@@ -72,9 +74,6 @@ def _equal_flops_steps(b: Budget) -> int:
     """HC's steps at Pre-LN's training FLOPs: ``round(grid_steps * F(Pre-LN) / F(HC))``, F the training FLOPs per
     token of each grid model (``normlab.model.flops.count_flops``: HC's stream mixing and dynamic maps counted) --
     the same batch and context, so the same tokens per step, fewer steps."""
-    from normlab.config import config_from_dict
-    from normlab.model.flops import count_flops
-
     def training_flops(model: dict[str, Any]) -> float:
         cfg = config_from_dict({"data": {"source": b.source, "tokenizer": "bytes"},
                                 "model": {"context": b.context, "width": b.width, "heads": b.heads,
