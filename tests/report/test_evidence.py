@@ -17,6 +17,7 @@ CLAIMS, REPS = DOCS / "claims-full-2026-11-28.json", DOCS / "replications-2026-1
 CONFIRM = DOCS / "claims-confirm-2026-11-28.json"
 FOLLOWUP = DOCS / "claims-followup-2026-11-28.json"
 REJUDGE = DOCS / "claims-rejudge-2026-12-07.json"
+FRONTIER = DOCS / "claims-frontier-2026-12-08.json"  # claims declared after the full run, on their own block
 ADVISED = DOCS / "replications-advise-2026-11-28.json"  # advise's next question, run (docs/advise.md)
 
 
@@ -24,18 +25,18 @@ def test_packaged_evidence_equals_the_rebuild_from_docs():
     want = build_evidence(json.loads(CLAIMS.read_text()), json.loads(REPS.read_text()), claims_name=CLAIMS.name,
                           replications_name=REPS.name,
                           confirmations=tuple((json.loads(f.read_text()), f.name)
-                                              for f in (CONFIRM, FOLLOWUP, REJUDGE)),
+                                              for f in (CONFIRM, FOLLOWUP, REJUDGE, FRONTIER)),
                           more_replications=((json.loads(ADVISED.read_text()), ADVISED.name),))
     assert load_evidence() == json.loads(json.dumps(want)), (
         "normlab/evidence/claims.json is stale: python -m normlab.report.evidence docs/claims-full-2026-11-28.json "
         "docs/replications-2026-11-26.json normlab/evidence/claims.json --confirm docs/claims-confirm-2026-11-28.json "
         "--confirm docs/claims-followup-2026-11-28.json --confirm docs/claims-rejudge-2026-12-07.json "
-        "--replications docs/replications-advise-2026-11-28.json")
+        "--confirm docs/claims-frontier-2026-12-08.json --replications docs/replications-advise-2026-11-28.json")
     # every claim revised after a verdict on seeds 0-4 is read from a fresh block: the decision layer's re-run
     # (9100-9104) for the claims whose verdict its rules changed, the follow-up (7000-7011) for lssar-extrapolation,
     # the confirmation (6000-6004) for the others; exploratory: postln-warmup (revised after results on 6000-6004 and
     # 7000-7007) and the two LR claims whose metric was redefined without changing their verdict (not re-run)
-    from normlab.experiments.claims.budgets import FOLLOWUP_CLAIMS, REJUDGE_CLAIMS
+    from normlab.experiments.claims.budgets import FOLLOWUP_CLAIMS, FRONTIER_CLAIMS, REJUDGE_CLAIMS
 
     ev = load_evidence()
     assert [c["name"] for c in ev["claims"] if c["exploratory"]] == ["postln-warmup", "warmup-lr-sensitivity",
@@ -47,6 +48,9 @@ def test_packaged_evidence_equals_the_rebuild_from_docs():
     assert {c["name"] for c in ev["claims"] if c["source"] == CONFIRM.name} == \
         confirmed - set(FOLLOWUP_CLAIMS) - set(REJUDGE_CLAIMS)
     assert {c["name"] for c in ev["claims"] if "superseded_confirmation" in c} == {"lssar-extrapolation"}
+    # the claims first measured on their own block (declared after the full run): their records, after the others
+    assert [c["name"] for c in ev["claims"] if c["source"] == FRONTIER.name] == list(FRONTIER_CLAIMS)
+    assert [c["name"] for c in ev["claims"]][-len(FRONTIER_CLAIMS):] == list(FRONTIER_CLAIMS)
 
 
 def test_every_claim_has_a_scale_and_every_replication_names_a_claim():
@@ -181,7 +185,7 @@ def test_the_builder_command_says_what_is_wrong_in_one_line(tmp_path, capsys):
         assert err.startswith("error: ") and len(err.splitlines()) == 1 and says in err, err
         assert not out.exists()
     assert main([str(CLAIMS), str(REPS), str(out), "--confirm", str(CONFIRM), "--confirm", str(FOLLOWUP),
-                 "--confirm", str(REJUDGE), "--replications", str(ADVISED)]) == 0
+                 "--confirm", str(REJUDGE), "--confirm", str(FRONTIER), "--replications", str(ADVISED)]) == 0
     assert json.loads(out.read_text()) == load_evidence()
 
 

@@ -18,6 +18,7 @@ from normlab.experiments.claims.specs import CLAIMS, Revision, spec_hash
 from normlab.decide.verdicts import collapse_rates, judge_family, tost
 from normlab.decide.vocab import NOT_DECIDED_DNL, PRESENT_AT_INIT
 
+FRONTIER = "docs/claims-frontier-2026-12-08.json"  # the frontier budget's run (normlab claims --budget frontier)
 STATE_CLAIMS = {"cod-growth", "cod-lns", "peri-massive", "peri-variance-magnitude"}
 """The claims that declare ``at_init`` (judged on their change from initialisation, normlab.decide)."""
 
@@ -189,14 +190,17 @@ def _body(text: str) -> list[str]:
 def test_docs_claims_md_is_what_render_writes_from_the_stored_results(tmp_path):
     """docs/claims.md is reproducible: `normlab claims --render docs/claims-full-2026-11-28.json --confirmation
     docs/claims-confirm-2026-11-28.json --confirmation docs/claims-followup-2026-11-28.json --confirmation
-    docs/claims-rejudge-2026-12-07.json --docs` writes it (the
+    docs/claims-rejudge-2026-12-07.json --confirmation docs/claims-frontier-2026-12-08.json --docs` writes it (the
     line with the writing date aside). The stored run is a from-scratch full run, every claim under its current
     definition (the revisions listed on the page were made after the earlier run, below)."""
     report = _rendered("docs/claims-full-2026-11-28.json", tmp_path / "claims.md",
                        "docs/claims-confirm-2026-11-28.json", "docs/claims-followup-2026-11-28.json",
-                       "docs/claims-rejudge-2026-12-07.json")
+                       "docs/claims-rejudge-2026-12-07.json", FRONTIER)
     assert _body((tmp_path / "claims.md").read_text()) == _body(DOCS.read_text())
     assert "## Measured again under the decision layer" in DOCS.read_text()
+    # the claims declared after this run, measured on their own block: listed with their verdicts and hashes
+    own = DOCS.read_text().split("## Measured on their own seed block (frontier)")[1].split("\n## ")[0]
+    assert all(f"(`{n}`)" in own for n in FRONTIER_CLAIMS) and "Claims not in this run" not in DOCS.read_text()
     by = {c["name"]: c for c in report["claims"]}
     # the state claims were measured before they declared at_init (their hash changed with it, revisions.yaml)
     assert {c["name"] for c in report["claims"] if not c["current_definition"]} == STATE_CLAIMS
@@ -281,6 +285,28 @@ def test_docs_claims_rejudge_md_is_what_render_writes_on_the_fresh_block(tmp_pat
     assert by["cod-lns"]["verdict"] == by["cod-growth"]["verdict"] == PRESENT_AT_INIT
     last = max((r.date, r.time) for c in CLAIMS if c.name in REJUDGE_CLAIMS for r in c.revised)
     assert last[0] == stored["finished_utc"][:10] and stored["finished_utc"][11:] > last[1]
+
+
+def test_docs_claims_frontier_md_is_what_render_writes_on_its_own_block(tmp_path):
+    """docs/claims-frontier.md is `normlab claims --render docs/claims-frontier-2026-12-08.json --docs
+    docs/claims-frontier.md`; that run measured exactly the frontier claims (declared before it: their definitions
+    have no revision) on seeds 23000-23004, one Holm family, none exploratory, every model's final loss recorded
+    for the guard; hc-vs-pre-flops' HC trained fewer steps than Pre-LN, the same tokens per step."""
+    import json
+
+    from normlab.experiments.claims.specs import get_claim
+
+    report = _rendered(FRONTIER, tmp_path / "frontier.md")
+    assert _body((tmp_path / "frontier.md").read_text().replace(
+        f"--render {FRONTIER} --docs", f"--render {FRONTIER} --docs docs/claims-frontier.md")) == _body(
+        (DOCS.parent / "claims-frontier.md").read_text())
+    assert sorted(c["name"] for c in report["claims"]) == sorted(FRONTIER_CLAIMS)
+    assert all(c["seeds"] == list(range(23000, 23005)) and c["current_definition"] and not c["exploratory"]
+               for c in report["claims"])
+    assert not any(get_claim(n).revised for n in FRONTIER_CLAIMS)
+    stored = json.loads((DOCS.parent / FRONTIER.split("/")[1]).read_text())
+    assert all("learn_bpb" in d for c in stored["claims"] for d in c["details"] if isinstance(d, dict))
+    assert report["family_size"] >= len(FRONTIER_CLAIMS)
 
 
 def test_docs_claims_followup_md_is_what_render_writes_on_twelve_fresh_seeds(tmp_path):
@@ -515,13 +541,16 @@ def test_spec_hashes_equal_the_stored_results_or_carry_a_revision_from_them():
     stored = {c["name"]: c["spec_hash"] for c in json.loads(EARLIER.read_text())["claims"]}
     # every claim but those declared after both stored runs, before any run of their own (the frontier budget's)
     assert set(stored) == set(current) == {c.name for c in CLAIMS} - set(FRONTIER_CLAIMS)
+    frontier = {c["name"]: c["spec_hash"] for c in json.loads((DOCS.parent / FRONTIER.split("/")[1]).read_text())[
+        "claims"]}
+    assert set(frontier) == set(FRONTIER_CLAIMS) and all(h == spec_hash(get_claim(n)) for n, h in frontier.items())
     measured = [c for c in CLAIMS if c.name in stored]
     changed = {c.name for c in measured if spec_hash(c) != stored[c.name]}
     assert changed == {c.name for c in measured if any(r.hash_before == stored[c.name] for r in c.revised)}
     assert changed == {"cod-growth", "peri-variance-magnitude", "postln-warmup", "stablemax-collapse",
                        "residual-sink-clipping", "dyt-vs-ln", "mano-rank", "mnn-rank", "cod-lns", "peri-massive"}
-    # and the hashes docs/claims.md records as "measured under" are those of the run it renders
-    assert recorded_hashes(DOCS.read_text()) == current
+    # and the hashes docs/claims.md records as "measured under" are those of the runs it renders
+    assert recorded_hashes(DOCS.read_text()) == {**current, **frontier}
 
 
 def test_definitions_hold_no_dates_commit_hashes_or_measured_numbers():
