@@ -13,6 +13,7 @@ import glob
 import json
 import math
 import os
+import re
 import shutil
 import stat
 import tempfile
@@ -85,6 +86,35 @@ def named_os_error(e: BaseException, path: str | Path) -> OSError | None:
     if not isinstance(e, OSError) and no_space(e):
         return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
     return None
+
+
+def disk_full(e: BaseException) -> OSError | None:
+    """``e`` as the ``OSError`` (ENOSPC / EDQUOT) it is when it says the disk is full (:func:`no_space`), naming
+    the file being written where ``e`` does (``atomic_path`` / ``publish_dir`` name it); None for any other error."""
+    if not no_space(e):
+        return None
+    if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
+        return e
+    return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+_FULL_NOTE = re.compile(r"^disk full \((ENOSPC|EDQUOT)\): (.*)$", re.S)
+
+
+def disk_full_note(e: OSError) -> str:
+    """How a sweep's results store records a run stopped by a full disk (its ``error``): ``disk full (ENOSPC):
+    PATH``; :func:`from_disk_full_note` reads it back, so the command that ran the sweep ends with the same one
+    line as a run of its own would."""
+    return f"disk full ({errno.errorcode.get(e.errno or errno.ENOSPC, 'ENOSPC')}): {e.filename or ''}"
+
+
+def from_disk_full_note(note: object) -> OSError | None:
+    """The ``OSError`` a :func:`disk_full_note` records, or None for any other text."""
+    m = _FULL_NOTE.match(note) if isinstance(note, str) else None
+    if m is None:
+        return None
+    code = getattr(errno, m.group(1))
+    return OSError(code, os.strerror(code), m.group(2) or None)
 
 
 @contextmanager
