@@ -232,9 +232,9 @@ def last_step(metrics: str | Path) -> int | None:
     except OSError:
         return None
     for line in reversed(tail.splitlines()):
-        try:
-            step = json.loads(line).get("step")
-        except (json.JSONDecodeError, AttributeError):
+        try:  # the bounded reader: a line nested 100k deep or with a 5000-digit integer is junk, not a traceback
+            step = loads_json(line, f"metrics {metrics}").get("step")
+        except (NormlabError, AttributeError):
             continue
         if isinstance(step, int):
             return step

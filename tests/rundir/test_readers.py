@@ -408,3 +408,14 @@ def test_metrics_growing_past_the_cap_while_streamed_is_refused(tmp_path):
     with pytest.raises(NormlabError, match=rf"^metrics {path} grew past the .* MiB normlab reads while being read$"):
         list(lines)
     assert list(read_lines(path, "metrics", max_bytes=400)) == [b'{"step": 1}'] * 10 + [b'{"step": 2}'] * 10
+
+
+def test_last_step_skips_a_tail_line_the_bounded_reader_refuses(tmp_path):
+    """The progress display's tail reader: a last line nested 100k deep or holding a 5001-digit integer is junk
+    (the step before it is the last one), not a RecursionError / ValueError out of the display."""
+    from normlab.rundir.readers import last_step
+
+    path = tmp_path / "metrics.jsonl"
+    for junk in ("[" * 5000, '{"step": ' + "9" * 5001 + "}"):
+        path.write_text('{"step": 7, "loss": 1.0}\n' + junk + "\n")
+        assert last_step(path) == 7
