@@ -13,6 +13,7 @@ import glob
 import json
 import math
 import os
+import re
 import shutil
 import stat
 import tempfile
@@ -85,6 +86,35 @@ def named_os_error(e: BaseException, path: str | Path) -> OSError | None:
     if not isinstance(e, OSError) and no_space(e):
         return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
     return None
+
+
+def disk_full(e: BaseException) -> OSError | None:
+    """``e`` as the ``OSError`` (ENOSPC / EDQUOT) it is when it says the disk is full (:func:`no_space`), naming
+    the file being written where ``e`` does (``atomic_path`` / ``publish_dir`` name it); None for any other error."""
+    if not no_space(e):
+        return None
+    if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
+        return e
+    return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+_FULL_NOTE = re.compile(r"^disk full \((ENOSPC|EDQUOT)\): (.*)$", re.S)
+
+
+def disk_full_note(e: OSError) -> str:
+    """How a sweep's results store records a run stopped by a full disk (its ``error``): ``disk full (ENOSPC):
+    PATH``; :func:`from_disk_full_note` reads it back, so the command that ran the sweep ends with the same one
+    line as a run of its own would."""
+    return f"disk full ({errno.errorcode.get(e.errno or errno.ENOSPC, 'ENOSPC')}): {e.filename or ''}"
+
+
+def from_disk_full_note(note: object) -> OSError | None:
+    """The ``OSError`` a :func:`disk_full_note` records, or None for any other text."""
+    m = _FULL_NOTE.match(note) if isinstance(note, str) else None
+    if m is None:
+        return None
+    code = getattr(errno, m.group(1))
+    return OSError(code, os.strerror(code), m.group(2) or None)
 
 
 @contextmanager
@@ -208,13 +238,9 @@ def _mib(n: int) -> str:
     return f"{n / 1024 / 1024:g} MiB"
 
 
-def read_bytes(path: str | Path, what: str = "file", max_bytes: int = MAX_JSON_BYTES) -> bytes:
-    """The bytes of a regular file of at most ``max_bytes``: the one safe way normlab opens a file it reads (run,
-    store, sweep, config and report inputs). A FIFO, socket, device or directory in its place is a one-line
-    NormlabError and is never read (a FIFO would block forever, ``/dev/zero`` never ends); so is a larger file (a
-    sparse 1 GiB ``summary.json`` would take 1 GiB of memory) and a missing or unreadable one. The file is opened
-    non-blocking and checked again on the open descriptor (no window in which it can be swapped for a FIFO)."""
-    path = Path(path)
+def _open_regular(path: Path, what: str, max_bytes: int) -> int:
+    """A read-only descriptor of ``path`` when it is a regular file of at most ``max_bytes`` (opened non-blocking,
+    checked again on the descriptor); anything else is the one-line NormlabError of :func:`read_bytes`."""
     try:
         kind = _not_regular(os.stat(path).st_mode)
         if kind is None:
@@ -233,20 +259,76 @@ def read_bytes(path: str | Path, what: str = "file", max_bytes: int = MAX_JSON_B
         if st.st_size > max_bytes:
             raise NormlabError(f"{what} {path} is {st.st_size:,} bytes, more than the {_mib(max_bytes)} normlab "
                                "reads; it is not a file normlab wrote (or it is damaged)")
-        chunks, total = [], 0
-        while total <= max_bytes:  # a file that grows while read is cut at max_bytes + 1 and refused
+    except BaseException as e:
+        os.close(fd)
+        if isinstance(e, OSError):
+            raise NormlabError(f"cannot read {what} {path}: {e.strerror or e.__class__.__name__}") from None
+        raise
+    return fd
+
+
+def _chunks(fd: int, path: Path, what: str, max_bytes: int) -> Iterator[bytes]:
+    """The bytes of ``fd`` in chunks of at most 1 MiB; a file that grows past ``max_bytes`` while read is cut at
+    ``max_bytes + 1`` and refused (one line)."""
+    total = 0
+    while total <= max_bytes:
+        try:
             chunk = os.read(fd, min(1 << 20, max_bytes + 1 - total))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            total += len(chunk)
+        except OSError as e:
+            raise NormlabError(f"cannot read {what} {path}: {e.strerror or e.__class__.__name__}") from None
+        if not chunk:
+            return
+        total += len(chunk)
         if total > max_bytes:
-            raise NormlabError(f"{what} {path} grew past the {_mib(max_bytes)} normlab reads while being read")
-        return b"".join(chunks)
-    except OSError as e:
-        raise NormlabError(f"cannot read {what} {path}: {e.strerror or e.__class__.__name__}") from None
+            break
+        yield chunk
+    raise NormlabError(f"{what} {path} grew past the {_mib(max_bytes)} normlab reads while being read")
+
+
+def read_bytes(path: str | Path, what: str = "file", max_bytes: int = MAX_JSON_BYTES) -> bytes:
+    """The bytes of a regular file of at most ``max_bytes``: the one safe way normlab opens a file it reads (run,
+    store, sweep, config and report inputs). A FIFO, socket, device or directory in its place is a one-line
+    NormlabError and is never read (a FIFO would block forever, ``/dev/zero`` never ends); so is a larger file (a
+    sparse 1 GiB ``summary.json`` would take 1 GiB of memory) and a missing or unreadable one. The file is opened
+    non-blocking and checked again on the open descriptor (no window in which it can be swapped for a FIFO)."""
+    path = Path(path)
+    fd = _open_regular(path, what, max_bytes)
+    try:
+        return b"".join(_chunks(fd, path, what, max_bytes))
     finally:
         os.close(fd)
+
+
+def read_lines(path: str | Path, what: str = "file", max_bytes: int = MAX_JSON_BYTES) -> Iterator[bytes]:
+    """The lines of a file, streamed: opened and checked now, as :func:`read_bytes` does (a FIFO, device, missing,
+    unreadable or larger file is one line naming ``what`` and the path, raised by this call), then read 1 MiB at a
+    time as the returned iterator is consumed, so memory holds one chunk and one line, not the file. The lines are
+    ``bytes.splitlines()`` of the whole file, without their line ends; a file that grows past ``max_bytes`` while
+    read is refused when the reader gets there."""
+    path = Path(path)
+    f = os.fdopen(_open_regular(path, what, max_bytes), "rb", buffering=0)  # closed when done, or when collected
+
+    def lines() -> Iterator[bytes]:
+        with f:
+            pending: list[bytes] = []  # the start of a line not ended yet (joined once: no quadratic copying)
+            for chunk in _chunks(f.fileno(), path, what, max_bytes):
+                if b"\n" not in chunk:
+                    pending.append(chunk)
+                    continue
+                parts = chunk.split(b"\n")
+                if pending:
+                    parts[0] = b"".join(pending) + parts[0]
+                last = parts.pop()
+                pending = [last] if last else []
+                for part in parts:
+                    if b"\r" in part:  # what splitlines() also ends a line at
+                        yield from part.splitlines()
+                    else:
+                        yield part
+            if pending:
+                yield from b"".join(pending).splitlines()
+
+    return lines()
 
 
 def read_text(path: str | Path, what: str = "file", max_bytes: int = MAX_JSON_BYTES) -> str:

@@ -480,3 +480,24 @@ def test_claims_render_of_a_json_with_a_huge_integer_is_one_line(tmp_path, cache
     bad = tmp_path / "claims.json"
     bad.write_text(json.dumps({**json.loads(src.read_text()), "n": "@"}).replace('"@"', BIG))
     assert_bad_input(run_inproc("claims", "--render", str(bad), cache=cache), "5,001 digits")
+
+
+def test_a_full_disk_is_recorded_and_read_back_as_the_same_error():
+    """``disk_full`` recognises ENOSPC / EDQUOT and a library's StorageFull text; ``disk_full_note`` (what a sweep's
+    store keeps) reads back as the same errno and path; other errors and other text are not a full disk."""
+    import errno
+    import os
+
+    from normlab.io import disk_full, disk_full_note, from_disk_full_note
+
+    e = OSError(errno.EDQUOT, os.strerror(errno.EDQUOT), "/runs/a/metrics.jsonl")
+    assert disk_full(e) is e
+    back = from_disk_full_note(disk_full_note(e))
+    assert (back.errno, back.strerror, back.filename) == (errno.EDQUOT, os.strerror(errno.EDQUOT),
+                                                            "/runs/a/metrics.jsonl")
+    lib = disk_full(RuntimeError('IoError(Os { code: 28, kind: StorageFull, message: "No space left on device" })'))
+    assert lib.errno == errno.ENOSPC and lib.filename is None
+    assert from_disk_full_note(disk_full_note(lib)).filename is None
+    assert disk_full(OSError(errno.EACCES, "Permission denied", "/x")) is None and disk_full(ValueError("x")) is None
+    assert from_disk_full_note("OSError: [Errno 28] No space left on device") is None
+    assert from_disk_full_note(None) is None

@@ -193,8 +193,8 @@ def test_only_modules_that_train_import_the_training_loop():
 
 
 # each run-directory / file-writing fact is defined once, in its owner (a second copy is how the seams came apart)
-_READERS = ("STATUS_EXIT", "read_summary", "read_jsonl", "read_metrics", "read_initial", "last_step", "load_data",
-            "run_data", "load_run", "open_run", "apply_norm_defaults")
+_READERS = ("STATUS_EXIT", "read_summary", "iter_jsonl", "read_jsonl", "read_metrics", "read_curves", "read_initial",
+            "last_step", "load_data", "run_data", "load_run", "open_run", "apply_norm_defaults")
 OWNERS = {**dict.fromkeys(_READERS, "normlab.rundir.readers"),
           "atomic_path": "normlab.io", "publish_dir": "normlab.io", "save_tensors": "normlab.rundir.tensors",
           "load_tensors": "normlab.rundir.tensors", "save_model": "normlab.rundir.tensors",

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from normlab.errors import EXIT_INTERRUPTED, NormlabError
-from normlab.io import dumps
+from normlab.io import dumps, from_disk_full_note
 from normlab.presets import sweep_presets
 from normlab.commands.tables import print_table
 from normlab.safety import printable
@@ -179,6 +179,10 @@ def run_compare(args: argparse.Namespace) -> int:
         msg = printable(f"interrupted; finished runs are stored in {out}. Re-run the same command to resume.")
         print(dumps(base) if args.json else msg, file=sys.stdout if args.json else sys.stderr)
         return EXIT_INTERRUPTED
+    full = next((e for e in (from_disk_full_note(r.get("error")) for r in outcome.runs if r["status"] == "failed")
+                 if e is not None), None)
+    if full is not None:  # the documented one line (normlab.safety.os_error_line), exit 2; no report on a full disk
+        raise full
     rep = write_report(out)
     failed = [r for r in outcome.runs if r["status"] not in ("completed", "diverged")]
     if args.json:

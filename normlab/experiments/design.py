@@ -17,7 +17,9 @@ import time
 from typing import Any
 
 from normlab.decide.question import Question
+from normlab.errors import NormlabError
 from normlab.experiments.store import FINAL, Store
+from normlab.io import loads_json
 
 def make_design(question: Question, groups: list[str], seeds: list[int], lrs: list[float] | None
                 ) -> dict[str, Any]:
@@ -55,16 +57,16 @@ def record_design(store: Store, design: dict[str, Any], *, sequential: bool = Fa
 def stored_design(meta: dict[str, str]) -> dict[str, Any] | None:
     """The design in a store's meta (None for a store written before designs were recorded, or a damaged one)."""
     try:
-        d = json.loads(meta["design"])
-    except (KeyError, TypeError, ValueError, RecursionError):
+        d = loads_json(meta["design"], "the store's design")  # bounded: depth, digits
+    except (KeyError, TypeError, NormlabError):
         return None
     return d if isinstance(d, dict) else None
 
 
 def design_changes(meta: dict[str, str]) -> list[dict[str, Any]]:
     try:
-        h = json.loads(meta.get("design_changes") or "[]")
-    except (TypeError, ValueError, RecursionError):
+        h = loads_json(meta.get("design_changes") or "[]", "the store's design changes")
+    except (TypeError, NormlabError):
         return []
     return [x for x in h if isinstance(x, dict)] if isinstance(h, list) else []
 

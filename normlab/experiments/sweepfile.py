@@ -59,17 +59,30 @@ def check_key(key: str, where: str) -> None:
 
 def flatten(data: Any, where: str, prefix: str = "") -> dict[str, Any]:
     """``{train: {steps: 3}, 'model.norm': x}`` -> ``{'train.steps': 3, 'model.norm': x}`` (mapping-valued keys
-    kept)."""
+    kept). One key spelled twice, dotted and nested (``{train.steps: 4, train: {steps: 5}}``), or a key inside
+    another given whole (``model.norm_options.eps`` beside ``model: {norm_options: {...}}``), is one line naming the
+    key: the YAML loader sees two different keys there, and the one read last would win silently."""
     if not isinstance(data, dict):
         raise NormlabError(f"{where} must be a mapping of config keys to values, got {type(data).__name__}")
     out: dict[str, Any] = {}
+    spelled: dict[str, str] = {}
     for k, v in data.items():
         key = f"{prefix}{k}"
         if isinstance(v, dict) and not prefix and key in SECTIONS:
-            out.update(flatten(v, where, f"{key}."))
+            inner = flatten(v, where, f"{key}.")
+            items = [(ik, iv, f"'{key}: {{{ik[len(key) + 1:]}: ...}}'") for ik, iv in inner.items()]
         else:
             check_key(key, where)
-            out[key] = v
+            items = [(key, v, f"'{key}'")]
+        for ik, iv, how in items:
+            clash = next((o for o in spelled if o == ik or o.startswith(f"{ik}.") or ik.startswith(f"{o}.")), None)
+            if clash is not None:
+                outer, inner = sorted((ik, clash), key=len)
+                what = f"'{ik}'" if clash == ik else f"'{outer}' (which holds '{inner}')"
+                raise NormlabError(f"{where}: {what} is given twice, as {spelled[clash]} and as {how}; give each key "
+                                   "once (the one read last would win)")
+            spelled[ik] = how
+            out[ik] = iv
     return out
 
 

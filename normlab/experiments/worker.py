@@ -29,8 +29,8 @@ from normlab.interrupt import die_with_parent
 from normlab.experiments.store import Store
 from normlab.rundir.files import CONFIG_FILE, METRICS_FILE, MODEL_FILE, PROBES_FILE
 from normlab.rundir.readers import STATUS_EXIT, open_config, read_metrics, read_summary
-from normlab.io import exclusive_lock
-from normlab.safety import printable
+from normlab.io import disk_full, disk_full_note, exclusive_lock
+from normlab.safety import os_error_line, printable
 
 
 def _num(v: Any) -> float | None:
@@ -171,6 +171,11 @@ def run_one(sweep_dir: Path, run_id: str, threads: int | None = None) -> int:
         return EXIT_BAD_INPUT
     except Exception as e:  # noqa: BLE001 - recorded, the sweep goes on
         _shield()
+        full = disk_full(e)
+        if full is not None:  # the sweep's command ends with the one disk-full line (disk_full_note read back)
+            store.update(run_id, status="failed", error=disk_full_note(full))
+            print(f"error: {printable(os_error_line(full))}", file=sys.stderr)
+            return EXIT_BAD_INPUT
         traceback.print_exc()
         store.update(run_id, status="failed", error=f"{e.__class__.__name__}: {e}"[:500])
         return EXIT_FAILED

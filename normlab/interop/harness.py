@@ -12,6 +12,7 @@ from pathlib import Path
 
 from normlab.errors import NormlabError
 from normlab.eval.documents import evaluate_documents, split_documents
+from normlab.io import read_json_object
 from normlab.rundir.readers import load_run, run_data
 
 
@@ -53,7 +54,7 @@ def harness_document_metrics(hf_dir: str | Path, docs: list[str], *, prefix_toke
 def crosscheck(run_dir: str | Path, hf_dir: str | Path, split: str = "test", batch_size: int = 4) -> dict:
     """normlab's per-document metrics of ``run_dir`` (normlab.eval.documents, as ``normlab eval --documents``)
     next to lm-eval on its export ``hf_dir``: the same documents, context and document-start token."""
-    rec = json.loads((Path(hf_dir) / "normlab_export.json").read_text())
+    rec = read_json_object(Path(hf_dir) / "normlab_export.json", "export record")  # bounded; one line if damaged
     run = load_run(run_dir)
     data = run_data(run_dir, run.cfg)
     docs = split_documents(run_dir, run.cfg, data, split)

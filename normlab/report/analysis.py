@@ -22,6 +22,8 @@ from pathlib import Path
 from statistics import mean
 from typing import Any
 
+import numpy as np
+
 from normlab.errors import NormlabError
 from normlab.experiments.design import changed_after_results, stored_design
 from normlab.experiments.lrgrid import GridReport, analyze, grid_runs_from_rows
@@ -32,6 +34,7 @@ from normlab.names import GRAD_NORM_PREFIXES, read_bpb
 from normlab.report import lrsection
 from normlab.report.surgery_columns import robustness_rows
 from normlab.rundir import readers
+from normlab.rundir.curves import Curve
 from normlab.rundir.files import SUMMARY_FILE
 from normlab.stats.intervals import MeanCI, Welch, mean_ci, t_ppf, welch, welch_diff
 from normlab.stats.learning import DID_NOT_LEARN_MARGIN, did_not_learn
@@ -39,10 +42,33 @@ from normlab.stats.learning import DID_NOT_LEARN_MARGIN, did_not_learn
 ALPHA = 0.05
 
 
+def point_columns(pts: Any) -> tuple[np.ndarray, np.ndarray]:
+    """``(steps, values)`` of a curve as int64 / float64 arrays in its own order, without a Python object per point
+    (a ``Curve``'s columns are copied as they are)."""
+    if isinstance(pts, Curve):
+        return np.array(pts.steps, dtype=np.int64), np.array(pts.values, dtype=np.float64)
+    n = len(pts)
+    return (np.fromiter((p[0] for p in pts), dtype=np.int64, count=n),
+            np.fromiter((p[1] for p in pts), dtype=np.float64, count=n))
+
+
+def by_step(pts: Any) -> tuple[np.ndarray, np.ndarray]:
+    """``(steps, values)`` of a curve with each step once, increasing, holding the value it had last (what
+    ``dict(pts)`` keeps)."""
+    s, v = point_columns(pts)
+    order = np.argsort(s, kind="stable")
+    s, v = s[order], v[order]
+    last = np.ones(len(s), dtype=bool)
+    last[:-1] = s[1:] != s[:-1]
+    return s[last], v[last]
+
+
 @dataclass
 class RunInfo:
     row: dict[str, Any]
-    curves: dict[str, list[tuple[int, float]]]
+    # {key: points}: (step, value) pairs from the results store, or a Curve (columns) from a run directory's
+    # metrics file (normlab.rundir.readers.read_curves)
+    curves: dict[str, Any]
     diagnostics: dict[str, Any] | None = None
     extrapolation: list[dict[str, Any]] | None = None
     calibration: dict[str, Any] | None = None
@@ -373,24 +399,35 @@ def _field_list(blocks: Any, key: str) -> list[float] | None:
     return None
 
 
-def _train_series(curves: dict[str, list[tuple[int, float]]], prefixes: list[str]) -> list[float] | None:
+def _train_series(curves: dict[str, Any], prefixes: list[str]) -> list[float] | None:
     """Per-block series from ``<prefix><l>`` curve keys (root-sum-square over prefixes), averaged over the last half
-    of the diagnostic steps that every block recorded."""
+    of the diagnostic steps that every block recorded (the value logged last at a step counts)."""
     per_prefix = []
     for prefix in prefixes:
         keys = {int(k[len(prefix):]): pts for k, pts in curves.items()
                 if k.startswith(prefix) and k[len(prefix):].isdigit()}
         if len(keys) < 2:
             continue
-        per_prefix.append([dict(keys[b]) for b in sorted(keys)])
+        per_prefix.append([by_step(keys[b]) for b in sorted(keys)])
     if not per_prefix:
         return None
-    steps = sorted(set.intersection(*(set(m) for ms in per_prefix for m in ms)))
-    if not steps:
+    steps = per_prefix[0][0][0]
+    for cols in per_prefix:
+        for s, _ in cols:
+            steps = np.intersect1d(steps, s, assume_unique=True)
+    if not len(steps):
         return None
-    keep = [s for s in steps if s >= steps[-1] / 2] or steps[-1:]
-    depth = min(len(ms) for ms in per_prefix)
-    return [mean(math.sqrt(sum(ms[b][s] ** 2 for ms in per_prefix)) for s in keep) for b in range(depth)]
+    keep = steps[steps >= steps[-1] / 2]
+    keep = keep if len(keep) else steps[-1:]
+    depth = min(len(cols) for cols in per_prefix)
+    out = []
+    for b in range(depth):
+        total = np.zeros(len(keep))
+        for cols in per_prefix:
+            s, v = cols[b]
+            total = total + v[np.searchsorted(s, keep)] ** 2  # in prefix order, as a Python sum would add them
+        out.append(mean(np.sqrt(total).tolist()))
+    return out
 
 
 # (title, x label, x offset (0: first value = embeddings), extractor, log scale)

@@ -5,23 +5,49 @@ from __future__ import annotations
 from statistics import mean
 from typing import Any
 
+import numpy as np
 from matplotlib.figure import Figure
 
 from normlab.names import read_bpb
-from normlab.report.analysis import DiagSection, SweepReport, VariantResult
+from normlab.report.analysis import DiagSection, SweepReport, VariantResult, by_step, point_columns
 from normlab.report.figures import LEGEND_OUTSIDE, ci_rows_png, colors, png
 
 
-def _band(runs_pts: list[list[tuple[int, float]]]) -> tuple[list[int], list[float], list[float], list[float]]:
-    """Mean, min and max across runs at the steps every run recorded."""
+def _band(runs_pts: list[Any]) -> tuple[Any, Any, Any, Any]:
+    """Mean, min and max across runs at the steps every run recorded (arrays: a curve of a million logged steps
+    costs a few arrays, not a Python object per point)."""
     if not runs_pts:
         return [], [], [], []
-    common = sorted(set.intersection(*({s for s, _ in pts} for pts in runs_pts)))
-    maps = [dict(pts) for pts in runs_pts]
-    vals = [[m[s] for m in maps] for s in common]
-    return common, [mean(v) for v in vals], [min(v) for v in vals], [max(v) for v in vals]
+    cols = [by_step(pts) for pts in runs_pts]
+    common = cols[0][0]
+    for s, _ in cols[1:]:
+        common = np.intersect1d(common, s, assume_unique=True)
+    vals = np.stack([v[np.searchsorted(s, common)] for s, v in cols])
+    return common, vals.mean(axis=0), vals.min(axis=0), vals.max(axis=0)
 
 
+def _thin(steps: Any, *series: Any) -> Any:
+    """The points of a curve to draw: all of them up to ``4 * PLOT_BUCKETS``; else, per bucket of consecutive
+    points (``PLOT_BUCKETS`` buckets), its first and last point and where each of ``series`` has its least and
+    greatest value (min-max decimation: at a figure's resolution the drawn line covers the same pixels, and drawing
+    a million-point line costs the renderer hundreds of MiB). An index array, increasing, or ``slice(None)``."""
+    n = len(steps)
+    if n <= 4 * PLOT_BUCKETS:
+        return slice(None)
+    size = -(-n // PLOT_BUCKETS)
+    rows = -(-n // size)
+    starts = np.arange(rows) * size
+    keep = [starts, np.minimum(starts + size, n) - 1]
+    for y in series:
+        y = np.asarray(y, dtype=np.float64)
+        for fill, arg in ((np.inf, np.argmin), (-np.inf, np.argmax)):
+            padded = np.full(rows * size, fill)
+            padded[:n] = np.where(np.isnan(y), fill, y)
+            keep.append(np.minimum(starts + arg(padded.reshape(rows, size), axis=1), n - 1))
+    return np.unique(np.concatenate(keep))
+
+
+PLOT_BUCKETS = 2000
 FEW_POINTS = 30  # curves with at most this many points get a marker at each
 MIN_CURVE_EVALS = 3
 """A validation curve needs this many evaluations per run; with fewer (a run evaluated only at its end) the panel is
@@ -64,13 +90,14 @@ def curves_png(rep: SweepReport, cmap: dict[str, Any]) -> bytes | None:
                 continue
             pts = [r.curves[key] for r in done if r.curves.get(key)]
             steps, mu, lo, hi = _band(pts)
-            if not steps:
+            if not len(steps):
                 continue
             few = len(steps) <= FEW_POINTS
-            ax.plot(steps, mu, color=cmap[v.name], label=label, lw=1.6, marker="o" if few else None,
+            at = _thin(steps, mu, lo, hi)
+            ax.plot(steps[at], mu[at], color=cmap[v.name], label=label, lw=1.6, marker="o" if few else None,
                     ms=5 if len(steps) == 1 else 3.5)
             if len(pts) > 1:
-                ax.fill_between(steps, lo, hi, color=cmap[v.name], alpha=0.18, lw=0)
+                ax.fill_between(steps[at], lo[at], hi[at], color=cmap[v.name], alpha=0.18, lw=0)
     if dots:
         _last_value_dots(ax_v, rows, cmap, evals)
     else:
@@ -113,10 +140,11 @@ def _zoom(ax: Any, rep: SweepReport, key: str) -> None:
     for r in rep.runs:
         pts = r.curves.get(key) or []
         if len(pts) >= 2 and r.row["status"] != "diverged":
-            last = pts[-1][0]
-            tails += [v for s, v in pts if s >= last / 2]
+            s, v = point_columns(pts)
+            tails.append(v[(s >= s[-1] / 2) & np.isfinite(v)])
+    tails = [t for t in tails if len(t)]
     if tails:
-        lo, hi = min(tails), max(tails)
+        lo, hi = min(float(t.min()) for t in tails), max(float(t.max()) for t in tails)
         pad = 0.15 * (hi - lo or 0.1)
         top = max(ax.get_ylim()[0], hi + 4 * pad)
         ax.set_ylim(lo - pad, min(ax.get_ylim()[1], top))
@@ -173,8 +201,9 @@ def run_curves_png(run: Any) -> bytes | None:
     fig = Figure(figsize=(11, 3.4 * ((len(have) + 1) // 2)))
     axes = fig.subplots((len(have) + 1) // 2, 2, squeeze=False).ravel()
     for ax, (k, t) in zip(axes, have):
-        pts = run.curves[k]
-        ax.plot([s for s, _ in pts], [v for _, v in pts], marker="." if len(pts) < 60 else None, lw=1.3)
+        steps, values = point_columns(run.curves[k])
+        at = _thin(steps, values)
+        ax.plot(steps[at], values[at], marker="." if len(steps) < 60 else None, lw=1.3)
         ax.set_title(t, fontsize=10)
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)

@@ -26,7 +26,7 @@ from normlab.experiments.store import Store
 from normlab.io import read_json, read_yaml_file
 from normlab.report.analysis import RunInfo, SweepReport, _load_artifacts, from_runs
 from normlab.rundir.files import CONFIG_FILE, METRICS_FILE
-from normlab.rundir.readers import open_config, read_metrics, read_summary
+from normlab.rundir.readers import open_config, read_curves, read_summary
 
 IGNORED = ("seed", "train.lr", "train.threads", "train.track", "train.log_every", "train.checkpoint_every",
            "train.keep_checkpoints", "data.cache_dir", "train.eval_every")
@@ -113,9 +113,8 @@ def collect(paths: list[str | Path]) -> list[tuple[RunInfo, Path]]:
         # the one validated reader (every section; each key's type and range; one line if not), and its resolved
         # values: what eval, resume and the sweep read for this run, not the raw file
         cfg = open_config(p).to_dict()
-        info = RunInfo(_summary_row(p, p.name, 0, cfg), {})
-        for step, key, value in read_metrics(p / METRICS_FILE):
-            info.curves.setdefault(key, []).append((step, value))
+        # streamed into columns (16 bytes a point): a metrics.jsonl near its 256 MiB cap fits in memory
+        info = RunInfo(_summary_row(p, p.name, 0, cfg), read_curves(p / METRICS_FILE))  # type: ignore[arg-type]
         for pts in info.curves.values():
             pts.sort()
         loose.append((info, p, cfg))

@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from normlab.errors import NormlabError
 from normlab.decide.looks import fixed_decisions, look
 from normlab.decide.plan import LOOKS_META
 from normlab.decide.question import Question, stored_question
@@ -22,6 +23,7 @@ from normlab.experiments.looks import learned_flags, primary_values, stored_spec
 from normlab.experiments.lrgrid import GridReport
 from normlab.experiments.sweepspec import SweepSpec
 from normlab.experiments.store import Store
+from normlab.io import loads_json
 from normlab.report.analysis import load
 from normlab.stats.intervals import paired_diff
 from normlab.stats.planning import holm_first_level, paired_t_power, pooled_sd
@@ -54,7 +56,7 @@ def sequential_block(sweep_dir: Path, grid: GridReport | None = None) -> dict[st
     raw = store.meta().get(LOOKS_META) if looks is not None and store.path.is_file() else None
     if raw is None:
         return None
-    data = json.loads(raw)
+    data = _meta_json(store, LOOKS_META, raw, dict)
     if not data.get("looks"):
         return None
     # the looks are recomputed from the stored runs (the decision at a look depends only on its seeds), so the
@@ -125,13 +127,33 @@ def _per_seed(values: dict[str, dict[int, float]], v: str, base: str) -> dict[st
     return {str(s): a[s] - b[s] for s in sorted(set(a) & set(b))}
 
 
+def _meta_json(store: Store, key: str, raw: str, kind: type) -> Any:
+    """A JSON value of the store's meta through the bounded reader (depth, digits), of type ``kind``; anything else
+    is one line naming the store and the key (a damaged store, not a traceback)."""
+    label = f"results store {store.path}: meta '{key}'"
+    data = loads_json(raw, label)
+    if not isinstance(data, kind):
+        raise NormlabError(f"{label} is not a JSON {'object' if kind is dict else 'list'}; the store is damaged")
+    return data
+
+
+def _replications(store: Store, raw: str | None) -> list[dict[str, Any]]:
+    """The replications recorded in the store's meta: ``[{source, dir}]`` (text each)."""
+    reps = _meta_json(store, REPLICATIONS_META, raw, list) if raw else []
+    if not all(isinstance(r, dict) and isinstance(r.get("source"), str) and isinstance(r.get("dir"), str)
+               for r in reps):
+        raise NormlabError(f"results store {store.path}: meta '{REPLICATIONS_META}' holds an entry without a "
+                           "source and dir; the store is damaged")
+    return reps
+
+
 def replication_block(sweep_dir: Path) -> list[dict[str, Any]]:
     """Each replication recorded in ``sweep_dir``'s meta: per primary comparison the estimate and decision on the
     original source and on the replication's, and the verdict."""
     store = Store(Path(sweep_dir) / "results.sqlite")
     raw = store.meta().get(REPLICATIONS_META) if store.path.is_file() else None
     out: list[dict[str, Any]] = []
-    todo = [r for r in (json.loads(raw) if raw else []) if (Path(sweep_dir) / r["dir"] / "results.sqlite").is_file()]
+    todo = [r for r in _replications(store, raw) if (Path(sweep_dir) / r["dir"] / "results.sqlite").is_file()]
     if not todo:
         return out
     q, orig, ovals = _decisions_values(Path(sweep_dir))
@@ -160,5 +182,5 @@ def replication_block(sweep_dir: Path) -> list[dict[str, Any]]:
 def record_replication(sweep_dir: Path, source: str, rel_dir: str) -> None:
     store = Store(Path(sweep_dir) / "results.sqlite")
     raw = store.meta().get(REPLICATIONS_META)
-    reps = [r for r in (json.loads(raw) if raw else []) if r["source"] != source]
+    reps = [r for r in _replications(store, raw) if r["source"] != source]
     store.set_meta(REPLICATIONS_META, json.dumps([*reps, {"source": source, "dir": rel_dir}]))

@@ -38,15 +38,16 @@ import json
 import os
 import platform
 import stat
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from normlab.errors import EXIT_DIVERGED, EXIT_INTERRUPTED, EXIT_OK, NormlabError
-from normlab.io import (MAX_JSON_BYTES, MAX_JSONL_BYTES, MAX_YAML_BYTES, atomic_path, json_object, parse_json,
-                        parse_yaml, read_bytes, write_json)
+from normlab.io import (MAX_JSON_BYTES, MAX_JSONL_BYTES, MAX_YAML_BYTES, atomic_path, json_object, loads_json,
+                        parse_json, parse_yaml, read_bytes, read_lines, write_json)
 from normlab.provenance import version_info
+from normlab.rundir.curves import Curve
 from normlab.rundir.files import (CHECKPOINTS_DIR, CONFIG_FILE, DATA_FILE, FINGERPRINT_FILE, MODEL_FILE,
                                PROVENANCE_FILE, SUMMARY_FILE, TOKENIZER_FILE)
 from normlab.validate import check_eval_memory
@@ -81,13 +82,16 @@ FORMS = {"bytes": MAX_JSON_BYTES, "jsonl": MAX_JSONL_BYTES, "json": MAX_JSON_BYT
 def read_run_file(path: str | Path, what: str, form: str = "json") -> Any:
     """A file of a run directory, the one way this package opens one: ``normlab.io.read_bytes`` (a regular file
     under the cap of its ``form``; a FIFO, device, directory, missing, unreadable or larger file is one line naming
-    ``what`` and the path), then by ``form``: ``bytes`` as read (``tokenizer.json``, hashed), ``jsonl`` as read
-    (``metrics.jsonl``, split into lines by ``read_jsonl``), ``json`` parsed, ``object`` parsed and a JSON object
-    (``summary.json``, ``state.json``), ``yaml`` parsed (``config.yaml``)."""
+    ``what`` and the path), then by ``form``: ``bytes`` as read (``tokenizer.json``, hashed), ``jsonl`` as an
+    iterator of its lines, streamed (``normlab.io.read_lines``: ``metrics.jsonl``, parsed line by line by
+    ``iter_jsonl``; checked when this is called, read as it is consumed), ``json`` parsed, ``object`` parsed and a
+    JSON object (``summary.json``, ``state.json``), ``yaml`` parsed (``config.yaml``)."""
     path = Path(path)
+    if form == "jsonl":
+        return read_lines(path, what, FORMS[form])
     raw = read_bytes(path, what, FORMS[form])
     label = f"{what} {path}"
-    if form in ("bytes", "jsonl"):
+    if form == "bytes":
         return raw
     if form == "yaml":
         return parse_yaml(raw, label)
@@ -144,33 +148,63 @@ def declared_hash(run_dir: str | Path) -> str | None:
 
 
 # ------------------------------------------------------------------------------------------ metrics.jsonl readers
-def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
-    """The JSON-object lines of a ``metrics.jsonl`` (``[]`` when absent); lines that are cut (kill -9), junk or not
-    UTF-8 are skipped. A FIFO or device in its place, or a file over 256 MiB, is a one-line error
-    (``read_run_file``)."""
+def iter_jsonl(path: str | Path) -> Iterator[dict[str, Any]]:
+    """The JSON-object lines of a ``metrics.jsonl``, streamed (nothing when absent): the file is opened and checked
+    by this call (a FIFO or device in its place, or a file over 256 MiB, is a one-line error: ``read_run_file``),
+    then read and parsed one line at a time as the iterator is consumed, each line through the bounded JSON reader
+    (``normlab.io.loads_json``), so memory holds one line, never the file. Lines that are cut (kill -9), junk, not
+    UTF-8, nested too deep or holding an over-long integer are skipped, as are records whose ``step`` is not an
+    integer."""
     path = Path(path)
     if not os.path.lexists(path):
-        return []
-    out = []
-    for raw in read_run_file(path, "metrics", "jsonl").splitlines():
-        try:
-            rec = json.loads(raw.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError):
-            continue
-        if isinstance(rec, dict) and isinstance(rec.get("step", 0), int) and not isinstance(rec.get("step"), bool):
-            out.append(rec)
-    return out
+        return iter(())
+    lines = read_run_file(path, "metrics", "jsonl")
+    label = f"metrics {path}"
+
+    def records() -> Iterator[dict[str, Any]]:
+        for raw in lines:
+            try:
+                rec = loads_json(raw, label)
+            except NormlabError:
+                continue
+            if isinstance(rec, dict) and isinstance(rec.get("step", 0), int) and not isinstance(rec.get("step"), bool):
+                yield rec
+
+    return records()
+
+
+def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
+    """``iter_jsonl`` as a list (``[]`` when absent): for a run's own short files (resume, diagnostics); a report
+    over metrics of any size reads columns instead (``read_curves``)."""
+    return list(iter_jsonl(path))
+
+
+def _numbers(rec: dict[str, Any]) -> Iterator[tuple[int, str, float]]:
+    step = rec.get("step")
+    if not isinstance(step, int):
+        return
+    for k, v in rec.items():
+        if k != "step" and isinstance(v, (int, float)) and not isinstance(v, bool):
+            yield step, str(k), float(v)
 
 
 def read_metrics(path: str | Path) -> list[tuple[int, str, float]]:
     """Numeric values of a ``metrics.jsonl`` as ``(step, key, value)``; unreadable lines (a kill -9) are skipped."""
-    out: list[tuple[int, str, float]] = []
-    for rec in read_jsonl(path):
-        if not isinstance(rec.get("step"), int):
-            continue
-        for k, v in rec.items():
-            if k != "step" and isinstance(v, (int, float)) and not isinstance(v, bool):
-                out.append((rec["step"], str(k), float(v)))
+    return [t for rec in iter_jsonl(path) for t in _numbers(rec)]
+
+
+def read_curves(path: str | Path) -> dict[str, Curve]:
+    """The numeric values of a ``metrics.jsonl`` as columns, ``{key: Curve}`` (steps and values in two typed arrays,
+    16 bytes a point, in file order): the same points as ``read_metrics``, streamed from ``iter_jsonl``, so
+    memory is a small multiple of the file's numeric content, not of its parsed records (``normlab report`` on a
+    metrics file near the 256 MiB cap)."""
+    out: dict[str, Curve] = {}
+    for rec in iter_jsonl(path):
+        for step, key, value in _numbers(rec):
+            curve = out.get(key)
+            if curve is None:
+                curve = out[key] = Curve()
+            curve.add(step, value)
     return out
 
 
@@ -198,9 +232,9 @@ def last_step(metrics: str | Path) -> int | None:
     except OSError:
         return None
     for line in reversed(tail.splitlines()):
-        try:
-            step = json.loads(line).get("step")
-        except (json.JSONDecodeError, AttributeError):
+        try:  # the bounded reader: a line nested 100k deep or with a 5000-digit integer is junk, not a traceback
+            step = loads_json(line, f"metrics {metrics}").get("step")
+        except (NormlabError, AttributeError):
             continue
         if isinstance(step, int):
             return step

@@ -64,6 +64,7 @@ from normlab.model import build_model
 from normlab.rundir.files import CONFIG_FILE
 from normlab.rundir.publish import finish_interrupted
 from normlab.rundir.readers import load_data, read_data_info, run_data
+from normlab.safety import printable
 from normlab.train.loop import defer_reads, get_batch, to_device
 from normlab.train.precision import (autocast, kept_determinism, nondeterministic_op_error, prepare_model,
                                     resolve_compile)
@@ -307,14 +308,28 @@ def train_stacked(cfgs: list[RunConfig], run_dirs: list[str | Path], *, resume: 
 def _train_group(cfgs: list[RunConfig], dirs: list[Path], resumes: list[bool], hashes: list[str], *, quiet: bool,
                  flag: StopFlag, tb_dirs: list[Any], threads: int | None) -> list[dict[str, Any]]:
     say = (lambda s: None) if quiet else (lambda s: print(s, flush=True))
-    datas = _group_data(cfgs, dirs, resumes)
-    resolved = resolve_group(cfgs, datas, threads=threads)  # the group's memory at once, before any run directory
+    failed: dict[int, dict[str, Any]] = {}  # members that cannot resume (their own files): reported, not trained
+    datas = _group_data(cfgs, dirs, resumes, failed, say)
+    keep = [i for i in range(len(cfgs)) if i not in failed]
+    if not keep:
+        return [failed[i] for i in range(len(cfgs))]
+    # the group's memory at once, before any run directory
+    resolved = resolve_group([cfgs[i] for i in keep], [datas[i] for i in keep], threads=threads)
     why_threads = resolved[0].why_threads
     runtime = [*resolved[0].runtime, f"threads {torch.get_num_threads()} ({why_threads})",
-               f"stacked: {len(cfgs)} runs of one architecture in one model (train.stack)"]
-    cfgs = [r.cfg for r in resolved]
-    members = [_setup(c, d, resume=r, data=x, tb_dir=t, run_hash=h)
-               for c, d, r, x, t, h in zip(cfgs, dirs, resumes, datas, tb_dirs, hashes)]
+               f"stacked: {len(keep)} runs of one architecture in one model (train.stack)"]
+    members = []
+    for i, r in zip(keep, resolved):
+        try:
+            members.append(_setup(r.cfg, dirs[i], resume=resumes[i], data=datas[i], tb_dir=tb_dirs[i],
+                                  run_hash=hashes[i]))
+        except Exception as e:  # noqa: BLE001 - a resumed member's checkpoint: it alone fails
+            if not resumes[i]:
+                raise
+            failed[i] = _cannot_resume(dirs[i], r.cfg, e, say)
+    if not members:
+        return [failed[i] for i in range(len(cfgs))]
+    cfgs = [m.cfg for m in members]
     c0 = cfgs[0]
     tc, mc, dev = c0.train, c0.model, c0.device
     with torch.random.fork_rng(devices=[torch.cuda.current_device()] if dev == "cuda" else []):
@@ -377,16 +392,34 @@ def _train_group(cfgs: list[RunConfig], dirs: list[Path], resumes: list[bool], h
             if m.mlog is not None:
                 m.mlog.close()
     wall = time.time() - t_start
-    return [_summary(m, wall, why_threads, fell_back, runtime) for m in members]
+    done = iter([_summary(m, wall, why_threads, fell_back, runtime) for m in members])
+    return [failed[i] if i in failed else next(done) for i in range(len(dirs))]
 
 
-def _group_data(cfgs: list[RunConfig], dirs: list[Path], resumes: list[bool]) -> list[Any]:
-    """Each member's token splits: a resumed member's own, else one load shared by the new members."""
+def _cannot_resume(run_dir: Path, cfg: RunConfig, e: Exception, say: Any) -> dict[str, Any]:
+    """A resumed member whose own files cannot be read back (a damaged checkpoint, its data's identity): one line
+    naming its run directory, and a failed result like :func:`_fail`'s (no summary written; its files stay as they
+    are for a look, or a resume once repaired). The group trains without it."""
+    why = f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:300]}" if not isinstance(e, NormlabError) else \
+        (str(e).splitlines() or [""])[0][:300]
+    say(printable(f"{run_dir}: cannot resume ({why}); the group goes on without it"))
+    return {"status": "failed", "error": f"cannot resume: {why}", "step": None, "steps": cfg.train.steps,
+            "run_dir": str(run_dir)}
+
+
+def _group_data(cfgs: list[RunConfig], dirs: list[Path], resumes: list[bool], failed: dict[int, dict[str, Any]],
+                say: Any) -> list[Any]:
+    """Each member's token splits: a resumed member's own, else one load shared by the new members. A resumed
+    member whose data cannot be opened again (``run_data``'s one-line refusals) goes to ``failed``."""
     fresh = None
-    datas = []
-    for cfg, d, again in zip(cfgs, dirs, resumes):
+    datas: list[Any] = []
+    for i, (cfg, d, again) in enumerate(zip(cfgs, dirs, resumes)):
         if again and read_data_info(d) is not None:
-            datas.append(run_data(d, cfg))
+            try:
+                datas.append(run_data(d, cfg))
+            except NormlabError as e:
+                failed[i] = _cannot_resume(d, cfg, e, say)
+                datas.append(None)
         else:
             fresh = fresh or load_data(cfg)
             datas.append(fresh)

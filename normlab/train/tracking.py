@@ -42,6 +42,7 @@ import os
 import re
 import socket
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -286,8 +287,33 @@ def tracker_server(kind: str, env: dict[str, str] | None = None) -> str | None:
     return None
 
 
+def _resolve(host: str, port: int, timeout: float) -> list[Any] | str:
+    """``socket.getaddrinfo`` of ``host`` bounded by ``timeout`` seconds (the resolver itself has no timeout: a
+    dead DNS server keeps it for the resolver's own retries, tens of seconds), run in a daemon thread that is left
+    behind when late; the addresses, or why there are none."""
+    got: dict[str, Any] = {}
+
+    def work() -> None:
+        try:
+            got["addrs"] = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        except Exception as e:  # noqa: BLE001 - socket.gaierror; an odd host (a NUL byte: ValueError) is a reason
+            got["error"] = e
+
+    t = threading.Thread(target=work, name="normlab-tracker-dns", daemon=True)
+    t.start()
+    t.join(timeout)
+    if t.is_alive():
+        return f"looking up {host} took longer than {timeout:g} s"
+    if "error" in got:
+        e = got["error"]
+        return (e.strerror if isinstance(e, OSError) else None) or str(e) or type(e).__name__
+    return got["addrs"] or f"no address for {host}"
+
+
 def unreachable(url: str, timeout: float = PROBE_TIMEOUT_S) -> str | None:
-    """Why a TCP connection to ``url``'s host and port fails within ``timeout`` seconds, or None when it opens."""
+    """Why a TCP connection to ``url``'s host and port fails within ``timeout`` seconds, or None when it opens. The
+    name lookup and the connects share the ``timeout``: the lookup runs under a deadline (``_resolve``), each
+    address is tried with the time left."""
     parts = urlsplit(url)
     try:
         port = parts.port or (443 if parts.scheme == "https" else 80)
@@ -295,11 +321,23 @@ def unreachable(url: str, timeout: float = PROBE_TIMEOUT_S) -> str | None:
         return "a port that is not a number"
     if not parts.hostname:
         return "no host in the URL"
-    try:
-        with socket.create_connection((parts.hostname, port), timeout=timeout):
-            return None
-    except OSError as e:
-        return e.strerror or type(e).__name__
+    deadline = time.monotonic() + timeout
+    addrs = _resolve(parts.hostname, port, timeout)
+    if isinstance(addrs, str):
+        return addrs
+    why = "no address answered"
+    for family, kind, proto, _, address in addrs:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return why if why != "no address answered" else f"no answer within {timeout:g} s"
+        try:
+            with socket.socket(family, kind, proto) as s:
+                s.settimeout(left)
+                s.connect(address)
+                return None
+        except OSError as e:
+            why = e.strerror or type(e).__name__
+    return why
 
 
 def _soft_fail(kind: str, what: str, why: Any, *, required: bool) -> None:

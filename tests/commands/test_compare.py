@@ -130,3 +130,68 @@ def test_compare_set_trains_with_the_values_and_stores_them(tmp_path, cache):
     assert_bad_input(run_inproc("compare", str(spec), "--set", "model.norm=rmsnorm", "--out", str(bad), cache=cache),
                      "--set model.norm", "variant 'a'")
     assert not bad.exists()
+
+
+# Installed as ``sitecustomize`` in the compare process and its workers: every safetensors write of
+# normlab.rundir.tensors (checkpoints, the final weights) fails as a full disk makes safetensors fail.
+_FULL_DISK_HOOK = """
+import importlib.abc, importlib.util, sys
+
+
+class _FullDisk(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name != "normlab.rundir.tensors":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        run = spec.loader.exec_module
+
+        def exec_module(module):
+            run(module)
+            from safetensors import SafetensorError
+
+            def save_file(tensors, path, metadata=None):
+                raise SafetensorError('Error while serializing: IoError(Os { code: 28, kind: StorageFull, '
+                                      'message: "No space left on device" })')
+
+            module.save_file = save_file
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+sys.meta_path.insert(0, _FullDisk())
+"""
+
+
+def test_a_full_disk_during_compare_is_the_documented_line_and_a_rerun_finishes(tmp_path, cache):
+    """A run's checkpoint write fails with ENOSPC inside a sweep worker: compare ends with the one documented line
+    (naming the directory being written, and compare's way out: free space, re-run), exit 2, no traceback and no
+    report; with space again the same command trains the runs to the end."""
+    import os
+    import subprocess
+    import sys
+
+    import yaml
+
+    from tests.helpers import cli_env
+
+    spec = tmp_path / "s.yaml"
+    spec.write_text(yaml.safe_dump({"name": "s", "base": "tiny", "seeds": [0, 1], "set": {"train.steps": 2}}))
+    out = tmp_path / "out"
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(_FULL_DISK_HOOK)
+    env = cli_env(cache)
+    env["PYTHONPATH"] = os.pathsep.join(x for x in (str(hook), env.get("PYTHONPATH", "")) if x)
+    cmd = [sys.executable, "-m", "normlab.cli", "compare", str(spec), "--out", str(out), "--workers", "1"]
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+    last = r.stderr.strip().splitlines()[-1]  # compare's progress lines come first; the error is the last line
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-3000:]
+    assert last.startswith(f"error: {out / 'runs'}") and "No space left on device" in last, last
+    assert "free some space on that file system, then re-run the same command" in last, last
+    assert "failed: OSError" not in r.stderr and not (out / "report.html").exists()
+    env["PYTHONPATH"] = os.environ.get("PYTHONPATH", "")
+    r = subprocess.run([*cmd, "--json"], capture_output=True, text=True, env=env, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert json.loads(r.stdout)["counts"] == {"completed": 2}

@@ -132,3 +132,13 @@ def test_results_outside_the_stored_design_are_flagged(tmp_path, monkeypatch):
     rows = store.runs()
     rows[0]["seed"] = 7
     assert changed_after_results(store.meta(), rows) == "the store holds results outside the declared design (seed 7)"
+
+
+def test_a_damaged_design_in_the_store_reads_as_none_through_the_bounded_reader():
+    """The store's design and its change history go through the bounded JSON reader: nesting past 64 levels (json's
+    own parser would end in a RecursionError) or an integer past 100 digits is a damaged value, read as none."""
+    deep, long_int = "[" * 100_000 + "]" * 100_000, '{"seeds": ' + "9" * 5001 + "}"
+    for bad in (deep, long_int, "{not json"):
+        assert stored_design({"design": bad}) is None
+        assert design_changes({"design_changes": bad}) == []
+    assert stored_design({"design": '{"baseline": "a"}'}) == {"baseline": "a"}

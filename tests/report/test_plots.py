@@ -74,3 +74,47 @@ def test_too_few_evaluations_give_a_labelled_dot_plot_and_enough_give_curves(gri
     leg = ax_t.get_legend()  # one entry per variant, to the right of the last panel
     assert [t.get_text() for t in leg.get_texts()] == [f"{v} (3 learning rates)" for v in VARIANTS]
     assert leg.get_bbox_to_anchor().transformed(ax_t.transAxes.inverted()).x0 >= 1.0
+
+
+def _old_band(runs_pts):
+    """The list / dict implementation the arrays replaced, as it was."""
+    common = sorted(set.intersection(*({s for s, _ in pts} for pts in runs_pts)))
+    maps = [dict(pts) for pts in runs_pts]
+    vals = [[m[s] for m in maps] for s in common]
+    return common, [sum(v) / len(v) for v in vals], [min(v) for v in vals], [max(v) for v in vals]
+
+
+def test_band_equals_the_list_implementation():
+    from normlab.rundir.curves import Curve
+
+    rng = random.Random(1)
+    for trial in range(10):
+        runs = []
+        for _ in range(rng.randint(1, 4)):
+            pts = [(s, rng.random()) for s in sorted(rng.sample(range(300), 200))]
+            runs.append(Curve(pts) if trial % 2 else pts)
+        got = plots._band(runs)
+        want = _old_band(runs)
+        assert got[0].tolist() == want[0] and got[2].tolist() == want[2] and got[3].tolist() == want[3]
+        assert got[1].tolist() == pytest.approx(want[1], rel=1e-15)
+
+
+def test_thinning_keeps_every_buckets_extremes():
+    """A curve of more than 4 x PLOT_BUCKETS points is drawn through each bucket's first, last, least and greatest
+    points: the drawn line reaches every bucket's minimum and maximum, so the figure shows the same range."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    n = 100_003
+    steps = np.arange(n)
+    y = rng.normal(size=n)
+    y[5000] = np.nan
+    at = plots._thin(steps, y)
+    assert plots._thin(steps[:4 * plots.PLOT_BUCKETS], y[:4 * plots.PLOT_BUCKETS]) == slice(None)
+    assert len(at) <= 4 * plots.PLOT_BUCKETS and np.all(np.diff(at) > 0) and at[0] == 0 and at[-1] == n - 1
+    size = -(-n // plots.PLOT_BUCKETS)
+    kept = np.zeros(n, dtype=bool)
+    kept[at] = True
+    for start in range(0, n, size):
+        block, mask = y[start:start + size], kept[start:start + size]
+        assert np.nanmin(block[mask]) == np.nanmin(block) and np.nanmax(block[mask]) == np.nanmax(block)

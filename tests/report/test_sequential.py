@@ -490,3 +490,25 @@ def test_replication_power_range_spans_the_power_over_the_sds_interval():
     ref = [TTestPower().power(0.12 / s, n, 0.05 / 3, alternative="two-sided") for s in (sd_hi, sd_lo)]
     assert [lo, hi] == pytest.approx(ref, rel=1e-6)
     assert lo < replication_power(0.12, diffs, 0.05, 3) < hi
+
+
+def test_damaged_replications_in_the_store_are_one_line_naming_it(tmp_path):
+    """The store's list of replications is read through the bounded JSON reader and checked: nested past 64
+    levels, an integer past 100 digits, not a list or an entry without its source and dir is one line naming the
+    store and the key, not a RecursionError / ValueError / KeyError."""
+    import pytest
+
+    from normlab.errors import NormlabError
+    from normlab.experiments.store import Store
+    from normlab.report.sequential import REPLICATIONS_META, record_replication, replication_block
+
+    store = Store(tmp_path / "results.sqlite")
+    store.create("s", "h")
+    assert replication_block(tmp_path) == []
+    for bad in ("[" * 100_000, "[" + "9" * 5001 + "]", '{"source": "x"}', '[{"source": "x"}]'):
+        store.set_meta(REPLICATIONS_META, bad)
+        for call in (lambda: replication_block(tmp_path), lambda: record_replication(tmp_path, "y", "rep-y")):
+            with pytest.raises(NormlabError, match=rf"^results store {tmp_path / 'results.sqlite'}: meta "
+                                                   rf"'{REPLICATIONS_META}'") as e:
+                call()
+            assert "\n" not in str(e.value)

@@ -308,3 +308,114 @@ def test_run_sections_are_every_mapping_a_run_config_writes():
     from normlab.rundir.readers import RUN_SECTIONS
 
     assert sorted(RUN_SECTIONS) == sorted(k for k, v in RunConfig().to_dict().items() if isinstance(v, dict))
+
+
+# ------------------------------------------------------------------- metrics.jsonl streamed (normlab report's reader)
+def _old_read_jsonl(path: Path) -> list[dict]:
+    """The reader before streaming, as it was: the whole file, ``splitlines``, ``json.loads`` per line."""
+    out = []
+    for raw in path.read_bytes().splitlines():
+        try:
+            rec = json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError):
+            continue
+        if isinstance(rec, dict) and isinstance(rec.get("step", 0), int) and not isinstance(rec.get("step"), bool):
+            out.append(rec)
+    return out
+
+
+def _awkward_metrics(path: Path) -> None:
+    lines = [b'{"step": 0, "init_val_loss": 5.5, "init_val_bpb": 7.9}', b'{"step": 1, "loss": 2.5, "lr": 0.001}',
+             b'{"step": 2, "loss": NaN, "lr": 1e-3, "note": "text", "flag": true, "d": {"x": 1}}',
+             b'not json', b'', b'\xff\xfe junk', b'{"step": true, "loss": 1.0}', b'{"step": 2.5, "loss": 1.0}',
+             b'{"loss": 9.0}', b'[1, 2]', b'{"step": 3, "loss": 2.25}\r', b'{"step": 4, "loss": 2.0}\r{"step": 5}',
+             b'{"step": 6, "val_bpb": 1.5, "loss": 1.75, "big": ' + b"9" * 30 + b"}"]
+    path.write_bytes(b"\n".join(lines) + b'\n{"step": 7, "loss": 1.')  # the last line cut by a kill -9
+
+
+def test_streamed_reader_gives_the_old_readers_rows(tmp_path):
+    """``iter_jsonl`` (line by line, bounded JSON reader) keeps exactly the records the whole-file reader kept (cut,
+    junk, non-UTF-8, non-object lines and non-integer steps dropped; ``\\r`` ends a line as ``splitlines`` does),
+    and ``read_curves`` holds exactly ``read_metrics``'s points, per key in file order."""
+    from normlab.rundir.curves import Curve
+    from normlab.rundir.readers import iter_jsonl, read_curves, read_jsonl, read_metrics
+
+    path = tmp_path / "metrics.jsonl"
+    _awkward_metrics(path)
+    old = _old_read_jsonl(path)
+    assert [r.get("step") for r in old] == [0, 1, 2, None, 3, 4, 5, 6] and "loss" in old[-1]
+    it = iter_jsonl(path)
+    assert not isinstance(it, list) and iter(it) is it  # an iterator, consumed as read
+    assert json.dumps(list(it)) == json.dumps(old) == json.dumps(read_jsonl(path))  # NaN compared as text
+    expect: dict[str, list] = {}
+    for rec in old:
+        for k, v in rec.items() if "step" in rec else ():  # the old read_metrics: records with a step
+            if k != "step" and isinstance(v, (int, float)) and not isinstance(v, bool):
+                expect.setdefault(k, []).append((rec["step"], float(v)))
+    curves = read_curves(path)
+    assert all(isinstance(c, Curve) for c in curves.values())
+    assert {k: [(s, repr(v)) for s, v in c] for k, c in curves.items()} == \
+        {k: [(s, repr(v)) for s, v in pts] for k, pts in expect.items()}
+    assert sorted((s, k, repr(v)) for s, k, v in read_metrics(path)) == \
+        sorted((s, k, repr(v)) for k, pts in expect.items() for s, v in pts)
+    assert read_curves(tmp_path / "absent.jsonl") == {} and list(iter_jsonl(tmp_path / "absent.jsonl")) == []
+    # where the two differ, on purpose: a line the bounded reader refuses (an integer past 100 digits, nesting past
+    # 64 levels: the old reader's RecursionError) is skipped like any junk line
+    path.write_text('{"step": 1, "loss": 2.0}\n{"step": 2, "big": ' + "9" * 101 + '}\n' + '[' * 100000 + '\n')
+    assert read_jsonl(path) == [{"step": 1, "loss": 2.0}]
+
+
+def test_curves_of_a_large_metrics_file_take_memory_in_proportion_to_its_numbers(tmp_path):
+    """Reading a ~6 MB metrics file into columns never holds the file, its lines or its parsed records: the peak
+    of Python allocations stays under 24 bytes per number (16 in the columns, plus their growth) plus one 1 MiB
+    read chunk and a few lines, far below the file's size (the whole-file reader's peak exceeds the file)."""
+    import tracemalloc
+
+    from normlab.rundir.readers import read_curves
+
+    path = tmp_path / "metrics.jsonl"
+    keys = [f"diag/resid_var/{b}" for b in range(12)] + ["loss", "lr", "grad_norm"]
+    numbers = 0
+    with open(path, "w") as f:
+        for step in range(1, 20001):
+            rec = {"step": step, **{k: step * 1e-3 + i for i, k in enumerate(keys)}}
+            f.write(json.dumps(rec) + "\n")
+            numbers += len(keys)
+    size = path.stat().st_size
+    assert size > 5_000_000
+    tracemalloc.start()
+    try:
+        curves = read_curves(path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert sum(len(c) for c in curves.values()) == numbers
+    assert peak < 24 * numbers + 2 * 2**20, (peak, numbers, size)
+    assert peak < size  # the whole-file reader holds the file and its lines: more than twice its size
+
+
+def test_metrics_growing_past_the_cap_while_streamed_is_refused(tmp_path):
+    """The file is checked when the reader is made and counted as it is read: one that grows past the cap in
+    between is one line, not an unbounded read."""
+    from normlab.errors import NormlabError
+    from normlab.io import read_lines
+
+    path = tmp_path / "metrics.jsonl"
+    path.write_bytes(b'{"step": 1}\n' * 10)
+    lines = read_lines(path, "metrics", max_bytes=200)
+    with open(path, "ab") as f:
+        f.write(b'{"step": 2}\n' * 10)
+    with pytest.raises(NormlabError, match=rf"^metrics {path} grew past the .* MiB normlab reads while being read$"):
+        list(lines)
+    assert list(read_lines(path, "metrics", max_bytes=400)) == [b'{"step": 1}'] * 10 + [b'{"step": 2}'] * 10
+
+
+def test_last_step_skips_a_tail_line_the_bounded_reader_refuses(tmp_path):
+    """The progress display's tail reader: a last line nested 100k deep or holding a 5001-digit integer is junk
+    (the step before it is the last one), not a RecursionError / ValueError out of the display."""
+    from normlab.rundir.readers import last_step
+
+    path = tmp_path / "metrics.jsonl"
+    for junk in ("[" * 5000, '{"step": ' + "9" * 5001 + "}"):
+        path.write_text('{"step": 7, "loss": 1.0}\n' + junk + "\n")
+        assert last_step(path) == 7

@@ -590,3 +590,41 @@ def test_a_member_that_fails_leaves_the_group_and_the_others_finish(tmp_path, ca
         wa, ws = weights(tmp_path / f"a{i}"), weights(tmp_path / f"s{i}")
         for k in wa:
             torch.testing.assert_close(ws[k], wa[k], rtol=1e-5, atol=1e-6, msg=k)
+
+
+def test_a_member_whose_checkpoint_is_damaged_fails_alone_on_resume(stacked, tmp_path, cache, capsys):
+    """As after a kill -9 between the checkpoints of step 3 and 6, with member 2's last checkpoint damaged (its
+    weights cut short): that member is reported failed in one line naming its run directory, its files left as they
+    were, and the three healthy members resume and end where the uninterrupted group ended."""
+    out, _ = stacked
+    dirs = []
+    for i in range(len(MEMBERS)):
+        d = tmp_path / f"r{i}"
+        shutil.copytree(out / f"r{i}", d)
+        shutil.rmtree(d / "checkpoints" / "step_00000006")
+        (d / "model.safetensors").unlink()
+        (d / "summary.json").unlink()
+        dirs.append(d)
+    bad = dirs[2] / "checkpoints" / "step_00000003" / "model.safetensors"
+    bad.write_bytes(bad.read_bytes()[:1000])
+
+    def files(d):  # the run's files (the trainer's lock, .train.lock, is taken while the group runs)
+        return sorted((p.relative_to(d), p.read_bytes()) for p in d.rglob("*")
+                      if p.is_file() and p.name != ".train.lock")
+
+    before = files(dirs[2])
+    capsys.readouterr()
+    summaries = train_stacked(_cfgs(cache), dirs, resume=True)
+    assert [s["status"] for s in summaries] == ["completed", "completed", "failed", "completed"]
+    assert summaries[2]["error"].startswith("cannot resume: ") and summaries[2]["run_dir"] == str(dirs[2])
+    lines = [ln for ln in capsys.readouterr().out.splitlines() if "cannot resume" in ln]
+    assert len(lines) == 1 and lines[0].startswith(f"{dirs[2]}: cannot resume (") and \
+        lines[0].endswith("; the group goes on without it")
+    assert files(dirs[2]) == before
+    for i in (0, 1, 3):
+        wa, wb = weights(out / f"r{i}"), weights(dirs[i])
+        for k in wa:  # a group of three, not four: the same runs, to the tolerance of runs alone vs stacked
+            torch.testing.assert_close(wb[k], wa[k], rtol=1e-5, atol=1e-6, msg=f"member {i}: {k}")
+        torch.testing.assert_close(torch.tensor(_losses(dirs[i])), torch.tensor(_losses(out / f"r{i}")),
+                                   rtol=1e-5, atol=1e-6)
+        assert json.loads((dirs[i] / "summary.json").read_text())["status"] == "completed"

@@ -244,3 +244,41 @@ def test_a_tracker_failing_mid_run_is_dropped_with_one_warning(tmp_path, capsys)
     assert calls == [1]  # dropped after its first failure: no further log, no close
     assert err == ["warning: train.track mlflow: failed while logging (connection refused); training goes on "
                    "without mlflow"]
+
+
+def test_a_name_lookup_that_hangs_is_bounded_by_the_probe_timeout(monkeypatch):
+    """``getaddrinfo`` has no timeout of its own (a dead DNS server holds it for the resolver's retries): the probe
+    gives up on it at its deadline with one reason naming the host, and still connects through a lookup that
+    answers."""
+    import socket
+    import threading
+
+    from normlab.errors import NormlabError
+    from normlab.train.tracking import probe_trackers, unreachable
+
+    release = threading.Event()
+    real = socket.getaddrinfo
+
+    def slow(host, *a, **kw):
+        if host == "tracker.example":
+            release.wait(60)  # a resolver that does not answer
+            raise socket.gaierror(-3, "Temporary failure in name resolution")
+        return real(host, *a, **kw)
+
+    monkeypatch.setattr(socket, "getaddrinfo", slow)
+    try:
+        t0 = time.monotonic()
+        assert unreachable("http://tracker.example:5000", timeout=0.5) == \
+            "looking up tracker.example took longer than 0.5 s"
+        monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://tracker.example:5000/")
+        with pytest.raises(NormlabError, match=r"does not answer \(looking up tracker.example took longer than "
+                                               r"0.5 s\); train.track_required is true"):
+            probe_trackers(["mlflow"], required=True, timeout=0.5)
+        assert time.monotonic() - t0 < 10
+    finally:
+        release.set()
+    with socket.socket() as srv:
+        srv.bind(("127.0.0.1", 0))
+        srv.listen()
+        assert unreachable(f"http://localhost:{srv.getsockname()[1]}/", timeout=5) is None  # through the lookup
+    assert unreachable(f"http://127.0.0.1:{_free_port()}", timeout=5) == "Connection refused"
