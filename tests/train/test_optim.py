@@ -235,7 +235,7 @@ def test_bad_optim_config_is_one_line(optim, fragment):
 
 
 def test_norm_warmup_defaults_to_lr_warmup(monkeypatch):
-    from normlab.rundir.readers import apply_norm_defaults
+    from normlab.config import apply_norm_defaults
     from tests.helpers import scratch_norm
 
     class WarmNorm(nn.Module):

@@ -9,10 +9,10 @@ import math
 import pytest
 import torch
 
-from normlab.config import load_config
+from normlab.config import apply_norm_defaults, load_config
 from normlab.errors import NormlabError
 from normlab.model import build_model
-from normlab.rundir.readers import apply_norm_defaults, load_data, read_jsonl
+from normlab.rundir.readers import load_data, read_jsonl
 from normlab.train.loop import get_batch
 from normlab.train.losses import lm_loss
 from normlab.train.runstate import RunState, loss_ceiling, truncate_metrics
