@@ -33,7 +33,8 @@ from normlab.rundir.files import CHECKPOINTS_DIR, DATA_FILE, METRICS_FILE, PARAM
 from normlab.rundir.fingerprint import write_fingerprint
 from normlab.rundir.publish import finish_run, write_config
 from normlab.rundir.readers import declared_hash, read_initial, read_jsonl, read_run_file, save_run_identity
-from normlab.rundir.tensors import list_checkpoints, load_checkpoint, save_checkpoint
+from normlab.rundir.tensors import list_checkpoints, load_checkpoint
+from normlab.train.checkpointer import CheckpointWriter
 from normlab.train.clipping import build_clipper
 from normlab.train.init_eval import eval_mode_gap, initial_eval, near_chance_warning
 from normlab.train.optim import EffectiveLR, NormalizeAndProject, build_optimizer
@@ -126,6 +127,7 @@ class RunState:
     # a checkpoint), else why its numbers are not those of an uninterrupted run (kept by every later checkpoint)
     inexact: str | None = None
     resumed: bool = False
+    writer: CheckpointWriter = field(default_factory=CheckpointWriter)  # at most one checkpoint write in flight
 
     @classmethod
     def build(cls, cfg: RunConfig, run_dir: Path, data: Any, model: torch.nn.Module, run_hash: str,
@@ -339,7 +341,9 @@ class RunState:
             state["nap_init_norms"] = self.nap.to_json()
         if self.inexact:
             state["inexact"] = self.inexact
-        save_checkpoint(self.run_dir, at, self.model, self.opt, state, self.cfg.hash(), self.cfg.train.keep_checkpoints)
+        # written in the background (normlab.train.checkpointer): the next checkpoint and finish() wait for it
+        self.writer.save(self.run_dir, at, self.model, self.opt, state, self.cfg.hash(),
+                         self.cfg.train.keep_checkpoints)
 
     def summary(self, elapsed_s: float, threads_reason: str, compile_s: float | None,
                 init_from: Path | None = None) -> dict[str, Any]:
@@ -377,5 +381,7 @@ class RunState:
         return summary
 
     def finish(self, summary: dict[str, Any]) -> None:
-        """model.safetensors (a completed run's), then summary.json last (normlab.rundir.publish)."""
+        """model.safetensors (a completed run's), then summary.json last (normlab.rundir.publish), after the last
+        checkpoint's write (its error, if it failed, raised here: the run then ends as a failed one)."""
+        self.writer.wait()
         finish_run(self.run_dir, self.cfg, self.model if self.status == "completed" else None, summary)

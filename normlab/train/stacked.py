@@ -371,12 +371,19 @@ def _train_group(cfgs: list[RunConfig], dirs: list[Path], resumes: list[bool], h
     except BaseException as e:  # the TensorBoard event files still end, with the session's status
         for m in members:
             m.tracker.close("interrupted" if isinstance(e, KeyboardInterrupt) else "failed")
+            m.writer.settle()  # each member's last checkpoint whole before the group's error or summaries
         raise
     finally:
         for m in members:
             if m.mlog is not None:
                 m.mlog.close()
     wall = time.time() - t_start
+    for m in members:  # the checkpoints still being written (normlab.train.checkpointer); one that failed fails its
+        try:           # member alone, as a write in the step did
+            m.writer.wait()
+        except Exception as e:  # noqa: BLE001 - this member fails alone; the others go on
+            if m.status != "failed":
+                _fail(m, e, say)
     return [_summary(m, wall, why_threads, fell_back, runtime) for m in members]
 
 
