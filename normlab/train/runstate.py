@@ -236,11 +236,16 @@ class RunState:
         """The rest of a step whose loss and gradient norm stay on the device until the next read point (not a
         :meth:`read_point`): clipping, the update and the count, no host read. The step waits in ``pending`` for
         :meth:`settle` to take its host part."""
+        self.hold(loss_sum)
+        self.optimizer_step()  # never an effective-LR step: those are read points
+        self.advance(False)
+
+    def hold(self, loss_sum: torch.Tensor) -> None:
+        """:meth:`step_unread` before its update: clipping, and the step queued in ``pending`` (a stacked group
+        updates its members together between the two, then :meth:`advance` each)."""
         mark = self.clipper.mark()
         self.pending.append(PendingStep(self.step, self.tokens_seen, loss_sum, self.clipper.clip_on_device(self.step),
                                         mark))
-        self.optimizer_step()  # never an effective-LR step: those are read points
-        self.advance(False)
 
     def settle(self) -> tuple[list[dict[str, Any]], str | None]:
         """The host part of the ``pending`` steps, in order, as :meth:`after_backward` and :meth:`diverged` take it
@@ -281,16 +286,27 @@ class RunState:
         """The update (then NaP's projection and the model's own step, ``GPT.after_optimizer_step``) and the
         gradients cleared; returns whether this step's effective learning rate is recorded
         (``optim.effective_lr_every``)."""
+        track = self.before_update()
+        self.opt.step()
+        self.after_update()
+        return track
+
+    def before_update(self) -> bool:
+        """What comes before the update (:meth:`optimizer_step`; a stacked group updates its members together,
+        normlab.train.optim.step_together): the weights before it, when this step's effective learning rate is
+        recorded; returns whether it is."""
         every = self.cfg.optim.effective_lr_every
         track = every > 0 and (self.step + 1) % every == 0
         if track:
             self.eff_lr.before()
-        self.opt.step()
+        return track
+
+    def after_update(self) -> None:
+        """What follows the update: NaP's projection, the model's own step, the gradients cleared."""
         if self.nap is not None:
             self.nap.project()
         self.model.after_optimizer_step()  # nGPT: weights back onto the hypersphere (a no-op for other models)
         self.opt.zero_grad(set_to_none=True)
-        return track
 
     def advance(self, tracked: bool) -> dict[str, Any]:
         """Count the step and its tokens; returns the step's metrics record so far: the effective learning rates

@@ -590,3 +590,23 @@ def test_a_member_that_fails_leaves_the_group_and_the_others_finish(tmp_path, ca
         wa, ws = weights(tmp_path / f"a{i}"), weights(tmp_path / f"s{i}")
         for k in wa:
             torch.testing.assert_close(ws[k], wa[k], rtol=1e-5, atol=1e-6, msg=k)
+
+
+@pytest.mark.parametrize("optim", [[], ["optim.perp_grad=true"]], ids=["adamw", "perp-grad"])
+def test_members_update_together_where_they_can_and_equal_their_runs_alone(tmp_path, cache, monkeypatch, optim):
+    """Plain AdamW: every update of the group is one normlab.train.optim.step_together call (members 0 and 1 share
+    a learning rate, so one bucket); perp-Grad's step hook: it refuses, each member steps its own optimizer. Either
+    way each member ends as its run alone (to the stacked forward's fp32 round-off, as above)."""
+    import normlab.train.stacked as S
+
+    extra = ["train.steps=4", "train.checkpoint_every=4", "train.eval_every=4", *optim]
+    calls, real = [], S.step_together
+    monkeypatch.setattr(S, "step_together", lambda opts: calls.append((len(opts), real(opts))) or calls[-1][1])
+    cfgs = _cfgs(cache, extra)[:3]
+    train_stacked(cfgs, [tmp_path / f"s{i}" for i in range(3)], quiet=True)
+    assert calls == [(3, not optim)] * 4
+    for i, cfg in enumerate(_cfgs(cache, extra)[:3]):
+        train(cfg, tmp_path / f"a{i}", quiet=True)
+        wa, ws = weights(tmp_path / f"a{i}"), weights(tmp_path / f"s{i}")
+        for k in wa:
+            torch.testing.assert_close(ws[k], wa[k], rtol=1e-5, atol=1e-6, msg=f"member {i}: {k}")
