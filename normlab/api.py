@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from normlab.config import RunConfig, apply_overrides, config_from_dict, read_yaml, resolve_config_path
+from normlab.config import RunConfig, new_config, read_yaml, resolve_config_path
 from normlab.errors import NormlabError
 from normlab.io import MAX_INT_DIGITS
 from normlab.eval.documents import validation_prompt
@@ -41,7 +41,6 @@ from normlab.rundir.readers import check_context, open_config, run_data, run_tok
 from normlab.rundir.readers import load_run as _load
 from normlab.stats.learning import learning_record
 from normlab.train.loop import train as _train
-from normlab.train.resolve import declared
 from normlab.validate import SPLITS, check_arg, shown
 
 
@@ -53,21 +52,15 @@ def make_config(base: str | Path | dict[str, Any] | RunConfig | None = None,
     if isinstance(base, RunConfig):
         data = base.to_dict()
     elif isinstance(base, dict):
-        data = _nested_copy(base)
+        data = base  # new_config copies it
     elif base is None:
         data = {}
     else:
         data = read_yaml(resolve_config_path(str(base)))
-    if overrides:
-        items = (overrides if isinstance(overrides, list)
-                 else [f"{k}={_yaml_scalar(k, v)}" for k, v in overrides.items()])
-        apply_overrides(data, items)
-    _check_values(data)
-    return declared(config_from_dict(data))
-
-
-def _nested_copy(d: dict[str, Any]) -> dict[str, Any]:
-    return {k: _nested_copy(v) if isinstance(v, dict) else v for k, v in d.items()}
+    _check_values(data)  # string overrides are read by the CLI's bounded YAML reader; others by _yaml_scalar
+    items = (overrides if isinstance(overrides, list) or overrides is None
+             else [f"{k}={_yaml_scalar(k, v)}" for k, v in overrides.items()])
+    return new_config(data, items)
 
 
 def _yaml_scalar(key: str, v: Any) -> str:

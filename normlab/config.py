@@ -28,6 +28,7 @@ import yaml
 from normlab.errors import NormlabError, did_you_mean
 from normlab.io import load_yaml, read_yaml_file
 from normlab.model.config import ModelConfig
+from normlab.norms import get_norm_class
 from normlab.presets import CONFIG_DIR, config_presets  # package data: shipped presets
 from normlab.validate import (MAX_SEED, NONNEG, POS, UNIT_OPEN_HI, DeclaredKey, I, R, check_config, check_section,
                               declared_keys, setting)
@@ -454,18 +455,89 @@ def config_mapping(data: Any, label: str) -> dict[str, Any]:
     return data
 
 
+# --------------------------------------------------------------------- building, completing and reading a config
+# A config is built from a mapping in one of four ways, each its own function here, so that what is completed (and
+# when) is decided in one module: a new run's config (new_config, load_config: missing keys take their defaults,
+# then the norms' run-dependent defaults), a sweep's planned run (planned_config: the defaults, the rest left to the
+# run's resolver), a config normlab wrote, read back (stored_config: nothing completed again), and a config derived
+# from a run's (derive_config: the changed keys, every other one the run's). What needs the data or the machine
+# (vocab_size, every ``auto``) is completed when the run starts, by its resolver (normlab.train.resolve).
 def config_from_dict(data: dict[str, Any]) -> RunConfig:
-    """Build and validate a RunConfig from a nested dict (numeric ranges first: normlab.validate)."""
+    """Build and validate a RunConfig from a nested dict (numeric ranges first: normlab.validate); a missing key
+    takes its default. The parser under the functions below."""
     cfg = _build(RunConfig, data, "")
     check_config(cfg)  # every numeric key in its range before any other rule
     return cfg.validate()
 
 
+def apply_norm_defaults(cfg: RunConfig) -> None:
+    """Fill run-dependent norm options the user did not set, in place (so config.yaml records them).
+
+    A norm class that declares ``needs_warmup`` (PowerNorm, Unified Normalization: statistics warm-up) gets
+    ``warmup = train.warmup_steps`` unless ``model.norm_options`` already has a ``warmup`` key. Idempotent: a config
+    completed once is unchanged by a second call.
+    """
+    opts = cfg.model.norm_options
+    if get_norm_class(cfg.model.norm).needs_warmup and "warmup" not in opts:
+        opts["warmup"] = cfg.train.warmup_steps
+
+
+def new_config(data: dict[str, Any] | None = None, overrides: list[str] | None = None) -> RunConfig:
+    """A new run's config: ``data`` (its sections, any of them partial or absent: a preset's, a YAML file's, the
+    API's mapping; not changed) with ``overrides`` (``--set`` strings) applied, each missing key its default,
+    validated, then completed by what needs neither data nor machine (:func:`apply_norm_defaults`). The run's name,
+    ``normlab config`` and ``--init-from``'s check read it as the run will record it."""
+    data = apply_overrides(_copy_sections(data or {}), overrides or [])
+    cfg = config_from_dict(data)
+    apply_norm_defaults(cfg)
+    return cfg
+
+
+def _copy_sections(d: dict[str, Any]) -> dict[str, Any]:
+    return {k: _copy_sections(v) if isinstance(v, dict) else v for k, v in d.items()}
+
+
 def load_config(name: str | Path, overrides: list[str] | None = None) -> RunConfig:
-    """Load a YAML file or preset name, apply ``--set`` overrides, validate."""
-    data = read_yaml(resolve_config_path(str(name)))
-    apply_overrides(data, overrides or [])
+    """:func:`new_config` of a YAML file or preset name with ``--set`` overrides."""
+    return new_config(read_yaml(resolve_config_path(str(name))), overrides)
+
+
+def planned_config(data: dict[str, Any]) -> RunConfig:
+    """A sweep's planned run: ``data`` (the sweep file's base with its overrides, partial) with each missing key its
+    default, validated, and not completed further: the norms' run-dependent defaults and every ``auto`` are its
+    resolver's when it trains (``config.yaml`` records them), so a planned config's hash is the sweep file's and
+    stays the one earlier sweeps stored."""
     return config_from_dict(data)
+
+
+def stored_config(data: dict[str, Any], where: str) -> RunConfig:
+    """A config normlab wrote (``RunConfig.to_dict``: a run's ``config.yaml``, a sweep's planned run or store row),
+    read back as written: parsed and checked, never completed again -- its norm defaults and resolved ``auto``
+    values are the run's own (a planned run's are completed by its resolver when it trains); only a key newer than
+    the file takes its default (such keys are declared ``identity="dropped at default"``, so the hash holds). A key
+    out of its type or range is one line naming ``where`` (``config runs/x/config.yaml``, ``sweep run r1``)."""
+    try:
+        return config_from_dict(data)
+    except NormlabError as e:
+        raise NormlabError(f"{where}: {e}") from None
+
+
+def derive_config(cfg: RunConfig, changes: dict[str, Any] | None = None,
+                  overrides: list[str] | None = None) -> RunConfig:
+    """A config derived from ``cfg`` (a run's, already completed): ``changes`` (dotted keys, ``{"model.norm":
+    "rmsnorm"}``; a mapping value such as ``model.norm_options`` is replaced whole) and then ``overrides`` (``--set``
+    strings) applied to its dict, validated. Every other key is ``cfg``'s, and nothing is completed again: the norm
+    defaults and ``auto`` values it holds stay (a derived config that trains is resolved as every run is)."""
+    data = cfg.to_dict()
+    for key, value in (changes or {}).items():
+        *parents, leaf = key.split(".")
+        node = data
+        for p in parents:
+            node = node[p]
+        if leaf not in node:
+            raise NormlabError(f"derive_config: unknown config key '{key}'{suggest_key(key, _all_keys())}")
+        node[leaf] = value
+    return config_from_dict(apply_overrides(data, overrides or []))
 
 
 def dump_config(cfg: RunConfig) -> str:

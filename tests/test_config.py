@@ -13,7 +13,8 @@ import pytest
 import yaml
 
 from normlab.config import (BOOKKEEPING_KEYS, CONFIG_DIR, KEY_ALIASES, KEYS, RANGES, RUNTIME_KEYS, _all_keys,
-                            config_from_dict, load_config)
+                            config_from_dict, derive_config, load_config, new_config, planned_config,
+                            stored_config)
 from normlab.errors import NormlabError
 from normlab.validate import I, declared_keys, setting
 from tests.helpers import assert_bad_input, run_inproc
@@ -280,3 +281,43 @@ def test_a_config_path_that_is_not_a_regular_file_is_named_so(tmp_path):
             resolve_config_path(str(p))
     with pytest.raises(NormlabError, match="is neither a file nor a preset"):
         resolve_config_path(str(tmp_path / "missing.yaml"))
+
+
+# ------------------------------------------------------------------------ building, completing, reading back
+def test_a_new_runs_config_is_completed_by_the_norm_defaults_and_a_planned_one_is_not():
+    """new_config / load_config fill PowerNorm's warmup from train.warmup_steps (what config.yaml records); a
+    sweep's planned config keeps the sweep file's keys, so its hash is the one earlier sweeps stored; the input
+    mapping is not changed."""
+    data = {"model": {"norm": "powernorm"}, "train": {"warmup_steps": 7}}
+    new = new_config(data, ["train.steps=30"])
+    assert new.model.norm_options == {"warmup": 7} and new.train.steps == 30
+    assert data == {"model": {"norm": "powernorm"}, "train": {"warmup_steps": 7}}
+    planned = planned_config(data)
+    assert planned.model.norm_options == {} and planned.hash() == config_from_dict(data).hash() != new.hash()
+    assert new_config({"model": {"norm": "powernorm", "norm_options": {"warmup": 3}}}).model.norm_options == {
+        "warmup": 3}  # a value the user set is kept
+    assert load_config("tiny", ["model.norm=powernorm"]).model.norm_options == {"warmup": 10}  # tiny: warmup 10
+
+
+def test_a_stored_config_reads_back_as_written_and_names_where_it_is_bad():
+    cfg = new_config({"model": {"norm": "powernorm"}})
+    back = stored_config(cfg.to_dict(), "sweep run r1")
+    assert back.to_dict() == cfg.to_dict() and back.hash() == cfg.hash()
+    raw = config_from_dict({"model": {"norm": "powernorm"}}).to_dict()  # written before completion
+    assert stored_config(raw, "sweep run r1").model.norm_options == {}  # not completed again
+    raw["train"]["lr"] = -1.0
+    with pytest.raises(NormlabError, match=r"^sweep run r1: .*train\.lr"):
+        stored_config(raw, "sweep run r1")
+
+
+def test_a_derived_config_changes_its_keys_only_and_completes_nothing():
+    base = config_from_dict({"model": {"norm": "layernorm", "width": 32, "heads": 2}, "seed": 3})
+    new = derive_config(base, {"model.norm": "powernorm", "model.norm_options": {}}, ["train.lr=0.01"])
+    expected = base.to_dict()
+    expected["model"]["norm"], expected["train"]["lr"] = "powernorm", 0.01
+    assert new.to_dict() == expected  # no warmup added: a derived config is completed when it trains
+    assert base.model.norm == "layernorm"  # the source is not changed
+    with pytest.raises(NormlabError, match="unknown config key 'model.widht'.*model.width"):
+        derive_config(base, {"model.widht": 8})
+    with pytest.raises(NormlabError, match="heads"):
+        derive_config(base, {"model.heads": 5})  # validated: 32 is not divisible by 5

@@ -11,7 +11,7 @@ import yaml
 from normlab.config import KEYS, RunConfig, _all_keys, apply_overrides, config_from_dict, load_config
 from normlab.config_help import describe_keys
 from normlab.errors import NormlabError
-from normlab.rundir.readers import apply_norm_defaults
+from normlab.config import apply_norm_defaults
 from tests.helpers import run_inproc
 
 ROWS = {r["key"]: r for r in describe_keys()}

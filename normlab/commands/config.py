@@ -13,26 +13,25 @@ from normlab.io import dumps
 from normlab.safety import printable
 from normlab.presets import config_presets
 from normlab.rundir.files import CONFIG_FILE
-from normlab.rundir.readers import apply_norm_defaults, open_config
+from normlab.rundir.readers import open_config
 
 
 def run_config(args: argparse.Namespace) -> int:
     # torch: not loaded by `normlab --help`
-    from normlab.config import apply_overrides, config_from_dict, load_config, read_yaml
+    from normlab.config import load_config, new_config
     from normlab.config_help import describe_keys
 
     src = args.source
     if src and Path(src).is_dir():  # a run directory: its saved config, then --set
         open_config(src)  # one-line errors for a folder that is not a run
-        cfg = config_from_dict(apply_overrides(read_yaml(Path(src) / CONFIG_FILE), args.overrides))
+        cfg = load_config(Path(src) / CONFIG_FILE, args.overrides)  # completed as normlab train completes it
         origin = f"run directory {src}"
     elif src:
         cfg = load_config(src, args.overrides)
         origin = f"config {src}"
     else:
-        cfg = config_from_dict(apply_overrides({}, args.overrides))
+        cfg = new_config({}, args.overrides)
         origin = "defaults"
-    apply_norm_defaults(cfg)  # as normlab train resolves it
     rows = describe_keys(cfg)
     if args.json:
         print(dumps({"source": origin, "overrides": list(args.overrides), "config_hash": cfg.hash(),

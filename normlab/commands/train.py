@@ -56,7 +56,7 @@ def _diff_keys(a: dict, b: dict, prefix: str = "") -> list[str]:
 
 
 def _resume_config(args: argparse.Namespace) -> tuple[RunConfig, Path]:
-    from normlab.config import config_from_dict, load_config, read_yaml  # torch: not loaded by `normlab --help`
+    from normlab.config import load_config  # torch: not loaded by `normlab --help`
 
     run_dir = Path(args.resume)
     temps = leftover_temps(run_dir)
@@ -66,8 +66,8 @@ def _resume_config(args: argparse.Namespace) -> tuple[RunConfig, Path]:
                            f"'normlab train CONFIG --out {shell_quote(run_dir)}' (which removes them)")
     saved = open_config(run_dir)
     if args.config or args.overrides:
-        base = load_config(args.config, args.overrides) if args.config else config_from_dict(
-            _with_overrides(read_yaml(run_dir / CONFIG_FILE), args.overrides))
+        # the config handed over, or the run's own config.yaml with --set, built as a new run's config is
+        base = load_config(args.config or run_dir / CONFIG_FILE, args.overrides)
         from normlab.train.resolve import resumed
 
         resumed(base, saved)  # completed as the run's config.yaml was
@@ -78,12 +78,6 @@ def _resume_config(args: argparse.Namespace) -> tuple[RunConfig, Path]:
                 "resume with the same config or start a new run with --out"
             )
     return saved, run_dir
-
-
-def _with_overrides(data: dict, overrides: list[str]) -> dict:
-    from normlab.config import apply_overrides
-
-    return apply_overrides(data, overrides)
 
 
 def run_train(args: argparse.Namespace) -> int:
@@ -115,9 +109,7 @@ def plan_run(args: argparse.Namespace) -> tuple[RunConfig, Path, bool, dict | No
     if not args.config:
         raise NormlabError(f"train needs a CONFIG (YAML file or preset: {', '.join(config_presets())}) "
                            "or --resume RUN_DIR")
-    from normlab.train.resolve import declared
-
-    cfg = declared(load_config(args.config, args.overrides))
+    cfg = load_config(args.config, args.overrides)  # completed by what needs no data or machine
     if args.init_from:  # checked here, before any rank starts or anything is written (train --nproc too)
         from normlab.train.init_from import check_source
 

@@ -41,7 +41,7 @@ import torch
 from torch import nn
 
 from normlab.attention import attention_names, get_attention_class
-from normlab.config import RunConfig, config_from_dict
+from normlab.config import RunConfig, derive_config
 from normlab.errors import NormlabError
 from normlab.model import build_model
 from normlab.model.config import ModelConfig
@@ -238,8 +238,7 @@ def convert_model(model: nn.Module, run_cfg: RunConfig, kind: str) -> tuple[RunC
     if kind == "crmsnorm":
         compress(sd, [r for s in sites for r in s.readers])
 
-    new = copy.deepcopy(run_cfg.to_dict())
-    m = new["model"]
+    m: dict[str, Any] = {}  # the model keys the converted run's config changes
     kept = [s for s in sites if not s.fold]
     if kind == "rmsnorm":
         m["norm"], m["norm_options"] = "rmsnorm", {"affine": False}
@@ -258,7 +257,7 @@ def convert_model(model: nn.Module, run_cfg: RunConfig, kind: str) -> tuple[RunC
     if "lm_head.bias" in sd:  # a folded final shift: model.head_bias gives the LM head its bias
         m["head_bias"] = True
     m["tie_embeddings"] = bool(cfg.tie_embeddings and torch.equal(sd["tok_emb.weight"], sd["lm_head.weight"]))
-    new_cfg = config_from_dict(new)
+    new_cfg = derive_config(run_cfg, {f"model.{k}": v for k, v in m.items()})
 
     for s in sites:  # norm state of the converted model: kept as is, reset in place, or parameter-free
         if not s.fold:

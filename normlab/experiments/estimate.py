@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from normlab.config import config_from_dict
+from normlab.config import stored_config
 from normlab.errors import NormlabError
 from normlab.train.threads import step_flops
 
@@ -35,7 +35,7 @@ def sweep_flops(configs: list[dict[str, Any]]) -> float:
     """Training FLOPs of the runs ``configs`` (full config dicts): sum of ``steps x step_flops``."""
     total = 0.0
     for c in configs:
-        cfg = config_from_dict(c)
+        cfg = stored_config(c, "a planned run's config")
         total += cfg.train.steps * step_flops(cfg)
     return total
 

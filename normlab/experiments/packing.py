@@ -23,7 +23,7 @@ from typing import Any, Callable
 import torch
 import torch.nn.functional as F
 
-from normlab.config import TrainConfig, config_from_dict
+from normlab.config import TrainConfig, stored_config
 from normlab.errors import NormlabError
 from normlab.io import read_json, write_json
 from normlab.model import ModelConfig, build_model
@@ -40,7 +40,7 @@ def candidates(cores: int, n_runs: int) -> list[tuple[int, int]]:
 
 
 def _probe_spec(cfg: dict[str, Any]) -> dict[str, Any]:
-    c = config_from_dict(json.loads(json.dumps(cfg)))
+    c = stored_config(json.loads(json.dumps(cfg)), "a planned run's config")
     return {"model": {k: v for k, v in json.loads(json.dumps(c.to_dict()["model"])).items()},
             "batch_size": c.train.batch_size, "precision": c.train.precision, "seconds": PROBE_S}
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from normlab.config import config_from_dict
+from normlab.config import stored_config
 from normlab.errors import NormlabError
 from normlab.experiments.sweep import parse_sweep, replication_seeds, slug
 from normlab.rundir.readers import load_data
@@ -40,7 +40,7 @@ def check_replication_data(sweep: Any) -> None:
         key = (repr(sorted(r.config["data"].items())), r.config["model"]["context"])
         if key not in seen:
             seen.add(key)
-            load_data(config_from_dict(r.config))
+            load_data(stored_config(r.config, f"replication run {r.run_id}"))
 
 
 def replica_dir(source: str) -> str:

@@ -125,10 +125,10 @@ def count_params(config: dict[str, Any]) -> int:
     """Non-embedding parameters of the model a full config dict describes, built on the ``meta`` device."""
     import torch
 
-    from normlab.config import config_from_dict
+    from normlab.config import planned_config
     from normlab.model.build import build_model
 
-    cfg = config_from_dict({**config, "seed": 0})
+    cfg = planned_config({**config, "seed": 0})
     with torch.device("meta"):
         return build_model(cfg.model).num_params(non_embedding=True)
 
@@ -156,10 +156,10 @@ def size_points(raw: dict[str, Any], base: dict[str, Any], common: dict[str, Any
             raise NormlabError(f"{source}: set: '{k}' is given by the size axis; remove it from 'set'")
     merged = apply(base, common)
     m, t = merged.get("model", {}), merged.get("train", {})
-    from normlab.config import config_from_dict
+    from normlab.config import planned_config
 
     try:
-        ref = config_from_dict({**merged, "seed": 0}).to_dict()
+        ref = planned_config({**merged, "seed": 0}).to_dict()
     except NormlabError as e:
         raise NormlabError(f"{source}: base config with 'set': {e}") from None
     m, t = ref["model"], ref["train"]

@@ -49,7 +49,7 @@ from typing import Any
 
 import yaml
 
-from normlab.config import RunConfig, config_from_dict
+from normlab.config import RunConfig, derive_config, planned_config
 from normlab.errors import NormlabError, did_you_mean
 from normlab.experiments.design import make_design
 from normlab.decide.question import QUESTION_KEYS, Question, parse_question, question_spec
@@ -222,7 +222,7 @@ def _expand(f: SweepFile, grid_axes: dict[str, list[Any]], sizes: list, source: 
             overrides = {**f.overrides, **vset, **(size.overrides if size else {}), **point}
             data = _apply(f.base, overrides)
             try:
-                cfg = config_from_dict({**data, "seed": 0})
+                cfg = planned_config({**data, "seed": 0})
             except NormlabError as e:
                 raise NormlabError(f"{source}: variant '{label}': {e}") from None
             key = RunConfig.hash(cfg)
@@ -233,7 +233,7 @@ def _expand(f: SweepFile, grid_axes: dict[str, list[Any]], sizes: list, source: 
             seen[key] = label
             labels.append(label)
             for seed in f.seeds:
-                cfg_s = config_from_dict({**data, "seed": seed})
+                cfg_s = derive_config(cfg, {"seed": seed})
                 run_axes = (({"variant": vname} if vname else {}) | ({"size": size.label} if size else {}) | point
                             | ({"grid_group": group} if group else {}))
                 runs.append(PlannedRun("", label, seed, run_axes, overrides, cfg_s.to_dict(), cfg_s.hash()))

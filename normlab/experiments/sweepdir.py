@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from normlab.config import config_from_dict
+from normlab.config import stored_config
 from normlab.data.cache import default_cache_dir
 from normlab.errors import NormlabError
 from normlab.experiments.design import record_design
@@ -107,7 +107,7 @@ def _prepare_data(configs: list[dict[str, Any]], log: Callable[[str], None]) -> 
             continue
         seen.add(key)
         t0 = time.time()
-        load_data(config_from_dict(c))
+        load_data(stored_config(c, "a planned run's config"))
         log(f"data {c['data']['source']} ({c['data']['tokenizer']}) ready in {time.time() - t0:.1f}s")
 
 
@@ -262,6 +262,6 @@ def _sweep_tokens(store: Store, run_ids: list[str]) -> float:
     for run_id in run_ids:
         row = store.get(run_id)
         if row.get("step"):
-            c = config_from_dict(json.loads(json.dumps(row["config"])))
+            c = stored_config(json.loads(json.dumps(row["config"])), f"sweep run {run_id}")
             total += row["step"] * c.train.batch_size * c.model.context * c.train.grad_accum
     return total

@@ -121,13 +121,13 @@ def train_group(run_dirs: list[Path], configs: list[dict[str, Any]], threads: in
 def run_config(run_dir: Path, config: dict[str, Any]) -> tuple[Any, bool]:
     """``(RunConfig, resume)`` for training ``run_dir``: the config it holds (resumed), else ``config`` (the store's,
     a new run; a directory left by a run that died before writing its config is removed: it starts afresh)."""
-    from normlab.config import config_from_dict  # torch: only where a run trains
+    from normlab.config import stored_config  # torch: only where a run trains
 
     if (run_dir / CONFIG_FILE).is_file():
         return open_config(run_dir), True
     if run_dir.exists():
         shutil.rmtree(run_dir)
-    return config_from_dict(config), False
+    return stored_config(config, f"sweep run {run_dir.name}"), False
 
 
 def finished_summary(run_dir: Path) -> dict[str, Any] | None:
@@ -303,10 +303,10 @@ def plan_stacks(configs: dict[str, dict[str, Any]], stack: str | None,
         return [], ids, f"stacking ({why}): every run alone"  # decided without importing torch
     import torch
 
-    from normlab.config import config_from_dict
+    from normlab.config import stored_config
     from normlab.train.stacked import group_configs, stack_refusal
 
-    cfgs = [config_from_dict(configs[r]) for r in ids]
+    cfgs = [stored_config(configs[r], f"sweep run {r}") for r in ids]
     has_cuda = cuda if cuda is not None else torch.cuda.is_available()
     groups, alone, notes = [], [], []
     for idx in group_configs(cfgs):

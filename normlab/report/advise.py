@@ -31,7 +31,7 @@ from typing import Any
 import torch
 import yaml
 
-from normlab.config import RunConfig, config_from_dict
+from normlab.config import RunConfig, stored_config
 from normlab.decide.evidence import (
     CONTESTED,
     DECIDED,
@@ -226,7 +226,9 @@ def _with(mc: ModelConfig, overrides: dict[str, Any]) -> ModelConfig:
 def _config_flops(info: Any) -> float | None:
     """Training FLOPs per token counted from a run's stored config (runs older than the summary field)."""
     cfg = info.row.get("config")
-    return count_flops(config_from_dict(cfg).model).training if isinstance(cfg, dict) else None
+    if not isinstance(cfg, dict):
+        return None
+    return count_flops(stored_config(cfg, f"sweep run {info.row.get('run_id')}").model).training
 
 
 def sweep_comparisons(sweep_dir: Path, baseline: str | None = None) -> dict[str, Any]:

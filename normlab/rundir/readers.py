@@ -241,27 +241,15 @@ def last_step(metrics: str | Path) -> int | None:
     return None
 
 
-# ----------------------------------------------------------------------------------------- config and norm defaults
-def apply_norm_defaults(cfg: RunConfig) -> None:
-    """Fill run-dependent norm options the user did not set, in place (so config.yaml records them).
-
-    A norm class that declares ``needs_warmup`` (PowerNorm, Unified Normalization: statistics warm-up) gets
-    ``warmup = train.warmup_steps`` unless ``model.norm_options`` already has a ``warmup`` key.
-    """
-    from normlab.norms import get_norm_class
-
-    opts = cfg.model.norm_options
-    if get_norm_class(cfg.model.norm).needs_warmup and "warmup" not in opts:
-        opts["warmup"] = cfg.train.warmup_steps
-
-
+# ---------------------------------------------------------------------------------------------------- config
 RUN_SECTIONS = ("data", "model", "train", "optim", "diag")
 """The mappings every run's config.yaml holds (``RunConfig.to_dict``; ``seed`` and ``device`` are scalars)."""
 
 
 def open_config(run_dir: str | Path) -> RunConfig:
-    """The validated config of a run directory; anything else is a one-line error."""
-    from normlab.config import config_from_dict, config_mapping
+    """The config a run directory's ``config.yaml`` holds, as the run resolved it (``normlab.config.stored_config``:
+    nothing completed again); anything else is a one-line error."""
+    from normlab.config import config_mapping, stored_config
 
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
@@ -280,10 +268,7 @@ def open_config(run_dir: str | Path) -> RunConfig:
     if missing:
         raise NormlabError(f"config {path} has no '{missing[0]}' mapping; a run's config.yaml holds every section "
                            f"({', '.join(RUN_SECTIONS)}): truncated or edited?")
-    try:
-        return config_from_dict(data)
-    except NormlabError as e:  # a key out of its type or range: say which file holds it
-        raise NormlabError(f"config {path}: {e}") from None
+    return stored_config(data, f"config {path}")  # a key out of its type or range: the line names the file
 
 
 # --------------------------------------------------------------------------------- data identity and the run's data
@@ -569,7 +554,7 @@ def apply_eval_overrides(run: LoadedModel, overrides: list[str]) -> None:
     if not overrides:
         return
     from normlab.attention import eval_time_keys, set_eval_options
-    from normlab.config import apply_overrides, config_from_dict
+    from normlab.config import derive_config
 
     allowed = [f"model.{k}" for k in eval_time_keys()]
     for item in overrides:
@@ -577,9 +562,7 @@ def apply_eval_overrides(run: LoadedModel, overrides: list[str]) -> None:
         if key not in allowed:
             raise NormlabError(f"--set {key}: only evaluation-time keys can change after training "
                                f"({', '.join(allowed)}); every other key defines the trained model")
-    data = run.cfg.to_dict()
-    apply_overrides(data, overrides)
-    run.cfg = config_from_dict(data)
+    run.cfg = derive_config(run.cfg, overrides=overrides)
     set_eval_options(run.model, run.cfg.model)
 
 

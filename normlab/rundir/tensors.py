@@ -148,14 +148,24 @@ def load_optimizer_tensors(
         opt.state[params[name]][k] = v if on_cpu else v.to(params[name].device)  # step stays on the CPU
 
 
-def save_checkpoint(run_dir: Path, step: int, model: nn.Module, opt: torch.optim.Optimizer,
+def checkpoint_tensors(model: nn.Module, opt: torch.optim.Optimizer
+                       ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """What a checkpoint of ``model`` and ``opt`` holds: the model's tensors (:func:`model_tensors`) and the
+    optimizer's state (:func:`optimizer_tensors`), the live tensors themselves (copy them before training changes
+    them: normlab.train.checkpointer)."""
+    names = {id(p): n for n, p in model.named_parameters()}
+    return model_tensors(model), optimizer_tensors(opt, names)
+
+
+def save_checkpoint(run_dir: Path, step: int, model_t: dict[str, torch.Tensor], optim_t: dict[str, torch.Tensor],
                     state: dict[str, Any], config_hash: str, keep: int) -> Path:
-    """Write ``checkpoints/step_XXXXXXXX`` atomically (temp dir + rename); prune to the newest ``keep``."""
+    """Write ``checkpoints/step_XXXXXXXX`` (the model's tensors ``model_t`` and the optimizer's ``optim_t``, from
+    :func:`checkpoint_tensors`, and ``state.json``) atomically (temp dir + rename); then prune to the newest
+    ``keep``."""
     final = run_dir / CHECKPOINTS_DIR / f"step_{step:08d}"
     with publish_dir(final, replace=True) as tmp:  # a checkpoint of the same step (resumed there) is replaced
-        names = {id(p): n for n, p in model.named_parameters()}
-        save_model(model, tmp / MODEL_FILE, config_hash)
-        save_tensors(tmp / "optim.safetensors", optimizer_tensors(opt, names), {"format": FORMAT})
+        save_tensors(tmp / MODEL_FILE, model_t, metadata={"format": MODEL_FORMAT, "config_hash": config_hash})
+        save_tensors(tmp / "optim.safetensors", optim_t, {"format": FORMAT})
         write_json(tmp / "state.json", {"format": FORMAT, "step": step, "config_hash": config_hash, **state})
     for old in list_checkpoints(run_dir)[:-keep]:
         shutil.rmtree(old, ignore_errors=True)

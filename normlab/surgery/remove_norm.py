@@ -37,7 +37,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from normlab.config import config_from_dict
+from normlab.config import derive_config
 from normlab.errors import NormlabError
 from normlab.eval.lm import evaluate
 from normlab.io import check_new_dir, publish_dir, read_json, write_json
@@ -109,9 +109,7 @@ def to_fixedscale(model: nn.Module, cfg):
             continue
         opts[f"affine@{g}"] = m.weight is not None
         opts[f"bias@{g}"] = m.bias is not None
-    data = cfg.to_dict()
-    data["model"] = {**data["model"], "norm": "fixedscale", "norm_options": opts}
-    new_cfg = config_from_dict(data)
+    new_cfg = derive_config(cfg, {"model.norm": "fixedscale", "model.norm_options": opts})
     torch.manual_seed(cfg.seed)
     new = build_model(new_cfg.model).eval()
     src = model.state_dict()
@@ -200,13 +198,12 @@ def _published_paths(stage: Path, tmp: Path, out: Path) -> None:
 
 
 def _finetune_config(cfg, *, steps: int, lr: float, data_source: str | None):
-    d = cfg.to_dict()
-    t = d["train"]
-    t.update({"steps": steps, "lr": lr, "warmup_steps": min(int(t.get("warmup_steps", 0)), max(steps // 10, 0)),
-              "eval_every": steps, "checkpoint_every": steps, "log_every": max(1, steps // 4)})
+    t = cfg.train
+    changes = {"train.steps": steps, "train.lr": lr, "train.warmup_steps": min(t.warmup_steps, max(steps // 10, 0)),
+               "train.eval_every": steps, "train.checkpoint_every": steps, "train.log_every": max(1, steps // 4)}
     if data_source:
-        d["data"]["source"] = data_source
-    return config_from_dict(d)
+        changes["data.source"] = data_source
+    return derive_config(cfg, changes)
 
 
 def remove_norm_run(run_dir: str | Path, out: str | Path, *, steps: int = 100, lr: float | None = None,

@@ -148,11 +148,13 @@ def _train_locked(cfg: RunConfig, run_dir: Path, *, resume: bool, quiet: bool, t
             return recipe.train()
         except KeyboardInterrupt:  # a second Ctrl-C: stop now, keep the last checkpoint, still write the summary
             recipe.close_tracker("interrupted")  # the TensorBoard events end with the session's status
+            recipe.settle_checkpoint()  # the summary is that of the last checkpoint written whole
             if not ctx.is_main or not (run_dir / CONFIG_FILE).is_file():
                 raise
             return finish_interrupted(run_dir, cfg, run_hash)
         except BaseException as e:  # an error: the event file still ends, and a persistent sweep worker keeps no writer
             recipe.close_tracker("failed")
+            recipe.settle_checkpoint()  # no write goes on after the run has failed (its own error is reported)
             err = nondeterministic_op_error(e)  # train.deterministic on CUDA: an op without a deterministic kernel
             if err is not None:
                 raise err from e
@@ -169,6 +171,7 @@ class Recipe:
         self.cfg, self.run_dir, self.ctx, self.flag = cfg, run_dir, ctx, flag
         self.quiet, self.run_hash, self.verbose = quiet, run_hash, verbose
         self.tracker: Tracker | NullTracker | None = None
+        self.state: RunState | None = None
 
     # -- setup: the order is fixed (the seeded RNG streams and what a refused run has written depend on it) --------
     def setup(self, *, resume: bool, tb_dir: str | Path | None, init_from: str | Path | None,
@@ -457,6 +460,12 @@ class Recipe:
             s.finish(summary)
         self.ctx.barrier()  # the other ranks exit only after rank 0 recorded the status
         return summary
+
+    def settle_checkpoint(self) -> None:
+        """Wait for a checkpoint write still in flight (normlab.train.checkpointer), its error dropped: the run has
+        already stopped with its own."""
+        if self.state is not None:
+            self.state.writer.settle()
 
     def close_tracker(self, status: str) -> None:
         """End the trackers' sessions with ``status`` (an interrupted or failed run), if they were started."""

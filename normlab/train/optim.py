@@ -26,7 +26,9 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+import torch.optim.optimizer as optimizer_hooks
 from torch import nn
+from torch.optim.adam import adam
 
 from normlab.config import OptimConfig, TrainConfig
 from normlab.errors import NormlabError
@@ -141,6 +143,45 @@ def _adamp_class(name: str) -> type[torch.optim.Optimizer]:
             f"optim.name '{name.lower()}' needs the adamp package: pip install 'adamp>=0.3,<0.4'"
         ) from None
     return getattr(adamp, name)
+
+
+def step_together(opts: list[torch.optim.Optimizer]) -> bool:
+    """One AdamW update of several optimizers at once (a stacked group's members, normlab.train.stacked): every
+    parameter group of every optimizer is bucketed by its hyperparameters (learning rate, betas, eps, weight decay,
+    kernel), and each bucket is one call of torch's own functional update (``torch.optim.adam.adam``, the call
+    ``AdamW.step`` makes per group, after the same ``_init_group``), so the members that share a learning rate
+    share a fused (CUDA) or multi-tensor (CPU) launch instead of one ``step()`` each. The update is element-wise,
+    so a parameter ends bit for bit where its own ``step()`` puts it. Returns False, having changed nothing, unless
+    every optimizer is a plain ``torch.optim.AdamW`` (no AMSGrad, maximize, capturable or differentiable groups,
+    no step hooks: perp-Grad's and AdamP's hooks, SGDP, fall back to each ``step()``)."""
+
+    if not opts or optimizer_hooks._global_optimizer_pre_hooks or optimizer_hooks._global_optimizer_post_hooks:
+        return False
+    for o in opts:
+        if (type(o) is not torch.optim.AdamW or o._optimizer_step_pre_hooks or o._optimizer_step_post_hooks
+                or getattr(o, "grad_scale", None) is not None or getattr(o, "found_inf", None) is not None):
+            return False
+        if any(g["amsgrad"] or g["maximize"] or g["capturable"] or g["differentiable"]
+               or isinstance(g["lr"], torch.Tensor) for g in o.param_groups):
+            return False
+    buckets: dict[tuple, tuple[list[torch.Tensor], ...]] = {}
+    with torch.no_grad():
+        for o in opts:
+            for g in o.param_groups:
+                lists: tuple[list[torch.Tensor], ...] = ([], [], [], [], [], [])
+                has_complex = o._init_group(g, *lists)  # the state of a first step, as step() creates it
+                if has_complex:
+                    return False  # nothing updated yet: every check comes before the first update
+                key = (g["lr"], *g["betas"], g["eps"], g["weight_decay"], g["foreach"], g["fused"],
+                       g["decoupled_weight_decay"])
+                bucket = buckets.setdefault(key, ([], [], [], [], [], []))
+                for whole, part in zip(bucket, lists):
+                    whole.extend(part)
+        for (lr, beta1, beta2, eps, wd, foreach, fused, decoupled), lists in buckets.items():
+            adam(*lists, foreach=foreach, fused=fused, decoupled_weight_decay=decoupled,
+                                  amsgrad=False, beta1=beta1, beta2=beta2, lr=lr, weight_decay=wd, eps=eps,
+                                  maximize=False)
+    return True
 
 
 def _python_int_steps(opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:

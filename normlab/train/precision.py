@@ -396,16 +396,6 @@ def kept_determinism() -> Iterator[None]:
         _restore_knobs(knobs)
 
 
-def fill_auto(cfg: Any, resolved: Any) -> None:
-    """Where ``cfg`` says ``auto``, take ``resolved``'s value (``--resume`` with a config: a run's config.yaml
-    records the resolved values, which an ``auto`` in the same config matches)."""
-    if cfg.device == "auto":
-        cfg.device = resolved.device
-    for key in ("precision", "compile", "tf32", "deterministic"):
-        if getattr(cfg.train, key) == "auto":
-            setattr(cfg.train, key, getattr(resolved.train, key))
-
-
 # ---------------------------------------------------------------------------------------------------- running
 def autocast(device: str, precision: str) -> contextlib.AbstractContextManager:
     """The forward pass's context: bf16 autocast for ``bf16``, nothing for ``fp32``."""

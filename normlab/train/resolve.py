@@ -1,19 +1,23 @@
 """A run's config completed in one place: what the config leaves open is filled once, here, and every later stage
 of training (model, optimizer, data order, diagnostics, checkpoints, summary) reads the result, frozen.
 
-Three completions, in the order a run meets them:
+Completion, in the order a run meets it:
 
-- :func:`declared` -- what needs neither data nor machine: the norms' run-dependent defaults
-  (``apply_norm_defaults``: PowerNorm's and Unified Normalization's ``warmup`` = ``train.warmup_steps``). The run
-  folder's name, ``normlab config`` and ``--init-from``'s check read the config after it.
+- before this module: a new run's config is built by ``normlab.config.new_config`` / ``load_config`` (missing keys
+  their defaults, then the norms' run-dependent defaults, ``apply_norm_defaults``: PowerNorm's and Unified
+  Normalization's ``warmup`` = ``train.warmup_steps``), which the run folder's name, ``normlab config`` and
+  ``--init-from``'s check read; a stored config is read back by ``normlab.config.stored_config`` and never completed
+  again; a sweep's planned configs are built uncompleted (their hashes are the sweep file's);
 - :func:`resolve_group` / :func:`resolve_run` -- at the start of training, with the token splits and this machine:
-  ``model.vocab_size`` from the data, the norm defaults, the checks (``RunConfig.validate``, memory against the
-  device the run trains on: a CUDA device's free memory from ``torch.cuda.mem_get_info``, else the host's), the
-  thread count, then ``device`` / ``train.precision`` / ``train.compile`` / ``train.tf32`` / deterministic kernels
+  ``model.vocab_size`` from the data, the norm defaults (a sweep's planned config meets them here; a new run's
+  already has them: the completion is idempotent), the checks (``RunConfig.validate``, memory against the device
+  the run trains on: a CUDA device's free memory from ``torch.cuda.mem_get_info``, else the host's), the thread
+  count, then ``device`` / ``train.precision`` / ``train.compile`` / ``train.tf32`` / deterministic kernels
   (``normlab.train.precision.resolve_runtime``). The caller's config is completed in place (``config.yaml`` records
   what the run used, as before) and a frozen copy (:func:`freeze`: setting a key raises) is what training reads.
 - :func:`resumed` -- ``--resume`` with a config: the config completed as the run's ``config.yaml`` was (its
-  vocab_size, the norm defaults, and each ``auto`` the value the run resolved), to compare the two.
+  vocab_size, the norm defaults, and each ``auto`` the value the run resolved: :func:`fill_auto`), to compare the
+  two.
 """
 
 from __future__ import annotations
@@ -25,10 +29,9 @@ from typing import Any
 
 import torch
 
-from normlab.config import RunConfig
+from normlab.config import RunConfig, apply_norm_defaults
 from normlab.errors import NormlabError
-from normlab.rundir.readers import apply_norm_defaults
-from normlab.train.precision import fill_auto, resolve_device, resolve_runtime
+from normlab.train.precision import resolve_device, resolve_runtime
 from normlab.train.threads import resolve_threads, step_flops
 from normlab.validate import check_train_memory
 
@@ -43,19 +46,23 @@ class Resolved:
     why_threads: str
 
 
-def declared(cfg: RunConfig) -> RunConfig:
-    """``cfg`` completed, in place, by what needs no data or machine (the norms' defaults); returned."""
-    apply_norm_defaults(cfg)
-    return cfg
-
-
 def resumed(base: RunConfig, saved: RunConfig) -> RunConfig:
     """``base`` (a config handed to ``--resume``) completed, in place, as the run's own ``saved`` config was: its
     vocab_size, the norm defaults, and ``saved``'s resolved value wherever ``base`` says ``auto``; returned."""
     base.model.vocab_size = saved.model.vocab_size
-    declared(base)
+    apply_norm_defaults(base)
     fill_auto(base, saved)
     return base
+
+
+def fill_auto(cfg: RunConfig, resolved: RunConfig) -> None:
+    """Where ``cfg`` says ``auto``, take ``resolved``'s value (``--resume`` with a config: a run's config.yaml
+    records the resolved values, which an ``auto`` in the same config matches)."""
+    if cfg.device == "auto":
+        cfg.device = resolved.device
+    for key in ("precision", "compile", "tf32", "deterministic"):
+        if getattr(cfg.train, key) == "auto":
+            setattr(cfg.train, key, getattr(resolved.train, key))
 
 
 def device_memory(device: str) -> tuple[int, str] | None:
@@ -76,7 +83,7 @@ def resolve_group(cfgs: list[RunConfig], datas: list[Any], *, threads: int | Non
     caller's plan, over ``train.threads``), then the runtime. Returns each run's :class:`Resolved`."""
     for cfg, data in zip(cfgs, datas):
         cfg.model.vocab_size = data.vocab_size
-        declared(cfg)
+        apply_norm_defaults(cfg)
         cfg.validate()
     first = cfgs[0]
     device, _ = resolve_device(first.device)

@@ -33,7 +33,8 @@ from normlab.rundir.files import CHECKPOINTS_DIR, DATA_FILE, METRICS_FILE, PARAM
 from normlab.rundir.fingerprint import write_fingerprint
 from normlab.rundir.publish import finish_run, write_config
 from normlab.rundir.readers import declared_hash, read_initial, read_jsonl, read_run_file, save_run_identity
-from normlab.rundir.tensors import list_checkpoints, load_checkpoint, save_checkpoint
+from normlab.rundir.tensors import list_checkpoints, load_checkpoint
+from normlab.train.checkpointer import CheckpointWriter
 from normlab.train.clipping import build_clipper
 from normlab.train.init_eval import eval_mode_gap, initial_eval, near_chance_warning
 from normlab.train.optim import EffectiveLR, NormalizeAndProject, build_optimizer
@@ -126,6 +127,7 @@ class RunState:
     # a checkpoint), else why its numbers are not those of an uninterrupted run (kept by every later checkpoint)
     inexact: str | None = None
     resumed: bool = False
+    writer: CheckpointWriter = field(default_factory=CheckpointWriter)  # at most one checkpoint write in flight
 
     @classmethod
     def build(cls, cfg: RunConfig, run_dir: Path, data: Any, model: torch.nn.Module, run_hash: str,
@@ -234,11 +236,16 @@ class RunState:
         """The rest of a step whose loss and gradient norm stay on the device until the next read point (not a
         :meth:`read_point`): clipping, the update and the count, no host read. The step waits in ``pending`` for
         :meth:`settle` to take its host part."""
+        self.hold(loss_sum)
+        self.optimizer_step()  # never an effective-LR step: those are read points
+        self.advance(False)
+
+    def hold(self, loss_sum: torch.Tensor) -> None:
+        """:meth:`step_unread` before its update: clipping, and the step queued in ``pending`` (a stacked group
+        updates its members together between the two, then :meth:`advance` each)."""
         mark = self.clipper.mark()
         self.pending.append(PendingStep(self.step, self.tokens_seen, loss_sum, self.clipper.clip_on_device(self.step),
                                         mark))
-        self.optimizer_step()  # never an effective-LR step: those are read points
-        self.advance(False)
 
     def settle(self) -> tuple[list[dict[str, Any]], str | None]:
         """The host part of the ``pending`` steps, in order, as :meth:`after_backward` and :meth:`diverged` take it
@@ -279,16 +286,27 @@ class RunState:
         """The update (then NaP's projection and the model's own step, ``GPT.after_optimizer_step``) and the
         gradients cleared; returns whether this step's effective learning rate is recorded
         (``optim.effective_lr_every``)."""
+        track = self.before_update()
+        self.opt.step()
+        self.after_update()
+        return track
+
+    def before_update(self) -> bool:
+        """What comes before the update (:meth:`optimizer_step`; a stacked group updates its members together,
+        normlab.train.optim.step_together): the weights before it, when this step's effective learning rate is
+        recorded; returns whether it is."""
         every = self.cfg.optim.effective_lr_every
         track = every > 0 and (self.step + 1) % every == 0
         if track:
             self.eff_lr.before()
-        self.opt.step()
+        return track
+
+    def after_update(self) -> None:
+        """What follows the update: NaP's projection, the model's own step, the gradients cleared."""
         if self.nap is not None:
             self.nap.project()
         self.model.after_optimizer_step()  # nGPT: weights back onto the hypersphere (a no-op for other models)
         self.opt.zero_grad(set_to_none=True)
-        return track
 
     def advance(self, tracked: bool) -> dict[str, Any]:
         """Count the step and its tokens; returns the step's metrics record so far: the effective learning rates
@@ -339,7 +357,9 @@ class RunState:
             state["nap_init_norms"] = self.nap.to_json()
         if self.inexact:
             state["inexact"] = self.inexact
-        save_checkpoint(self.run_dir, at, self.model, self.opt, state, self.cfg.hash(), self.cfg.train.keep_checkpoints)
+        # written in the background (normlab.train.checkpointer): the next checkpoint and finish() wait for it
+        self.writer.save(self.run_dir, at, self.model, self.opt, state, self.cfg.hash(),
+                         self.cfg.train.keep_checkpoints)
 
     def summary(self, elapsed_s: float, threads_reason: str, compile_s: float | None,
                 init_from: Path | None = None) -> dict[str, Any]:
@@ -377,5 +397,7 @@ class RunState:
         return summary
 
     def finish(self, summary: dict[str, Any]) -> None:
-        """model.safetensors (a completed run's), then summary.json last (normlab.rundir.publish)."""
+        """model.safetensors (a completed run's), then summary.json last (normlab.rundir.publish), after the last
+        checkpoint's write (its error, if it failed, raised here: the run then ends as a failed one)."""
+        self.writer.wait()
         finish_run(self.run_dir, self.cfg, self.model if self.status == "completed" else None, summary)

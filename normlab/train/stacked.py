@@ -11,7 +11,9 @@ them), and the model runs once on the members' batches with ``torch.func.vmap`` 
 Everything else is each member's own, built by the same functions a run alone uses (``normlab.train.loop``): its
 ``seed`` for the initialisation (``torch.manual_seed(seed)`` before ``build_model``) and for the data order (its own
 ``torch.Generator``), its optimizer object over its own parameters (so its learning rate, weight-decay groups,
-AdamP / SGDP, NaP and perp-Grad are exactly those of a run alone: AdamW is element-wise), gradient clipping,
+AdamP / SGDP, NaP and perp-Grad are exactly those of a run alone: AdamW is element-wise; plain AdamW members are
+updated together, one fused or multi-tensor call per learning rate they share, normlab.train.optim.step_together,
+bit for bit as each one's own ``step()``), gradient clipping,
 divergence check (a member that diverges stops; the others go on), loss-spike detection, evaluation, checkpoints
 (with its own RNG states), TensorBoard events and run directory (config.yaml, fingerprint, metrics.jsonl,
 summary.json, model.safetensors). The group keeps its shape ``K`` to the end: a member that diverged or finished (or
@@ -68,6 +70,7 @@ from normlab.safety import printable
 from normlab.train.loop import defer_reads, get_batch, to_device
 from normlab.train.precision import (autocast, kept_determinism, nondeterministic_op_error, prepare_model,
                                     resolve_compile)
+from normlab.train.optim import step_together
 from normlab.train.runstate import RunState, claim_run_dir
 from normlab.train.step import Parts, StepLosses, compile_failure, forward_backward, micro_backward
 from normlab.train.resolve import resolve_group
@@ -370,12 +373,27 @@ def _train_group(cfgs: list[RunConfig], dirs: list[Path], resumes: list[bool], h
                     stacked.note, fell_back = "", step + 1
             if not read:  # no host read: each member's checks wait for the next read point
                 for m, (loss_sum, _) in zip(active, results):
-                    m.step_unread(loss_sum)
+                    m.hold(loss_sum)  # RunState.step_unread, its update taken with the group's
+                for m, track in zip(active, _update(active, say)):
+                    if track is not None:
+                        m.advance(False)
                 continue
-            eval_s = 0.0
+            checked = []  # the members that update: (member, lr, extra terms, gradient norm)
             for m, lr, (loss_sum, extra) in zip(active, lrs, results):
                 try:
-                    eval_s += _finish_step(m, lr, loss_sum, extra, t_start, mark_t, say)
+                    grad_norm = _check_step(m, loss_sum, say)
+                except Exception as e:  # noqa: BLE001 - this member fails alone; the others go on
+                    _fail(m, e, say)
+                    continue
+                if grad_norm is not None:
+                    checked.append((m, lr, extra, grad_norm))
+            tracked = _update([c[0] for c in checked], say)
+            eval_s = 0.0
+            for (m, lr, extra, grad_norm), track in zip(checked, tracked):
+                if track is None:  # its update failed
+                    continue
+                try:
+                    eval_s += _finish_step(m, lr, grad_norm, extra, track, t_start, mark_t, say)
                 except Exception as e:  # noqa: BLE001 - this member fails alone; the others go on
                     _fail(m, e, say)
             mark_t += eval_s
@@ -386,12 +404,19 @@ def _train_group(cfgs: list[RunConfig], dirs: list[Path], resumes: list[bool], h
     except BaseException as e:  # the TensorBoard event files still end, with the session's status
         for m in members:
             m.tracker.close("interrupted" if isinstance(e, KeyboardInterrupt) else "failed")
+            m.writer.settle()  # each member's last checkpoint whole before the group's error or summaries
         raise
     finally:
         for m in members:
             if m.mlog is not None:
                 m.mlog.close()
     wall = time.time() - t_start
+    for m in members:  # the checkpoints still being written (normlab.train.checkpointer); one that failed fails its
+        try:           # member alone, as a write in the step did
+            m.writer.wait()
+        except Exception as e:  # noqa: BLE001 - this member fails alone; the others go on
+            if m.status != "failed":
+                _fail(m, e, say)
     done = iter([_summary(m, wall, why_threads, fell_back, runtime) for m in members])
     return [failed[i] if i in failed else next(done) for i in range(len(dirs))]
 
@@ -504,19 +529,48 @@ def _write(m: _Member, record: dict[str, Any]) -> None:
     m.tracker.log(record)
 
 
-def _finish_step(m: _Member, lr: float, loss_sum: Any, extra: dict[str, Any], t_start: float, mark_t: float,
-                 say: Any) -> float:
-    """The rest of the loop's step for one member after its backward pass: clipping, divergence, update, metrics,
-    evaluation, checkpoint. Returns the seconds spent evaluating."""
-    tc = m.cfg.train
+def _check_step(m: _Member, loss_sum: Any, say: Any) -> float | None:
+    """The loop's step for one member after its backward pass, up to its update: clipping and the divergence
+    check. Returns the gradient norm before clipping, or None for a member that diverged (it stops there)."""
     grad_norm = m.after_backward(loss_sum)
     diverged = m.diverged(grad_norm)
     if diverged:
         m.done = True
         say(f"{m.run_dir.name}: {diverged}")
         m.opt.zero_grad(set_to_none=True)
-        return 0.0
-    record = m.advance(m.optimizer_step())
+        return None
+    return grad_norm
+
+
+def _update(members: list[_Member], say: Any) -> list[bool | None]:
+    """The members' updates at once (``RunState.optimizer_step`` of each): one AdamW call per learning rate
+    shared by members (normlab.train.optim.step_together), else each member's own ``step()``, a member whose
+    update raises failing alone. Returns, per member, whether its effective learning rate is recorded this step,
+    None where its update failed."""
+    tracks: list[bool | None] = [m.before_update() for m in members]
+    if not step_together([m.opt for m in members]):
+        for i, m in enumerate(members):
+            try:
+                m.opt.step()
+            except Exception as e:  # noqa: BLE001 - this member fails alone; the others go on
+                _fail(m, e, say)
+                tracks[i] = None
+    for i, m in enumerate(members):
+        if tracks[i] is not None:
+            try:
+                m.after_update()
+            except Exception as e:  # noqa: BLE001 - this member fails alone; the others go on
+                _fail(m, e, say)
+                tracks[i] = None
+    return tracks
+
+
+def _finish_step(m: _Member, lr: float, grad_norm: float, extra: dict[str, Any], tracked: bool, t_start: float,
+                 mark_t: float, say: Any) -> float:
+    """The rest of the loop's step for one member after its update: metrics, evaluation, checkpoint. Returns the
+    seconds spent evaluating."""
+    tc = m.cfg.train
+    record = m.advance(tracked)
     if m.due(tc.log_every):
         now = time.time()
         tok_s = (m.tokens_seen - m.mark_tokens) / max(now - mark_t, 1e-9)

@@ -13,7 +13,8 @@ from normlab.errors import NormlabError
 from normlab.model import ModelConfig, build_model
 from normlab.rundir.readers import open_config
 from normlab.rundir.tensors import load_optimizer_tensors, optimizer_tensors
-from normlab.train.optim import EffectiveLR, NormalizeAndProject, build_optimizer, weights_feeding_norms
+from normlab.train.optim import (EffectiveLR, NormalizeAndProject, build_optimizer, step_together,
+                                  weights_feeding_norms)
 from tests.helpers import TINY, assert_same_weights, kill_9_after, normlab, run_inproc, summary, weights
 
 
@@ -235,7 +236,7 @@ def test_bad_optim_config_is_one_line(optim, fragment):
 
 
 def test_norm_warmup_defaults_to_lr_warmup(monkeypatch):
-    from normlab.rundir.readers import apply_norm_defaults
+    from normlab.config import apply_norm_defaults
     from tests.helpers import scratch_norm
 
     class WarmNorm(nn.Module):
@@ -339,3 +340,58 @@ def test_adamw_is_fused_on_cuda_and_foreach_elsewhere():
     ob2 = torch.optim.AdamW([b], lr=1e-2, **adamw_kernel(True))
     load_optimizer_tensors(ob2, optimizer_tensors(ob, {id(b): "b"}), {"b": b})
     assert ob2.state[b]["step"].device == b.device and float(ob2.state[b]["step"]) == 5.0
+
+
+# ------------------------------------------------------------------------------------------- step_together
+def _members(lrs, *, seed=0, **kw):
+    """One small model and AdamW per learning rate (decay and no-decay groups), their gradients random."""
+    tc = TrainConfig(weight_decay=0.1)
+    out = []
+    for i, lr in enumerate(lrs):
+        torch.manual_seed(seed + i)
+        model = build_model(ModelConfig(vocab_size=32, context=8, width=16, depth=1, heads=2))
+        opt, _ = build_optimizer(model, tc)
+        for g in opt.param_groups:
+            g["lr"] = lr
+            g.update(kw)
+        out.append((model, opt))
+    return out
+
+
+def _grads(members, step):
+    for i, (model, _) in enumerate(members):
+        g = torch.Generator().manual_seed(1000 * step + i)
+        for p in model.parameters():
+            p.grad = torch.randn(p.shape, generator=g)
+
+
+def test_step_together_updates_each_member_bit_for_bit_as_its_own_step():
+    """Four members, two of them at one learning rate (one bucket), over three steps from an empty state: the
+    parameters and the optimizer state equal those of each optimizer's own step() exactly."""
+    lrs = [1e-3, 3e-3, 3e-3, 1e-2]
+    together, alone = _members(lrs), _members(lrs)
+    for step in range(3):
+        _grads(together, step)
+        _grads(alone, step)
+        assert step_together([opt for _, opt in together])
+        for _, opt in alone:
+            opt.step()
+    for (ma, oa), (mb, ob) in zip(together, alone):
+        for (n, p), q in zip(ma.named_parameters(), mb.parameters()):
+            assert torch.equal(p, q), n
+            for k in ("exp_avg", "exp_avg_sq", "step"):
+                assert torch.equal(oa.state[p][k], ob.state[q][k]), (n, k)
+
+
+def test_step_together_refuses_what_it_cannot_batch_and_changes_nothing():
+    hooked = _members([1e-3, 2e-3])
+    hooked[1][1].register_step_pre_hook(lambda *a: None)  # perp-Grad's kind of hook
+    for members in (hooked, _members([1e-3, 2e-3], amsgrad=True)):
+        _grads(members, 0)
+        before = [[p.clone() for p in m.parameters()] for m, _ in members]
+        assert not step_together([opt for _, opt in members])
+        assert all(torch.equal(p, q) for (m, _), b in zip(members, before) for p, q in zip(m.parameters(), b))
+    tc = TrainConfig()
+    sgdp, _ = build_optimizer(build_model(ModelConfig(vocab_size=32, context=8, width=16, depth=1, heads=2)), tc,
+                              OptimConfig(name="sgdp"))
+    assert not step_together([sgdp])

@@ -9,10 +9,10 @@ import math
 import pytest
 import torch
 
-from normlab.config import load_config
+from normlab.config import apply_norm_defaults, load_config
 from normlab.errors import NormlabError
 from normlab.model import build_model
-from normlab.rundir.readers import apply_norm_defaults, load_data, read_jsonl
+from normlab.rundir.readers import load_data, read_jsonl
 from normlab.train.loop import get_batch
 from normlab.train.losses import lm_loss
 from normlab.train.runstate import RunState, loss_ceiling, truncate_metrics
@@ -63,6 +63,7 @@ def test_a_resumed_state_continues_as_the_uninterrupted_one(tmp_path, data):
     _steps(a, 3)
     rng = torch.get_rng_state()
     a.checkpoint(a.step, 1.5, rng, None)
+    a.writer.wait()  # written in the background (normlab.train.checkpointer)
     b = _state(tmp_path / "a", data)  # a new process: seeded init again, then the checkpoint over it
     got = b.resume()
     assert torch.equal(got["torch"], rng) and "cuda" not in got
@@ -79,6 +80,7 @@ def test_a_checkpoint_of_another_config_is_refused(tmp_path, data):
     a = _state(tmp_path / "r", data)
     _steps(a, 1)
     a.checkpoint(a.step, 0.0, torch.get_rng_state(), None)
+    a.writer.wait()
     other = _state(tmp_path / "r", data, [*SETS, "train.lr=0.001"])
     with pytest.raises(NormlabError, match="another config"):
         other.resume()

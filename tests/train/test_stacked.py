@@ -628,3 +628,49 @@ def test_a_member_whose_checkpoint_is_damaged_fails_alone_on_resume(stacked, tmp
         torch.testing.assert_close(torch.tensor(_losses(dirs[i])), torch.tensor(_losses(out / f"r{i}")),
                                    rtol=1e-5, atol=1e-6)
         assert json.loads((dirs[i] / "summary.json").read_text())["status"] == "completed"
+
+
+@pytest.mark.parametrize("optim", [[], ["optim.perp_grad=true"]], ids=["adamw", "perp-grad"])
+def test_members_update_together_where_they_can_and_equal_their_runs_alone(tmp_path, cache, monkeypatch, optim):
+    """Plain AdamW: every update of the group is one normlab.train.optim.step_together call (members 0 and 1 share
+    a learning rate, so one bucket); perp-Grad's step hook: it refuses, each member steps its own optimizer. Either
+    way each member ends as its run alone (to the stacked forward's fp32 round-off, as above)."""
+    import normlab.train.stacked as S
+
+    extra = ["train.steps=4", "train.checkpoint_every=4", "train.eval_every=4", *optim]
+    calls, real = [], S.step_together
+    monkeypatch.setattr(S, "step_together", lambda opts: calls.append((len(opts), real(opts))) or calls[-1][1])
+    cfgs = _cfgs(cache, extra)[:3]
+    train_stacked(cfgs, [tmp_path / f"s{i}" for i in range(3)], quiet=True)
+    assert calls == [(3, not optim)] * 4
+    for i, cfg in enumerate(_cfgs(cache, extra)[:3]):
+        train(cfg, tmp_path / f"a{i}", quiet=True)
+        wa, ws = weights(tmp_path / f"a{i}"), weights(tmp_path / f"s{i}")
+        for k in wa:
+            torch.testing.assert_close(ws[k], wa[k], rtol=1e-5, atol=1e-6, msg=f"member {i}: {k}")
+
+
+def test_a_member_whose_checkpoint_write_fails_fails_alone_with_its_previous_checkpoint(tmp_path, cache,
+                                                                                         monkeypatch):
+    """Checkpoints are written in the background (normlab.train.checkpointer): member s1's last one cannot be
+    written (a full disk); the error reaches the group at the end, s1 fails alone with it, keeping its step-2
+    checkpoint and writing no summary; the others complete."""
+    from safetensors import SafetensorError
+
+    import normlab.rundir.tensors as tensor_files
+
+    real = tensor_files.save_file
+
+    def save_file(tensors, path, *a, **k):
+        if "/s1/checkpoints/.step_00000004." in path:
+            raise SafetensorError("No space left on device (os error 28)")
+        return real(tensors, path, *a, **k)
+
+    monkeypatch.setattr(tensor_files, "save_file", save_file)
+    cfgs = _cfgs(cache, ["train.steps=4", "train.checkpoint_every=2", "train.eval_every=4"])[:3]
+    summaries = train_stacked(cfgs, [tmp_path / f"s{i}" for i in range(3)], quiet=True)
+    assert [s["status"] for s in summaries] == ["completed", "failed", "completed"]
+    assert summaries[1]["error"].startswith("OSError: [Errno 28] No space left on device") and summaries[1]["step"] == 4
+    assert [p.name for p in (tmp_path / "s1" / "checkpoints").iterdir()] == ["step_00000002"]
+    assert not (tmp_path / "s1" / "summary.json").exists()
+    assert all((tmp_path / f"s{i}" / "checkpoints" / "step_00000004").is_dir() for i in (0, 2))
