@@ -224,8 +224,6 @@ def test_run_directory_facts_have_one_definition():
 # vocab_size, the norm defaults of a planned run, every auto), nowhere else
 COMPLETERS = {"config_from_dict", "apply_norm_defaults", "fill_auto"}
 COMPLETING = {"normlab.config", "normlab.train.resolve"}
-PENDING_COMPLETERS = {"normlab.experiments.claims.execution", "normlab.experiments.claims.variants"}  # to move to
-# planned_config / stored_config with the claims suite's next change (its planned and recorded configs)
 
 
 def test_configs_are_completed_only_in_config_and_the_resolver():
@@ -236,7 +234,7 @@ def test_configs_are_completed_only_in_config_and_the_resolver():
                 name = n.func.id if isinstance(n.func, ast.Name) else getattr(n.func, "attr", None)
                 if name in COMPLETERS:
                     calls.add(_module(p))
-    assert calls - PENDING_COMPLETERS == COMPLETING, sorted(calls - PENDING_COMPLETERS)
+    assert calls == COMPLETING, sorted(calls)
 
 # modules whose file names are not a run directory's: the token cache's tokenizer.json, an HF model directory's
 OTHER_DIRECTORIES = {"normlab.data.cache", "normlab.data.tokenizer", "normlab.interop.hf_tokenizer",

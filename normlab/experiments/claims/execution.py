@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
-from normlab.config import config_from_dict
+from normlab.config import planned_config
 from normlab.errors import EXIT_INTERRUPTED, NormlabError
 from normlab.experiments.claims.budgets import Budget
 from normlab.experiments.claims.docs import claim_scale
@@ -92,7 +92,7 @@ def claims_sweep(budget: Budget, variants: list[str], n_seeds: int) -> "Sweep":
     for seed in budget.seed_list(n_seeds):
         for v in variants:
             for lr in (budget.grid_lrs if v in GRID_VARIANTS else (None,)):
-                rc = config_from_dict(variant_config(v, budget, seed, lr))
+                rc = planned_config(variant_config(v, budget, seed, lr))
                 axes = {"variant": v} if lr is None else {"variant": v, "train.lr": lr, "grid_group": v}
                 h = rc.hash()
                 runs.append(PlannedRun(run_id(v, seed, lr, h), v, seed, axes, {}, rc.to_dict(), h))
@@ -148,7 +148,7 @@ def open_out(out: Path, sweep: "Sweep") -> None:
 
 def spec_record(cfg: dict) -> dict:
     """What an old-layout run's ``claims_spec.json`` holds: its spec and the full config it resolved to."""
-    record = {"spec": cfg, "resolved": config_from_dict(copy.deepcopy(cfg)).to_dict()}
+    record = {"spec": cfg, "resolved": planned_config(copy.deepcopy(cfg)).to_dict()}
     return json.loads(json.dumps(record))  # as it reads back from disk (tuples -> lists)
 
 
@@ -482,7 +482,7 @@ sweep's workers set their own thread count, so two configs that differ only here
 
 
 def _resolved_key(cfg: dict[str, Any]) -> str:
-    d = config_from_dict(copy.deepcopy(cfg)).to_dict()
+    d = planned_config(copy.deepcopy(cfg)).to_dict()
     d["train"] = {k: v for k, v in d["train"].items() if k not in NOT_RESULTS}
     return json.dumps(d, sort_keys=True)
 

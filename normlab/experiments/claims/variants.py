@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from normlab.config import config_from_dict
+from normlab.config import planned_config
 from normlab.experiments.claims.budgets import BUDGETS, Budget
 from normlab.model.flops import count_flops
 
@@ -75,7 +75,7 @@ def _equal_flops_steps(b: Budget) -> int:
     token of each grid model (``normlab.model.flops.count_flops``: HC's stream mixing and dynamic maps counted) --
     the same batch and context, so the same tokens per step, fewer steps."""
     def training_flops(model: dict[str, Any]) -> float:
-        cfg = config_from_dict({"data": {"source": b.source, "tokenizer": "bytes"},
+        cfg = planned_config({"data": {"source": b.source, "tokenizer": "bytes"},
                                 "model": {"context": b.context, "width": b.width, "heads": b.heads,
                                           "depth": b.grid_depth, "norm": "layernorm", "placement": "pre", **model}})
         return count_flops(cfg.model).training
