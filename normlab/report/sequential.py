@@ -75,34 +75,40 @@ def sequential_block(sweep_dir: Path, grid: GridReport | None = None) -> dict[st
 
 def decisions_of(sweep_dir: Path) -> tuple[Question, list[dict[str, Any]]]:
     """The final decisions on a sweep's primary family: its sequential looks' when it has a plan, else fixed."""
-    q, dec, _ = _decisions_values(sweep_dir)
+    q, dec, _, _ = _decisions_values(sweep_dir)
     return q, dec
 
 
-def _decisions_values(sweep_dir: Path) -> tuple[Question, list[dict[str, Any]], dict[str, dict[int, float]]]:
-    """``decisions_of`` with the per-seed values of the primary metric (one load of the stored runs)."""
+def _decisions_values(sweep_dir: Path) -> tuple[Question, list[dict[str, Any]], dict[str, dict[int, float]],
+                                                float | None]:
+    """``decisions_of`` with the per-seed values of the primary metric (one load of the stored runs) and, for a
+    sequential design, the nominal two-sided level its first Holm step had to reach at its last look (a decision
+    there needs more than ``alpha / m``: the power a replication had is computed at this level, which ignores the
+    earlier looks' chances and so is a lower bound); None for a fixed design."""
     rep = load(sweep_dir)
     assert rep.grid is not None
     q = question_of(sweep_dir, rep.grid)
     values = primary_values(rep.grid, q.primary)
     block = sequential_block(sweep_dir, rep.grid)
     if block is not None:
-        return q, block["decisions"], values
-    return q, fixed_decisions(values, q, learned_flags(rep.grid)), values
+        return q, block["decisions"], values, block["looks"][-1].get("nominal_p_first")
+    return q, fixed_decisions(values, q, learned_flags(rep.grid)), values, None
 
 
-def replication_power(effect: float | None, replica_diffs: list[float], alpha: float, m: int) -> float | None:
-    """The power of the replication's paired t-test at Holm's first level ``alpha / m`` to detect the original's
-    effect ``effect``, from the replication's own spread (SD of its per-seed differences) and seeds:
+def replication_power(effect: float | None, replica_diffs: list[float], alpha: float, m: int,
+                      level: float | None = None) -> float | None:
+    """The power of the replication's paired t-test at Holm's first level ``alpha / m`` (or ``level``: a
+    sequential replication's final-look boundary, :func:`_decisions_values`) to detect the original's effect
+    ``effect``, from the replication's own spread (SD of its per-seed differences) and seeds:
     normlab.stats.paired_t_power (noncentral t)."""
     if effect is None or len(replica_diffs) < 2:
         return None
     d = paired_diff(replica_diffs, [0.0] * len(replica_diffs))
-    return paired_t_power(effect, d.sd, d.n, holm_first_level(alpha, m))
+    return paired_t_power(effect, d.sd, d.n, level if level is not None else holm_first_level(alpha, m))
 
 
-def replication_power_range(effect: float | None, replica_diffs: list[float], alpha: float, m: int
-                            ) -> list[float | None] | None:
+def replication_power_range(effect: float | None, replica_diffs: list[float], alpha: float, m: int,
+                            level: float | None = None) -> list[float | None] | None:
     """``[low, high]``: :func:`replication_power` over the 95% chi-square interval of the replication's SD (the
     power at its upper and lower end): how much the power figure rests on a few degrees of freedom."""
     if effect is None or len(replica_diffs) < 2:
@@ -110,14 +116,14 @@ def replication_power_range(effect: float | None, replica_diffs: list[float], al
     sd = pooled_sd([replica_diffs])
     if sd is None:
         return None
-    n, level = len(replica_diffs), holm_first_level(alpha, m)
+    n, level = len(replica_diffs), level if level is not None else holm_first_level(alpha, m)
     return [paired_t_power(effect, sd.high, n, level), paired_t_power(effect, sd.low, n, level)]
 
 
 def per_seed_differences(sweep_dir: Path) -> dict[str, dict[str, float]]:
     """Per variant of the declared family, ``{seed: primary(variant) - primary(baseline)}`` over the seeds both
     have (the values the family's decisions are paired over)."""
-    q, dec, values = _decisions_values(sweep_dir)
+    q, dec, values, _ = _decisions_values(sweep_dir)
     return {d["variant"]: _per_seed(values, d["variant"], d["baseline"]) for d in dec}
 
 
@@ -156,23 +162,25 @@ def replication_block(sweep_dir: Path) -> list[dict[str, Any]]:
     todo = [r for r in _replications(store, raw) if (Path(sweep_dir) / r["dir"] / "results.sqlite").is_file()]
     if not todo:
         return out
-    q, orig, ovals = _decisions_values(Path(sweep_dir))
+    q, orig, ovals, _ = _decisions_values(Path(sweep_dir))
     m = len(q.family)
     for r in todo:
-        _, repl, rvals = _decisions_values(Path(sweep_dir) / r["dir"])
+        _, repl, rvals, rlevel = _decisions_values(Path(sweep_dir) / r["dir"])
+        level = rlevel if rlevel is not None else holm_first_level(q.alpha, m)
         by = {c["variant"]: c for c in repl}
         rows = []
         for c in orig:
             other = by.get(c["variant"], {"decision": UNDECIDED, "diff": None, "ci95": None, "n": 0})
             per = _per_seed(rvals, c["variant"], c["baseline"])
-            power = replication_power(c.get("diff"), list(per.values()), q.alpha, m)
-            power_range = replication_power_range(c.get("diff"), list(per.values()), q.alpha, m)
+            power = replication_power(c.get("diff"), list(per.values()), q.alpha, m, level)
+            power_range = replication_power_range(c.get("diff"), list(per.values()), q.alpha, m, level)
             rows.append({"variant": c["variant"], "baseline": c["baseline"], "metric": c["metric"],
                          "original": {**{k: c.get(k) for k in ("diff", "ci95", "n", "decision")},
                                       "per_seed": _per_seed(ovals, c["variant"], c["baseline"])},
                          "replication": {**{k: other.get(k) for k in ("diff", "ci95", "n", "decision")},
                                          "per_seed": per},
-                         "power": power, "power_range": power_range, "power_level": holm_first_level(q.alpha, m),
+                         "power": power, "power_range": power_range, "power_level": level,
+                         "power_design": "fixed" if rlevel is None else "sequential: its last look's boundary",
                          "verdict": replication(c["decision"], other["decision"], power)})
         out.append({"source": r["source"], "dir": r["dir"], "comparisons": rows})
     return out

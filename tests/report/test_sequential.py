@@ -172,15 +172,24 @@ def test_replication_block_sets_each_conclusion_side_by_side(tmp_path, monkeypat
     rows = {c["variant"]: c for c in rep["comparisons"]}
     b = rows["B"]
     assert b["original"]["decision"] == "lower" and b["replication"]["decision"] == "undecided"
-    # the per-seed values are stored, and the power is the noncentral t's at Holm's first level (alpha / 2) for the
-    # original effect with the replication's own spread (scipy.stats.nct)
+    # the per-seed values are stored, and the power is the noncentral t's for the original effect with the
+    # replication's own spread (scipy.stats.nct), at the level the replication's own design had to reach: it ran
+    # sequentially, so its last look's first Holm boundary (two-sided normal tail of the stored boundary, scipy),
+    # stricter than the fixed design's alpha / 2
     per = [flipped("B", s) - flipped("A", s) for s in range(6)]
     assert b["replication"]["per_seed"] == pytest.approx({str(s): v for s, v in enumerate(per)})
     assert len(b["original"]["per_seed"]) == b["original"]["n"]
+    from scipy.stats import norm
+
+    from normlab.report.sequential import sequential_block
+
+    last = sequential_block(tmp_path / "replication" / "x")["looks"][-1]
+    level = 2 * norm.sf(last["boundary_first"])
+    assert level < 0.025 and b["power_design"].startswith("sequential")
     sd, n, eff = np.std(per, ddof=1), 6, b["original"]["diff"]
-    c = student_t.ppf(1 - 0.025 / 2, n - 1)
+    c = student_t.ppf(1 - level / 2, n - 1)
     power = nct.sf(c, n - 1, eff / (sd / math.sqrt(n))) + nct.cdf(-c, n - 1, eff / (sd / math.sqrt(n)))
-    assert b["power"] == pytest.approx(power, rel=1e-9) and b["power_level"] == 0.025
+    assert b["power"] == pytest.approx(power, rel=1e-9) and b["power_level"] == pytest.approx(level, rel=1e-12)
     assert b["verdict"] == ("underpowered" if power < 0.8 else "not replicated")
     assert rows["C"]["verdict"] == "no conclusion to replicate"
 
