@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1] / "normlab"
 # own package and from lower floors; packages on one floor do not import each other. "" is ``normlab/__init__.py``.
 FLOORS: list[tuple[str, ...]] = [
     ("errors", "version"),
-    ("", "io", "safety", "names", "validate", "stats", "resources", "markdown", "presets", "interrupt"),
+    ("", "io", "locks", "safety", "names", "validate", "stats", "resources", "markdown", "presets", "interrupt"),
     ("provenance", "plotting", "data", "norms"),
     ("attention",),
     ("model",),
@@ -398,8 +398,8 @@ OPTIONAL_DEPENDENCIES = ("transformers", "accelerate", "datasets", "lm_eval", "r
 _TORCH_FREE = "the run-directory readers stay torch-free (sweep workers, reports, `normlab runs` use them)"
 # (importing module or package, imported module prefixes or "*" for any) -> why the import stays in its function
 LAZY_IMPORTS: dict[tuple[str, tuple[str, ...]], str] = {
-    ("normlab.io", ("fcntl",)): "fcntl exists only on POSIX; normlab.io is imported by everything, exclusive_lock "
-                                "alone needs it",
+    ("normlab.locks", ("fcntl",)): "fcntl exists only on POSIX; the trainer, compare and the caches import "
+                                   "normlab.locks, whose lock functions alone need it",
     ("normlab.demo", ("normlab.experiments",)): "set_process_policies() (OpenMP wait policy, heap) must run before "
                                                 "torch loads; the sweep module imports torch",
     ("normlab.norms.batchstat", ("torch.distributed.nn",)): "torch.distributed.nn.functional fails to import on a "

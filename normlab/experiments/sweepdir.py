@@ -43,13 +43,14 @@ from normlab.experiments.scheduling import Inline, Processes, Stacked, drive
 from normlab.experiments.store import FINAL, Store
 from normlab.experiments.sweep import Sweep, dump_spec
 from normlab.experiments.worker import plan_stacks
-from normlab.io import exclusive_lock, write_text
+from normlab.io import write_text
+from normlab.locks import exclusive_lock
 from normlab.resources import available_cores, plan_workers
 from normlab.rundir.files import FINGERPRINT_FILE
 from normlab.rundir.fingerprint import check_run
 from normlab.rundir.readers import load_data
 
-COMPARE_LOCK = ".compare.lock"  # SWEEP_DIR/.compare.lock: one normlab compare per sweep directory (io.exclusive_lock)
+COMPARE_LOCK = ".compare.lock"  # SWEEP_DIR/.compare.lock: one normlab compare per sweep directory (normlab.locks)
 
 
 def default_sweep_dir(sweep: Sweep) -> Path:

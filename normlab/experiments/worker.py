@@ -29,7 +29,8 @@ from normlab.interrupt import die_with_parent
 from normlab.experiments.store import Store
 from normlab.rundir.files import CONFIG_FILE, METRICS_FILE, MODEL_FILE, PROBES_FILE
 from normlab.rundir.readers import STATUS_EXIT, open_config, read_metrics, read_summary
-from normlab.io import disk_full, disk_full_note, exclusive_lock
+from normlab.io import disk_full, disk_full_note
+from normlab.locks import exclusive_lock
 from normlab.safety import os_error_line, printable
 
 
@@ -187,7 +188,7 @@ def run_one(sweep_dir: Path, run_id: str, threads: int | None = None) -> int:
 
 
 def _run_lock(sweep_dir: Path, run_id: str) -> contextlib.AbstractContextManager[None]:
-    """An exclusive lock on ``logs/<run id>.lock`` (io.exclusive_lock): two processes never train the same run
+    """An exclusive lock on ``logs/<run id>.lock`` (locks.exclusive_lock): two processes never train the same run
     directory."""
     (sweep_dir / "logs").mkdir(exist_ok=True)
     return exclusive_lock(sweep_dir / "logs" / f"{run_id}.lock", f"run {run_id}")

@@ -62,7 +62,8 @@ from torch.utils._triton import has_triton as torch_has_triton  # private: kept 
 
 from normlab.data.cache import default_cache_dir
 from normlab.errors import NormlabError
-from normlab.io import exclusive_lock, read_json, write_json
+from normlab.io import read_json, write_json
+from normlab.locks import exclusive_lock
 from normlab.model import build_model
 from normlab.norms.registry import _REGISTRY
 from normlab.train.threads import step_flops

@@ -27,7 +27,8 @@ from normlab.diagnostics.weightnorms import weight_norm_record
 from normlab.names import SAMPLED_VAL_BPB
 from normlab.errors import NormlabError
 from normlab.eval.lm import evaluate
-from normlab.io import clean_stale_temps, dumps, exclusive_lock, write_json, write_text
+from normlab.io import clean_stale_temps, dumps, write_json, write_text
+from normlab.locks import exclusive_lock
 from normlab.model.flops import flops_summary
 from normlab.rundir.files import CHECKPOINTS_DIR, DATA_FILE, METRICS_FILE, PARAM_GROUPS_FILE
 from normlab.rundir.fingerprint import write_fingerprint

@@ -53,7 +53,8 @@ from normlab.experiments.estimate import check_device
 from normlab.experiments.sweepdir import COMPARE_LOCK, check_sweep_dir, registration
 from normlab.experiments.store import FINAL, Store
 from normlab.experiments.sweep import Sweep, PlannedRun
-from normlab.io import lock_taken, read_json, read_json_object, write_json
+from normlab.io import read_json, read_json_object, write_json
+from normlab.locks import lock_taken
 from normlab.rundir.files import CHECKPOINTS_DIR, FINGERPRINT_FILE, SUMMARY_FILE
 from normlab.rundir.fingerprint import check_run
 from normlab.rundir.readers import read_summary
