@@ -305,7 +305,7 @@ def plan_stacks(configs: dict[str, dict[str, Any]], stack: str | None,
     import torch
 
     from normlab.config import stored_config
-    from normlab.train.stacked import group_configs, stack_refusal
+    from normlab.train.stackable import group_configs, stack_refusal
 
     cfgs = [stored_config(configs[r], f"sweep run {r}") for r in ids]
     has_cuda = cuda if cuda is not None else torch.cuda.is_available()

@@ -1,6 +1,7 @@
 """Stacked training: runs that share an architecture train together as one stacked model, each as if alone.
 
-A sweep's runs of one variant differ only in ``seed`` and ``train.lr`` (:func:`stack_key` is what they share). Such a
+A sweep's runs of one variant differ only in ``seed`` and ``train.lr`` (``normlab.train.stackable.stack_key`` is
+what they share). Such a
 group trains in one process, one step at a time for all members: the members' parameters are stacked along a new
 leading axis ``K`` every step (``torch.stack`` of each member's own leaf parameters, so gradients flow back to
 them), and the model runs once on the members' batches with ``torch.func.vmap`` over ``torch.func.functional_call``
@@ -39,25 +40,20 @@ draws every member's masks with that member's own RNG state, in call order -- th
 bit for bit (``normlab.attention.dropout``) -- and hands them into the vmapped forward. Such a group runs eager, and
 only runs that would run eager alone stack (a compiled run alone draws its masks in inductor's kernels).
 
-Not stacked (:func:`stack_refusal` names the reason, and ``train.stack: auto`` trains such runs alone): dropout on
-CUDA (the fused dropout kernels draw with Philox offsets a draw outside them does not reproduce), norms that update
-running statistics in their forward pass (PowerNorm, Unified Normalization, BatchNorm), data-parallel runs.
+Which runs stack (``stack_key``, ``stack_refusal``: dropout on CUDA, norms with running statistics, a forward vmap
+cannot run; data-parallel runs never do) and the vmapped forward itself are ``normlab.train.stackable``.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import json
 import time
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
 import torch
 
-from normlab.attention.dropout import draw_noise, recorded, supplied
 from normlab.config import RunConfig
 from normlab.errors import NormlabError
 from normlab.interrupt import StopFlag
@@ -68,98 +64,13 @@ from normlab.rundir.publish import finish_interrupted
 from normlab.rundir.readers import load_data, read_data_info, run_data
 from normlab.safety import printable
 from normlab.train.loop import defer_reads, get_batch, to_device
-from normlab.train.precision import (autocast, kept_determinism, nondeterministic_op_error, prepare_model,
-                                    resolve_compile)
+from normlab.train.precision import (kept_determinism, nondeterministic_op_error, prepare_model)
 from normlab.train.optim import step_together
 from normlab.train.runstate import RunState, claim_run_dir
-from normlab.train.step import Parts, StepLosses, compile_failure, forward_backward, micro_backward
+from normlab.train.stackable import StackedForward, stack_key, stack_refusal
+from normlab.train.step import Parts, StepLosses, forward_backward, micro_backward
 from normlab.train.resolve import resolve_group
-from normlab.train.threads import step_flops
 from normlab.train.tracking import Tracker
-
-STACKS = ("auto", "on", "off")
-VMAP_FALLBACK_WARNING = "There is a performance drop because we have not yet implemented the batching rule"
-MEMBER_KEYS = ("seed", "train.lr")  # what the members of one stacked group may differ in
-
-
-def stack_key(cfg: RunConfig) -> str:
-    """What runs of one stacked group share: the whole identity less ``seed`` and ``train.lr`` (JSON text)."""
-    d = cfg.identity_dict()
-    d.pop("seed", None)
-    d["train"].pop("lr", None)
-    d["train"].pop("stack", None)
-    return json.dumps(d, sort_keys=True)
-
-
-def stack_refusal(cfg: RunConfig, device: str | None = None) -> str | None:
-    """Why ``cfg`` cannot train in a stacked group (one line), or None. ``device``: where it trains (``cuda`` or
-    ``cpu``; a sweep's planner passes the device of the machine the group will run on, which for a Ray cluster is
-    not this one); default: ``cfg.device``, ``auto`` resolved on this machine."""
-    if cfg.model.dropout > 0:
-        if device is None:
-            device = "cuda" if cfg.device == "cuda" or (cfg.device == "auto" and torch.cuda.is_available()) else "cpu"
-        if device == "cuda":
-            return (f"model.dropout={cfg.model.dropout} on CUDA: the fused dropout kernels draw masks that a stacked "
-                    "step cannot reproduce per member")
-        if resolve_compile(cfg.train.compile, device, cfg.train.steps * step_flops(cfg))[0]:
-            return (f"model.dropout={cfg.model.dropout} with train.compile on: a compiled run alone draws its dropout "
-                    "masks in inductor's kernels, which a stacked step cannot reproduce per member")
-    with torch.random.fork_rng():
-        torch.manual_seed(0)
-        model = build_model(cfg.model)
-    names = [n for n, b in model.named_buffers(remove_duplicate=True) if not _constant_buffer(model, n)]
-    if names:
-        return (f"model.norm={cfg.model.norm}: its running statistics ({names[0]}) change in the forward pass, "
-                "which a stacked step cannot keep per member")
-    return _trial(model, cfg)
-
-
-@contextlib.contextmanager
-def _quiet_vmap() -> Any:
-    """Without torch's note that an operation runs member by member under vmap (CPU SDPA's flash kernel has no
-    batching rule; docs/compare.md says so): on stderr it was two lines before any error line."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=VMAP_FALLBACK_WARNING, category=UserWarning)
-        yield
-
-
-def _trial(model: torch.nn.Module, cfg: RunConfig) -> str | None:
-    """A stacked forward and backward of two copies of ``model`` on ``[2, 1, min(context, 16)]`` tokens (CPU, no
-    RNG consumed): None when it runs, else why (an operation ``torch.func.vmap`` cannot batch)."""
-    t = min(cfg.model.context, 16)
-    x = torch.zeros(2, 1, t, dtype=torch.long)
-    models = [model, model]  # the stacked forward stacks each member's parameters: two copies of model's
-    try:
-        with torch.random.fork_rng(), _quiet_vmap():
-            forward = _StackedForward(model, False)
-            noise = forward.draw(x, [None, None], "fp32")
-            micro_backward(lambda: forward(models, x, noise), [x[0], x[1]], _trial_train(cfg), "cpu")
-    except Exception as e:  # noqa: BLE001 - any failure means: train these runs alone
-        first = (str(e).splitlines() or [type(e).__name__])[0][:160]
-        return f"its forward pass cannot run under torch.func.vmap ({type(e).__name__}: {first})"
-    return None
-
-
-def _trial_train(cfg: RunConfig) -> Any:
-    """The training keys the trial's step reads: ``cfg.train`` in fp32, one micro-batch."""
-    return dataclasses.replace(cfg.train, precision="fp32", grad_accum=1)
-
-
-def _constant_buffer(model: torch.nn.Module, name: str) -> bool:
-    """A non-persistent buffer (RoPE / ALiBi tables, masks) is a constant of the architecture; a persistent one
-    (running statistics) is state a forward pass may change."""
-    mod_name, _, buf = name.rpartition(".")
-    mod = model.get_submodule(mod_name) if mod_name else model
-    return buf in mod._non_persistent_buffers_set
-
-
-def group_configs(cfgs: list[RunConfig]) -> list[list[int]]:
-    """Indices of ``cfgs`` grouped by :func:`stack_key`, in first-seen order (a group of one trains alone)."""
-    groups: dict[str, list[int]] = {}
-    for i, c in enumerate(cfgs):
-        groups.setdefault(stack_key(c), []).append(i)
-    return list(groups.values())
-
 
 @dataclass
 class _Member(RunState):
@@ -196,77 +107,6 @@ def _setup(cfg: RunConfig, run_dir: Path, *, resume: bool, data: Any, tb_dir: Pa
                         track=tc.track)
     m.done = m.step >= tc.steps
     return m
-
-
-class _StackedForward:
-    """``forward(params [K, ...] per name, x [K, B, T], noise) -> logits [K, B, T, V]``: one vmapped
-    ``functional_call`` of ``base`` (a module of the group's architecture whose own parameters are never used), with
-    each member's dropout noise (``noise``: one ``[K, *shape]`` tensor per dropout call, :meth:`draw`; empty without
-    dropout). With ``compile_`` (and no dropout) the vmapped function is ``torch.compile``d; if its first forward or
-    backward fails (a transform torch cannot compile; AOTAutograd compiles the backward only when it first runs),
-    :meth:`fall_back` switches the group to the eager function and ``note`` says why."""
-
-    def __init__(self, base: torch.nn.Module, compile_: bool):
-        def one(params: dict[str, torch.Tensor], x: torch.Tensor, noise: list[torch.Tensor]) -> torch.Tensor:
-            if not noise:  # no dropout: the function torch.compile traces, unchanged
-                return torch.func.functional_call(base, params, (x,))
-            with supplied(noise):
-                return torch.func.functional_call(base, params, (x,))
-
-        self.base = base
-        self.sites: dict[tuple[int, ...], list[Any]] = {}  # dropout calls of one forward, per batch shape
-        self.fn = torch.func.vmap(one, in_dims=(0, 0, 0), randomness="error")
-        self.compiled = torch.compile(self.fn) if compile_ and not _drops(base) else None
-        self.sizes: set[int] = set()  # the group sizes K called so far (a new K compiles anew)
-        self.new_size, self.note = False, ""
-        self.names = [n for n, _ in base.named_parameters()]  # tied weights once, as named_parameters gives them
-        # a masked slot's weights: the base's own (seeded, finite; never trained), without gradient
-        self.rest = {n: p.detach() for n, p in base.named_parameters()}
-
-    def draw(self, x: torch.Tensor, rngs: list[torch.Tensor | None], precision: str) -> list[torch.Tensor]:
-        """Each member's dropout noise for a forward of ``x [K, B, T]``, drawn with its RNG state ``rngs[k]``
-        (updated in place; None: the current state), stacked per call; ``[]`` for a model without dropout."""
-        if not _drops(self.base):
-            return []
-        key = tuple(x.shape[1:])
-        if key not in self.sites:
-            with torch.no_grad(), recorded() as sites, autocast(x.device.type, precision):
-                self.base(x[0])
-            self.sites[key] = sites
-        per_member = []
-        for k, rng in enumerate(rngs):
-            if rng is not None:
-                torch.set_rng_state(rng)
-            per_member.append(draw_noise(self.sites[key], x.device))
-            if rng is not None:
-                rngs[k] = torch.get_rng_state()
-        return [torch.stack(n) for n in zip(*per_member)]
-
-    def __call__(self, models: list[torch.nn.Module | None], x: torch.Tensor, noise: list[torch.Tensor]
-                 ) -> torch.Tensor:
-        own = [dict(m.named_parameters()) if m is not None else self.rest for m in models]
-        params = {n: torch.stack([p[n] for p in own]) for n in self.names}
-        self.new_size = len(models) not in self.sizes
-        self.sizes.add(len(models))
-        with _quiet_vmap():
-            return (self.compiled or self.fn)(params, x, noise)
-
-    def fall_back(self, e: BaseException) -> bool:
-        """Whether the failure ``e`` of a compiled forward-and-backward is handled: the first call with a group size
-        ``K`` compiles (the first step, and again when a member finishes or diverges), and if that fails the group
-        runs the eager function from now on (the caller repeats the micro-batch, the first of its step: K changes
-        only between steps); failures of a call that compiled nothing are the model's own, and so are an
-        out-of-memory error and an operation without a deterministic kernel (eager would fail the same way)."""
-        if self.compiled is None or not self.new_size or not compile_failure(e):
-            return False
-        self.compiled = None
-        self.note = f"the stacked forward runs eager: torch.compile of it failed ({type(e).__name__})"
-        return True
-
-
-def _drops(model: torch.nn.Module) -> bool:
-    """Whether ``model`` in training mode drops anything (``model.dropout > 0``: every dropout site shares it)."""
-    return any(isinstance(m, torch.nn.Dropout) and m.p > 0 for m in model.modules())
 
 
 def train_stacked(cfgs: list[RunConfig], run_dirs: list[str | Path], *, resume: bool = False, quiet: bool = False,
@@ -337,7 +177,7 @@ def _train_group(cfgs: list[RunConfig], dirs: list[Path], resumes: list[bool], h
     tc, mc, dev = c0.train, c0.model, c0.device
     with torch.random.fork_rng(devices=[torch.cuda.current_device()] if dev == "cuda" else []):
         base = prepare_model(build_model(mc).to(dev), tc.precision)
-    stacked = _StackedForward(base, bool(tc.compile))
+    stacked = StackedForward(base, bool(tc.compile))
     defer = defer_reads(c0)  # on an accelerator: a step that is no member's read point reads nothing
     say(f"stacked group of {len(members)}: " + " | ".join(runtime))
     for m in members:
@@ -471,12 +311,12 @@ def _alone_step(m: _Member) -> StepLosses:
     return out
 
 
-def _stacked_step(members: list[_Member], active: list[_Member], stacked: _StackedForward) -> list[StepLosses]:
+def _stacked_step(members: list[_Member], active: list[_Member], stacked: StackedForward) -> list[StepLosses]:
     """One step of every member in ``active`` as one vmapped forward and one backward per micro-batch (the loop's
     step, ``normlab.train.step``, with the group's forward); each member's losses as :func:`_alone_step` returns
     them (on the device, unread). The forward keeps the group's shape: one slot per member of ``members``, and a
     member that is not stepping (it diverged or finished, or is ahead after a resume) holds a masked slot -- the
-    group's constant placeholder weights (:attr:`_StackedForward.rest`, which get no gradient) on token 0, no loss,
+    group's constant placeholder weights (:attr:`StackedForward.rest`, which get no gradient) on token 0, no loss,
     nothing drawn from its data or RNG -- so a compiled group never recompiles for a new size."""
     tc, mc, dev = active[0].cfg.train, active[0].cfg.model, active[0].cfg.device
     slots = [m if m in active else None for m in members]

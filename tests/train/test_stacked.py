@@ -13,7 +13,8 @@ from normlab.config import load_config
 from normlab.errors import NormlabError
 from normlab.train.loop import train
 from normlab.train.precision import cxx_compiler
-from normlab.train.stacked import group_configs, stack_key, stack_refusal, train_stacked
+from normlab.train.stackable import group_configs, stack_key, stack_refusal
+from normlab.train.stacked import train_stacked
 from tests.helpers import HostReads, scratch_norm, weights
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -547,7 +548,7 @@ def test_torch_s_vmap_fallback_note_stays_off_stderr(tmp_path, cache):
     group keeps that note off stderr (a bad-input error line must be the only line there; docs/compare.md says it)."""
     import warnings
 
-    from normlab.train.stacked import VMAP_FALLBACK_WARNING
+    from normlab.train.stackable import VMAP_FALLBACK_WARNING
 
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
